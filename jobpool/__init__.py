@@ -1,0 +1,14 @@
+"""jobpool: a multiprocess job queue and worker pool with no broker to run.
+
+Jobs live in a SQLite file (or PostgreSQL); ``jobpool start`` runs a supervisor
+that claims them and runs each in a forked child process, one per slot.
+"""
+from jobpool.errors import (Defer, EnqueueError, Fatal, JobpoolError, Reschedule, Retry,
+                            StoreError)
+from jobpool.jobs import Handle, Job, Signature, job
+from jobpool.store.sqlite import connect
+
+__version__ = "0.1.0"
+
+__all__ = ["job", "connect", "Retry", "Fatal", "Defer", "Reschedule", "Job", "Handle",
+           "Signature", "JobpoolError", "EnqueueError", "StoreError", "__version__"]

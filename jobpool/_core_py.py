@@ -1,0 +1,339 @@
+"""The pure-Python twin of ``jobpool._core``: the readable specification.
+
+The compiled core (``_core.pyx``) has the same names, signatures and behaviour;
+``tests/test_core.py`` runs against both and a parity test compares the rows
+they leave behind. This module talks to SQLite through the ``sqlite3`` module;
+the compiled one uses SQLite's C API directly.
+
+Data crossing this API is plain tuples, so the compiled core can build them
+without per-row Python objects beyond the tuple itself:
+
+* claimed job: ``(id, name, payload, serializer, attempt, timeout, deadline)``
+* outcome:     ``(id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)``
+* settled:     ``(id, name, attempt, status, reason)`` where status is one of
+  ``done``, ``ready``, ``dead`` or ``lost`` (the fenced guard matched no row).
+
+Time (``now``) and randomness (``rng``, anything with ``.random()``) are
+parameters so backoff, leases and deadlines are testable without sleeping.
+"""
+from __future__ import annotations
+
+import math
+import sqlite3
+
+from jobpool.errors import StoreError
+from jobpool.store import sql
+
+#: R8: a lease lasts the job's hard timeout plus this slack, in seconds.
+LEASE_SLACK = 30.0
+
+# Outcome kinds, shared with the child protocol and the compiled core.
+DONE = 0        # returned normally (R12)
+ERROR = 1       # raised an ordinary exception: retry with backoff (R13)
+FATAL = 2       # Fatal or a listed fatal type: dead at once (R15)
+CRASH = 3       # the child died without an outcome (R19), counts toward quarantine
+TIMEOUT = 4     # killed at its hard timeout: retry (R20)
+RETRY = 5       # Retry(after=...): retry, ``delay`` overrides the backoff (R14)
+DEFER = 6       # Defer(delay): back in line without spending an attempt (R17)
+RESCHEDULE = 7  # Reschedule(delay): fresh budget (R18)
+RELEASE = 8     # graceful stop: lease given back, attempt stays spent (R25)
+CANCEL = 9      # cancelled while running: dead (R31)
+
+KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
+              "rescheduled", "released", "cancelled")
+
+#: Defaults for a name without a policy: backoff base and cap (R13), max crashes (R19a).
+DEFAULT_POLICY = (1.0, 3600.0, 3)
+
+
+def with_reason(error: str | None, reason: str) -> str:
+    """Append ``reason`` to the first line of ``error``, keeping any traceback below it."""
+    head, sep, tail = (error or "").partition("\n")
+    return f"{head}; {reason}{sep}{tail}" if head else reason + sep + tail
+
+
+def backoff(attempts: int, base: float, cap: float, u: float) -> float:
+    """Delay before retry number ``attempts`` (R13).
+
+    ``base * 2**(attempts-1)`` capped at ``cap``, then jitter that only subtracts
+    up to 25 % (``u`` in [0, 1)), so ``cap`` is an honest ceiling. The exponent is
+    bounded before it is computed, so huge attempt counts cannot overflow.
+    """
+    if base <= 0:
+        return 0.0
+    exponent = attempts - 1 if attempts > 1 else 0
+    if exponent >= 1023 or base * math.ldexp(1.0, exponent) >= cap:
+        delay = cap
+    else:
+        delay = base * math.ldexp(1.0, exponent)
+    return delay - delay * 0.25 * u
+
+
+class SlotTable:
+    """Which job each slot runs and when its hard timeout falls (R6, R20).
+
+    A slot is reserved (``assign``) for a job the moment it is dispatched, and the
+    supervisor claims at most ``len(free_slots())`` rows, so no lease is ever held
+    for a job that waits for a child.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._jobs: list[tuple[int, int] | None] = [None] * size
+        self._deadlines: list[float] = [math.inf] * size
+
+    @property
+    def size(self) -> int:
+        return len(self._jobs)
+
+    def resize(self, size: int) -> None:
+        """Grow at once; shrink only over idle slots at the end (R27)."""
+        while len(self._jobs) < size:
+            self._jobs.append(None)
+            self._deadlines.append(math.inf)
+        while len(self._jobs) > size and self._jobs[-1] is None:
+            self._jobs.pop()
+            self._deadlines.pop()
+
+    def free_slots(self) -> list[int]:
+        return [i for i, job in enumerate(self._jobs) if job is None]
+
+    def busy_count(self) -> int:
+        return sum(1 for job in self._jobs if job is not None)
+
+    def assign(self, slot: int, job_id: int, attempt: int, deadline: float) -> None:
+        if self._jobs[slot] is not None:
+            raise ValueError(f"slot {slot} is busy")
+        self._jobs[slot] = (job_id, attempt)
+        self._deadlines[slot] = deadline
+
+    def clear(self, slot: int) -> tuple[int, int] | None:
+        job = self._jobs[slot]
+        self._jobs[slot] = None
+        self._deadlines[slot] = math.inf
+        return job
+
+    def job_of(self, slot: int) -> tuple[int, int] | None:
+        return self._jobs[slot]
+
+    def extend_deadline(self, slot: int, deadline: float) -> None:
+        self._deadlines[slot] = deadline
+
+    def next_deadline(self) -> float:
+        return min(self._deadlines, default=math.inf)
+
+    def overdue(self, now: float) -> list[int]:
+        return [i for i, d in enumerate(self._deadlines) if d <= now]
+
+
+class Core:
+    """Claims and settles jobs for one supervisor over its own connection.
+
+    Every write is one ``BEGIN IMMEDIATE`` transaction; a failure rolls back and
+    raises ``StoreError`` with nothing applied, so the caller can keep its
+    outcomes and try again (R26).
+    """
+
+    def __init__(self, path: str, owner: str, names, queues, policies=None, *,
+                 busy_timeout: float = 5.0, synchronous: str = "NORMAL") -> None:
+        self.owner = owner
+        self.queues = tuple(queues)
+        self.policies = dict(policies or {})
+        self._claim_sql = sql.claim_sql(names)
+        self._inflight: dict[int, list] = {}
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                       timeout=busy_timeout)
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            self._db.execute("PRAGMA mmap_size=0")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {path}: {exc}") from exc
+
+    # -- claiming (R6-R10) ----------------------------------------------------------
+
+    def claim(self, n: int, now: float):
+        """Claim up to ``n`` due jobs, queues in order of preference.
+
+        Returns ``(claimed, expired)``: jobs to run, and jobs found past their
+        deadline (R10) which were settled dead in the same transaction.
+        """
+        claimed: list[tuple] = []
+        expired: list[tuple] = []
+        if n <= 0:
+            return claimed, expired
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for queue in self.queues:
+                    want = n - len(claimed)
+                    if want <= 0:
+                        break
+                    rows = db.execute(self._claim_sql, {
+                        "owner": self.owner, "now": now, "slack": LEASE_SLACK,
+                        "queue": queue, "limit": want}).fetchall()
+                    # RETURNING has no order; dispatch in claim order (R7).
+                    rows.sort(key=lambda r: (-r[9], r[10], r[0]))
+                    for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
+                         timeout, deadline, _priority, _line_at) in rows:
+                        if deadline is not None and deadline < now:
+                            self._settle_one(db, (job_id, name, attempt, max_attempts, crashes,
+                                                  deadline, now), (job_id, attempt, FATAL,
+                                                  "deadline passed", None, None, None, None, None, None),
+                                             now, None, expired, log_as="deadline")
+                            continue
+                        self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now]
+                        if isinstance(payload, str):
+                            payload = payload.encode()
+                        claimed.append((job_id, name, payload, serializer, attempt, timeout, deadline))
+                db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                for job in claimed:
+                    self._inflight.pop(job[0], None)
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"claim failed: {exc}") from exc
+        return claimed, expired
+
+    # -- settling (section 4) --------------------------------------------------------
+
+    def settle(self, outcomes, now: float, rng):
+        """Settle finished attempts in one transaction; return what became of each."""
+        settled: list[tuple] = []
+        if not outcomes:
+            return settled
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for outcome in outcomes:
+                    job_id = outcome[0]
+                    info = self._inflight.get(job_id)
+                    if info is None or info[1] != outcome[1]:
+                        settled.append((job_id, info[0] if info else "", outcome[1], "lost",
+                                        "not leased by this supervisor"))
+                        continue
+                    name, attempt, max_attempts, crashes, deadline, started_at = info
+                    self._settle_one(db, (job_id, name, attempt, max_attempts, crashes, deadline,
+                                          started_at), outcome, now, rng, settled)
+                db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"settle failed: {exc}") from exc
+        for item in settled:
+            self._inflight.pop(item[0], None)
+        return settled
+
+    def _settle_one(self, db, job, outcome, now, rng, out, log_as=None):
+        job_id, name, attempt, max_attempts, crashes, deadline, started_at = job
+        kind = outcome[2]
+        error = outcome[3]
+        delay = outcome[4]
+        base, cap, max_crashes = self.policies.get(name, DEFAULT_POLICY)
+        params = {"id": job_id, "owner": self.owner, "attempt": attempt, "now": now}
+        log_outcome = log_as or KIND_NAMES[kind]
+        if kind == DONE:
+            params["result"] = outcome[5]
+            stmt, status = sql.SETTLE_DONE, "done"
+        elif kind == DEFER:
+            run_at = now + (delay or 0.0)
+            if deadline is not None and run_at > deadline:
+                params.update(error=with_reason(error or "deferred", "deferred past its deadline"),
+                              crashes=crashes)
+                stmt, status = sql.SETTLE_DEAD, "dead"
+            else:
+                params["run_at"] = run_at
+                stmt, status = sql.SETTLE_DEFER, "ready"
+        elif kind == RESCHEDULE:
+            params["run_at"] = now + (delay or 0.0)
+            stmt, status = sql.SETTLE_RESCHEDULE, "ready"
+        elif kind == RELEASE:
+            stmt, status = sql.SETTLE_RELEASE, "ready"
+        elif kind in (FATAL, CANCEL):
+            params.update(error=error, crashes=crashes)
+            stmt, status = sql.SETTLE_DEAD, "dead"
+        else:  # ERROR, CRASH, TIMEOUT, RETRY: a retry unless a budget is spent
+            if kind == CRASH:
+                crashes += 1
+            params["crashes"] = crashes
+            stmt, status = sql.SETTLE_DEAD, "dead"
+            if kind == CRASH and crashes >= max_crashes:
+                causes = [r[0] for r in db.execute(sql.CRASH_CAUSES, (job_id,))] + [error or "?"]
+                params["error"] = (f"quarantined: killed its child {crashes} times ("
+                                   + "; ".join(causes[-crashes:]) + ")")
+            elif attempt >= max_attempts:
+                params["error"] = with_reason(error, f"no attempts left after {max_attempts}")
+            else:
+                if kind == RETRY and delay is not None:
+                    wait = delay
+                else:
+                    wait = backoff(attempt, base, cap, rng.random() if rng is not None else 0.0)
+                run_at = now + wait
+                if deadline is not None and run_at > deadline:
+                    params["error"] = with_reason(error, "retry would fall past its deadline")
+                else:
+                    params.update(error=error, run_at=run_at)
+                    stmt, status = sql.SETTLE_RETRY, "ready"
+        cursor = db.execute(stmt, params)
+        if cursor.rowcount != 1:
+            out.append((job_id, name, attempt, "lost", "lease lost"))
+            return
+        db.execute(sql.INSERT_ATTEMPT, {
+            "id": job_id, "attempt": attempt, "owner": self.owner, "pid": outcome[6],
+            "started_at": started_at, "now": now, "outcome": log_outcome, "error": error,
+            "exit_status": outcome[7], "peak_rss": outcome[8], "cpu_s": outcome[9]})
+        reason = params.get("error") if status == "dead" else error
+        out.append((job_id, name, attempt, status, reason))
+
+    # -- recovery (R23, R24) ----------------------------------------------------------
+
+    def reclaim(self, now: float):
+        """Expired leases of any owner go back to ready, or dead without attempts (R23)."""
+        return self._recover(sql.RECLAIM_EXPIRED, {"now": now})
+
+    def reclaim_owner(self, owner: str, reason: str, now: float):
+        """A dead supervisor's leases come back at once (R24)."""
+        if owner == self.owner:
+            raise ValueError("a supervisor cannot reclaim its own leases")
+        return self._recover(sql.RECLAIM_OWNER, {"now": now, "owner": owner, "reason": reason})
+
+    def lease_owners(self) -> list[str]:
+        try:
+            return [r[0] for r in self._db.execute(sql.LEASE_OWNERS)]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading lease owners failed: {exc}") from exc
+
+    def _recover(self, stmt, params):
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = db.execute(stmt, params).fetchall()
+                db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"reclaim failed: {exc}") from exc
+        return [(job_id, name, 0, status, reason) for job_id, name, status, reason in rows]
+
+    # -- bookkeeping ----------------------------------------------------------------
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    def forget(self, job_id: int) -> None:
+        """Drop a job from the lease table without writing (its lease was lost)."""
+        self._inflight.pop(job_id, None)
+
+    def _rollback(self) -> None:
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # no transaction open: the failure happened before BEGIN took hold
+
+    def close(self) -> None:
+        self._db.close()

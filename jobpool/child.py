@@ -1,0 +1,134 @@
+"""What runs inside a forked child: receive a job, run it, report its outcome.
+
+Children never open the store (DESIGN.md section 1): everything they learn comes
+over their pipe and everything they decide goes back over it, so the store stays
+single-writer per host and nothing store-related crosses a fork.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+import traceback
+
+from jobpool import core, jobs, protocol
+from jobpool.errors import Defer, Fatal, Reschedule, Retry
+from jobpool.serialize import decode_payload, encode_result
+
+_PR_SET_PDEATHSIG = 1
+
+#: Set in a child while a job runs, so ``jobpool.progress`` knows where to report.
+_current: tuple | None = None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """R24a: the kernel kills this child when its supervisor dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    # The parent may have died before prctl took effect.
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _peak_rss_bytes() -> int:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for ``last_error``, then the traceback for the attempt log."""
+    head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return head + "\n" + "".join(traceback.format_exception(exc)).rstrip()
+
+
+def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str) -> tuple:
+    """Run one job and classify how it ended; never raises (returns an outcome message)."""
+    cpu_before = _cpu_seconds()
+    delay = None
+    result = None
+    job = jobs.lookup(name)
+    if job is None:
+        kind, error = core.FATAL, f"job {name!r} is not registered in this worker"
+    else:
+        try:
+            args, kwargs = decode_payload(payload, serializer)
+        except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
+            kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
+        else:
+            kind, error, delay, result = _call(job, args, kwargs)
+    message = protocol.outcome_message(job_id, attempt, kind, error, delay, result,
+                                       _peak_rss_bytes(), _cpu_seconds() - cpu_before)
+    return message
+
+
+def _call(job: jobs.Job, args: tuple, kwargs: dict):
+    try:
+        value = job.fn(*args, **kwargs)
+    except Retry as exc:
+        return core.RETRY, f"Retry: {exc.reason}", exc.after, None
+    except Fatal as exc:
+        return core.FATAL, f"Fatal: {exc.reason}", None, None
+    except Defer as exc:
+        return core.DEFER, f"Defer: {exc.reason}", exc.delay, None
+    except Reschedule as exc:
+        return core.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are failures too
+        kind = core.FATAL if job.fatal and isinstance(exc, job.fatal) else core.ERROR
+        return kind, _describe(exc), None, None
+    if not job.store_result:
+        return core.DONE, None, None, None
+    try:
+        result = encode_result(value, job.serializer)
+    except Exception as exc:  # noqa: BLE001
+        return core.ERROR, f"result cannot be stored: {exc}", None, None
+    size = len(result.encode() if isinstance(result, str) else result)
+    if size > protocol.MAX_RESULT_BYTES:
+        return core.ERROR, (f"result is {size} bytes, over the "
+                            f"{protocol.MAX_RESULT_BYTES}-byte limit"), None, None
+    return core.DONE, None, None, result
+
+
+def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int) -> None:
+    """Entry point of a forked child; returns (and the process exits) when recycled."""
+    die_with_parent(parent_pid)
+    # Ctrl-C reaches the whole process group; only the supervisor decides what it means
+    # (R25: a graceful stop lets running jobs finish).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    for fd in inherited_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    done = 0
+    global _current
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return  # the supervisor closed our pipe: it is stopping or gone
+        job_id, attempt, name, payload, serializer = protocol.loads(message)
+        _current = (conn, job_id, attempt)
+        try:
+            reply = run_job(job_id, attempt, name, payload, serializer)
+        finally:
+            _current = None
+        try:
+            conn.send_bytes(reply)
+        except (BrokenPipeError, OSError):
+            return
+        done += 1
+        if max_tasks and done >= max_tasks:
+            return

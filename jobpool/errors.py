@@ -1,0 +1,112 @@
+"""One error family for mistakes, and the outcome exceptions jobs raise.
+
+``JobpoolError`` and its children are raised *to* users and operators: a bad
+argument, a file that is not a store, a store that cannot be reached. The CLI
+turns any of them into one line on stderr and a non-zero exit.
+
+``Retry``, ``Fatal``, ``Defer`` and ``Reschedule`` are raised *by* jobs to steer
+how their attempt is settled (DESIGN.md section 4). They are control flow, not
+errors, and are never logged as errors.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class JobpoolError(Exception):
+    """Base of every error jobpool raises for a user or operator mistake."""
+
+
+class EnqueueError(JobpoolError, ValueError):
+    """An enqueue was refused before anything was written (R1)."""
+
+
+class RegistryError(JobpoolError, ValueError):
+    """A job definition is invalid, e.g. two functions under one name (R1a)."""
+
+
+class UnknownJobError(JobpoolError, LookupError):
+    """A job name that no imported module registered."""
+
+
+class StoreError(JobpoolError):
+    """The store could not be read or written (locked, I/O, disk full...).
+
+    Never fatal to a supervisor (R26): it backs off and tries again.
+    """
+
+
+class NotAStoreError(StoreError):
+    """The file exists but is not a jobpool store; it is never written to."""
+
+
+class CorruptStoreError(StoreError):
+    """The file fails SQLite's checks; it is refused and never written to (R26a)."""
+
+
+class JobNotFound(JobpoolError, LookupError):
+    """No job with that id exists in the store."""
+
+
+def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bool = True) -> float | None:
+    """Normalise a delay-like argument to seconds, naming ``field`` when it is wrong."""
+    if value is None:
+        if allow_none:
+            return None
+        raise EnqueueError(f"{field} is required")
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise EnqueueError(f"{field} must be a number of seconds or a timedelta, not {type(value).__name__}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise EnqueueError(f"{field} must be a finite number of seconds")
+    if value < 0:
+        raise EnqueueError(f"{field} must not be negative (got {value})")
+    return float(value)
+
+
+class JobOutcome(Exception):
+    """Base of the exceptions a job raises to choose its outcome."""
+
+
+class Retry(JobOutcome):
+    """Retry this job; ``after`` (seconds) overrides the computed backoff (R14)."""
+
+    def __init__(self, reason: str = "retry requested", *, after: float | timedelta | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.after = _outcome_delay(after, "Retry(after=...)") if after is not None else None
+
+
+class Fatal(JobOutcome):
+    """This job can never succeed: it goes dead at once (R15)."""
+
+    def __init__(self, reason: str = "fatal error") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Defer(JobOutcome):
+    """Not yet: back to the queue after ``delay`` without spending an attempt (R17)."""
+
+    def __init__(self, delay: float | timedelta = 0, reason: str = "deferred") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay = _outcome_delay(delay, "Defer(delay)")
+
+
+class Reschedule(JobOutcome):
+    """Run again after ``delay`` with a fresh attempt budget (R18)."""
+
+    def __init__(self, delay: float | timedelta = 0, reason: str = "rescheduled") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay = _outcome_delay(delay, "Reschedule(delay)")
+
+
+def _outcome_delay(value: float | timedelta, field: str) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise ValueError(f"{field} must be a non-negative number of seconds, not {value!r}")
+    return float(value)

@@ -1,0 +1,73 @@
+"""Structured events for every job transition (R30).
+
+Events go through the ``jobpool.events`` logger with the event name and its
+fields attached to the record; the library adds no handlers, the CLI picks plain
+or JSON-lines output. Event names are stable strings other tools may match.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+logger = logging.getLogger("jobpool.events")
+
+JOB_CLAIMED = "job_claimed"
+JOB_COMPLETED = "job_completed"
+JOB_RETRIED = "job_retried"
+JOB_DEAD = "job_dead"
+JOB_LEASE_LOST = "job_lease_lost"
+JOB_RELEASED = "job_released"
+JOB_DEFERRED = "job_deferred"
+JOB_RESCHEDULED = "job_rescheduled"
+CHILD_DIED = "child_died"
+CHILD_RECYCLED = "child_recycled"
+STORE_ERROR = "store_error"
+STORE_RECOVERED = "store_recovered"
+LEASES_RECLAIMED = "leases_reclaimed"
+POOL_STARTED = "pool_started"
+POOL_STOPPING = "pool_stopping"
+POOL_STOPPED = "pool_stopped"
+POOL_STATUS = "pool_status"
+
+_WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR}
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Log one event; cheap when nobody listens at its level."""
+    level = logging.WARNING if event in _WARNINGS else logging.INFO
+    if logger.isEnabledFor(level):
+        logger.log(level, "%s", event, extra={"event": event, "fields": fields})
+
+
+class PlainFormatter(logging.Formatter):
+    """``HH:MM:SS event key=value ...`` for people reading a terminal or a journal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        event = getattr(record, "event", None)
+        if event is None:
+            return f"{stamp} {record.levelname.lower()} {record.getMessage()}"
+        fields = getattr(record, "fields", {})
+        parts = []
+        for key, value in fields.items():
+            if value is None:
+                continue
+            text = str(value).splitlines()[0] if isinstance(value, str) else value
+            parts.append(f"{key}={text}")
+        return f"{stamp} {event} " + " ".join(parts)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``{"ts", "event", ...fields}`` (``--log-format json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event = getattr(record, "event", None)
+        body: dict[str, Any] = {"ts": round(record.created, 6),
+                                "event": event or record.levelname.lower()}
+        if event is None:
+            body["message"] = record.getMessage()
+        else:
+            body.update(getattr(record, "fields", {}))
+        return json.dumps(body, default=str)

@@ -1,0 +1,194 @@
+"""The ``@job`` decorator, the registry of job names, and enqueue handles.
+
+A supervisor imports the user's ``--app`` module before forking, so every child
+inherits the registry filled by these decorators.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+from jobpool.errors import EnqueueError, RegistryError, UnknownJobError
+from jobpool.serialize import check_serializer
+
+#: Defaults for a job (and for enqueue-by-name of a name this process never registered).
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 0
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_TIMEOUT = 300.0
+
+_registry: dict[str, "Job"] = {}
+
+
+def validate_name(name: Any, field: str = "job name") -> str:
+    """R1a: a job (or queue) name is non-empty printable text without spaces."""
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"{field} must be a non-empty string, not {name!r}")
+    if not name.isprintable() or any(ch.isspace() for ch in name):
+        raise RegistryError(f"{field} {name!r} must be printable text without spaces")
+    return name
+
+
+def validate_max_attempts(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EnqueueError(f"max_attempts must be a positive integer, not {value!r}")
+    return value
+
+
+def validate_priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EnqueueError(f"priority must be an integer, not {value!r}")
+    return value
+
+
+def validate_timeout(value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise EnqueueError(f"timeout must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def to_timestamp(value: datetime | float | int | None, field: str = "deadline") -> float | None:
+    """A deadline as a Unix timestamp: datetime (naive means local time) or number."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise EnqueueError(f"{field} must be a datetime or a Unix timestamp, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What an enqueue returns: the job's id, and whether it already existed (R3)."""
+
+    id: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A job call to make later (``load.s("a.csv")``), as in Celery."""
+
+    name: str
+    args: tuple = ()
+    kwargs: dict | None = None
+
+
+class Job:
+    """A registered job function. Calling it runs it in-process; ``enqueue`` queues it."""
+
+    def __init__(self, fn: Callable, *, name: str, queue: str, priority: int, max_attempts: int,
+                 timeout: float, fatal: tuple, serializer: str, backoff_base: float,
+                 backoff_max: float, max_crashes: int, store_result: bool) -> None:
+        self.fn = fn
+        self.name = validate_name(name)
+        self.queue = validate_name(queue, "queue name")
+        self.priority = validate_priority(priority)
+        self.max_attempts = validate_max_attempts(max_attempts)
+        self.timeout = validate_timeout(timeout)
+        self.fatal = tuple(fatal)
+        for exc_type in self.fatal:
+            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                raise RegistryError(f"job {name}: fatal= must list exception types, not {exc_type!r}")
+        self.serializer = check_serializer(serializer)
+        if backoff_base < 0 or backoff_max < backoff_base:
+            raise RegistryError(f"job {name}: need 0 <= backoff_base <= backoff_max")
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        if max_crashes < 1:
+            raise RegistryError(f"job {name}: max_crashes must be at least 1")
+        self.max_crashes = int(max_crashes)
+        self.store_result = bool(store_result)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<jobpool.Job {self.name}>"
+
+    @property
+    def policy(self) -> tuple[float, float, int]:
+        """What the core needs to settle this job: backoff base, cap, max crashes."""
+        return (self.backoff_base, self.backoff_max, self.max_crashes)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        return Signature(self.name, args, kwargs)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Handle:
+        """Queue a call with these arguments on the default store (``connect()``)."""
+        return self.enqueue_with(args=args, kwargs=kwargs)
+
+    def enqueue_with(self, *, args: tuple | list = (), kwargs: dict | None = None,
+                     key: str | None = None, delay: float | timedelta | None = None,
+                     priority: int | None = None, deadline: datetime | float | None = None,
+                     max_attempts: int | None = None, queue: str | None = None,
+                     store: Any = None, connection: Any = None) -> Handle:
+        """Queue a call with per-call options; ``store`` defaults to ``connect()``."""
+        if store is None:
+            from jobpool.store.sqlite import default_store
+            store = default_store()
+        return store.enqueue_with(self.name, args=args, kwargs=kwargs, key=key, delay=delay,
+                                  priority=priority, deadline=deadline,
+                                  max_attempts=max_attempts, queue=queue, connection=connection)
+
+
+def _qualified(fn: Callable) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float = DEFAULT_TIMEOUT, fatal: tuple = (), serializer: str = "json",
+        backoff_base: float = 1.0, backoff_max: float = 3600.0, max_crashes: int = 3,
+        store_result: bool = False) -> Any:
+    """Register a function as a job. Usable bare (``@job``) or with options."""
+
+    def register(func: Callable) -> Job:
+        job_name = name if name is not None else _qualified(func)
+        try:
+            new = Job(func, name=job_name, queue=queue, priority=priority,
+                      max_attempts=max_attempts, timeout=timeout, fatal=fatal,
+                      serializer=serializer, backoff_base=backoff_base,
+                      backoff_max=backoff_max, max_crashes=max_crashes,
+                      store_result=store_result)
+        except EnqueueError as exc:
+            raise RegistryError(f"job {job_name}: {exc}") from None
+        existing = _registry.get(job_name)
+        # R1a: re-running the same definition (a re-import) is fine; two different
+        # functions under one name would make claims run the wrong code.
+        if existing is not None and _qualified(existing.fn) != _qualified(func):
+            raise RegistryError(f"job name {job_name!r} is registered twice: by "
+                                f"{_qualified(existing.fn)} and by {_qualified(func)}")
+        _registry[job_name] = new
+        return new
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def get(name: str) -> Job:
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownJobError(f"no job named {name!r} is registered") from None
+
+
+def lookup(name: str) -> Job | None:
+    return _registry.get(name)
+
+
+def registered() -> dict[str, Job]:
+    """A copy of the registry: name -> Job."""
+    return dict(_registry)
+
+
+def unregister(name: str) -> None:
+    """Forget a name (tests define jobs under throwaway names)."""
+    _registry.pop(name, None)

@@ -1,0 +1,89 @@
+"""Payload and result encoding.
+
+JSON is the default (R2): a store that anyone can write must not be able to run
+code in every worker, which unpickling would allow. Pickle (dill, as shipped with
+``multiprocess``) is opt-in per job with ``@job(serializer="pickle")``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jobpool.errors import EnqueueError
+
+SERIALIZERS = ("json", "pickle")
+
+#: R1: default ceiling on an encoded payload, in bytes.
+MAX_PAYLOAD_BYTES = 1024 * 1024
+
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def check_serializer(serializer: str) -> str:
+    if serializer not in SERIALIZERS:
+        raise EnqueueError(f"serializer must be one of {', '.join(SERIALIZERS)}, not {serializer!r}")
+    return serializer
+
+
+def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
+                   max_bytes: int = MAX_PAYLOAD_BYTES) -> str | bytes:
+    """Encode ``[args, kwargs]``; refuse what cannot be encoded or is too big (R1)."""
+    check_serializer(serializer)
+    if not isinstance(args, (list, tuple)):
+        raise EnqueueError(f"args must be a list or tuple, not {type(args).__name__}")
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise EnqueueError("kwargs must be a dict with string keys")
+    data: str | bytes
+    if serializer == "json":
+        try:
+            data = _encoder.encode([list(args), kwargs])
+        except (TypeError, ValueError) as exc:
+            raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
+        size = len(data.encode("utf-8"))
+    else:
+        import dill
+        try:
+            data = dill.dumps((tuple(args), kwargs))
+        except Exception as exc:  # noqa: BLE001 - dill raises many types
+            raise EnqueueError(f"payload cannot be pickled: {exc}") from exc
+        size = len(data)
+    if size > max_bytes:
+        raise EnqueueError(f"payload is {size} bytes, over the {max_bytes}-byte limit")
+    return data
+
+
+def decode_payload(data: bytes | str, serializer: str) -> tuple[tuple, dict]:
+    """Decode a stored payload back to ``(args, kwargs)``; raises ValueError if it cannot."""
+    if serializer == "json":
+        value = json.loads(data)
+        if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], list)
+                or not isinstance(value[1], dict)):
+            raise ValueError("payload is not a JSON [args, kwargs] pair")
+        return tuple(value[0]), value[1]
+    if serializer == "pickle":
+        import dill
+        args, kwargs = dill.loads(data)
+        return tuple(args), dict(kwargs)
+    raise ValueError(f"unknown serializer {serializer!r}")
+
+
+def encode_result(value: Any, serializer: str = "json") -> str | bytes:
+    """Encode a job's return value for storage; raises ValueError if it cannot."""
+    if serializer == "pickle":
+        import dill
+        return dill.dumps(value)
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc
+
+
+def decode_result(data: bytes | str | None, serializer: str = "json") -> Any:
+    if data is None:
+        return None
+    if serializer == "pickle":
+        import dill
+        return dill.loads(data)
+    return json.loads(data)

@@ -1,0 +1,1 @@
+"""Stores: where jobs live. SQLite (one file) is the default."""

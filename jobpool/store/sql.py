@@ -1,0 +1,262 @@
+"""Every SQL statement jobpool runs against SQLite, named, with the rule it keeps.
+
+Both cores (compiled and pure) and the store read their statements from here, so
+a guard changed in one place is changed everywhere. Times are Unix seconds (REAL).
+"""
+
+SCHEMA_VERSION = "1"
+
+#: Marker table: a file without it (and with other tables) is not a jobpool store.
+CREATE_META = """
+CREATE TABLE IF NOT EXISTS jobpool_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID
+"""
+
+#: One row per job. ``line_at`` is the job's place in line (R7, R17): equal to
+#: ``run_at`` except after a Defer, which moves ``run_at`` but keeps ``line_at``.
+CREATE_JOBS = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id               INTEGER PRIMARY KEY,
+    queue            TEXT    NOT NULL,
+    name             TEXT    NOT NULL,
+    key              TEXT,
+    payload          BLOB    NOT NULL,
+    serializer       TEXT    NOT NULL,
+    priority         INTEGER NOT NULL,
+    status           TEXT    NOT NULL CHECK (status IN ('ready', 'running', 'done', 'dead')),
+    run_at           REAL    NOT NULL,
+    line_at          REAL    NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL,
+    crashes          INTEGER NOT NULL DEFAULT 0,
+    deferrals        INTEGER NOT NULL DEFAULT 0,
+    deadline         REAL,
+    timeout          REAL    NOT NULL,
+    lease_owner      TEXT,
+    lease_expires_at REAL,
+    last_error       TEXT,
+    progress         REAL,
+    stage            TEXT,
+    result           BLOB,
+    created_at       REAL    NOT NULL,
+    started_at       REAL,
+    finished_at      REAL
+)
+"""
+
+#: R7: the claim walks this index in claim order, per queue, touching only ready rows.
+CREATE_CLAIM_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_claim_order
+    ON jobs (queue, priority DESC, line_at, id) WHERE status = 'ready'
+"""
+
+#: R3: a key is unique among live jobs only; done and dead rows free it.
+CREATE_KEY_INDEX = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_key
+    ON jobs (name, key) WHERE key IS NOT NULL AND status IN ('ready', 'running')
+"""
+
+#: R23: reclaim finds expired leases without scanning the table.
+CREATE_LEASE_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_leases
+    ON jobs (lease_expires_at) WHERE status = 'running'
+"""
+
+#: Counts by status and listings by status (status, jobs list, dead list).
+CREATE_STATUS_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, run_at)
+"""
+
+#: One row per attempt: how it ended (R19a forensics). Defer undoes the attempt
+#: number, so (job_id, attempt) is not unique; rows are ordered by their rowid.
+CREATE_ATTEMPTS = """
+CREATE TABLE IF NOT EXISTS attempts (
+    job_id      INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    owner       TEXT,
+    pid         INTEGER,
+    started_at  REAL NOT NULL,
+    ended_at    REAL NOT NULL,
+    outcome     TEXT NOT NULL,
+    error       TEXT,
+    exit_status TEXT,
+    peak_rss    INTEGER,
+    cpu_s       REAL
+)
+"""
+
+CREATE_ATTEMPTS_INDEX = "CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id)"
+
+SCHEMA = (
+    CREATE_META,
+    CREATE_JOBS,
+    CREATE_CLAIM_INDEX,
+    CREATE_KEY_INDEX,
+    CREATE_LEASE_INDEX,
+    CREATE_STATUS_INDEX,
+    CREATE_ATTEMPTS,
+    CREATE_ATTEMPTS_INDEX,
+)
+
+# --- enqueue -------------------------------------------------------------------
+
+#: R1/R3: the row is written only after validation; a live (name, key) duplicate
+#: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
+INSERT_JOB = """
+INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
+                  run_at, line_at, max_attempts, deadline, timeout, created_at)
+VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)
+"""
+
+#: R3: the live job that holds a key.
+FIND_LIVE_KEY = """
+SELECT id FROM jobs WHERE name = ? AND key = ? AND status IN ('ready', 'running')
+"""
+
+# --- claim (R6-R10) ----------------------------------------------------------------
+
+#: R8/R9: one atomic statement inside BEGIN IMMEDIATE claims up to ``limit`` ready,
+#: due rows of one queue, in claim order (R7), for the names this supervisor knows.
+#: The attempt is spent here, at claim time. ``{names}`` is a fixed list of quoted
+#: literals built once per supervisor (see ``claim_sql``).
+CLAIM_TEMPLATE = """
+UPDATE jobs
+   SET status = 'running',
+       lease_owner = :owner,
+       lease_expires_at = :now + timeout + :slack,
+       attempts = attempts + 1,
+       started_at = :now
+ WHERE id IN (SELECT id FROM jobs
+               WHERE status = 'ready' AND queue = :queue AND run_at <= :now
+                 AND name IN ({names})
+               ORDER BY priority DESC, line_at, id
+               LIMIT :limit)
+RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
+          timeout, deadline, priority, line_at
+"""
+
+
+def quote_literal(text: str) -> str:
+    """Quote ``text`` as an SQL string literal (job names are validated printable)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def claim_sql(names) -> str:
+    """The claim statement for one supervisor's fixed set of registered names."""
+    names = sorted(set(names))
+    if not names:
+        raise ValueError("a supervisor needs at least one registered job name")
+    return CLAIM_TEMPLATE.format(names=", ".join(quote_literal(n) for n in names))
+
+
+# --- settle (section 4) ----------------------------------------------------------
+# Every settle statement carries the fencing guard: id, lease owner, attempt
+# number and status. A stale supervisor's write matches no row (lease_lost).
+
+GUARD = "id = :id AND lease_owner = :owner AND attempts = :attempt AND status = 'running'"
+
+#: R12: success; progress closes at 100 %, key freed by the status change.
+SETTLE_DONE = f"""
+UPDATE jobs SET status = 'done', lease_owner = NULL, lease_expires_at = NULL,
+       finished_at = :now, progress = 100, result = :result
+ WHERE {GUARD}
+"""
+
+#: R13/R14/R19: back to ready after a backoff; the attempt stays spent.
+SETTLE_RETRY = f"""
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       run_at = :run_at, line_at = :run_at, last_error = :error, crashes = :crashes
+ WHERE {GUARD}
+"""
+
+#: R10/R15/R16/R19a/R31: dead, with the reason.
+SETTLE_DEAD = f"""
+UPDATE jobs SET status = 'dead', lease_owner = NULL, lease_expires_at = NULL,
+       finished_at = :now, last_error = :error, crashes = :crashes
+ WHERE {GUARD}
+"""
+
+#: R17: not yet; the claim's attempt is given back and the place in line kept.
+SETTLE_DEFER = f"""
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       run_at = :run_at, attempts = attempts - 1, deferrals = deferrals + 1
+ WHERE {GUARD}
+"""
+
+#: R18: next occurrence of a recurring job; fresh budget, error cleared, key kept.
+SETTLE_RESCHEDULE = f"""
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       run_at = :run_at, line_at = :run_at, attempts = 0, crashes = 0, last_error = NULL
+ WHERE {GUARD}
+"""
+
+#: R25: graceful stop gives the lease back; ready at once, the attempt stays spent.
+SETTLE_RELEASE = f"""
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL
+ WHERE {GUARD}
+"""
+
+#: Forensics: one row per settled attempt (R19a), written in the settle transaction.
+INSERT_ATTEMPT = """
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome,
+                      error, exit_status, peak_rss, cpu_s)
+VALUES (:id, :attempt, :owner, :pid, :started_at, :now, :outcome,
+        :error, :exit_status, :peak_rss, :cpu_s)
+"""
+
+#: R19a: the causes of earlier child deaths, for a quarantine reason.
+CRASH_CAUSES = """
+SELECT error FROM attempts WHERE job_id = ? AND outcome = 'crash' ORDER BY rowid
+"""
+
+# --- recovery (R23, R24) -----------------------------------------------------------
+
+#: R23: expired leases go back to ready (attempt stays spent), or dead when no
+#: attempts remain.
+RECLAIM_EXPIRED = """
+UPDATE jobs
+   SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+       finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
+       last_error = CASE WHEN attempts >= max_attempts
+                         THEN 'lease expired (owner ' || lease_owner || '); no attempts left after ' || max_attempts
+                         ELSE 'lease expired (owner ' || lease_owner || ')' END,
+       lease_owner = NULL, lease_expires_at = NULL
+ WHERE status = 'running' AND lease_expires_at < :now
+RETURNING id, name, status, last_error
+"""
+
+#: R24: the owners holding leases, to spot a dead supervisor on this host.
+LEASE_OWNERS = "SELECT DISTINCT lease_owner FROM jobs WHERE status = 'running'"
+
+#: R24: a dead owner's leases come back at once, as if they had expired.
+RECLAIM_OWNER = """
+UPDATE jobs
+   SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+       finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
+       last_error = CASE WHEN attempts >= max_attempts
+                         THEN :reason || '; no attempts left after ' || max_attempts
+                         ELSE :reason END,
+       lease_owner = NULL, lease_expires_at = NULL
+ WHERE status = 'running' AND lease_owner = :owner
+RETURNING id, name, status, last_error
+"""
+
+# --- reading -------------------------------------------------------------------------
+
+COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
+COUNT_SCHEDULED = "SELECT count(*) FROM jobs WHERE status = 'ready' AND run_at > ?"
+JOB_COLUMNS = (
+    "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
+    "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
+    "last_error, progress, stage, result, created_at, started_at, finished_at"
+)
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+LIST_ATTEMPTS = """
+SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s
+  FROM attempts WHERE job_id = ? ORDER BY rowid
+"""
+#: Next due time of claimable work, for --burst's "nothing due soon" test.
+NEXT_READY = "SELECT min(run_at) FROM jobs WHERE status = 'ready' AND name IN ({names}) AND queue IN ({queues})"
+COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"

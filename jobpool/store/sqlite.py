@@ -1,0 +1,384 @@
+"""The SQLite store: opening a file safely, enqueueing, and reading jobs back.
+
+The hot path (claim and settle) is not here: it lives in the core, over its own
+connection. This module is what applications and the CLI use.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from jobpool import jobs as registry
+from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
+                            StoreError, seconds)
+from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
+from jobpool.store import sql
+from jobpool.wakeup import Notifier
+
+#: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
+DEFAULT_DB = "jobpool.db"
+#: R26a: how long a writer waits on another's lock before reporting it, seconds.
+BUSY_TIMEOUT = 10.0
+#: R26a: bound on the WAL file left after a checkpoint, bytes.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_STATUSES = ("ready", "running", "done", "dead")
+
+
+def resolve_path(db: str | os.PathLike | None = None) -> str:
+    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``."""
+    if db is None:
+        db = os.environ.get("JOBPOOL_DB") or DEFAULT_DB
+    return os.fspath(db)
+
+
+def durability_setting(durability: str | None) -> str:
+    """R26a: ``full`` (default) survives power loss; ``normal`` only process crashes."""
+    if durability is None:
+        durability = os.environ.get("JOBPOOL_DURABILITY") or "full"
+    if durability not in ("full", "normal"):
+        raise ValueError(f"durability must be 'full' or 'normal', not {durability!r}")
+    return durability.upper()
+
+
+def validate_file(path: str) -> None:
+    """Refuse a file that is not an SQLite database, reading it without writing."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
+    if header and not header.startswith(_SQLITE_MAGIC):
+        raise NotAStoreError(f"{path} is not a jobpool store (not an SQLite database file)")
+
+
+def quick_check(conn: sqlite3.Connection, path: str) -> None:
+    """R26a: refuse a file that fails SQLite's own consistency check."""
+    try:
+        rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as exc:
+        raise CorruptStoreError(f"{path} is corrupt: {exc}") from exc
+    if rows != ["ok"]:
+        raise CorruptStoreError(f"{path} is corrupt: {rows[0]}")
+
+
+class SQLiteStore:
+    """A connection to one store file. Safe to use from a forked child (it reopens)."""
+
+    def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
+                 check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
+        self.path = path
+        self.synchronous = durability_setting(durability)
+        self.max_payload = max_payload
+        self._create = create
+        self._check = check
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._notifier = Notifier(path)
+        self.conn  # open now so a bad path is reported at connect()
+
+    # -- opening (R26a) ---------------------------------------------------------------
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This process's connection; a fork gets its own (no connection crosses a fork)."""
+        if self._conn is None or self._pid != os.getpid():
+            self._conn = self._open()
+            self._pid = os.getpid()
+        return self._conn
+
+    def _open(self) -> sqlite3.Connection:
+        path = self.path
+        exists = os.path.exists(path) and os.path.getsize(path) > 0
+        if not exists and not self._create:
+            raise StoreError(f"no jobpool store at {path}")
+        validate_file(path)
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT,
+                                   check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {path}: {exc}") from exc
+        try:
+            if self._check and exists:
+                quick_check(conn, path)
+            self._ensure_schema(conn, exists)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA mmap_size=0")
+            conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise CorruptStoreError(f"{path} cannot be used as a store: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _ensure_schema(self, conn: sqlite3.Connection, exists: bool) -> None:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "jobpool_meta" in tables:
+            row = conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
+            if row is None or row[0] != sql.SCHEMA_VERSION:
+                raise NotAStoreError(f"{self.path} has jobpool schema {row[0] if row else '?'}, "
+                                     f"this jobpool reads schema {sql.SCHEMA_VERSION}")
+            return
+        if tables:
+            raise NotAStoreError(f"{self.path} is not a jobpool store (it has tables, "
+                                 f"but no jobpool_meta)")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in sql.SCHEMA:
+                conn.execute(stmt)
+            conn.execute("INSERT OR IGNORE INTO jobpool_meta VALUES ('schema', ?)",
+                         (sql.SCHEMA_VERSION,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> "SQLiteStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- enqueue (R1-R5) ----------------------------------------------------------------
+
+    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> registry.Handle:
+        """Queue ``name(*args, **kwargs)`` with the job's registered (or default) options."""
+        return self.enqueue_with(name, args=args, kwargs=kwargs)
+
+    def enqueue_with(self, name: str, *, args: tuple | list = (), kwargs: dict | None = None,
+                     key: str | None = None, delay: float | timedelta | None = None,
+                     priority: int | None = None, deadline: datetime | float | None = None,
+                     max_attempts: int | None = None, queue: str | None = None,
+                     timeout: float | None = None, connection: sqlite3.Connection | None = None,
+                     now: float | None = None) -> registry.Handle:
+        """Queue one job with per-call options.
+
+        With ``connection`` (R5) the row is written inside the caller's open
+        transaction on that connection, and exists only if the caller commits.
+        """
+        now = time.time() if now is None else now
+        row = self._row(name, args, kwargs, key, delay, priority, deadline, max_attempts,
+                        queue, timeout, now)
+        if connection is not None:
+            return self._insert(connection, row)
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                handle = self._insert(conn, row)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"enqueue of {name} failed: {exc}") from exc
+        if not handle.duplicate:
+            self._notifier.notify()
+        return handle
+
+    def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
+                     priority: int | None = None, queue: str | None = None,
+                     max_attempts: int | None = None, now: float | None = None
+                     ) -> list[registry.Handle]:
+        """Queue many calls of one job in one transaction, all or nothing (R4).
+
+        Each item is a tuple or list of positional arguments, or a ``Signature``
+        (``job.s(...)``) for keyword arguments.
+        """
+        now = time.time() if now is None else now
+        rows = []
+        for index, item in enumerate(items):
+            if isinstance(item, registry.Signature):
+                args, kwargs = item.args, item.kwargs
+            elif isinstance(item, (tuple, list)):
+                args, kwargs = item, None
+            else:
+                raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
+                                   f"Signature, not {type(item).__name__}")
+            try:
+                rows.append(self._row(name, args, kwargs, None, delay, priority, None,
+                                      max_attempts, queue, None, now))
+            except EnqueueError as exc:
+                raise EnqueueError(f"item {index}: {exc}") from None
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = conn.executemany(sql.INSERT_JOB, rows)
+                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"enqueue_many of {name} failed: {exc}") from exc
+        del cursor
+        self._notifier.notify()
+        # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
+        # so the rows of this transaction have consecutive ids ending at ``last``.
+        first = last - len(rows) + 1
+        return [registry.Handle(first + i) for i in range(len(rows))]
+
+    def _row(self, name, args, kwargs, key, delay, priority, deadline, max_attempts, queue,
+             timeout, now) -> tuple:
+        """Validate everything before anything is written (R1)."""
+        try:
+            registry.validate_name(name)
+        except ValueError as exc:
+            raise EnqueueError(str(exc)) from None
+        job = registry.lookup(name)
+        serializer = job.serializer if job else "json"
+        payload = encode_payload(args, kwargs, serializer, self.max_payload)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise EnqueueError(f"key must be a non-empty string, not {key!r}")
+        wait = seconds(delay, "delay") or 0.0
+        priority = registry.validate_priority(
+            priority if priority is not None else (job.priority if job else registry.DEFAULT_PRIORITY))
+        max_attempts = registry.validate_max_attempts(
+            max_attempts if max_attempts is not None
+            else (job.max_attempts if job else registry.DEFAULT_MAX_ATTEMPTS))
+        if queue is None:
+            queue = job.queue if job else registry.DEFAULT_QUEUE
+        try:
+            registry.validate_name(queue, "queue name")
+        except ValueError as exc:
+            raise EnqueueError(str(exc)) from None
+        timeout = registry.validate_timeout(
+            timeout if timeout is not None else (job.timeout if job else registry.DEFAULT_TIMEOUT))
+        deadline_ts = registry.to_timestamp(deadline)
+        run_at = now + wait
+        return (queue, name, key, payload, serializer, priority, run_at, run_at, max_attempts,
+                deadline_ts, timeout, now)
+
+    def _insert(self, conn: sqlite3.Connection, row: tuple) -> registry.Handle:
+        try:
+            cursor = conn.execute(sql.INSERT_JOB, row)
+            return registry.Handle(cursor.lastrowid)
+        except sqlite3.IntegrityError:
+            name, key = row[1], row[2]
+            if key is None:
+                raise
+            # R3: a live job holds this key; hand back its id and write nothing.
+            existing = conn.execute(sql.FIND_LIVE_KEY, (name, key)).fetchone()
+            if existing is None:
+                raise
+            return registry.Handle(existing[0], duplicate=True)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def stats(self, now: float | None = None) -> dict[str, int]:
+        """Counts by status; ``ready`` counts due jobs, ``scheduled`` future ones."""
+        now = time.time() if now is None else now
+        try:
+            counts = dict.fromkeys(_STATUSES, 0)
+            counts.update(dict(self.conn.execute(sql.COUNT_BY_STATUS).fetchall()))
+            scheduled = self.conn.execute(sql.COUNT_SCHEDULED, (now,)).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading stats failed: {exc}") from exc
+        counts["ready"] -= scheduled
+        return {"ready": counts["ready"], "scheduled": scheduled, "running": counts["running"],
+                "done": counts["done"], "dead": counts["dead"]}
+
+    def get(self, job_id: int) -> dict[str, Any]:
+        """One job as a dict (payload decoded to text where it is JSON)."""
+        try:
+            cursor = self.conn.execute(sql.GET_JOB, (job_id,))
+            row = cursor.fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading job {job_id} failed: {exc}") from exc
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return _job_dict(cursor.description, row)
+
+    def list_jobs(self, *, status: str | None = None, name: str | None = None,
+                  limit: int = 100) -> list[dict[str, Any]]:
+        if status is not None and status not in _STATUSES:
+            raise EnqueueError(f"status must be one of {', '.join(_STATUSES)}, not {status!r}")
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if name is not None:
+            where.append("name = ?")
+            params.append(name)
+        query = f"SELECT {sql.JOB_COLUMNS} FROM jobs"
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY id LIMIT ?"
+        params.append(limit)
+        try:
+            cursor = self.conn.execute(query, params)
+            return [_job_dict(cursor.description, row) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise StoreError(f"listing jobs failed: {exc}") from exc
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        """The attempt log of one job, oldest first (R19a)."""
+        try:
+            cursor = self.conn.execute(sql.LIST_ATTEMPTS, (job_id,))
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row)) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading attempts of job {job_id} failed: {exc}") from exc
+
+    def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
+        """When the earliest ready job of these names and queues is due (None: none)."""
+        query = sql.NEXT_READY.format(names=", ".join(sql.quote_literal(n) for n in names),
+                                      queues=", ".join(sql.quote_literal(q) for q in queues))
+        try:
+            return self.conn.execute(query).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading the queue failed: {exc}") from exc
+
+    def check(self) -> None:
+        """R26a: run ``quick_check``; raises CorruptStoreError when it fails."""
+        quick_check(self.conn, self.path)
+
+
+def _job_dict(description, row) -> dict[str, Any]:
+    job = dict(zip((d[0] for d in description), row))
+    payload = job.get("payload")
+    if isinstance(payload, bytes) and job.get("serializer") == "json":
+        job["payload"] = payload.decode("utf-8", "replace")
+    elif isinstance(payload, bytes):
+        job["payload"] = f"<{len(payload)} bytes, {job.get('serializer')}>"
+    result = job.get("result")
+    if isinstance(result, bytes):
+        job["result"] = f"<{len(result)} bytes>"
+    return job
+
+
+def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
+            create: bool = True, check: bool = False) -> SQLiteStore:
+    """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db)."""
+    path = resolve_path(db)
+    if path.startswith(("postgresql://", "postgres://")):
+        raise StoreError("PostgreSQL stores are not available in this version of jobpool")
+    return SQLiteStore(path, durability=durability, create=create, check=check)
+
+
+_default: dict[tuple[int, str], SQLiteStore] = {}
+
+
+def default_store() -> SQLiteStore:
+    """The store ``job.enqueue()`` writes to, opened once per process and path."""
+    path = resolve_path(None)
+    key = (os.getpid(), os.path.abspath(path))
+    store = _default.get(key)
+    if store is None:
+        store = _default[key] = connect(path)
+    return store

@@ -1,0 +1,568 @@
+"""The supervisor: one per host and store; owns the store connection and the children.
+
+Each loop turn: read what children sent and which children died, kill children
+past their hard timeout, settle finished attempts in one transaction, then
+reserve the free slots and claim at most that many jobs (R6), and dispatch them.
+It waits in one ``select`` over the child pipes, child exit sentinels, the
+wake-up socket and the signal pipe, so it never busy-polls and never blocks
+where a signal could not reach it (R11).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+
+import multiprocess
+
+from jobpool import core, events, jobs, protocol
+from jobpool.child import child_main
+from jobpool.errors import JobpoolError, StoreError
+from jobpool.store.sqlite import SQLiteStore, connect
+from jobpool.wakeup import Listener
+
+log = logging.getLogger(__name__)
+
+#: R11: fallback poll interval when no wake-up arrives, seconds.
+POLL_INTERVAL = float(os.environ.get("JOBPOOL_POLL_INTERVAL", "1.0"))
+#: R25: how long a graceful stop waits for running jobs, seconds.
+DRAIN = 5.0
+#: R20: after SIGTERM at the hard timeout, how long before SIGKILL, seconds.
+KILL_GRACE = 2.0
+#: R26: the longest pause after a store error, seconds (far below job backoff's cap).
+STORE_PAUSE_MAX = 30.0
+#: How often a non-TTY pool logs a status line, seconds.
+STATUS_EVERY = 10.0
+
+
+@dataclass
+class PoolConfig:
+    """Everything ``jobpool start`` decides; validated before a pool starts."""
+
+    db: str
+    procs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    queues: tuple[str, ...] | None = None
+    names: tuple[str, ...] | None = None
+    burst: bool = False
+    max_jobs: int | None = None
+    poll_interval: float = POLL_INTERVAL
+    drain: float = DRAIN
+    kill_grace: float = KILL_GRACE
+    max_tasks_per_child: int = 0
+    status_every: float = STATUS_EVERY
+
+    def validate(self) -> None:
+        if self.procs < 1:
+            raise JobpoolError(f"--procs must be at least 1, not {self.procs}")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise JobpoolError(f"--max-jobs must be at least 1, not {self.max_jobs}")
+        if not self.poll_interval > 0:
+            raise JobpoolError(f"poll interval must be positive, not {self.poll_interval}")
+        if self.drain < 0:
+            raise JobpoolError(f"--drain must not be negative, not {self.drain}")
+
+
+def owner_identity() -> str:
+    """``host:pid:start`` — enough for a later supervisor on this host to tell we died (R24)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid())}"
+
+
+def process_start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or '' if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return ""
+    # The command name (field 2) may hold spaces; fields after it are split safely.
+    return stat.rsplit(b")", 1)[1].split()[19].decode()
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` was a supervisor on this host whose process is gone (R24)."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    # The pid exists; it is our dead owner only if it is a different, newer process.
+    current = process_start_time(pid)
+    return bool(start) and bool(current) and current != start
+
+
+def exit_cause(status: int) -> str:
+    """How a child ended, in words for ``last_error`` (R19)."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            return f"child killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"child killed by signal {-code}"
+    return f"child exited with status {code}"
+
+
+def exit_status_text(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return str(code)
+
+
+class Slot:
+    """One child process and what it is doing."""
+
+    __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
+                 "signalled")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc = None
+        self.conn = None
+        self.pid = 0
+        self.job: tuple | None = None   # the claimed tuple it runs
+        self.killing: str | None = None  # reason, once we decided to kill it
+        self.kill_at = math.inf
+        self.kill_kind = core.TIMEOUT
+        self.signalled = 0
+
+
+class Supervisor:
+    """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
+
+    def __init__(self, config: PoolConfig, *, store: SQLiteStore | None = None,
+                 rng: random.Random | None = None) -> None:
+        config.validate()
+        self.config = config
+        registered = jobs.registered()
+        names = tuple(config.names) if config.names else tuple(sorted(registered))
+        if not names:
+            raise JobpoolError("no jobs are registered: pass --app with the module that defines them")
+        self.names = names
+        if config.queues:
+            self.queues = tuple(config.queues)
+        else:
+            found = sorted({registered[n].queue for n in names if n in registered})
+            self.queues = tuple(["default"] + [q for q in found if q != "default"])
+        self.store = store or connect(config.db, check=True)
+        self.owner = owner_identity()
+        policies = {n: registered[n].policy for n in names if n in registered}
+        self.core = core.Core(self.store.path, self.owner, names, self.queues, policies)
+        self.table = core.SlotTable(config.procs)
+        self.slots = [Slot(i) for i in range(config.procs)]
+        self.rng = rng or random.Random()
+        self.pending: list[tuple] = []
+        self.counters = dict(claimed=0, completed=0, retried=0, dead=0, lost=0, crashes=0,
+                             settle_failures=0)
+        self._ctx = multiprocess.get_context("fork")
+        self._selector = selectors.DefaultSelector()
+        self._stop_requests = 0
+        self._stopping = False
+        self._drain_until = math.inf
+        self._store_pause_until = 0.0
+        self._store_pause = 0.0
+        self._want_claim = True
+        self._next_poll = 0.0
+        self._next_status = 0.0
+        self._old_handlers: dict[int, object] = {}
+        self._signal_r: socket.socket | None = None
+        self._signal_w: socket.socket | None = None
+        self._old_wakeup_fd = -1
+        self._listener: Listener | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code (0: clean)."""
+        self._install_signals()
+        self._listener = Listener(self.store.path)
+        if self._listener.sock is not None:
+            self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None))
+        try:
+            self._recover_dead_owners(time.time())
+            for slot in self.slots:
+                self._spawn(slot)
+            events.emit(events.POOL_STARTED, owner=self.owner, procs=self.config.procs,
+                        queues=",".join(self.queues), core=core.NAME)
+            self._loop()
+        finally:
+            self._shutdown_children()
+            self._restore_signals()
+            self._listener.close()
+            self._selector.close()
+            self.core.close()
+        events.emit(events.POOL_STOPPED, **self.counters)
+        return 0
+
+    def request_stop(self) -> None:
+        """Ask for a graceful stop (what SIGTERM and SIGINT do); twice means at once."""
+        self._stop_requests += 1
+        if self._signal_w is not None:
+            try:
+                self._signal_w.send(b"\0")
+            except OSError:
+                pass
+
+    def _loop(self) -> None:
+        config = self.config
+        while True:
+            now = time.time()
+            timeout = self._wait_time(now)
+            for key, _mask in self._selector.select(timeout):
+                kind, slot = key.data
+                if kind == "conn":
+                    self._read_child(slot)
+                elif kind == "exit":
+                    self._child_exited(slot, time.time())
+                elif kind == "wake":
+                    self._listener.drain()
+                    self._want_claim = True
+                else:
+                    self._drain_signal_pipe()
+            now = time.time()
+            self._handle_stop(now)
+            self._kill_overdue(now)
+            if now >= self._next_poll:
+                self._next_poll = now + config.poll_interval
+                self._want_claim = True
+                if not self._stopping:
+                    self._reclaim(now)
+            self._settle(now)
+            claimed_none = self._claim(now)
+            self._maybe_status(now)
+            if self._finished(now, claimed_none):
+                return
+
+    def _wait_time(self, now: float) -> float:
+        if self._want_claim and not self._stopping and self._free_slots() and now >= self._store_pause_until:
+            return 0.0
+        deadline = min(self._next_poll, self.table.next_deadline(), self._drain_until)
+        if self.pending:
+            deadline = min(deadline, self._store_pause_until)
+        for slot in self.slots:
+            if slot.killing is not None:
+                deadline = min(deadline, slot.kill_at)
+        return max(0.0, min(deadline - now, self.config.poll_interval))
+
+    def _finished(self, now: float, claimed_none: bool) -> bool:
+        busy = self.table.busy_count()
+        if busy or self.pending:
+            if self._stopping and self.pending and not busy and now >= self._drain_until + 5:
+                log.error("stopping with %d outcomes the store did not accept; their leases "
+                          "will expire and the jobs run again", len(self.pending))
+                return True
+            return False
+        if self._stopping:
+            return True
+        limit = self.config.max_jobs
+        if limit is not None and self.counters["claimed"] >= limit:
+            return True
+        if self.config.burst and claimed_none:
+            due = self.store.next_due(self.names, self.queues)
+            return due is None or due > now + self.config.poll_interval
+        return False
+
+    # -- children --------------------------------------------------------------------
+
+    def _spawn(self, slot: Slot) -> None:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        inherited = [s.conn.fileno() for s in self.slots if s.conn is not None]
+        inherited.append(parent_conn.fileno())
+        for sock in (self._signal_r, self._signal_w, self._listener.sock if self._listener else None):
+            if sock is not None:
+                inherited.append(sock.fileno())
+        proc = self._ctx.Process(
+            target=child_main, name=f"jobpool-slot-{slot.index}", daemon=True,
+            args=(child_conn, os.getpid(), inherited, self.config.max_tasks_per_child))
+        proc.start()
+        child_conn.close()
+        slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
+        slot.killing, slot.kill_at, slot.signalled = None, math.inf, 0
+        self._selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot))
+        self._selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot))
+        self._want_claim = True
+
+    def _read_child(self, slot: Slot) -> None:
+        conn = slot.conn
+        try:
+            while conn.poll():
+                message = protocol.loads(conn.recv_bytes())
+                if message[0] == protocol.OUTCOME:
+                    self._outcome(slot, message)
+        except (EOFError, OSError, ValueError):
+            # The child died mid-message; its exit sentinel settles the job.
+            self._selector.unregister(conn.fileno())
+            slot.conn = None
+            conn.close()
+
+    def _outcome(self, slot: Slot, message: tuple) -> None:
+        _tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s = message
+        if slot.job is None or slot.job[0] != job_id or slot.job[4] != attempt:
+            return  # a reply for a job this slot no longer holds (it was killed)
+        self.pending.append((job_id, attempt, kind, error, delay, result, slot.pid, "0",
+                             peak_rss, cpu_s))
+        self._free(slot)
+
+    def _free(self, slot: Slot) -> None:
+        slot.job = None
+        self.table.clear(slot.index)
+        self._want_claim = True
+
+    def _child_exited(self, slot: Slot, now: float) -> None:
+        if slot.conn is not None:
+            self._read_child(slot)  # an outcome sent just before exiting still counts
+        proc = slot.proc
+        self._selector.unregister(proc.sentinel)
+        try:
+            _pid, status, usage = os.wait4(proc.pid, 0)
+        except ChildProcessError:
+            status, usage = 0, None
+        proc._popen.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not multiprocess
+        proc.close()
+        if slot.conn is not None:
+            self._selector.unregister(slot.conn.fileno())
+            slot.conn.close()
+            slot.conn = None
+        cause = exit_cause(status)
+        if slot.job is not None:
+            job_id, attempt = slot.job[0], slot.job[4]
+            if slot.killing is not None:
+                kind, error = slot.kill_kind, slot.killing
+            else:
+                kind, error = core.CRASH, cause
+                self.counters["crashes"] += 1
+            events.emit(events.CHILD_DIED, slot=slot.index, pid=slot.pid, job_id=job_id,
+                        name=slot.job[1], attempt=attempt, cause=cause)
+            peak = usage.ru_maxrss * 1024 if usage else None
+            cpu = usage.ru_utime + usage.ru_stime if usage else None
+            self.pending.append((job_id, attempt, kind, error, None, None, slot.pid,
+                                 exit_status_text(status), peak, cpu))
+            self._free(slot)
+        elif slot.killing is None and not self._stopping:
+            events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)
+        slot.proc = None
+        if slot.index < self.config.procs and not self._stopping:
+            self._spawn(slot)
+
+    def _kill_overdue(self, now: float) -> None:
+        for index in self.table.overdue(now):
+            slot = self.slots[index]
+            if slot.killing is None:
+                timeout = slot.job[5]
+                self._kill(slot, f"timed out after {timeout:g} s", core.TIMEOUT, now)
+        for slot in self.slots:
+            if slot.killing is not None and slot.proc is not None and now >= slot.kill_at:
+                self._signal(slot, signal.SIGKILL)
+                slot.kill_at = now + 1.0
+
+    def _kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False) -> None:
+        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once."""
+        slot.killing, slot.kill_kind = reason, kind
+        if at_once:
+            self._signal(slot, signal.SIGKILL)
+            slot.kill_at = now + 1.0
+        else:
+            self._signal(slot, signal.SIGTERM)
+            slot.kill_at = now + self.config.kill_grace
+        self.table.extend_deadline(slot.index, math.inf)
+
+    def _signal(self, slot: Slot, signum: int) -> None:
+        if slot.proc is None:
+            return
+        try:
+            os.kill(slot.pid, signum)
+            slot.signalled = signum
+        except ProcessLookupError:
+            pass
+
+    def _free_slots(self) -> list[int]:
+        return [i for i in self.table.free_slots()
+                if i < len(self.slots) and self.slots[i].proc is not None
+                and self.slots[i].conn is not None and self.slots[i].killing is None]
+
+    def _shutdown_children(self) -> None:
+        for slot in self.slots:
+            if slot.conn is not None:
+                slot.conn.close()  # an idle child sees EOF and returns
+                slot.conn = None
+        deadline = time.time() + 2.0
+        for slot in self.slots:
+            proc = slot.proc
+            if proc is None:
+                continue
+            proc.join(max(0.0, deadline - time.time()))
+            if proc.exitcode is None:
+                proc.kill()
+                proc.join(1.0)
+            slot.proc = None
+
+    # -- the store ------------------------------------------------------------------------
+
+    def _store_call(self, what, now, *args):
+        """Call the core; on a store error pause (R26) and return None."""
+        if now < self._store_pause_until:
+            return None
+        try:
+            result = what(*args)
+        except StoreError as exc:
+            first = self._store_pause == 0.0  # log once per episode, not once per try
+            self._store_pause = min(STORE_PAUSE_MAX, max(self.config.poll_interval,
+                                                         self._store_pause * 2))
+            if first:
+                events.emit(events.STORE_ERROR, error=str(exc), pause=self._store_pause,
+                            unsettled=len(self.pending))
+            self._store_pause_until = time.time() + self._store_pause
+            return None
+        if self._store_pause:
+            events.emit(events.STORE_RECOVERED, unsettled=len(self.pending))
+            self._store_pause = 0.0
+            self._store_pause_until = 0.0
+        return result
+
+    def _recover_dead_owners(self, now: float) -> None:
+        owners = self._store_call(self.core.lease_owners, now) or []
+        for owner in owners:
+            if owner and owner_is_dead(owner):
+                rows = self._store_call(self.core.reclaim_owner, now, owner,
+                                        f"supervisor {owner} died", now) or []
+                events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
+                self._report(rows)
+
+    def _reclaim(self, now: float) -> None:
+        rows = self._store_call(self.core.reclaim, now, now)
+        if rows:
+            events.emit(events.LEASES_RECLAIMED, owner="expired", jobs=len(rows))
+            self._report(rows)
+
+    def _settle(self, now: float) -> None:
+        if not self.pending:
+            return
+        settled = self._store_call(self.core.settle, now, self.pending, now, self.rng)
+        if settled is None:
+            self.counters["settle_failures"] += 1
+            return
+        self.pending = []
+        self._report(settled)
+
+    def _report(self, settled: list[tuple]) -> None:
+        counters = self.counters
+        for job_id, name, attempt, status, reason in settled:
+            if status == "done":
+                counters["completed"] += 1
+                events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt)
+            elif status == "ready":
+                counters["retried"] += 1
+                events.emit(events.JOB_RETRIED, job_id=job_id, name=name, attempt=attempt,
+                            reason=reason)
+            elif status == "dead":
+                counters["dead"] += 1
+                events.emit(events.JOB_DEAD, job_id=job_id, name=name, attempt=attempt,
+                            reason=reason)
+            else:
+                counters["lost"] += 1
+                events.emit(events.JOB_LEASE_LOST, job_id=job_id, name=name, attempt=attempt)
+
+    def _claim(self, now: float) -> bool:
+        """Reserve free slots, claim that many jobs, dispatch; True if none was found."""
+        if self._stopping or not self._want_claim:
+            return False
+        free = self._free_slots()
+        if not free:
+            return False
+        want = len(free)
+        limit = self.config.max_jobs
+        if limit is not None:
+            want = min(want, limit - self.counters["claimed"])
+            if want <= 0:
+                return False
+        got = self._store_call(self.core.claim, now, want, now)
+        if got is None:
+            return False
+        claimed, expired = got
+        self._report(expired)
+        for slot_index, job in zip(free, claimed):
+            self._dispatch(self.slots[slot_index], job, now)
+        self._want_claim = len(claimed) + len(expired) >= want
+        return not claimed and not expired
+
+    def _dispatch(self, slot: Slot, job: tuple, now: float) -> None:
+        job_id, name, payload, serializer, attempt, timeout, _deadline = job
+        self.table.assign(slot.index, job_id, attempt, now + timeout)
+        slot.job = job
+        self.counters["claimed"] += 1
+        events.emit(events.JOB_CLAIMED, job_id=job_id, name=name, attempt=attempt, slot=slot.index,
+                    pid=slot.pid)
+        try:
+            slot.conn.send_bytes(protocol.job_message(job_id, attempt, name, payload, serializer))
+        except OSError:
+            pass  # the child just died; its exit sentinel settles the job as a crash
+
+    def _maybe_status(self, now: float) -> None:
+        if self.config.status_every and now >= self._next_status:
+            if self._next_status:
+                events.emit(events.POOL_STATUS, busy=self.table.busy_count(), **self.counters)
+            self._next_status = now + self.config.status_every
+
+    # -- stopping (R25) and signals ----------------------------------------------------------
+
+    def _handle_stop(self, now: float) -> None:
+        if self._stop_requests and not self._stopping:
+            self._stopping = True
+            self._drain_until = now + self.config.drain
+            events.emit(events.POOL_STOPPING, busy=self.table.busy_count(), drain=self.config.drain)
+        if not self._stopping:
+            return
+        if self._stop_requests >= 2 or now >= self._drain_until:
+            for slot in self.slots:
+                if slot.job is not None and slot.killing is None:
+                    self._kill(slot, "released at shutdown", core.RELEASE, now, at_once=True)
+
+    def _install_signals(self) -> None:
+        self._signal_r, self._signal_w = socket.socketpair()
+        self._signal_r.setblocking(False)
+        self._signal_w.setblocking(False)
+        self._selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None))
+        try:
+            self._old_wakeup_fd = signal.set_wakeup_fd(self._signal_w.fileno(),
+                                                       warn_on_full_buffer=False)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._old_handlers[signum] = signal.signal(signum, self._on_signal)
+        except ValueError:
+            pass  # not the main thread: stop with request_stop()
+
+    def _on_signal(self, signum, frame) -> None:
+        # Handlers only count; the loop acts (STYLE habit 7).
+        self._stop_requests += 1
+
+    def _drain_signal_pipe(self) -> None:
+        try:
+            while self._signal_r.recv(512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _restore_signals(self) -> None:
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
+        if self._old_handlers:
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+        self._old_handlers.clear()
+        for sock in (self._signal_r, self._signal_w):
+            if sock is not None:
+                sock.close()
