@@ -42,8 +42,10 @@ CANCEL = 9      # cancelled while running: dead (R31)
 KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
               "rescheduled", "released", "cancelled")
 
-#: Defaults for a name without a policy: backoff base and cap (R13), max crashes (R19a).
-DEFAULT_POLICY = (1.0, 3600.0, 3)
+#: A job name's policy: backoff base and cap (R13), max crashes (R19a), and the
+#: max_attempts and timeout that apply when its row left them NULL.
+#: This one applies to names without a policy.
+DEFAULT_POLICY = (1.0, 3600.0, 3, 5, 300.0)
 
 
 def with_reason(error: str | None, reason: str) -> str:
@@ -138,7 +140,7 @@ class Core:
         self.owner = owner
         self.queues = tuple(queues)
         self.policies = dict(policies or {})
-        self._claim_sql = sql.claim_sql(names)
+        self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
         self._inflight: dict[int, list] = {}
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
@@ -231,7 +233,7 @@ class Core:
         kind = outcome[2]
         error = outcome[3]
         delay = outcome[4]
-        base, cap, max_crashes = self.policies.get(name, DEFAULT_POLICY)
+        base, cap, max_crashes = self.policies.get(name, DEFAULT_POLICY)[:3]
         params = {"id": job_id, "owner": self.owner, "attempt": attempt, "now": now}
         log_outcome = log_as or KIND_NAMES[kind]
         if kind == DONE:

@@ -113,9 +113,11 @@ class Job:
         return f"<jobpool.Job {self.name}>"
 
     @property
-    def policy(self) -> tuple[float, float, int]:
-        """What the core needs to settle this job: backoff base, cap, max crashes."""
-        return (self.backoff_base, self.backoff_max, self.max_crashes)
+    def policy(self) -> tuple[float, float, int, int, float]:
+        """What the core needs: backoff base and cap, max crashes, and the
+        max_attempts and timeout for rows enqueued without them."""
+        return (self.backoff_base, self.backoff_max, self.max_crashes, self.max_attempts,
+                self.timeout)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         return Signature(self.name, args, kwargs)

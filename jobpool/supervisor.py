@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import select
 import selectors
 import signal
 import socket
@@ -104,25 +105,24 @@ def owner_is_dead(owner: str) -> bool:
     return bool(start) and bool(current) and current != start
 
 
-def exit_cause(status: int) -> str:
-    """How a child ended, in words for ``last_error`` (R19)."""
-    code = os.waitstatus_to_exitcode(status)
+def exit_cause(code: int) -> str:
+    """How a child ended, in words for ``last_error`` (R19); ``code`` as Process.exitcode."""
     if code < 0:
-        try:
-            return f"child killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"child killed by signal {-code}"
+        return f"child killed by {exit_status_text(code)}"
     return f"child exited with status {code}"
 
 
-def exit_status_text(status: int) -> str:
-    code = os.waitstatus_to_exitcode(status)
+def exit_status_text(code: int) -> str:
     if code < 0:
         try:
             return signal.Signals(-code).name
         except ValueError:
             return f"signal {-code}"
     return str(code)
+
+
+def _readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 class Slot:
@@ -226,10 +226,14 @@ class Supervisor:
             timeout = self._wait_time(now)
             for key, _mask in self._selector.select(timeout):
                 kind, slot = key.data
+                # One batch can hold events of a child already replaced in this batch;
+                # act only on those that still belong to the slot's current child.
                 if kind == "conn":
-                    self._read_child(slot)
+                    if slot.conn is not None and slot.conn.fileno() == key.fd:
+                        self._read_child(slot)
                 elif kind == "exit":
-                    self._child_exited(slot, time.time())
+                    if slot.proc is not None and slot.proc.sentinel == key.fd and _readable(key.fd):
+                        self._child_exited(slot, time.time())
                 elif kind == "wake":
                     self._listener.drain()
                     self._want_claim = True
@@ -330,16 +334,21 @@ class Supervisor:
         proc = slot.proc
         self._selector.unregister(proc.sentinel)
         try:
+            # wait4 gives the child's resource usage for the forensics (R19a).
             _pid, status, usage = os.wait4(proc.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            proc._popen.returncode = code  # we reaped it, so multiprocess cannot
         except ChildProcessError:
-            status, usage = 0, None
-        proc._popen.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not multiprocess
+            # multiprocess reaped it first (Process.start polls every child it knows).
+            usage = None
+            proc.join(1.0)
+            code = proc.exitcode if proc.exitcode is not None else -signal.SIGKILL
         proc.close()
         if slot.conn is not None:
             self._selector.unregister(slot.conn.fileno())
             slot.conn.close()
             slot.conn = None
-        cause = exit_cause(status)
+        cause = exit_cause(code)
         if slot.job is not None:
             job_id, attempt = slot.job[0], slot.job[4]
             if slot.killing is not None:
@@ -352,7 +361,7 @@ class Supervisor:
             peak = usage.ru_maxrss * 1024 if usage else None
             cpu = usage.ru_utime + usage.ru_stime if usage else None
             self.pending.append((job_id, attempt, kind, error, None, None, slot.pid,
-                                 exit_status_text(status), peak, cpu))
+                                 exit_status_text(code), peak, cpu))
             self._free(slot)
         elif slot.killing is None and not self._stopping:
             events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)

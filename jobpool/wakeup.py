@@ -24,24 +24,33 @@ def _addresses(path: str) -> list[bytes]:
     return [b"\0jobpool-" + digest.encode() + b"-%d" % i for i in range(SLOTS)]
 
 
+_send_sock: socket.socket | None = None
+_send_pid = 0
+
+
+def _sender() -> socket.socket:
+    """One unbound sending socket per process, shared by every store it opens."""
+    global _send_sock, _send_pid
+    if _send_sock is None or _send_pid != os.getpid():
+        _send_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        _send_sock.setblocking(False)
+        _send_pid = os.getpid()
+    return _send_sock
+
+
 class Notifier:
     """Sends wake-ups for one store; cheap enough to call after every commit."""
 
     def __init__(self, path: str) -> None:
         self._addresses = _addresses(path) if _SUPPORTED else []
-        self._sock: socket.socket | None = None
-        self._pid = 0
 
     def notify(self) -> None:
         if not self._addresses:
             return
-        if self._sock is None or self._pid != os.getpid():
-            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self._sock.setblocking(False)
-            self._pid = os.getpid()
+        sock = _sender()
         for address in self._addresses:
             try:
-                self._sock.sendto(b"!", address)
+                sock.sendto(b"!", address)
             except OSError:
                 pass  # nobody listening there, or its buffer is full: it is awake anyway
 

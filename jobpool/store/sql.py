@@ -16,6 +16,9 @@ CREATE TABLE IF NOT EXISTS jobpool_meta (
 
 #: One row per job. ``line_at`` is the job's place in line (R7, R17): equal to
 #: ``run_at`` except after a Defer, which moves ``run_at`` but keeps ``line_at``.
+#: ``max_attempts`` and ``timeout`` are NULL when the enqueuer left them to the
+#: job's registered options (enqueue by name without importing the job); the
+#: first claim writes in the values of the supervisor that runs it.
 CREATE_JOBS = """
 CREATE TABLE IF NOT EXISTS jobs (
     id               INTEGER PRIMARY KEY,
@@ -29,11 +32,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     run_at           REAL    NOT NULL,
     line_at          REAL    NOT NULL,
     attempts         INTEGER NOT NULL DEFAULT 0,
-    max_attempts     INTEGER NOT NULL,
+    max_attempts     INTEGER,
     crashes          INTEGER NOT NULL DEFAULT 0,
     deferrals        INTEGER NOT NULL DEFAULT 0,
     deadline         REAL,
-    timeout          REAL    NOT NULL,
+    timeout          REAL,
     lease_owner      TEXT,
     lease_expires_at REAL,
     last_error       TEXT,
@@ -125,7 +128,9 @@ CLAIM_TEMPLATE = """
 UPDATE jobs
    SET status = 'running',
        lease_owner = :owner,
-       lease_expires_at = :now + timeout + :slack,
+       lease_expires_at = :now + COALESCE(timeout, {timeouts}) + :slack,
+       max_attempts = COALESCE(max_attempts, {max_attempts}),
+       timeout = COALESCE(timeout, {timeouts}),
        attempts = attempts + 1,
        started_at = :now
  WHERE id IN (SELECT id FROM jobs
@@ -143,12 +148,25 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def claim_sql(names) -> str:
-    """The claim statement for one supervisor's fixed set of registered names."""
+def _per_name(defaults: dict, index: int, fallback) -> str:
+    """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one policy field."""
+    if not defaults:
+        return repr(fallback)
+    whens = " ".join(f"WHEN {quote_literal(n)} THEN {p[index]!r}" for n, p in sorted(defaults.items()))
+    return f"(CASE name {whens} ELSE {fallback!r} END)"
+
+
+def claim_sql(names, policies, default_policy) -> str:
+    """The claim statement for one supervisor: its names, and their default
+    ``max_attempts`` and ``timeout`` (policy fields 3 and 4) for rows left NULL."""
     names = sorted(set(names))
     if not names:
         raise ValueError("a supervisor needs at least one registered job name")
-    return CLAIM_TEMPLATE.format(names=", ".join(quote_literal(n) for n in names))
+    known = {n: policies[n] for n in names if n in policies}
+    return CLAIM_TEMPLATE.format(
+        names=", ".join(quote_literal(n) for n in names),
+        max_attempts=_per_name(known, 3, int(default_policy[3])),
+        timeouts=_per_name(known, 4, float(default_policy[4])))
 
 
 # --- settle (section 4) ----------------------------------------------------------

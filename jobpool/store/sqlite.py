@@ -248,17 +248,22 @@ class SQLiteStore:
         wait = seconds(delay, "delay") or 0.0
         priority = registry.validate_priority(
             priority if priority is not None else (job.priority if job else registry.DEFAULT_PRIORITY))
-        max_attempts = registry.validate_max_attempts(
-            max_attempts if max_attempts is not None
-            else (job.max_attempts if job else registry.DEFAULT_MAX_ATTEMPTS))
+        # Left unset, max_attempts and timeout stay NULL for a job this process has
+        # not imported: the supervisor that claims it applies the job's own options.
+        if max_attempts is not None:
+            max_attempts = registry.validate_max_attempts(max_attempts)
+        elif job is not None:
+            max_attempts = job.max_attempts
         if queue is None:
             queue = job.queue if job else registry.DEFAULT_QUEUE
         try:
             registry.validate_name(queue, "queue name")
         except ValueError as exc:
             raise EnqueueError(str(exc)) from None
-        timeout = registry.validate_timeout(
-            timeout if timeout is not None else (job.timeout if job else registry.DEFAULT_TIMEOUT))
+        if timeout is not None:
+            timeout = registry.validate_timeout(timeout)
+        elif job is not None:
+            timeout = job.timeout
         deadline_ts = registry.to_timestamp(deadline)
         run_at = now + wait
         return (queue, name, key, payload, serializer, priority, run_at, run_at, max_attempts,

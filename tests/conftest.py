@@ -1,0 +1,161 @@
+"""Shared fixtures: both cores, throwaway stores, and real pools run through the CLI."""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from jobpool import _core_py
+from jobpool.store import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-c-extensions", action="store_true",
+                     help="run the core tests against the pure twin only")
+
+
+def _compiled():
+    try:
+        return importlib.import_module("jobpool._core")
+    except ImportError:
+        return None
+
+
+@pytest.fixture(params=["pure", pytest.param("compiled", marks=pytest.mark.c_extension)])
+def core_impl(request):
+    """Each core test runs twice: against the pure twin and the compiled core."""
+    if request.param == "pure":
+        return _core_py
+    if request.config.getoption("--no-c-extensions"):
+        pytest.skip("--no-c-extensions")
+    module = _compiled()
+    if module is None:
+        if os.environ.get("JOBPOOL_REQUIRE_CORE") == "1":
+            pytest.fail("the compiled core is required (JOBPOOL_REQUIRE_CORE=1) but not built")
+        pytest.skip("compiled core not built")
+    return module
+
+
+def make_store(path: Path) -> Path:
+    """A fresh store file with the schema, without going through the public API."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for stmt in sql.SCHEMA:
+        conn.execute(stmt)
+    conn.execute("INSERT INTO jobpool_meta VALUES ('schema', ?)", (sql.SCHEMA_VERSION,))
+    conn.close()
+    return path
+
+
+def insert_job(path: Path, name: str = "t.job", *, queue: str = "default", key=None,
+               payload: str = "[[],{}]", priority: int = 0, run_at: float = 1000.0,
+               max_attempts: int = 5, deadline=None, timeout: float = 60.0) -> int:
+    conn = sqlite3.connect(path, isolation_level=None)
+    cur = conn.execute(sql.INSERT_JOB, (queue, name, key, payload, "json", priority, run_at, run_at,
+                                        max_attempts, deadline, timeout, run_at))
+    conn.close()
+    return cur.lastrowid
+
+
+def rows(path: Path, query: str = "SELECT * FROM jobs ORDER BY id", params=()) -> list[dict]:
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(query, params)]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def store_path(tmp_path) -> Path:
+    return make_store(tmp_path / "store.db")
+
+
+# -- real pools -------------------------------------------------------------------------
+
+class App:
+    """A job module written into a temp dir, and a way to run pools over it."""
+
+    def __init__(self, directory: Path, source: str) -> None:
+        self.dir = directory
+        self.module = "app_" + uuid.uuid4().hex[:8]
+        (directory / f"{self.module}.py").write_text(textwrap.dedent(source))
+        self.db = directory / "jobpool.db"
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(directory), str(ROOT)]),
+                        JOBPOOL_POLL_INTERVAL="0.2")
+
+    def cli(self, *args: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "jobpool", *args]
+        result = subprocess.run(cmd, cwd=self.dir, env=self.env, capture_output=True, text=True,
+                                timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{cmd} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    def start(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+        """Run ``jobpool start --burst`` to completion."""
+        return self.cli("start", "--app", self.module, "--db", str(self.db), "--burst", *args,
+                        check=True, timeout=timeout)
+
+    def spawn(self, *args: str) -> subprocess.Popen:
+        """Start a pool in the background (no --burst unless given)."""
+        cmd = [sys.executable, "-m", "jobpool", "start", "--app", self.module, "--db",
+               str(self.db), *args]
+        return subprocess.Popen(cmd, cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def store(self):
+        import jobpool
+        return jobpool.connect(self.db)
+
+    def rows(self, query: str = "SELECT * FROM jobs ORDER BY id", params=()) -> list[dict]:
+        return rows(self.db, query, params)
+
+
+@pytest.fixture
+def make_app(tmp_path):
+    """``make_app(source)`` -> App; stray pools are killed at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def factory(source: str) -> App:
+        app = App(tmp_path, source)
+        original = app.spawn
+
+        def spawn(*args):
+            proc = original(*args)
+            procs.append(proc)
+            return proc
+        app.spawn = spawn
+        return app
+
+    yield factory
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {predicate}")
+        time.sleep(interval)

@@ -1,0 +1,328 @@
+"""The claim/settle core, run against the pure twin and the compiled core."""
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from jobpool.errors import StoreError
+
+from .conftest import insert_job, rows
+
+OWNER = "host:1:1"
+NOW = 10_000.0
+
+
+def outcome(job, kind, error=None, delay=None, result=None):
+    job_id, _name, _payload, _ser, attempt, _timeout, _deadline = job
+    return (job_id, attempt, kind, error, delay, result, 123, "0", 1024, 0.5)
+
+
+@pytest.fixture
+def core(core_impl, store_path):
+    c = core_impl.Core(str(store_path), OWNER, ["t.job", "t.other"], ["default"],
+                       {"t.job": (1.0, 3600.0, 3, 4, 60.0)})
+    yield c
+    c.close()
+
+
+# -- backoff (R13) ------------------------------------------------------------------------
+
+def test_backoff_doubles_from_base_and_caps_at_max(core_impl):
+    assert [core_impl.backoff(a, 1.0, 3600.0, 0.0) for a in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert core_impl.backoff(20, 1.0, 3600.0, 0.0) == 3600.0
+
+
+def test_backoff_jitter_only_subtracts_up_to_a_quarter(core_impl):
+    for attempts in range(1, 40):
+        for u in (0.0, 0.3, 0.999999):
+            delay = core_impl.backoff(attempts, 1.0, 3600.0, u)
+            full = min(3600.0, 2.0 ** (attempts - 1))
+            assert full * 0.75 <= delay <= full
+
+
+def test_backoff_base_zero_retries_at_once(core_impl):
+    assert core_impl.backoff(7, 0.0, 3600.0, 0.5) == 0.0
+
+
+def test_backoff_never_overflows_for_huge_attempt_counts(core_impl):
+    for attempts in (1023, 1024, 10**6, 2**62):
+        assert core_impl.backoff(attempts, 1.0, 3600.0, 0.0) == 3600.0
+
+
+# -- claiming (R6-R10) ------------------------------------------------------------------------
+
+def test_claim_order_is_priority_then_run_at_then_id(core, store_path):
+    late = insert_job(store_path, run_at=900.0)
+    early = insert_job(store_path, run_at=800.0)
+    urgent = insert_job(store_path, run_at=950.0, priority=5)
+    tie = insert_job(store_path, run_at=800.0)
+    claimed, _ = core.claim(10, NOW)
+    assert [j[0] for j in claimed] == [urgent, early, tie, late]
+
+
+def test_claim_takes_at_most_n_and_only_due_rows(core, store_path):
+    ids = [insert_job(store_path) for _ in range(3)]
+    insert_job(store_path, run_at=NOW + 60)  # scheduled, not due
+    claimed, _ = core.claim(2, NOW)
+    assert [j[0] for j in claimed] == ids[:2]
+    claimed, _ = core.claim(5, NOW)
+    assert [j[0] for j in claimed] == ids[2:]
+
+
+def test_claim_marks_running_with_lease_and_spends_the_attempt(core_impl, core, store_path):
+    job_id = insert_job(store_path, timeout=60.0)
+    (job,), _ = core.claim(1, NOW)
+    assert job == (job_id, "t.job", b"[[],{}]", "json", 1, 60.0, None)
+    row = rows(store_path)[0]
+    assert row["status"] == "running"
+    assert row["lease_owner"] == OWNER
+    assert row["lease_expires_at"] == NOW + 60.0 + core_impl.LEASE_SLACK
+    assert row["attempts"] == 1
+
+
+def test_options_left_unset_at_enqueue_take_the_jobs_registered_values(core_impl, core, store_path):
+    insert_job(store_path, max_attempts=None, timeout=None)
+    insert_job(store_path, name="t.other", max_attempts=None, timeout=None)
+    claimed, _ = core.claim(2, NOW)
+    assert [j[5] for j in claimed] == [60.0, core_impl.DEFAULT_POLICY[4]]
+    got = [(r["max_attempts"], r["timeout"], r["lease_expires_at"]) for r in rows(store_path)]
+    assert got == [(4, 60.0, NOW + 60.0 + core_impl.LEASE_SLACK),
+                   (core_impl.DEFAULT_POLICY[3], core_impl.DEFAULT_POLICY[4],
+                    NOW + core_impl.DEFAULT_POLICY[4] + core_impl.LEASE_SLACK)]
+
+
+def test_unknown_names_and_other_queues_are_never_claimed(core, store_path):
+    insert_job(store_path, name="newer.deployment.job")
+    insert_job(store_path, queue="elsewhere")
+    mine = insert_job(store_path)
+    claimed, _ = core.claim(10, NOW)
+    assert [j[0] for j in claimed] == [mine]
+    assert [r["status"] for r in rows(store_path)] == ["ready", "ready", "running"]
+
+
+def test_queues_are_served_in_order_of_preference(core_impl, store_path):
+    low = insert_job(store_path, queue="low", priority=9)
+    high = insert_job(store_path, queue="high")
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["high", "low"])
+    claimed, _ = core.claim(10, NOW)
+    assert [j[0] for j in claimed] == [high, low]
+    core.close()
+
+
+def test_a_job_claimed_after_its_deadline_is_dead_without_running(core, store_path):
+    job_id = insert_job(store_path, deadline=NOW - 1)
+    claimed, expired = core.claim(1, NOW)
+    assert claimed == []
+    assert expired == [(job_id, "t.job", 1, "dead", "deadline passed")]
+    row = rows(store_path)[0]
+    assert (row["status"], row["last_error"]) == ("dead", "deadline passed")
+
+
+def test_two_cores_never_claim_the_same_row(core_impl, store_path):
+    for _ in range(50):
+        insert_job(store_path)
+    a = core_impl.Core(str(store_path), "host:1:1", ["t.job"], ["default"])
+    b = core_impl.Core(str(store_path), "host:2:2", ["t.job"], ["default"])
+    seen = []
+    for _ in range(30):
+        for c in (a, b):
+            seen += [j[0] for j in c.claim(1, NOW)[0]]
+    assert len(seen) == len(set(seen)) == 50
+    a.close()
+    b.close()
+
+
+# -- settling (section 4, R12-R19) ----------------------------------------------------------
+
+def test_success_is_done_with_result_and_progress_closed(core_impl, core, store_path):
+    insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    settled = core.settle([outcome(job, core_impl.DONE, result="42")], NOW + 1, random.Random(1))
+    assert settled == [(job[0], "t.job", 1, "done", None)]
+    row = rows(store_path)[0]
+    assert (row["status"], row["result"], row["progress"], row["lease_owner"]) == ("done", "42", 100, None)
+    assert core.inflight == 0
+
+
+def test_an_error_is_a_retry_after_backoff(core_impl, core, store_path):
+    insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    settled = core.settle([outcome(job, core_impl.ERROR, "ValueError: x")], NOW, random.Random(3))
+    assert settled[0][3] == "ready"
+    row = rows(store_path)[0]
+    assert row["status"] == "ready" and row["lease_owner"] is None
+    assert NOW + 0.75 <= row["run_at"] <= NOW + 1.0  # base 1 s, first retry
+    assert row["last_error"] == "ValueError: x"
+
+
+def test_retry_after_overrides_backoff(core_impl, core, store_path):
+    insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.RETRY, "Retry: later", delay=30.0)], NOW, random.Random())
+    assert rows(store_path)[0]["run_at"] == NOW + 30.0
+
+
+def test_out_of_attempts_is_dead_naming_the_budget(core_impl, core, store_path):
+    insert_job(store_path, max_attempts=2)
+    for attempt in (1, 2):
+        (job,), _ = core.claim(1, NOW + 10_000 * attempt)
+        settled = core.settle([outcome(job, core_impl.ERROR, "OSError: down\nTraceback...")],
+                              NOW + 10_000 * attempt, random.Random())
+    assert settled[0][3] == "dead"
+    row = rows(store_path)[0]
+    assert row["status"] == "dead"
+    assert row["last_error"] == "OSError: down; no attempts left after 2\nTraceback..."
+
+
+def test_a_retry_past_the_deadline_is_dead_with_a_distinct_reason(core_impl, core, store_path):
+    insert_job(store_path, deadline=NOW + 0.5)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.RETRY, "Retry: x", delay=5.0)], NOW, random.Random())
+    row = rows(store_path)[0]
+    assert row["status"] == "dead"
+    assert "retry would fall past its deadline" in row["last_error"]
+    assert "no attempts left" not in row["last_error"]
+
+
+def test_fatal_is_dead_after_one_attempt(core_impl, core, store_path):
+    insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.FATAL, "Fatal: bad input")], NOW, random.Random())
+    row = rows(store_path)[0]
+    assert (row["status"], row["attempts"], row["last_error"]) == ("dead", 1, "Fatal: bad input")
+
+
+def test_defer_gives_the_attempt_back_and_keeps_the_place_in_line(core_impl, core, store_path):
+    first = insert_job(store_path, run_at=100.0)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.DEFER, "Defer: rate limit", delay=60.0)], NOW, random.Random())
+    row = rows(store_path)[0]
+    assert (row["status"], row["attempts"], row["deferrals"], row["run_at"]) == ("ready", 0, 1, NOW + 60)
+    later = insert_job(store_path, run_at=NOW + 30)  # enqueued while it waited
+    claimed, _ = core.claim(2, NOW + 61)
+    assert [j[0] for j in claimed] == [first, later]
+
+
+def test_reschedule_resets_attempts_and_error(core_impl, core, store_path):
+    insert_job(store_path, key="nightly")
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.ERROR, "boom")], NOW, random.Random())
+    (job,), _ = core.claim(1, NOW + 100)
+    core.settle([outcome(job, core_impl.RESCHEDULE, "Reschedule: next", delay=3600.0)], NOW + 100,
+                random.Random())
+    row = rows(store_path)[0]
+    assert (row["status"], row["attempts"], row["last_error"], row["key"]) == ("ready", 0, None, "nightly")
+    assert row["run_at"] == NOW + 3700
+
+
+def test_child_crashes_are_quarantined_after_max_crashes(core_impl, core, store_path):
+    insert_job(store_path, max_attempts=10)
+    causes = ["child killed by SIGSEGV", "child exited with status 3", "child killed by SIGKILL"]
+    for i, cause in enumerate(causes):
+        (job,), _ = core.claim(1, NOW + 10_000 * (i + 1))
+        settled = core.settle([outcome(job, core_impl.CRASH, cause)], NOW + 10_000 * (i + 1),
+                              random.Random())
+    row = rows(store_path)[0]
+    assert settled[0][3] == "dead"
+    assert row["status"] == "dead" and row["crashes"] == 3 and row["attempts"] == 3
+    assert row["last_error"].startswith("quarantined: killed its child 3 times")
+    for cause in causes:
+        assert cause in row["last_error"]
+
+
+def test_release_gives_the_lease_back_keeping_the_attempt_spent(core_impl, core, store_path):
+    insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.RELEASE)], NOW, random.Random())
+    row = rows(store_path)[0]
+    assert (row["status"], row["attempts"], row["lease_owner"], row["run_at"]) == ("ready", 1, None, 1000.0)
+
+
+def test_a_stale_settle_is_fenced_off_and_reported_lost(core_impl, core, store_path):
+    insert_job(store_path, timeout=1.0)
+    (job,), _ = core.claim(1, NOW)
+    # Our lease expires and another supervisor takes the job over (attempt 2).
+    other = core_impl.Core(str(store_path), "host:9:9", ["t.job"], ["default"])
+    assert other.reclaim(NOW + 100)[0][3] == "ready"
+    (theirs,), _ = other.claim(1, NOW + 100)
+    settled = core.settle([outcome(job, core_impl.DONE)], NOW + 101, random.Random())
+    assert settled == [(job[0], "t.job", 1, "lost", "lease lost")]
+    row = rows(store_path)[0]
+    assert (row["status"], row["lease_owner"], row["attempts"]) == ("running", "host:9:9", 2)
+    assert rows(store_path, "SELECT * FROM attempts") == []
+    other.close()
+
+
+def test_settle_writes_one_attempt_log_row_per_attempt(core_impl, core, store_path):
+    job_id = insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.ERROR, "E: 1")], NOW + 2, random.Random())
+    (log,) = rows(store_path, "SELECT * FROM attempts")
+    assert log["job_id"] == job_id and log["attempt"] == 1 and log["outcome"] == "error"
+    assert (log["started_at"], log["ended_at"], log["pid"], log["peak_rss"]) == (NOW, NOW + 2, 123, 1024)
+
+
+# -- recovery (R23, R24) --------------------------------------------------------------------
+
+def test_expired_leases_return_to_ready_or_dead(core_impl, core, store_path):
+    a = insert_job(store_path, timeout=1.0)
+    b = insert_job(store_path, timeout=1.0, max_attempts=1)
+    core.claim(2, NOW)
+    assert core.reclaim(NOW + 1.0) == []  # lease still live (timeout + slack)
+    back = sorted(core.reclaim(NOW + 1.0 + core_impl.LEASE_SLACK + 1))
+    assert [(r[0], r[3]) for r in back] == [(a, "ready"), (b, "dead")]
+    assert "no attempts left after 1" in back[1][4]
+    assert [r["attempts"] for r in rows(store_path)] == [1, 1]
+
+
+def test_a_dead_owners_leases_come_back_at_once(core_impl, core, store_path):
+    insert_job(store_path)
+    core.claim(1, NOW)
+    other = core_impl.Core(str(store_path), "host:9:9", ["t.job"], ["default"])
+    assert other.lease_owners() == [OWNER]
+    back = other.reclaim_owner(OWNER, "supervisor died", NOW + 1)
+    assert [r[3] for r in back] == ["ready"]
+    assert rows(store_path)[0]["last_error"] == "supervisor died"
+    other.close()
+
+
+# -- store errors (R26) -----------------------------------------------------------------------
+
+def test_a_locked_store_raises_store_error_and_applies_nothing(core_impl, store_path):
+    insert_job(store_path)
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"], busy_timeout=0.05)
+    (job,), _ = core.claim(1, NOW)
+    blocker = sqlite3.connect(store_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreError):
+        core.settle([outcome(job, core_impl.DONE)], NOW, random.Random())
+    with pytest.raises(StoreError):
+        core.claim(1, NOW)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert core.settle([outcome(job, core_impl.DONE)], NOW, random.Random())[0][3] == "done"
+    core.close()
+
+
+# -- the slot table (R6, R20) --------------------------------------------------------------------
+
+def test_slot_table_tracks_jobs_and_deadlines(core_impl):
+    table = core_impl.SlotTable(3)
+    assert table.free_slots() == [0, 1, 2]
+    table.assign(1, 7, 1, 50.0)
+    table.assign(2, 8, 1, 40.0)
+    with pytest.raises(ValueError):
+        table.assign(1, 9, 1, 10.0)
+    assert table.free_slots() == [0]
+    assert table.busy_count() == 2
+    assert table.next_deadline() == 40.0
+    assert table.overdue(45.0) == [2]
+    assert table.clear(2) == (8, 1)
+    assert table.job_of(1) == (7, 1)
+    assert table.next_deadline() == 50.0
+    table.resize(5)
+    assert table.free_slots() == [0, 2, 3, 4]
+    table.resize(1)  # slot 1 is busy: shrink stops there (R27)
+    assert table.size == 2

@@ -1,0 +1,280 @@
+"""Real pools: ``jobpool start`` with forked children, driven as a user would."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from .conftest import wait_for
+
+APP = """
+import os, time
+from pathlib import Path
+from jobpool import job, Fatal, Retry
+
+HERE = Path(__file__).parent
+
+@job(name="t.echo")
+def echo(i):
+    with open(HERE / "side_effects.txt", "a") as fh:
+        fh.write(f"{i}\\n")
+
+@job(name="t.flaky", max_attempts=3, backoff_base=0.05)
+def flaky():
+    raise RuntimeError("upstream said no")
+
+@job(name="t.fatal")
+def fatal():
+    raise Fatal("this input can never work")
+
+@job(name="t.listed_fatal", fatal=(KeyError,))
+def listed_fatal():
+    raise KeyError("missing column")
+
+@job(name="t.retry_after", max_attempts=2)
+def retry_after():
+    raise Retry("rate limited", after=0.1)
+
+@job(name="t.die_once", backoff_base=0)
+def die_once(marker):
+    path = HERE / marker
+    if not path.exists():
+        path.write_text("died")
+        os.kill(os.getpid(), 9)
+    return "second run"
+
+@job(name="t.exit3", max_attempts=1)
+def exit3():
+    os._exit(3)
+
+@job(name="t.segfault", max_attempts=1)
+def segfault():
+    import ctypes
+    ctypes.string_at(0)
+
+@job(name="t.sleep", timeout=0.5, max_attempts=2, backoff_base=0)
+def sleep_forever():
+    time.sleep(10**6)
+
+@job(name="t.stubborn", timeout=0.3, max_attempts=1)
+def stubborn():
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        pass
+
+@job(name="t.wait_file")
+def wait_file(name):
+    (HERE / f"{name}.started").write_text(str(os.getpid()))
+    while not (HERE / f"{name}.go").exists():
+        time.sleep(0.01)
+    with open(HERE / "side_effects.txt", "a") as fh:
+        fh.write(f"{name}\\n")
+"""
+
+
+def side_effects(app) -> list[str]:
+    path = app.dir / "side_effects.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_jobs_run_in_forked_children_and_finish_done(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue_many("t.echo", [(i,) for i in range(20)])
+    result = app.start("--procs", "2")
+    assert sorted(map(int, side_effects(app))) == list(range(20))
+    assert store.stats() == {"ready": 0, "scheduled": 0, "running": 0, "done": 20, "dead": 0}
+    pids = {r["pid"] for r in app.rows("SELECT pid FROM attempts")}
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert "pool_started" in result.stderr
+
+
+def test_an_exception_is_retried_with_backoff_then_dead_naming_the_budget(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.flaky").id
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    assert job["status"] == "dead" and job["attempts"] == 3
+    assert job["last_error"].startswith("RuntimeError: upstream said no; no attempts left after 3")
+    log = app.store().attempts(job_id)
+    assert [a["outcome"] for a in log] == ["error", "error", "error"]
+    # R13: the second and third attempts waited for the backoff (base 0.05 s).
+    assert log[1]["started_at"] - log[0]["ended_at"] >= 0.05 * 0.75
+    assert log[2]["started_at"] - log[1]["ended_at"] >= 0.1 * 0.75
+
+
+def test_fatal_and_listed_fatal_types_are_dead_after_one_attempt(make_app):
+    app = make_app(APP)
+    a = app.store().enqueue("t.fatal").id
+    b = app.store().enqueue("t.listed_fatal").id
+    app.start("--procs", "2")
+    for job_id, reason in ((a, "Fatal: this input can never work"), (b, "KeyError: 'missing column'")):
+        job = app.store().get(job_id)
+        assert (job["status"], job["attempts"]) == ("dead", 1)
+        assert job["last_error"].startswith(reason)
+
+
+def test_retry_after_overrides_the_backoff(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.retry_after").id
+    app.start("--procs", "1")
+    log = app.store().attempts(job_id)
+    assert [a["outcome"] for a in log] == ["retry", "retry"]
+    assert log[1]["started_at"] - log[0]["ended_at"] >= 0.1
+    assert "no attempts left after 2" in app.store().get(job_id)["last_error"]
+
+
+def test_a_child_killed_mid_job_is_replaced_and_the_job_rerun(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.die_once", "marker").id
+    app.store().enqueue_many("t.echo", [(i,) for i in range(5)])
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    assert (job["status"], job["attempts"]) == ("done", 2)
+    log = app.store().attempts(job_id)
+    assert (log[0]["outcome"], log[0]["error"], log[0]["exit_status"]) == (
+        "crash", "child killed by SIGKILL", "SIGKILL")
+    assert log[0]["pid"] != log[1]["pid"]  # a fresh child ran the second attempt
+    assert len(side_effects(app)) == 5  # the slot kept working after the crash
+
+
+def test_crash_causes_are_named(make_app):
+    app = make_app(APP)
+    a = app.store().enqueue("t.exit3").id
+    b = app.store().enqueue("t.segfault").id
+    app.start("--procs", "2")
+    assert app.store().get(a)["last_error"].startswith("child exited with status 3")
+    assert app.store().get(b)["last_error"].startswith("child killed by SIGSEGV")
+
+
+def test_a_job_past_its_hard_timeout_is_killed_and_retried(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.sleep").id
+    other = app.store().enqueue("t.echo", 1).id
+    started = time.monotonic()
+    app.start("--procs", "1")
+    assert time.monotonic() - started < 30
+    job = app.store().get(job_id)
+    assert job["status"] == "dead" and job["attempts"] == 2
+    assert job["last_error"].startswith("timed out after 0.5 s; no attempts left after 2")
+    assert [a["outcome"] for a in app.store().attempts(job_id)] == ["timeout", "timeout"]
+    assert app.store().get(other)["status"] == "done"
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.stubborn").id
+    app.start("--procs", "1")
+    (attempt,) = app.store().attempts(job_id)
+    assert attempt["outcome"] == "timeout" and attempt["exit_status"] == "SIGKILL"
+    assert app.store().get(job_id)["last_error"].startswith("timed out after 0.3 s")
+
+
+def test_a_slot_is_reserved_before_a_row_is_claimed(make_app):
+    """R6: with one slot, never more than one lease is held, however long the queue."""
+    app = make_app(APP)
+    app.store().enqueue_many("t.wait_file", [(f"j{i}",) for i in range(4)])
+    pool = app.spawn("--procs", "1", "--burst")
+    for i in range(4):
+        wait_for(lambda: (app.dir / f"j{i}.started").exists())
+        running = app.rows("SELECT id FROM jobs WHERE status = 'running'")
+        assert len(running) == 1
+        (app.dir / f"j{i}.go").write_text("go")
+    assert pool.wait(timeout=30) == 0
+    assert app.store().stats()["done"] == 4
+
+
+def test_two_supervisors_on_one_store_never_run_one_job_twice(make_app):
+    app = make_app(APP)
+    app.store().enqueue_many("t.echo", [(i,) for i in range(3000)])
+    pools = [app.spawn("--procs", "2", "--burst", "-q") for _ in range(2)]
+    for pool in pools:
+        assert pool.wait(timeout=120) == 0, pool.stderr.read()
+    effects = side_effects(app)
+    assert len(effects) == 3000
+    assert sorted(map(int, effects)) == list(range(3000))
+    owners = {r["owner"] for r in app.rows("SELECT DISTINCT owner FROM attempts")}
+    assert len(owners) == 2  # both pools really took part
+
+
+def test_graceful_stop_releases_leases_of_jobs_still_running(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.wait_file", "held").id
+    pool = app.spawn("--procs", "1", "--drain", "0.2")
+    wait_for(lambda: (app.dir / "held.started").exists())
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=20) == 0
+    job = app.store().get(job_id)
+    assert (job["status"], job["attempts"], job["lease_owner"]) == ("ready", 1, None)
+    assert [a["outcome"] for a in app.store().attempts(job_id)] == ["released"]
+    # The next start picks it up at once and finishes it.
+    (app.dir / "held.go").write_text("go")
+    app.start("--procs", "1")
+    assert app.store().get(job_id)["status"] == "done"
+
+
+def test_graceful_stop_lets_a_running_job_finish_within_the_drain(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.wait_file", "draining").id
+    pool = app.spawn("--procs", "1", "--drain", "20")
+    wait_for(lambda: (app.dir / "draining.started").exists())
+    pool.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert pool.poll() is None  # still draining
+    (app.dir / "draining.go").write_text("go")
+    assert pool.wait(timeout=20) == 0
+    assert app.store().get(job_id)["status"] == "done"
+
+
+def test_a_second_sigint_stops_at_once_and_still_releases(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.wait_file", "twice").id
+    pool = app.spawn("--procs", "1", "--drain", "60")
+    wait_for(lambda: (app.dir / "twice.started").exists())
+    pool.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    pool.send_signal(signal.SIGINT)
+    assert pool.wait(timeout=10) == 0, pool.stderr.read()
+    assert app.store().get(job_id)["status"] == "ready"
+
+
+def test_a_new_supervisor_reclaims_a_killed_supervisors_leases_at_once(make_app):
+    """R24/R24a: SIGKILL the supervisor; its child dies too; the next start re-runs at once."""
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.wait_file", "orphan").id
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: (app.dir / "orphan.started").exists())
+    child_pid = int((app.dir / "orphan.started").read_text())
+    pool.send_signal(signal.SIGKILL)
+    pool.wait()
+
+    def child_gone():
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    wait_for(child_gone, timeout=2)
+    assert app.store().get(job_id)["status"] == "running"  # lease still held by the dead one
+    (app.dir / "orphan.started").unlink()
+    (app.dir / "orphan.go").write_text("go")
+    started = time.monotonic()
+    app.start("--procs", "1")
+    assert time.monotonic() - started < 20  # not the 330 s the lease would take to expire
+    job = app.store().get(job_id)
+    assert (job["status"], job["attempts"]) == ("done", 2)
+
+
+def test_burst_waits_for_a_retry_that_is_due_soon(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.die_once", "burst-marker").id
+    app.start("--procs", "1")
+    assert app.store().get(job_id)["status"] == "done"
+
+
+def test_max_jobs_exits_after_that_many_attempts(make_app):
+    app = make_app(APP)
+    app.store().enqueue_many("t.echo", [(i,) for i in range(10)])
+    app.start("--procs", "2", "--max-jobs", "4")
+    assert app.store().stats()["done"] == 4
