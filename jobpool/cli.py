@@ -59,13 +59,21 @@ def _json_value(kind: type, flag: str):
     return parse
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (and exit 2), not a usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--db", help="store path (default $JOBPOOL_DB or ./jobpool.db)")
     common.add_argument("--app", help="module whose import registers the jobs")
 
-    parser = argparse.ArgumentParser(prog="jobpool", description="Run and inspect a jobpool store.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = Parser(prog="jobpool", description="Run and inspect a jobpool store.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=Parser)
 
     start = sub.add_parser("start", parents=[common], help="run a pool of worker processes")
     start.add_argument("--procs", type=_positive_int, default=os.cpu_count() or 1,
@@ -100,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
 
     jobs_cmd = sub.add_parser("jobs", help="list and show jobs")
-    jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND")
+    jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND",
+                                       parser_class=Parser)
     jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs")
     jobs_list.add_argument("--status", choices=("ready", "running", "done", "dead"))
     jobs_list.add_argument("--name")

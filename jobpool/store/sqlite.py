@@ -65,7 +65,10 @@ def quick_check(conn: sqlite3.Connection, path: str) -> None:
     except sqlite3.DatabaseError as exc:
         raise CorruptStoreError(f"{path} is corrupt: {exc}") from exc
     if rows != ["ok"]:
-        raise CorruptStoreError(f"{path} is corrupt: {rows[0]}")
+        problems = [line for row in rows for line in row.splitlines()
+                    if line and not line.startswith("***")]
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise CorruptStoreError(f"{path} is corrupt: {problems[0] if problems else rows[0]}{more}")
 
 
 class SQLiteStore:

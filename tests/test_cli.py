@@ -1,0 +1,117 @@
+"""The CLI as an operator uses it: real subprocesses, exit codes, one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+APP = """
+from jobpool import job
+
+@job(name="t.hello", max_attempts=2)
+def hello(who, punctuation="!"):
+    return f"hello {who}{punctuation}"
+"""
+
+
+def one_line_error(result, code=1):
+    assert result.returncode == code, result
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_enqueue_start_status_and_jobs_round_trip(make_app):
+    app = make_app(APP)
+    db = str(app.db)
+    out = app.cli("enqueue", "t.hello", "--args", '["world"]', "--kwargs", '{"punctuation": "?"}',
+                  "--db", db, "--app", app.module, "--json", check=True)
+    assert json.loads(out.stdout) == {"id": 1, "duplicate": False}
+    out = app.cli("enqueue", "t.hello", "--args", '["again"]', "--key", "k1", "--priority", "5",
+                  "--db", db, "--json", check=True)
+    assert json.loads(out.stdout) == {"id": 2, "duplicate": False}
+    out = app.cli("enqueue", "t.hello", "--key", "k1", "--db", db, "--json", check=True)
+    assert json.loads(out.stdout) == {"id": 2, "duplicate": True}
+    app.cli("enqueue", "t.hello", "--args", '["later"]', "--delay", "3600", "--db", db, check=True)
+
+    status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
+    assert status == {"ready": 2, "scheduled": 1, "running": 0, "done": 0, "dead": 0}
+
+    app.start("--procs", "2")
+    status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
+    assert status == {"ready": 0, "scheduled": 1, "running": 0, "done": 2, "dead": 0}
+
+    listed = json.loads(app.cli("jobs", "list", "--status", "done", "--json", "--db", db,
+                                check=True).stdout)
+    assert [j["id"] for j in listed] == [1, 2]
+    for field in ("id", "name", "queue", "status", "attempts", "max_attempts", "key", "priority",
+                  "last_error"):
+        assert field in listed[0]
+    assert (listed[1]["key"], listed[1]["priority"], listed[1]["max_attempts"]) == ("k1", 5, 2)
+
+    shown = json.loads(app.cli("jobs", "show", "1", "--json", "--db", db, check=True).stdout)
+    assert shown["status"] == "done" and shown["attempt_log"][0]["outcome"] == "done"
+
+    human = app.cli("jobs", "show", "1", "--db", db, check=True).stdout
+    assert "t.hello" in human and "attempts" in human
+    assert "core:" in app.cli("status", "--db", db, check=True).stdout
+
+
+def test_jobs_list_filters_by_name(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue("t.hello", "a")
+    store.enqueue("other.job")
+    listed = json.loads(app.cli("jobs", "list", "--name", "other.job", "--json", "--db",
+                                str(app.db), check=True).stdout)
+    assert [j["name"] for j in listed] == ["other.job"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["status", "--db", "missing.db"], "no jobpool store at missing.db"),
+    (["jobs", "list", "--db", "missing.db"], "no jobpool store"),
+    (["jobs", "show", "99", "--db", "{db}"], "no job with id 99"),
+    (["enqueue", "t.nope", "--app", "{app}", "--db", "{db}"], "no job named 't.nope'"),
+    (["enqueue", "t.hello", "--app", "no_such_module_xyz", "--db", "{db}"], "cannot import --app"),
+    (["start", "--app", "no_such_module_xyz", "--db", "{db}", "--burst"], "cannot import --app"),
+    (["enqueue", "t.hello", "--max-attempts", "3", "--db", "{db}",
+      "--queue", "bad queue"], "queue name"),
+    (["status", "--db", "{notastore}"], "not a jobpool store"),
+])
+def test_user_mistakes_are_one_line_and_a_nonzero_exit(make_app, args, needle):
+    app = make_app(APP)
+    app.store().enqueue("t.hello", "x")
+    (app.dir / "notes.txt").write_text("just some text\n")
+    args = [a.format(db=app.db, app=app.module, notastore=app.dir / "notes.txt") for a in args]
+    line = one_line_error(app.cli(*args))
+    assert line.startswith("jobpool: error:") and needle in line
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["enqueue", "t.hello", "--args", "{not json"], "--args is not valid JSON"),
+    (["enqueue", "t.hello", "--args", '{"a": 1}'], "--args must be a JSON array"),
+    (["enqueue", "t.hello", "--kwargs", "[1]"], "--kwargs must be a JSON object"),
+    (["enqueue", "t.hello", "--delay", "-5"], "non-negative"),
+    (["start", "--procs", "0"], "at least 1"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_usage_mistakes_are_one_line_and_exit_2(make_app, args, needle):
+    app = make_app(APP)
+    line = one_line_error(app.cli(*args), code=2)
+    assert needle in line
+
+
+def test_a_store_with_other_tables_is_refused_and_left_alone(make_app):
+    import sqlite3
+    app = make_app(APP)
+    path = app.dir / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    line = one_line_error(app.cli("start", "--app", app.module, "--db", str(path), "--burst"))
+    assert "not a jobpool store" in line
+    assert path.read_bytes() == before

@@ -1,0 +1,175 @@
+"""Enqueue through the public API: validation first (R1), keys (R3), bulk (R4),
+the caller's transaction (R5), and job registration (R1a, R2)."""
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import jobpool
+from jobpool import jobs
+from jobpool.errors import EnqueueError, RegistryError
+
+from .conftest import rows
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = jobpool.connect(tmp_path / "jobpool.db")
+    yield s
+    s.close()
+
+
+def count(store) -> int:
+    return rows(store.path, "SELECT count(*) AS n FROM jobs")[0]["n"]
+
+
+@pytest.fixture
+def registered():
+    names = []
+
+    def define(name, **options):
+        names.append(name)
+        return jobpool.job(name=name, **options)(lambda *a, **k: None)
+    yield define
+    for name in names:
+        jobs.unregister(name)
+
+
+def test_enqueue_by_name_writes_a_ready_row(store):
+    handle = store.enqueue("imports.load", "a.csv", sep=";")
+    assert handle == jobs.Handle(1, duplicate=False)
+    job = store.get(handle.id)
+    assert (job["name"], job["status"], job["queue"], job["payload"]) == (
+        "imports.load", "ready", "default", '[["a.csv"],{"sep":";"}]')
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"delay": -1}, "delay"),
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"max_attempts": -3}, "max_attempts"),
+    ({"priority": "high"}, "priority"),
+    ({"deadline": "tomorrow"}, "deadline"),
+    ({"key": ""}, "key"),
+    ({"queue": "has space"}, "queue"),
+    ({"args": (object(),)}, "JSON"),
+    ({"kwargs": {"when": datetime.now()}}, "JSON"),
+])
+def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(store, options, field):
+    with pytest.raises(ValueError, match=field):
+        store.enqueue_with("t.job", **options)
+    assert count(store) == 0
+
+
+def test_an_oversized_payload_is_refused(store):
+    with pytest.raises(EnqueueError, match="over the 1048576-byte limit"):
+        store.enqueue("t.job", "x" * (1024 * 1024))
+    assert count(store) == 0
+
+
+def test_an_invalid_job_name_is_refused(store):
+    for name in ("", "two words", "tab\there"):
+        with pytest.raises(ValueError, match="job name"):
+            store.enqueue(name)
+    assert count(store) == 0
+
+
+def test_delay_and_deadline_accept_timedelta_and_datetime(store):
+    deadline = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    job_id = store.enqueue_with("t.job", delay=timedelta(minutes=1), deadline=deadline, now=1000.0).id
+    job = store.get(job_id)
+    assert (job["run_at"], job["deadline"]) == (1060.0, deadline.timestamp())
+    assert store.stats(now=1000.0)["scheduled"] == 1
+
+
+def test_a_live_key_is_unique_and_a_duplicate_returns_the_existing_id(store):
+    first = store.enqueue_with("t.job", key="invoice-7")
+    again = store.enqueue_with("t.job", args=("other",), key="invoice-7")
+    assert again == jobs.Handle(first.id, duplicate=True)
+    assert count(store) == 1
+    # The same key under another name is a different identity.
+    assert not store.enqueue_with("t.other", key="invoice-7").duplicate
+
+
+def test_a_key_is_free_again_once_its_job_is_done_or_dead(store):
+    first = store.enqueue_with("t.job", key="k")
+    store.conn.execute("UPDATE jobs SET status = 'done' WHERE id = ?", (first.id,))
+    second = store.enqueue_with("t.job", key="k")
+    assert not second.duplicate and second.id != first.id
+    store.conn.execute("UPDATE jobs SET status = 'dead' WHERE id = ?", (second.id,))
+    assert not store.enqueue_with("t.job", key="k").duplicate
+
+
+def test_enqueue_many_writes_all_rows_with_their_ids(store):
+    handles = store.enqueue_many("t.job", [(i,) for i in range(1000)])
+    assert [h.id for h in handles] == list(range(1, 1001))
+    assert store.get(500)["payload"] == "[[499],{}]"
+
+
+def test_enqueue_many_is_all_or_nothing(store):
+    items = [(1,), (2,), (object(),), (4,)]
+    with pytest.raises(EnqueueError, match="item 2"):
+        store.enqueue_many("t.job", items)
+    assert count(store) == 0
+
+
+def test_enqueue_joins_the_callers_transaction(store, tmp_path):
+    """R5: roll back, and the job never existed; commit, and it exists with the data."""
+    conn = sqlite3.connect(store.path, isolation_level=None)
+    conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO orders VALUES (1)")
+    store.enqueue_with("t.ship", args=(1,), connection=conn)
+    conn.execute("ROLLBACK")
+    assert count(store) == 0
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO orders VALUES (2)")
+    handle = store.enqueue_with("t.ship", args=(2,), connection=conn)
+    conn.execute("COMMIT")
+    assert store.get(handle.id)["payload"] == "[[2],{}]"
+    conn.close()
+
+
+def test_a_registered_job_enqueues_with_its_options(store, registered, monkeypatch):
+    monkeypatch.setenv("JOBPOOL_DB", str(store.path))
+    load = registered("t.load", queue="imports", priority=3, max_attempts=2, timeout=9)
+    handle = load.enqueue("a.csv")
+    job = store.get(handle.id)
+    assert (job["queue"], job["priority"], job["max_attempts"], job["timeout"]) == ("imports", 3, 2, 9.0)
+    handle = load.enqueue_with(args=("b.csv",), priority=7, key="b")
+    assert store.get(handle.id)["priority"] == 7
+
+
+def test_calling_a_job_runs_it_in_process(registered):
+    @jobpool.job(name="t.add")
+    def add(a, b):
+        return a + b
+    try:
+        assert add(2, 3) == 5
+    finally:
+        jobs.unregister("t.add")
+
+
+def test_two_functions_under_one_name_fail_at_registration_naming_both(registered):
+    registered("t.dup")
+
+    def other():
+        pass
+    with pytest.raises(RegistryError, match=r"t\.dup.*registered twice.*test_enqueue.*other"):
+        jobpool.job(name="t.dup")(other)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "new\nline"])
+def test_a_job_name_must_be_printable_without_spaces(name):
+    with pytest.raises(RegistryError):
+        jobpool.job(name=name)(lambda: None)
+
+
+def test_pickle_is_opt_in_per_job(store, registered):
+    registered("t.json")
+    registered("t.pickled", serializer="pickle")
+    with pytest.raises(EnqueueError, match="JSON"):
+        store.enqueue("t.json", {1, 2})
+    handle = store.enqueue("t.pickled", {1, 2})
+    assert store.get(handle.id)["serializer"] == "pickle"

@@ -1,0 +1,90 @@
+"""Opening a store safely (R26a): refuse what is corrupt or foreign, write nothing."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import jobpool
+from jobpool.errors import CorruptStoreError, NotAStoreError
+
+APP = """
+from jobpool import job
+
+@job(name="t.noop")
+def noop():
+    pass
+"""
+
+
+def filled_store(path):
+    store = jobpool.connect(path)
+    store.enqueue_many("t.noop", [("x" * 200,)] * 2000)
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    return path
+
+
+def corrupt(path, how):
+    data = bytearray(path.read_bytes())
+    if how == "garbage over a page":
+        page = 4096
+        data[page * 3: page * 4] = b"\xde\xad\xbe\xef" * (page // 4)
+    elif how == "truncated":
+        data = data[: len(data) // 3 + 100]
+    elif how == "zeroed header":
+        data[:100] = bytes(100)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["garbage over a page", "truncated", "zeroed header"])
+def test_start_refuses_a_corrupt_store_in_one_line_and_leaves_its_bytes(make_app, how):
+    app = make_app(APP)
+    filled_store(app.db)
+    corrupt(app.db, how)
+    before = app.db.read_bytes()
+    result = app.cli("start", "--app", app.module, "--db", str(app.db), "--burst")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jobpool: error:"), result.stderr
+    assert "corrupt" in lines[0] or "not a jobpool store" in lines[0]
+    assert app.db.read_bytes() == before
+
+
+def test_a_corrupt_store_is_refused_by_connect_with_check(tmp_path):
+    path = filled_store(tmp_path / "s.db")
+    corrupt(path, "garbage over a page")
+    with pytest.raises(CorruptStoreError):
+        jobpool.connect(path, check=True)
+
+
+def test_a_database_of_another_application_is_not_a_store(tmp_path):
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotAStoreError, match="no jobpool_meta"):
+        jobpool.connect(path)
+
+
+def test_a_new_store_is_wal_with_the_schema(tmp_path):
+    store = jobpool.connect(tmp_path / "new.db")
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL for enqueuers
+    assert jobpool.connect(tmp_path / "new.db", durability="normal").conn.execute(
+        "PRAGMA synchronous").fetchone()[0] == 1
+    store.close()
+
+
+def test_a_store_opened_in_a_forked_child_gets_its_own_connection(tmp_path):
+    import os
+    store = jobpool.connect(tmp_path / "f.db")
+    parent_conn = store.conn
+    pid = os.fork()
+    if pid == 0:
+        ok = store.conn is not parent_conn and store.enqueue("t.x").id == 1
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.stats()["ready"] == 1
