@@ -122,6 +122,8 @@ SELECT id FROM jobs WHERE name = ? AND key = ? AND status IN ('ready', 'running'
 
 #: R8/R9: one atomic statement inside BEGIN IMMEDIATE claims up to ``limit`` ready,
 #: due rows of one queue, in claim order (R7), for the names this supervisor knows.
+#: INDEXED BY pins the walk to the claim-order index: the planner otherwise may pick
+#: jobs_status and sort every ready row on each claim.
 #: The attempt is spent here, at claim time. ``{names}`` is a fixed list of quoted
 #: literals built once per supervisor (see ``claim_sql``).
 CLAIM_TEMPLATE = """
@@ -133,7 +135,7 @@ UPDATE jobs
        timeout = COALESCE(timeout, {timeouts}),
        attempts = attempts + 1,
        started_at = :now
- WHERE id IN (SELECT id FROM jobs
+ WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_claim_order
                WHERE status = 'ready' AND queue = :queue AND run_at <= :now
                  AND name IN ({names})
                ORDER BY priority DESC, line_at, id
