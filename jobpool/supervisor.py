@@ -25,6 +25,7 @@ import multiprocess
 from jobpool import core, events, jobs, protocol
 from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
+from jobpool.store.checkpoint import Checkpointer
 from jobpool.store.sqlite import SQLiteStore, connect
 from jobpool.wakeup import Listener
 
@@ -163,7 +164,9 @@ class Supervisor:
         self.store = store or connect(config.db, check=True)
         self.owner = owner_identity()
         policies = {n: registered[n].policy for n in names if n in registered}
-        self.core = core.Core(self.store.path, self.owner, names, self.queues, policies)
+        self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
+                              wal_autocheckpoint=0)
+        self._checkpointer = Checkpointer(self.store.path)
         self.table = core.SlotTable(config.procs)
         self.slots = [Slot(i) for i in range(config.procs)]
         self.rng = rng or random.Random()
@@ -194,6 +197,7 @@ class Supervisor:
         self._listener = Listener(self.store.path)
         if self._listener.sock is not None:
             self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None))
+        self._checkpointer.start()
         try:
             self._recover_dead_owners(time.time())
             for slot in self.slots:
@@ -203,6 +207,7 @@ class Supervisor:
             self._loop()
         finally:
             self._shutdown_children()
+            self._checkpointer.stop()
             self._restore_signals()
             self._listener.close()
             self._selector.close()
@@ -302,13 +307,21 @@ class Supervisor:
         self._selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot))
         self._want_claim = True
 
-    def _read_child(self, slot: Slot) -> None:
+    def _read_child(self, slot: Slot, *, drain: bool = False) -> None:
+        """Read one message (the selector said the pipe is readable), or all of them.
+
+        One read per readiness event: the selector is level-triggered, so a second
+        queued message shows up on the next turn, and ``Connection.poll`` (which
+        builds a selector per call) stays off the hot path.
+        """
         conn = slot.conn
         try:
-            while conn.poll():
+            while True:
                 message = protocol.loads(conn.recv_bytes())
                 if message[0] == protocol.OUTCOME:
                     self._outcome(slot, message)
+                if not drain or not _readable(conn.fileno()):
+                    break
         except (EOFError, OSError, ValueError):
             # The child died mid-message; its exit sentinel settles the job.
             self._selector.unregister(conn.fileno())
@@ -330,7 +343,8 @@ class Supervisor:
 
     def _child_exited(self, slot: Slot, now: float) -> None:
         if slot.conn is not None:
-            self._read_child(slot)  # an outcome sent just before exiting still counts
+            if _readable(slot.conn.fileno()):
+                self._read_child(slot, drain=True)  # an outcome sent just before exiting counts
         proc = slot.proc
         self._selector.unregister(proc.sentinel)
         try:

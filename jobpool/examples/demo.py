@@ -1,0 +1,177 @@
+"""End-to-end demo: generate CSV exports, queue one import job per file, run a pool.
+
+    python -m jobpool.examples.demo [--dir ./demo] [--files 200] [--rows 20000]
+                                    [--procs N] [--bad 0]
+
+Everything lives under ``--dir``: the CSV files in ``csv/``, the jobpool store
+``jobpool.db`` and the application's own database ``warehouse.db``. The store and
+the warehouse are deleted first, so every run starts clean. The pool is the real
+``jobpool start --burst`` command in a subprocess; this script only watches the
+store's counts while it runs, then checks the warehouse.
+
+Exit status 0 when every job settled and the warehouse holds exactly the rows of
+the good files; 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+import jobpool
+from jobpool.errors import StoreError
+from jobpool.examples import imports
+from jobpool.store.sqlite import SQLiteStore
+
+#: How often the watcher reads the store's counts, seconds.
+REFRESH = 1.0
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobpool.examples.demo",
+        description="Import generated CSV files into a SQLite warehouse with a jobpool pool.")
+    parser.add_argument("--dir", default="./demo", help="working directory (default ./demo)")
+    parser.add_argument("--files", type=int, default=200, help="CSV files to import (default 200)")
+    parser.add_argument("--rows", type=int, default=20_000, help="rows per file (default 20000)")
+    parser.add_argument("--procs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (default: CPU count)")
+    parser.add_argument("--bad", type=int, default=0,
+                        help="files with a malformed row; their jobs go dead (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the generated data")
+    args = parser.parse_args(argv)
+    if args.files < 1 or args.rows < 1 or args.procs < 1:
+        parser.error("--files, --rows and --procs must be at least 1")
+    if not 0 <= args.bad <= args.files:
+        parser.error("--bad must be between 0 and --files")
+    return args
+
+
+def remove_database(path: str) -> None:
+    """Delete an SQLite database with its WAL and shared-memory files."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.remove(path + suffix)
+        except FileNotFoundError:
+            pass
+
+
+def read_stats(store: SQLiteStore, last: dict[str, int]) -> dict[str, int]:
+    """The store's counts; on a momentary lock, the last counts we had."""
+    try:
+        return store.stats()
+    except StoreError:
+        return last
+
+
+def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float) -> dict[str, int]:
+    """Show progress until the pool exits; returns the last counts seen."""
+    counts = dict.fromkeys(("ready", "scheduled", "running", "done", "dead"), 0)
+    if sys.stdout.isatty():
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+        columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.fields[detail]}"))
+        with Progress(*columns, refresh_per_second=4) as bar:
+            task = bar.add_task("import", total=files, detail="")
+            while True:
+                exited = _wait(pool)
+                counts = read_stats(store, counts)
+                bar.update(task, completed=counts["done"] + counts["dead"],
+                           detail=_detail(counts))
+                if exited:
+                    return counts
+    while True:
+        exited = _wait(pool)
+        counts = read_stats(store, counts)
+        settled = counts["done"] + counts["dead"]
+        print(f"[{time.monotonic() - started:6.1f} s] {settled}/{files} settled  "
+              f"{_detail(counts)}", flush=True)
+        if exited:
+            return counts
+
+
+def _wait(pool: subprocess.Popen) -> bool:
+    """Wait up to REFRESH seconds for the pool to exit; True if it has."""
+    try:
+        pool.wait(timeout=REFRESH)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _detail(counts: dict[str, int]) -> str:
+    return (f"done {counts['done']}  dead {counts['dead']}  running {counts['running']}  "
+            f"ready {counts['ready']}  scheduled {counts['scheduled']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    directory = os.path.abspath(args.dir)
+    csv_dir = os.path.join(directory, "csv")
+    store_path = os.path.join(directory, "jobpool.db")
+    warehouse = os.path.join(directory, "warehouse.db")
+
+    # A clean slate: old exports (a previous run may have had more files), store, warehouse.
+    os.makedirs(csv_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(csv_dir, "sales-*.csv")):
+        os.remove(old)
+    remove_database(store_path)
+    remove_database(warehouse)
+
+    began = time.monotonic()
+    paths = imports.generate(csv_dir, args.files, args.rows, args.seed, bad=args.bad)
+    print(f"generated {args.files} files of {args.rows:,} rows in {csv_dir} "
+          f"in {time.monotonic() - began:.1f} s", flush=True)
+
+    imports.prepare_warehouse(warehouse)
+    store = jobpool.connect(store_path)
+    store.enqueue_many(imports.load_csv.name, [(path, warehouse) for path in paths])
+    print(f"queued {len(paths)} jobs in {store_path}; starting {args.procs} workers", flush=True)
+
+    command = [sys.executable, "-m", "jobpool", "start", "--app", "jobpool.examples.imports",
+               "--db", store_path, "--procs", str(args.procs), "--burst", "-q"]
+    started = time.monotonic()
+    pool = subprocess.Popen(command)
+    try:
+        counts = watch(pool, store, args.files, started)
+    except KeyboardInterrupt:
+        # Ctrl-C reached the pool too (same process group): it drains and releases leases.
+        pool.wait()
+        print("interrupted", file=sys.stderr)
+        return 130
+    wall = time.monotonic() - started
+    counts = store.stats()
+
+    rows = imports.count_rows(warehouse)
+    expected = (args.files - args.bad) * args.rows
+    settled = counts["done"] + counts["dead"]
+    print()
+    print(f"files           {args.files}")
+    print(f"rows imported   {rows:,} (expected {expected:,})")
+    print(f"jobs done/dead  {counts['done']} / {counts['dead']}")
+    print(f"wall            {wall:.1f} s with {args.procs} workers")
+    print(f"throughput      {settled / wall:.1f} jobs/s, {rows / wall:,.0f} rows/s")
+    if counts["dead"]:
+        print(f"\ndead jobs (see: jobpool jobs list --db {store_path} --status dead):")
+        for row in store.list_jobs(status="dead", limit=5):
+            print(f"  job {row['id']}: {(row['last_error'] or '').splitlines()[0]}")
+
+    problems = []
+    if pool.returncode != 0:
+        problems.append(f"the pool exited with status {pool.returncode}")
+    if settled != args.files:
+        problems.append(f"{args.files - settled} of {args.files} jobs did not settle")
+    if rows != expected:
+        problems.append(f"the warehouse has {rows:,} rows, expected {expected:,}")
+    for problem in problems:
+        print(f"demo: FAILED: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
