@@ -4,8 +4,8 @@
                                     [--procs N] [--bad 0]
 
 Everything lives under ``--dir``: the CSV files in ``csv/``, the jobpool store
-``jobpool.db`` and the application's own database ``warehouse.db``. The store and
-the warehouse are deleted first, so every run starts clean. The pool is the real
+``jobpool.db``, the application's own database ``warehouse.db`` and the pool's log
+``pool.log``. All are replaced on each run, so every run starts clean. The pool is the real
 ``jobpool start --burst`` command in a subprocess; this script only watches the
 store's counts while it runs, then checks the warehouse.
 
@@ -68,13 +68,13 @@ def read_stats(store: SQLiteStore, last: dict[str, int]) -> dict[str, int]:
         return last
 
 
-def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float) -> dict[str, int]:
-    """Show progress until the pool exits; returns the last counts seen."""
+def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float) -> None:
+    """Show progress, from the store's counts, until the pool exits."""
     counts = dict.fromkeys(("ready", "scheduled", "running", "done", "dead"), 0)
     if sys.stdout.isatty():
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn)
-        columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn(),
+        columns = (TextColumn("importing"), BarColumn(bar_width=30), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[detail]}"))
         with Progress(*columns, refresh_per_second=4) as bar:
             task = bar.add_task("import", total=files, detail="")
@@ -82,9 +82,9 @@ def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float
                 exited = _wait(pool)
                 counts = read_stats(store, counts)
                 bar.update(task, completed=counts["done"] + counts["dead"],
-                           detail=_detail(counts))
+                           detail=_short_detail(counts))
                 if exited:
-                    return counts
+                    return
     while True:
         exited = _wait(pool)
         counts = read_stats(store, counts)
@@ -92,7 +92,7 @@ def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float
         print(f"[{time.monotonic() - started:6.1f} s] {settled}/{files} settled  "
               f"{_detail(counts)}", flush=True)
         if exited:
-            return counts
+            return
 
 
 def _wait(pool: subprocess.Popen) -> bool:
@@ -104,6 +104,14 @@ def _wait(pool: subprocess.Popen) -> bool:
     return True
 
 
+def _short_detail(counts: dict[str, int]) -> str:
+    """What fits beside the bar in an 80-column terminal."""
+    text = f"{counts['running']} running  {counts['dead']} dead"
+    if counts["scheduled"]:
+        text += f"  {counts['scheduled']} retrying"
+    return text
+
+
 def _detail(counts: dict[str, int]) -> str:
     return (f"done {counts['done']}  dead {counts['dead']}  running {counts['running']}  "
             f"ready {counts['ready']}  scheduled {counts['scheduled']}")
@@ -111,6 +119,16 @@ def _detail(counts: dict[str, int]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        # Ctrl-C reached the pool too (same process group): it drains, releases its
+        # leases and exits; nothing is lost, and a re-run starts clean anyway.
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def run(args: argparse.Namespace) -> int:
     directory = os.path.abspath(args.dir)
     csv_dir = os.path.join(directory, "csv")
     store_path = os.path.join(directory, "jobpool.db")
@@ -124,9 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     remove_database(warehouse)
 
     began = time.monotonic()
-    paths = imports.generate(csv_dir, args.files, args.rows, args.seed, bad=args.bad)
+    paths = imports.generate(csv_dir, args.files, args.rows, args.seed, bad=args.bad,
+                             workers=args.procs)
+    generating = time.monotonic() - began
     print(f"generated {args.files} files of {args.rows:,} rows in {csv_dir} "
-          f"in {time.monotonic() - began:.1f} s", flush=True)
+          f"in {generating:.1f} s", flush=True)
 
     imports.prepare_warehouse(warehouse)
     store = jobpool.connect(store_path)
@@ -135,15 +155,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     command = [sys.executable, "-m", "jobpool", "start", "--app", "jobpool.examples.imports",
                "--db", store_path, "--procs", str(args.procs), "--burst", "-q"]
+    # The pool's warnings (a dead job, a crashed child) go to a log file, not over the
+    # progress display; the summary lists dead jobs, and a failed pool's log is shown.
+    log_path = os.path.join(directory, "pool.log")
     started = time.monotonic()
-    pool = subprocess.Popen(command)
-    try:
-        counts = watch(pool, store, args.files, started)
-    except KeyboardInterrupt:
-        # Ctrl-C reached the pool too (same process group): it drains and releases leases.
-        pool.wait()
-        print("interrupted", file=sys.stderr)
-        return 130
+    with open(log_path, "w") as log:
+        pool = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            watch(pool, store, args.files, started)
+        finally:
+            pool.wait()
     wall = time.monotonic() - started
     counts = store.stats()
 
@@ -154,16 +175,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"files           {args.files}")
     print(f"rows imported   {rows:,} (expected {expected:,})")
     print(f"jobs done/dead  {counts['done']} / {counts['dead']}")
-    print(f"wall            {wall:.1f} s with {args.procs} workers")
+    print(f"wall            {wall:.1f} s with {args.procs} workers "
+          f"(+ {generating:.1f} s generating the files)")
     print(f"throughput      {settled / wall:.1f} jobs/s, {rows / wall:,.0f} rows/s")
     if counts["dead"]:
         print(f"\ndead jobs (see: jobpool jobs list --db {store_path} --status dead):")
         for row in store.list_jobs(status="dead", limit=5):
-            print(f"  job {row['id']}: {(row['last_error'] or '').splitlines()[0]}")
+            print(f"  job {row['id']}: {(row['last_error'] or '?').splitlines()[0]}")
 
     problems = []
     if pool.returncode != 0:
-        problems.append(f"the pool exited with status {pool.returncode}")
+        problems.append(f"the pool exited with status {pool.returncode} (log: {log_path})")
+        with open(log_path) as log:
+            sys.stderr.writelines(log.readlines()[-20:])
     if settled != args.files:
         problems.append(f"{args.files - settled} of {args.files} jobs did not settle")
     if rows != expected:

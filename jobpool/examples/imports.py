@@ -25,6 +25,7 @@ Run it all with ``python -m jobpool.examples.demo``, or by hand::
 from __future__ import annotations
 
 import array
+import concurrent.futures
 import csv
 import functools
 import io
@@ -35,6 +36,7 @@ import sys
 import time
 import zlib
 from datetime import date, timedelta
+from typing import Callable, TypeVar
 
 import jobpool
 from jobpool import job
@@ -140,24 +142,31 @@ def read_sales(path: str) -> list[tuple]:
     with open(path, newline="", encoding="utf-8") as fh:
         # Read it whole: an export is a few MB, and knowing the line count up front
         # turns progress into a fraction.
-        text = fh.read()
+        try:
+            text = fh.read()
+        except UnicodeDecodeError as exc:
+            raise SchemaError(f"{name} is not UTF-8 text: {exc}") from None
     total_lines = text.count("\n") + 1
     reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if header is None:
-        raise SchemaError(f"{name} is empty (no header line)")
-    if tuple(header) != HEADER:
-        raise SchemaError(f"{name}: header is {','.join(header)!r}, expected {','.join(HEADER)!r}")
-    report_progress(0.0, "parsing")
     rows = []
-    for fields in reader:
-        line = reader.line_num
-        try:
-            rows.append((line, *convert_row(fields)))
-        except ValueError as exc:  # int(), float(), fromisoformat() and our own checks
-            raise RowError(f"{name} line {line}: {exc}") from None
-        if line % PROGRESS_EVERY == 0:
-            report_progress(90.0 * line / total_lines, "parsing")
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise SchemaError(f"{name} is empty (no header line)")
+        if tuple(header) != HEADER:
+            raise SchemaError(f"{name}: header is {','.join(header)!r}, "
+                              f"expected {','.join(HEADER)!r}")
+        report_progress(0.0, "parsing")
+        for fields in reader:
+            line = reader.line_num
+            try:
+                rows.append((line, *convert_row(fields)))
+            except ValueError as exc:  # our RowErrors, and anything else a bad value provokes
+                raise RowError(f"{name} line {line}: {exc}") from None
+            if line % PROGRESS_EVERY == 0:
+                report_progress(90.0 * line / total_lines, "parsing")
+    except csv.Error as exc:  # e.g. a NUL byte, or an unterminated quote at the end
+        raise RowError(f"{name} line {reader.line_num}: {exc}") from None
     return rows
 
 
@@ -169,10 +178,10 @@ def convert_row(fields: list[str]) -> tuple:
         raise RowError(f"expected {len(HEADER)} fields, found {len(fields)}")
     order_id, order_date, region, store, sku, quantity, unit_price, currency, discount_pct, email = fields
 
-    order_number = int(order_id)
+    order_number = _parse(int, order_id, "order_id")
     if order_number <= 0:
         raise RowError(f"order_id must be positive, not {order_number}")
-    day = date.fromisoformat(order_date)
+    day = _parse(date.fromisoformat, order_date, "order_date")
     if not FIRST_DATE <= day <= LAST_DATE:
         raise RowError(f"order_date {order_date} is outside {FIRST_DATE}..{LAST_DATE}")
     tax_rate = TAX_RATE.get(region)
@@ -182,16 +191,16 @@ def convert_row(fields: list[str]) -> tuple:
         raise RowError(f"store must look like S123, not {store!r}")
     if not (sku[:4] == "SKU-" and sku[4:].isdigit()):
         raise RowError(f"sku must look like SKU-01234, not {sku!r}")
-    count = int(quantity)
+    count = _parse(int, quantity, "quantity")
     if not 1 <= count <= 10_000:
         raise RowError(f"quantity {count} is outside 1..10000")
-    price = float(unit_price)
+    price = _parse(float, unit_price, "unit_price")
     if not 0.0 <= price < 1_000_000.0:  # also rejects nan
         raise RowError(f"unit_price {unit_price} is outside 0..1000000")
     usd_rate = USD_RATE.get(currency)
     if usd_rate is None:
         raise RowError(f"unknown currency {currency!r}")
-    discount = float(discount_pct)
+    discount = _parse(float, discount_pct, "discount_pct")
     if not 0.0 <= discount <= 90.0:
         raise RowError(f"discount_pct {discount_pct} is outside 0..90")
     local, at, domain = email.strip().lower().partition("@")
@@ -208,6 +217,17 @@ def convert_row(fields: list[str]) -> tuple:
     return (order_number, order_date, day.year, (day.month - 1) // 3 + 1, day.month, iso_week,
             weekday, region, store, sku, count, price, currency, discount, gross, net, tax,
             total_usd, band, domain, customer_key)
+
+
+T = TypeVar("T")
+
+
+def _parse(convert: Callable[[str], T], text: str, column: str) -> T:
+    """``convert(text)``, or a ``RowError`` that names the column and the bad value."""
+    try:
+        return convert(text)
+    except ValueError as exc:
+        raise RowError(f"{column} {text!r} is invalid: {exc}") from None
 
 
 # -- the warehouse ----------------------------------------------------------------------------
@@ -315,22 +335,27 @@ _MALFORMED = ("{id},2023-02-30,north,S001,SKU-00001,1,9.99,USD,0,a@example.com",
 
 
 def generate(directory: str, files: int = 200, rows: int = 20_000, seed: int = 0, *,
-             bad: int = 0) -> list[str]:
+             bad: int = 0, workers: int = 1) -> list[str]:
     """Write ``files`` deterministic CSV exports of ``rows`` rows each; returns their paths.
 
     ``bad`` of them (chosen by ``seed``) get one malformed row, so their import is
-    rejected as a whole and the job goes dead. Same arguments, same bytes.
+    rejected as a whole and the job goes dead. Same arguments, same bytes, whatever
+    the number of ``workers`` (processes) writing them.
     """
-    if files < 0 or rows < 1 or not 0 <= bad <= files:
-        raise ValueError("need files >= 0, rows >= 1 and 0 <= bad <= files")
+    if files < 0 or rows < 1 or not 0 <= bad <= files or workers < 1:
+        raise ValueError("need files >= 0, rows >= 1, 0 <= bad <= files and workers >= 1")
     os.makedirs(directory, exist_ok=True)
     malformed = set(random.Random(seed).sample(range(files), bad))
-    paths = []
-    for index in range(files):
-        path = os.path.join(directory, f"sales-{index:05d}.csv")
-        _write_export(path, index, rows, seed, index in malformed)
-        paths.append(path)
-    return paths
+    tasks = [(os.path.join(directory, f"sales-{index:05d}.csv"), index, rows, seed,
+              index in malformed) for index in range(files)]
+    if workers == 1 or files < 2:
+        for task in tasks:
+            _write_export(*task)
+    else:
+        with concurrent.futures.ProcessPoolExecutor(min(workers, files)) as executor:
+            for future in [executor.submit(_write_export, *task) for task in tasks]:
+                future.result()  # re-raises a worker's error here
+    return [task[0] for task in tasks]
 
 
 def _write_export(path: str, index: int, rows: int, seed: int, malformed: bool) -> None:
