@@ -5,10 +5,12 @@ that claims them and runs each in a forked child process, one per slot.
 """
 from jobpool.errors import (Defer, EnqueueError, Fatal, JobpoolError, Reschedule, Retry,
                             StoreError)
-from jobpool.jobs import Handle, Job, Signature, job
+from jobpool.child import progress
+from jobpool.jobs import Handle, Job, Signature, job, on_start
 from jobpool.store.sqlite import connect
 
 __version__ = "0.1.0"
 
-__all__ = ["job", "connect", "Retry", "Fatal", "Defer", "Reschedule", "Job", "Handle",
+__all__ = ["job", "connect", "Retry", "Fatal", "Defer", "Reschedule", "progress", "on_start",
+           "Job", "Handle",
            "Signature", "JobpoolError", "EnqueueError", "StoreError", "__version__"]

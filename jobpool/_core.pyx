@@ -25,9 +25,8 @@ cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.limits cimport INT_MAX
 from libc.math cimport INFINITY, ldexp
@@ -148,8 +147,16 @@ CANCEL = 9      # cancelled while running: dead (R31)
 KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
               "rescheduled", "released", "cancelled")
 
-#: Defaults for a name without a policy: backoff base and cap (R13), max crashes (R19a).
-DEFAULT_POLICY = (1.0, 3600.0, 3)
+#: A job name's policy: backoff base and cap (R13), max crashes (R19a), and the
+#: max_attempts and timeout that apply when its row left them NULL.
+#: This one applies to names without a policy.
+DEFAULT_POLICY = (1.0, 3600.0, 3, 5, 300.0)
+
+
+def with_reason(error, reason):
+    """Append ``reason`` to the first line of ``error``, keeping any traceback below it."""
+    head, sep, tail = (error or "").partition("\n")
+    return f"{head}; {reason}{sep}{tail}" if head else reason + sep + tail
 
 cdef enum:
     K_DONE = 0
@@ -171,6 +178,7 @@ cdef enum:
     S_ROLLBACK
     S_CLAIM
     S_DONE
+    S_SUCCESSOR
     S_RETRY
     S_DEAD
     S_DEFER
@@ -271,14 +279,16 @@ def backoff(attempts, double base, double cap, double u):
     up to 25 % (``u`` in [0, 1)), so ``cap`` is an honest ceiling. The exponent is
     bounded before it is computed, so huge attempt counts cannot overflow.
     """
-    cdef sqlite3_int64 a
     if base <= 0:
         return 0.0
     if attempts > 1:
-        a = 1024 if attempts >= 1024 else <sqlite3_int64>attempts
-    else:
-        a = 1
-    return _backoff(a, base, cap, u)
+        exponent = attempts - 1
+        if exponent >= 1023:
+            return _backoff(1024, base, cap, u)
+        if not isinstance(exponent, int):
+            raise TypeError("Expected an int as second argument to ldexp.")
+        return _backoff(<sqlite3_int64>exponent + 1, base, cap, u)
+    return _backoff(1, base, cap, u)
 
 
 # -- slots (R6, R20) -----------------------------------------------------------------
@@ -666,15 +676,15 @@ cdef class Core:
         self._bad = [None] * NSTMT
 
     def __init__(self, path, owner, names, queues, policies=None, *,
-                 busy_timeout=5.0, synchronous="NORMAL"):
+                 busy_timeout=5.0, synchronous="NORMAL", wal_autocheckpoint=1000):
         self.owner = owner
         self.queues = tuple(queues)
         self.policies = dict(policies or {})
-        self._claim_sql = sql.claim_sql(names)
+        self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
         self._inflight = {}
         self._close_db()
         try:
-            self._open(path, busy_timeout, synchronous)
+            self._open(path, busy_timeout, synchronous, wal_autocheckpoint)
         except _pysqlite.Error as exc:
             self._close_db()
             raise StoreError(f"cannot open store {path}: {exc}") from exc
@@ -686,7 +696,7 @@ cdef class Core:
 
     # -- connection ---------------------------------------------------------------
 
-    cdef int _open(self, path, busy_timeout, synchronous) except -1:
+    cdef int _open(self, path, busy_timeout, synchronous, wal_autocheckpoint) except -1:
         cdef bytes filename = os.fsencode(path)
         cdef const char* c_filename
         cdef sqlite3* db = NULL
@@ -708,6 +718,9 @@ cdef class Core:
         sqlite3_busy_timeout(db, <int>timeout_ms)
         self._pragma(f"PRAGMA synchronous={synchronous}")
         self._pragma("PRAGMA mmap_size=0")
+        # 0 hands checkpoints to the supervisor's checkpointer thread, so the
+        # fsyncs of a checkpoint never stall a claim or a settle (R26a).
+        self._pragma(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint)}")
         for s in (S_BEGIN, S_COMMIT, S_ROLLBACK):
             self._stmt(s)
         return 0
@@ -783,6 +796,8 @@ cdef class Core:
             return self._claim_sql
         if s == S_DONE:
             return sql.SETTLE_DONE
+        if s == S_SUCCESSOR:
+            return sql.ENQUEUE_SUCCESSOR
         if s == S_RETRY:
             return sql.SETTLE_RETRY
         if s == S_DEAD:
@@ -952,9 +967,16 @@ cdef class Core:
     cdef int _begin(self) except -1:
         if self._in_txn:
             # A nested call (a signal handler, an rng): what SQLite would say.
-            raise _pysqlite.OperationalError("cannot start a transaction within a transaction")
-        self._exec(S_BEGIN)
-        self._in_txn = True
+            exc = _pysqlite.OperationalError("cannot start a transaction within a transaction")
+            exc.sqlite_errorcode = SQLITE_ERROR
+            exc.sqlite_errorname = "SQLITE_ERROR"
+            raise exc
+        self._in_txn = True     # set before the step: BEGIN may wait out the busy timeout
+        try:
+            self._exec(S_BEGIN)
+        except BaseException:
+            self._in_txn = False
+            raise
         return 0
 
     cdef int _commit(self) except -1:
@@ -1158,7 +1180,6 @@ cdef class Core:
         cdef long kind
         cdef int stmt
         cdef double run_at = 0.0
-        cdef double wait
         cdef double u
         cdef object status
         cdef object reason = None       # the error a dead row is settled with
@@ -1171,7 +1192,12 @@ cdef class Core:
             policy = (<dict>policies).get(name, DEFAULT_POLICY)
         else:
             policy = policies.get(name, DEFAULT_POLICY)
-        base, cap, max_crashes = policy
+        head = policy[:3]
+        if len(head) != 3:      # the twin's unpacking error, word for word
+            if len(head) > 3:
+                raise ValueError("too many values to unpack (expected 3)")
+            raise ValueError(f"not enough values to unpack (expected 3, got {len(head)})")
+        base, cap, max_crashes = head
         log_outcome = log_as or KIND_NAMES[kind_obj]
         kind = kind_obj
         if kind == K_DONE:
@@ -1179,16 +1205,16 @@ cdef class Core:
             stmt = S_DONE
             status = "done"
         elif kind == K_DEFER:
-            run_at = now + <double>(delay or 0.0)
+            run_at = now + (delay or 0.0)       # Python addition: the twin's TypeError
             if has_deadline and run_at > deadline:
-                reason = f"{error or 'deferred'}; deferred past its deadline"
+                reason = with_reason(error or "deferred", "deferred past its deadline")
                 stmt = S_DEAD
                 status = "dead"
             else:
                 stmt = S_DEFER
                 status = "ready"
         elif kind == K_RESCHEDULE:
-            run_at = now + <double>(delay or 0.0)
+            run_at = now + (delay or 0.0)
             stmt = S_RESCHEDULE
             status = "ready"
         elif kind == K_RELEASE:
@@ -1205,20 +1231,19 @@ cdef class Core:
             status = "dead"
             if kind == K_CRASH and crashes >= max_crashes:
                 causes = self._crash_causes(job_id)
-                causes.append(error)
+                causes.append(error or "?")
                 reason = (f"quarantined: killed its child {crashes} times ("
                           + "; ".join(causes[-crashes:]) + ")")
             elif attempt >= max_attempts:
-                reason = f"{error}; no attempts left after {max_attempts}"
+                reason = with_reason(error, f"no attempts left after {max_attempts}")
             else:
                 if kind == K_RETRY and delay is not None:
-                    wait = delay
+                    run_at = now + delay
                 else:
                     u = rng.random() if rng is not None else 0.0
-                    wait = _backoff(attempt, base, cap, u)
-                run_at = now + wait
+                    run_at = now + _backoff(attempt, base, cap, u)
                 if has_deadline and run_at > deadline:
-                    reason = f"{error}; retry would fall past its deadline"
+                    reason = with_reason(error, "retry would fall past its deadline")
                 else:
                     reason = error
                     stmt = S_RETRY
@@ -1243,6 +1268,11 @@ cdef class Core:
         if self._exec(stmt) != 1:
             out.append((job_id, name, attempt, "lost", "lease lost"))
             return 0
+        if stmt == S_DONE:
+            # R12: a chain's next step is enqueued in the transaction that completes this one.
+            self._set_o(P_ID, job_id)
+            self._set_d(P_NOW, now)
+            self._exec(S_SUCCESSOR)
 
         pid = outcome[6]
         exit_status = outcome[7]

@@ -286,6 +286,8 @@ class Core:
         if cursor.rowcount != 1:
             out.append((job_id, name, attempt, "lost", "lease lost"))
             return
+        if status == "done":
+            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
         db.execute(sql.INSERT_ATTEMPT, {
             "id": job_id, "attempt": attempt, "owner": self.owner, "pid": outcome[6],
             "started_at": started_at, "now": now, "outcome": log_outcome, "error": error,

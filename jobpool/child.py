@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import sys
+import time
 import traceback
 
 from jobpool import core, jobs, protocol
@@ -21,6 +22,32 @@ _PR_SET_PDEATHSIG = 1
 
 #: Set in a child while a job runs, so ``jobpool.progress`` knows where to report.
 _current: tuple | None = None
+
+
+#: R22: a job reporting progress in a tight loop sends at most one report per interval.
+PROGRESS_INTERVAL = 0.1
+_last_progress = 0.0
+
+
+def progress(percent: float, stage: str | None = None) -> None:
+    """Report how far the running job is (0-100) and what it is doing (R22).
+
+    Sent to the supervisor, which stores it throttled; outside a pool's child
+    (a plain call of the job function) it does nothing.
+    """
+    global _last_progress
+    if isinstance(percent, bool) or not isinstance(percent, (int, float)) or not 0 <= percent <= 100:
+        raise ValueError(f"progress must be a number from 0 to 100, not {percent!r}")
+    if stage is not None and not isinstance(stage, str):
+        raise ValueError(f"progress stage must be a string, not {type(stage).__name__}")
+    if _current is None:
+        return
+    now = time.monotonic()
+    if now - _last_progress < PROGRESS_INTERVAL and percent < 100:
+        return
+    _last_progress = now
+    conn, job_id, attempt = _current
+    conn.send_bytes(protocol.progress_message(job_id, attempt, float(percent), stage))
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -30,6 +30,8 @@ POOL_STARTED = "pool_started"
 POOL_STOPPING = "pool_stopping"
 POOL_STOPPED = "pool_stopped"
 POOL_STATUS = "pool_status"
+POOL_SCALED = "pool_scaled"
+JOB_SCHEDULED = "job_scheduled"
 
 _WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR}
 

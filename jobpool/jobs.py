@@ -84,7 +84,9 @@ class Job:
 
     def __init__(self, fn: Callable, *, name: str, queue: str, priority: int, max_attempts: int,
                  timeout: float, fatal: tuple, serializer: str, backoff_base: float,
-                 backoff_max: float, max_crashes: int, store_result: bool) -> None:
+                 backoff_max: float, max_crashes: int, store_result: bool,
+                 on_dead: Callable | None = None, every: float | timedelta | None = None,
+                 cron: str | None = None) -> None:
         self.fn = fn
         self.name = validate_name(name)
         self.queue = validate_name(queue, "queue name")
@@ -104,6 +106,10 @@ class Job:
             raise RegistryError(f"job {name}: max_crashes must be at least 1")
         self.max_crashes = int(max_crashes)
         self.store_result = bool(store_result)
+        if on_dead is not None and not callable(on_dead):
+            raise RegistryError(f"job {name}: on_dead must be callable")
+        self.on_dead = on_dead
+        self.schedule = _schedule(name, every, cron)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -130,14 +136,38 @@ class Job:
                      key: str | None = None, delay: float | timedelta | None = None,
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
-                     store: Any = None, connection: Any = None) -> Handle:
-        """Queue a call with per-call options; ``store`` defaults to ``connect()``."""
+                     then: Any = None, store: Any = None, connection: Any = None) -> Handle:
+        """Queue a call with per-call options; ``store`` defaults to ``connect()``.
+
+        ``then`` is a signature (``other.s(...)``) or a list of them to run, in
+        order, after this job succeeds (R12).
+        """
         if store is None:
             from jobpool.store.sqlite import default_store
             store = default_store()
         return store.enqueue_with(self.name, args=args, kwargs=kwargs, key=key, delay=delay,
                                   priority=priority, deadline=deadline,
-                                  max_attempts=max_attempts, queue=queue, connection=connection)
+                                  max_attempts=max_attempts, queue=queue, then=then,
+                                  connection=connection)
+
+
+def _schedule(name: str, every: float | timedelta | None, cron: str | None):
+    """R33: a periodic job's schedule, or None. Validated at import, not at run time."""
+    if every is not None and cron is not None:
+        raise RegistryError(f"job {name}: give every= or cron=, not both")
+    if every is not None:
+        from jobpool.periodic import Every
+        seconds_ = every.total_seconds() if isinstance(every, timedelta) else every
+        if isinstance(seconds_, bool) or not isinstance(seconds_, (int, float)) or not seconds_ > 0:
+            raise RegistryError(f"job {name}: every= must be a positive interval, not {every!r}")
+        return Every(float(seconds_))
+    if cron is not None:
+        from jobpool.periodic import Cron
+        try:
+            return Cron(cron)
+        except ValueError as exc:
+            raise RegistryError(f"job {name}: bad cron expression {cron!r}: {exc}") from None
+    return None
 
 
 def _qualified(fn: Callable) -> str:
@@ -148,8 +178,14 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
         priority: int = DEFAULT_PRIORITY, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float = DEFAULT_TIMEOUT, fatal: tuple = (), serializer: str = "json",
         backoff_base: float = 1.0, backoff_max: float = 3600.0, max_crashes: int = 3,
-        store_result: bool = False) -> Any:
-    """Register a function as a job. Usable bare (``@job``) or with options."""
+        store_result: bool = False, on_dead: Callable | None = None,
+        every: float | timedelta | None = None, cron: str | None = None) -> Any:
+    """Register a function as a job. Usable bare (``@job``) or with options.
+
+    ``on_dead(job, reason)`` runs once, in a child of the supervisor, for each of
+    this job's rows that becomes dead (R21). ``every=`` or ``cron=`` makes it a
+    periodic job that the pools enqueue (argument-less) once per occurrence (R33).
+    """
 
     def register(func: Callable) -> Job:
         job_name = name if name is not None else _qualified(func)
@@ -158,7 +194,7 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
                       max_attempts=max_attempts, timeout=timeout, fatal=fatal,
                       serializer=serializer, backoff_base=backoff_base,
                       backoff_max=backoff_max, max_crashes=max_crashes,
-                      store_result=store_result)
+                      store_result=store_result, on_dead=on_dead, every=every, cron=cron)
         except EnqueueError as exc:
             raise RegistryError(f"job {job_name}: {exc}") from None
         existing = _registry.get(job_name)
@@ -194,3 +230,19 @@ def registered() -> dict[str, Job]:
 def unregister(name: str) -> None:
     """Forget a name (tests define jobs under throwaway names)."""
     _registry.pop(name, None)
+
+
+_start_hooks: list[Callable] = []
+
+
+def on_start(fn: Callable) -> Callable:
+    """Register ``fn(store)`` to run once in each supervisor as it starts, before it
+    claims anything: the place to re-derive work a previous run left unfinished.
+    It may run again on every start, so enqueue with keys (R3) to stay idempotent."""
+    if fn not in _start_hooks:
+        _start_hooks.append(fn)
+    return fn
+
+
+def start_hooks() -> list[Callable]:
+    return list(_start_hooks)

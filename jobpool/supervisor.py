@@ -9,6 +9,7 @@ where a signal could not reach it (R11).
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -25,7 +26,9 @@ import multiprocess
 from jobpool import core, events, jobs, protocol
 from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
+from jobpool.hooks import HookRunner
 from jobpool.store.checkpoint import Checkpointer
+from jobpool.store import sql
 from jobpool.store.sqlite import SQLiteStore, connect
 from jobpool.wakeup import Listener
 
@@ -41,6 +44,9 @@ KILL_GRACE = 2.0
 STORE_PAUSE_MAX = 30.0
 #: How often a non-TTY pool logs a status line, seconds.
 STATUS_EVERY = 10.0
+#: How often the pool writes its heartbeat, progress and counters, and reads the
+#: operators' requests (stop, scale, cancel), seconds (R22, R27, R29, R31).
+HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
 
 
 @dataclass
@@ -122,6 +128,17 @@ def exit_status_text(code: int) -> str:
     return str(code)
 
 
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
@@ -130,7 +147,7 @@ class Slot:
     """One child process and what it is doing."""
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
-                 "signalled")
+                 "signalled", "started", "progress", "stage", "progress_dirty")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -142,6 +159,10 @@ class Slot:
         self.kill_at = math.inf
         self.kill_kind = core.TIMEOUT
         self.signalled = 0
+        self.started = 0.0
+        self.progress: float | None = None
+        self.stage: str | None = None
+        self.progress_dirty = False
 
 
 class Supervisor:
@@ -188,6 +209,15 @@ class Supervisor:
         self._signal_w: socket.socket | None = None
         self._old_wakeup_fd = -1
         self._listener: Listener | None = None
+        self._started_at = time.time()
+        self._next_heartbeat = 0.0
+        self._hooks = HookRunner()
+        self._hook_queue: list[tuple[int, str, str]] = []
+        self._with_hooks = {n: registered[n].on_dead for n in names
+                            if n in registered and registered[n].on_dead is not None}
+        self._periodic = {n: registered[n].schedule for n in names
+                          if n in registered and registered[n].schedule is not None}
+        self._periodic_done: dict[str, float] = {}
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -196,10 +226,12 @@ class Supervisor:
         self._install_signals()
         self._listener = Listener(self.store.path)
         if self._listener.sock is not None:
-            self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None))
+            self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
         self._checkpointer.start()
         try:
             self._recover_dead_owners(time.time())
+            self._run_start_hooks()
+            self._queue_pending_hooks()
             for slot in self.slots:
                 self._spawn(slot)
             events.emit(events.POOL_STARTED, owner=self.owner, procs=self.config.procs,
@@ -207,6 +239,9 @@ class Supervisor:
             self._loop()
         finally:
             self._shutdown_children()
+            self._run_hooks(time.time())
+            self._hooks.wait(5.0)
+            self._leave_pools_table()
             self._checkpointer.stop()
             self._restore_signals()
             self._listener.close()
@@ -230,14 +265,15 @@ class Supervisor:
             now = time.time()
             timeout = self._wait_time(now)
             for key, _mask in self._selector.select(timeout):
-                kind, slot = key.data
-                # One batch can hold events of a child already replaced in this batch;
-                # act only on those that still belong to the slot's current child.
+                kind, slot, owner = key.data
+                # One batch can hold events of a child replaced earlier in the same
+                # batch, whose fd number the new child may already reuse: act only on
+                # events of the very pipe or process the slot holds now.
                 if kind == "conn":
-                    if slot.conn is not None and slot.conn.fileno() == key.fd:
+                    if slot.conn is owner:
                         self._read_child(slot)
                 elif kind == "exit":
-                    if slot.proc is not None and slot.proc.sentinel == key.fd and _readable(key.fd):
+                    if slot.proc is owner:
                         self._child_exited(slot, time.time())
                 elif kind == "wake":
                     self._listener.drain()
@@ -253,6 +289,15 @@ class Supervisor:
                 if not self._stopping:
                     self._reclaim(now)
             self._settle(now)
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + HEARTBEAT_EVERY
+                self._heartbeat(now)
+            if self._periodic and not self._stopping:
+                self._enqueue_periodic(now)
+            if self._hook_queue:
+                self._run_hooks(now)
+            if len(self._hooks):
+                self._hooks.reap(now)
             claimed_none = self._claim(now)
             self._maybe_status(now)
             if self._finished(now, claimed_none):
@@ -261,7 +306,8 @@ class Supervisor:
     def _wait_time(self, now: float) -> float:
         if self._want_claim and not self._stopping and self._free_slots() and now >= self._store_pause_until:
             return 0.0
-        deadline = min(self._next_poll, self.table.next_deadline(), self._drain_until)
+        deadline = min(self._next_poll, self.table.next_deadline(), self._drain_until,
+                       self._next_heartbeat)
         if self.pending:
             deadline = min(deadline, self._store_pause_until)
         for slot in self.slots:
@@ -283,7 +329,10 @@ class Supervisor:
         if limit is not None and self.counters["claimed"] >= limit:
             return True
         if self.config.burst and claimed_none:
-            due = self.store.next_due(self.names, self.queues)
+            try:
+                due = self.store.next_due(self.names, self.queues)
+            except StoreError:
+                return False  # cannot tell: keep running; the claim path reports (R26)
             return due is None or due > now + self.config.poll_interval
         return False
 
@@ -303,8 +352,8 @@ class Supervisor:
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at, slot.signalled = None, math.inf, 0
-        self._selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot))
-        self._selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot))
+        self._selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot, parent_conn))
+        self._selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot, proc))
         self._want_claim = True
 
     def _read_child(self, slot: Slot, *, drain: bool = False) -> None:
@@ -320,6 +369,8 @@ class Supervisor:
                 message = protocol.loads(conn.recv_bytes())
                 if message[0] == protocol.OUTCOME:
                     self._outcome(slot, message)
+                elif message[0] == protocol.PROGRESS:
+                    self._progress(slot, message)
                 if not drain or not _readable(conn.fileno()):
                     break
         except (EOFError, OSError, ValueError):
@@ -336,10 +387,21 @@ class Supervisor:
                              peak_rss, cpu_s))
         self._free(slot)
 
+    def _progress(self, slot: Slot, message: tuple) -> None:
+        _tag, job_id, attempt, percent, stage = message
+        if slot.job is not None and slot.job[0] == job_id and slot.job[4] == attempt:
+            slot.progress, slot.stage, slot.progress_dirty = percent, stage, True
+
     def _free(self, slot: Slot) -> None:
+        if slot.progress_dirty and slot.job is not None and self.pending:
+            # The last report before a failure stays with the error (R22).
+            self._write_progress([slot])
         slot.job = None
+        slot.progress, slot.stage, slot.progress_dirty = None, None, False
         self.table.clear(slot.index)
         self._want_claim = True
+        if slot.index >= self.config.procs:
+            self._retire(slot)
 
     def _child_exited(self, slot: Slot, now: float) -> None:
         if slot.conn is not None:
@@ -382,6 +444,8 @@ class Supervisor:
         slot.proc = None
         if slot.index < self.config.procs and not self._stopping:
             self._spawn(slot)
+        else:
+            self._trim_slots()
 
     def _kill_overdue(self, now: float) -> None:
         for index in self.table.overdue(now):
@@ -415,9 +479,46 @@ class Supervisor:
             pass
 
     def _free_slots(self) -> list[int]:
+        procs = self.config.procs
         return [i for i in self.table.free_slots()
-                if i < len(self.slots) and self.slots[i].proc is not None
+                if i < procs and self.slots[i].proc is not None
                 and self.slots[i].conn is not None and self.slots[i].killing is None]
+
+    # -- scaling (R27) -------------------------------------------------------------------
+
+    def resize(self, procs: int) -> None:
+        """Grow at once; shrink by retiring slots as their jobs finish, never by cancelling."""
+        if procs < 1 or procs == self.config.procs:
+            return
+        old = self.config.procs
+        self.config.procs = procs
+        events.emit(events.POOL_SCALED, procs_from=old, procs_to=procs)
+        if procs > old:
+            self.table.resize(max(procs, self.table.size))
+            while len(self.slots) < procs:
+                self.slots.append(Slot(len(self.slots)))
+            for slot in self.slots[old:procs]:
+                if slot.proc is None and not self._stopping:
+                    self._spawn(slot)
+            return
+        for slot in self.slots[procs:]:
+            if slot.job is None:
+                self._retire(slot)
+
+    def _retire(self, slot: Slot) -> None:
+        """Close an idle child of a slot past --procs; its exit trims the slot away."""
+        if slot.conn is not None:
+            self._selector.unregister(slot.conn.fileno())
+            slot.conn.close()  # the idle child reads EOF and exits
+            slot.conn = None
+        if slot.proc is None:
+            self._trim_slots()
+
+    def _trim_slots(self) -> None:
+        while (len(self.slots) > self.config.procs and self.slots[-1].proc is None
+               and self.slots[-1].job is None):
+            self.slots.pop()
+        self.table.resize(len(self.slots))
 
     def _shutdown_children(self) -> None:
         for slot in self.slots:
@@ -497,6 +598,8 @@ class Supervisor:
                 counters["dead"] += 1
                 events.emit(events.JOB_DEAD, job_id=job_id, name=name, attempt=attempt,
                             reason=reason)
+                if name in self._with_hooks:
+                    self._hook_queue.append((job_id, name, reason or ""))
             else:
                 counters["lost"] += 1
                 events.emit(events.JOB_LEASE_LOST, job_id=job_id, name=name, attempt=attempt)
@@ -528,6 +631,7 @@ class Supervisor:
         job_id, name, payload, serializer, attempt, timeout, _deadline = job
         self.table.assign(slot.index, job_id, attempt, now + timeout)
         slot.job = job
+        slot.started = now
         self.counters["claimed"] += 1
         events.emit(events.JOB_CLAIMED, job_id=job_id, name=name, attempt=attempt, slot=slot.index,
                     pid=slot.pid)
@@ -541,6 +645,119 @@ class Supervisor:
             if self._next_status:
                 events.emit(events.POOL_STATUS, busy=self.table.busy_count(), **self.counters)
             self._next_status = now + self.config.status_every
+
+    # -- heartbeat: progress, counters, operator requests (R22, R25, R27, R29, R31) -----------
+
+    def _slot_views(self, now: float) -> list[dict]:
+        views = []
+        for slot in self.slots[: self.config.procs]:
+            job = slot.job
+            views.append({"slot": slot.index, "pid": slot.pid if slot.proc else None,
+                          "job_id": job[0] if job else None, "name": job[1] if job else None,
+                          "attempt": job[4] if job else None,
+                          "started": slot.started if job else None,
+                          "timeout": job[5] if job else None,
+                          "progress": slot.progress, "stage": slot.stage,
+                          "rss": _rss_bytes(slot.pid) if slot.proc else None})
+        return views
+
+    def _write_progress(self, slots: list[Slot]) -> None:
+        conn = self.store.conn
+        for slot in slots:
+            job = slot.job
+            conn.execute(sql.SET_PROGRESS, {"progress": slot.progress, "stage": slot.stage,
+                                            "id": job[0], "owner": self.owner, "attempt": job[4]})
+            slot.progress_dirty = False
+
+    def _heartbeat(self, now: float) -> None:
+        counters = dict(self.counters, busy=self.table.busy_count(), unsettled=len(self.pending))
+        params = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
+                  "procs": self.config.procs, "queues": ",".join(self.queues), "core": core.NAME,
+                  "now": now, "counters": json.dumps(counters),
+                  "slots": json.dumps(self._slot_views(now))}
+        dirty = [s for s in self.slots if s.progress_dirty and s.job is not None]
+
+        def beat(conn):
+            stop, desired = conn.execute(sql.UPSERT_POOL, params).fetchone()
+            if stop:
+                conn.execute("UPDATE pools SET stop_requested = 0 WHERE owner = ?", (self.owner,))
+            if desired is not None:
+                conn.execute("UPDATE pools SET desired_procs = NULL WHERE owner = ?", (self.owner,))
+            self._write_progress(dirty)
+            cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": self.owner}).fetchall()
+            return stop, desired, cancels
+        try:
+            stop, desired, cancels = self.store._write("heartbeat", beat)
+        except StoreError as exc:
+            log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
+            return
+        if stop:
+            self.request_stop()
+        if desired is not None:
+            self.resize(int(desired))
+        for job_id, attempt in cancels:
+            for slot in self.slots:
+                if slot.job is not None and slot.job[0] == job_id and slot.job[4] == attempt \
+                        and slot.killing is None:
+                    self._kill(slot, "cancelled", core.CANCEL, now, at_once=True)
+
+    def _leave_pools_table(self) -> None:
+        try:
+            self.store._write("leaving pools", lambda c: c.execute(sql.DELETE_POOL, (self.owner,)))
+        except StoreError as exc:
+            log.warning("could not remove this pool from the pools table: %s", exc)
+
+    # -- hooks and periodic jobs (R21, R33) -------------------------------------------------
+
+    def _run_start_hooks(self) -> None:
+        for hook in jobs.start_hooks():
+            try:
+                hook(self.store)
+            except Exception:  # noqa: BLE001 - a start hook must not stop the pool
+                log.exception("on_start hook %s failed", getattr(hook, "__qualname__", hook))
+
+    def _queue_pending_hooks(self) -> None:
+        if not self._with_hooks:
+            return
+        query = sql.PENDING_HOOKS.format(names=", ".join(sql.quote_literal(n) for n in self._with_hooks))
+        try:
+            ids = [r[0] for r in self.store.conn.execute(query)]
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not read pending on_dead hooks: %s", exc)
+            return
+        for job_id in ids:
+            self._hook_queue.append((job_id, "", ""))
+
+    def _run_hooks(self, now: float) -> None:
+        queue, self._hook_queue = self._hook_queue, []
+        for index, (job_id, name, reason) in enumerate(queue):
+            try:
+                taken = self.store._write("taking an on_dead hook", lambda c: c.execute(
+                    sql.TAKE_HOOK, (job_id,)).rowcount)
+                job = self.store.get(job_id) if taken else None
+            except JobpoolError:
+                self._hook_queue.extend(queue[index:])  # the store is down: try next turn
+                return
+            if job is None:
+                continue
+            hook = self._with_hooks.get(job["name"])
+            if hook is not None:
+                self._hooks.start(hook, job, reason or (job["last_error"] or ""), now)
+
+    def _enqueue_periodic(self, now: float) -> None:
+        for name, schedule in self._periodic.items():
+            occurrence = schedule.occurrence(now)
+            if occurrence <= self._periodic_done.get(name, -math.inf):
+                continue
+            try:
+                handle = self.store.enqueue_occurrence(name, occurrence)
+            except JobpoolError as exc:
+                log.debug("periodic %s not enqueued yet: %s", name, exc)
+                continue
+            self._periodic_done[name] = occurrence
+            if handle is not None:
+                events.emit(events.JOB_SCHEDULED, job_id=handle.id, name=name, occurrence=occurrence)
+                self._want_claim = True
 
     # -- stopping (R25) and signals ----------------------------------------------------------
 
@@ -560,18 +777,23 @@ class Supervisor:
         self._signal_r, self._signal_w = socket.socketpair()
         self._signal_r.setblocking(False)
         self._signal_w.setblocking(False)
-        self._selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None))
+        self._selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None, None))
         try:
             self._old_wakeup_fd = signal.set_wakeup_fd(self._signal_w.fileno(),
                                                        warn_on_full_buffer=False)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._old_handlers[signum] = signal.signal(signum, self._on_signal)
+            self._old_handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         except ValueError:
             pass  # not the main thread: stop with request_stop()
 
     def _on_signal(self, signum, frame) -> None:
         # Handlers only count; the loop acts (STYLE habit 7).
         self._stop_requests += 1
+
+    def _on_hangup(self, signum, frame) -> None:
+        # R27: re-read the operators' requests (scale, stop) at once.
+        self._next_heartbeat = 0.0
 
     def _drain_signal_pipe(self) -> None:
         try:

@@ -19,6 +19,11 @@ CREATE TABLE IF NOT EXISTS jobpool_meta (
 #: ``max_attempts`` and ``timeout`` are NULL when the enqueuer left them to the
 #: job's registered options (enqueue by name without importing the job); the
 #: first claim writes in the values of the supervisor that runs it.
+#: ``chain`` holds the successors still to enqueue (R12) as a JSON list of
+#: ``{name, payload, queue, priority, max_attempts, timeout}``; ``chain_root`` is
+#: the id of the chain's first job. ``cancel_requested`` asks the owning
+#: supervisor to kill a running job (R31); ``hook_done`` marks an on_dead hook as
+#: taken (R21).
 CREATE_JOBS = """
 CREATE TABLE IF NOT EXISTS jobs (
     id               INTEGER PRIMARY KEY,
@@ -45,7 +50,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     result           BLOB,
     created_at       REAL    NOT NULL,
     started_at       REAL,
-    finished_at      REAL
+    finished_at      REAL,
+    chain            TEXT,
+    chain_root       INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    hook_done        INTEGER NOT NULL DEFAULT 0
 )
 """
 
@@ -92,6 +101,34 @@ CREATE TABLE IF NOT EXISTS attempts (
 
 CREATE_ATTEMPTS_INDEX = "CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id)"
 
+#: One row per live supervisor (R29, R29a): its heartbeat, counters and slots,
+#: and the requests operators leave for it (stop, a new --procs).
+CREATE_POOLS = """
+CREATE TABLE IF NOT EXISTS pools (
+    owner          TEXT PRIMARY KEY,
+    host           TEXT NOT NULL,
+    pid            INTEGER NOT NULL,
+    procs          INTEGER NOT NULL,
+    queues         TEXT NOT NULL,
+    core           TEXT NOT NULL,
+    started_at     REAL NOT NULL,
+    heartbeat_at   REAL NOT NULL,
+    counters       TEXT NOT NULL DEFAULT '{}',
+    slots          TEXT NOT NULL DEFAULT '[]',
+    stop_requested INTEGER NOT NULL DEFAULT 0,
+    desired_procs  INTEGER
+) WITHOUT ROWID
+"""
+
+#: R33: the last occurrence enqueued per periodic job, so each occurrence is
+#: enqueued once however many supervisors race for it.
+CREATE_PERIODIC = """
+CREATE TABLE IF NOT EXISTS periodic (
+    name            TEXT PRIMARY KEY,
+    last_occurrence REAL NOT NULL
+) WITHOUT ROWID
+"""
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -101,6 +138,8 @@ SCHEMA = (
     CREATE_STATUS_INDEX,
     CREATE_ATTEMPTS,
     CREATE_ATTEMPTS_INDEX,
+    CREATE_POOLS,
+    CREATE_PERIODIC,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -109,8 +148,8 @@ SCHEMA = (
 #: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
 INSERT_JOB = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
-                  run_at, line_at, max_attempts, deadline, timeout, created_at)
-VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)
+                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain)
+VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
 """
 
 #: R3: the live job that holds a key.
@@ -191,6 +230,21 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
  WHERE {GUARD}
 """
 
+#: R12: the next step of a chain, enqueued in the transaction that completes its
+#: predecessor (run right after SETTLE_DONE matched), so a step is never lost or
+#: doubled. The rest of the chain travels with it.
+ENQUEUE_SUCCESSOR = """
+INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
+                  max_attempts, deadline, timeout, created_at, chain, chain_root)
+SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL,
+       json_extract(chain, '$[0].payload'), 'json', json_extract(chain, '$[0].priority'),
+       'ready', :now, :now, json_extract(chain, '$[0].max_attempts'), NULL,
+       json_extract(chain, '$[0].timeout'), :now,
+       CASE WHEN json_array_length(chain) > 1 THEN json_remove(chain, '$[0]') END,
+       COALESCE(chain_root, id)
+  FROM jobs WHERE id = :id AND chain IS NOT NULL
+"""
+
 #: R10/R15/R16/R19a/R31: dead, with the reason.
 SETTLE_DEAD = f"""
 UPDATE jobs SET status = 'dead', lease_owner = NULL, lease_expires_at = NULL,
@@ -263,6 +317,53 @@ UPDATE jobs
 RETURNING id, name, status, last_error
 """
 
+# --- operating (R21, R29, R31, R33) ------------------------------------------------------
+
+#: R31: a ready job is cancelled at once; a running one is flagged for its owner.
+CANCEL_READY = """
+UPDATE jobs SET status = 'dead', last_error = 'cancelled', finished_at = :now
+ WHERE id = :id AND status = 'ready'
+"""
+REQUEST_CANCEL = "UPDATE jobs SET cancel_requested = 1 WHERE id = :id AND status = 'running'"
+#: R31: the running jobs of one owner that an operator asked to cancel.
+CANCELS_FOR_OWNER = """
+SELECT id, attempts FROM jobs
+ WHERE status = 'running' AND lease_owner = :owner AND cancel_requested = 1
+"""
+
+#: R21: take an on_dead hook before running it, so two supervisors never both run it.
+TAKE_HOOK = "UPDATE jobs SET hook_done = 1 WHERE id = ? AND status = 'dead' AND hook_done = 0"
+#: R21: dead jobs whose hook a previous supervisor did not get to.
+PENDING_HOOKS = "SELECT id FROM jobs WHERE status = 'dead' AND hook_done = 0 AND name IN ({names})"
+
+#: R22: progress from a child, written at the heartbeat; fenced like a settle.
+SET_PROGRESS = f"""
+UPDATE jobs SET progress = :progress, stage = :stage WHERE {GUARD}
+"""
+
+UPSERT_POOL = """
+INSERT INTO pools (owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots)
+VALUES (:owner, :host, :pid, :procs, :queues, :core, :now, :now, :counters, :slots)
+ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = excluded.heartbeat_at,
+       counters = excluded.counters, slots = excluded.slots
+RETURNING stop_requested, desired_procs
+"""
+DELETE_POOL = "DELETE FROM pools WHERE owner = ?"
+LIST_POOLS = """
+SELECT owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
+       stop_requested, desired_procs
+  FROM pools ORDER BY started_at
+"""
+REQUEST_STOP = "UPDATE pools SET stop_requested = 1"
+REQUEST_SCALE = "UPDATE pools SET desired_procs = :procs"
+
+#: R33: advance a periodic job to ``occurrence`` only if nobody has yet.
+ADVANCE_PERIODIC = """
+INSERT INTO periodic (name, last_occurrence) VALUES (:name, :occurrence)
+ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
+ WHERE last_occurrence < excluded.last_occurrence
+"""
+
 # --- reading -------------------------------------------------------------------------
 
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
@@ -270,7 +371,8 @@ COUNT_SCHEDULED = "SELECT count(*) FROM jobs WHERE status = 'ready' AND run_at >
 JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
-    "last_error, progress, stage, result, created_at, started_at, finished_at"
+    "last_error, progress, stage, result, created_at, started_at, finished_at, chain_root, "
+    "cancel_requested"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 LIST_ATTEMPTS = """

@@ -5,6 +5,7 @@ connection. This module is what applications and the CLI use.
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -166,16 +167,20 @@ class SQLiteStore:
                      key: str | None = None, delay: float | timedelta | None = None,
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
-                     timeout: float | None = None, connection: sqlite3.Connection | None = None,
+                     timeout: float | None = None, then: Any = None,
+                     connection: sqlite3.Connection | None = None,
                      now: float | None = None) -> registry.Handle:
         """Queue one job with per-call options.
 
+        ``then`` is a ``Signature`` (``job.s(...)``) or a list of them: the chain
+        that runs after this job succeeds, each step enqueued in the transaction
+        that completes the one before (R12).
         With ``connection`` (R5) the row is written inside the caller's open
         transaction on that connection, and exists only if the caller commits.
         """
         now = time.time() if now is None else now
         row = self._row(name, args, kwargs, key, delay, priority, deadline, max_attempts,
-                        queue, timeout, now)
+                        queue, timeout, now, chain_json(then, self.max_payload))
         if connection is not None:
             return self._insert(connection, row)
         conn = self.conn
@@ -214,7 +219,7 @@ class SQLiteStore:
                                    f"Signature, not {type(item).__name__}")
             try:
                 rows.append(self._row(name, args, kwargs, None, delay, priority, None,
-                                      max_attempts, queue, None, now))
+                                      max_attempts, queue, None, now, None))
             except EnqueueError as exc:
                 raise EnqueueError(f"item {index}: {exc}") from None
         conn = self.conn
@@ -237,7 +242,7 @@ class SQLiteStore:
         return [registry.Handle(first + i) for i in range(len(rows))]
 
     def _row(self, name, args, kwargs, key, delay, priority, deadline, max_attempts, queue,
-             timeout, now) -> tuple:
+             timeout, now, chain) -> tuple:
         """Validate everything before anything is written (R1)."""
         try:
             registry.validate_name(name)
@@ -270,7 +275,7 @@ class SQLiteStore:
         deadline_ts = registry.to_timestamp(deadline)
         run_at = now + wait
         return (queue, name, key, payload, serializer, priority, run_at, run_at, max_attempts,
-                deadline_ts, timeout, now)
+                deadline_ts, timeout, now, chain)
 
     def _insert(self, conn: sqlite3.Connection, row: tuple) -> registry.Handle:
         try:
@@ -352,9 +357,108 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise StoreError(f"reading the queue failed: {exc}") from exc
 
+    # -- operating (R21, R29, R31, R33) ---------------------------------------------------
+
+    def _write(self, what: str, fn):
+        """Run ``fn(conn)`` in one BEGIN IMMEDIATE transaction; StoreError on failure."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"{what} failed: {exc}") from exc
+        return result
+
+    def cancel(self, job_id: int, now: float | None = None) -> str:
+        """R31: a ready job becomes dead now ("cancelled"); a running one is flagged
+        for its supervisor, which kills its child. Returns "cancelled", "requested"
+        or the status that could not be cancelled ("done" or "dead")."""
+        now = time.time() if now is None else now
+
+        def cancel(conn):
+            if conn.execute(sql.CANCEL_READY, {"id": job_id, "now": now}).rowcount:
+                return "cancelled"
+            if conn.execute(sql.REQUEST_CANCEL, {"id": job_id}).rowcount:
+                return "requested"
+            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            return row[0]
+        return self._write(f"cancelling job {job_id}", cancel)
+
+    def enqueue_occurrence(self, name: str, occurrence: float) -> registry.Handle | None:
+        """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
+        did; the ``periodic`` row and the job are written in one transaction."""
+        row = self._row(name, (), None, f"{name}@{occurrence:.0f}", None, None, None, None,
+                        None, None, occurrence, None)
+
+        def advance(conn):
+            if not conn.execute(sql.ADVANCE_PERIODIC, {"name": name, "occurrence": occurrence}).rowcount:
+                return None
+            return self._insert(conn, row)
+        handle = self._write(f"enqueueing periodic {name}", advance)
+        if handle is not None and not handle.duplicate:
+            self._notifier.notify()
+        return handle
+
+    def pools(self) -> list[dict[str, Any]]:
+        """The supervisors that have a row in this store, oldest first (R29)."""
+        try:
+            cursor = self.conn.execute(sql.LIST_POOLS)
+            pools = [dict(zip((d[0] for d in cursor.description), row)) for row in cursor]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading pools failed: {exc}") from exc
+        for pool in pools:
+            pool["counters"] = json.loads(pool["counters"])
+            pool["slots"] = json.loads(pool["slots"])
+        return pools
+
+    def request_stop(self) -> int:
+        """R25: ask every pool on this store to stop gracefully; returns how many."""
+        return self._write("requesting stop", lambda c: c.execute(sql.REQUEST_STOP).rowcount)
+
+    def request_scale(self, procs: int) -> int:
+        """R27: ask every pool on this store to run ``procs`` children; returns how many."""
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
+            raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
+        return self._write("requesting scale",
+                           lambda c: c.execute(sql.REQUEST_SCALE, {"procs": procs}).rowcount)
+
     def check(self) -> None:
         """R26a: run ``quick_check``; raises CorruptStoreError when it fails."""
         quick_check(self.conn, self.path)
+
+
+def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
+    """The ``chain`` column for ``then=``: each step validated like an enqueue (R1)."""
+    if then is None:
+        return None
+    steps = list(then) if isinstance(then, (list, tuple)) else [then]
+    encoded = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, registry.Signature):
+            raise EnqueueError(f"then[{index}] must be a signature (job.s(...)), "
+                               f"not {type(step).__name__}")
+        job = registry.lookup(step.name)
+        if job is not None and job.serializer != "json":
+            raise EnqueueError(f"then[{index}]: chained steps carry JSON arguments; "
+                               f"{step.name} uses {job.serializer}")
+        encoded.append({
+            "name": step.name,
+            "payload": encode_payload(step.args, step.kwargs, "json", max_payload),
+            "queue": job.queue if job else registry.DEFAULT_QUEUE,
+            "priority": job.priority if job else registry.DEFAULT_PRIORITY,
+            "max_attempts": job.max_attempts if job else None,
+            "timeout": job.timeout if job else None,
+        })
+    if not encoded:
+        return None
+    return json.dumps(encoded, separators=(",", ":"))
 
 
 def _job_dict(description, row) -> dict[str, Any]:

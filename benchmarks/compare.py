@@ -1,0 +1,778 @@
+#!/usr/bin/env python
+"""jobpool against Huey, Celery, RQ and Dramatiq on the same jobs, on this machine.
+
+    .venv/bin/python benchmarks/compare.py [--repeat N] [--quick] [--only NAME[,NAME...]]
+
+Run it with the project's venv (jobpool importable). It creates
+``benchmarks/.venv-peers`` on first use (``python3 -m venv`` and ``pip install
+huey celery[redis] rq dramatiq[redis] redis``), starts its own ``redis-server`` on
+a free loopback port (6390 or above, no persistence), runs each workload for
+each system ``--repeat`` times (3 by default; interleaved, so drift hits every
+system alike) and prints one table: the median, min-max, and how many times
+better jobpool is ("jobpool ×"; above 1 means jobpool wins).
+
+Workloads (sizes of a full run; ``--quick`` shrinks them and repeats once):
+
+* W1 drain: 10 000 ``noop(i)`` queued first, then 2 workers started; jobs/s from
+  worker start until the counter reaches 10 000. jobpool is timed as the whole
+  ``jobpool start --burst -q --procs 2`` process, exit included.
+* W1 enqueue: 2 000 one-at-a-time enqueues of ``noop(i)``, no worker running:
+  jobpool (durable default), jobpool ``durability="normal"``, raw SQLite
+  (same schema and row, one transaction per row, WAL, synchronous FULL and
+  NORMAL: the floor), and each peer's own enqueue call.
+* W1 bulk: one bulk enqueue of 100 000 rows: jobpool ``enqueue_many``, raw
+  SQLite ``executemany``, RQ ``enqueue_many``; "n/a" for peers without one.
+* W2: 400 ``cpu(20)`` jobs queued first, then 2 workers; efficiency =
+  400 × (CPU time of one job body, measured here) ÷ (2 × wall).
+* W3: idle workers (a warm-up job has run, then 1 s of nothing), 200
+  ``stamp(t)`` jobs enqueued one at a time 20 ms apart; p50 and p99 of
+  (job start - time just before the enqueue call), and p99 measured from the
+  moment the enqueue call returned.
+
+Every job body lives in ``bench_jobs/common.py``: each job appends one
+fixed-size record to a file opened ``O_APPEND``; done = size ÷ record size.
+
+Every process it starts gets its own session (``start_new_session=True``); they
+are stopped by process group and then by session id, in ``finally`` blocks, so
+nothing is left running, even after Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / ".work"
+LOGS = WORK / "logs"
+PEERS_VENV = BENCH / ".venv-peers"
+PEERS_PY = PEERS_VENV / "bin" / "python"
+PEER_PACKAGES = ["huey", "celery[redis]", "rq", "dramatiq[redis]", "redis"]
+PEERS = ("huey", "celery", "rq", "dramatiq")
+REDIS_PEERS = ("celery", "rq", "dramatiq")
+SYSTEMS = ("jobpool",) + PEERS
+WORKLOADS = ("w1-drain", "w1-enqueue", "w1-bulk", "w2", "w3")
+
+sys.path.insert(0, str(BENCH))
+from bench_jobs import common  # noqa: E402
+
+FULL = dict(drain=10_000, cpu_jobs=400, cpu_ms=20.0, stamps=200, gap_ms=20.0, idle_s=1.0,
+            single=2_000, bulk=100_000)
+QUICK = dict(drain=1_000, cpu_jobs=40, cpu_ms=20.0, stamps=30, gap_ms=20.0, idle_s=0.5,
+             single=200, bulk=10_000)
+
+# metric key -> (title, unit, higher is better)
+METRICS = {
+    "w1_drain": ("W1 drain {drain} noop jobs, 2 procs", "jobs/s", True),
+    "w1_single": ("W1 enqueue one at a time ({single})", "jobs/s", True),
+    "w1_bulk": ("W1 bulk enqueue ({bulk} rows)", "rows/s", True),
+    "w2_eff": ("W2 {cpu_jobs} × {cpu_ms:g} ms CPU jobs, 2 procs", "efficiency", True),
+    "w3_p50": ("W3 pickup p50 ({stamps} jobs {gap_ms:g} ms apart)", "ms", False),
+    "w3_p99": ("W3 pickup p99", "ms", False),
+    "w3_p99_ret": ("W3 p99 from enqueue return", "ms", False),
+}
+METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
+                   "w2_eff": "w2", "w3_p50": "w3", "w3_p99": "w3", "w3_p99_ret": "w3"}
+ROW_ORDER = ("jobpool", "jobpool-normal", "sqlite-full", "sqlite-normal") + PEERS
+LABELS = {
+    "jobpool": "jobpool",
+    "jobpool-normal": "jobpool durability=normal",
+    "sqlite-full": "raw SQLite, synchronous=FULL",
+    "sqlite-normal": "raw SQLite, synchronous=NORMAL",
+}
+
+
+class BenchError(Exception):
+    pass
+
+
+# -- processes ------------------------------------------------------------------------
+
+def session_members(sid: int) -> list[int]:
+    """Pids whose session id is ``sid`` (read from /proc/PID/stat only)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the command name: state ppid pgrp session ...
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
+
+
+class Procs:
+    """Everything this run starts: each in its own session, all ended in ``finally``."""
+
+    def __init__(self) -> None:
+        self.sessions: set[int] = set()
+        self.live: list[subprocess.Popen] = []
+
+    def popen(self, cmd, *, env, log_name: str, cwd=BENCH) -> subprocess.Popen:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        log = open(LOGS / f"{log_name}.log", "ab")
+        log.write(f"\n$ {' '.join(map(str, cmd))}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True)
+        finally:
+            log.close()
+        proc.log_path = LOGS / f"{log_name}.log"  # type: ignore[attr-defined]
+        self.sessions.add(proc.pid)
+        self.live.append(proc)
+        return proc
+
+    def run(self, cmd, *, env, timeout: float, log_name: str) -> str:
+        """Run to completion; stdout returned, stderr to the log; raise on failure."""
+        LOGS.mkdir(parents=True, exist_ok=True)
+        with open(LOGS / f"{log_name}.log", "ab") as log:
+            log.write(f"\n$ {' '.join(map(str, cmd))}\n".encode())
+            log.flush()
+            proc = subprocess.Popen([str(c) for c in cmd], cwd=BENCH, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                    start_new_session=True)
+            self.sessions.add(proc.pid)
+            self.live.append(proc)
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.stop(proc, grace=0)
+                raise BenchError(f"{cmd[1] if len(cmd) > 1 else cmd[0]} timed out after "
+                                 f"{timeout:.0f} s (log: {LOGS / (log_name + '.log')})") from None
+            finally:
+                self.stop(proc, grace=0)
+        if proc.returncode != 0:
+            raise BenchError(f"{' '.join(map(str, cmd[1:4]))} exited {proc.returncode}: "
+                             f"{tail(LOGS / (log_name + '.log'))}")
+        return out.decode()
+
+    def stop(self, proc: subprocess.Popen, grace: float = 5.0) -> None:
+        """TERM the process group, KILL it after ``grace``, then KILL any straggler
+        that left the group but not the session (RQ's work horses call setpgrp)."""
+        if proc.poll() is None and grace > 0:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill_session(proc.pid)
+        if proc in self.live:
+            self.live.remove(proc)
+
+    def kill_session(self, sid: int) -> int:
+        killed = 0
+        for _ in range(50):
+            members = session_members(sid)
+            if not members:
+                break
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        return killed
+
+    def stop_all(self) -> int:
+        for proc in list(self.live):
+            self.stop(proc, grace=2.0)
+        return sum(self.kill_session(sid) for sid in self.sessions)
+
+    def leftovers(self) -> list[int]:
+        return [pid for sid in self.sessions for pid in session_members(sid)]
+
+
+def tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+# -- environment ----------------------------------------------------------------------
+
+def check_jobpool() -> str:
+    try:
+        import jobpool  # noqa: F401
+        from jobpool import core
+    except ImportError as exc:
+        raise SystemExit(f"compare.py: jobpool is not importable by {sys.executable} ({exc}); "
+                         f"run it as {ROOT / '.venv/bin/python'} benchmarks/compare.py") from None
+    expected = ROOT / ".venv" / "bin" / "python"
+    if Path(sys.executable).absolute() != expected.absolute():
+        print(f"note: running under {sys.executable}, not {expected}", file=sys.stderr)
+    return core.NAME
+
+
+def ensure_peers_venv() -> str | None:
+    """Create benchmarks/.venv-peers if missing. Returns None, or why the peers cannot run."""
+    check = [str(PEERS_PY), "-c", "import huey, celery, rq, dramatiq, redis"]
+    if PEERS_PY.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return None
+    print(f"creating {PEERS_VENV} and installing {' '.join(PEER_PACKAGES)} ...", file=sys.stderr)
+    python3 = shutil.which("python3") or sys.executable
+    try:
+        subprocess.run([python3, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([str(PEERS_PY), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return f"could not build {PEERS_VENV}: {exc}"
+    result = subprocess.run(check, capture_output=True, text=True)
+    if result.returncode != 0:
+        return f"peers not importable after install: {result.stderr.strip().splitlines()[-1:]}"
+    return None
+
+
+def peer_versions() -> dict[str, str]:
+    code = ("import importlib.metadata as m, json; print(json.dumps({n: m.version(n) for n in "
+            "('huey', 'celery', 'kombu', 'rq', 'dramatiq', 'redis')}))")
+    try:
+        out = subprocess.run([str(PEERS_PY), "-c", code], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+    except (subprocess.CalledProcessError, OSError, json.JSONDecodeError):
+        return {}
+
+
+def machine_info() -> dict[str, str]:
+    import sqlite3
+    model = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    redis_version = "?"
+    try:
+        redis_version = subprocess.run(["redis-server", "--version"], capture_output=True,
+                                       text=True).stdout.strip()
+    except OSError:
+        pass
+    return {"nproc": str(os.cpu_count()), "cpu": model, "kernel": platform.release(),
+            "python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
+            "redis": redis_version}
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def start_redis(procs: Procs, env) -> tuple[str, str | None]:
+    """Our own redis-server on a free loopback port. Returns (url, note)."""
+    if shutil.which("redis-server") is None:
+        if redis_ping(6379):
+            return "redis://127.0.0.1:6379/15", "no redis-server binary: using 127.0.0.1:6379 db 15"
+        raise BenchError("no redis-server binary and nothing on 127.0.0.1:6379")
+    port = next(p for p in range(6390, 6490) if port_free(p))
+    procs.popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--daemonize", "no"], env=env, log_name="redis-server")
+    deadline = time.monotonic() + 10
+    while not redis_ping(port):
+        if time.monotonic() > deadline:
+            raise BenchError(f"redis-server did not answer on port {port}")
+        time.sleep(0.05)
+    return f"redis://127.0.0.1:{port}/0", None
+
+
+# -- the harness ----------------------------------------------------------------------
+
+class Harness:
+    def __init__(self, procs: Procs, sizes: dict, redis_url: str | None, loops_per_ms: int,
+                 job_cpu_s: float) -> None:
+        self.procs = procs
+        self.sizes = sizes
+        self.redis_url = redis_url
+        self.db = WORK / "jobpool.db"
+        self.huey_db = WORK / "huey.db"
+        self.counter = WORK / "counter.bin"
+        self.job_cpu_s = job_cpu_s
+        self.env = dict(os.environ)
+        self.env.update(PYTHONPATH=str(BENCH), BENCH_COUNTER=str(self.counter),
+                        BENCH_DB=str(self.db), BENCH_HUEY_DB=str(self.huey_db),
+                        BENCH_LOOPS_PER_MS=str(loops_per_ms), PYTHONDONTWRITEBYTECODE="1")
+        self.env.pop("JOBPOOL_DB", None)
+        self.env.pop("JOBPOOL_DURABILITY", None)
+        self.env.pop("JOBPOOL_POLL_INTERVAL", None)
+        if redis_url:
+            self.env["BENCH_REDIS_URL"] = redis_url
+        self.rq_pool = None
+
+    # fresh state --------------------------------------------------------------------
+
+    def reset(self, system: str) -> None:
+        for path in (self.counter, self.db, self.huey_db):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.unlink(f"{path}{suffix}")
+                except FileNotFoundError:
+                    pass
+        self.counter.touch()
+        if system in REDIS_PEERS:
+            self.driver(system, "flush", log_name=f"{system}-driver")
+
+    def python_for(self, system: str) -> str:
+        return sys.executable if system in LABELS else str(PEERS_PY)
+
+    def driver(self, system: str, action: str, *args, timeout: float = 600,
+               log_name: str | None = None) -> dict:
+        argv = [self.python_for(system), str(BENCH / "driver.py"), action]
+        if action != "flush":
+            argv.append(system)
+        argv += [str(a) for a in args]
+        out = self.procs.run(argv, env=self.env, timeout=timeout,
+                             log_name=log_name or f"{system}-driver")
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if not lines:
+            raise BenchError(f"driver {action} {system} printed no result")
+        return json.loads(lines[-1])
+
+    # workers ------------------------------------------------------------------------
+
+    def start_workers(self, system: str, log_name: str, burst: bool = False) -> list:
+        bin_ = PEERS_VENV / "bin"
+        if system == "jobpool":
+            cmd = [sys.executable, "-m", "jobpool", "start", "--app", "bench_jobs.jobpool_jobs",
+                   "--db", self.db, "--procs", "2", "-q"] + (["--burst"] if burst else [])
+            return [self.procs.popen(cmd, env=self.env, log_name=log_name)]
+        if system == "huey":
+            cmd = [bin_ / "huey_consumer", "bench_jobs.huey_jobs.huey", "-k", "process", "-w", "2",
+                   "-q"]
+        elif system == "celery":
+            cmd = [bin_ / "celery", "-A", "bench_jobs.celery_jobs", "worker", "-c", "2", "-P",
+                   "prefork", "-Q", "bench", "-l", "WARNING", "--without-gossip",
+                   "--without-mingle", "--without-heartbeat"]
+        elif system == "rq":
+            if self.rq_pool is None:
+                help_text = subprocess.run([bin_ / "rq", "--help"], capture_output=True,
+                                           text=True).stdout
+                self.rq_pool = "worker-pool" in help_text
+            if self.rq_pool:
+                cmd = [bin_ / "rq", "worker-pool", "-n", "2", "-u", self.redis_url, "-q", "bench"]
+            else:
+                return [self.procs.popen([bin_ / "rq", "worker", "-u", self.redis_url, "-q",
+                                          "bench"], env=self.env, log_name=log_name)
+                        for _ in range(2)]
+        elif system == "dramatiq":
+            cmd = [bin_ / "dramatiq", "bench_jobs.dramatiq_jobs", "-p", "2", "-t", "1"]
+        else:
+            raise BenchError(f"unknown system {system}")
+        return [self.procs.popen(cmd, env=self.env, log_name=log_name)]
+
+    def wait_count(self, n: int, workers: list, timeout: float) -> float:
+        """Poll the counter until it reaches ``n``; the time it did (perf_counter)."""
+        deadline = time.perf_counter() + timeout
+        path = str(self.counter)
+        while True:
+            if common.count(path) >= n:
+                return time.perf_counter()
+            now = time.perf_counter()
+            if now > deadline:
+                raise BenchError(f"only {common.count(path)} of {n} jobs done after {timeout:.0f} s "
+                                 f"(log: {workers[0].log_path})")
+            for w in workers:
+                if w.poll() is not None:
+                    time.sleep(0.05)
+                    if common.count(path) >= n:
+                        return time.perf_counter()
+                    raise BenchError(f"worker exited {w.returncode} with {common.count(path)} of "
+                                     f"{n} jobs done: {tail(w.log_path)}")
+            time.sleep(0.002)
+
+    def stop_workers(self, workers: list) -> None:
+        for w in workers:
+            self.procs.stop(w, grace=5.0)
+
+    def timed_drain(self, system: str, n: int, log_name: str) -> float:
+        """Workers started on a full queue; seconds until ``n`` jobs ran (jobpool: until
+        its ``--burst`` process exited)."""
+        timeout = 120 + n * 0.1
+        workers = []
+        try:
+            t0 = time.perf_counter()
+            workers = self.start_workers(system, log_name, burst=(system == "jobpool"))
+            if system == "jobpool":
+                proc = workers[0]
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    raise BenchError(f"jobpool start --burst still running after {timeout:.0f} s "
+                                     f"with {common.count(str(self.counter))} of {n} done") from None
+                t1 = time.perf_counter()
+                done = common.count(str(self.counter))
+                if proc.returncode != 0 or done != n:
+                    raise BenchError(f"jobpool start --burst exited {proc.returncode} with {done} "
+                                     f"of {n} jobs done: {tail(proc.log_path)}")
+            else:
+                t1 = self.wait_count(n, workers, timeout)
+            return t1 - t0
+        finally:
+            self.stop_workers(workers)
+
+    # workloads ----------------------------------------------------------------------
+
+    def w1_drain(self, system: str) -> dict:
+        n = self.sizes["drain"]
+        self.reset(system)
+        self.driver(system, "fill", "noop", n, 0, timeout=60 + n * 0.05)
+        seconds = self.timed_drain(system, n, f"{system}-w1-drain")
+        return {"w1_drain": n / seconds}
+
+    def w1_single(self, system: str) -> dict:
+        n = self.sizes["single"]
+        self.reset(system)
+        out = self.driver(system, "single", n, timeout=60 + n * 0.1)
+        return {"w1_single": n / out["seconds"]}
+
+    def w1_bulk(self, system: str) -> dict:
+        n = self.sizes["bulk"]
+        self.reset(system)
+        out = self.driver(system, "bulk", n, timeout=120 + n * 0.01)
+        if "na" in out:
+            return {"w1_bulk": None}
+        return {"w1_bulk": n / out["seconds"]}
+
+    def w2(self, system: str) -> dict:
+        n, ms = self.sizes["cpu_jobs"], self.sizes["cpu_ms"]
+        self.reset(system)
+        self.driver(system, "fill", "cpu", n, ms, timeout=60 + n * 0.05)
+        seconds = self.timed_drain(system, n, f"{system}-w2")
+        return {"w2_eff": n * self.job_cpu_s / (2 * seconds)}
+
+    def w3(self, system: str) -> dict:
+        n, gap, idle = self.sizes["stamps"], self.sizes["gap_ms"], self.sizes["idle_s"]
+        self.reset(system)
+        workers = []
+        try:
+            workers = self.start_workers(system, f"{system}-w3")
+            out = self.driver(system, "stamps", n, gap, idle, timeout=180 + n * gap / 1000)
+            self.wait_count(1 + n, workers, timeout=60 + n * gap / 1000)
+        finally:
+            self.stop_workers(workers)
+        recs = [r for r in common.read_records(str(self.counter)) if r[0] == common.STAMP]
+        if len(recs) != n:
+            raise BenchError(f"{len(recs)} stamp records for {n} jobs")
+        lat = [value * 1000.0 for _tag, value, _t in recs]
+        # Match each record to its enqueue by t_enqueued = t - value (20 ms apart).
+        by_enqueue = sorted(recs, key=lambda r: r[2] - r[1])
+        ret = [(t - after) * 1000.0 for (_tag, _v, t), after in zip(by_enqueue, out["after"])]
+        return {"w3_p50": percentile(lat, 50), "w3_p99": percentile(lat, 99),
+                "w3_p99_ret": percentile(ret, 99)}
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(values)
+    if len(s) == 1:
+        return s[0]
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+# -- plan, run, report ----------------------------------------------------------------
+
+def plan(systems: list[str], workloads: list[str]) -> list[tuple[str, str]]:
+    """(workload, system) pairs of one repeat, in run order."""
+    steps = []
+    for w in workloads:
+        for s in systems:
+            if w in ("w1-enqueue", "w1-bulk") and s == "jobpool":
+                steps.append((w, "jobpool"))
+                if w == "w1-enqueue":
+                    steps += [(w, "jobpool-normal"), (w, "sqlite-full"), (w, "sqlite-normal")]
+                else:
+                    steps.append((w, "sqlite-full"))
+            else:
+                steps.append((w, s))
+    return steps
+
+
+def fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    unit = METRICS[metric][1]
+    if unit == "efficiency":
+        return f"{value:.3f}"
+    if unit == "ms":
+        return f"{value:.2f}"
+    return f"{value:,.0f}"
+
+
+def table(results: dict, sizes: dict, failures: dict) -> list[str]:
+    rows = [("workload", "system", "median", "min–max", "jobpool ×")]
+    for metric, (title, unit, higher) in METRICS.items():
+        per = results.get(metric, {})
+        workload = METRIC_WORKLOAD[metric]
+        failed = {s for (w, s) in failures if w in (workload, "all")}
+        if not per and not failed:
+            continue
+        ref_vals = [v for v in per.get("jobpool", []) if v is not None]
+        ref = statistics.median(ref_vals) if ref_vals else None
+        first = True
+        for system in ROW_ORDER:
+            if system not in per and system not in failed:
+                continue
+            label = title.format(**sizes) + f" ({unit})" if first else ""
+            first = False
+            name = LABELS.get(system, system)
+            vals = [v for v in per.get(system, []) if v is not None]
+            if system in failed and not vals:
+                rows.append((label, name, "FAILED", "", ""))
+                continue
+            if not vals:
+                rows.append((label, name, "n/a", "", ""))
+                continue
+            med = statistics.median(vals)
+            spread = f"{fmt(metric, min(vals))}–{fmt(metric, max(vals))}" if len(vals) > 1 else ""
+            ratio = ""
+            if ref is not None and system != "jobpool" and med > 0 and ref > 0:
+                ratio = f"{(ref / med if higher else med / ref):.2f}"
+            rows.append((label, name, fmt(metric, med), spread, ratio))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    align = ["<", "<", ">", ">", ">"]
+    out = []
+    for j, r in enumerate(rows):
+        out.append("| " + " | ".join(f"{c:{a}{w}}" for c, a, w in zip(r, align, widths)) + " |")
+        if j == 0:
+            out.append("|" + "|".join(("-" * (w + 1) + ":") if a == ">" else ("-" * (w + 2))
+                                      for a, w in zip(align, widths)) + "|")
+    return out
+
+
+def targets(results: dict) -> list[str]:
+    def med(metric, system):
+        vals = [v for v in results.get(metric, {}).get(system, []) if v is not None]
+        return statistics.median(vals) if vals else None
+
+    def best_peer(metric, higher=True):
+        vals = [(med(metric, p), p) for p in PEERS if med(metric, p) is not None]
+        if not vals:
+            return None, None
+        return max(vals) if higher else min(vals)
+
+    lines = []
+
+    def line(text, value, goal, ok):
+        if value is None:
+            lines.append(f"- {text}: not measured")
+        else:
+            lines.append(f"- {text}: {value} (target {goal}) {'MET' if ok else 'NOT MET'}")
+
+    jp = med("w1_drain", "jobpool")
+    peer, who = best_peer("w1_drain")
+    r = jp / peer if jp and peer else None
+    line(f"W1 drain, jobpool ÷ best peer ({who})", f"{r:.2f}×" if r else None, "≥ 4×", r and r >= 4)
+    jp, raw = med("w1_single", "jobpool"), med("w1_single", "sqlite-full")
+    r = jp / raw if jp and raw else None
+    line("W1 enqueue, durable jobpool ÷ raw SQLite FULL", f"{r:.2f}" if r else None, "≥ 0.90",
+         r and r >= 0.90)
+    jp = med("w1_single", "jobpool-normal")
+    peer, who = best_peer("w1_single")
+    r = jp / peer if jp and peer else None
+    line(f"W1 enqueue, jobpool normal ÷ best peer ({who})", f"{r:.2f}×" if r else None, "≥ 3×",
+         r and r >= 3)
+    jp = med("w1_bulk", "jobpool")
+    line("W1 bulk, jobpool enqueue_many", f"{jp:,.0f} rows/s" if jp else None, "≥ 300,000 rows/s",
+         jp and jp >= 300_000)
+    jp = med("w2_eff", "jobpool")
+    line("W2 efficiency, jobpool", f"{jp:.3f}" if jp else None, "≥ 0.97", jp and jp >= 0.97)
+    jp, cel = med("w3_p99", "jobpool"), med("w3_p99", "celery")
+    r = jp / cel if jp and cel else None
+    line("W3 p99, jobpool ÷ Celery", f"{r:.2f}" if r else None, "≤ 0.50", r and r <= 0.5)
+    lines.append("- backlog of 1 000 000 rows vs 1 000: see benchmarks/test_core_bench.py")
+    return lines
+
+
+def parse_only(text: str | None) -> tuple[list[str], list[str]]:
+    systems, workloads = list(SYSTEMS), list(WORKLOADS)
+    if not text:
+        return systems, workloads
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in SYSTEMS and n not in WORKLOADS]
+    if bad:
+        raise SystemExit(f"compare.py: --only takes systems ({', '.join(SYSTEMS)}) and/or "
+                         f"workloads ({', '.join(WORKLOADS)}), not {', '.join(bad)}")
+    chosen_s = [n for n in names if n in SYSTEMS]
+    chosen_w = [n for n in names if n in WORKLOADS]
+    if chosen_s:
+        # jobpool always runs: every ratio is to jobpool.
+        systems = ["jobpool"] + [s for s in chosen_s if s != "jobpool"]
+    if chosen_w:
+        workloads = [w for w in WORKLOADS if w in chosen_w]
+    return systems, workloads
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs of each workload per system (default 3; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for development")
+    parser.add_argument("--only", metavar="NAME[,NAME]",
+                        help=f"systems ({', '.join(SYSTEMS)}; jobpool always runs) and/or "
+                             f"workloads ({', '.join(WORKLOADS)})")
+    parser.add_argument("--json", metavar="PATH", default=str(WORK / "last-run.json"),
+                        help="where to write every measurement (default benchmarks/.work/last-run.json)")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    repeat = args.repeat or (1 if args.quick else 3)
+    systems, workloads = parse_only(args.only)
+
+    core_name = check_jobpool()
+    info = machine_info()
+    info["jobpool core"] = core_name
+    WORK.mkdir(exist_ok=True)
+    if LOGS.exists():
+        shutil.rmtree(LOGS)
+
+    failures: dict[tuple[str, str], str] = {}
+    notes: list[str] = []
+    peers_wanted = [s for s in systems if s in PEERS]
+    if peers_wanted:
+        why = ensure_peers_venv()
+        if why:
+            for s in peers_wanted:
+                failures[("all", s)] = why
+            systems = [s for s in systems if s not in PEERS]
+        else:
+            info.update({k: v for k, v in peer_versions().items()})
+
+    # SIGTERM/SIGHUP end the run through the same finally blocks as Ctrl-C.
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+
+    procs = Procs()
+    results: dict[str, dict[str, list]] = {}
+    interrupted = False
+    try:
+        redis_url = None
+        if any(s in REDIS_PEERS for s in systems):
+            try:
+                redis_url, note = start_redis(procs, dict(os.environ))
+                if note:
+                    notes.append(note)
+            except BenchError as exc:
+                for s in REDIS_PEERS:
+                    if s in systems:
+                        failures[("all", s)] = str(exc)
+                systems = [s for s in systems if s not in REDIS_PEERS]
+
+        loops = common.calibrate()
+        samples = []
+        for _ in range(5):
+            c0 = time.process_time()
+            common.burn(int(loops * sizes["cpu_ms"]))
+            samples.append(time.process_time() - c0)
+        job_cpu = statistics.median(samples)
+        info["cpu job"] = f"{loops} loops/ms; one cpu({sizes['cpu_ms']:g}) body = {job_cpu * 1000:.2f} ms CPU"
+
+        harness = Harness(procs, sizes, redis_url, loops, job_cpu)
+        steps = plan(systems, workloads)
+        method = {"w1-drain": harness.w1_drain, "w1-enqueue": harness.w1_single,
+                  "w1-bulk": harness.w1_bulk, "w2": harness.w2, "w3": harness.w3}
+        print(f"# {len(steps)} runs × {repeat} repeats; logs in {LOGS}", file=sys.stderr)
+        for rep in range(repeat):
+            for workload, system in steps:
+                key = (workload, system)
+                if key in failures:
+                    continue
+                t0 = time.monotonic()
+                try:
+                    got = method[workload](system)
+                except BenchError as exc:
+                    failures[key] = str(exc)
+                    print(f"[{rep + 1}/{repeat}] {workload:10} {system:14} FAILED: {exc}",
+                          file=sys.stderr)
+                    continue
+                for metric, value in got.items():
+                    results.setdefault(metric, {}).setdefault(system, []).append(value)
+                shown = ", ".join(f"{m}={fmt(m, v)}" for m, v in got.items())
+                print(f"[{rep + 1}/{repeat}] {workload:10} {system:14} {shown}  "
+                      f"({time.monotonic() - t0:.1f} s)", file=sys.stderr)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: stopping everything this run started", file=sys.stderr)
+    finally:
+        procs.stop_all()
+        left = procs.leftovers()
+
+    print()
+    print("## machine")
+    for k, v in info.items():
+        print(f"- {k}: {v}")
+    for note in notes:
+        print(f"- note: {note}")
+    print()
+    print(f"## results: median of {repeat} (min–max); jobpool × = how many times better "
+          f"jobpool's median is (above 1: jobpool wins)")
+    print()
+    for line in table(results, sizes, failures):
+        print(line)
+    print()
+    print("## targets (issue)")
+    for line in targets(results):
+        print(line)
+    if failures:
+        print()
+        print("## failures")
+        for (workload, system), why in failures.items():
+            print(f"- {system} {workload}: {why}")
+    print()
+    print(f"processes left behind: {len(left)}" + (f" {left}" if left else ""))
+    try:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump({"sizes": sizes, "repeat": repeat, "machine": info, "results": results,
+                       "failures": {f"{s} {w}": why for (w, s), why in failures.items()}},
+                      fh, indent=1)
+    except OSError as exc:
+        print(f"could not write {args.json}: {exc}", file=sys.stderr)
+    return 130 if interrupted else (1 if left else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
