@@ -357,7 +357,6 @@ cdef class SlotTable:
             self._jobs.pop()
 
     def free_slots(self):
-        cdef Py_ssize_t i
         cdef list jobs = self._jobs
         return [i for i in range(len(jobs)) if jobs[i] is None]
 
@@ -402,7 +401,7 @@ cdef class SlotTable:
         return best
 
     def overdue(self, double now):
-        cdef Py_ssize_t i, n = len(self._jobs)
+        cdef Py_ssize_t n = len(self._jobs)
         return [i for i in range(n) if self._deadlines[i] <= now]
 
 
@@ -502,7 +501,7 @@ cdef int _bind_value(sqlite3_stmt* st, int index, object value) except -1:
     cdef sqlite3_int64 i
     cdef int overflow = 0
     cdef const char* text
-    cdef Py_ssize_t size
+    cdef Py_ssize_t size = 0
     cdef Py_buffer view
     cdef int rc
     cdef sqlite3_destructor_type keep = SQLITE_STATIC

@@ -46,6 +46,22 @@ def _seconds(text: str) -> float:
     return value
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _duration(text: str) -> float:
+    """``90``, ``45s``, ``30m``, ``12h``, ``7d`` or ``2w`` as seconds."""
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in _UNITS else text
+    try:
+        value = float(number) * _UNITS.get(unit, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 7d, 12h or 30m, not {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"expected a non-negative duration, not {text}")
+    return value
+
+
 def _json_value(kind: type, flag: str):
     def parse(text: str) -> Any:
         try:
@@ -88,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fallback poll interval in seconds (default 1)")
     start.add_argument("--max-tasks-per-child", type=_positive_int, default=0,
                        help="recycle a child after this many jobs")
+    start.add_argument("--result-ttl", type=_duration, default=24 * 3600.0,
+                       help="how long done jobs are kept, e.g. 24h (default)")
+    start.add_argument("--dead-letter-limit", type=_positive_int, default=10_000,
+                       help="dead jobs kept, newest first (default 10000)")
     start.add_argument("--log-format", choices=("plain", "json"), default="plain")
     start.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
 
@@ -118,6 +138,36 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_show = jobs_sub.add_parser("show", parents=[common], help="one job and its attempts")
     jobs_show.add_argument("id", type=_positive_int)
     jobs_show.add_argument("--json", action="store_true")
+    jobs_cancel = jobs_sub.add_parser("cancel", parents=[common], help="cancel a ready or running job")
+    jobs_cancel.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
+
+    dead = sub.add_parser("dead", help="dead letters: list, show, retry, delete, purge")
+    dead_sub = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND",
+                                   parser_class=Parser)
+    dead_list = dead_sub.add_parser("list", parents=[common], help="dead jobs, newest first")
+    dead_list.add_argument("--name")
+    dead_list.add_argument("--limit", type=_positive_int, default=100)
+    dead_list.add_argument("--json", action="store_true")
+    dead_show = dead_sub.add_parser("show", parents=[common], help="a dead job and its attempts")
+    dead_show.add_argument("id", type=_positive_int)
+    dead_show.add_argument("--json", action="store_true")
+    dead_retry = dead_sub.add_parser("retry", parents=[common], help="run dead jobs again")
+    dead_retry.add_argument("ids", type=_positive_int, nargs="*", metavar="ID")
+    dead_retry.add_argument("--all", action="store_true", help="every dead job (see --name)")
+    dead_retry.add_argument("--name", help="with --all: only jobs of this name")
+    dead_delete = dead_sub.add_parser("delete", parents=[common], help="delete dead jobs")
+    dead_delete.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
+    dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete old dead jobs")
+    dead_purge.add_argument("--older-than", type=_duration, required=True,
+                            help="age like 7d, 12h or 30m")
+
+    pools = sub.add_parser("pools", parents=[common], help="the supervisors running on a store")
+    pools.add_argument("--json", action="store_true")
+    stop = sub.add_parser("stop", parents=[common], help="ask the pools on a store to stop gracefully")
+    stop.add_argument("--wait", type=_seconds, default=0.0,
+                      help="seconds to wait for them to go (default: do not wait)")
+    scale = sub.add_parser("scale", parents=[common], help="change --procs of running pools")
+    scale.add_argument("--procs", type=_positive_int, required=True)
     return parser
 
 
@@ -149,7 +199,8 @@ def cmd_start(args: argparse.Namespace, out: Console) -> int:
     config = PoolConfig(db=resolve_path(args.db), procs=args.procs, queues=queues,
                         burst=args.burst, max_jobs=args.max_jobs, drain=args.drain,
                         poll_interval=args.poll_interval or POLL_INTERVAL,
-                        max_tasks_per_child=args.max_tasks_per_child)
+                        max_tasks_per_child=args.max_tasks_per_child,
+                        result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit)
     _configure_logging(args.log_format, args.quiet)
     return Supervisor(config).run()
 
@@ -237,19 +288,157 @@ def cmd_jobs_show(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _report(results: dict[int, str], verb: str) -> int:
+    """One line per id; exit 1 if any id could not be acted on."""
+    failed = 0
+    for job_id, what in results.items():
+        if what == verb:
+            print(f"job {job_id}: {what}")
+        else:
+            failed += 1
+            print(f"job {job_id}: not {verb}: {what}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_jobs_cancel(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    results = {}
+    for job_id in args.ids:
+        what = store.cancel(job_id)
+        results[job_id] = {"cancelled": "cancelled", "requested": "cancelled"}.get(what, f"already {what}")
+        if what == "requested":
+            print(f"job {job_id}: running; its pool will kill it and settle it dead")
+            results.pop(job_id)
+    return _report(results, "cancelled")
+
+
+def cmd_dead_list(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    rows = store.dead.list(name=args.name, limit=args.limit)
+    if args.json:
+        print(json.dumps([{k: row[k] for k in _LIST_FIELDS + ("finished_at",)} for row in rows]))
+        return 0
+    table = Table(box=None)
+    for column in ("id", "name", "attempts", "reason"):
+        table.add_column(column, overflow="ellipsis", no_wrap=column != "reason")
+    for row in rows:
+        table.add_row(str(row["id"]), row["name"], f"{row['attempts']}/{row['max_attempts']}",
+                      (row["last_error"] or "").split("\n", 1)[0])
+    out.print(table)
+    return 0
+
+
+def cmd_dead_show(args: argparse.Namespace, out: Console) -> int:
+    return cmd_jobs_show(args, out)
+
+
+def cmd_dead_retry(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    if args.all == bool(args.ids):
+        raise UserError("give job ids, or --all (with an optional --name), not both")
+    if args.name and not args.all:
+        raise UserError("--name goes with --all")
+    ids = store.dead.ids(name=args.name) if args.all else args.ids
+    if args.all and not ids:
+        print("no dead jobs to retry")
+        return 0
+    return _report(store.dead.retry(ids), "retried")
+
+
+def cmd_dead_delete(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    return _report(store.dead.delete(args.ids), "deleted")
+
+
+def cmd_dead_purge(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    if out.is_terminal:
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+        with Progress(SpinnerColumn(), TextColumn("purging dead jobs: {task.completed} deleted"),
+                      console=out, transient=True) as bar:
+            task = bar.add_task("purge", total=None)
+            count = store.dead.purge(args.older_than, progress=lambda n: bar.advance(task, n))
+    else:
+        count = store.dead.purge(args.older_than)
+    print(f"purged {count} dead jobs")
+    return 0
+
+
+def cmd_pools(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    pools = store.pools()
+    if args.json:
+        print(json.dumps(pools))
+        return 0
+    if not pools:
+        print("no pools are running on this store")
+        return 0
+    import time as _time
+    now = _time.time()
+    table = Table(box=None)
+    for column in ("host", "pid", "procs", "queues", "core", "up", "heartbeat", "done", "dead"):
+        table.add_column(column, no_wrap=True)
+    for pool in pools:
+        counters = pool["counters"]
+        table.add_row(pool["host"], str(pool["pid"]), str(pool["procs"]), pool["queues"], pool["core"],
+                      f"{now - pool['started_at']:.0f}s", f"{now - pool['heartbeat_at']:.1f}s ago",
+                      str(counters.get("completed", 0)), str(counters.get("dead", 0)))
+    out.print(table)
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace, out: Console) -> int:
+    import time as _time
+    store = connect(args.db, create=False)
+    count = store.request_stop()
+    if not count:
+        print("no pools are running on this store")
+        return 0
+    print(f"asked {count} pool(s) to stop")
+    end = _time.monotonic() + args.wait
+    while args.wait and _time.monotonic() < end:
+        if not store.pools():
+            print("all pools stopped")
+            return 0
+        _time.sleep(0.2)
+    if args.wait:
+        print("pools still running after --wait", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace, out: Console) -> int:
+    store = connect(args.db, create=False)
+    count = store.request_scale(args.procs)
+    if not count:
+        raise UserError("no pools are running on this store")
+    print(f"asked {count} pool(s) to run {args.procs} processes")
+    return 0
+
+
 COMMANDS = {
     "start": cmd_start,
     "enqueue": cmd_enqueue,
     "status": cmd_status,
     ("jobs", "list"): cmd_jobs_list,
     ("jobs", "show"): cmd_jobs_show,
+    ("jobs", "cancel"): cmd_jobs_cancel,
+    ("dead", "list"): cmd_dead_list,
+    ("dead", "show"): cmd_dead_show,
+    ("dead", "retry"): cmd_dead_retry,
+    ("dead", "delete"): cmd_dead_delete,
+    ("dead", "purge"): cmd_dead_purge,
+    "pools": cmd_pools,
+    "stop": cmd_stop,
+    "scale": cmd_scale,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    key = (args.command, args.jobs_command) if args.command == "jobs" else args.command
+    sub = getattr(args, f"{args.command}_command", None)
+    key = (args.command, sub) if sub else args.command
     out = Console()
     try:
         return COMMANDS[key](args, out)

@@ -28,7 +28,7 @@ from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
 from jobpool.store.checkpoint import Checkpointer
-from jobpool.store import sql
+from jobpool.store import retention, sql
 from jobpool.store.sqlite import SQLiteStore, connect
 from jobpool.wakeup import Listener
 
@@ -47,6 +47,8 @@ STATUS_EVERY = 10.0
 #: How often the pool writes its heartbeat, progress and counters, and reads the
 #: operators' requests (stop, scale, cancel), seconds (R22, R27, R29, R31).
 HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
+#: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
+SWEEP_EVERY = 10.0
 
 
 @dataclass
@@ -64,6 +66,8 @@ class PoolConfig:
     kill_grace: float = KILL_GRACE
     max_tasks_per_child: int = 0
     status_every: float = STATUS_EVERY
+    result_ttl: float = retention.RESULT_TTL
+    dead_letter_limit: int = retention.DEAD_LETTER_LIMIT
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -211,6 +215,7 @@ class Supervisor:
         self._listener: Listener | None = None
         self._started_at = time.time()
         self._next_heartbeat = 0.0
+        self._next_sweep = 0.0
         self._hooks = HookRunner()
         self._hook_queue: list[tuple[int, str, str]] = []
         self._with_hooks = {n: registered[n].on_dead for n in names
@@ -691,6 +696,13 @@ class Supervisor:
         except StoreError as exc:
             log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
             return
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_EVERY
+            try:
+                retention.sweep(self.store, now, result_ttl=self.config.result_ttl,
+                                dead_letter_limit=self.config.dead_letter_limit)
+            except StoreError as exc:
+                log.debug("retention sweep skipped: %s", exc)
         if stop:
             self.request_stop()
         if desired is not None:

@@ -37,11 +37,13 @@ def test_enqueue_start_status_and_jobs_round_trip(make_app):
     app.cli("enqueue", "t.hello", "--args", '["later"]', "--delay", "3600", "--db", db, check=True)
 
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
-    assert status == {"ready": 2, "scheduled": 1, "running": 0, "done": 0, "dead": 0}
+    assert status == {"ready": 2, "scheduled": 1, "running": 0, "done": 0, "dead": 0,
+                      "supervisors": []}
 
     app.start("--procs", "2")
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
-    assert status == {"ready": 0, "scheduled": 1, "running": 0, "done": 2, "dead": 0}
+    assert status == {"ready": 0, "scheduled": 1, "running": 0, "done": 2, "dead": 0,
+                      "supervisors": []}
 
     listed = json.loads(app.cli("jobs", "list", "--status", "done", "--json", "--db", db,
                                 check=True).stdout)

@@ -58,10 +58,12 @@ CREATE TABLE IF NOT EXISTS jobs (
 )
 """
 
-#: R7: the claim walks this index in claim order, per queue, touching only ready rows.
+#: R7: the claim walks this index in claim order, per queue, touching only ready
+#: rows; ``name`` and ``run_at`` ride along so the walk filters without visiting
+#: the table, and counts of ready/scheduled rows read it alone.
 CREATE_CLAIM_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_claim_order
-    ON jobs (queue, priority DESC, line_at, id) WHERE status = 'ready'
+    ON jobs (queue, priority DESC, line_at, id, run_at, name) WHERE status = 'ready'
 """
 
 #: R3: a key is unique among live jobs only; done and dead rows free it.
@@ -76,9 +78,9 @@ CREATE INDEX IF NOT EXISTS jobs_leases
     ON jobs (lease_expires_at) WHERE status = 'running'
 """
 
-#: Counts by status and listings by status (status, jobs list, dead list).
+#: Counts by status, listings and sweeps of finished rows by age (R32).
 CREATE_STATUS_INDEX = """
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, run_at)
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, finished_at)
 """
 
 #: One row per attempt: how it ended (R19a forensics). Defer undoes the attempt
@@ -364,10 +366,44 @@ ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
  WHERE last_occurrence < excluded.last_occurrence
 """
 
+# --- dead letters and retention (R32) --------------------------------------------------
+
+#: Newest dead first, through jobs_status.
+LIST_DEAD = """
+SELECT {columns} FROM jobs WHERE status = 'dead' {name_filter}
+ ORDER BY finished_at DESC LIMIT :limit
+"""
+#: R32: a dead job back in line with a fresh attempt budget; its history stays in
+#: the attempt log. Fails on jobs_live_key if a live job now holds its key.
+RETRY_DEAD = """
+UPDATE jobs SET status = 'ready', attempts = 0, crashes = 0, deferrals = 0,
+       run_at = :now, line_at = :now, finished_at = NULL, lease_owner = NULL,
+       lease_expires_at = NULL, cancel_requested = 0, hook_done = 0
+ WHERE id = :id AND status = 'dead'
+"""
+DEAD_IDS = "SELECT id FROM jobs WHERE status = 'dead' {name_filter} ORDER BY id"
+#: Deletes take at most ``limit`` rows per statement so a sweep never holds the
+#: write lock long enough to stall claims.
+DELETE_DEAD = "DELETE FROM jobs WHERE id = :id AND status = 'dead' RETURNING id"
+PURGE_FINISHED = """
+DELETE FROM jobs WHERE id IN (
+    SELECT id FROM jobs INDEXED BY jobs_status
+     WHERE status = :status AND finished_at < :before LIMIT :limit)
+RETURNING id
+"""
+#: R32: the finished_at of the newest dead row past the retention limit.
+DEAD_CUTOFF = """
+SELECT finished_at FROM jobs INDEXED BY jobs_status WHERE status = 'dead'
+ ORDER BY finished_at DESC LIMIT 1 OFFSET :keep
+"""
+DELETE_ATTEMPTS = "DELETE FROM attempts WHERE job_id = ?"
+
 # --- reading -------------------------------------------------------------------------
 
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
-COUNT_SCHEDULED = "SELECT count(*) FROM jobs WHERE status = 'ready' AND run_at > ?"
+COUNT_SCHEDULED = """
+SELECT count(*) FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' AND run_at > ?
+"""
 JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
@@ -380,5 +416,8 @@ SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, p
   FROM attempts WHERE job_id = ? ORDER BY rowid
 """
 #: Next due time of claimable work, for --burst's "nothing due soon" test.
-NEXT_READY = "SELECT min(run_at) FROM jobs WHERE status = 'ready' AND name IN ({names}) AND queue IN ({queues})"
+NEXT_READY = """
+SELECT min(run_at) FROM jobs INDEXED BY jobs_claim_order
+ WHERE status = 'ready' AND name IN ({names}) AND queue IN ({queues})
+"""
 COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"

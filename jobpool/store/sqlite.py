@@ -293,8 +293,9 @@ class SQLiteStore:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def stats(self, now: float | None = None) -> dict[str, int]:
-        """Counts by status; ``ready`` counts due jobs, ``scheduled`` future ones."""
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        """Counts by status (``ready`` counts due jobs, ``scheduled`` future ones) and,
+        under ``supervisors``, each live pool's counters since it started (R29a)."""
         now = time.time() if now is None else now
         try:
             counts = dict.fromkeys(_STATUSES, 0)
@@ -304,7 +305,9 @@ class SQLiteStore:
             raise StoreError(f"reading stats failed: {exc}") from exc
         counts["ready"] -= scheduled
         return {"ready": counts["ready"], "scheduled": scheduled, "running": counts["running"],
-                "done": counts["done"], "dead": counts["dead"]}
+                "done": counts["done"], "dead": counts["dead"],
+                "supervisors": [dict(p["counters"], owner=p["owner"], procs=p["procs"],
+                                     heartbeat_at=p["heartbeat_at"]) for p in self.pools()]}
 
     def get(self, job_id: int) -> dict[str, Any]:
         """One job as a dict (payload decoded to text where it is JSON)."""
@@ -316,6 +319,19 @@ class SQLiteStore:
         if row is None:
             raise JobNotFound(f"no job with id {job_id}")
         return _job_dict(cursor.description, row)
+
+    @property
+    def dead(self) -> "DeadLetters":
+        """Dead letters: list, retry, delete, purge (R32)."""
+        from jobpool.store.retention import DeadLetters
+        return DeadLetters(self)
+
+    def _select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]:
+        try:
+            cursor = self.conn.execute(query, params)
+            return [_job_dict(cursor.description, row) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise StoreError(f"listing jobs failed: {exc}") from exc
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   limit: int = 100) -> list[dict[str, Any]]:
@@ -333,11 +349,7 @@ class SQLiteStore:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY id LIMIT ?"
         params.append(limit)
-        try:
-            cursor = self.conn.execute(query, params)
-            return [_job_dict(cursor.description, row) for row in cursor.fetchall()]
-        except sqlite3.Error as exc:
-            raise StoreError(f"listing jobs failed: {exc}") from exc
+        return self._select_jobs(query, params)
 
     def attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempt log of one job, oldest first (R19a)."""

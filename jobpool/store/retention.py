@@ -1,0 +1,125 @@
+"""Dead letters and retention (R32): list, retry, delete and purge finished rows.
+
+Kept apart from enqueue and reading: these are operator actions and the
+supervisor's periodic sweep, not the application's path. Every delete takes a
+bounded batch per transaction so a sweep never stalls claims for long.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+from jobpool.errors import JobNotFound, StoreError
+from jobpool.store import sql
+
+if TYPE_CHECKING:
+    from jobpool.store.sqlite import SQLiteStore
+
+#: R32: dead rows kept, newest first.
+DEAD_LETTER_LIMIT = 10_000
+#: R32: how long done rows (and their results) are kept, seconds.
+RESULT_TTL = 24 * 3600.0
+#: Rows deleted per transaction.
+BATCH = 500
+
+
+class DeadLetters:
+    """``store.dead``: what operators do with jobs that will not run again."""
+
+    def __init__(self, store: "SQLiteStore") -> None:
+        self.store = store
+
+    def list(self, *, name: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        query = sql.LIST_DEAD.format(columns=sql.JOB_COLUMNS,
+                                     name_filter="AND name = :name" if name else "")
+        return self.store._select_jobs(query, {"name": name, "limit": limit})
+
+    def ids(self, *, name: str | None = None) -> list[int]:
+        query = sql.DEAD_IDS.format(name_filter="AND name = :name" if name else "")
+        try:
+            return [r[0] for r in self.store.conn.execute(query, {"name": name})]
+        except sqlite3.Error as exc:
+            raise StoreError(f"listing dead jobs failed: {exc}") from exc
+
+    def retry(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """Put dead jobs back in line with fresh attempts; returns id -> what happened."""
+        now = time.time() if now is None else now
+        outcome: dict[int, str] = {}
+
+        def retry(conn):
+            for job_id in ids:
+                try:
+                    changed = conn.execute(sql.RETRY_DEAD, {"id": job_id, "now": now}).rowcount
+                except sqlite3.IntegrityError:
+                    outcome[job_id] = "key held by a live job"
+                    continue
+                outcome[job_id] = "retried" if changed else self._why_not(conn, job_id)
+            return outcome
+        result = self.store._write("retrying dead jobs", retry)
+        if "retried" in result.values():
+            self.store._notifier.notify()
+        return result
+
+    def delete(self, ids: Iterable[int]) -> dict[int, str]:
+        outcome: dict[int, str] = {}
+
+        def delete(conn):
+            for job_id in ids:
+                if conn.execute(sql.DELETE_DEAD, {"id": job_id}).fetchall():
+                    conn.execute(sql.DELETE_ATTEMPTS, (job_id,))
+                    outcome[job_id] = "deleted"
+                else:
+                    outcome[job_id] = self._why_not(conn, job_id)
+            return outcome
+        return self.store._write("deleting dead jobs", delete)
+
+    def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
+        """Delete dead jobs finished more than ``older_than`` seconds ago."""
+        now = time.time() if now is None else now
+        return purge_finished(self.store, "dead", now - older_than, progress=progress)
+
+    @staticmethod
+    def _why_not(conn, job_id: int) -> str:
+        row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return "no such job"
+        return f"not dead ({row[0]})"
+
+
+def purge_finished(store: "SQLiteStore", status: str, before: float, *, limit: int | None = None,
+                   progress=None) -> int:
+    """Delete ``status`` rows finished before ``before``, a batch per transaction."""
+    total = 0
+    while limit is None or total < limit:
+        batch = BATCH if limit is None else min(BATCH, limit - total)
+
+        def purge(conn):
+            ids = [r[0] for r in conn.execute(sql.PURGE_FINISHED, {
+                "status": status, "before": before, "limit": batch}).fetchall()]
+            conn.executemany(sql.DELETE_ATTEMPTS, [(i,) for i in ids])
+            return len(ids)
+        done = store._write(f"purging {status} jobs", purge)
+        total += done
+        if progress is not None:
+            progress(done)
+        if done < batch:
+            break
+    return total
+
+
+def sweep(store: "SQLiteStore", now: float, *, result_ttl: float = RESULT_TTL,
+          dead_letter_limit: int = DEAD_LETTER_LIMIT) -> int:
+    """The supervisor's periodic sweep: one bounded batch of each kind per call."""
+    removed = purge_finished(store, "done", now - result_ttl, limit=BATCH)
+    try:
+        row = store.conn.execute(sql.DEAD_CUTOFF, {"keep": dead_letter_limit}).fetchone()
+    except sqlite3.Error as exc:
+        raise StoreError(f"reading dead-letter retention failed: {exc}") from exc
+    if row is not None:
+        # Everything at or before the first row past the limit goes, oldest first.
+        removed += purge_finished(store, "dead", row[0] + 1e-6, limit=BATCH)
+    return removed
+
+
+__all__ = ["DeadLetters", "JobNotFound", "sweep", "purge_finished"]
