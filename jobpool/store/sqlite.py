@@ -406,7 +406,7 @@ class SQLiteStore:
     def enqueue_occurrence(self, name: str, occurrence: float) -> registry.Handle | None:
         """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
         did; the ``periodic`` row and the job are written in one transaction."""
-        row = self._row(name, (), None, f"{name}@{occurrence:.0f}", None, None, None, None,
+        row = self._row(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
                         None, None, occurrence, None)
 
         def advance(conn):

@@ -1,0 +1,269 @@
+"""Job semantics through real pools (R3, R7, R10-R12, R14, R17, R18, R21, R33, R5)."""
+from __future__ import annotations
+
+import json
+import time
+
+from .conftest import wait_for
+
+APP = """
+import json, os, time
+from pathlib import Path
+import jobpool
+from jobpool import job, Defer, Reschedule, Fatal
+
+HERE = Path(__file__).parent
+
+def record(*items):
+    with open(HERE / "order.txt", "a") as fh:
+        fh.write(json.dumps(items) + "\\n")
+
+@job(name="t.record")
+def rec(tag):
+    record(tag)
+
+@job(name="t.defer_once")
+def defer_once(tag):
+    marker = HERE / f"{tag}.deferred"
+    if not marker.exists():
+        marker.write_text("x")
+        raise Defer(0.1)
+    record(tag)
+
+@job(name="t.reschedule", max_attempts=2)
+def resched(limit):
+    count = len(list(HERE.glob("resched.*")))
+    (HERE / f"resched.{count}").write_text("x")
+    if count + 1 < limit:
+        raise Reschedule(0.05)
+    record("last", count + 1)
+
+@job(name="t.step", store_result=True)
+def step(tag):
+    record(tag)
+    return tag
+
+@job(name="t.fail_step")
+def fail_step(tag):
+    record(tag)
+    raise Fatal("step failed")
+
+def on_dead(job, reason):
+    record("on_dead", job["id"], job["name"], reason)
+
+@job(name="t.dies", on_dead=on_dead, backoff_base=0, max_attempts=2)
+def dies():
+    raise RuntimeError("boom")
+
+def bad_hook(job, reason):
+    raise RuntimeError("the hook itself fails")
+
+@job(name="t.dies_badly", on_dead=bad_hook)
+def dies_badly():
+    raise Fatal("no")
+
+
+@job(name="t.progress")
+def reports_progress():
+    jobpool.progress(10, "reading")
+    time.sleep(0.15)
+    jobpool.progress(60, "writing")
+    time.sleep(0.15)
+    raise Fatal("broke while writing")
+"""
+
+
+def order(app) -> list:
+    path = app.dir / "order.txt"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def tags(app) -> list:
+    return [item[0] for item in order(app)]
+
+
+def test_priority_then_age_decides_the_order(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue("t.record", "old")
+    store.enqueue_with("t.record", args=["urgent"], priority=10)
+    store.enqueue("t.record", "new")
+    app.start("--procs", "1")
+    assert tags(app) == ["urgent", "old", "new"]
+
+
+def test_queues_are_served_in_the_order_given(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue_with("t.record", args=["bulk"], queue="bulk", priority=99)
+    store.enqueue_with("t.record", args=["interactive"], queue="interactive")
+    store.enqueue_with("t.record", args=["ignored"], queue="elsewhere")
+    app.start("--procs", "1", "--queues", "interactive,bulk")
+    assert tags(app) == ["interactive", "bulk"]
+    assert store.stats()["ready"] == 1  # the queue nobody serves is left alone
+
+
+def test_unknown_job_names_stay_queued_untouched(make_app):
+    app = make_app(APP)
+    store = app.store()
+    job_id = store.enqueue("a.newer.deployment.job").id
+    store.enqueue("t.record", "known")
+    app.start("--procs", "1")
+    job = store.get(job_id)
+    assert (job["status"], job["attempts"], job["last_error"]) == ("ready", 0, None)
+
+
+def test_defer_does_not_spend_an_attempt(make_app):
+    """R17 (the place in line is pinned in tests/test_core.py, where time is a parameter)."""
+    app = make_app(APP)
+    store = app.store()
+    deferred = store.enqueue("t.defer_once", "first").id
+    pool = app.spawn("--procs", "1", "--burst")
+    wait_for(lambda: (app.dir / "first.deferred").exists())
+    assert pool.wait(timeout=30) == 0
+    job = store.get(deferred)
+    assert (job["status"], job["attempts"], job["deferrals"]) == ("done", 1, 1)
+    assert [a["outcome"] for a in store.attempts(deferred)] == ["deferred", "done"]
+
+
+def test_reschedule_gives_a_fresh_budget_each_time(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue_with("t.reschedule", args=[4], key="nightly").id
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    # max_attempts is 2, yet it ran 4 times: each Reschedule reset the budget.
+    assert (job["status"], job["attempts"]) == ("done", 1)
+    assert ["last", 4] in order(app)
+
+
+def test_a_job_claimed_past_its_deadline_is_dead_without_running(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue_with("t.record", args=["too late"], deadline=time.time() - 1).id
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    assert (job["status"], job["last_error"]) == ("dead", "deadline passed")
+    assert tags(app) == []
+
+
+def test_a_chain_runs_its_steps_in_order_and_lists_together(make_app):
+    app = make_app(APP)
+    store = app.store()
+    first = store.enqueue_with("t.step", args=["a"], then=[
+        _sig("t.step", "b"), _sig("t.step", "c")]).id
+    app.start("--procs", "2")
+    assert tags(app) == ["a", "b", "c"]
+    chain = app.rows("SELECT id, status, chain_root, result FROM jobs ORDER BY id")
+    assert [(r["status"], r["chain_root"], r["result"]) for r in chain] == [
+        ("done", None, '"a"'), ("done", first, '"b"'), ("done", first, '"c"')]
+
+
+def test_a_failed_step_enqueues_nothing_after_it(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue_with("t.fail_step", args=["a"], then=_sig("t.step", "never"))
+    app.start("--procs", "1")
+    assert tags(app) == ["a"]
+    assert len(app.rows()) == 1
+
+
+def test_on_dead_runs_exactly_once_per_dead_job(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.dies").id
+    app.start("--procs", "1")
+    hooks = [o for o in order(app) if o[0] == "on_dead"]
+    assert len(hooks) == 1
+    _, hooked_id, name, reason = hooks[0]
+    assert (hooked_id, name) == (job_id, "t.dies")
+    assert reason.startswith("RuntimeError: boom; no attempts left after 2")
+    # A second pool on the same store does not run it again.
+    app.start("--procs", "1")
+    assert len([o for o in order(app) if o[0] == "on_dead"]) == 1
+
+
+def test_a_failing_on_dead_hook_does_not_hurt_the_pool(make_app):
+    app = make_app(APP)
+    app.store().enqueue("t.dies_badly")
+    app.store().enqueue("t.record", "after")
+    result = app.start("--procs", "1")
+    assert "after" in tags(app)
+    assert "pool_stopped" in result.stderr
+
+
+PERIODIC_APP = """
+import time
+from jobpool import job
+
+@job(name="t.tick", every=0.5)
+def tick():
+    pass
+"""
+
+
+def test_periodic_jobs_are_enqueued_once_per_occurrence_across_pools(make_app):
+    app = make_app(PERIODIC_APP)
+    pools = [app.spawn("--procs", "1") for _ in range(2)]
+    time.sleep(2.2)
+    for pool in pools:
+        pool.terminate()
+        assert pool.wait(timeout=20) == 0
+    ticks = app.rows("SELECT key FROM jobs WHERE name = 't.tick'")
+    keys = [r["key"] for r in ticks]
+    assert 3 <= len(keys) <= 6
+    assert len(keys) == len(set(keys))  # each occurrence once, though two pools raced
+
+
+ON_START_APP = """
+import jobpool
+
+@jobpool.job(name="t.record")
+def rec(tag):
+    pass
+
+@jobpool.on_start
+def rederive(store):
+    store.enqueue_with("t.record", args=["from on_start"], key="rederived")
+"""
+
+
+def test_on_start_hooks_run_in_each_supervisor_and_stay_idempotent(make_app):
+    app = make_app(ON_START_APP)
+    app.start("--procs", "1")
+    app.start("--procs", "1")
+    done = app.rows("SELECT * FROM jobs WHERE key = 'rederived'")
+    assert len(done) == 2 and all(r["status"] == "done" for r in done)
+
+
+def test_progress_is_stored_and_kept_with_the_error(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.progress").id
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    assert job["status"] == "dead"
+    assert (job["progress"], job["stage"]) == (60, "writing")
+
+
+def test_progress_closes_at_100_on_success(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.record", "x").id
+    app.start("--procs", "1")
+    assert app.store().get(job_id)["progress"] == 100
+
+
+def test_an_enqueue_wakes_an_idle_pool_at_once(make_app):
+    """R11: pickup without waiting for the poll tick (set to 30 s here)."""
+    app = make_app(APP)
+    pool = app.spawn("--procs", "1", "--poll-interval", "30")
+    store = app.store()
+    wait_for(lambda: store.pools())
+    time.sleep(0.3)
+    started = time.time()
+    job_id = store.enqueue("t.record", "wake").id
+    wait_for(lambda: store.get(job_id)["status"] == "done", timeout=10)
+    assert time.time() - started < 5
+    pool.terminate()
+    assert pool.wait(timeout=20) == 0
+
+
+def _sig(name, *args):
+    from jobpool import Signature
+    return Signature(name, args, {})
