@@ -1,0 +1,178 @@
+"""Operating a pool through the CLI (R25, R27, R29a, R31, R32)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from .conftest import wait_for
+
+APP = """
+import os, time
+from pathlib import Path
+from jobpool import job, Fatal
+
+HERE = Path(__file__).parent
+
+@job(name="t.block", timeout=120)
+def block(name):
+    (HERE / f"{name}.started").write_text(str(os.getpid()))
+    while not (HERE / f"{name}.go").exists():
+        time.sleep(0.01)
+
+@job(name="t.bad", max_attempts=1)
+def bad(n):
+    raise Fatal(f"bad input {n}")
+
+@job(name="t.ok")
+def ok(n):
+    pass
+"""
+
+
+def cli_json(app, *args):
+    return json.loads(app.cli(*args, "--db", str(app.db), "--json", check=True).stdout)
+
+
+def test_cancel_a_ready_job_makes_it_dead(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.ok", 1).id
+    out = app.cli("jobs", "cancel", str(job_id), "--db", str(app.db), check=True)
+    assert f"job {job_id}: cancelled" in out.stdout
+    job = app.store().get(job_id)
+    assert (job["status"], job["last_error"]) == ("dead", "cancelled")
+    again = app.cli("jobs", "cancel", str(job_id), "--db", str(app.db))
+    assert again.returncode == 1 and "already dead" in again.stderr
+
+
+def test_cancel_a_running_job_kills_its_child_within_a_second(make_app):
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.block", "victim").id
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: (app.dir / "victim.started").exists())
+    child = int((app.dir / "victim.started").read_text())
+    asked = time.monotonic()
+    app.cli("jobs", "cancel", str(job_id), "--db", str(app.db), check=True)
+    wait_for(lambda: app.store().get(job_id)["status"] == "dead", timeout=10)
+    assert time.monotonic() - asked < 3.0
+    job = app.store().get(job_id)
+    assert job["last_error"] == "cancelled" and job["attempts"] == 1  # not retried
+    wait_for(lambda: not _alive(child), timeout=2)
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=20) == 0
+
+
+def test_dead_letters_list_show_retry_delete_and_purge(make_app):
+    app = make_app(APP)
+    store = app.store()
+    ids = [store.enqueue("t.bad", n).id for n in range(4)]
+    app.start("--procs", "1")
+    listed = cli_json(app, "dead", "list")
+    assert sorted(j["id"] for j in listed) == ids
+    assert listed[0]["last_error"].startswith("Fatal: bad input")
+    shown = cli_json(app, "dead", "show", str(ids[0]))
+    assert shown["attempt_log"][0]["outcome"] == "fatal"
+
+    out = app.cli("dead", "retry", str(ids[0]), "--db", str(app.db), check=True)
+    assert f"job {ids[0]}: retried" in out.stdout
+    job = store.get(ids[0])
+    assert (job["status"], job["attempts"]) == ("ready", 0)
+
+    app.cli("dead", "delete", str(ids[1]), "--db", str(app.db), check=True)
+    assert app.rows("SELECT id FROM jobs WHERE id = ?", (ids[1],)) == []
+    assert app.rows("SELECT job_id FROM attempts WHERE job_id = ?", (ids[1],)) == []
+
+    out = app.cli("dead", "purge", "--older-than", "1h", "--db", str(app.db), check=True)
+    assert "purged 0" in out.stdout
+    out = app.cli("dead", "purge", "--older-than", "0s", "--db", str(app.db), check=True)
+    assert "purged 2" in out.stdout
+    assert store.stats()["dead"] == 0
+
+
+def test_dead_retry_all_by_name(make_app):
+    app = make_app(APP)
+    store = app.store()
+    for n in range(3):
+        store.enqueue("t.bad", n)
+    app.start("--procs", "1")
+    out = app.cli("dead", "retry", "--all", "--name", "t.bad", "--db", str(app.db), check=True)
+    assert out.stdout.count("retried") == 3
+    assert store.stats()["ready"] == 3
+
+
+def test_dead_retry_refuses_ids_with_all(make_app):
+    app = make_app(APP)
+    app.store()
+    result = app.cli("dead", "retry", "1", "--all", "--db", str(app.db))
+    assert result.returncode == 1 and "not both" in result.stderr
+
+
+def test_pools_lists_live_supervisors_and_stop_stops_them(make_app):
+    app = make_app(APP)
+    app.store()
+    pool = app.spawn("--procs", "2")
+    wait_for(lambda: app.store().pools())
+    (listed,) = cli_json(app, "pools")
+    assert (listed["pid"], listed["procs"]) == (pool.pid, 2)
+    assert listed["counters"]["completed"] == 0
+    out = app.cli("stop", "--wait", "20", "--db", str(app.db), check=True)
+    assert "all pools stopped" in out.stdout
+    assert pool.wait(timeout=5) == 0
+
+
+def test_stats_carry_the_counters_of_running_supervisors(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue_many("t.ok", [(i,) for i in range(5)])
+    store.enqueue("t.bad", 1)
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: store.stats()["done"] == 5 and store.stats()["dead"] == 1)
+    status = cli_json(app, "status")
+    wait_for(lambda: cli_json(app, "status")["supervisors"][0]["completed"] == 5, timeout=5)
+    status = cli_json(app, "status")
+    (counters,) = status["supervisors"]
+    assert (counters["completed"], counters["dead"], counters["settle_failures"]) == (5, 1, 0)
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=20) == 0
+
+
+def test_scale_grows_at_once_and_shrinks_without_cancelling(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue_many("t.block", [(f"b{i}",) for i in range(3)])
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: (app.dir / "b0.started").exists())
+    app.cli("scale", "--procs", "3", "--db", str(app.db), check=True)
+    wait_for(lambda: all((app.dir / f"b{i}.started").exists() for i in range(3)), timeout=10)
+    assert store.stats()["running"] == 3
+
+    app.cli("scale", "--procs", "1", "--db", str(app.db), check=True)
+    wait_for(lambda: store.pools() and store.pools()[0]["procs"] == 1, timeout=10)
+    assert store.stats()["running"] == 3  # nothing running was cancelled to shrink
+    for i in range(3):
+        (app.dir / f"b{i}.go").write_text("go")
+    wait_for(lambda: store.stats()["done"] == 3, timeout=10)
+    wait_for(lambda: len([s for s in store.pools()[0]["slots"] if s["pid"]]) == 1, timeout=10)
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=20) == 0
+
+
+def test_sighup_applies_a_scale_request_at_once(make_app):
+    app = make_app(APP)
+    store = app.store()
+    env_pool = app.spawn("--procs", "1")
+    wait_for(lambda: store.pools())
+    store.request_scale(2)
+    env_pool.send_signal(signal.SIGHUP)
+    wait_for(lambda: store.pools()[0]["procs"] == 2, timeout=5)
+    env_pool.send_signal(signal.SIGTERM)
+    assert env_pool.wait(timeout=20) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
