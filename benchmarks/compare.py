@@ -162,11 +162,12 @@ class Procs:
         return out.decode()
 
     def stop(self, proc: subprocess.Popen, grace: float = 5.0) -> None:
-        """TERM the process group, KILL it after ``grace``, then KILL any straggler
-        that left the group but not the session (RQ's work horses call setpgrp)."""
+        """TERM the leader (each system stops its own children on TERM), KILL the
+        process group after ``grace``, then KILL any straggler that left the group
+        but not the session (RQ's work horses call setpgrp)."""
         if proc.poll() is None and grace > 0:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
             try:

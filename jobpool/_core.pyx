@@ -1111,7 +1111,8 @@ cdef class Core:
                 lease.started_at = now
                 leases.append(lease)
                 rows.append((_column(st, C_ID), lease.name, _column_bytes(st, C_PAYLOAD),
-                             _column(st, C_SERIALIZER), lease.attempt, _column(st, C_TIMEOUT),
+                             _column(st, C_SERIALIZER), lease.attempt,
+                             sqlite3_column_double(st, C_TIMEOUT),
                              _column(st, C_DEADLINE)))
                 count += 1
         except BaseException:
@@ -1141,6 +1142,7 @@ cdef class Core:
     def settle(self, outcomes, double now, rng):
         """Settle finished attempts in one transaction; return what became of each."""
         cdef list settled = []
+        cdef list taken = []
         cdef _Lease lease
         if not outcomes:
             return settled
@@ -1157,6 +1159,7 @@ cdef class Core:
                                             outcome[1], "lost", "not leased by this supervisor"))
                             continue
                         lease = <_Lease>info
+                        taken.append(job_id)
                         self._settle_one(job_id, lease.name, lease.attempt, lease.max_attempts,
                                          lease.crashes, lease.has_deadline, lease.deadline,
                                          lease.started_at, outcome, now, rng, settled, None)
@@ -1168,8 +1171,10 @@ cdef class Core:
                 raise StoreError(f"settle failed: {exc}") from exc
         finally:
             self._leave()
-        for item in settled:
-            self._inflight.pop((<tuple>item)[0], None)
+        # Only leases this batch settled are done with; a stale outcome for another
+        # attempt of a job must not drop the live lease of the current one.
+        for job_id in taken:
+            self._inflight.pop(job_id, None)
         return settled
 
     cdef int _settle_one(self, object job_id, object name, sqlite3_int64 attempt,
@@ -1311,7 +1316,7 @@ cdef class Core:
                 with nogil:
                     rc = sqlite3_step(st)
                 if rc == SQLITE_ROW:
-                    causes.append(_column(st, 0))
+                    causes.append(_column(st, 0) or "?")
                 elif rc == SQLITE_DONE:
                     break
                 else:

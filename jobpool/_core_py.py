@@ -19,6 +19,7 @@ parameters so backoff, leases and deadlines are testable without sleeping.
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 
 from jobpool.errors import StoreError
@@ -143,6 +144,10 @@ class Core:
         self.policies = dict(policies or {})
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
         self._inflight: dict[int, list] = {}
+        autocheckpoint = int(wal_autocheckpoint)
+        if not os.path.exists(path):
+            # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
+            raise StoreError(f"cannot open store {path}: unable to open database file")
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                        timeout=busy_timeout)
@@ -150,7 +155,7 @@ class Core:
             self._db.execute("PRAGMA mmap_size=0")
             # 0 hands checkpoints to the supervisor's checkpointer thread, so the
             # fsyncs of a checkpoint never stall a claim or a settle (R26a).
-            self._db.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint)}")
+            self._db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
 
@@ -190,7 +195,8 @@ class Core:
                         self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now]
                         if isinstance(payload, str):
                             payload = payload.encode()
-                        claimed.append((job_id, name, payload, serializer, attempt, timeout, deadline))
+                        claimed.append((job_id, name, payload, serializer, attempt, float(timeout),
+                                        deadline))
                 db.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -206,6 +212,7 @@ class Core:
     def settle(self, outcomes, now: float, rng):
         """Settle finished attempts in one transaction; return what became of each."""
         settled: list[tuple] = []
+        taken: list[int] = []
         if not outcomes:
             return settled
         db = self._db
@@ -219,6 +226,7 @@ class Core:
                         settled.append((job_id, info[0] if info else "", outcome[1], "lost",
                                         "not leased by this supervisor"))
                         continue
+                    taken.append(job_id)
                     name, attempt, max_attempts, crashes, deadline, started_at = info
                     self._settle_one(db, (job_id, name, attempt, max_attempts, crashes, deadline,
                                           started_at), outcome, now, rng, settled)
@@ -228,8 +236,10 @@ class Core:
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"settle failed: {exc}") from exc
-        for item in settled:
-            self._inflight.pop(item[0], None)
+        # Only leases this batch settled are done with; a stale outcome for another
+        # attempt of a job must not drop the live lease of the current one.
+        for job_id in taken:
+            self._inflight.pop(job_id, None)
         return settled
 
     def _settle_one(self, db, job, outcome, now, rng, out, log_as=None):
@@ -266,7 +276,7 @@ class Core:
             params["crashes"] = crashes
             stmt, status = sql.SETTLE_DEAD, "dead"
             if kind == CRASH and crashes >= max_crashes:
-                causes = [r[0] for r in db.execute(sql.CRASH_CAUSES, (job_id,))] + [error or "?"]
+                causes = [r[0] or "?" for r in db.execute(sql.CRASH_CAUSES, (job_id,))] + [error or "?"]
                 params["error"] = (f"quarantined: killed its child {crashes} times ("
                                    + "; ".join(causes[-crashes:]) + ")")
             elif attempt >= max_attempts:

@@ -47,6 +47,19 @@ def core_impl(request):
     return module
 
 
+@pytest.fixture
+def compiled_core(request):
+    """The compiled core alone (parity tests compare it with the twin)."""
+    if request.config.getoption("--no-c-extensions"):
+        pytest.skip("--no-c-extensions")
+    module = _compiled()
+    if module is None:
+        if os.environ.get("JOBPOOL_REQUIRE_CORE") == "1":
+            pytest.fail("the compiled core is required (JOBPOOL_REQUIRE_CORE=1) but not built")
+        pytest.skip("compiled core not built")
+    return module
+
+
 def make_store(path: Path) -> Path:
     """A fresh store file with the schema, without going through the public API."""
     conn = sqlite3.connect(path, isolation_level=None)
