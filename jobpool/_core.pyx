@@ -1143,7 +1143,6 @@ cdef class Core:
         """Settle finished attempts in one transaction; return what became of each."""
         cdef list settled = []
         cdef list taken = []
-        cdef _Lease lease
         if not outcomes:
             return settled
         self._enter()
@@ -1151,18 +1150,7 @@ cdef class Core:
             try:
                 self._begin()
                 try:
-                    for outcome in outcomes:
-                        job_id = outcome[0]
-                        info = self._inflight.get(job_id)
-                        if info is None or (<_Lease>info).attempt != outcome[1]:
-                            settled.append((job_id, (<_Lease>info).name if info is not None else "",
-                                            outcome[1], "lost", "not leased by this supervisor"))
-                            continue
-                        lease = <_Lease>info
-                        taken.append(job_id)
-                        self._settle_one(job_id, lease.name, lease.attempt, lease.max_attempts,
-                                         lease.crashes, lease.has_deadline, lease.deadline,
-                                         lease.started_at, outcome, now, rng, settled, None)
+                    self._settle_all(outcomes, now, rng, settled, taken)
                     self._commit()
                 except BaseException:
                     self._rollback()
@@ -1176,6 +1164,68 @@ cdef class Core:
         for job_id in taken:
             self._inflight.pop(job_id, None)
         return settled
+
+    def turn(self, outcomes, Py_ssize_t n, double now, rng):
+        """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``.
+
+        Returns ``(settled, claimed, expired)``. Sharing the commit halves what a
+        job costs the store; on a failure nothing is applied and the caller keeps
+        its outcomes (R26).
+        """
+        cdef list settled = []
+        cdef list taken = []
+        cdef list claimed = []
+        cdef list expired = []
+        cdef dict dropped = {}
+        cdef Py_ssize_t want
+        if not outcomes and n <= 0:
+            return settled, claimed, expired
+        self._enter()
+        try:
+            try:
+                self._begin()
+                try:
+                    self._settle_all(outcomes, now, rng, settled, taken)
+                    # A job settled back to ready may be claimed again in this turn:
+                    # its old lease goes before the claim records the new one.
+                    for job_id in taken:
+                        dropped[job_id] = self._inflight.pop(job_id, None)
+                    for queue in self.queues:
+                        want = n - len(claimed)
+                        if want <= 0:
+                            break
+                        self._claim_queue(queue, want, now, claimed, expired)
+                    self._commit()
+                except BaseException:
+                    self._rollback()
+                    for job in claimed:
+                        self._inflight.pop((<tuple>job)[0], None)
+                    for job_id, lease in dropped.items():
+                        if lease is not None:
+                            self._inflight[job_id] = lease
+                    raise
+            except _pysqlite.Error as exc:
+                raise StoreError(f"turn failed: {exc}") from exc
+        finally:
+            self._leave()
+        return settled, claimed, expired
+
+    cdef int _settle_all(self, object outcomes, double now, object rng, list settled,
+                         list taken) except -1:
+        cdef _Lease lease
+        for outcome in outcomes:
+            job_id = outcome[0]
+            info = self._inflight.get(job_id)
+            if info is None or (<_Lease>info).attempt != outcome[1]:
+                settled.append((job_id, (<_Lease>info).name if info is not None else "",
+                                outcome[1], "lost", "not leased by this supervisor"))
+                continue
+            lease = <_Lease>info
+            taken.append(job_id)
+            self._settle_one(job_id, lease.name, lease.attempt, lease.max_attempts,
+                             lease.crashes, lease.has_deadline, lease.deadline,
+                             lease.started_at, outcome, now, rng, settled, None)
+        return 0
 
     cdef int _settle_one(self, object job_id, object name, sqlite3_int64 attempt,
                          sqlite3_int64 max_attempts, sqlite3_int64 crashes, bint has_deadline,

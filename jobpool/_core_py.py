@@ -175,28 +175,7 @@ class Core:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                for queue in self.queues:
-                    want = n - len(claimed)
-                    if want <= 0:
-                        break
-                    rows = db.execute(self._claim_sql, {
-                        "owner": self.owner, "now": now, "slack": LEASE_SLACK,
-                        "queue": queue, "limit": want}).fetchall()
-                    # RETURNING has no order; dispatch in claim order (R7).
-                    rows.sort(key=lambda r: (-r[9], r[10], r[0]))
-                    for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
-                         timeout, deadline, _priority, _line_at) in rows:
-                        if deadline is not None and deadline < now:
-                            self._settle_one(db, (job_id, name, attempt, max_attempts, crashes,
-                                                  deadline, now), (job_id, attempt, FATAL,
-                                                  "deadline passed", None, None, None, None, None, None),
-                                             now, None, expired, log_as="deadline")
-                            continue
-                        self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now]
-                        if isinstance(payload, str):
-                            payload = payload.encode()
-                        claimed.append((job_id, name, payload, serializer, attempt, float(timeout),
-                                        deadline))
+                self._claim_all(db, n, now, claimed, expired)
                 db.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -206,6 +185,30 @@ class Core:
         except sqlite3.Error as exc:
             raise StoreError(f"claim failed: {exc}") from exc
         return claimed, expired
+
+    def _claim_all(self, db, n, now, claimed, expired) -> None:
+        for queue in self.queues:
+            want = n - len(claimed)
+            if want <= 0:
+                break
+            rows = db.execute(self._claim_sql, {
+                "owner": self.owner, "now": now, "slack": LEASE_SLACK,
+                "queue": queue, "limit": want}).fetchall()
+            # RETURNING has no order; dispatch in claim order (R7).
+            rows.sort(key=lambda r: (-r[9], r[10], r[0]))
+            for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
+                 timeout, deadline, _priority, _line_at) in rows:
+                if deadline is not None and deadline < now:
+                    self._settle_one(db, (job_id, name, attempt, max_attempts, crashes,
+                                          deadline, now), (job_id, attempt, FATAL,
+                                          "deadline passed", None, None, None, None, None, None),
+                                     now, None, expired, log_as="deadline")
+                    continue
+                self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now]
+                if isinstance(payload, str):
+                    payload = payload.encode()
+                claimed.append((job_id, name, payload, serializer, attempt, float(timeout),
+                                deadline))
 
     # -- settling (section 4) --------------------------------------------------------
 
@@ -219,17 +222,7 @@ class Core:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                for outcome in outcomes:
-                    job_id = outcome[0]
-                    info = self._inflight.get(job_id)
-                    if info is None or info[1] != outcome[1]:
-                        settled.append((job_id, info[0] if info else "", outcome[1], "lost",
-                                        "not leased by this supervisor"))
-                        continue
-                    taken.append(job_id)
-                    name, attempt, max_attempts, crashes, deadline, started_at = info
-                    self._settle_one(db, (job_id, name, attempt, max_attempts, crashes, deadline,
-                                          started_at), outcome, now, rng, settled)
+                self._settle_all(db, outcomes, now, rng, settled, taken)
                 db.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -241,6 +234,56 @@ class Core:
         for job_id in taken:
             self._inflight.pop(job_id, None)
         return settled
+
+    def turn(self, outcomes, n: int, now: float, rng):
+        """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``.
+
+        Returns ``(settled, claimed, expired)``. Sharing the commit halves what a
+        job costs the store; on a failure nothing is applied and the caller keeps
+        its outcomes (R26).
+        """
+        settled: list[tuple] = []
+        taken: list[int] = []
+        claimed: list[tuple] = []
+        expired: list[tuple] = []
+        if not outcomes and n <= 0:
+            return settled, claimed, expired
+        dropped: dict[int, list] = {}
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._settle_all(db, outcomes, now, rng, settled, taken)
+                # A job settled back to ready may be claimed again in this turn:
+                # its old lease goes before the claim records the new one.
+                for job_id in taken:
+                    dropped[job_id] = self._inflight.pop(job_id, None)
+                self._claim_all(db, n, now, claimed, expired)
+                db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                for job in claimed:
+                    self._inflight.pop(job[0], None)
+                for job_id, lease in dropped.items():
+                    if lease is not None:
+                        self._inflight[job_id] = lease
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"turn failed: {exc}") from exc
+        return settled, claimed, expired
+
+    def _settle_all(self, db, outcomes, now, rng, settled, taken) -> None:
+        for outcome in outcomes:
+            job_id = outcome[0]
+            info = self._inflight.get(job_id)
+            if info is None or info[1] != outcome[1]:
+                settled.append((job_id, info[0] if info else "", outcome[1], "lost",
+                                "not leased by this supervisor"))
+                continue
+            taken.append(job_id)
+            name, attempt, max_attempts, crashes, deadline, started_at = info
+            self._settle_one(db, (job_id, name, attempt, max_attempts, crashes, deadline,
+                                  started_at), outcome, now, rng, settled)
 
     def _settle_one(self, db, job, outcome, now, rng, out, log_as=None):
         job_id, name, attempt, max_attempts, crashes, deadline, started_at = job

@@ -228,11 +228,17 @@ def cmd_status(args: argparse.Namespace, out: Console) -> int:
     if args.json:
         print(json.dumps(counts))
         return 0
+    supervisors = counts.pop("supervisors")
     table = Table(title=f"jobpool store {store.path}", title_justify="left")
     for key in counts:
         table.add_column(key, justify="right")
     table.add_row(*(str(v) for v in counts.values()))
     out.print(table)
+    for pool in supervisors:
+        out.print(f"pool {pool['owner']}: {pool['procs']} procs, {pool.get('completed', 0)} completed, "
+                  f"{pool.get('retried', 0)} retried, {pool.get('dead', 0)} dead, "
+                  f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle failures",
+                  highlight=False)
     out.print(f"core: {core.NAME}")
     return 0
 

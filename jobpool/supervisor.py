@@ -293,7 +293,7 @@ class Supervisor:
                 self._want_claim = True
                 if not self._stopping:
                     self._reclaim(now)
-            self._settle(now)
+            claimed_none = self._turn(now)
             if now >= self._next_heartbeat:
                 self._next_heartbeat = now + HEARTBEAT_EVERY
                 self._heartbeat(now)
@@ -303,7 +303,6 @@ class Supervisor:
                 self._run_hooks(now)
             if len(self._hooks):
                 self._hooks.reap(now)
-            claimed_none = self._claim(now)
             self._maybe_status(now)
             if self._finished(now, claimed_none):
                 return
@@ -579,16 +578,6 @@ class Supervisor:
             events.emit(events.LEASES_RECLAIMED, owner="expired", jobs=len(rows))
             self._report(rows)
 
-    def _settle(self, now: float) -> None:
-        if not self.pending:
-            return
-        settled = self._store_call(self.core.settle, now, self.pending, now, self.rng)
-        if settled is None:
-            self.counters["settle_failures"] += 1
-            return
-        self.pending = []
-        self._report(settled)
-
     def _report(self, settled: list[tuple]) -> None:
         counters = self.counters
         for job_id, name, attempt, status, reason in settled:
@@ -609,26 +598,38 @@ class Supervisor:
                 counters["lost"] += 1
                 events.emit(events.JOB_LEASE_LOST, job_id=job_id, name=name, attempt=attempt)
 
-    def _claim(self, now: float) -> bool:
-        """Reserve free slots, claim that many jobs, dispatch; True if none was found."""
+    def _claim_wanted(self) -> tuple[list[int], int]:
+        """The free slots to reserve (R6) and how many jobs to claim for them."""
         if self._stopping or not self._want_claim:
-            return False
+            return [], 0
         free = self._free_slots()
-        if not free:
-            return False
         want = len(free)
         limit = self.config.max_jobs
         if limit is not None:
-            want = min(want, limit - self.counters["claimed"])
-            if want <= 0:
-                return False
-        got = self._store_call(self.core.claim, now, want, now)
-        if got is None:
+            want = max(0, min(want, limit - self.counters["claimed"]))
+        return free, want
+
+    def _turn(self, now: float) -> bool:
+        """Settle what finished and claim for the free slots, in one transaction.
+
+        Returns True when a claim was made and found nothing (for --burst).
+        """
+        free, want = self._claim_wanted()
+        if not self.pending and not want:
             return False
-        claimed, expired = got
+        got = self._store_call(self.core.turn, now, self.pending, want, now, self.rng)
+        if got is None:
+            if self.pending:
+                self.counters["settle_failures"] += 1
+            return False
+        settled, claimed, expired = got
+        self.pending = []
+        self._report(settled)
         self._report(expired)
         for slot_index, job in zip(free, claimed):
             self._dispatch(self.slots[slot_index], job, now)
+        if not want:
+            return False
         self._want_claim = len(claimed) + len(expired) >= want
         return not claimed and not expired
 

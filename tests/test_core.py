@@ -326,3 +326,37 @@ def test_slot_table_tracks_jobs_and_deadlines(core_impl):
     assert table.free_slots() == [0, 2, 3, 4]
     table.resize(1)  # slot 1 is busy: shrink stops there (R27)
     assert table.size == 2
+
+
+def test_a_turn_settles_and_claims_in_one_transaction(core_impl, core, store_path):
+    """The supervisor's loop turn: a job retried at once can be claimed again in it."""
+    a = insert_job(store_path)
+    b = insert_job(store_path)
+    (job,), _ = core.claim(1, NOW)
+    policies_zero = core_impl.Core(str(store_path), "host:5:5", ["t.job"], ["default"],
+                                   {"t.job": (0.0, 0.0, 3, 5, 60.0)})
+    (job,), _ = policies_zero.claim(1, NOW)  # b, under a supervisor that retries at once
+    settled, claimed, expired = policies_zero.turn(
+        [outcome(job, core_impl.ERROR, "E: x")], 2, NOW + 1, random.Random())
+    assert [s[3] for s in settled] == ["ready"]
+    assert [(c[0], c[4]) for c in claimed] == [(b, 2)] and expired == []
+    assert policies_zero.inflight == 1  # the new lease, not the settled one
+    assert rows(store_path)[1]["attempts"] == 2
+    assert rows(store_path)[0]["lease_owner"] == OWNER and a == rows(store_path)[0]["id"]
+    policies_zero.close()
+
+
+def test_a_failed_turn_applies_nothing_and_keeps_the_lease(core_impl, store_path):
+    insert_job(store_path)
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"], busy_timeout=0.05)
+    (job,), _ = core.claim(1, NOW)
+    blocker = sqlite3.connect(store_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreError):
+        core.turn([outcome(job, core_impl.DONE)], 1, NOW, random.Random())
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert core.inflight == 1
+    settled, _, _ = core.turn([outcome(job, core_impl.DONE)], 1, NOW, random.Random())
+    assert settled[0][3] == "done"
+    core.close()

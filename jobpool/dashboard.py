@@ -1,0 +1,381 @@
+"""The live dashboard (R29): pure render functions over a Snapshot, and one Live loop.
+
+As in rich's ``top_lite_simulator``: the data is a dataclass
+(:mod:`jobpool.snapshot`), :func:`render` turns it into a renderable without
+touching the store, and :func:`run_top` is the only loop, the only reader.
+Everything is sized for an 80x24 terminal over SSH first: rows are budgeted so
+the frame never scrolls, cells are cut with an ellipsis, never wrapped. A wide
+terminal gets more columns and puts queues beside failures.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from jobpool.errors import StoreError
+from jobpool.snapshot import FailureView, QueueView, SlotView, Snapshot, read_snapshot
+
+if TYPE_CHECKING:
+    from jobpool.store.sqlite import SQLiteStore
+
+#: From this many columns on, the frame gets its wide layout.
+WIDE = 120
+
+#: Elapsed time turns red past this share of the job's hard timeout (R20), while
+#: there is still time to look at the job before the supervisor kills it.
+LATE_SHARE = 0.8
+
+#: Rows kept for queues and for failures before slots take the rest; slots come
+#: first because they are what changes every second.
+QUEUE_ROWS = 3
+FAILURE_ROWS = 3
+
+#: ``run_top`` waits at least this many times as long as the last read took, so
+#: reading a store with a large backlog uses at most a third of a core.
+READ_PACING = 2.0
+
+_BAR = "━"
+
+
+# -- formatting ----------------------------------------------------------------------------
+
+def _count(n: int) -> str:
+    """Thousands separated; from ten million on in millions, so a count is
+    never cut by its column."""
+    return f"{n:,}" if n < 10_000_000 else f"{n / 1_000_000:,.0f}M"
+
+
+def _duration(seconds: float) -> str:
+    """Compact and stable in width: ``42s``, ``300s``, ``17m``, ``5h``, ``3d``."""
+    if seconds < 1000:
+        return f"{seconds:.0f}s"
+    if seconds < 60 * 100:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 3600 * 100:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def _mib(rss: int | None) -> str:
+    return "" if rss is None else f"{rss / 1048576:.0f}M"
+
+
+def _shorten_left(text: str, width: int) -> str:
+    """Keep the end of a path, where the file name is."""
+    if len(text) <= width:
+        return text
+    return "…" + text[len(text) - width + 1:] if width > 1 else "…"
+
+
+def _line(*parts: Text | str) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for part in parts:
+        if isinstance(part, str):
+            text.append(part)
+        else:
+            text.append_text(part)
+    return text
+
+
+# -- the row budget --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Budget:
+    """Lines each section may use below its column header; a section cut short
+    spends its last line on a "+N more" line."""
+
+    slots: int
+    queues: int
+    failures: int
+
+
+def _fit(count: int, lines: int) -> tuple[int, int]:
+    """(rows shown, rows hidden) for ``count`` rows in ``lines`` lines."""
+    if count <= lines:
+        return count, 0
+    shown = max(lines - 1, 0)
+    return shown, count - shown
+
+
+def _budget(snapshot: Snapshot, room: int, wide: bool) -> _Budget:
+    """Split ``room`` lines among slots, queues and failures.
+
+    Queues and failures keep a few rows each; slots get the rest, being what a
+    person watches; lines the slots leave unused go back to queues, then failures.
+    Narrow, the sections are stacked; wide, queues and failures sit side by side.
+    """
+    n_slots, n_queues, n_failures = len(snapshot.slots), max(len(snapshot.queues), 1), len(snapshot.failures)
+    q_min, f_min = min(n_queues, QUEUE_ROWS), min(n_failures, FAILURE_ROWS)
+    while 1 + min(n_slots, 2) + _lower(q_min, f_min, n_failures, wide) > room and max(q_min, f_min) > 1:
+        q_min, f_min = (q_min, f_min - 1) if f_min >= q_min else (q_min - 1, f_min)
+    lower = _lower(q_min, f_min, n_failures, wide)
+    base = max(q_min, f_min)
+    slot_lines = max(room - 1 - lower, 1)
+    spare = max(room - 1 - min(n_slots, slot_lines) - lower, 0)
+    if wide:
+        return _Budget(slot_lines, min(n_queues, base + spare), min(n_failures, base + spare))
+    queues = min(n_queues, q_min + spare)
+    failures = min(n_failures, f_min + spare - (queues - q_min))
+    return _Budget(slot_lines, queues, failures)
+
+
+def _lower(queues: int, failures: int, n_failures: int, wide: bool) -> int:
+    """Lines taken by the queue and failure sections showing that many rows."""
+    if wide:
+        return 1 + max(queues, failures)
+    return 1 + queues + (1 + failures if n_failures else 0)
+
+
+# -- header -----------------------------------------------------------------------------------
+
+def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> list[Text]:
+    lines = [_line(_where(snapshot, width // 2 if wide else width), "   ", _totals(snapshot))] \
+        if wide else [_where(snapshot, width), _totals(snapshot)]
+    if problem:
+        lines.append(_line(Text(problem, style="bold red")))
+    return lines
+
+
+def _where(snapshot: Snapshot, width: int) -> Text:
+    """Store, core, pools and the clock; the store path gives way first."""
+    busy = sum(1 for s in snapshot.slots if s.busy)
+    n = len(snapshot.pools)
+    live = (Text(f"{n} pool{'s' * (n != 1)} · {len(snapshot.slots)} slots · {busy} busy")
+            if n else Text("no live pool", style="yellow"))
+    if snapshot.stale_pools:
+        live.append(f" ({snapshot.stale_pools} stale)", style="yellow")
+    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at))
+    core = f"  core {snapshot.core}  "
+    fixed = len("jobpool ") + len(core) + len(live) + 2 + len(clock)
+    store = _shorten_left(snapshot.store, max(width - fixed, 12))
+    return _line(Text("jobpool ", style="bold"), Text(store, style="cyan"), core, live, "  ",
+                 Text(clock, style="dim"))
+
+
+def _totals(snapshot: Snapshot) -> Text:
+    t = snapshot.totals
+    dead = t.get("dead", 0)
+    return _line(f"ready {_count(t.get('ready', 0))}  sched {_count(t.get('scheduled', 0))}  "
+                 f"running {_count(t.get('running', 0))}  done {_count(t.get('done', 0))}  ",
+                 Text(f"dead {_count(dead)}", style="red" if dead else ""),
+                 Text(f"  {_count(snapshot.done_per_min)} done/min", style="bold"))
+
+
+# -- sections -----------------------------------------------------------------------------------
+
+def _table(width: int) -> Table:
+    return Table(box=None, width=width, padding=(0, 1), pad_edge=False, collapse_padding=True,
+                 show_edge=False, header_style="bold")
+
+
+def _more(hidden: int, what: str) -> Text:
+    return _line(Text(f"+{hidden} more {what}", style="dim"))
+
+
+def _bar(progress: float | None, stage: str | None, bar_width: int) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if progress is not None:
+        pct = max(0.0, min(100.0, float(progress)))
+        filled = round(pct / 100 * bar_width)
+        text.append(_BAR * filled, style="bar.finished" if pct >= 100 else "bar.complete")
+        text.append(_BAR * (bar_width - filled), style="bar.back")
+        text.append(f" {pct:3.0f}%")
+    if stage:
+        text.append((" " if progress is not None else "") + stage, style="italic")
+    return text
+
+
+def _elapsed(slot: SlotView) -> Text:
+    if slot.elapsed is None:
+        return Text("")
+    if not slot.timeout:
+        return Text(_duration(slot.elapsed))
+    late = slot.elapsed >= LATE_SHARE * slot.timeout
+    return Text(f"{_duration(slot.elapsed)}/{_duration(slot.timeout)}",
+                style="bold red" if late else "")
+
+
+def _shown_slots(slots: Sequence[SlotView], lines: int) -> tuple[list[SlotView], int]:
+    """The slots that fit; when some must be hidden, busy ones are shown first."""
+    shown, hidden = _fit(len(slots), lines)
+    if hidden:
+        return sorted(slots, key=lambda s: not s.busy)[:shown], hidden
+    return list(slots), 0
+
+
+def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool) -> list[RenderableType]:
+    if not snapshot.slots:
+        idle = ("no live pool on this store: start one with `jobpool start`" if not snapshot.pools
+                else "the live pools report no slots yet")
+        return [_line(Text(idle, style="dim"))]
+    table = _table(width)
+    table.add_column("slot", width=5 if wide else 4, no_wrap=True)
+    if wide:
+        table.add_column("pool", width=20, no_wrap=True, overflow="ellipsis")
+    table.add_column("pid", width=7, justify="right", no_wrap=True)
+    table.add_column("job", width=8, justify="right", no_wrap=True, overflow="ellipsis")
+    table.add_column("name", ratio=2, no_wrap=True, overflow="ellipsis")
+    if wide:
+        table.add_column("try", width=3, justify="right", no_wrap=True)
+    table.add_column("time", width=9, justify="right", no_wrap=True, overflow="ellipsis")
+    table.add_column("progress", ratio=3, no_wrap=True, overflow="ellipsis")
+    table.add_column("rss", width=5, justify="right", no_wrap=True)
+    shown, hidden = _shown_slots(snapshot.slots, lines)
+    for slot in shown:
+        table.add_row(*_slot_cells(snapshot, slot, wide))
+    if not hidden:
+        return [table]
+    busy = sum(1 for s in snapshot.slots if s.busy) - sum(1 for s in shown if s.busy)
+    return [table, _more(hidden, f"slots ({busy} busy, {hidden - busy} idle)")]
+
+
+def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool) -> list[RenderableType]:
+    label = str(slot.slot) if len(snapshot.pools) <= 1 else f"{slot.pool + 1}/{slot.slot}"
+    pid = "" if slot.pid is None else str(slot.pid)
+    if slot.busy:
+        cells: list[RenderableType] = [label, pid, str(slot.job_id), Text(slot.name or "?")]
+        rest: list[RenderableType] = [_elapsed(slot), _bar(slot.progress, slot.stage, 20 if wide else 8)]
+    else:
+        cells = [label, pid, Text("-", style="dim"), Text("idle", style="dim")]
+        rest = ["", ""]
+    if wide:
+        pool = snapshot.pools[slot.pool] if 0 <= slot.pool < len(snapshot.pools) else None
+        cells.insert(1, f"{pool.host}:{pool.pid}" if pool else "")
+        cells.append("" if slot.attempt is None or not slot.busy else str(slot.attempt))
+    return cells + rest + [_mib(slot.rss)]
+
+
+def _queues_section(queues: Sequence[QueueView], width: int, lines: int) -> list[RenderableType]:
+    table = _table(width)
+    table.add_column("queue", ratio=1, no_wrap=True, overflow="ellipsis")
+    for column in ("ready", "sched", "running", "dead", "done/min"):
+        table.add_column(column, width=8, justify="right", no_wrap=True, overflow="ellipsis")
+    if not queues:
+        table.add_row(Text("no jobs", style="dim"), "", "", "", "", "")
+        return [table]
+    shown, hidden = _fit(len(queues), lines)
+    for q in queues[:shown]:
+        table.add_row(q.queue, _count(q.ready), _count(q.scheduled), _count(q.running),
+                      Text(_count(q.dead), style="red" if q.dead else ""), _count(q.done_per_min))
+    return [table, _more(hidden, "queues")] if hidden else [table]
+
+
+def _failures_section(snapshot: Snapshot, width: int, lines: int,
+                      wide: bool) -> list[RenderableType]:
+    failures = snapshot.failures
+    if not failures:
+        return [_line(Text("no recent failures", style="dim"))]
+    table = _table(width)
+    table.add_column("failed", width=8, justify="right", no_wrap=True, overflow="ellipsis")
+    table.add_column("name", width=22 if wide else 16, no_wrap=True, overflow="ellipsis")
+    if wide:
+        table.add_column("try", width=3, justify="right", no_wrap=True)
+        table.add_column("outcome", width=9, no_wrap=True, overflow="ellipsis")
+    table.add_column("ago", width=4, justify="right", no_wrap=True)
+    table.add_column("reason", ratio=1, no_wrap=True, overflow="ellipsis")
+    shown, hidden = _fit(len(failures), lines)
+    for f in failures[:shown]:
+        table.add_row(*_failure_cells(snapshot, f, wide))
+    return [table, _more(hidden, "failures")] if hidden else [table]
+
+
+def _failure_cells(snapshot: Snapshot, f: FailureView, wide: bool) -> list[RenderableType]:
+    ago = _duration(max(0.0, snapshot.taken_at - f.ended_at))
+    cells: list[RenderableType] = [str(f.job_id), Text(f.name or "?")]
+    if wide:
+        cells += [str(f.attempt), f.outcome]
+    return cells + [ago, Text(f.reason, style="red")]
+
+
+# -- the frame ------------------------------------------------------------------------------------
+
+def render(snapshot: Snapshot, width: int = 80, height: int = 24, *,
+           problem: str | None = None) -> RenderableType:
+    """One dashboard frame, at most ``width`` columns and ``height - 1`` lines.
+
+    ``problem`` is a line shown under the header, for a read that failed while
+    an older snapshot is still on screen.
+    """
+    wide = width >= WIDE
+    header = _header(snapshot, width, wide, problem)
+    budget = _budget(snapshot, height - 1 - len(header), wide)
+    slots = _slots_section(snapshot, width, budget.slots, wide)
+    if not wide:
+        lower = _queues_section(snapshot.queues, width, budget.queues)
+        if snapshot.failures:
+            lower += _failures_section(snapshot, width, budget.failures, wide)
+        return Group(*header, *slots, *lower)
+    left = width * 45 // 100
+    right = width - left - 2
+    grid = Table.grid(padding=(0, 2, 0, 0))
+    grid.add_column(width=left, no_wrap=True)
+    grid.add_column(width=right, no_wrap=True)
+    grid.add_row(Group(*_queues_section(snapshot.queues, left, budget.queues)),
+                 Group(*_failures_section(snapshot, right, budget.failures, wide)))
+    return Group(*header, *slots, grid)
+
+
+def plain_lines(snapshot: Snapshot) -> list[str]:
+    """The frame as one log line, for a stdout that is not a terminal (R29)."""
+    t = snapshot.totals
+    busy = sum(1 for s in snapshot.slots if s.busy)
+    clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.taken_at))
+    return [f"{clock} ready={t.get('ready', 0)} scheduled={t.get('scheduled', 0)} "
+            f"running={t.get('running', 0)} done={t.get('done', 0)} dead={t.get('dead', 0)} "
+            f"done_per_min={snapshot.done_per_min} pools={len(snapshot.pools)} "
+            f"slots={len(snapshot.slots)} busy={busy}"]
+
+
+# -- the loop ---------------------------------------------------------------------------------------
+
+#: Seconds between plain lines when stdout is not a terminal: a line per refresh
+#: would flood a log file.
+PLAIN_EVERY = 5.0
+
+
+def run_top(store: "SQLiteStore", console: Console, *, refresh: float = 0.5,
+            once: bool = False) -> None:
+    """Show the dashboard until Ctrl-C; ``once`` prints a single frame and returns.
+
+    The only reader of the store: each turn reads a snapshot and hands it to
+    :func:`render`. A first read that fails raises StoreError (the CLI reports
+    it); a later one keeps the last frame with the error under its header.
+    """
+    if once:
+        console.print(render(read_snapshot(store), console.width, console.height))
+        return
+    try:
+        if console.is_terminal:
+            _live(store, console, refresh)
+        else:
+            _plain(store, console, max(refresh, PLAIN_EVERY))
+    except KeyboardInterrupt:
+        pass
+
+
+def _live(store: "SQLiteStore", console: Console, refresh: float) -> None:
+    snapshot = read_snapshot(store)
+    with Live(console=console, screen=False, auto_refresh=False, transient=False) as live:
+        while True:
+            started = time.monotonic()
+            problem = None
+            try:
+                snapshot = read_snapshot(store)
+            except StoreError as exc:
+                problem = f"{exc} (showing the last frame)"
+            live.update(render(snapshot, console.width, console.height, problem=problem),
+                        refresh=True)
+            time.sleep(max(refresh, READ_PACING * (time.monotonic() - started)))
+
+
+def _plain(store: "SQLiteStore", console: Console, every: float) -> None:
+    while True:
+        for line in plain_lines(read_snapshot(store)):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        time.sleep(every)

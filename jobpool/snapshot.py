@@ -1,0 +1,268 @@
+"""What the dashboard shows (R29), read from the store in one consistent pass.
+
+The dashboard is pure render functions over a :class:`Snapshot` plus one Live
+loop (STYLE habit 8); :func:`read_snapshot` is the only place it touches the
+store. Every query here walks an index and never the whole ``jobs`` table, so a
+refresh stays cheap on a store holding a day of finished jobs.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from jobpool import core
+from jobpool.errors import StoreError
+
+if TYPE_CHECKING:
+    from jobpool.store.sqlite import SQLiteStore
+
+#: A pool whose heartbeat is older than this is not live: its supervisor writes
+#: one every second (``JOBPOOL_HEARTBEAT``), so ten missed beats mean it is gone
+#: or stuck, and its slots would show jobs that may no longer run.
+LIVE_WITHIN = 10.0
+
+#: Recent failures are looked for among this many newest attempts only, so a
+#: store whose last failure is a million attempts ago costs no scan to say so.
+FAILURE_WINDOW = 10_000
+
+#: Outcomes that are not failures: success, and the steering outcomes a job or an
+#: operator chose (Defer, Reschedule, a graceful stop's release).
+QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released")
+
+#: R29: per-queue counts of the live statuses. Ready rows are counted from the
+#: claim-order index alone (it carries ``run_at``, so due and scheduled split
+#: without visiting the table); running and dead rows through ``jobs_status``,
+#: which stays small (running: at most the slots; dead: ``dead_letter_limit``).
+#: Done rows are left out: a GROUP BY over every row has no index to walk and
+#: scans the table (~0.75-1.1 s on 1 000 000 rows).
+QUEUE_COUNTS = """
+SELECT queue, 'ready', count(*), total(run_at > :now)
+  FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' GROUP BY queue
+UNION ALL
+SELECT queue, status, count(*), 0
+  FROM jobs INDEXED BY jobs_status WHERE status IN ('running', 'dead') GROUP BY queue, status
+"""
+
+#: R29: all done rows, counted in ``jobs_status`` without visiting the table.
+DONE_COUNT = "SELECT count(*) FROM jobs INDEXED BY jobs_status WHERE status = 'done'"
+
+#: R29 done/min: the rows finished in the last minute, a short range of
+#: ``jobs_status (status, finished_at)``.
+DONE_SINCE = """
+SELECT queue, count(*) FROM jobs INDEXED BY jobs_status
+ WHERE status = 'done' AND finished_at > :since GROUP BY queue
+"""
+
+#: R29 recent failures: newest attempts first by rowid (the table's own order,
+#: no sort), bounded to the last FAILURE_WINDOW attempts. LEFT JOIN because
+#: retention may have swept the job while its attempt row is still read.
+RECENT_FAILURES = f"""
+SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
+  FROM attempts AS a LEFT JOIN jobs AS j ON j.id = a.job_id
+ WHERE a.rowid > (SELECT coalesce(max(rowid), 0) FROM attempts) - :window
+   AND a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
+ ORDER BY a.rowid DESC LIMIT :limit
+"""
+
+SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES)
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """One child slot of a live pool, as its supervisor last reported it.
+
+    ``pool`` is the index of the slot's pool in ``Snapshot.pools``; ``elapsed``
+    is seconds since the job started, as of ``Snapshot.taken_at``; ``rss`` is
+    in bytes; ``progress`` is 0-100 (R22). Job fields are None on an idle slot.
+    """
+
+    pool: int
+    slot: int
+    pid: int | None = None
+    job_id: int | None = None
+    name: str | None = None
+    attempt: int | None = None
+    started: float | None = None
+    elapsed: float | None = None
+    timeout: float | None = None
+    progress: float | None = None
+    stage: str | None = None
+    rss: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.job_id is not None
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """One queue's line: due (``ready``) and future (``scheduled``) rows, rows
+    running and dead, and jobs finished in the last minute."""
+
+    queue: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    dead: int = 0
+    done_per_min: int = 0
+
+
+@dataclass(frozen=True)
+class FailureView:
+    """One failed attempt; ``reason`` is the first line of its error (the line
+    that names the cause; the traceback follows it in the store)."""
+
+    job_id: int
+    name: str | None
+    attempt: int
+    outcome: str
+    ended_at: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One supervisor with a heartbeat in the ``pools`` table (R29a counters)."""
+
+    owner: str
+    host: str
+    pid: int
+    procs: int
+    queues: tuple[str, ...]
+    core: str
+    started_at: float
+    heartbeat_at: float
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def busy(self) -> int:
+        return int(self.counters.get("busy", 0))
+
+
+def _zero_totals() -> dict[str, int]:
+    return dict.fromkeys(("ready", "scheduled", "running", "done", "dead"), 0)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one dashboard frame shows, read at ``taken_at``.
+
+    ``pools`` and ``slots`` are the live pools only; ``stale_pools`` counts the
+    rows whose heartbeat is older than LIVE_WITHIN. ``totals`` has the keys
+    ready, scheduled, running, done, dead (as ``store.stats()``);
+    ``done_per_min`` is the jobs finished in the minute before ``taken_at``.
+    """
+
+    taken_at: float
+    store: str
+    core: str
+    pools: tuple[PoolView, ...] = ()
+    slots: tuple[SlotView, ...] = ()
+    queues: tuple[QueueView, ...] = ()
+    failures: tuple[FailureView, ...] = ()
+    totals: Mapping[str, int] = field(default_factory=_zero_totals)
+    done_per_min: int = 0
+    stale_pools: int = 0
+
+
+def read_snapshot(store: SQLiteStore, now: float | None = None, *,
+                  failures: int = 5) -> Snapshot:
+    """Read one frame's worth of state in a single read transaction.
+
+    One transaction so the counts agree with each other (a job moving from
+    ready to running between two statements is not counted twice); under WAL
+    it blocks no writer.
+
+    Cost, measured on a generated 1 000 000-row store (SQLite 3.40, a busy
+    2-core machine, warm page cache): with 860 000 done, 130 000 ready, 10 000
+    dead and 16 running rows, about 95 ms (DONE_COUNT ~60 ms, the ready part
+    of QUEUE_COUNTS ~30 ms, the rest under 1 ms); with 1 000 000 ready rows (a
+    backlog) about 330 ms, all in counting the claim-order index. The plain
+    ``GROUP BY queue, status`` would scan the table: 750-1100 ms on either.
+    ``run_top`` spaces its reads so that a slow read never takes more than a
+    third of a core.
+    """
+    now = time.time() if now is None else now
+    conn = store.conn
+    try:
+        with _read_transaction(conn):
+            counts = conn.execute(QUEUE_COUNTS, {"now": now}).fetchall()
+            done = conn.execute(DONE_COUNT).fetchone()[0]
+            recent = dict(conn.execute(DONE_SINCE, {"since": now - 60.0}).fetchall())
+            failed = conn.execute(RECENT_FAILURES, {"window": FAILURE_WINDOW,
+                                                    "limit": failures}).fetchall()
+            rows = store.pools()
+    except sqlite3.Error as exc:
+        raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
+    live = [p for p in rows if now - p["heartbeat_at"] < LIVE_WITHIN]
+    pools = tuple(_pool_view(p) for p in live)
+    queues = _queue_views(counts, recent, [q for p in pools for q in p.queues])
+    totals = _totals(queues, done)
+    return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
+                    slots=tuple(_slot_views(live, now)), queues=queues,
+                    failures=tuple(_failure_view(r) for r in failed), totals=totals,
+                    done_per_min=sum(recent.values()), stale_pools=len(rows) - len(live))
+
+
+@contextmanager
+def _read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _pool_view(row: Mapping[str, Any]) -> PoolView:
+    return PoolView(owner=row["owner"], host=row["host"], pid=row["pid"], procs=row["procs"],
+                    queues=tuple(q for q in row["queues"].split(",") if q), core=row["core"],
+                    started_at=row["started_at"], heartbeat_at=row["heartbeat_at"],
+                    counters=dict(row["counters"]))
+
+
+def _slot_views(pools: list[Mapping[str, Any]], now: float) -> Iterator[SlotView]:
+    for index, pool in enumerate(pools):
+        for s in pool["slots"]:
+            started = s.get("started")
+            yield SlotView(pool=index, slot=s["slot"], pid=s.get("pid"), job_id=s.get("job_id"),
+                           name=s.get("name"), attempt=s.get("attempt"), started=started,
+                           elapsed=None if started is None else max(0.0, now - started),
+                           timeout=s.get("timeout"), progress=s.get("progress"),
+                           stage=s.get("stage"), rss=s.get("rss"))
+
+
+def _queue_views(counts: list[tuple], recent: Mapping[str, int],
+                 served: list[str]) -> tuple[QueueView, ...]:
+    """Queues with live rows, recent completions, or a live pool serving them:
+    an empty queue someone serves is worth a row that says it is empty."""
+    fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *recent)}
+    for queue, status, count, scheduled in counts:
+        row = fields.setdefault(queue, {})
+        if status == "ready":
+            row["ready"], row["scheduled"] = count - int(scheduled), int(scheduled)
+        else:
+            row[status] = count
+    return tuple(QueueView(queue=q, done_per_min=recent.get(q, 0), **fields[q])
+                 for q in sorted(fields))
+
+
+def _totals(queues: tuple[QueueView, ...], done: int) -> dict[str, int]:
+    return {"ready": sum(q.ready for q in queues), "scheduled": sum(q.scheduled for q in queues),
+            "running": sum(q.running for q in queues), "done": done,
+            "dead": sum(q.dead for q in queues)}
+
+
+def _failure_view(row: tuple) -> FailureView:
+    job_id, name, attempt, outcome, ended_at, error = row
+    reason = (error or "").strip().splitlines()[0:1]
+    return FailureView(job_id=job_id, name=name, attempt=attempt, outcome=outcome,
+                       ended_at=ended_at, reason=reason[0] if reason else outcome)
+
+
+def _core_name(pools: tuple[PoolView, ...]) -> str:
+    """The core the live pools run; this install's when none runs."""
+    names = sorted({p.core for p in pools})
+    return "/".join(names) if names else core.NAME

@@ -1,0 +1,290 @@
+"""The dashboard (R29): frames rendered from hand-built snapshots, and the snapshot
+read from a real store."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+import jobpool
+from jobpool.dashboard import plain_lines, render, run_top
+from jobpool.snapshot import (SNAPSHOT_QUERIES, FailureView, PoolView, QueueView, SlotView,
+                              Snapshot, read_snapshot)
+from jobpool.store import sql
+
+NOW = 1_700_000_000.0
+
+
+def pool(index: int = 0, procs: int = 4) -> PoolView:
+    return PoolView(owner=f"worker-{index}:{900 + index}:abc", host=f"worker-{index}",
+                    pid=900 + index, procs=procs, queues=("default",), core="compiled",
+                    started_at=NOW - 600, heartbeat_at=NOW - 0.4, counters={"busy": 1})
+
+
+def busy(slot: int, job_id: int, *, pool: int = 0, elapsed: float = 12.0, timeout: float = 300.0,
+         progress: float | None = 45.0, stage: str | None = "parsing",
+         name: str = "imports.load") -> SlotView:
+    return SlotView(pool=pool, slot=slot, pid=4000 + slot, job_id=job_id, name=name, attempt=1,
+                    started=NOW - elapsed, elapsed=elapsed, timeout=timeout, progress=progress,
+                    stage=stage, rss=48 << 20)
+
+
+def idle(slot: int, *, pool: int = 0) -> SlotView:
+    return SlotView(pool=pool, slot=slot, pid=4000 + slot, rss=20 << 20)
+
+
+def snapshot(**fields) -> Snapshot:
+    base = Snapshot(
+        taken_at=NOW, store="/srv/app/jobpool.db", core="compiled", pools=(pool(),),
+        slots=(busy(0, 101), busy(1, 102, name="mail.send", elapsed=250, progress=80,
+                                  stage="sending"), idle(2), idle(3)),
+        queues=(QueueView("default", ready=1234, scheduled=7, running=1, dead=0, done_per_min=60),
+                QueueView("mail", ready=3, scheduled=0, running=1, dead=2, done_per_min=5)),
+        failures=(FailureView(job_id=77, name="imports.load", attempt=5, outcome="error",
+                              ended_at=NOW - 42, reason="RuntimeError: boom; no attempts left after 5"),),
+        totals={"ready": 1237, "scheduled": 7, "running": 2, "done": 98765, "dead": 2},
+        done_per_min=65)
+    return replace(base, **fields)
+
+
+def frame(snap: Snapshot, width: int = 80, height: int = 24, styles: bool = False) -> list[str]:
+    console = Console(record=True, width=width, height=height, file=io.StringIO(),
+                      force_terminal=styles, color_system="standard" if styles else None)
+    console.print(render(snap, console.width, console.height))
+    return console.export_text(styles=styles).splitlines()
+
+
+def line_with(lines: list[str], *needles: str) -> str:
+    matches = [line for line in lines if all(n in line for n in needles)]
+    assert matches, f"no line with {needles} in:\n" + "\n".join(lines)
+    return matches[0]
+
+
+# -- what a person looks for -----------------------------------------------------------------
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_each_busy_slot_shows_its_pid_job_name_elapsed_of_timeout_and_progress(width):
+    lines = frame(snapshot(), width)
+    first = line_with(lines, "4000", "101", "imports.load")
+    assert "12s/300s" in first and "45%" in first and "parsing" in first
+    second = line_with(lines, "4001", "102", "mail.send")
+    assert "250s/300s" in second and "80%" in second and "sending" in second
+
+
+def test_an_idle_slot_shows_its_pid_and_says_idle():
+    assert "idle" in line_with(frame(snapshot()), "4002")
+
+
+def test_elapsed_turns_red_past_80_percent_of_the_timeout():
+    lines = frame(snapshot(slots=(busy(0, 1, elapsed=100), busy(1, 2, elapsed=250))), styles=True)
+    red = "\x1b[1;31m"
+    assert red + "250s/300s" in "\n".join(lines)
+    assert red + "100s/300s" not in "\n".join(lines)
+
+
+def test_a_slot_without_progress_shows_its_stage_and_one_without_timeout_its_elapsed():
+    lines = frame(snapshot(slots=(busy(0, 5, progress=None, stage="waiting on lock", timeout=0),)))
+    row = line_with(lines, "4000", "waiting on lock")
+    assert " 12s " in row and "12s/" not in row and "%" not in row
+
+
+def test_queue_rows_show_ready_scheduled_running_dead_and_done_per_minute():
+    lines = frame(snapshot())
+    header = line_with(lines, "queue", "ready", "sched", "running", "dead", "done/min")
+    assert header.split() == ["queue", "ready", "sched", "running", "dead", "done/min"]
+    assert line_with(lines, "default", "1,234").split() == ["default", "1,234", "7", "1", "0", "60"]
+    assert line_with(lines, "mail ").split() == ["mail", "3", "0", "1", "2", "5"]
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_a_failure_line_names_the_job_and_its_reason(width):
+    row = line_with(frame(snapshot(), width), "77", "imports.load", "RuntimeError: boom")
+    assert "42s" in row
+
+
+def test_the_header_names_store_core_pools_totals_and_throughput():
+    header = " ".join(frame(snapshot())[:2])
+    for text in ("/srv/app/jobpool.db", "compiled", "1 pool", "4 slots", "2 busy", "ready 1,237",
+                 "sched 7", "running 2", "done 98,765", "dead 2", "65 done/min"):
+        assert text in header
+
+
+def test_a_long_store_path_keeps_its_file_name():
+    path = "/very/long/" + "nested/" * 20 + "jobs.db"
+    first = frame(snapshot(store=path))[0]
+    assert "…" in first and "jobs.db" in first and len(first) <= 80
+
+
+def test_without_live_pools_the_frame_says_so():
+    lines = frame(snapshot(pools=(), slots=(), stale_pools=1))
+    assert "no live pool" in lines[0] and "1 stale" in lines[0]
+    assert any("no live pool on this store" in line for line in lines)
+
+
+# -- fitting the terminal --------------------------------------------------------------------------
+
+def crowded(n_slots: int, n_pools: int = 1) -> Snapshot:
+    slots = tuple(busy(i, 1000 + i, pool=p, name="reports.build_quarterly_customer_statement",
+                       stage="rendering page 12 of 480 for customer 00042")
+                  if i % 3 else idle(i, pool=p)
+                  for p in range(n_pools) for i in range(n_slots))
+    failures = tuple(FailureView(job_id=i, name="imports.load_a_very_long_job_name", attempt=2,
+                                 outcome="crash", ended_at=NOW - i,
+                                 reason="child killed by signal SIGKILL (out of memory?) " * 3)
+                     for i in range(5))
+    queues = tuple(QueueView(f"queue-{i}-with-a-long-name", ready=10**9, scheduled=10**6)
+                   for i in range(6))
+    return snapshot(pools=tuple(pool(p, n_slots) for p in range(n_pools)), slots=slots,
+                    failures=failures, queues=queues, store="/" + "deep/" * 40 + "jobpool.db")
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (160, 24), (160, 50), (100, 30)])
+@pytest.mark.parametrize("snap", [snapshot(), crowded(30), crowded(8, n_pools=3)],
+                         ids=["few", "30 slots", "3 pools"])
+def test_no_line_is_wider_than_the_terminal_and_the_frame_never_scrolls(snap, width, height):
+    lines = frame(snap, width, height)
+    assert max(len(line) for line in lines) <= width
+    assert len(lines) <= height - 1
+
+
+def test_thirty_slots_at_80x24_show_as_many_as_fit_and_a_more_line():
+    lines = frame(crowded(30))
+    more = [line for line in lines if re.match(r"\+\d+ more slots", line)]
+    assert len(more) == 1
+    hidden = int(more[0].split()[0][1:])
+    shown = [line for line in lines if re.match(r"\d+ +40\d\d ", line)]
+    assert len(shown) + hidden == 30 and len(shown) >= 10
+    assert all("idle" not in line for line in shown), "busy slots come first when some are hidden"
+
+
+def test_a_wide_terminal_adds_pool_and_attempt_columns_and_puts_failures_beside_queues():
+    lines = frame(crowded(4, n_pools=2), 160, 40)
+    header = line_with(lines, "slot", "pool", "pid", "try")
+    assert header.index("pool") < header.index("pid")
+    assert line_with(lines, "2/1", "worker-1:901", "1001")
+    assert line_with(lines, "queue", "failed", "outcome")
+    assert line_with(lines, "queue-0-with-a-long-name", "crash", "SIGKILL")
+
+
+def test_plain_mode_is_one_status_line_with_the_totals():
+    lines = plain_lines(snapshot())
+    assert len(lines) == 1
+    for text in ("ready=1237", "scheduled=7", "running=2", "done=98765", "dead=2",
+                 "done_per_min=65", "pools=1", "slots=4", "busy=2"):
+        assert text in lines[0]
+
+
+# -- reading a real store -----------------------------------------------------------------------------
+
+OWNER = "host-a:4242:abcd"
+
+
+def insert_pool(store, owner: str, heartbeat: float, slots: list[dict]) -> None:
+    params = {"owner": owner, "host": owner.split(":")[0], "pid": 4242, "procs": len(slots),
+              "queues": "default,mail,idle", "core": "pure", "now": heartbeat,
+              "counters": json.dumps({"claimed": 9, "completed": 4, "busy": 1}),
+              "slots": json.dumps(slots)}
+    store.conn.execute(sql.UPSERT_POOL, params).fetchall()
+
+
+def attempt(store, job_id: int, number: int, outcome: str, error: str | None, at: float) -> None:
+    store.conn.execute(sql.INSERT_ATTEMPT, {
+        "id": job_id, "attempt": number, "owner": OWNER, "pid": 77, "started_at": at - 1,
+        "now": at, "outcome": outcome, "error": error, "exit_status": "0", "peak_rss": None,
+        "cpu_s": None})
+
+
+@pytest.fixture
+def world(tmp_path):
+    # Given a store with jobs in every status, an attempt log and two pools rows, as of
+    # now: run_top reads the clock, and a pool row is live only if its heartbeat is recent
+    s = jobpool.connect(tmp_path / "s.db")
+    now = time.time()
+    ids = {}
+    for key, queue, delay in [("a1", None, None), ("a2", None, None), ("s1", None, 3600),
+                              ("m1", "mail", None), ("r1", None, None), ("d1", None, None),
+                              ("d2", None, None), ("d3", None, None), ("d4", "mail", None),
+                              ("x1", "mail", None)]:
+        ids[key] = s.enqueue_with("t.job", args=(key,), queue=queue, delay=delay, now=now - 700).id
+    run = s.conn.execute
+    run("UPDATE jobs SET status = 'running', lease_owner = ?, attempts = 1, started_at = ?, "
+        "timeout = 300 WHERE id = ?", (OWNER, now - 12, ids["r1"]))
+    for key, ago in [("d1", 30), ("d2", 5), ("d3", 600), ("d4", 10)]:
+        run("UPDATE jobs SET status = 'done', finished_at = ? WHERE id = ?", (now - ago, ids[key]))
+    run("UPDATE jobs SET status = 'dead', finished_at = ?, last_error = ? WHERE id = ?",
+        (now - 20, "ValueError: bad row 7\nTraceback (most recent call last): ...", ids["x1"]))
+    attempt(s, ids["x1"], 1, "error", "RuntimeError: boom\nTraceback (most recent call last): ...", now - 40)
+    attempt(s, ids["d1"], 1, "done", None, now - 30)
+    attempt(s, ids["x1"], 2, "fatal", "ValueError: bad row 7\nTraceback (most recent call last): ...", now - 20)
+    attempt(s, ids["a1"], 1, "deferred", None, now - 10)
+    insert_pool(s, OWNER, now - 0.5, [
+        {"slot": 0, "pid": 5001, "job_id": ids["r1"], "name": "t.job", "attempt": 1,
+         "started": now - 12, "timeout": 300.0, "progress": 40.0, "stage": "step 2", "rss": 31 << 20},
+        {"slot": 1, "pid": 5002, "job_id": None, "name": None, "attempt": None, "started": None,
+         "timeout": None, "progress": None, "stage": None, "rss": 20 << 20}])
+    insert_pool(s, "host-b:1:dead", now - 60, [
+        {"slot": 0, "pid": 6001, "job_id": ids["a2"], "name": "t.job", "attempt": 1,
+         "started": now - 70, "timeout": 300.0, "progress": None, "stage": None, "rss": None}])
+    yield SimpleNamespace(store=s, ids=ids, now=now)
+    s.close()
+
+
+def test_read_snapshot_counts_each_queue_and_the_totals(world):
+    snap = read_snapshot(world.store, world.now)
+    assert snap.totals == {"ready": 3, "scheduled": 1, "running": 1, "done": 4, "dead": 1}
+    assert snap.queues == (QueueView("default", ready=2, scheduled=1, running=1, dead=0, done_per_min=2),
+                           QueueView("idle"),
+                           QueueView("mail", ready=1, scheduled=0, running=0, dead=1, done_per_min=1))
+    assert snap.done_per_min == 3
+    assert snap.taken_at == world.now and snap.store == world.store.path
+
+
+def test_read_snapshot_lists_newest_failures_first_with_the_first_line_of_the_reason(world):
+    failures = read_snapshot(world.store, world.now).failures
+    x1 = world.ids["x1"]
+    assert [(f.job_id, f.name, f.attempt, f.outcome, f.reason) for f in failures] == [
+        (x1, "t.job", 2, "fatal", "ValueError: bad row 7"),
+        (x1, "t.job", 1, "error", "RuntimeError: boom")]
+    assert len(read_snapshot(world.store, world.now, failures=1).failures) == 1
+
+
+def test_read_snapshot_shows_slots_of_live_pools_only(world):
+    snap = read_snapshot(world.store, world.now)
+    assert [p.owner for p in snap.pools] == [OWNER] and snap.stale_pools == 1
+    assert snap.core == "pure" and snap.pools[0].busy == 1
+    assert snap.pools[0].queues == ("default", "mail", "idle")
+    running, free = snap.slots
+    assert (running.pool, running.slot, running.pid, running.job_id, running.name) == \
+        (0, 0, 5001, world.ids["r1"], "t.job")
+    assert running.elapsed == pytest.approx(12.0)
+    assert (running.timeout, running.progress, running.stage, running.rss) == (300.0, 40.0, "step 2", 31 << 20)
+    assert not free.busy and free.pid == 5002
+
+
+def test_read_snapshot_leaves_no_transaction_open(world):
+    read_snapshot(world.store, world.now)
+    assert not world.store.conn.in_transaction
+
+
+def test_snapshot_queries_walk_indexes_never_a_whole_table(world):
+    for query in SNAPSHOT_QUERIES:
+        plan = [row[3] for row in world.store.conn.execute(
+            "EXPLAIN QUERY PLAN " + query, {"now": 0.0, "since": 0.0, "window": 10, "limit": 5})]
+        scans = [step for step in plan if step.startswith("SCAN") and "USING" not in step]
+        assert not scans, f"{query}\nscans a table: {plan}"
+
+
+def test_top_once_prints_one_frame_of_the_store(world):
+    console = Console(record=True, width=80, height=24, file=io.StringIO())
+    run_top(world.store, console, once=True)
+    lines = console.export_text().splitlines()
+    assert "1 pool" in lines[0] and "1 stale" in lines[0]
+    assert line_with(lines, "5001", str(world.ids["r1"]), "t.job", "step 2")
+    assert line_with(lines, "ValueError: bad row 7")
+    assert len(lines) <= 23 and max(map(len, lines)) <= 80
