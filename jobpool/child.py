@@ -15,7 +15,7 @@ import time
 import traceback
 
 from jobpool import core, jobs, protocol
-from jobpool.errors import Defer, Fatal, Reschedule, Retry
+from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import decode_payload, encode_result
 
 _PR_SET_PDEATHSIG = 1
@@ -79,8 +79,11 @@ def _describe(exc: BaseException) -> str:
     return head + "\n" + "".join(traceback.format_exception(exc)).rstrip()
 
 
-def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str) -> tuple:
-    """Run one job and classify how it ended; never raises (returns an outcome message)."""
+def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
+            retire=lambda: False) -> bytes:
+    """Run one job and classify how it ended; never raises (returns an outcome message).
+
+    ``retire()`` is asked after the job: True means this child exits after replying."""
     cpu_before = _cpu_seconds()
     delay = None
     result = None
@@ -94,12 +97,33 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
             kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
         else:
             kind, error, delay, result = _call(job, args, kwargs)
-    message = protocol.outcome_message(job_id, attempt, kind, error, delay, result,
-                                       _peak_rss_bytes(), _cpu_seconds() - cpu_before)
-    return message
+    return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
+                                    _peak_rss_bytes(), _cpu_seconds() - cpu_before, retire())
+
+
+def _soft_timeout(signum, frame) -> None:
+    raise SoftTimeout(f"soft timeout after {_soft_limit:g} s")
+
+
+_soft_limit = 0.0
 
 
 def _call(job: jobs.Job, args: tuple, kwargs: dict):
+    global _soft_limit
+    if job.soft_timeout:
+        # R20: SIGALRM raises SoftTimeout in the job's own frame so it can clean up;
+        # the supervisor's hard timeout still follows.
+        _soft_limit = job.soft_timeout
+        signal.signal(signal.SIGALRM, _soft_timeout)
+        signal.setitimer(signal.ITIMER_REAL, job.soft_timeout)
+    try:
+        return _outcome_of(job, args, kwargs)
+    finally:
+        if job.soft_timeout:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
     try:
         value = job.fn(*args, **kwargs)
     except Retry as exc:
@@ -126,8 +150,15 @@ def _call(job: jobs.Job, args: tuple, kwargs: dict):
     return core.DONE, None, None, result
 
 
-def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int) -> None:
-    """Entry point of a forked child; returns (and the process exits) when recycled."""
+def _rss_bytes() -> int:
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
+               max_memory: int = 0) -> None:
+    """Entry point of a forked child; returns (and the process exits) when recycled:
+    after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes."""
     die_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group; only the supervisor decides what it means
     # (R25: a graceful stop lets running jobs finish).
@@ -148,14 +179,21 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int) 
             return  # the supervisor closed our pipe: it is stopping or gone
         job_id, attempt, name, payload, serializer = protocol.loads(message)
         _current = (conn, job_id, attempt)
+        done += 1
+
+        def retire() -> bool:
+            # Decided before the reply goes out, so the supervisor never sends a job
+            # to a child that is about to exit. A leaky job's memory goes back to
+            # the system with this process.
+            return bool((max_tasks and done >= max_tasks)
+                        or (max_memory and _rss_bytes() > max_memory))
         try:
-            reply = run_job(job_id, attempt, name, payload, serializer)
+            reply = run_job(job_id, attempt, name, payload, serializer, retire)
         finally:
             _current = None
         try:
             conn.send_bytes(reply)
         except (BrokenPipeError, OSError):
             return
-        done += 1
-        if max_tasks and done >= max_tasks:
+        if protocol.loads(reply)[-1]:
             return

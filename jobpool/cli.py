@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fallback poll interval in seconds (default 1)")
     start.add_argument("--max-tasks-per-child", type=_positive_int, default=0,
                        help="recycle a child after this many jobs")
+    start.add_argument("--memory-limit", type=_positive_int, metavar="MIB",
+                       help="kill a child whose RSS passes this during a job (jobs may set their own)")
+    start.add_argument("--max-memory-per-child", type=_positive_int, metavar="MIB",
+                       help="recycle a child whose RSS passes this after a job")
     start.add_argument("--result-ttl", type=_duration, default=24 * 3600.0,
                        help="how long done jobs are kept, e.g. 24h (default)")
     start.add_argument("--dead-letter-limit", type=_positive_int, default=10_000,
@@ -200,7 +204,9 @@ def cmd_start(args: argparse.Namespace, out: Console) -> int:
                         burst=args.burst, max_jobs=args.max_jobs, drain=args.drain,
                         poll_interval=args.poll_interval or POLL_INTERVAL,
                         max_tasks_per_child=args.max_tasks_per_child,
-                        result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit)
+                        result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
+                        memory_limit=args.memory_limit,
+                        max_memory_per_child=args.max_memory_per_child)
     _configure_logging(args.log_format, args.quiet)
     return Supervisor(config).run()
 

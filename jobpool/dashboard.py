@@ -10,8 +10,9 @@ terminal gets more columns and puts queues beside failures.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -110,9 +111,12 @@ def _budget(snapshot: Snapshot, room: int, wide: bool) -> _Budget:
     person watches; lines the slots leave unused go back to queues, then failures.
     Narrow, the sections are stacked; wide, queues and failures sit side by side.
     """
-    n_slots, n_queues, n_failures = len(snapshot.slots), max(len(snapshot.queues), 1), len(snapshot.failures)
+    n_slots, n_failures = len(snapshot.slots), len(snapshot.failures)
+    n_queues = max(len(snapshot.queues), 1)  # an empty store still shows its "no jobs" row
     q_min, f_min = min(n_queues, QUEUE_ROWS), min(n_failures, FAILURE_ROWS)
-    while 1 + min(n_slots, 2) + _lower(q_min, f_min, n_failures, wide) > room and max(q_min, f_min) > 1:
+    # A short terminal keeps the slot header and two slots before the lower rows.
+    while 1 + min(n_slots, 2) + _lower(q_min, f_min, n_failures, wide) > room \
+            and max(q_min, f_min) > 1:
         q_min, f_min = (q_min, f_min - 1) if f_min >= q_min else (q_min - 1, f_min)
     lower = _lower(q_min, f_min, n_failures, wide)
     base = max(q_min, f_min)
@@ -135,8 +139,10 @@ def _lower(queues: int, failures: int, n_failures: int, wide: bool) -> int:
 # -- header -----------------------------------------------------------------------------------
 
 def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> list[Text]:
-    lines = [_line(_where(snapshot, width // 2 if wide else width), "   ", _totals(snapshot))] \
-        if wide else [_where(snapshot, width), _totals(snapshot)]
+    if wide:
+        lines = [_line(_where(snapshot, width // 2), "   ", _totals(snapshot))]
+    else:
+        lines = [_where(snapshot, width), _totals(snapshot)]
     if problem:
         lines.append(_line(Text(problem, style="bold red")))
     return lines
@@ -217,15 +223,17 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool) -> li
     table = _table(width)
     table.add_column("slot", width=5 if wide else 4, no_wrap=True)
     if wide:
-        table.add_column("pool", width=20, no_wrap=True, overflow="ellipsis")
-    table.add_column("pid", width=7, justify="right", no_wrap=True)
-    table.add_column("job", width=8, justify="right", no_wrap=True, overflow="ellipsis")
-    table.add_column("name", ratio=2, no_wrap=True, overflow="ellipsis")
+        table.add_column("pool", max_width=24, no_wrap=True, overflow="ellipsis")
+    table.add_column("pid", min_width=5, justify="right", no_wrap=True)
+    table.add_column("job", min_width=4, justify="right", no_wrap=True)
+    # As wide as the longest name up to a cap; the progress column gets the rest,
+    # since its stage text is what changes.
+    table.add_column("name", max_width=40 if wide else 20, no_wrap=True, overflow="ellipsis")
     if wide:
         table.add_column("try", width=3, justify="right", no_wrap=True)
-    table.add_column("time", width=9, justify="right", no_wrap=True, overflow="ellipsis")
-    table.add_column("progress", ratio=3, no_wrap=True, overflow="ellipsis")
-    table.add_column("rss", width=5, justify="right", no_wrap=True)
+    table.add_column("time", min_width=8, justify="right", no_wrap=True)
+    table.add_column("progress", ratio=1, no_wrap=True, overflow="ellipsis")
+    table.add_column("rss", min_width=4, justify="right", no_wrap=True)
     shown, hidden = _shown_slots(snapshot.slots, lines)
     for slot in shown:
         table.add_row(*_slot_cells(snapshot, slot, wide))
@@ -326,10 +334,11 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
     t = snapshot.totals
     busy = sum(1 for s in snapshot.slots if s.busy)
     clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.taken_at))
-    return [f"{clock} ready={t.get('ready', 0)} scheduled={t.get('scheduled', 0)} "
+    line = (f"{clock} ready={t.get('ready', 0)} scheduled={t.get('scheduled', 0)} "
             f"running={t.get('running', 0)} done={t.get('done', 0)} dead={t.get('dead', 0)} "
             f"done_per_min={snapshot.done_per_min} pools={len(snapshot.pools)} "
-            f"slots={len(snapshot.slots)} busy={busy}"]
+            f"slots={len(snapshot.slots)} busy={busy}")
+    return [line]
 
 
 # -- the loop ---------------------------------------------------------------------------------------
@@ -339,7 +348,7 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
 PLAIN_EVERY = 5.0
 
 
-def run_top(store: "SQLiteStore", console: Console, *, refresh: float = 0.5,
+def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
             once: bool = False) -> None:
     """Show the dashboard until Ctrl-C; ``once`` prints a single frame and returns.
 
@@ -359,22 +368,24 @@ def run_top(store: "SQLiteStore", console: Console, *, refresh: float = 0.5,
         pass
 
 
-def _live(store: "SQLiteStore", console: Console, refresh: float) -> None:
-    snapshot = read_snapshot(store)
+def _live(store: SQLiteStore, console: Console, refresh: float) -> None:
+    started = time.monotonic()
+    snapshot, problem = read_snapshot(store), None
+    took = time.monotonic() - started
     with Live(console=console, screen=False, auto_refresh=False, transient=False) as live:
         while True:
-            started = time.monotonic()
-            problem = None
-            try:
-                snapshot = read_snapshot(store)
-            except StoreError as exc:
-                problem = f"{exc} (showing the last frame)"
             live.update(render(snapshot, console.width, console.height, problem=problem),
                         refresh=True)
-            time.sleep(max(refresh, READ_PACING * (time.monotonic() - started)))
+            time.sleep(max(refresh, READ_PACING * took))
+            started = time.monotonic()
+            try:
+                snapshot, problem = read_snapshot(store), None
+            except StoreError as exc:
+                problem = f"{exc} (showing the last frame)"
+            took = time.monotonic() - started
 
 
-def _plain(store: "SQLiteStore", console: Console, every: float) -> None:
+def _plain(store: SQLiteStore, console: Console, every: float) -> None:
     while True:
         for line in plain_lines(read_snapshot(store)):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -48,6 +48,15 @@ class JobNotFound(JobpoolError, LookupError):
     """No job with that id exists in the store."""
 
 
+class JobFailed(JobpoolError):
+    """``Handle.result()`` of a job that went dead; ``reason`` says why."""
+
+    def __init__(self, job_id: int, reason: str) -> None:
+        super().__init__(f"job {job_id} failed: {reason.splitlines()[0] if reason else 'dead'}")
+        self.job_id = job_id
+        self.reason = reason
+
+
 def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bool = True) -> float | None:
     """Normalise a delay-like argument to seconds, naming ``field`` when it is wrong."""
     if value is None:
@@ -63,6 +72,14 @@ def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bo
     if value < 0:
         raise EnqueueError(f"{field} must not be negative (got {value})")
     return float(value)
+
+
+class SoftTimeout(Exception):
+    """Raised inside a job when its soft timeout passes (R20): time to clean up.
+
+    The hard timeout still follows; a job that catches this and carries on is
+    killed when it comes.
+    """
 
 
 class JobOutcome(Exception):

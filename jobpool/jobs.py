@@ -6,11 +6,11 @@ inherits the registry filled by these decorators.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from jobpool.errors import EnqueueError, RegistryError, UnknownJobError
+from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError
 from jobpool.serialize import check_serializer
 
 #: Defaults for a job (and for enqueue-by-name of a name this process never registered).
@@ -68,6 +68,38 @@ class Handle:
 
     id: int
     duplicate: bool = False
+    store: Any = field(default=None, compare=False, repr=False)
+
+    def status(self) -> str:
+        return self._store().get(self.id)["status"]
+
+    def result(self, timeout: float | None = None, *, poll: float = 0.05) -> Any:
+        """Wait for the job to finish and return what it returned.
+
+        The value is there when the job was declared with ``store_result=True``
+        (otherwise None). A job that went dead raises ``JobFailed`` carrying its
+        reason; still unfinished after ``timeout`` seconds raises ``TimeoutError``.
+        """
+        import time
+
+        from jobpool.serialize import decode_result
+        store = self._store()
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = store.get(self.id, raw_result=True)
+            if job["status"] == "done":
+                return decode_result(job["result"], job["serializer"])
+            if job["status"] == "dead":
+                raise JobFailed(self.id, job["last_error"] or "dead")
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError(f"job {self.id} is still {job['status']} after {timeout} s")
+            time.sleep(poll)
+
+    def _store(self) -> Any:
+        if self.store is not None:
+            return self.store
+        from jobpool.store.sqlite import default_store
+        return default_store()
 
 
 @dataclass(frozen=True)
@@ -86,7 +118,8 @@ class Job:
                  timeout: float, fatal: tuple, serializer: str, backoff_base: float,
                  backoff_max: float, max_crashes: int, store_result: bool,
                  on_dead: Callable | None = None, every: float | timedelta | None = None,
-                 cron: str | None = None) -> None:
+                 cron: str | None = None, soft_timeout: float | None = None,
+                 memory_limit: int | None = None) -> None:
         self.fn = fn
         self.name = validate_name(name)
         self.queue = validate_name(queue, "queue name")
@@ -110,6 +143,16 @@ class Job:
             raise RegistryError(f"job {name}: on_dead must be callable")
         self.on_dead = on_dead
         self.schedule = _schedule(name, every, cron)
+        if soft_timeout is not None:
+            soft_timeout = validate_timeout(soft_timeout)
+            if soft_timeout >= self.timeout:
+                raise RegistryError(f"job {name}: soft_timeout ({soft_timeout:g} s) must be "
+                                    f"below timeout ({self.timeout:g} s)")
+        self.soft_timeout = soft_timeout
+        if memory_limit is not None and (isinstance(memory_limit, bool)
+                                         or not isinstance(memory_limit, int) or memory_limit < 1):
+            raise RegistryError(f"job {name}: memory_limit must be a positive number of MiB")
+        self.memory_limit = memory_limit
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -179,12 +222,16 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
         timeout: float = DEFAULT_TIMEOUT, fatal: tuple = (), serializer: str = "json",
         backoff_base: float = 1.0, backoff_max: float = 3600.0, max_crashes: int = 3,
         store_result: bool = False, on_dead: Callable | None = None,
-        every: float | timedelta | None = None, cron: str | None = None) -> Any:
+        every: float | timedelta | None = None, cron: str | None = None,
+        soft_timeout: float | None = None, memory_limit: int | None = None) -> Any:
     """Register a function as a job. Usable bare (``@job``) or with options.
 
     ``on_dead(job, reason)`` runs once, in a child of the supervisor, for each of
     this job's rows that becomes dead (R21). ``every=`` or ``cron=`` makes it a
     periodic job that the pools enqueue (argument-less) once per occurrence (R33).
+    ``soft_timeout`` raises ``SoftTimeout`` inside the job before the hard
+    ``timeout`` kills it (R20); ``memory_limit`` (MiB) has the supervisor kill a
+    child whose RSS passes it during this job.
     """
 
     def register(func: Callable) -> Job:
@@ -194,7 +241,8 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
                       max_attempts=max_attempts, timeout=timeout, fatal=fatal,
                       serializer=serializer, backoff_base=backoff_base,
                       backoff_max=backoff_max, max_crashes=max_crashes,
-                      store_result=store_result, on_dead=on_dead, every=every, cron=cron)
+                      store_result=store_result, on_dead=on_dead, every=every, cron=cron,
+                      soft_timeout=soft_timeout, memory_limit=memory_limit)
         except EnqueueError as exc:
             raise RegistryError(f"job {job_name}: {exc}") from None
         existing = _registry.get(job_name)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from jobpool import core
 from jobpool.errors import StoreError
@@ -36,8 +37,8 @@ QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released")
 #: claim-order index alone (it carries ``run_at``, so due and scheduled split
 #: without visiting the table); running and dead rows through ``jobs_status``,
 #: which stays small (running: at most the slots; dead: ``dead_letter_limit``).
-#: Done rows are left out: a GROUP BY over every row has no index to walk and
-#: scans the table (~0.75-1.1 s on 1 000 000 rows).
+#: Done rows are left out: no index leads with (queue, status), so a GROUP BY
+#: over every row scans the table (0.75-1.3 s on 1 000 000 rows).
 QUEUE_COUNTS = """
 SELECT queue, 'ready', count(*), total(run_at > :now)
   FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' GROUP BY queue
@@ -67,6 +68,7 @@ SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
  ORDER BY a.rowid DESC LIMIT :limit
 """
 
+#: Every statement read_snapshot runs, for the test that checks their query plans.
 SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES)
 
 
@@ -176,14 +178,14 @@ def read_snapshot(store: SQLiteStore, now: float | None = None, *,
     ready to running between two statements is not counted twice); under WAL
     it blocks no writer.
 
-    Cost, measured on a generated 1 000 000-row store (SQLite 3.40, a busy
-    2-core machine, warm page cache): with 860 000 done, 130 000 ready, 10 000
-    dead and 16 running rows, about 95 ms (DONE_COUNT ~60 ms, the ready part
-    of QUEUE_COUNTS ~30 ms, the rest under 1 ms); with 1 000 000 ready rows (a
-    backlog) about 330 ms, all in counting the claim-order index. The plain
-    ``GROUP BY queue, status`` would scan the table: 750-1100 ms on either.
-    ``run_top`` spaces its reads so that a slow read never takes more than a
-    third of a core.
+    Cost, measured once on generated 1 000 000-row stores (SQLite 3.40, warm
+    page cache, 2 cores shared with other work, so ranges): with 860 000 done,
+    130 000 ready, 10 000 dead and 16 running rows, 150-230 ms a read
+    (DONE_COUNT 60-105 ms, QUEUE_COUNTS 30-80 ms, the rest under 1 ms); with
+    1 000 000 ready rows (a backlog), 230-430 ms, nearly all of it counting the
+    claim-order index. The plain ``GROUP BY queue, status`` scans the table:
+    750-1330 ms on either store. ``run_top`` spaces its reads so that reading
+    never takes more than a third of a core.
     """
     now = time.time() if now is None else now
     conn = store.conn
@@ -223,7 +225,7 @@ def _pool_view(row: Mapping[str, Any]) -> PoolView:
                     counters=dict(row["counters"]))
 
 
-def _slot_views(pools: list[Mapping[str, Any]], now: float) -> Iterator[SlotView]:
+def _slot_views(pools: Sequence[Mapping[str, Any]], now: float) -> Iterator[SlotView]:
     for index, pool in enumerate(pools):
         for s in pool["slots"]:
             started = s.get("started")
@@ -234,8 +236,8 @@ def _slot_views(pools: list[Mapping[str, Any]], now: float) -> Iterator[SlotView
                            stage=s.get("stage"), rss=s.get("rss"))
 
 
-def _queue_views(counts: list[tuple], recent: Mapping[str, int],
-                 served: list[str]) -> tuple[QueueView, ...]:
+def _queue_views(counts: Sequence[tuple], recent: Mapping[str, int],
+                 served: Sequence[str]) -> tuple[QueueView, ...]:
     """Queues with live rows, recent completions, or a live pool serving them:
     an empty queue someone serves is worth a row that says it is empty."""
     fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *recent)}
@@ -257,9 +259,9 @@ def _totals(queues: tuple[QueueView, ...], done: int) -> dict[str, int]:
 
 def _failure_view(row: tuple) -> FailureView:
     job_id, name, attempt, outcome, ended_at, error = row
-    reason = (error or "").strip().splitlines()[0:1]
+    lines = (error or "").strip().splitlines()
     return FailureView(job_id=job_id, name=name, attempt=attempt, outcome=outcome,
-                       ended_at=ended_at, reason=reason[0] if reason else outcome)
+                       ended_at=ended_at, reason=lines[0] if lines else outcome)
 
 
 def _core_name(pools: tuple[PoolView, ...]) -> str:

@@ -49,6 +49,8 @@ STATUS_EVERY = 10.0
 HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
 #: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
 SWEEP_EVERY = 10.0
+#: How often the RSS of children running memory-limited jobs is sampled, seconds.
+MEMORY_SAMPLE_EVERY = 0.1
 
 
 @dataclass
@@ -68,6 +70,8 @@ class PoolConfig:
     status_every: float = STATUS_EVERY
     result_ttl: float = retention.RESULT_TTL
     dead_letter_limit: int = retention.DEAD_LETTER_LIMIT
+    memory_limit: int | None = None          # MiB, for jobs that set none
+    max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -151,7 +155,7 @@ class Slot:
     """One child process and what it is doing."""
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
-                 "signalled", "started", "progress", "stage", "progress_dirty")
+                 "signalled", "started", "progress", "stage", "progress_dirty", "retiring")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -167,6 +171,7 @@ class Slot:
         self.progress: float | None = None
         self.stage: str | None = None
         self.progress_dirty = False
+        self.retiring = False
 
 
 class Supervisor:
@@ -223,6 +228,13 @@ class Supervisor:
         self._periodic = {n: registered[n].schedule for n in names
                           if n in registered and registered[n].schedule is not None}
         self._periodic_done: dict[str, float] = {}
+        self._memory_limits = {}
+        for n in names:
+            limit = registered[n].memory_limit if n in registered else None
+            limit = limit or config.memory_limit
+            if limit:
+                self._memory_limits[n] = limit
+        self._next_memory_sample = 0.0
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -288,6 +300,7 @@ class Supervisor:
             now = time.time()
             self._handle_stop(now)
             self._kill_overdue(now)
+            self._check_memory(now)
             if now >= self._next_poll:
                 self._next_poll = now + config.poll_interval
                 self._want_claim = True
@@ -317,6 +330,8 @@ class Supervisor:
         for slot in self.slots:
             if slot.killing is not None:
                 deadline = min(deadline, slot.kill_at)
+            elif slot.job is not None and slot.job[1] in self._memory_limits:
+                deadline = min(deadline, self._next_memory_sample)
         return max(0.0, min(deadline - now, self.config.poll_interval))
 
     def _finished(self, now: float, claimed_none: bool) -> bool:
@@ -351,11 +366,13 @@ class Supervisor:
                 inherited.append(sock.fileno())
         proc = self._ctx.Process(
             target=child_main, name=f"jobpool-slot-{slot.index}", daemon=True,
-            args=(child_conn, os.getpid(), inherited, self.config.max_tasks_per_child))
+            args=(child_conn, os.getpid(), inherited, self.config.max_tasks_per_child,
+                  (self.config.max_memory_per_child or 0) * 2**20))
         proc.start()
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at, slot.signalled = None, math.inf, 0
+        slot.retiring = False
         self._selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot, parent_conn))
         self._selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot, proc))
         self._want_claim = True
@@ -384,11 +401,13 @@ class Supervisor:
             conn.close()
 
     def _outcome(self, slot: Slot, message: tuple) -> None:
-        _tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s = message
+        _tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring = message
         if slot.job is None or slot.job[0] != job_id or slot.job[4] != attempt:
             return  # a reply for a job this slot no longer holds (it was killed)
         self.pending.append((job_id, attempt, kind, error, delay, result, slot.pid, "0",
                              peak_rss, cpu_s))
+        if retiring:
+            slot.retiring = True  # it exits now; its exit sentinel brings a fresh child
         self._free(slot)
 
     def _progress(self, slot: Slot, message: tuple) -> None:
@@ -433,6 +452,8 @@ class Supervisor:
             job_id, attempt = slot.job[0], slot.job[4]
             if slot.killing is not None:
                 kind, error = slot.kill_kind, slot.killing
+                if kind == core.CRASH:
+                    self.counters["crashes"] += 1
             else:
                 kind, error = core.CRASH, cause
                 self.counters["crashes"] += 1
@@ -450,6 +471,21 @@ class Supervisor:
             self._spawn(slot)
         else:
             self._trim_slots()
+
+    def _check_memory(self, now: float) -> None:
+        """Kill a child whose RSS passed its job's memory limit; a crash (R19)."""
+        if not self._memory_limits or now < self._next_memory_sample:
+            return
+        self._next_memory_sample = now + MEMORY_SAMPLE_EVERY
+        for slot in self.slots:
+            job = slot.job
+            if job is None or slot.killing is not None or slot.proc is None:
+                continue
+            limit = self._memory_limits.get(job[1])
+            rss = _rss_bytes(slot.pid) if limit else None
+            if rss is not None and rss > limit * 2**20:
+                self._kill(slot, f"child killed: memory limit {limit} MiB exceeded "
+                                 f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True)
 
     def _kill_overdue(self, now: float) -> None:
         for index in self.table.overdue(now):
@@ -485,8 +521,8 @@ class Supervisor:
     def _free_slots(self) -> list[int]:
         procs = self.config.procs
         return [i for i in self.table.free_slots()
-                if i < procs and self.slots[i].proc is not None
-                and self.slots[i].conn is not None and self.slots[i].killing is None]
+                if i < procs and self.slots[i].proc is not None and self.slots[i].conn is not None
+                and self.slots[i].killing is None and not self.slots[i].retiring]
 
     # -- scaling (R27) -------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ import pytest
 from rich.console import Console
 
 import jobpool
+from jobpool import dashboard
 from jobpool.dashboard import plain_lines, render, run_top
+from jobpool.errors import StoreError
 from jobpool.snapshot import (SNAPSHOT_QUERIES, FailureView, PoolView, QueueView, SlotView,
                               Snapshot, read_snapshot)
 from jobpool.store import sql
@@ -219,9 +221,10 @@ def world(tmp_path):
         run("UPDATE jobs SET status = 'done', finished_at = ? WHERE id = ?", (now - ago, ids[key]))
     run("UPDATE jobs SET status = 'dead', finished_at = ?, last_error = ? WHERE id = ?",
         (now - 20, "ValueError: bad row 7\nTraceback (most recent call last): ...", ids["x1"]))
-    attempt(s, ids["x1"], 1, "error", "RuntimeError: boom\nTraceback (most recent call last): ...", now - 40)
+    trace = "\nTraceback (most recent call last): ..."
+    attempt(s, ids["x1"], 1, "error", "RuntimeError: boom" + trace, now - 40)
     attempt(s, ids["d1"], 1, "done", None, now - 30)
-    attempt(s, ids["x1"], 2, "fatal", "ValueError: bad row 7\nTraceback (most recent call last): ...", now - 20)
+    attempt(s, ids["x1"], 2, "fatal", "ValueError: bad row 7" + trace, now - 20)
     attempt(s, ids["a1"], 1, "deferred", None, now - 10)
     insert_pool(s, OWNER, now - 0.5, [
         {"slot": 0, "pid": 5001, "job_id": ids["r1"], "name": "t.job", "attempt": 1,
@@ -263,7 +266,8 @@ def test_read_snapshot_shows_slots_of_live_pools_only(world):
     assert (running.pool, running.slot, running.pid, running.job_id, running.name) == \
         (0, 0, 5001, world.ids["r1"], "t.job")
     assert running.elapsed == pytest.approx(12.0)
-    assert (running.timeout, running.progress, running.stage, running.rss) == (300.0, 40.0, "step 2", 31 << 20)
+    assert (running.timeout, running.progress, running.stage, running.rss) == \
+        (300.0, 40.0, "step 2", 31 << 20)
     assert not free.busy and free.pid == 5002
 
 
@@ -288,3 +292,28 @@ def test_top_once_prints_one_frame_of_the_store(world):
     assert line_with(lines, "5001", str(world.ids["r1"]), "t.job", "step 2")
     assert line_with(lines, "ValueError: bad row 7")
     assert len(lines) <= 23 and max(map(len, lines)) <= 80
+
+
+def test_top_redraws_until_ctrl_c_and_keeps_the_last_frame_when_a_read_fails(monkeypatch):
+    # Given a store that answers once and then fails
+    answers = iter([snapshot()])
+
+    def read(store):
+        for snap in answers:
+            return snap
+        raise StoreError("reading the dashboard snapshot failed: disk I/O error")
+    naps = []
+
+    def sleep(seconds):
+        naps.append(seconds)
+        if len(naps) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(dashboard, "read_snapshot", read)
+    monkeypatch.setattr(dashboard.time, "sleep", sleep)
+    console = Console(record=True, width=80, height=24, file=io.StringIO(), force_terminal=True)
+    # When top runs until Ctrl-C
+    run_top(None, console, refresh=0.25)
+    # Then it drew the frame twice, the second with the error, and returned quietly
+    text = console.export_text()
+    assert text.count("imports.load") >= 2 and "disk I/O error" in text
+    assert naps[0] == 0.25

@@ -281,3 +281,111 @@ def test_max_jobs_exits_after_that_many_attempts(make_app):
     app.store().enqueue_many("t.echo", [(i,) for i in range(10)])
     app.start("--procs", "2", "--max-jobs", "4")
     assert app.store().stats()["done"] == 4
+
+
+LIMITS_APP = """
+import os, time
+from jobpool import job, SoftTimeout
+
+@job(name="t.hog", memory_limit=200, max_attempts=1)
+def hog():
+    blocks = []
+    while True:
+        blocks.append(bytearray(20 * 2**20))
+        time.sleep(0.01)
+
+@job(name="t.polite", timeout=5, soft_timeout=0.3, max_attempts=1)
+def polite():
+    try:
+        time.sleep(10)
+    except SoftTimeout:
+        with open("cleaned.txt", "w") as fh:
+            fh.write("cleaned up")
+        raise
+
+@job(name="t.leaky")
+def leaky():
+    global HOARD
+    HOARD = bytearray(120 * 2**20)
+    for i in range(0, len(HOARD), 4096):
+        HOARD[i] = 1
+    return os.getpid()
+
+@job(name="t.value", store_result=True)
+def value(x):
+    return {"double": x * 2}
+
+@job(name="t.broken", max_attempts=1)
+def broken():
+    raise ValueError("nope")
+
+@job(name="t.crash_loop", max_attempts=10, max_crashes=2, backoff_base=0)
+def crash_loop():
+    os.abort()
+"""
+
+
+def test_a_job_past_its_memory_limit_is_killed_with_a_reason_naming_it(make_app):
+    app = make_app(LIMITS_APP)
+    job_id = app.store().enqueue("t.hog").id
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith("child killed: memory limit 200 MiB exceeded")
+    (attempt,) = app.store().attempts(job_id)
+    assert attempt["outcome"] == "crash" and attempt["exit_status"] == "SIGKILL"
+
+
+def test_a_soft_timeout_lets_the_job_clean_up_first(make_app):
+    app = make_app(LIMITS_APP)
+    job_id = app.store().enqueue("t.polite").id
+    app.start("--procs", "1")
+    assert (app.dir / "cleaned.txt").read_text() == "cleaned up"
+    assert app.store().get(job_id)["last_error"].startswith("SoftTimeout: soft timeout after 0.3 s")
+
+
+def test_a_child_over_max_memory_is_recycled_after_its_job(make_app):
+    app = make_app(LIMITS_APP)
+    store = app.store()
+    ids = [store.enqueue("t.leaky").id for _ in range(3)]
+    result = app.start("--procs", "1", "--max-memory-per-child", "100")
+    pids = [store.attempts(i)[0]["pid"] for i in ids]
+    assert len(set(pids)) == 3  # each job left a child over 100 MiB, so each got a fresh one
+    assert all(store.get(i)["status"] == "done" for i in ids)
+    assert "child_recycled" in result.stderr
+
+
+def test_handle_result_returns_the_stored_value_or_raises_the_reason(make_app):
+    import pytest
+
+    from jobpool import JobFailed
+    app = make_app(LIMITS_APP)
+    store = app.store()
+    ok = store.enqueue("t.value", 21)
+    bad = store.enqueue("t.broken")
+    with pytest.raises(TimeoutError):
+        ok.result(timeout=0.1)
+    app.start("--procs", "1")
+    assert ok.result(timeout=5) == {"double": 42}
+    with pytest.raises(JobFailed, match="ValueError: nope"):
+        bad.result(timeout=5)
+
+
+def test_a_job_that_keeps_killing_its_child_is_quarantined(make_app):
+    app = make_app(LIMITS_APP)
+    job_id = app.store().enqueue("t.crash_loop").id
+    app.start("--procs", "1")
+    job = app.store().get(job_id)
+    assert (job["status"], job["attempts"], job["crashes"]) == ("dead", 2, 2)
+    assert job["last_error"].startswith("quarantined: killed its child 2 times")
+    assert job["last_error"].count("child killed by SIGABRT") == 2
+
+
+def test_max_tasks_per_child_recycles_children_without_losing_a_job(make_app):
+    app = make_app(APP)
+    app.store().enqueue_many("t.echo", [(i,) for i in range(6)])
+    result = app.start("--procs", "1", "--max-tasks-per-child", "2")
+    outcomes = app.rows("SELECT outcome, pid FROM attempts")
+    assert [o["outcome"] for o in outcomes] == ["done"] * 6  # no job caught a dying child
+    assert len({o["pid"] for o in outcomes}) == 3
+    assert result.stderr.count("child_recycled") >= 2

@@ -239,7 +239,7 @@ class SQLiteStore:
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
         first = last - len(rows) + 1
-        return [registry.Handle(first + i) for i in range(len(rows))]
+        return [registry.Handle(first + i, store=self) for i in range(len(rows))]
 
     def _row(self, name, args, kwargs, key, delay, priority, deadline, max_attempts, queue,
              timeout, now, chain) -> tuple:
@@ -280,7 +280,7 @@ class SQLiteStore:
     def _insert(self, conn: sqlite3.Connection, row: tuple) -> registry.Handle:
         try:
             cursor = conn.execute(sql.INSERT_JOB, row)
-            return registry.Handle(cursor.lastrowid)
+            return registry.Handle(cursor.lastrowid, store=self)
         except sqlite3.IntegrityError:
             name, key = row[1], row[2]
             if key is None:
@@ -289,7 +289,7 @@ class SQLiteStore:
             existing = conn.execute(sql.FIND_LIVE_KEY, (name, key)).fetchone()
             if existing is None:
                 raise
-            return registry.Handle(existing[0], duplicate=True)
+            return registry.Handle(existing[0], duplicate=True, store=self)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -309,8 +309,9 @@ class SQLiteStore:
                 "supervisors": [dict(p["counters"], owner=p["owner"], procs=p["procs"],
                                      heartbeat_at=p["heartbeat_at"]) for p in self.pools()]}
 
-    def get(self, job_id: int) -> dict[str, Any]:
-        """One job as a dict (payload decoded to text where it is JSON)."""
+    def get(self, job_id: int, *, raw_result: bool = False) -> dict[str, Any]:
+        """One job as a dict (payload decoded to text where it is JSON; the result
+        as stored when ``raw_result``, else as text or a size for binary)."""
         try:
             cursor = self.conn.execute(sql.GET_JOB, (job_id,))
             row = cursor.fetchone()
@@ -318,7 +319,8 @@ class SQLiteStore:
             raise StoreError(f"reading job {job_id} failed: {exc}") from exc
         if row is None:
             raise JobNotFound(f"no job with id {job_id}")
-        return _job_dict(cursor.description, row)
+        job = _job_dict(cursor.description, row, raw_result=raw_result)
+        return job
 
     @property
     def dead(self) -> "DeadLetters":
@@ -473,8 +475,10 @@ def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
     return json.dumps(encoded, separators=(",", ":"))
 
 
-def _job_dict(description, row) -> dict[str, Any]:
+def _job_dict(description, row, *, raw_result: bool = False) -> dict[str, Any]:
     job = dict(zip((d[0] for d in description), row))
+    if raw_result:
+        return job
     payload = job.get("payload")
     if isinstance(payload, bytes) and job.get("serializer") == "json":
         job["payload"] = payload.decode("utf-8", "replace")
