@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how long done jobs are kept, e.g. 24h (default)")
     start.add_argument("--dead-letter-limit", type=_positive_int, default=10_000,
                        help="dead jobs kept, newest first (default 10000)")
+    start.add_argument("--no-dashboard", action="store_true",
+                       help="log lines instead of the live dashboard on a terminal")
     start.add_argument("--log-format", choices=("plain", "json"), default="plain")
     start.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
 
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--queue", help="queue name (default: the job's)")
     enqueue.add_argument("--max-attempts", type=_positive_int)
     enqueue.add_argument("--json", action="store_true", help="print the handle as JSON")
+
+    top = sub.add_parser("top", parents=[common], help="live dashboard of a store (read-only)")
+    top.add_argument("--refresh", type=_seconds, default=0.5, help="seconds between frames")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
 
     status = sub.add_parser("status", parents=[common], help="counts by status")
     status.add_argument("--json", action="store_true")
@@ -187,9 +193,17 @@ def import_app(module: str | None) -> None:
         raise UserError(f"cannot import --app {module}: {exc}") from None
 
 
-def _configure_logging(fmt: str, quiet: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
+def _configure_logging(fmt: str, quiet: bool, console: Console | None = None) -> None:
+    """Events to stderr; beside a live dashboard, through its console so lines print
+    above the frame instead of tearing it."""
+    handler: logging.Handler
+    if console is not None:
+        from rich.logging import RichHandler
+        handler = RichHandler(console=console, show_path=False, show_level=False)
+        handler.setFormatter(PlainFormatter())
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
     root = logging.getLogger("jobpool")
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING if quiet else logging.INFO)
@@ -207,8 +221,31 @@ def cmd_start(args: argparse.Namespace, out: Console) -> int:
                         result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
                         memory_limit=args.memory_limit,
                         max_memory_per_child=args.max_memory_per_child)
-    _configure_logging(args.log_format, args.quiet)
-    return Supervisor(config).run()
+    dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
+    _configure_logging(args.log_format, args.quiet, out if dashboard else None)
+    supervisor = Supervisor(config)
+    if not dashboard:
+        return supervisor.run()
+    return _with_dashboard(supervisor, config.db, out)
+
+
+def _with_dashboard(supervisor, db: str, out: Console) -> int:
+    """R29: the live dashboard beside the pool, on its own store connection (a
+    snapshot's read transaction must not share the supervisor's connection)."""
+    import threading
+
+    from jobpool.dashboard import run_top
+    stop = threading.Event()
+    viewer = connect(db, create=False)
+    thread = threading.Thread(target=run_top, args=(viewer, out), name="jobpool-dashboard",
+                              kwargs={"stop": stop}, daemon=True)
+    thread.start()
+    try:
+        return supervisor.run()
+    finally:
+        stop.set()
+        thread.join(5.0)
+        viewer.close()
 
 
 def cmd_enqueue(args: argparse.Namespace, out: Console) -> int:
@@ -428,7 +465,15 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_top(args: argparse.Namespace, out: Console) -> int:
+    from jobpool.dashboard import run_top
+    store = connect(args.db, create=False)
+    run_top(store, out, refresh=max(args.refresh, 0.1), once=args.once)
+    return 0
+
+
 COMMANDS = {
+    "top": cmd_top,
     "start": cmd_start,
     "enqueue": cmd_enqueue,
     "status": cmd_status,

@@ -9,6 +9,7 @@ terminal gets more columns and puts queues beside failures.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -349,8 +350,9 @@ PLAIN_EVERY = 5.0
 
 
 def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
-            once: bool = False) -> None:
-    """Show the dashboard until Ctrl-C; ``once`` prints a single frame and returns.
+            once: bool = False, stop: threading.Event | None = None) -> None:
+    """Show the dashboard until Ctrl-C or ``stop`` is set; ``once`` prints a single
+    frame and returns. ``stop`` lets ``jobpool start`` run it beside its pool.
 
     The only reader of the store: each turn reads a snapshot and hands it to
     :func:`render`. A first read that fails raises StoreError (the CLI reports
@@ -359,16 +361,17 @@ def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
     if once:
         console.print(render(read_snapshot(store), console.width, console.height))
         return
+    stop = stop or threading.Event()
     try:
         if console.is_terminal:
-            _live(store, console, refresh)
+            _live(store, console, refresh, stop)
         else:
-            _plain(store, console, max(refresh, PLAIN_EVERY))
+            _plain(store, console, max(refresh, PLAIN_EVERY), stop)
     except KeyboardInterrupt:
         pass
 
 
-def _live(store: SQLiteStore, console: Console, refresh: float) -> None:
+def _live(store: SQLiteStore, console: Console, refresh: float, stop: threading.Event) -> None:
     started = time.monotonic()
     snapshot, problem = read_snapshot(store), None
     took = time.monotonic() - started
@@ -376,7 +379,8 @@ def _live(store: SQLiteStore, console: Console, refresh: float) -> None:
         while True:
             live.update(render(snapshot, console.width, console.height, problem=problem),
                         refresh=True)
-            time.sleep(max(refresh, READ_PACING * took))
+            if stop.wait(max(refresh, READ_PACING * took)):
+                return
             started = time.monotonic()
             try:
                 snapshot, problem = read_snapshot(store), None
@@ -385,8 +389,9 @@ def _live(store: SQLiteStore, console: Console, refresh: float) -> None:
             took = time.monotonic() - started
 
 
-def _plain(store: SQLiteStore, console: Console, every: float) -> None:
+def _plain(store: SQLiteStore, console: Console, every: float, stop: threading.Event) -> None:
     while True:
         for line in plain_lines(read_snapshot(store)):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
-        time.sleep(every)
+        if stop.wait(every):
+            return
