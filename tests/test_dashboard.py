@@ -3,6 +3,7 @@ read from a real store."""
 from __future__ import annotations
 
 import io
+import threading
 import json
 import re
 import time
@@ -304,15 +305,16 @@ def test_top_redraws_until_ctrl_c_and_keeps_the_last_frame_when_a_read_fails(mon
         raise StoreError("reading the dashboard snapshot failed: disk I/O error")
     naps = []
 
-    def sleep(seconds):
-        naps.append(seconds)
-        if len(naps) == 2:
-            raise KeyboardInterrupt
+    class Clock(threading.Event):
+        def wait(self, timeout=None):
+            naps.append(timeout)
+            if len(naps) == 2:
+                raise KeyboardInterrupt
+            return False
     monkeypatch.setattr(dashboard, "read_snapshot", read)
-    monkeypatch.setattr(dashboard.time, "sleep", sleep)
     console = Console(record=True, width=80, height=24, file=io.StringIO(), force_terminal=True)
     # When top runs until Ctrl-C
-    run_top(None, console, refresh=0.25)
+    run_top(None, console, refresh=0.25, stop=Clock())
     # Then it drew the frame twice, the second with the error, and returned quietly
     text = console.export_text()
     assert text.count("imports.load") >= 2 and "disk I/O error" in text
