@@ -199,8 +199,9 @@ def _configure_logging(fmt: str, quiet: bool, console: Console | None = None) ->
     handler: logging.Handler
     if console is not None:
         from rich.logging import RichHandler
-        handler = RichHandler(console=console, show_path=False, show_level=False)
+        handler = RichHandler(console=console, show_path=False, show_level=False, show_time=False)
         handler.setFormatter(PlainFormatter())
+        quiet = True  # the dashboard shows progress; only warnings (deaths, store errors) print
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
