@@ -143,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs")
     jobs_list.add_argument("--status", choices=("ready", "running", "done", "dead"))
     jobs_list.add_argument("--name")
+    jobs_list.add_argument("--chain", type=_positive_int, metavar="ID",
+                           help="the chain started by job ID")
     jobs_list.add_argument("--limit", type=_positive_int, default=100)
     jobs_list.add_argument("--json", action="store_true")
     jobs_show = jobs_sub.add_parser("show", parents=[common], help="one job and its attempts")
@@ -293,7 +295,7 @@ _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "ke
 
 def cmd_jobs_list(args: argparse.Namespace, out: Console) -> int:
     store = connect(args.db, create=False)
-    rows = store.list_jobs(status=args.status, name=args.name, limit=args.limit)
+    rows = store.list_jobs(status=args.status, name=args.name, chain=args.chain, limit=args.limit)
     if args.json:
         print(json.dumps([{k: row[k] for k in _LIST_FIELDS} for row in rows]))
         return 0

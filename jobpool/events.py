@@ -54,7 +54,7 @@ class PlainFormatter(logging.Formatter):
         fields = getattr(record, "fields", {})
         parts = []
         for key, value in fields.items():
-            if value is None:
+            if value is None or key == "duration":
                 continue
             text = str(value).splitlines()[0] if isinstance(value, str) else value
             parts.append(f"{key}={text}")

@@ -235,6 +235,7 @@ class Supervisor:
             if limit:
                 self._memory_limits[n] = limit
         self._next_memory_sample = 0.0
+        self._dispatched: dict[int, float] = {}  # job id -> when it went to a child (R30)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -616,18 +617,22 @@ class Supervisor:
 
     def _report(self, settled: list[tuple]) -> None:
         counters = self.counters
+        now = time.time()
         for job_id, name, attempt, status, reason in settled:
+            started = self._dispatched.pop(job_id, None)
+            duration = round(now - started, 6) if started is not None else None
             if status == "done":
                 counters["completed"] += 1
-                events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt)
+                events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt,
+                            duration=duration)
             elif status == "ready":
                 counters["retried"] += 1
                 events.emit(events.JOB_RETRIED, job_id=job_id, name=name, attempt=attempt,
-                            reason=reason)
+                            duration=duration, reason=reason)
             elif status == "dead":
                 counters["dead"] += 1
                 events.emit(events.JOB_DEAD, job_id=job_id, name=name, attempt=attempt,
-                            reason=reason)
+                            duration=duration, reason=reason)
                 if name in self._with_hooks:
                     self._hook_queue.append((job_id, name, reason or ""))
             else:
@@ -674,6 +679,7 @@ class Supervisor:
         self.table.assign(slot.index, job_id, attempt, now + timeout)
         slot.job = job
         slot.started = now
+        self._dispatched[job_id] = now
         self.counters["claimed"] += 1
         events.emit(events.JOB_CLAIMED, job_id=job_id, name=name, attempt=attempt, slot=slot.index,
                     pid=slot.pid)

@@ -117,3 +117,26 @@ def test_a_store_with_other_tables_is_refused_and_left_alone(make_app):
     line = one_line_error(app.cli("start", "--app", app.module, "--db", str(path), "--burst"))
     assert "not a jobpool store" in line
     assert path.read_bytes() == before
+
+
+def test_log_format_json_writes_one_event_per_line_with_stable_names(make_app):
+    app = make_app(APP + """
+@job(name="t.fails", max_attempts=2, backoff_base=0)
+def fails():
+    raise RuntimeError("nope")
+""")
+    store = app.store()
+    ok = store.enqueue("t.hello", "x").id
+    bad = store.enqueue("t.fails").id
+    result = app.start("--procs", "1", "--log-format", "json")
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    names = [e["event"] for e in events]
+    assert names[0] == "pool_started" and names[-1] == "pool_stopped"
+    completed = [e for e in events if e["event"] == "job_completed"]
+    assert [(e["job_id"], e["name"], e["attempt"]) for e in completed] == [(ok, "t.hello", 1)]
+    retried = [e for e in events if e["event"] == "job_retried"]
+    dead = [e for e in events if e["event"] == "job_dead"]
+    assert [e["job_id"] for e in retried] == [bad] and [e["job_id"] for e in dead] == [bad]
+    assert dead[0]["reason"].startswith("RuntimeError: nope; no attempts left after 2")
+    assert all(isinstance(e["ts"], float) for e in events)
+    assert all("duration" in e for e in completed + retried + dead)

@@ -155,6 +155,10 @@ def test_a_chain_runs_its_steps_in_order_and_lists_together(make_app):
     chain = app.rows("SELECT id, status, chain_root, result FROM jobs ORDER BY id")
     assert [(r["status"], r["chain_root"], r["result"]) for r in chain] == [
         ("done", None, '"a"'), ("done", first, '"b"'), ("done", first, '"c"')]
+    store.enqueue("t.step", "unrelated")
+    listed = json.loads(app.cli("jobs", "list", "--chain", str(first), "--json", "--db",
+                                str(app.db), check=True).stdout)
+    assert [j["id"] for j in listed] == [r["id"] for r in chain]
 
 
 def test_a_failed_step_enqueues_nothing_after_it(make_app):
@@ -196,6 +200,10 @@ from jobpool import job
 @job(name="t.tick", every=0.5)
 def tick():
     pass
+
+@job(name="t.cron", cron="* * * * *")
+def every_minute():
+    pass
 """
 
 
@@ -210,6 +218,9 @@ def test_periodic_jobs_are_enqueued_once_per_occurrence_across_pools(make_app):
     keys = [r["key"] for r in ticks]
     assert 3 <= len(keys) <= 6
     assert len(keys) == len(set(keys))  # each occurrence once, though two pools raced
+    # The cron job's latest occurrence (this minute) was enqueued once, not per pool.
+    crons = app.rows("SELECT key, status FROM jobs WHERE name = 't.cron'")
+    assert 1 <= len(crons) <= 2 and len({r["key"] for r in crons}) == len(crons)
 
 
 ON_START_APP = """

@@ -336,7 +336,8 @@ class SQLiteStore:
             raise StoreError(f"listing jobs failed: {exc}") from exc
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
-                  limit: int = 100) -> list[dict[str, Any]]:
+                  chain: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Jobs in id order; ``chain`` lists a chain's first job and its successors (R12)."""
         if status is not None and status not in _STATUSES:
             raise EnqueueError(f"status must be one of {', '.join(_STATUSES)}, not {status!r}")
         where, params = [], []
@@ -346,6 +347,9 @@ class SQLiteStore:
         if name is not None:
             where.append("name = ?")
             params.append(name)
+        if chain is not None:
+            where.append("(id = ? OR chain_root = ?)")
+            params += [chain, chain]
         query = f"SELECT {sql.JOB_COLUMNS} FROM jobs"
         if where:
             query += " WHERE " + " AND ".join(where)
