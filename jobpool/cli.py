@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     dead_purge.add_argument("--older-than", type=_duration, required=True,
                             help="age like 7d, 12h or 30m")
 
+    doctor = sub.add_parser("doctor", parents=[common],
+                            help="check a store; --salvage copies what is readable to a new one")
+    doctor.add_argument("--salvage", metavar="NEW", help="path of a new store to copy into")
+
     pools = sub.add_parser("pools", parents=[common], help="the supervisors running on a store")
     pools.add_argument("--json", action="store_true")
     stop = sub.add_parser("stop", parents=[common], help="ask the pools on a store to stop gracefully")
@@ -468,6 +472,30 @@ def cmd_scale(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
+    from jobpool.store import doctor
+    path = resolve_path(args.db)
+    if args.salvage:
+        report = doctor.salvage(path, args.salvage)
+        print(f"copied {report.copied} jobs from {path} into {args.salvage}")
+        if report.unreadable:
+            print(f"{len(report.unreadable)} job rows could not be read: "
+                  f"{', '.join(map(str, report.unreadable[:20]))}", file=sys.stderr)
+        for problem in report.problems:
+            print(f"problem: {problem}", file=sys.stderr)
+        return 1 if report.unreadable or report.problems else 0
+    report = doctor.check(path)
+    if report.ok:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())) or "no jobs"
+        print(f"{path}: ok ({counts})")
+        return 0
+    print(f"{path}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` copies "
+          f"what is readable into a new store", file=sys.stderr)
+    for problem in report.problems:
+        print(f"  {problem}", file=sys.stderr)
+    return 1
+
+
 def cmd_top(args: argparse.Namespace, out: Console) -> int:
     from jobpool.dashboard import run_top
     store = connect(args.db, create=False)
@@ -477,6 +505,7 @@ def cmd_top(args: argparse.Namespace, out: Console) -> int:
 
 COMMANDS = {
     "top": cmd_top,
+    "doctor": cmd_doctor,
     "start": cmd_start,
     "enqueue": cmd_enqueue,
     "status": cmd_status,

@@ -88,3 +88,31 @@ def test_a_store_opened_in_a_forked_child_gets_its_own_connection(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert store.stats()["ready"] == 1
+
+
+def test_doctor_says_a_healthy_store_is_ok(make_app):
+    app = make_app(APP)
+    filled_store(app.db)
+    result = app.cli("doctor", "--db", str(app.db), check=True)
+    assert "ok (ready 2000)" in result.stdout
+
+
+def test_doctor_salvages_every_readable_job_of_a_damaged_store(make_app):
+    app = make_app(APP)
+    filled_store(app.db)
+    corrupt(app.db, "garbage over a page")
+    before = app.db.read_bytes()
+    checked = app.cli("doctor", "--db", str(app.db))
+    assert checked.returncode == 1 and "problem" in checked.stderr
+    new = app.dir / "salvaged.db"
+    result = app.cli("doctor", "--db", str(app.db), "--salvage", str(new))
+    copied = int(result.stdout.split()[1])
+    unreadable = result.stderr.split(" job rows could not be read")[0].split()[-1] \
+        if "could not be read" in result.stderr else "0"
+    assert app.db.read_bytes() == before  # the damaged file is only read
+    assert copied > 0 and copied + int(unreadable) >= 1900
+    salvaged = jobpool.connect(new, check=True)
+    assert salvaged.stats()["ready"] == copied
+    # The salvaged store runs.
+    app.cli("start", "--app", app.module, "--db", str(new), "--burst", "-q", check=True)
+    assert salvaged.stats()["done"] == copied

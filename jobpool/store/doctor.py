@@ -1,0 +1,151 @@
+"""``jobpool doctor``: check a store, and salvage what is readable from a damaged one (R26a).
+
+A damaged file is only ever read: salvage copies every job row that SQLite can
+still read, one row at a time so a bad page costs only the rows on it, into a
+fresh store at a new path, and reports what it could not read. sqlite-utils does
+the inspection and the bulk insert here, off the hot path.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlite_utils
+
+from jobpool.errors import JobpoolError
+from jobpool.store import sql
+from jobpool.store.sqlite import connect, validate_file
+
+#: Rows copied per insert into the new store.
+BATCH = 1000
+
+
+@dataclass
+class Report:
+    """What doctor found: problems (empty means healthy) and row counts."""
+
+    path: str
+    problems: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    copied: int = 0
+    unreadable: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _read_only(path: str) -> sqlite_utils.Database:
+    uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+    return sqlite_utils.Database(sqlite3.connect(uri, uri=True))
+
+
+def check(path: str) -> Report:
+    """Integrity and schema of the store at ``path``, read without writing."""
+    report = Report(path)
+    if not os.path.exists(path):
+        raise JobpoolError(f"no jobpool store at {path}")
+    try:
+        validate_file(path)
+    except JobpoolError as exc:
+        report.problems.append(str(exc))
+        return report
+    db = _read_only(path)
+    try:
+        rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
+        if rows != ["ok"]:
+            report.problems += rows[:20]
+        tables = set(db.table_names())
+        missing = {"jobpool_meta", "jobs", "attempts"} - tables
+        if missing:
+            report.problems.append(f"missing tables: {', '.join(sorted(missing))}")
+        if "jobs" in tables:
+            report.counts = dict(db.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+    except sqlite3.DatabaseError as exc:
+        report.problems.append(str(exc))
+    finally:
+        db.close()
+    return report
+
+
+def salvage(path: str, new_path: str) -> Report:
+    """Copy every readable job (and its attempt log) of ``path`` into a new store."""
+    if os.path.exists(new_path) and os.path.getsize(new_path) > 0:
+        raise JobpoolError(f"{new_path} exists; salvage writes only to a new file")
+    report = Report(path)
+    source = _read_only(path)
+    target_store = connect(new_path)  # creates the schema
+    target_store.close()
+    target = sqlite_utils.Database(new_path)
+    try:
+        ids = _readable_ids(source, report)
+        columns = [c.name for c in target["jobs"].columns]
+        batch: list[dict] = []
+        for job_id in ids:
+            try:
+                row = source.execute(f"SELECT {', '.join(columns)} FROM jobs WHERE id = ?",
+                                     [job_id]).fetchone()
+            except sqlite3.DatabaseError:
+                report.unreadable.append(job_id)
+                continue
+            if row is not None:
+                batch.append(dict(zip(columns, row)))
+            if len(batch) >= BATCH:
+                report.copied += _flush(target, batch)
+        report.copied += _flush(target, batch)
+        _copy_attempts(source, target, report)
+    finally:
+        source.close()
+        target.close()
+    return report
+
+
+def _readable_ids(source: sqlite_utils.Database, report: Report) -> list[int]:
+    """Job ids, walking the table in rowid ranges so one bad page skips only its rows."""
+    ids: list[int] = []
+    try:
+        top = source.execute("SELECT max(id) FROM jobs").fetchone()[0] or 0
+    except sqlite3.DatabaseError as exc:
+        report.problems.append(f"cannot read the jobs table: {exc}")
+        return ids
+    step = 500
+    for start in range(0, top + 1, step):
+        try:
+            ids += [r[0] for r in source.execute(
+                "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id", [start, start + step])]
+        except sqlite3.DatabaseError:
+            for job_id in range(start, start + step):
+                try:
+                    if source.execute("SELECT id FROM jobs WHERE id = ?", [job_id]).fetchone():
+                        ids.append(job_id)
+                except sqlite3.DatabaseError:
+                    report.unreadable.append(job_id)
+    return ids
+
+
+def _flush(target: sqlite_utils.Database, batch: list[dict]) -> int:
+    if not batch:
+        return 0
+    # A salvaged running job has no live owner any more: it goes back in line.
+    for row in batch:
+        if row["status"] == "running":
+            row.update(status="ready", lease_owner=None, lease_expires_at=None)
+    target["jobs"].insert_all(batch, batch_size=BATCH)
+    count = len(batch)
+    batch.clear()
+    return count
+
+
+def _copy_attempts(source: sqlite_utils.Database, target: sqlite_utils.Database,
+                   report: Report) -> None:
+    try:
+        rows = list(source.query("SELECT * FROM attempts"))
+    except sqlite3.DatabaseError as exc:
+        report.problems.append(f"attempt log not copied: {exc}")
+        return
+    target["attempts"].insert_all(rows, batch_size=BATCH)
+
+
+__all__ = ["Report", "check", "salvage", "sql"]
