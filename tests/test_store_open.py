@@ -12,7 +12,7 @@ APP = """
 from jobpool import job
 
 @job(name="t.noop")
-def noop():
+def noop(*args):
     pass
 """
 
