@@ -248,7 +248,7 @@ class Core:
         expired: list[tuple] = []
         if not outcomes and n <= 0:
             return settled, claimed, expired
-        dropped: dict[int, list] = {}
+        dropped: dict[int, list | None] = {}
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")

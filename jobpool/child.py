@@ -181,7 +181,7 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
         _current = (conn, job_id, attempt)
         done += 1
 
-        def retire() -> bool:
+        def retire(done: int = done) -> bool:
             # Decided before the reply goes out, so the supervisor never sends a job
             # to a child that is about to exit. A leaky job's memory goes back to
             # the system with this process.

@@ -46,7 +46,8 @@ def validate_priority(value: Any) -> int:
 def validate_timeout(value: Any) -> float:
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or value == float("inf")):
         raise EnqueueError(f"timeout must be a positive number of seconds, not {value!r}")
     return float(value)
 

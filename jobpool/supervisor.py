@@ -20,6 +20,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import multiprocess
 
@@ -159,10 +160,10 @@ class Slot:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.proc = None
-        self.conn = None
+        self.proc: Any = None    # a multiprocess Process
+        self.conn: Any = None    # the supervisor's end of the slot's pipe
         self.pid = 0
-        self.job: tuple | None = None   # the claimed tuple it runs
+        self.job: Any = None   # the claimed tuple it runs, or None
         self.killing: str | None = None  # reason, once we decided to kill it
         self.kill_at = math.inf
         self.kill_kind = core.TIMEOUT
@@ -213,11 +214,11 @@ class Supervisor:
         self._want_claim = True
         self._next_poll = 0.0
         self._next_status = 0.0
-        self._old_handlers: dict[int, object] = {}
-        self._signal_r: socket.socket | None = None
-        self._signal_w: socket.socket | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self._signal_r: Any = None  # the signal wake-up socket pair, once running
+        self._signal_w: Any = None
         self._old_wakeup_fd = -1
-        self._listener: Listener | None = None
+        self._listener: Any = None  # a Listener once running
         self._started_at = time.time()
         self._next_heartbeat = 0.0
         self._next_sweep = 0.0
@@ -483,7 +484,9 @@ class Supervisor:
             if job is None or slot.killing is not None or slot.proc is None:
                 continue
             limit = self._memory_limits.get(job[1])
-            rss = _rss_bytes(slot.pid) if limit else None
+            if not limit:
+                continue
+            rss = _rss_bytes(slot.pid)
             if rss is not None and rss > limit * 2**20:
                 self._kill(slot, f"child killed: memory limit {limit} MiB exceeded "
                                  f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True)
@@ -785,10 +788,10 @@ class Supervisor:
 
     def _run_hooks(self, now: float) -> None:
         queue, self._hook_queue = self._hook_queue, []
-        for index, (job_id, name, reason) in enumerate(queue):
+        for index, (job_id, _name, reason) in enumerate(queue):
             try:
-                taken = self.store._write("taking an on_dead hook", lambda c: c.execute(
-                    sql.TAKE_HOOK, (job_id,)).rowcount)
+                taken = self.store._write("taking an on_dead hook", lambda c, j=job_id: c.execute(
+                    sql.TAKE_HOOK, (j,)).rowcount)
                 job = self.store.get(job_id) if taken else None
             except JobpoolError:
                 self._hook_queue.extend(queue[index:])  # the store is down: try next turn

@@ -129,7 +129,7 @@ def run(C, seed, tmpdir, steps=300, njobs=120):
         same(f"step {step} inflight after {label}", cores["pure"].inflight, cores["compiled"].inflight)
         return res["pure"]
 
-    for step in range(steps):
+    for step in range(steps):  # noqa: B007 - read by both() through its closure
         now += drv.choice([0.0, 0.5, 1.0, 3.0, 10.0, 60.0])
         if drv.random() < 0.03:
             now += drv.choice([120.0, 700.0, 5000.0])   # let leases expire
@@ -217,7 +217,7 @@ def run(C, seed, tmpdir, steps=300, njobs=120):
         else:
             both("inflight", "__getattribute__", "inflight")
 
-    for impl, core in cores.items():
+    for core in cores.values():
         core.close()
     dp, dc = dump(paths["pure"]), dump(paths["compiled"])
     same("final jobs", dp[0], dc[0])

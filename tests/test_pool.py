@@ -180,7 +180,7 @@ def test_a_slot_is_reserved_before_a_row_is_claimed(make_app):
     app.store().enqueue_many("t.wait_file", [(f"j{i}",) for i in range(4)])
     pool = app.spawn("--procs", "1", "--burst")
     for i in range(4):
-        wait_for(lambda: (app.dir / f"j{i}.started").exists())
+        wait_for(lambda i=i: (app.dir / f"j{i}.started").exists())
         running = app.rows("SELECT id FROM jobs WHERE status = 'running'")
         assert len(running) == 1
         (app.dir / f"j{i}.go").write_text("go")

@@ -36,7 +36,7 @@ import sys
 import time
 import zlib
 from datetime import date, timedelta
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import jobpool
 from jobpool import job
@@ -362,7 +362,7 @@ def _write_export(path: str, index: int, rows: int, seed: int, malformed: bool) 
     rng = random.Random(seed * 1_000_003 + index)
     pools = _pools()
     first_id = index * rows + 1
-    columns = [map(str, range(first_id, first_id + rows))]
+    columns: list[Any] = [map(str, range(first_id, first_id + rows))]
     columns += [_sample(rng, pools[name], rows) for name in
                 ("date", "region", "store", "sku", "quantity", "price", "currency", "discount",
                  "email")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
 
 from jobpool.errors import JobNotFound, StoreError
 from jobpool.store import sql
@@ -30,12 +30,12 @@ class DeadLetters:
     def __init__(self, store: "SQLiteStore") -> None:
         self.store = store
 
-    def list(self, *, name: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    def list(self, *, name: str | None = None, limit: int = 100) -> "list[dict[str, Any]]":
         query = sql.LIST_DEAD.format(columns=sql.JOB_COLUMNS,
                                      name_filter="AND name = :name" if name else "")
         return self.store._select_jobs(query, {"name": name, "limit": limit})
 
-    def ids(self, *, name: str | None = None) -> list[int]:
+    def ids(self, *, name: str | None = None) -> List[int]:
         query = sql.DEAD_IDS.format(name_filter="AND name = :name" if name else "")
         try:
             return [r[0] for r in self.store.conn.execute(query, {"name": name})]
@@ -94,7 +94,7 @@ def purge_finished(store: "SQLiteStore", status: str, before: float, *, limit: i
     while limit is None or total < limit:
         batch = BATCH if limit is None else min(BATCH, limit - total)
 
-        def purge(conn):
+        def purge(conn, batch: int = batch):
             ids = [r[0] for r in conn.execute(sql.PURGE_FINISHED, {
                 "status": status, "before": before, "limit": batch}).fetchall()]
             conn.executemany(sql.DELETE_ATTEMPTS, [(i,) for i in ids])

@@ -296,7 +296,8 @@ UPDATE jobs
    SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
        finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
        last_error = CASE WHEN attempts >= max_attempts
-                         THEN 'lease expired (owner ' || lease_owner || '); no attempts left after ' || max_attempts
+                         THEN 'lease expired (owner ' || lease_owner || '); no attempts left after '
+                              || max_attempts
                          ELSE 'lease expired (owner ' || lease_owner || ')' END,
        lease_owner = NULL, lease_expires_at = NULL
  WHERE status = 'running' AND lease_expires_at < :now

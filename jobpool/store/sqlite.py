@@ -10,7 +10,7 @@ import os
 import sqlite3
 import time
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from jobpool import jobs as registry
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
@@ -18,6 +18,9 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.store import sql
 from jobpool.wakeup import Notifier
+
+if TYPE_CHECKING:
+    from jobpool.store.retention import DeadLetters
 
 #: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
 DEFAULT_DB = "jobpool.db"
@@ -85,7 +88,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._notifier = Notifier(path)
-        self.conn  # open now so a bad path is reported at connect()
+        _ = self.conn  # open now so a bad path is reported at connect()
 
     # -- opening (R26a) ---------------------------------------------------------------
 
@@ -208,18 +211,22 @@ class SQLiteStore:
         (``job.s(...)``) for keyword arguments.
         """
         now = time.time() if now is None else now
+        options = self._options(name, delay, priority, None, max_attempts, queue, None, now)
         rows = []
+        with_payload = self._with_payload
+        args: Any
         for index, item in enumerate(items):
-            if isinstance(item, registry.Signature):
+            if isinstance(item, tuple):
+                args, kwargs = item, None
+            elif isinstance(item, registry.Signature):
                 args, kwargs = item.args, item.kwargs
-            elif isinstance(item, (tuple, list)):
+            elif isinstance(item, list):
                 args, kwargs = item, None
             else:
                 raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
                                    f"Signature, not {type(item).__name__}")
             try:
-                rows.append(self._row(name, args, kwargs, None, delay, priority, None,
-                                      max_attempts, queue, None, now, None))
+                rows.append(with_payload(options, args, kwargs, None, None))
             except EnqueueError as exc:
                 raise EnqueueError(f"item {index}: {exc}") from None
         conn = self.conn
@@ -244,15 +251,27 @@ class SQLiteStore:
     def _row(self, name, args, kwargs, key, delay, priority, deadline, max_attempts, queue,
              timeout, now, chain) -> tuple:
         """Validate everything before anything is written (R1)."""
+        options = self._options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise EnqueueError(f"key must be a non-empty string, not {key!r}")
+        return self._with_payload(options, args, kwargs, key, chain)
+
+    def _with_payload(self, options: tuple, args, kwargs, key, chain) -> tuple:
+        (queue, name, serializer, priority, run_at, max_attempts, deadline_ts, timeout,
+         now) = options
+        payload = encode_payload(args, kwargs, serializer, self.max_payload)
+        return (queue, name, key, payload, serializer, priority, run_at, run_at, max_attempts,
+                deadline_ts, timeout, now, chain)
+
+    def _options(self, name, delay, priority, deadline, max_attempts, queue, timeout,
+                 now) -> tuple:
+        """The validated per-call options, shared by every row of an enqueue_many."""
         try:
             registry.validate_name(name)
         except ValueError as exc:
             raise EnqueueError(str(exc)) from None
         job = registry.lookup(name)
         serializer = job.serializer if job else "json"
-        payload = encode_payload(args, kwargs, serializer, self.max_payload)
-        if key is not None and (not isinstance(key, str) or not key):
-            raise EnqueueError(f"key must be a non-empty string, not {key!r}")
         wait = seconds(delay, "delay") or 0.0
         priority = registry.validate_priority(
             priority if priority is not None else (job.priority if job else registry.DEFAULT_PRIORITY))
@@ -273,14 +292,13 @@ class SQLiteStore:
         elif job is not None:
             timeout = job.timeout
         deadline_ts = registry.to_timestamp(deadline)
-        run_at = now + wait
-        return (queue, name, key, payload, serializer, priority, run_at, run_at, max_attempts,
-                deadline_ts, timeout, now, chain)
+        return (queue, name, serializer, priority, now + wait, max_attempts, deadline_ts, timeout,
+                now)
 
     def _insert(self, conn: sqlite3.Connection, row: tuple) -> registry.Handle:
         try:
             cursor = conn.execute(sql.INSERT_JOB, row)
-            return registry.Handle(cursor.lastrowid, store=self)
+            return registry.Handle(int(cursor.lastrowid or 0), store=self)
         except sqlite3.IntegrityError:
             name, key = row[1], row[2]
             if key is None:
@@ -340,7 +358,8 @@ class SQLiteStore:
         """Jobs in id order; ``chain`` lists a chain's first job and its successors (R12)."""
         if status is not None and status not in _STATUSES:
             raise EnqueueError(f"status must be one of {', '.join(_STATUSES)}, not {status!r}")
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if status is not None:
             where.append("status = ?")
             params.append(status)

@@ -1,0 +1,88 @@
+"""Scenario 2 (R19, R24a): SIGKILL random children again and again during ~2000 short jobs."""
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from .conftest import children, fd_count, percentile, record_figure, stop_pool, wait_for
+
+PROCS = 2
+JOBS = 2000
+
+
+@pytest.mark.slow
+def test_random_child_kills_lose_nothing_and_slots_refill_fast(fault_app):
+    app = fault_app
+    pool = app.spawn_pool("--procs", str(PROCS), "-q")
+    first = app.wait_idle_pool(pool, PROCS)
+    time.sleep(0.5)  # past start-up: connections, checkpointer, wake-up socket all open
+    fds_before = fd_count(pool.pid)
+    app.store().enqueue_many("f.work", [(i, 0.002) for i in range(JOBS)])
+
+    rng = random.Random(2024)
+    kills: list[tuple[float, int, int]] = []  # (time, killed pid, its replacement)
+    known = set(first)
+    deadline = time.monotonic() + 90
+    while app.count("status = 'done'") < JOBS * 0.9 and time.monotonic() < deadline:
+        live = {p for p, s in children(pool.pid).items() if s not in ("Z", "X")}
+        if not live:
+            time.sleep(0.002)
+            continue
+        victim = rng.choice(sorted(live))
+        t = time.time()
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        known |= live
+
+        def replacement():
+            fresh = {p for p, s in children(pool.pid).items() if s not in ("Z", "X")} - known
+            return min(fresh) if fresh else None
+        new = wait_for(replacement, timeout=5, interval=0.002)
+        known.add(new)
+        kills.append((t, victim, new))
+        time.sleep(rng.uniform(0.01, 0.06))
+    wait_for(lambda: app.count("status = 'done'") == JOBS, timeout=60, interval=0.05)
+    time.sleep(0.5)  # let the loop settle and reap
+
+    kids = children(pool.pid)
+    zombies = [p for p, s in kids.items() if s == "Z"]
+    fds_after = fd_count(pool.pid)
+    assert pool.poll() is None, app.log_of(pool)
+    assert zombies == []
+    assert len(kids) == PROCS
+    assert fds_after <= fds_before, (fds_before, fds_after)
+
+    # Refill: kill -> the replacement child's first job (its started_at, set at claim).
+    first_start = {r["pid"]: r["first"] for r in app.rows(
+        "SELECT pid, min(started_at) AS first FROM attempts GROUP BY pid")}
+    refill_ms = [(first_start[new] - t) * 1000 for t, _victim, new in kills if new in first_start]
+    crash_rows = app.rows("SELECT error, exit_status FROM attempts WHERE outcome = 'crash'")
+    statuses = dict((r["status"], r["n"]) for r in app.rows(
+        "SELECT status, count(*) AS n FROM jobs GROUP BY status"))
+    assert statuses == {"done": JOBS}
+    assert all(r["error"] == "child killed by SIGKILL" for r in crash_rows)
+    extra_runs = app.rows("SELECT sum(attempts - 1) AS n FROM jobs")[0]["n"]
+    assert extra_runs == len(crash_rows)  # one re-run per killed attempt, no other
+    ends = collections.Counter(a for tag, a, _ in app.effects() if tag == "end")
+    assert set(ends) == {str(i) for i in range(JOBS)}
+    duplicated = sum(1 for n in ends.values() if n > 1)
+    assert duplicated <= len(crash_rows)
+    assert len(kills) >= 20
+    assert percentile(refill_ms, 50) < 500
+    stop_pool(pool)
+    record_figure("2. SIGKILL random children during 2000 jobs",
+                  procs=PROCS, enqueued=JOBS, completed=statuses.get("done", 0),
+                  lost=JOBS - len(ends), child_kills=len(kills),
+                  kills_mid_job=len(crash_rows), kills_idle=len(kills) - len(crash_rows),
+                  duplicated_side_effects=duplicated,
+                  refill_ms_p50=round(percentile(refill_ms, 50), 1),
+                  refill_ms_p99=round(percentile(refill_ms, 99), 1),
+                  refill_ms_max=round(max(refill_ms), 1),
+                  zombies=len(zombies), fds_before=fds_before, fds_after=fds_after)
