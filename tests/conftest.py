@@ -32,11 +32,7 @@ def _compiled():
         return None
 
 
-@pytest.fixture(params=["pure", pytest.param("compiled", marks=pytest.mark.c_extension)])
-def core_impl(request):
-    """Each core test runs twice: against the pure twin and the compiled core."""
-    if request.param == "pure":
-        return _core_py
+def _require_compiled(request):
     if request.config.getoption("--no-c-extensions"):
         pytest.skip("--no-c-extensions")
     module = _compiled()
@@ -45,19 +41,18 @@ def core_impl(request):
             pytest.fail("the compiled core is required (JOBPOOL_REQUIRE_CORE=1) but not built")
         pytest.skip("compiled core not built")
     return module
+
+
+@pytest.fixture(params=["pure", pytest.param("compiled", marks=pytest.mark.c_extension)])
+def core_impl(request):
+    """Each core test runs twice: against the pure twin and the compiled core."""
+    return _core_py if request.param == "pure" else _require_compiled(request)
 
 
 @pytest.fixture
 def compiled_core(request):
     """The compiled core alone (parity tests compare it with the twin)."""
-    if request.config.getoption("--no-c-extensions"):
-        pytest.skip("--no-c-extensions")
-    module = _compiled()
-    if module is None:
-        if os.environ.get("JOBPOOL_REQUIRE_CORE") == "1":
-            pytest.fail("the compiled core is required (JOBPOOL_REQUIRE_CORE=1) but not built")
-        pytest.skip("compiled core not built")
-    return module
+    return _require_compiled(request)
 
 
 def make_store(path: Path) -> Path:

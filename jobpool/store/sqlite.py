@@ -186,17 +186,7 @@ class SQLiteStore:
                         queue, timeout, now, chain_json(then, self.max_payload))
         if connection is not None:
             return self._insert(connection, row)
-        conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                handle = self._insert(conn, row)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"enqueue of {name} failed: {exc}") from exc
+        handle = self._write(f"enqueue of {name}", lambda conn: self._insert(conn, row))
         if not handle.duplicate:
             self._notifier.notify()
         return handle
@@ -229,19 +219,10 @@ class SQLiteStore:
                 rows.append(with_payload(options, args, kwargs, None, None))
             except EnqueueError as exc:
                 raise EnqueueError(f"item {index}: {exc}") from None
-        conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                cursor = conn.executemany(sql.INSERT_JOB, rows)
-                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"enqueue_many of {name} failed: {exc}") from exc
-        del cursor
+        def insert(conn):
+            conn.executemany(sql.INSERT_JOB, rows)
+            return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        last = self._write(f"enqueue_many of {name}", insert)
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
