@@ -189,6 +189,8 @@ cdef enum:
     S_RECLAIM
     S_RECLAIM_OWNER
     S_OWNERS
+    S_LOG_RECLAIM
+    S_LOG_OWNER
     NSTMT
 
 # Named parameters the core supplies; their indices are looked up per statement
@@ -815,6 +817,10 @@ cdef class Core:
             return sql.RECLAIM_EXPIRED
         if s == S_RECLAIM_OWNER:
             return sql.RECLAIM_OWNER
+        if s == S_LOG_RECLAIM:
+            return sql.LOG_RECLAIM_EXPIRED
+        if s == S_LOG_OWNER:
+            return sql.LOG_RECLAIM_OWNER
         return sql.LEASE_OWNERS
 
     cdef int _map_parameters(self, int s, sqlite3_stmt* st) except -1:
@@ -1409,11 +1415,14 @@ cdef class Core:
             try:
                 self._begin()
                 try:
-                    self._set_d(P_NOW, now)
-                    if s == S_RECLAIM_OWNER:
-                        self._set_o(P_OWNER, owner)
-                        self._set_o(P_REASON, reason)
-                    rows = self._fetch(s)
+                    # R19a: the attempts these leases end go into the attempt log first.
+                    # Each step consumes the parameters set for it, so set them twice.
+                    for step in (S_LOG_OWNER if s == S_RECLAIM_OWNER else S_LOG_RECLAIM, s):
+                        self._set_d(P_NOW, now)
+                        if s == S_RECLAIM_OWNER:
+                            self._set_o(P_OWNER, owner)
+                            self._set_o(P_REASON, reason)
+                        rows = self._fetch(step)
                     self._commit()
                 except BaseException:
                     self._rollback()

@@ -352,13 +352,14 @@ class Core:
 
     def reclaim(self, now: float):
         """Expired leases of any owner go back to ready, or dead without attempts (R23)."""
-        return self._recover(sql.RECLAIM_EXPIRED, {"now": now})
+        return self._recover(sql.LOG_RECLAIM_EXPIRED, sql.RECLAIM_EXPIRED, {"now": now})
 
     def reclaim_owner(self, owner: str, reason: str, now: float):
         """A dead supervisor's leases come back at once (R24)."""
         if owner == self.owner:
             raise ValueError("a supervisor cannot reclaim its own leases")
-        return self._recover(sql.RECLAIM_OWNER, {"now": now, "owner": owner, "reason": reason})
+        return self._recover(sql.LOG_RECLAIM_OWNER, sql.RECLAIM_OWNER,
+                             {"now": now, "owner": owner, "reason": reason})
 
     def lease_owners(self) -> list[str]:
         try:
@@ -366,11 +367,12 @@ class Core:
         except sqlite3.Error as exc:
             raise StoreError(f"reading lease owners failed: {exc}") from exc
 
-    def _recover(self, stmt, params):
+    def _recover(self, log_stmt, stmt, params):
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
+                db.execute(log_stmt, params)
                 rows = db.execute(stmt, params).fetchall()
                 db.execute("COMMIT")
             except BaseException:

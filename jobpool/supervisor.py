@@ -43,6 +43,10 @@ DRAIN = 5.0
 KILL_GRACE = 2.0
 #: R26: the longest pause after a store error, seconds (far below job backoff's cap).
 STORE_PAUSE_MAX = 30.0
+#: R11/R26: how long one store call may wait on another writer's lock, seconds.
+#: Short, so a held lock becomes a StoreError and a pause, never a loop that stops
+#: hearing signals, timeouts and its children.
+STORE_BUSY_TIMEOUT = 0.5
 #: How often a non-TTY pool logs a status line, seconds.
 STATUS_EVERY = 10.0
 #: How often the pool writes its heartbeat, progress and counters, and reads the
@@ -192,11 +196,11 @@ class Supervisor:
         else:
             found = sorted({registered[n].queue for n in names if n in registered})
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
-        self.store = store or connect(config.db, check=True)
+        self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT)
         self.owner = owner_identity()
         policies = {n: registered[n].policy for n in names if n in registered}
         self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
-                              wal_autocheckpoint=0)
+                              busy_timeout=STORE_BUSY_TIMEOUT, wal_autocheckpoint=0)
         self._checkpointer = Checkpointer(self.store.path)
         self.table = core.SlotTable(config.procs)
         self.slots = [Slot(i) for i in range(config.procs)]
@@ -309,12 +313,14 @@ class Supervisor:
                 if not self._stopping:
                     self._reclaim(now)
             claimed_none = self._turn(now)
+            store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if now >= self._next_heartbeat:
-                self._next_heartbeat = now + HEARTBEAT_EVERY
-                self._heartbeat(now)
-            if self._periodic and not self._stopping:
+                self._next_heartbeat = now + HEARTBEAT_EVERY  # advanced even when skipped
+                if store_up:
+                    self._heartbeat(now)
+            if store_up and self._periodic and not self._stopping:
                 self._enqueue_periodic(now)
-            if self._hook_queue:
+            if store_up and self._hook_queue:
                 self._run_hooks(now)
             if len(self._hooks):
                 self._hooks.reap(now)
@@ -371,6 +377,10 @@ class Supervisor:
             args=(child_conn, os.getpid(), inherited, self.config.max_tasks_per_child,
                   (self.config.max_memory_per_child or 0) * 2**20))
         proc.start()
+        # We reap our children with wait4 (for their peak RSS and CPU time, R19a);
+        # multiprocess's own bookkeeping would reap a dead sibling first whenever a
+        # new child starts, and those figures would be lost.
+        multiprocess.process._children.discard(proc)
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at, slot.signalled = None, math.inf, 0

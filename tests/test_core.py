@@ -251,7 +251,9 @@ def test_a_stale_settle_is_fenced_off_and_reported_lost(core_impl, core, store_p
     assert settled == [(job[0], "t.job", 1, "lost", "lease lost")]
     row = rows(store_path)[0]
     assert (row["status"], row["lease_owner"], row["attempts"]) == ("running", "host:9:9", 2)
-    assert rows(store_path, "SELECT * FROM attempts") == []
+    # The log has the attempt the reclaim ended, and nothing from the stale settle.
+    assert [(a["attempt"], a["outcome"], a["owner"]) for a in rows(store_path, "SELECT * FROM attempts")] \
+        == [(1, "lease_expired", OWNER)]
     other.close()
 
 
@@ -275,6 +277,9 @@ def test_expired_leases_return_to_ready_or_dead(core_impl, core, store_path):
     assert [(r[0], r[3]) for r in back] == [(a, "ready"), (b, "dead")]
     assert "no attempts left after 1" in back[1][4]
     assert [r["attempts"] for r in rows(store_path)] == [1, 1]
+    log = rows(store_path, "SELECT job_id, attempt, outcome, error FROM attempts ORDER BY job_id")
+    assert [(a["job_id"], a["attempt"], a["outcome"]) for a in log] == [
+        (a, 1, "lease_expired"), (b, 1, "lease_expired")]
 
 
 def test_a_dead_owners_leases_come_back_at_once(core_impl, core, store_path):
@@ -285,6 +290,8 @@ def test_a_dead_owners_leases_come_back_at_once(core_impl, core, store_path):
     back = other.reclaim_owner(OWNER, "supervisor died", NOW + 1)
     assert [r[3] for r in back] == ["ready"]
     assert rows(store_path)[0]["last_error"] == "supervisor died"
+    (log,) = rows(store_path, "SELECT * FROM attempts")
+    assert (log["outcome"], log["error"], log["owner"]) == ("owner_died", "supervisor died", OWNER)
     other.close()
 
 

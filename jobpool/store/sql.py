@@ -304,6 +304,22 @@ UPDATE jobs
 RETURNING id, name, status, last_error
 """
 
+#: R19a/R23: the attempt that an expired lease ends goes into the attempt log,
+#: written just before RECLAIM_EXPIRED in the same transaction.
+LOG_RECLAIM_EXPIRED = """
+INSERT INTO attempts (job_id, attempt, owner, started_at, ended_at, outcome, error)
+SELECT id, attempts, lease_owner, COALESCE(started_at, :now), :now, 'lease_expired',
+       'lease expired (owner ' || lease_owner || ')'
+  FROM jobs WHERE status = 'running' AND lease_expires_at < :now
+"""
+
+#: R19a/R24: likewise for the attempts a dead supervisor left running.
+LOG_RECLAIM_OWNER = """
+INSERT INTO attempts (job_id, attempt, owner, started_at, ended_at, outcome, error)
+SELECT id, attempts, lease_owner, COALESCE(started_at, :now), :now, 'owner_died', :reason
+  FROM jobs WHERE status = 'running' AND lease_owner = :owner
+"""
+
 #: R24: the owners holding leases, to spot a dead supervisor on this host.
 LEASE_OWNERS = "SELECT DISTINCT lease_owner FROM jobs WHERE status = 'running'"
 

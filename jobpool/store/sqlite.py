@@ -79,8 +79,10 @@ class SQLiteStore:
     """A connection to one store file. Safe to use from a forked child (it reopens)."""
 
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
-                 check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES) -> None:
+                 check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
+                 busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.path = path
+        self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
         self.max_payload = max_payload
         self._create = create
@@ -107,7 +109,7 @@ class SQLiteStore:
             raise StoreError(f"no jobpool store at {path}")
         validate_file(path)
         try:
-            conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT,
+            conn = sqlite3.connect(path, isolation_level=None, timeout=self.busy_timeout,
                                    check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {path}: {exc}") from exc
@@ -146,7 +148,7 @@ class SQLiteStore:
                          (sql.SCHEMA_VERSION,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def close(self) -> None:
@@ -386,7 +388,7 @@ class SQLiteStore:
                 result = fn(conn)
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"{what} failed: {exc}") from exc
@@ -452,6 +454,17 @@ class SQLiteStore:
         quick_check(self.conn, self.path)
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open. On some errors (a full disk, I/O)
+    SQLite has already rolled back, and a second ROLLBACK would raise and hide the
+    error that matters."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+
 def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
     """The ``chain`` column for ``then=``: each step validated like an enqueue (R1)."""
     if then is None:
@@ -495,12 +508,14 @@ def _job_dict(description, row, *, raw_result: bool = False) -> dict[str, Any]:
 
 
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
-            create: bool = True, check: bool = False) -> SQLiteStore:
+            create: bool = True, check: bool = False,
+            busy_timeout: float = BUSY_TIMEOUT) -> SQLiteStore:
     """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db)."""
     path = resolve_path(db)
     if path.startswith(("postgresql://", "postgres://")):
         raise StoreError("PostgreSQL stores are not available in this version of jobpool")
-    return SQLiteStore(path, durability=durability, create=create, check=check)
+    return SQLiteStore(path, durability=durability, create=create, check=check,
+                       busy_timeout=busy_timeout)
 
 
 _default: dict[tuple[int, str], SQLiteStore] = {}

@@ -13,7 +13,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -126,6 +125,14 @@ def big_result():
 @job(name="f.one_arg", max_attempts=2, backoff_base=0)
 def one_arg(x):
     return x
+
+
+@job(name="f.die_on_go", max_attempts=1)
+def die_on_go(tag):
+    (HERE / f"{tag}.{os.getpid()}.started").write_text("")
+    while not (HERE / "die.go").exists():
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # -- fencing (section 4) ------------------------------------------------------------------

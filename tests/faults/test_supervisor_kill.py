@@ -71,8 +71,6 @@ def test_sigkill_supervisor_mid_run_loses_nothing_and_reruns_only_in_flight(faul
                   rerun_reasons=sorted(reasons))
 
 
-@pytest.mark.xfail(strict=True, reason="R19a/README: the attempt log keeps every attempt; an attempt "
-                   "whose lease is reclaimed (R23/R24) leaves no attempts row")
 def test_a_reclaimed_attempt_is_in_the_attempt_log(fault_app):
     app = fault_app
     job_id = app.store().enqueue("f.fence", "r").id

@@ -29,9 +29,9 @@ def test_hard_timeouts_kill_within_the_grace_retry_and_reuse_the_slot(fault_app)
         overshoot = [(a["ended_at"] - a["started_at"] - TIMEOUT) * 1000 for a in log]
         if name == "f.stubborn":
             # SIGTERM ignored: SIGKILL follows after the grace, not much later.
-            assert all(GRACE * 1000 <= o < GRACE * 1000 + 500 for o in overshoot), overshoot
+            assert all(GRACE * 1000 <= o < GRACE * 1000 + 1000 for o in overshoot), overshoot
         else:
-            assert all(0 <= o < 500 for o in overshoot), overshoot
+            assert all(0 <= o < 1000 for o in overshoot), overshoot
         figures[name] = overshoot
     done = [store.get(i)["status"] for i in after]
     assert done == ["done"] * len(after)

@@ -1,0 +1,68 @@
+"""Scenario 9 (R26a): a corrupt store is refused in one line and never written.
+
+A compact variant of tests/test_store_open.py, over this suite's app, plus
+``jobpool doctor`` on each damaged file and a salvage of what is readable.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import jobpool
+
+from .conftest import record_figure
+
+JOBS = 2000
+HOWS = ("garbage over a page", "truncated", "zeroed header")
+
+
+def _filled(path) -> None:
+    store = jobpool.connect(path)
+    store.enqueue_many("f.work", [(i, 0) for i in range(JOBS)])
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+
+
+def _corrupt(path, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "garbage over a page":
+        data[4096 * 3: 4096 * 4] = b"\xde\xad\xbe\xef" * 1024
+    elif how == "truncated":
+        data = data[: len(data) // 3 + 100]
+    elif how == "zeroed header":
+        data[:100] = bytes(100)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_start_refuses_a_corrupt_store_and_leaves_its_bytes(fault_app, how):
+    app = fault_app
+    _filled(app.db)
+    for sidecar in ("-wal", "-shm"):
+        app.db.with_name(app.db.name + sidecar).unlink(missing_ok=True)
+    _corrupt(app.db, how)
+    before = app.db.read_bytes()
+    result = app.cli("start", "--app", app.module, "--db", str(app.db), "--burst")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1
+    assert len(lines) == 1 and lines[0].startswith("jobpool: error:"), result.stderr
+    assert "corrupt" in lines[0] or "not a jobpool store" in lines[0]
+    assert app.db.read_bytes() == before
+    doctor = app.cli("doctor", "--db", str(app.db))
+    assert doctor.returncode != 0
+    salvaged = app.dir / "salvaged.db"
+    salvage = app.cli("doctor", "--db", str(app.db), "--salvage", str(salvaged))
+    assert app.db.read_bytes() == before  # doctor only reads the damaged file
+    recovered = 0
+    if salvaged.exists():
+        conn = sqlite3.connect(salvaged)
+        try:
+            recovered = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+        finally:
+            conn.close()
+    record_figure(f"9. Corrupt store: {how}",
+                  start_exit=result.returncode, stderr_lines=len(lines),
+                  message=lines[0].replace(str(app.db), "<db>"), bytes_unchanged=True,
+                  doctor_exit=doctor.returncode, salvage_exit=salvage.returncode,
+                  jobs_before=JOBS, jobs_salvaged=recovered)

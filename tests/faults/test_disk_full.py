@@ -1,0 +1,67 @@
+"""Scenario 8 (R1, R4, R26a): enqueue onto a store whose disk fills up."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import jobpool
+from jobpool.errors import StoreError
+
+from .conftest import record_figure, remount
+
+BLOB = "z" * 8000
+
+
+def _fill_with_enqueues(store) -> tuple[int, StoreError]:
+    ok = 0
+    with pytest.raises(StoreError) as failure:
+        for i in range(10_000):
+            store.enqueue("f.work", i, BLOB)
+            ok += 1
+    return ok, failure.value
+
+
+def test_enqueue_on_a_full_disk_raises_store_error_and_writes_nothing(fault_app, tmpfs):
+    app = fault_app
+    mnt = tmpfs("3m")
+    db = mnt / "store.db"
+    store = jobpool.connect(db)
+    ok, error = _fill_with_enqueues(store)
+    # Nothing half-written: exactly the acknowledged enqueues are there.
+    count = store.conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    assert count == ok > 0
+    with pytest.raises(StoreError):  # still full: a batch fails as a whole (R4)
+        store.enqueue_many("f.work", [(n, BLOB) for n in range(50)])
+    assert store.conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == ok
+    # The CLI says so in one line and exits non-zero.
+    cli = app.cli("enqueue", "f.work", "--db", str(db), "--args", "[1]")
+    cli_lines = cli.stderr.strip().splitlines()
+    assert cli.returncode != 0 and len(cli_lines) == 1, cli.stderr
+    assert cli_lines[0].startswith("jobpool: error:")
+    store.close()
+    check = sqlite3.connect(db)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        ids = [r[0] for r in check.execute("SELECT id FROM jobs ORDER BY id")]
+        assert ids == list(range(1, ok + 1))
+    finally:
+        check.close()
+    # Space comes back: enqueue works again and every acknowledged job is there.
+    remount(mnt, "size=16m")
+    store = jobpool.connect(db)
+    assert store.enqueue("f.work", -1).id == ok + 1
+    store.close()
+    record_figure("8. Disk full on enqueue (tmpfs 3 MiB, 8 kB payloads)",
+                  acknowledged_enqueues=ok, rows_after=count, half_written=0,
+                  error_type=type(error).__name__, error=str(error),
+                  enqueue_many_when_full="StoreError, 0 rows", cli=cli_lines[0],
+                  integrity_check="ok", enqueue_after_space_freed="ok")
+
+
+def test_the_disk_full_error_names_the_cause(fault_app, tmpfs):
+    mnt = tmpfs("3m")
+    store = jobpool.connect(mnt / "store.db")
+    _ok, error = _fill_with_enqueues(store)
+    store.close()
+    assert "full" in str(error), str(error)
