@@ -669,7 +669,7 @@ class Supervisor:
         Returns True when a claim was made and found nothing (for --burst).
         """
         free, want = self._claim_wanted()
-        if not self.pending and not want:
+        if (not self.pending and not want) or now < self._store_pause_until:
             return False
         got = self._store_call(self.core.turn, now, self.pending, want, now, self.rng)
         if got is None:

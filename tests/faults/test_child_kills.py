@@ -101,6 +101,5 @@ def test_children_dying_together_keep_their_forensics(fault_app):
     assert [a["exit_status"] for a in log] == ["SIGKILL"] * 4
     missing = sum(1 for a in log if a["peak_rss"] is None or a["cpu_s"] is None)
     record_figure("2b. Four children killed at once: forensics kept",
-                  known_bug="peak RSS / CPU lost for children reaped by multiprocess",
                   children_killed=4, attempts_missing_peak_rss_and_cpu=missing)
     assert missing == 0, log

@@ -154,8 +154,9 @@ def test_sigterm_during_a_locked_store_stops_within_the_drain_budget(fault_app):
         time.sleep(1.0)
         sent = time.monotonic()
         pool.send_signal(signal.SIGTERM)
-        # Budget: one core busy timeout (5 s) to notice, the drain (0.5 s), then the
-        # 5 s the loop gives unsettled outcomes before it gives up on them (R25, R26).
+        # Budget: one store busy timeout (0.5 s) to notice, the drain (0.5 s), then the
+        # 5 s the loop gives unsettled outcomes before it gives up on them (R25, R26),
+        # and slack for a loaded machine.
         bound = 5 + 0.5 + 5 + 2
         try:
             pool.wait(timeout=bound)
@@ -163,7 +164,6 @@ def test_sigterm_during_a_locked_store_stops_within_the_drain_budget(fault_app):
             pass
         took = time.monotonic() - sent
         record_figure("7c. SIGTERM while the store is write-locked (--drain 0.5)",
-                      known_bug="loop blocked in SQLite busy waits (heartbeat 10 s, core 5 s)",
                       bound_s=bound, exited=pool.poll() is not None,
                       stop_took_s=round(took, 1) if pool.poll() is not None else f">{bound}")
     finally:
@@ -189,7 +189,6 @@ def test_hard_timeouts_fire_on_time_while_the_store_is_locked(fault_app):
             time.sleep(0.01)
         late = time.time() - started - 1.0
         record_figure("7d. Hard timeout (1 s) while the store is write-locked",
-                      known_bug="same cause as 7c: _kill_overdue waits for the busy wait",
                       killed=not alive(child), late_by_ms=round(late * 1000))
     finally:
         locker.execute("ROLLBACK")
