@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import select
 import selectors
 import signal
 import socket
@@ -24,7 +23,7 @@ from typing import Any
 
 import multiprocess
 
-from jobpool import core, events, jobs, protocol
+from jobpool import core, events, jobs, procinfo, protocol
 from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -89,71 +88,8 @@ class PoolConfig:
             raise JobpoolError(f"--drain must not be negative, not {self.drain}")
 
 
-def owner_identity() -> str:
-    """``host:pid:start`` — enough for a later supervisor on this host to tell we died (R24)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid())}"
-
-
-def process_start_time(pid: int) -> str:
-    """The kernel's start time of ``pid`` (clock ticks since boot), or '' if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return ""
-    # The command name (field 2) may hold spaces; fields after it are split safely.
-    return stat.rsplit(b")", 1)[1].split()[19].decode()
-
-
-def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` was a supervisor on this host whose process is gone (R24)."""
-    host, _, rest = owner.partition(":")
-    pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    # The pid exists; it is our dead owner only if it is a different, newer process.
-    current = process_start_time(pid)
-    return bool(start) and bool(current) and current != start
-
-
-def exit_cause(code: int) -> str:
-    """How a child ended, in words for ``last_error`` (R19); ``code`` as Process.exitcode."""
-    if code < 0:
-        return f"child killed by {exit_status_text(code)}"
-    return f"child exited with status {code}"
-
-
-def exit_status_text(code: int) -> str:
-    if code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal {-code}"
-    return str(code)
-
-
-def _rss_bytes(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE_SIZE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
+#: Exit codes of a child ended by the signals that stop a pool (SIGTERM, SIGINT).
+_STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGINT)
 
 
 class Slot:
@@ -197,7 +133,7 @@ class Supervisor:
             found = sorted({registered[n].queue for n in names if n in registered})
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
         self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT)
-        self.owner = owner_identity()
+        self.owner = procinfo.owner_identity()
         policies = {n: registered[n].policy for n in names if n in registered}
         self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
                               busy_timeout=STORE_BUSY_TIMEOUT, wal_autocheckpoint=0)
@@ -404,7 +340,7 @@ class Supervisor:
                     self._outcome(slot, message)
                 elif message[0] == protocol.PROGRESS:
                     self._progress(slot, message)
-                if not drain or not _readable(conn.fileno()):
+                if not drain or not procinfo.readable(conn.fileno()):
                     break
         except (EOFError, OSError, ValueError):
             # The child died mid-message; its exit sentinel settles the job.
@@ -440,7 +376,7 @@ class Supervisor:
 
     def _child_exited(self, slot: Slot, now: float) -> None:
         if slot.conn is not None:
-            if _readable(slot.conn.fileno()):
+            if procinfo.readable(slot.conn.fileno()):
                 self._read_child(slot, drain=True)  # an outcome sent just before exiting counts
         proc = slot.proc
         self._selector.unregister(proc.sentinel)
@@ -459,13 +395,17 @@ class Supervisor:
             self._selector.unregister(slot.conn.fileno())
             slot.conn.close()
             slot.conn = None
-        cause = exit_cause(code)
+        cause = procinfo.exit_cause(code)
         if slot.job is not None:
             job_id, attempt = slot.job[0], slot.job[4]
             if slot.killing is not None:
                 kind, error = slot.kill_kind, slot.killing
                 if kind == core.CRASH:
                     self.counters["crashes"] += 1
+            elif self._stop_requests and code in _STOP_SIGNALS:
+                # The stop signal reached the whole process group (systemd stops a
+                # unit's cgroup so): the child did not crash, the pool is stopping (R25).
+                kind, error = core.RELEASE, f"released at shutdown ({cause})"
             else:
                 kind, error = core.CRASH, cause
                 self.counters["crashes"] += 1
@@ -474,12 +414,12 @@ class Supervisor:
             peak = usage.ru_maxrss * 1024 if usage else None
             cpu = usage.ru_utime + usage.ru_stime if usage else None
             self.pending.append((job_id, attempt, kind, error, None, None, slot.pid,
-                                 exit_status_text(code), peak, cpu))
+                                 procinfo.exit_status_text(code), peak, cpu))
             self._free(slot)
-        elif slot.killing is None and not self._stopping:
+        elif slot.killing is None and not self._stop_requests:
             events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)
         slot.proc = None
-        if slot.index < self.config.procs and not self._stopping:
+        if slot.index < self.config.procs and not self._stopping and not self._stop_requests:
             self._spawn(slot)
         else:
             self._trim_slots()
@@ -496,7 +436,7 @@ class Supervisor:
             limit = self._memory_limits.get(job[1])
             if not limit:
                 continue
-            rss = _rss_bytes(slot.pid)
+            rss = procinfo.rss_bytes(slot.pid)
             if rss is not None and rss > limit * 2**20:
                 self._kill(slot, f"child killed: memory limit {limit} MiB exceeded "
                                  f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True)
@@ -616,7 +556,7 @@ class Supervisor:
     def _recover_dead_owners(self, now: float) -> None:
         owners = self._store_call(self.core.lease_owners, now) or []
         for owner in owners:
-            if owner and owner_is_dead(owner):
+            if owner and procinfo.owner_is_dead(owner):
                 rows = self._store_call(self.core.reclaim_owner, now, owner,
                                         f"supervisor {owner} died", now) or []
                 events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
@@ -719,7 +659,7 @@ class Supervisor:
                           "started": slot.started if job else None,
                           "timeout": job[5] if job else None,
                           "progress": slot.progress, "stage": slot.stage,
-                          "rss": _rss_bytes(slot.pid) if slot.proc else None})
+                          "rss": procinfo.rss_bytes(slot.pid) if slot.proc else None})
         return views
 
     def _write_progress(self, slots: list[Slot]) -> None:

@@ -389,3 +389,28 @@ def test_max_tasks_per_child_recycles_children_without_losing_a_job(make_app):
     assert [o["outcome"] for o in outcomes] == ["done"] * 6  # no job caught a dying child
     assert len({o["pid"] for o in outcomes}) == 3
     assert result.stderr.count("child_recycled") >= 2
+
+
+def test_a_stop_signal_to_the_whole_process_group_releases_jobs_without_crashes(make_app):
+    """systemd stops a unit by signalling every process in it: children die by SIGTERM
+    too, and that must not count against the jobs (R25, not R19a)."""
+    import subprocess
+    import sys
+    app = make_app(APP)
+    ids = [app.store().enqueue("t.wait_file", f"g{i}").id for i in range(2)]
+    pool = subprocess.Popen([sys.executable, "-m", "jobpool", "start", "--app", app.module, "--db",
+                             str(app.db), "--procs", "2"], cwd=app.dir, env=app.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: all((app.dir / f"g{i}.started").exists() for i in range(2)))
+        os.killpg(pool.pid, signal.SIGTERM)
+        assert pool.wait(timeout=20) == 0
+    finally:
+        if pool.poll() is None:
+            os.killpg(pool.pid, signal.SIGKILL)
+        pool.stderr.close()
+    for job_id in ids:
+        job = app.store().get(job_id)
+        assert (job["status"], job["crashes"], job["attempts"]) == ("ready", 0, 1)
+        assert [a["outcome"] for a in app.store().attempts(job_id)] == ["released"]

@@ -19,7 +19,8 @@ One job per file, ``imports.load_csv(path, warehouse)``. Things worth copying:
 Run it all with ``python -m jobpool.examples.demo``, or by hand::
 
     python -c "from jobpool.examples import imports; imports.generate('csv', files=10, rows=1000)"
-    jobpool enqueue imports.load_csv --app jobpool.examples.imports --args '["csv/sales-00000.csv", "warehouse.db"]'
+    jobpool enqueue imports.load_csv --app jobpool.examples.imports \
+        --args '["csv/sales-00000.csv", "warehouse.db"]'
     jobpool start --app jobpool.examples.imports --burst
 """
 from __future__ import annotations

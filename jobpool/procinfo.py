@@ -1,0 +1,78 @@
+"""Facts about processes the supervisor needs: who owns a lease, whether that owner
+is still alive (R24), how a child ended (R19), and how much memory it holds.
+
+Linux-specific where it reads /proc; elsewhere the answers degrade to "unknown".
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+
+
+def owner_identity() -> str:
+    """``host:pid:start`` — enough for a later supervisor on this host to tell we died (R24)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid())}"
+
+
+def process_start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or '' if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return ""
+    # The command name (field 2) may hold spaces; fields after it are split safely.
+    return stat.rsplit(b")", 1)[1].split()[19].decode()
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` was a supervisor on this host whose process is gone (R24)."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    # The pid exists; it is our dead owner only if it is a different, newer process.
+    current = process_start_time(pid)
+    return bool(start) and bool(current) and current != start
+
+
+def exit_cause(code: int) -> str:
+    """How a child ended, in words for ``last_error`` (R19); ``code`` as Process.exitcode."""
+    if code < 0:
+        return f"child killed by {exit_status_text(code)}"
+    return f"child exited with status {code}"
+
+
+def exit_status_text(code: int) -> str:
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return str(code)
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
