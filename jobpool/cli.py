@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fallback poll interval in seconds (default 1)")
     start.add_argument("--max-tasks-per-child", type=_positive_int, default=0,
                        help="recycle a child after this many jobs")
+    start.add_argument("--max-crashes", type=_positive_int, metavar="N",
+                       help="child deaths before a job is quarantined (default 3; jobs may set theirs)")
     start.add_argument("--memory-limit", type=_positive_int, metavar="MIB",
                        help="kill a child whose RSS passes this during a job (jobs may set their own)")
     start.add_argument("--max-memory-per-child", type=_positive_int, metavar="MIB",
@@ -129,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--queue", help="queue name (default: the job's)")
     enqueue.add_argument("--max-attempts", type=_positive_int)
     enqueue.add_argument("--json", action="store_true", help="print the handle as JSON")
+    enqueue.add_argument("--from", dest="from_file", metavar="FILE",
+                         help="queue one job per line of FILE ('-': stdin): a JSON array of "
+                              "arguments, or an object with args and kwargs; all in one transaction")
 
     top = sub.add_parser("top", parents=[common], help="live dashboard of a store (read-only)")
     top.add_argument("--refresh", type=_seconds, default=0.5, help="seconds between frames")
@@ -226,7 +231,7 @@ def cmd_start(args: argparse.Namespace, out: Console) -> int:
                         poll_interval=args.poll_interval or POLL_INTERVAL,
                         max_tasks_per_child=args.max_tasks_per_child,
                         result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
-                        memory_limit=args.memory_limit,
+                        memory_limit=args.memory_limit, max_crashes=args.max_crashes,
                         max_memory_per_child=args.max_memory_per_child)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, out if dashboard else None)
@@ -255,11 +260,64 @@ def _with_dashboard(supervisor, db: str, out: Console) -> int:
         viewer.close()
 
 
+def _read_items(source: str, out: Console) -> list:
+    """Parse a JSON-lines file of job arguments, naming the line of any mistake."""
+    stream = sys.stdin if source == "-" else None
+    try:
+        fh = stream or open(source, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read --from {source}: {exc.strerror}") from None
+    items: list[Any] = []
+    with fh:
+        lines = fh.read().splitlines()
+    progress = None
+    if out.is_terminal and len(lines) > 1000:
+        from rich.progress import Progress
+        progress = Progress(console=out, transient=True)
+        progress.start()
+        task = progress.add_task("reading jobs", total=len(lines))
+    try:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"--from {source} line {number}: not JSON ({exc.msg})") from None
+            if isinstance(value, list):
+                items.append(tuple(value))
+            elif isinstance(value, dict) and set(value) <= {"args", "kwargs"}:
+                items.append(jobs.Signature("", tuple(value.get("args", ())), value.get("kwargs")))
+            else:
+                raise UserError(f"--from {source} line {number}: expected a JSON array of "
+                                f"arguments or an object with args and kwargs")
+            if progress is not None and number % 1000 == 0:
+                progress.update(task, completed=number)
+    finally:
+        if progress is not None:
+            progress.stop()
+    return items
+
+
 def cmd_enqueue(args: argparse.Namespace, out: Console) -> int:
     import_app(args.app)
     if args.app and jobs.lookup(args.name) is None:
         raise UserError(f"no job named {args.name!r} is registered by --app {args.app}")
     store = connect(args.db)
+    if args.from_file:
+        if args.args or args.kwargs or args.key:
+            raise UserError("--from takes the arguments from the file; drop --args, --kwargs and --key")
+        items = _read_items(args.from_file, out)
+        with out.status(f"writing {len(items)} jobs", spinner="dots") if out.is_terminal \
+                else _nothing():
+            handles = store.enqueue_many(args.name, items, delay=args.delay, priority=args.priority,
+                                         queue=args.queue, max_attempts=args.max_attempts)
+        if args.json:
+            print(json.dumps({"ids": [h.id for h in handles]}))
+        else:
+            print(f"queued {len(handles)} jobs"
+                  + (f" ({handles[0].id}-{handles[-1].id})" if handles else ""))
+        return 0
     handle = store.enqueue_with(args.name, args=args.args, kwargs=args.kwargs, key=args.key,
                                 delay=args.delay, priority=args.priority, queue=args.queue,
                                 max_attempts=args.max_attempts)
@@ -342,6 +400,14 @@ def cmd_jobs_show(args: argparse.Namespace, out: Console) -> int:
                           (a["error"] or "").split("\n", 1)[0])
         out.print(table)
     return 0
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 def _report(results: dict[int, str], verb: str) -> int:

@@ -18,6 +18,8 @@ DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_TIMEOUT = 300.0
+#: R19a: child deaths before a job is quarantined, unless the job or the pool says.
+DEFAULT_MAX_CRASHES = 3
 
 _registry: dict[str, "Job"] = {}
 
@@ -117,7 +119,7 @@ class Job:
 
     def __init__(self, fn: Callable, *, name: str, queue: str, priority: int, max_attempts: int,
                  timeout: float, fatal: tuple, serializer: str, backoff_base: float,
-                 backoff_max: float, max_crashes: int, store_result: bool,
+                 backoff_max: float, max_crashes: int | None, store_result: bool,
                  on_dead: Callable | None = None, every: float | timedelta | None = None,
                  cron: str | None = None, soft_timeout: float | None = None,
                  memory_limit: int | None = None) -> None:
@@ -136,9 +138,10 @@ class Job:
             raise RegistryError(f"job {name}: need 0 <= backoff_base <= backoff_max")
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
-        if max_crashes < 1:
+        if max_crashes is not None and max_crashes < 1:
             raise RegistryError(f"job {name}: max_crashes must be at least 1")
-        self.max_crashes = int(max_crashes)
+        #: None: the pool's --max-crashes (default DEFAULT_MAX_CRASHES) decides.
+        self.max_crashes = int(max_crashes) if max_crashes is not None else None
         self.store_result = bool(store_result)
         if on_dead is not None and not callable(on_dead):
             raise RegistryError(f"job {name}: on_dead must be callable")
@@ -166,8 +169,8 @@ class Job:
     def policy(self) -> tuple[float, float, int, int, float]:
         """What the core needs: backoff base and cap, max crashes, and the
         max_attempts and timeout for rows enqueued without them."""
-        return (self.backoff_base, self.backoff_max, self.max_crashes, self.max_attempts,
-                self.timeout)
+        return (self.backoff_base, self.backoff_max, self.max_crashes or DEFAULT_MAX_CRASHES,
+                self.max_attempts, self.timeout)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         return Signature(self.name, args, kwargs)
@@ -221,7 +224,7 @@ def _qualified(fn: Callable) -> str:
 def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEFAULT_QUEUE,
         priority: int = DEFAULT_PRIORITY, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float = DEFAULT_TIMEOUT, fatal: tuple = (), serializer: str = "json",
-        backoff_base: float = 1.0, backoff_max: float = 3600.0, max_crashes: int = 3,
+        backoff_base: float = 1.0, backoff_max: float = 3600.0, max_crashes: int | None = None,
         store_result: bool = False, on_dead: Callable | None = None,
         every: float | timedelta | None = None, cron: str | None = None,
         soft_timeout: float | None = None, memory_limit: int | None = None) -> Any:

@@ -75,6 +75,7 @@ class PoolConfig:
     result_ttl: float = retention.RESULT_TTL
     dead_letter_limit: int = retention.DEAD_LETTER_LIMIT
     memory_limit: int | None = None          # MiB, for jobs that set none
+    max_crashes: int | None = None           # R19a, for jobs that set none
     max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
 
     def validate(self) -> None:
@@ -134,7 +135,14 @@ class Supervisor:
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
         self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT)
         self.owner = procinfo.owner_identity()
-        policies = {n: registered[n].policy for n in names if n in registered}
+        policies = {}
+        for n in names:
+            if n in registered:
+                job = registered[n]
+                base, cap, crashes, attempts, timeout = job.policy
+                if job.max_crashes is None and config.max_crashes is not None:
+                    crashes = config.max_crashes  # --max-crashes, for jobs that set none
+                policies[n] = (base, cap, crashes, attempts, timeout)
         self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
                               busy_timeout=STORE_BUSY_TIMEOUT, wal_autocheckpoint=0)
         self._checkpointer = Checkpointer(self.store.path)

@@ -140,3 +140,17 @@ def fails():
     assert dead[0]["reason"].startswith("RuntimeError: nope; no attempts left after 2")
     assert all(isinstance(e["ts"], float) for e in events)
     assert all("duration" in e for e in completed + retried + dead)
+
+
+def test_enqueue_from_a_json_lines_file_is_one_transaction(make_app):
+    app = make_app(APP)
+    batch = app.dir / "batch.jsonl"
+    batch.write_text('["a"]\n{"args": ["b"], "kwargs": {"punctuation": "?"}}\n\n["c"]\n')
+    out = app.cli("enqueue", "t.hello", "--from", str(batch), "--db", str(app.db), "--json", check=True)
+    assert json.loads(out.stdout) == {"ids": [1, 2, 3]}
+    assert app.store().get(2)["payload"] == '[["b"],{"punctuation":"?"}]'
+    bad = app.dir / "bad.jsonl"
+    bad.write_text('["ok"]\n{"args": [1], "oops": 2}\n')
+    line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(bad), "--db", str(app.db)))
+    assert "bad.jsonl line 2" in line
+    assert app.store().stats()["ready"] == 3  # nothing of the bad file was written

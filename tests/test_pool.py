@@ -414,3 +414,16 @@ def test_a_stop_signal_to_the_whole_process_group_releases_jobs_without_crashes(
         job = app.store().get(job_id)
         assert (job["status"], job["crashes"], job["attempts"]) == ("ready", 0, 1)
         assert [a["outcome"] for a in app.store().attempts(job_id)] == ["released"]
+
+
+def test_max_crashes_on_the_command_line_applies_to_jobs_that_set_none(make_app):
+    app = make_app(APP + """
+@job(name="t.aborts", max_attempts=10, backoff_base=0)
+def aborts():
+    os.abort()
+""")
+    job_id = app.store().enqueue("t.aborts").id
+    app.start("--procs", "1", "--max-crashes", "4")
+    job = app.store().get(job_id)
+    assert (job["status"], job["crashes"]) == ("dead", 4)
+    assert job["last_error"].startswith("quarantined: killed its child 4 times")

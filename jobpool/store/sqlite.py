@@ -210,7 +210,7 @@ class SQLiteStore:
         for index, item in enumerate(items):
             if isinstance(item, tuple):
                 args, kwargs = item, None
-            elif isinstance(item, registry.Signature):
+            elif isinstance(item, registry.Signature):  # its name is ignored: this is `name`
                 args, kwargs = item.args, item.kwargs
             elif isinstance(item, list):
                 args, kwargs = item, None

@@ -41,7 +41,7 @@ def test_random_child_kills_lose_nothing_and_slots_refill_fast(fault_app):
             continue
         known |= live
 
-        def replacement():
+        def replacement(known=known):
             fresh = {p for p, s in children(pool.pid).items() if s not in ("Z", "X")} - known
             return min(fresh) if fresh else None
         new = wait_for(replacement, timeout=5, interval=0.002)

@@ -34,7 +34,7 @@ def test_a_locked_store_pauses_the_pool_without_a_hot_loop_and_settles_everythin
     pool = app.spawn_pool("--procs", "2")
     episodes = []
     for threshold in (30, 110):
-        wait_for(lambda: app.count("status = 'done'") >= threshold, timeout=60, interval=0.02)
+        wait_for(lambda t=threshold: app.count("status = 'done'") >= t, timeout=60, interval=0.02)
         locker = sqlite3.connect(app.db, isolation_level=None, timeout=30)
         locker.execute("BEGIN EXCLUSIVE")
         t0, cpu0 = time.monotonic(), cpu_seconds(pool.pid)
@@ -46,7 +46,7 @@ def test_a_locked_store_pauses_the_pool_without_a_hot_loop_and_settles_everythin
         locker.close()
         released = time.monotonic()
         # Work resumes once the store answers.
-        wait_for(lambda: app.count("status = 'done'") > done_at_end, timeout=30, interval=0.01)
+        wait_for(lambda d=done_at_end: app.count("status = 'done'") > d, timeout=30, interval=0.01)
         episodes.append(dict(outage_s=round(released - t0, 2), supervisor_cpu_s=round(cpu, 3),
                              done_during_outage=done_at_end - done_at_start,
                              resumed_after_ms=round((time.monotonic() - released) * 1000)))

@@ -7,7 +7,6 @@ import re
 import signal
 import time
 
-import pytest
 
 from .conftest import alive, children, record_figure, wait_for
 
