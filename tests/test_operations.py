@@ -176,3 +176,36 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_top_once_prints_one_frame_of_a_store(make_app):
+    app = make_app(APP)
+    store = app.store()
+    store.enqueue_many("t.ok", [(i,) for i in range(3)])
+    store.enqueue("t.bad", 7)
+    app.start("--procs", "1")
+    store.enqueue("t.ok", 99)
+    out = app.cli("top", "--once", "--db", str(app.db), check=True).stdout
+    assert "default" in out and "no live pool" in out
+    assert "Fatal: bad input 7" in out  # the recent failure and its reason
+    missing = app.cli("top", "--once", "--db", str(app.dir / "nope.db"))
+    assert missing.returncode == 1 and "no jobpool store" in missing.stderr
+
+
+def test_the_retention_sweep_keeps_recent_done_rows_and_the_newest_dead(make_app):
+    from jobpool.store import retention
+    app = make_app(APP)
+    store = app.store()
+    for n in range(6):
+        store.enqueue("t.bad", n)
+    store.enqueue_many("t.ok", [(i,) for i in range(4)])
+    app.start("--procs", "1")
+    conn = store.conn
+    conn.execute("UPDATE jobs SET finished_at = 1000 + id")
+    now = 1000 + 3600 * 24 + 9  # done rows 7 and 8 are older than a day, 9 and 10 are not
+    removed = retention.sweep(store, now, result_ttl=24 * 3600, dead_letter_limit=4)
+    assert removed == 2 + 2
+    left = app.rows("SELECT id, status FROM jobs ORDER BY id")
+    assert [r["id"] for r in left if r["status"] == "dead"] == [3, 4, 5, 6]  # newest 4 kept
+    assert [r["id"] for r in left if r["status"] == "done"] == [9, 10]
+    assert app.rows("SELECT count(*) AS n FROM attempts WHERE job_id IN (1, 2, 7, 8)")[0]["n"] == 0
