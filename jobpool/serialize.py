@@ -17,6 +17,8 @@ SERIALIZERS = ("json", "pickle")
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: The payload encoder, shared with the store's batch path so both write the same text.
+encoder = _encoder
 
 
 def check_serializer(serializer: str) -> str:

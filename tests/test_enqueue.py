@@ -173,3 +173,18 @@ def test_pickle_is_opt_in_per_job(store, registered):
         store.enqueue("t.json", {1, 2})
     handle = store.enqueue("t.pickled", {1, 2})
     assert store.get(handle.id)["serializer"] == "pickle"
+
+
+def test_enqueue_many_refuses_an_oversized_item_by_its_index(store):
+    items = [("small",), ("x" * (1024 * 1024),), ("small",)]
+    with pytest.raises(EnqueueError, match=r"item 1: payload is \d+ bytes, over the 1048576-byte limit"):
+        store.enqueue_many("t.job", items)
+    assert count(store) == 0
+
+
+def test_enqueue_many_keeps_every_argument_as_given(store):
+    from jobpool.serialize import decode_payload
+    items = [("ünïcode ✓", 1.5, None, [1, {"a": True}]), jobs.Signature("t.job", (2,), {"k": "v"})]
+    handles = store.enqueue_many("t.job", items)
+    decoded = [decode_payload(store.get(h.id)["payload"], "json") for h in handles]
+    assert decoded == [(("ünïcode ✓", 1.5, None, [1, {"a": True}]), {}), ((2,), {"k": "v"})]

@@ -16,6 +16,7 @@ from jobpool import jobs as registry
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             StoreError, seconds)
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
+from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import sql
 from jobpool.wakeup import Notifier
 
@@ -204,6 +205,60 @@ class SQLiteStore:
         """
         now = time.time() if now is None else now
         options = self._options(name, delay, priority, None, max_attempts, queue, None, now)
+        items = items if isinstance(items, list) else list(items)
+        batch = self._json_batch(items) if options[2] == "json" else None
+        if batch is not None:
+            count = len(items)
+            last = self._write(f"enqueue_many of {name}",
+                               lambda conn: self._insert_batch(conn, options, batch))
+        else:
+            rows = self._rows(options, items)
+            count = len(rows)
+
+            def insert(conn):
+                conn.executemany(sql.INSERT_JOB, rows)
+                return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+            last = self._write(f"enqueue_many of {name}", insert)
+        self._notifier.notify()
+        # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
+        # so the rows of this transaction have consecutive ids ending at ``last``.
+        first = last - count + 1
+        return [registry.Handle(first + i, store=self) for i in range(count)]
+
+    def _json_batch(self, items: list) -> str | None:
+        """The whole batch as one JSON array of ``[args, kwargs]`` payloads, encoded
+        in one call; None when an item needs the per-item path (which then names
+        the item that is wrong, R1)."""
+        pairs = []
+        for item in items:
+            if isinstance(item, (tuple, list)):
+                pairs.append([list(item), {}])
+            elif isinstance(item, registry.Signature) and (
+                    item.kwargs is None or (isinstance(item.kwargs, dict)
+                                            and all(isinstance(k, str) for k in item.kwargs))):
+                pairs.append([list(item.args), item.kwargs or {}])
+            else:
+                return None
+        try:
+            return json_batch_encoder.encode(pairs)
+        except (TypeError, ValueError):
+            return None
+
+    def _insert_batch(self, conn: sqlite3.Connection, options: tuple, batch: str) -> int:
+        (queue, name, _serializer, priority, run_at, max_attempts, deadline_ts, timeout,
+         now) = options
+        params = {"queue": queue, "name": name, "priority": priority, "run_at": run_at,
+                  "max_attempts": max_attempts, "timeout": timeout, "now": now,
+                  "batch": batch, "max_bytes": self.max_payload}
+        oversized = conn.execute(sql.BATCH_OVERSIZED, params).fetchone()
+        if oversized is not None:
+            index, size = oversized
+            raise EnqueueError(f"item {index}: payload is {size} bytes, over the "
+                               f"{self.max_payload}-byte limit")
+        conn.execute(sql.INSERT_BATCH, params)
+        return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+
+    def _rows(self, options: tuple, items: list) -> list[tuple]:
         rows = []
         with_payload = self._with_payload
         args: Any
@@ -221,15 +276,7 @@ class SQLiteStore:
                 rows.append(with_payload(options, args, kwargs, None, None))
             except EnqueueError as exc:
                 raise EnqueueError(f"item {index}: {exc}") from None
-        def insert(conn):
-            conn.executemany(sql.INSERT_JOB, rows)
-            return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-        last = self._write(f"enqueue_many of {name}", insert)
-        self._notifier.notify()
-        # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
-        # so the rows of this transaction have consecutive ids ending at ``last``.
-        first = last - len(rows) + 1
-        return [registry.Handle(first + i, store=self) for i in range(len(rows))]
+        return rows
 
     def _row(self, name, args, kwargs, key, delay, priority, deadline, max_attempts, queue,
              timeout, now, chain) -> tuple:
