@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", parents=[common], help="counts by status")
     status.add_argument("--json", action="store_true")
 
-    jobs_cmd = sub.add_parser("jobs", help="list and show jobs")
+    jobs_cmd = sub.add_parser("jobs", help="list, show and cancel jobs")
     jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND",
                                        parser_class=Parser)
     jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs")
