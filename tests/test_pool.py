@@ -427,3 +427,24 @@ def aborts():
     job = app.store().get(job_id)
     assert (job["status"], job["crashes"]) == ("dead", 4)
     assert job["last_error"].startswith("quarantined: killed its child 4 times")
+
+
+def test_the_pool_keeps_the_wal_bounded(make_app):
+    """R26a: the hot connection never checkpoints itself; the checkpointer thread does,
+    and starts the file over past 64 MiB, so the WAL stays bounded under steady load
+    instead of holding every page written since start (~30 KiB per job)."""
+    from jobpool.store.checkpoint import RESTART_BYTES
+    app = make_app(APP)
+    jobs_ = 10_000
+    app.store().enqueue_many("t.echo", [(i,) for i in range(jobs_)])
+    pool = app.spawn("--procs", "2", "-q")
+    wal = app.dir / "jobpool.db-wal"
+    peak = 0
+    store = app.store()
+    while store.stats()["done"] < jobs_:
+        peak = max(peak, wal.stat().st_size if wal.exists() else 0)
+        assert pool.poll() is None
+        time.sleep(0.02)
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=20) == 0
+    assert peak < RESTART_BYTES * 2.5, peak  # unbounded, it passes 250 MiB here

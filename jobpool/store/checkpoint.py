@@ -3,12 +3,19 @@
 The core's connection runs with automatic checkpoints off; this thread, on its
 own connection, runs a PASSIVE checkpoint every ``interval`` seconds. PASSIVE
 never waits on readers or writers, and SQLite releases the GIL while it copies
-pages and fsyncs, so claims and settles go on meanwhile. ``journal_size_limit``
-(set by the store) truncates the WAL file after a checkpoint resets it.
+pages and fsyncs, so claims and settles go on meanwhile.
+
+PASSIVE alone cannot bound the file under steady load: SQLite starts the WAL
+over only when a writer begins while every frame is already copied, and a pool
+that writes every few hundred microseconds never leaves such a moment. So once
+the file passes ``RESTART_BYTES`` the thread runs a TRUNCATE checkpoint, which
+holds new writers back for the few milliseconds it takes to copy what PASSIVE
+left and empties the file.
 """
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 
@@ -16,6 +23,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between checkpoints.
 INTERVAL = 0.5
+#: WAL size past which the checkpoint also starts the file over, bytes.
+RESTART_BYTES = 64 * 1024 * 1024
 
 
 class Checkpointer(threading.Thread):
@@ -27,15 +36,18 @@ class Checkpointer(threading.Thread):
 
     def run(self) -> None:
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=1.0,
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=0.2,
                                    check_same_thread=False)
         except sqlite3.Error as exc:
             log.warning("checkpointer cannot open %s: %s", self.path, exc)
             return
         try:
+            wal = self.path + "-wal"
             while not self._stop_event.wait(self.interval):
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if os.path.exists(wal) and os.path.getsize(wal) > RESTART_BYTES:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                 except sqlite3.Error as exc:
                     # A busy or failing store is the main loop's to report (R26).
                     log.debug("checkpoint skipped: %s", exc)
