@@ -97,7 +97,7 @@ class Slot:
     """One child process and what it is doing."""
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
-                 "signalled", "started", "progress", "stage", "progress_dirty", "retiring")
+                 "started", "progress", "stage", "progress_dirty", "retiring")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -108,7 +108,6 @@ class Slot:
         self.killing: str | None = None  # reason, once we decided to kill it
         self.kill_at = math.inf
         self.kill_kind = core.TIMEOUT
-        self.signalled = 0
         self.started = 0.0
         self.progress: float | None = None
         self.stage: str | None = None
@@ -327,7 +326,7 @@ class Supervisor:
         multiprocess.process._children.discard(proc)
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
-        slot.killing, slot.kill_at, slot.signalled = None, math.inf, 0
+        slot.killing, slot.kill_at = None, math.inf
         slot.retiring = False
         self._selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot, parent_conn))
         self._selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot, proc))
@@ -476,7 +475,6 @@ class Supervisor:
             return
         try:
             os.kill(slot.pid, signum)
-            slot.signalled = signum
         except ProcessLookupError:
             pass
 
@@ -689,9 +687,9 @@ class Supervisor:
         def beat(conn):
             stop, desired = conn.execute(sql.UPSERT_POOL, params).fetchone()
             if stop:
-                conn.execute("UPDATE pools SET stop_requested = 0 WHERE owner = ?", (self.owner,))
+                conn.execute(sql.ACK_STOP, (self.owner,))
             if desired is not None:
-                conn.execute("UPDATE pools SET desired_procs = NULL WHERE owner = ?", (self.owner,))
+                conn.execute(sql.ACK_SCALE, (self.owner,))
             self._write_progress(dirty)
             cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": self.owner}).fetchall()
             return stop, desired, cancels

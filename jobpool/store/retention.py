@@ -81,7 +81,7 @@ class DeadLetters:
 
     @staticmethod
     def _why_not(conn, job_id: int) -> str:
-        row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row = conn.execute(sql.JOB_STATUS, (job_id,)).fetchone()
         if row is None:
             return "no such job"
         return f"not dead ({row[0]})"

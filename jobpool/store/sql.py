@@ -384,6 +384,9 @@ ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = exclude
        counters = excluded.counters, slots = excluded.slots
 RETURNING stop_requested, desired_procs
 """
+#: The pool has read its stop / scale request: clear it so it is acted on once.
+ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = ?"
+ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = ?"
 DELETE_POOL = "DELETE FROM pools WHERE owner = ?"
 LIST_POOLS = """
 SELECT owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
@@ -445,6 +448,8 @@ JOB_COLUMNS = (
     "cancel_requested"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+#: Why an operator action matched no row: the job's status, or no row at all.
+JOB_STATUS = "SELECT status FROM jobs WHERE id = ?"
 LIST_ATTEMPTS = """
 SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s
   FROM attempts WHERE job_id = ? ORDER BY rowid

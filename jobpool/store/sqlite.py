@@ -452,7 +452,7 @@ class SQLiteStore:
                 return "cancelled"
             if conn.execute(sql.REQUEST_CANCEL, {"id": job_id}).rowcount:
                 return "requested"
-            row = conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = conn.execute(sql.JOB_STATUS, (job_id,)).fetchone()
             if row is None:
                 raise JobNotFound(f"no job with id {job_id}")
             return row[0]
