@@ -722,6 +722,9 @@ cdef class Core:
         # 0 hands checkpoints to the supervisor's checkpointer thread, so the
         # fsyncs of a checkpoint never stall a claim or a settle (R26a).
         self._pragma(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint)}")
+        # This connection is the one that starts the WAL over after a checkpoint,
+        # so its limit is the one that trims a file a burst grew.
+        self._pragma(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
         for s in (S_BEGIN, S_COMMIT, S_ROLLBACK):
             self._stmt(s)
         return 0

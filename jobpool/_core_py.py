@@ -156,6 +156,9 @@ class Core:
             # 0 hands checkpoints to the supervisor's checkpointer thread, so the
             # fsyncs of a checkpoint never stall a claim or a settle (R26a).
             self._db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            # This connection is the one that starts the WAL over after a checkpoint,
+            # so its limit is the one that trims a file a burst grew.
+            self._db.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
 

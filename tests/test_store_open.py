@@ -28,8 +28,10 @@ def filled_store(path):
 def corrupt(path, how):
     data = bytearray(path.read_bytes())
     if how == "garbage over a page":
-        page = 4096
-        data[page * 3: page * 4] = b"\xde\xad\xbe\xef" * (page // 4)
+        # One page in the middle of the file, at the store's own page size.
+        page = int.from_bytes(data[16:18], "big")
+        middle = len(data) // page // 2
+        data[page * middle: page * (middle + 1)] = b"\xde\xad\xbe\xef" * (page // 4)
     elif how == "truncated":
         data = data[: len(data) // 3 + 100]
     elif how == "zeroed header":

@@ -6,6 +6,16 @@ a guard changed in one place is changed everywhere. Times are Unix seconds (REAL
 
 SCHEMA_VERSION = "1"
 
+#: Page size of a new store. A supervisor's commit rewrites one page per index
+#: and table it touches (about nine per job), so the page size sets how many bytes
+#: each job costs the WAL: 1 KiB pages made the W1 drain 13 % faster than 4 KiB
+#: (BENCHMARKS.md). Rows and index entries are far smaller than a page.
+PAGE_SIZE = 1024
+
+#: ``journal_size_limit`` of the supervisor's connections: what a WAL a burst grew
+#: is trimmed back to when it starts over (see store/checkpoint.py).
+WAL_KEEP_BYTES = 16 * 1024 * 1024
+
 #: Marker table: a file without it (and with other tables) is not a jobpool store.
 CREATE_META = """
 CREATE TABLE IF NOT EXISTS jobpool_meta (

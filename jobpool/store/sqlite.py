@@ -141,6 +141,8 @@ class SQLiteStore:
         if tables:
             raise NotAStoreError(f"{self.path} is not a jobpool store (it has tables, "
                                  f"but no jobpool_meta)")
+        # Only an empty file takes a page size; an existing store keeps its own.
+        conn.execute(f"PRAGMA page_size={sql.PAGE_SIZE}")
         conn.execute("BEGIN IMMEDIATE")
         try:
             for stmt in sql.SCHEMA:
