@@ -698,6 +698,7 @@ class Supervisor:
         except StoreError as exc:
             log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
             return
+        self._keep_wakeups_reachable()
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
             try:
@@ -714,6 +715,15 @@ class Supervisor:
                 if slot.job is not None and slot.job[0] == job_id and slot.job[4] == attempt \
                         and slot.killing is None:
                     self._kill(slot, "cancelled", core.CANCEL, now, at_once=True)
+
+    def _keep_wakeups_reachable(self) -> None:
+        """Move our wake-up socket down into a gap a departed supervisor left (R11)."""
+        replaced = self._listener.move_down() if self._listener else None
+        if replaced is None:
+            return
+        self._selector.unregister(replaced)
+        replaced.close()
+        self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
 
     def _leave_pools_table(self) -> None:
         try:

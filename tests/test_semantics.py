@@ -275,6 +275,26 @@ def test_an_enqueue_wakes_an_idle_pool_at_once(make_app):
     assert pool.wait(timeout=20) == 0
 
 
+def test_a_pool_left_alone_above_a_gap_is_still_woken(make_app):
+    """R11: when the first of two pools exits, the second moves its wake-up socket
+    down at its next heartbeat, so enqueues keep waking it (poll tick 30 s here)."""
+    app = make_app(APP)
+    first = app.spawn("--procs", "1", "--poll-interval", "30")
+    store = app.store()
+    wait_for(lambda: len(store.pools()) == 1)
+    second = app.spawn("--procs", "1", "--poll-interval", "30")
+    wait_for(lambda: len(store.pools()) == 2)
+    first.terminate()
+    assert first.wait(timeout=20) == 0
+    time.sleep(2.5)  # two heartbeats
+    started = time.time()
+    job_id = store.enqueue("t.record", "gap").id
+    wait_for(lambda: store.get(job_id)["status"] == "done", timeout=10)
+    assert time.time() - started < 5
+    second.terminate()
+    assert second.wait(timeout=20) == 0
+
+
 def _sig(name, *args):
     from jobpool import Signature
     return Signature(name, args, {})

@@ -1,0 +1,59 @@
+"""R11 wake-ups: places fill from the bottom, an enqueue stops at the first empty
+place, and a supervisor moves down into a gap so none stays hidden."""
+from __future__ import annotations
+
+import select
+import socket
+
+import pytest
+
+from jobpool import wakeup
+
+pytestmark = pytest.mark.skipif(not wakeup._SUPPORTED, reason="abstract sockets are Linux only")
+
+
+def woken(listener: wakeup.Listener) -> bool:
+    ready, _, _ = select.select([listener.sock], [], [], 0.5)
+    if ready:
+        listener.drain()
+    return bool(ready)
+
+
+def test_listeners_take_the_lowest_free_places_and_all_are_woken(tmp_path):
+    store = str(tmp_path / "w.db")
+    first, second = wakeup.Listener(store), wakeup.Listener(store)
+    assert (first.place, second.place) == (0, 1)
+    wakeup.Notifier(store).notify()
+    assert woken(first) and woken(second)
+    first.close()
+    second.close()
+
+
+def test_a_listener_moves_down_into_the_gap_a_departed_one_left(tmp_path):
+    store = str(tmp_path / "w.db")
+    first, second = wakeup.Listener(store), wakeup.Listener(store)
+    first.close()
+    notifier = wakeup.Notifier(store)
+    notifier.notify()
+    assert not woken(second)  # the gap hides it: the cost of stopping early
+    replaced = second.move_down()
+    assert isinstance(replaced, socket.socket) and second.place == 0
+    replaced.close()
+    notifier.notify()
+    assert woken(second)
+    assert second.move_down() is None  # already at the bottom
+    newcomer = wakeup.Listener(store)
+    assert newcomer.place == 1
+    notifier.notify()
+    assert woken(second) and woken(newcomer)
+    second.close()
+    newcomer.close()
+
+
+def test_a_store_with_every_place_taken_still_opens_a_listener_that_only_polls(tmp_path):
+    store = str(tmp_path / "w.db")
+    full = [wakeup.Listener(store) for _ in range(wakeup.SLOTS)]
+    extra = wakeup.Listener(store)
+    assert extra.sock is None and extra.place is None and extra.move_down() is None
+    for listener in full:
+        listener.close()
