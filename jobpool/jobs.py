@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from collections.abc import Sequence
+from typing import Any, Callable, overload
 
 from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError
 from jobpool.serialize import check_serializer
@@ -103,6 +104,50 @@ class Handle:
             return self.store
         from jobpool.store.sqlite import default_store
         return default_store()
+
+
+class Handles(Sequence):
+    """The handles of one ``enqueue_many``: consecutive ids, made on demand.
+
+    A batch's rows get consecutive ids, so the batch is described by its first id
+    and its length; building 100 000 ``Handle`` objects up front took longer than
+    writing the rows. Indexing, slicing, ``len`` and iteration behave as on the
+    list of handles it stands for.
+    """
+
+    __slots__ = ("_first", "_ids", "_store")
+
+    def __init__(self, first: int, count: int, store: Any = None) -> None:
+        self._first = first
+        self._ids = range(first, first + count)
+        self._store = store
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Handle: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Handle]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [Handle(i, store=self._store) for i in self._ids[index]]
+        return Handle(self._ids[index], store=self._store)
+
+    def __iter__(self):
+        store = self._store
+        return (Handle(i, store=store) for i in self._ids)
+
+    @property
+    def ids(self) -> range:
+        """Every id of the batch, in the order the items were given."""
+        return self._ids
+
+    def __repr__(self) -> str:
+        if not self._ids:
+            return "Handles([])"
+        return f"Handles(ids {self._ids.start}..{self._ids.stop - 1})"
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,26 @@ def test_enqueue_many_writes_all_rows_with_their_ids(store):
     assert store.get(500)["payload"] == "[[499],{}]"
 
 
+def test_enqueue_many_writes_the_payload_a_single_enqueue_writes(store):
+    """The batch path builds payloads in SQL; they must match the single path's bytes."""
+    items = [(), ("a\"b\\c\n\t\u2028✓",), (1.5, 1e300, -0.0, 10**30, 0.1),
+             ([1, (2, 3)], {"k": [None, True]}), ["list", "args"], ("\x00\x1f",)]
+    handles = store.enqueue_many("t.job", items)
+    for item, handle in zip(items, handles, strict=True):
+        single = store.enqueue("t.job", *item)
+        assert store.get(handle.id)["payload"] == store.get(single.id)["payload"]
+
+
+def test_enqueue_many_handles_read_like_a_list(store):
+    handles = store.enqueue_many("t.job", [(i,) for i in range(5)])
+    assert len(handles) == 5 and handles[0].id == 1 and handles[-1].id == 5
+    assert [h.id for h in handles[1:3]] == [2, 3] and list(handles.ids) == [1, 2, 3, 4, 5]
+    assert handles[2] == jobs.Handle(3) and handles[2].status() == "ready"
+    with pytest.raises(IndexError):
+        handles[5]
+    assert len(store.enqueue_many("t.job", [])) == 0
+
+
 def test_enqueue_many_is_all_or_nothing(store):
     items = [(1,), (2,), (object(),), (4,)]
     with pytest.raises(EnqueueError, match="item 2"):

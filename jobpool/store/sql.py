@@ -164,21 +164,26 @@ INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
 VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
 """
 
-#: R4 at speed: a whole enqueue_many batch as one JSON array of payloads, unpacked
-#: by SQLite itself (one bound value instead of thirteen per row). ``key`` is the
-#: array index, so rows get their ids in the order given.
+#: R4 at speed: a whole enqueue_many batch as one JSON array, unpacked by SQLite
+#: itself (one bound value instead of thirteen per row). Its elements are either
+#: ``[args, kwargs]`` payloads, or (``:args_only``) argument lists that become the
+#: payload ``[args,{}]``, byte for byte what a single enqueue writes. ``key`` is
+#: the array index, so rows get their ids in the order given.
 INSERT_BATCH = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
                   run_at, line_at, max_attempts, deadline, timeout, created_at, chain)
-SELECT :queue, :name, NULL, value, 'json', :priority, 'ready',
-       :run_at, :run_at, :max_attempts, NULL, :timeout, :now, NULL
+SELECT :queue, :name, NULL, CASE WHEN :args_only THEN '[' || value || ',{}]' ELSE value END,
+       'json', :priority, 'ready', :run_at, :run_at, :max_attempts, NULL, :timeout, :now, NULL
   FROM json_each(:batch) ORDER BY key
 """
 
-#: R1: the first payload of a batch over the size limit (bytes of its UTF-8 text).
+#: R1: the first payload of a batch over the size limit (bytes of its UTF-8 text;
+#: an argument list gains the four bytes of ``[`` and ``,{}]``).
 BATCH_OVERSIZED = """
-SELECT key, length(CAST(value AS BLOB)) FROM json_each(:batch)
- WHERE length(CAST(value AS BLOB)) > :max_bytes ORDER BY key LIMIT 1
+SELECT key, size FROM (
+    SELECT key, length(CAST(value AS BLOB)) + CASE WHEN :args_only THEN 4 ELSE 0 END AS size
+      FROM json_each(:batch))
+ WHERE size > :max_bytes ORDER BY key LIMIT 1
 """
 
 #: R3: the live job that holds a key.

@@ -199,11 +199,12 @@ class SQLiteStore:
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, now: float | None = None
-                     ) -> list[registry.Handle]:
+                     ) -> registry.Handles:
         """Queue many calls of one job in one transaction, all or nothing (R4).
 
         Each item is a tuple or list of positional arguments, or a ``Signature``
-        (``job.s(...)``) for keyword arguments.
+        (``job.s(...)``) for keyword arguments. Returns the handles in item order,
+        as a sequence that makes each ``Handle`` when it is read.
         """
         now = time.time() if now is None else now
         options = self._options(name, delay, priority, None, max_attempts, queue, None, now)
@@ -212,7 +213,7 @@ class SQLiteStore:
         if batch is not None:
             count = len(items)
             last = self._write(f"enqueue_many of {name}",
-                               lambda conn: self._insert_batch(conn, options, batch))
+                               lambda conn: self._insert_batch(conn, options, *batch))
         else:
             rows = self._rows(options, items)
             count = len(rows)
@@ -224,13 +225,19 @@ class SQLiteStore:
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
-        first = last - count + 1
-        return [registry.Handle(first + i, store=self) for i in range(count)]
+        return registry.Handles(last - count + 1, count, store=self)
 
-    def _json_batch(self, items: list) -> str | None:
-        """The whole batch as one JSON array of ``[args, kwargs]`` payloads, encoded
-        in one call; None when an item needs the per-item path (which then names
-        the item that is wrong, R1)."""
+    def _json_batch(self, items: list) -> tuple[str, bool] | None:
+        """The whole batch as one JSON array, encoded in one call, and whether it
+        holds only argument lists (the common case, encoded straight from the items;
+        SQL wraps each as ``[args,{}]``) or ``[args, kwargs]`` pairs. None when an
+        item needs the per-item path, which then names the item that is wrong (R1).
+        """
+        if set(map(type, items)) <= {tuple, list}:
+            try:
+                return json_batch_encoder.encode(items), True
+            except (TypeError, ValueError):
+                return None
         pairs = []
         for item in items:
             if isinstance(item, (tuple, list)):
@@ -242,16 +249,17 @@ class SQLiteStore:
             else:
                 return None
         try:
-            return json_batch_encoder.encode(pairs)
+            return json_batch_encoder.encode(pairs), False
         except (TypeError, ValueError):
             return None
 
-    def _insert_batch(self, conn: sqlite3.Connection, options: tuple, batch: str) -> int:
+    def _insert_batch(self, conn: sqlite3.Connection, options: tuple, batch: str,
+                      args_only: bool) -> int:
         (queue, name, _serializer, priority, run_at, max_attempts, deadline_ts, timeout,
          now) = options
         params = {"queue": queue, "name": name, "priority": priority, "run_at": run_at,
                   "max_attempts": max_attempts, "timeout": timeout, "now": now,
-                  "batch": batch, "max_bytes": self.max_payload}
+                  "batch": batch, "args_only": args_only, "max_bytes": self.max_payload}
         oversized = conn.execute(sql.BATCH_OVERSIZED, params).fetchone()
         if oversized is not None:
             index, size = oversized
