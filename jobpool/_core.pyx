@@ -254,6 +254,7 @@ cdef enum:
     C_DEADLINE
     C_PRIORITY
     C_LINE_AT
+    C_CHAINED
     NCLAIMCOLS
 
 
@@ -631,6 +632,7 @@ cdef class _Lease:
     cdef sqlite3_int64 max_attempts
     cdef sqlite3_int64 crashes
     cdef bint has_deadline
+    cdef bint chained
     cdef double deadline
     cdef double started_at
 
@@ -1118,6 +1120,7 @@ cdef class Core:
                 lease.has_deadline = sqlite3_column_type(st, C_DEADLINE) != SQLITE_NULL
                 lease.deadline = sqlite3_column_double(st, C_DEADLINE)
                 lease.started_at = now
+                lease.chained = sqlite3_column_int64(st, C_CHAINED) != 0
                 leases.append(lease)
                 rows.append((_column(st, C_ID), lease.name, _column_bytes(st, C_PAYLOAD),
                              _column(st, C_SERIALIZER), lease.attempt,
@@ -1137,7 +1140,7 @@ cdef class Core:
             row = <tuple>rows[i]
             if lease.has_deadline and lease.deadline < now:
                 self._settle_one(row[0], lease.name, lease.attempt, lease.max_attempts,
-                                 lease.crashes, True, lease.deadline, now,
+                                 lease.crashes, True, lease.deadline, now, lease.chained,
                                  (row[0], lease.attempt, FATAL, "deadline passed",
                                   None, None, None, None, None, None),
                                  now, None, expired, "deadline")
@@ -1233,12 +1236,13 @@ cdef class Core:
             taken.append(job_id)
             self._settle_one(job_id, lease.name, lease.attempt, lease.max_attempts,
                              lease.crashes, lease.has_deadline, lease.deadline,
-                             lease.started_at, outcome, now, rng, settled, None)
+                             lease.started_at, lease.chained, outcome, now, rng, settled, None)
         return 0
 
     cdef int _settle_one(self, object job_id, object name, sqlite3_int64 attempt,
                          sqlite3_int64 max_attempts, sqlite3_int64 crashes, bint has_deadline,
-                         double deadline, double started_at, object outcome, double now,
+                         double deadline, double started_at, bint chained, object outcome,
+                         double now,
                          object rng, list out, object log_as) except -1:
         cdef long kind
         cdef int stmt
@@ -1331,7 +1335,7 @@ cdef class Core:
         if self._exec(stmt) != 1:
             out.append((job_id, name, attempt, "lost", "lease lost"))
             return 0
-        if stmt == S_DONE:
+        if stmt == S_DONE and chained:
             # R12: a chain's next step is enqueued in the transaction that completes this one.
             self._set_o(P_ID, job_id)
             self._set_d(P_NOW, now)

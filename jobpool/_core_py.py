@@ -200,14 +200,15 @@ class Core:
             # RETURNING has no order; dispatch in claim order (R7).
             rows.sort(key=lambda r: (-r[9], r[10], r[0]))
             for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
-                 timeout, deadline, _priority, _line_at) in rows:
+                 timeout, deadline, _priority, _line_at, chained) in rows:
                 if deadline is not None and deadline < now:
                     self._settle_one(db, (job_id, name, attempt, max_attempts, crashes,
-                                          deadline, now), (job_id, attempt, FATAL,
+                                          deadline, now, chained), (job_id, attempt, FATAL,
                                           "deadline passed", None, None, None, None, None, None),
                                      now, None, expired, log_as="deadline")
                     continue
-                self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now]
+                self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now,
+                                          chained]
                 if isinstance(payload, str):
                     payload = payload.encode()
                 claimed.append((job_id, name, payload, serializer, attempt, float(timeout),
@@ -284,12 +285,12 @@ class Core:
                                 "not leased by this supervisor"))
                 continue
             taken.append(job_id)
-            name, attempt, max_attempts, crashes, deadline, started_at = info
+            name, attempt, max_attempts, crashes, deadline, started_at, chained = info
             self._settle_one(db, (job_id, name, attempt, max_attempts, crashes, deadline,
-                                  started_at), outcome, now, rng, settled)
+                                  started_at, chained), outcome, now, rng, settled)
 
     def _settle_one(self, db, job, outcome, now, rng, out, log_as=None):
-        job_id, name, attempt, max_attempts, crashes, deadline, started_at = job
+        job_id, name, attempt, max_attempts, crashes, deadline, started_at, chained = job
         kind = outcome[2]
         error = outcome[3]
         delay = outcome[4]
@@ -342,7 +343,7 @@ class Core:
         if cursor.rowcount != 1:
             out.append((job_id, name, attempt, "lost", "lease lost"))
             return
-        if status == "done":
+        if status == "done" and chained:
             db.execute(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
         db.execute(sql.INSERT_ATTEMPT, {
             "id": job_id, "attempt": attempt, "owner": self.owner, "pid": outcome[6],

@@ -214,7 +214,7 @@ UPDATE jobs
                ORDER BY priority DESC, line_at, id
                LIMIT :limit)
 RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
-          timeout, deadline, priority, line_at
+          timeout, deadline, priority, line_at, chain IS NOT NULL
 """
 
 
@@ -266,7 +266,8 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
 
 #: R12: the next step of a chain, enqueued in the transaction that completes its
 #: predecessor (run right after SETTLE_DONE matched), so a step is never lost or
-#: doubled. The rest of the chain travels with it.
+#: doubled. The rest of the chain travels with it. Run only for a job whose claim
+#: returned a chain (a job's ``chain`` is written once, at enqueue).
 ENQUEUE_SUCCESSOR = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   max_attempts, deadline, timeout, created_at, chain, chain_root)

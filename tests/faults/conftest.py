@@ -48,6 +48,14 @@ def work(i, seconds=0.0):
     effect(f"end {i}")
 
 
+# Work whose every settle needs new pages in the store (a stored 200 kB result), so
+# a full disk stops it soon after, whatever room the WAL file already holds.
+@job(name="f.bulky", backoff_base=0, max_attempts=20, store_result=True)
+def bulky(i, seconds=0.0):
+    work(i, seconds)
+    return "r" * 200_000
+
+
 # -- hard timeouts (R20) ------------------------------------------------------------
 T = dict(timeout=1, max_attempts=2, backoff_base=0)
 

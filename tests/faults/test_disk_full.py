@@ -1,6 +1,7 @@
 """Scenario 8 (R1, R4, R26a): enqueue onto a store whose disk fills up."""
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -34,8 +35,9 @@ def test_enqueue_on_a_full_disk_raises_store_error_and_writes_nothing(fault_app,
     with pytest.raises(StoreError):  # still full: a batch fails as a whole (R4)
         store.enqueue_many("f.work", [(n, BLOB) for n in range(50)])
     assert store.conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == ok
-    # The CLI says so in one line and exits non-zero.
-    cli = app.cli("enqueue", "f.work", "--db", str(db), "--args", "[1]")
+    # The CLI says so in one line and exits non-zero. (A job as big as the others:
+    # a tiny one may still fit in the space the store's files already hold.)
+    cli = app.cli("enqueue", "f.work", "--db", str(db), "--args", json.dumps([1, BLOB]))
     cli_lines = cli.stderr.strip().splitlines()
     assert cli.returncode != 0 and len(cli_lines) == 1, cli.stderr
     assert cli_lines[0].startswith("jobpool: error:")
