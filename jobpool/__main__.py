@@ -1,5 +1,3 @@
-import sys
+from jobpool.cli import run
 
-from jobpool.cli import main
-
-sys.exit(main())
+run()

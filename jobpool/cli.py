@@ -639,5 +639,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The ``jobpool`` command: ``main()``, then exit without the interpreter's teardown.
+
+    Every command closes what it opened (a pool reaps its children and hook
+    processes and closes its store, so its WAL is checkpointed away) before
+    ``main`` returns; what is left is freeing the heap object by object, which
+    took ~60 ms of a 0.3 s ``jobpool start --burst``.
+    """
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a reader that went away (`jobpool jobs list | head`)
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -213,6 +213,7 @@ class Supervisor:
             self._listener.close()
             self._selector.close()
             self.core.close()
+            self.store.close()  # the last connection out checkpoints and removes the WAL
         events.emit(events.POOL_STOPPED, **self.counters)
         return 0
 
