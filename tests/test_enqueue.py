@@ -202,6 +202,21 @@ def test_enqueue_many_refuses_an_oversized_item_by_its_index(store):
     assert count(store) == 0
 
 
+def test_enqueue_many_checks_each_payload_against_the_limit_not_the_batch(tmp_path):
+    store = jobpool.connect(tmp_path / "small.db")
+    store.max_payload = 64
+    # '[["' + 55 x + '"],{}]' is 64 bytes, exactly the limit, and the same as enqueue writes.
+    assert len(store.enqueue_many("t.job", [("x" * 55,)] * 20)) == 20
+    with pytest.raises(EnqueueError, match=r"item 3: payload is 65 bytes, over the 64-byte limit"):
+        store.enqueue_many("t.job", [("x" * 50,)] * 3 + [("x" * 56,)] + [("x" * 57,)])
+    with pytest.raises(EnqueueError, match=r"payload is 65 bytes"):
+        store.enqueue("t.job", "x" * 56)
+    with pytest.raises(EnqueueError, match=r"item 1: payload is 66 bytes"):  # the kwargs path
+        store.enqueue_many("t.job", [("x",), jobs.Signature("t.job", ("x" * 57,), {})])
+    assert count(store) == 20
+    store.close()
+
+
 def test_enqueue_many_keeps_every_argument_as_given(store):
     from jobpool.serialize import decode_payload
     items = [("ünïcode ✓", 1.5, None, [1, {"a": True}]), jobs.Signature("t.job", (2,), {"k": "v"})]

@@ -178,10 +178,10 @@ SELECT :queue, :name, NULL, CASE WHEN :args_only THEN '[' || value || ',{}]' ELS
 """
 
 #: R1: the first payload of a batch over the size limit (bytes of its UTF-8 text;
-#: an argument list gains the four bytes of ``[`` and ``,{}]``).
+#: an argument list gains the five bytes of ``[`` and ``,{}]``).
 BATCH_OVERSIZED = """
 SELECT key, size FROM (
-    SELECT key, length(CAST(value AS BLOB)) + CASE WHEN :args_only THEN 4 ELSE 0 END AS size
+    SELECT key, length(CAST(value AS BLOB)) + CASE WHEN :args_only THEN 5 ELSE 0 END AS size
       FROM json_each(:batch))
  WHERE size > :max_bytes ORDER BY key LIMIT 1
 """
