@@ -29,6 +29,10 @@ def _table(**options: Any) -> Table:
     return Table(**options)
 
 
+#: Environment variables with which rich treats a pipe as a terminal.
+_FORCED_TERMINAL = {"TTY_COMPATIBLE", "FORCE_COLOR"}
+
+
 class _Stdout:
     """stdout's rich ``Console``, made on first use.
 
@@ -42,7 +46,8 @@ class _Stdout:
 
     @property
     def is_terminal(self) -> bool:
-        if self._console is None and not sys.stdout.isatty():
+        if self._console is None and not sys.stdout.isatty() \
+                and not _FORCED_TERMINAL.intersection(os.environ):
             return False  # rich would say the same for a pipe or a file
         return self.console.is_terminal
 

@@ -124,10 +124,9 @@ class Handles(Sequence):
     list of handles it stands for.
     """
 
-    __slots__ = ("_first", "_ids", "_store")
+    __slots__ = ("_ids", "_store")
 
     def __init__(self, first: int, count: int, store: Any = None) -> None:
-        self._first = first
         self._ids = range(first, first + count)
         self._store = store
 

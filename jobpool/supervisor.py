@@ -723,8 +723,9 @@ class Supervisor:
         if replaced is None:
             return
         self._selector.unregister(replaced)
-        replaced.close()
+        replaced.close()  # a wake-up still queued on it is lost: the claim below covers it
         self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
+        self._want_claim = True
 
     def _leave_pools_table(self) -> None:
         try:

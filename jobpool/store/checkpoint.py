@@ -15,9 +15,10 @@ left, so the next commit writes from the start of the file again.
 RESTART rather than TRUNCATE, and a small bound, because of what a commit costs
 the kernel: writing over pages of a file it already holds is a copy, while
 appending to a file it just emptied allocates, zeroes and maps every new page.
-A supervisor commits ~30 KiB per job, so that difference was a fifth of its time
-per job (BENCHMARKS.md). ``journal_size_limit`` trims a WAL that a burst of
-writers grew past ``sql.WAL_KEEP_BYTES`` back to that size the next time it starts over.
+A supervisor commits about nine pages per job, and in a loop of turns that
+difference was a fifth of the time per turn (BENCHMARKS.md). ``journal_size_limit``
+trims a WAL that a burst of writers grew past ``sql.WAL_KEEP_BYTES`` back to that
+size the next time it starts over.
 """
 from __future__ import annotations
 
