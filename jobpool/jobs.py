@@ -152,6 +152,16 @@ class Handles(Sequence):
         """Every id of the batch, in the order the items were given."""
         return self._ids
 
+    def __eq__(self, other: object) -> bool:
+        # Equal to the list of handles it stands for, as enqueue_many's list was.
+        if isinstance(other, Handles):
+            return self._ids == other._ids
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self._ids) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like list
+
     def __repr__(self) -> str:
         if not self._ids:
             return "Handles([])"

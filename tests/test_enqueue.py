@@ -122,6 +122,7 @@ def test_enqueue_many_handles_read_like_a_list(store):
     assert len(handles) == 5 and handles[0].id == 1 and handles[-1].id == 5
     assert [h.id for h in handles[1:3]] == [2, 3] and list(handles.ids) == [1, 2, 3, 4, 5]
     assert handles[2] == jobs.Handle(3) and handles[2].status() == "ready"
+    assert handles == [jobs.Handle(i) for i in range(1, 6)] and handles != [jobs.Handle(1)]
     with pytest.raises(IndexError):
         handles[5]
     assert len(store.enqueue_many("t.job", [])) == 0
