@@ -926,17 +926,24 @@ cdef class Core:
         _reset(st)
         raise exc
 
-    cdef Py_ssize_t _exec(self, int s) except -1:
-        """Run a statement that returns no rows we need; the number of rows changed."""
+    cdef sqlite3_stmt* _ready(self, int s) except NULL:
+        """Statement ``s`` prepared and bound to the parameters set since the last
+        statement ran; on a failure to prepare, those parameters are dropped too."""
         cdef sqlite3_stmt* st
-        cdef int rc
-        cdef int changes
         try:
             st = self._stmt(s)
         except BaseException:
             self._supplied = 0
             raise
         self._bind(s, st)
+        return st
+
+    cdef Py_ssize_t _exec(self, int s) except -1:
+        """Run a statement that returns no rows we need; the number of rows changed."""
+        cdef sqlite3_stmt* st
+        cdef int rc
+        cdef int changes
+        st = self._ready(s)
         with nogil:
             rc = sqlite3_step(st)
         if rc != SQLITE_DONE and rc != SQLITE_ROW:
@@ -951,12 +958,7 @@ cdef class Core:
         cdef int rc
         cdef int ncol
         cdef list rows = []
-        try:
-            st = self._stmt(s)
-        except BaseException:
-            self._supplied = 0
-            raise
-        self._bind(s, st)
+        st = self._ready(s)
         ncol = sqlite3_column_count(st)
         try:
             while True:
@@ -1083,12 +1085,7 @@ cdef class Core:
         self._set_o(P_SLACK, slack)
         self._set_o(P_QUEUE, queue)
         self._set_i(P_LIMIT, want)
-        try:
-            st = self._stmt(S_CLAIM)
-        except BaseException:
-            self._supplied = 0
-            raise
-        self._bind(S_CLAIM, st)
+        st = self._ready(S_CLAIM)
         ncol = sqlite3_column_count(st)
         try:
             while True:
