@@ -23,37 +23,15 @@ import os
 import sqlite3
 
 from jobpool.errors import StoreError
+from jobpool.outcomes import (CANCEL, CRASH, DEFAULT_POLICY, DEFER, DONE, ERROR, FATAL,
+                              KIND_NAMES, LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT,
+                              with_reason)
 from jobpool.store import sql
 
-#: R8: a lease lasts the job's hard timeout plus this slack, in seconds.
-LEASE_SLACK = 30.0
-
-# Outcome kinds, shared with the child protocol and the compiled core.
-DONE = 0        # returned normally (R12)
-ERROR = 1       # raised an ordinary exception: retry with backoff (R13)
-FATAL = 2       # Fatal or a listed fatal type: dead at once (R15)
-CRASH = 3       # the child died without an outcome (R19), counts toward quarantine
-TIMEOUT = 4     # killed at its hard timeout: retry (R20)
-RETRY = 5       # Retry(after=...): retry, ``delay`` overrides the backoff (R14)
-DEFER = 6       # Defer(delay): back in line without spending an attempt (R17)
-RESCHEDULE = 7  # Reschedule(delay): fresh budget (R18)
-RELEASE = 8     # graceful stop: lease given back, attempt stays spent (R25)
-CANCEL = 9      # cancelled while running: dead (R31)
-
-KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
-              "rescheduled", "released", "cancelled")
-
-#: A job name's policy: backoff base and cap (R13), max crashes (R19a), and the
-#: max_attempts and timeout that apply when its row left them NULL.
-#: This one applies to names without a policy.
-DEFAULT_POLICY = (1.0, 3600.0, 3, 5, 300.0)
-
-
-def with_reason(error: str | None, reason: str) -> str:
-    """Append ``reason`` to the first line of ``error``, keeping any traceback below it."""
-    head, sep, tail = (error or "").partition("\n")
-    return f"{head}; {reason}{sep}{tail}" if head else reason + sep + tail
-
+#: The API the compiled core mirrors name for name (tests/test_core.py).
+__all__ = ["Core", "SlotTable", "backoff", "with_reason", "LEASE_SLACK", "KIND_NAMES",
+           "DEFAULT_POLICY", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER",
+           "RESCHEDULE", "RELEASE", "CANCEL"]
 
 def backoff(attempts: int, base: float, cap: float, u: float) -> float:
     """Delay before retry number ``attempts`` (R13).

@@ -9,11 +9,11 @@ import os
 from typing import TYPE_CHECKING
 
 from jobpool import _core_py
+from jobpool.outcomes import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, KIND_NAMES, LEASE_SLACK,
+                              RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, KIND_NAMES,
-                                  LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT, Core,
-                                  SlotTable, backoff)
+    from jobpool._core_py import Core, SlotTable, backoff
     NAME = "pure"
 else:
     _impl = _core_py
@@ -27,11 +27,6 @@ else:
     Core = _impl.Core
     SlotTable = _impl.SlotTable
     backoff = _impl.backoff
-    LEASE_SLACK = _impl.LEASE_SLACK
-    KIND_NAMES = _impl.KIND_NAMES
-    DONE, ERROR, FATAL, CRASH, TIMEOUT = _impl.DONE, _impl.ERROR, _impl.FATAL, _impl.CRASH, _impl.TIMEOUT
-    RETRY, DEFER, RESCHEDULE, RELEASE, CANCEL = (_impl.RETRY, _impl.DEFER, _impl.RESCHEDULE,
-                                                 _impl.RELEASE, _impl.CANCEL)
 
 __all__ = ["NAME", "Core", "SlotTable", "backoff", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR",
            "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL"]
