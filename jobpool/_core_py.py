@@ -121,7 +121,7 @@ class Core:
         self.queues = tuple(queues)
         self.policies = dict(policies or {})
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
-        self._inflight: dict[int, list] = {}
+        self._inflight: dict[int, tuple] = {}
         autocheckpoint = int(wal_autocheckpoint)
         if not os.path.exists(path):
             # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
@@ -179,14 +179,14 @@ class Core:
             rows.sort(key=lambda r: (-r[9], r[10], r[0]))
             for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
                  timeout, deadline, _priority, _line_at, chained) in rows:
+                # The lease: what settling this attempt needs, started now.
+                lease = (job_id, name, attempt, max_attempts, crashes, deadline, now, chained)
                 if deadline is not None and deadline < now:
-                    self._settle_one(db, (job_id, name, attempt, max_attempts, crashes,
-                                          deadline, now, chained), (job_id, attempt, FATAL,
-                                          "deadline passed", None, None, None, None, None, None),
+                    self._settle_one(db, lease, (job_id, attempt, FATAL, "deadline passed",
+                                                 None, None, None, None, None, None),
                                      now, None, expired, log_as="deadline")
                     continue
-                self._inflight[job_id] = [name, attempt, max_attempts, crashes, deadline, now,
-                                          chained]
+                self._inflight[job_id] = lease
                 if isinstance(payload, str):
                     payload = payload.encode()
                 claimed.append((job_id, name, payload, serializer, attempt, float(timeout),
@@ -230,7 +230,7 @@ class Core:
         expired: list[tuple] = []
         if not outcomes and n <= 0:
             return settled, claimed, expired
-        dropped: dict[int, list | None] = {}
+        dropped: dict[int, tuple | None] = {}
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -258,14 +258,12 @@ class Core:
         for outcome in outcomes:
             job_id = outcome[0]
             info = self._inflight.get(job_id)
-            if info is None or info[1] != outcome[1]:
-                settled.append((job_id, info[0] if info else "", outcome[1], "lost",
+            if info is None or info[2] != outcome[1]:
+                settled.append((job_id, info[1] if info else "", outcome[1], "lost",
                                 "not leased by this supervisor"))
                 continue
             taken.append(job_id)
-            name, attempt, max_attempts, crashes, deadline, started_at, chained = info
-            self._settle_one(db, (job_id, name, attempt, max_attempts, crashes, deadline,
-                                  started_at, chained), outcome, now, rng, settled)
+            self._settle_one(db, info, outcome, now, rng, settled)
 
     def _settle_one(self, db, job, outcome, now, rng, out, log_as=None):
         job_id, name, attempt, max_attempts, crashes, deadline, started_at, chained = job
