@@ -11,10 +11,11 @@ import pytest
 
 import jobpool
 
+from ..test_store_open import corrupt as _corrupt
 from .conftest import record_figure
 
 JOBS = 2000
-HOWS = ("garbage over a page", "truncated", "zeroed header")
+HOWS = ("garbage over a page", "truncated", "zeroed header")  # what _corrupt knows
 
 
 def _filled(path) -> None:
@@ -22,20 +23,6 @@ def _filled(path) -> None:
     store.enqueue_many("f.work", [(i, 0) for i in range(JOBS)])
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
-
-
-def _corrupt(path, how: str) -> None:
-    data = bytearray(path.read_bytes())
-    if how == "garbage over a page":
-        # One page in the middle of the file, at the store's own page size.
-        page = int.from_bytes(data[16:18], "big")
-        middle = len(data) // page // 2
-        data[page * middle: page * (middle + 1)] = b"\xde\xad\xbe\xef" * (page // 4)
-    elif how == "truncated":
-        data = data[: len(data) // 3 + 100]
-    elif how == "zeroed header":
-        data[:100] = bytes(100)
-    path.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("how", HOWS)
