@@ -297,12 +297,18 @@ def test_a_dead_owners_leases_come_back_at_once(core_impl, core, store_path):
 
 # -- store errors (R26) -----------------------------------------------------------------------
 
-def test_a_locked_store_raises_store_error_and_applies_nothing(core_impl, store_path):
+def claimed_then_locked(core_impl, store_path):
+    """A core holding one claimed job, and another connection holding the write lock."""
     insert_job(store_path)
     core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"], busy_timeout=0.05)
     (job,), _ = core.claim(1, NOW)
     blocker = sqlite3.connect(store_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
+    return core, job, blocker
+
+
+def test_a_locked_store_raises_store_error_and_applies_nothing(core_impl, store_path):
+    core, job, blocker = claimed_then_locked(core_impl, store_path)
     with pytest.raises(StoreError):
         core.settle([outcome(job, core_impl.DONE)], NOW, random.Random())
     with pytest.raises(StoreError):
@@ -354,11 +360,7 @@ def test_a_turn_settles_and_claims_in_one_transaction(core_impl, core, store_pat
 
 
 def test_a_failed_turn_applies_nothing_and_keeps_the_lease(core_impl, store_path):
-    insert_job(store_path)
-    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"], busy_timeout=0.05)
-    (job,), _ = core.claim(1, NOW)
-    blocker = sqlite3.connect(store_path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
+    core, job, blocker = claimed_then_locked(core_impl, store_path)
     with pytest.raises(StoreError):
         core.turn([outcome(job, core_impl.DONE)], 1, NOW, random.Random())
     blocker.execute("ROLLBACK")
