@@ -118,3 +118,33 @@ def test_doctor_salvages_every_readable_job_of_a_damaged_store(make_app):
     # The salvaged store runs.
     app.cli("start", "--app", app.module, "--db", str(new), "--burst", "-q", check=True)
     assert salvaged.stats()["done"] == copied
+
+
+def page_size(path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_a_new_store_gets_small_pages_and_an_older_store_keeps_its_own(make_app):
+    """R26a: new stores use sql.PAGE_SIZE; a store made with SQLite's default 4 KiB
+    pages (as earlier jobpool versions made them) opens, runs and keeps them. A pool
+    that exits closes every connection, so no WAL is left beside either."""
+    from jobpool.store import sql
+
+    from .conftest import make_store
+    app = make_app(APP)
+    with jobpool.connect(app.db) as store:
+        store.enqueue("t.noop")
+    app.start("--procs", "1")
+    older = make_store(app.dir / "older.db")
+    with jobpool.connect(older) as store:
+        store.enqueue("t.noop")
+    app.cli("start", "--app", app.module, "--db", str(older), "--burst", "--procs", "1", check=True)
+    for path, expected in ((app.db, sql.PAGE_SIZE), (older, 4096)):
+        assert not path.with_name(path.name + "-wal").exists()
+        assert page_size(path) == expected
+        with jobpool.connect(path) as store:
+            assert store.stats()["done"] == 1
