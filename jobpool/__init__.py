@@ -4,7 +4,7 @@ Jobs live in a SQLite file (or PostgreSQL); ``jobpool start`` runs a supervisor
 that claims them and runs each in a forked child process, one per slot.
 """
 from jobpool.errors import (Defer, EnqueueError, Fatal, JobFailed, JobpoolError, Reschedule,
-                            Retry, SoftTimeout, StoreError)
+                            Retry, SoftTimeout, StoreError, UnsafeResultError)
 from jobpool.child import progress
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 from jobpool.store.sqlite import connect
@@ -14,4 +14,5 @@ __version__ = "0.1.0"
 __all__ = ["job", "connect", "Retry", "Fatal", "Defer", "Reschedule", "progress", "on_start",
            "Job", "Handle",
            "Signature", "JobpoolError", "EnqueueError", "StoreError", "JobFailed", "SoftTimeout",
+           "UnsafeResultError",
            "__version__"]

@@ -16,7 +16,7 @@ import traceback
 
 from jobpool import core, jobs, protocol
 from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
-from jobpool.serialize import decode_payload, encode_result
+from jobpool.serialize import SerializerRefused, decode_payload, decoder_for, encode_result
 
 _PR_SET_PDEATHSIG = 1
 
@@ -92,7 +92,10 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         kind, error = core.FATAL, f"job {name!r} is not registered in this worker"
     else:
         try:
-            args, kwargs = decode_payload(payload, serializer)
+            # R39: the registered job, not the row, decides how far decoding may go.
+            args, kwargs = decode_payload(payload, decoder_for(serializer, job.serializer))
+        except SerializerRefused as exc:
+            kind, error = core.FATAL, str(exc)
         except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
             kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
         else:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from jobpool import core, jobs
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
-from jobpool.store.sqlite import connect, resolve_path
+from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
 
 
 if TYPE_CHECKING:
@@ -102,6 +102,20 @@ def _duration(text: str) -> float:
     return value
 
 
+def _file_mode(text: str) -> int:
+    """``600``, ``660`` or ``0o660``: permission bits in octal, as chmod takes them."""
+    digits = text[2:] if text.lower().startswith("0o") else text
+    try:
+        mode = int(digits, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected octal permission bits like 600 or 660, not {text!r}") from None
+    try:
+        return validate_mode(mode)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _json_value(kind: type, flag: str):
     def parse(text: str) -> Any:
         try:
@@ -126,12 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     common.add_argument("--db", help="store path (default $JOBPOOL_DB or ./jobpool.db)")
     common.add_argument("--app", help="module whose import registers the jobs")
+    # Only the commands that may create a store take --mode (R39).
+    creating = Parser(add_help=False)
+    creating.add_argument("--mode", type=_file_mode, default=DEFAULT_MODE,
+                          help="file mode of a store this command creates, in octal "
+                               "(default 600: only its owner reads it; 660 shares it with the group)")
 
     parser = Parser(prog="jobpool", description="Run and inspect a jobpool store.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=Parser)
 
-    start = sub.add_parser("start", parents=[common], help="run a pool of worker processes")
+    start = sub.add_parser("start", parents=[common, creating], help="run a pool of worker processes")
     start.add_argument("--procs", type=_positive_int, default=os.cpu_count() or 1,
                        help="child processes (default: CPU count)")
     start.add_argument("--queues", help="comma-separated queues, in order of preference")
@@ -159,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--log-format", choices=("plain", "json"), default="plain")
     start.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
 
-    enqueue = sub.add_parser("enqueue", parents=[common], help="queue one job by name")
+    enqueue = sub.add_parser("enqueue", parents=[common, creating], help="queue one job by name")
     enqueue.add_argument("name")
     enqueue.add_argument("--args", type=_json_value(list, "--args"), default=[],
                          help="JSON array of positional arguments")
@@ -272,7 +291,7 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
                         max_tasks_per_child=args.max_tasks_per_child,
                         result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
                         memory_limit=args.memory_limit, max_crashes=args.max_crashes,
-                        max_memory_per_child=args.max_memory_per_child)
+                        max_memory_per_child=args.max_memory_per_child, mode=args.mode)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, out.console if dashboard else None)
     supervisor = Supervisor(config)
@@ -343,7 +362,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
     import_app(args.app)
     if args.app and jobs.lookup(args.name) is None:
         raise UserError(f"no job named {args.name!r} is registered by --app {args.app}")
-    store = connect(args.db)
+    store = connect(args.db, mode=args.mode)
     if args.from_file:
         if args.args or args.kwargs or args.key:
             raise UserError("--from takes the arguments from the file; drop --args, --kwargs and --key")

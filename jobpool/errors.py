@@ -57,6 +57,10 @@ class JobFailed(JobpoolError):
         self.reason = reason
 
 
+class UnsafeResultError(JobpoolError):
+    """A stored result asks to be unpickled, and nothing here trusts it to (R39)."""
+
+
 def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bool = True) -> float | None:
     """Normalise a delay-like argument to seconds, naming ``field`` when it is wrong."""
     if value is None:

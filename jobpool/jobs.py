@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from collections.abc import Sequence
 from typing import Any, Callable, overload
 
-from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError
+from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError, UnsafeResultError
 from jobpool.serialize import check_serializer
 
 #: Defaults for a job (and for enqueue-by-name of a name this process never registered).
@@ -86,22 +86,35 @@ class Handle:
     def status(self) -> str:
         return self._store().get(self.id)["status"]
 
-    def result(self, timeout: float | None = None, *, poll: float = 0.05) -> Any:
+    def result(self, timeout: float | None = None, *, poll: float = 0.05,
+               allow_pickle: bool = False) -> Any:
         """Wait for the job to finish and return what it returned.
 
         The value is there when the job was declared with ``store_result=True``
         (otherwise None). A job that went dead raises ``JobFailed`` carrying its
         reason; still unfinished after ``timeout`` seconds raises ``TimeoutError``.
+        A pickled result is unpickled only when this process registers the job
+        with ``serializer="pickle"`` or the caller passes ``allow_pickle=True``
+        (R39: the row alone never decides to run an unpickler); otherwise
+        ``UnsafeResultError``.
         """
         import time
 
-        from jobpool.serialize import decode_result
+        from jobpool.serialize import SerializerRefused, decode_result, decoder_for
         store = self._store()
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             job = store.get(self.id, raw_result=True)
             if job["status"] == "done":
-                return decode_result(job["result"], job["serializer"])
+                registered = lookup(job["name"])
+                allowed = "pickle" if allow_pickle else (
+                    registered.serializer if registered is not None else "json")
+                try:
+                    decoder = decoder_for(job["serializer"], allowed, "result")
+                except SerializerRefused as exc:
+                    raise UnsafeResultError(
+                        f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
+                return decode_result(job["result"], decoder)
             if job["status"] == "dead":
                 raise JobFailed(self.id, job["last_error"] or "dead")
             if end is not None and time.monotonic() >= end:

@@ -12,6 +12,9 @@ from typing import Any
 from jobpool.errors import EnqueueError
 
 SERIALIZERS = ("json", "pickle")
+#: R39: how much a decoder can do, least first. JSON builds plain data; unpickling
+#: runs whatever code the bytes name.
+_POWER = {"json": 0, "pickle": 1}
 
 #: R1: default ceiling on an encoded payload, in bytes.
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -54,6 +57,25 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
     if size > max_bytes:
         raise EnqueueError(f"payload is {size} bytes, over the {max_bytes}-byte limit")
     return data
+
+
+class SerializerRefused(ValueError):
+    """A stored payload asks for a more powerful decoder than its job declares (R39)."""
+
+
+def decoder_for(row_serializer: str, job_serializer: str, what: str = "payload") -> str:
+    """R39: the decoder for a stored value, judged by the registered job, not the row.
+
+    Anyone who can write one row of the store chooses its ``serializer`` column, so
+    the row may only ask for a decoder no more powerful than the one the job
+    declares: a JSON row of a pickle job decodes as JSON (enqueue by name and chain
+    steps write JSON), a pickle row of a JSON job is refused and never decoded.
+    """
+    if _POWER.get(row_serializer, len(_POWER)) > _POWER[job_serializer]:
+        raise SerializerRefused(
+            f"{what} refused: the row says serializer {row_serializer!r} but the job is "
+            f"registered with {job_serializer!r}; it was not decoded")
+    return row_serializer
 
 
 def decode_payload(data: bytes | str, serializer: str) -> tuple[tuple, dict]:

@@ -29,7 +29,7 @@ from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
 from jobpool.store.checkpoint import Checkpointer
 from jobpool.store import retention, sql
-from jobpool.store.sqlite import SQLiteStore, connect
+from jobpool.store.sqlite import DEFAULT_MODE, SQLiteStore, connect
 from jobpool.wakeup import Listener
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class PoolConfig:
     memory_limit: int | None = None          # MiB, for jobs that set none
     max_crashes: int | None = None           # R19a, for jobs that set none
     max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
+    mode: int = DEFAULT_MODE                 # R39: file mode if the pool creates the store
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -132,7 +133,8 @@ class Supervisor:
         else:
             found = sorted({registered[n].queue for n in names if n in registered})
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
-        self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT)
+        self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT,
+                                      mode=config.mode)
         self.owner = procinfo.owner_identity()
         policies = {}
         for n in names:

@@ -132,7 +132,7 @@ def _flush(target: sqlite_utils.Database, batch: list[dict]) -> int:
     for row in batch:
         if row["status"] == "running":
             row.update(status="ready", lease_owner=None, lease_expires_at=None)
-    target["jobs"].insert_all(batch, batch_size=BATCH)
+    target.table("jobs").insert_all(batch, batch_size=BATCH)
     count = len(batch)
     batch.clear()
     return count
@@ -145,7 +145,7 @@ def _copy_attempts(source: sqlite_utils.Database, target: sqlite_utils.Database,
     except sqlite3.DatabaseError as exc:
         report.problems.append(f"attempt log not copied: {exc}")
         return
-    target["attempts"].insert_all(rows, batch_size=BATCH)
+    target.table("attempts").insert_all(rows, batch_size=BATCH)
 
 
 __all__ = ["Report", "check", "salvage", "sql"]

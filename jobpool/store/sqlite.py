@@ -30,6 +30,12 @@ BUSY_TIMEOUT = 10.0
 #: R26a: bound on the WAL file left after a checkpoint, bytes.
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
+#: R39: permission bits of a store file this process creates. Payloads, results and
+#: tracebacks may hold secrets, so only the owner reads it unless the caller says
+#: otherwise (``connect(path, mode=0o660)`` for a producer and a pool sharing a group).
+#: SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file.
+DEFAULT_MODE = 0o600
+
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _STATUSES = ("ready", "running", "done", "dead")
 
@@ -48,6 +54,35 @@ def durability_setting(durability: str | None) -> str:
     if durability not in ("full", "normal"):
         raise ValueError(f"durability must be 'full' or 'normal', not {durability!r}")
     return durability.upper()
+
+
+def validate_mode(mode: Any) -> int:
+    """A file mode for a new store: permission bits only (``0o600``, ``0o660``)."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+        raise ValueError(f"mode must be permission bits from 0o000 to 0o777, not {mode!r}")
+    if not mode & 0o600 == 0o600:
+        raise ValueError(f"mode {mode:#o} must let the owner read and write the store")
+    return mode
+
+
+def create_file(path: str, mode: int) -> None:
+    """R39: create an absent store file with exactly ``mode``, before SQLite opens it.
+
+    SQLite would create it with 0644 less the umask; making it ourselves first, with
+    ``O_EXCL`` so an existing file is never touched, gives the file (and the WAL and
+    shared-memory files SQLite copies the mode from) the mode asked for, whatever
+    the umask says.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return  # someone else made it first; its mode is theirs
+    except OSError as exc:
+        raise StoreError(f"cannot create {path}: {exc.strerror}") from exc
+    try:
+        os.fchmod(fd, mode)  # the umask narrowed what os.open asked for
+    finally:
+        os.close(fd)
 
 
 def validate_file(path: str) -> None:
@@ -81,8 +116,9 @@ class SQLiteStore:
 
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
                  check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
-                 busy_timeout: float = BUSY_TIMEOUT) -> None:
+                 busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE) -> None:
         self.path = path
+        self.mode = validate_mode(mode)
         self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
         self.max_payload = max_payload
@@ -108,6 +144,8 @@ class SQLiteStore:
         exists = os.path.exists(path) and os.path.getsize(path) > 0
         if not exists and not self._create:
             raise StoreError(f"no jobpool store at {path}")
+        if not exists:
+            create_file(path, self.mode)
         validate_file(path)
         try:
             conn = sqlite3.connect(path, isolation_level=None, timeout=self.busy_timeout,
@@ -568,13 +606,16 @@ def _job_dict(description, row, *, raw_result: bool = False) -> dict[str, Any]:
 
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
             create: bool = True, check: bool = False,
-            busy_timeout: float = BUSY_TIMEOUT) -> SQLiteStore:
-    """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db)."""
+            busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE) -> SQLiteStore:
+    """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db).
+
+    A store this call creates gets file mode ``mode`` (default 0600, R39), whatever
+    the umask; an existing file keeps its own."""
     path = resolve_path(db)
     if path.startswith(("postgresql://", "postgres://")):
         raise StoreError("PostgreSQL stores are not available in this version of jobpool")
     return SQLiteStore(path, durability=durability, create=create, check=check,
-                       busy_timeout=busy_timeout)
+                       busy_timeout=busy_timeout, mode=mode)
 
 
 _default: dict[tuple[int, str], SQLiteStore] = {}
