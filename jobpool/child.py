@@ -14,9 +14,9 @@ import sys
 import time
 import traceback
 
-from jobpool import core, jobs, protocol
+from jobpool import core, jobs, procinfo, protocol
 from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
-from jobpool.serialize import SerializerRefused, decode_payload, decoder_for, encode_result
+from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
 _PR_SET_PDEATHSIG = 1
 
@@ -74,9 +74,26 @@ def _cpu_seconds() -> float:
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for ``last_error``, then the traceback for the attempt log."""
-    head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return head + "\n" + "".join(traceback.format_exception(exc)).rstrip()
+    """One line for ``last_error``, then the traceback for the attempt log.
+
+    Describing an exception must never fail: a job's exception whose ``__str__``
+    (or ``__repr__``) raises would otherwise kill the child, and the attempt would
+    be recorded as a crash without its type. Such an exception falls back to its
+    type and ``repr``, then its type alone."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+        head = f"{name}: {text}" if text else name
+    except Exception:  # noqa: BLE001 - a broken __str__ is the job's bug, not ours
+        try:
+            head = f"{name} (str() failed): {object.__repr__(exc)}"
+        except Exception:  # noqa: BLE001
+            head = name
+    try:
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+    except Exception:  # noqa: BLE001 - format_exception calls __str__ too
+        trace = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+    return head + "\n" + trace
 
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
@@ -142,20 +159,66 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
         return kind, _describe(exc), None, None
     if not job.store_result:
         return core.DONE, None, None, None
+    # The body has done its work: a result that cannot be stored is dead at once
+    # (FATAL), never a retry that would run the body again. Checked here, before
+    # anything crosses the pipe (R41: results are bounded like payloads).
     try:
         result = encode_result(value, job.serializer)
-    except Exception as exc:  # noqa: BLE001
-        return core.ERROR, f"result cannot be stored: {exc}", None, None
+    except Exception as exc:  # noqa: BLE001 - whatever the encoder raises
+        return core.FATAL, f"result cannot be stored: {_safe_text(exc)}", None, None
     size = len(result.encode() if isinstance(result, str) else result)
-    if size > protocol.MAX_RESULT_BYTES:
-        return core.ERROR, (f"result is {size} bytes, over the "
-                            f"{protocol.MAX_RESULT_BYTES}-byte limit"), None, None
+    if size > MAX_PAYLOAD_BYTES:
+        return core.FATAL, (f"result cannot be stored: it is {size} bytes, over the "
+                            f"{MAX_PAYLOAD_BYTES}-byte limit"), None, None
     return core.DONE, None, None, result
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm", "rb") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _safe_text(exc: BaseException) -> str:
+    return _describe(exc).partition("\n")[0]
+
+
+class StandardStreams:
+    """A child's fds 0-2 as it was forked with them, put back after every job.
+
+    A job that closes or redirects its standard streams (``os.close(1)``, a
+    daemonising library) would otherwise leave them broken for every later job in
+    this child, and the fd numbers free for the next ``open`` to take. Copies are
+    kept on non-inheritable fds, so the job's own subprocesses never see them."""
+
+    FDS = (0, 1, 2)
+    _NAMES = ("stdin", "stdout", "stderr")
+
+    def __init__(self) -> None:
+        self._saved: dict[int, tuple[int, tuple[int, int]]] = {}
+        for fd in self.FDS:
+            try:
+                st = os.fstat(fd)
+                self._saved[fd] = (os.dup(fd), (st.st_dev, st.st_ino))
+            except OSError:
+                pass  # forked without it: nothing to restore
+
+    def restore(self) -> bool:
+        """Put back what the job changed; False if that failed (recycle the child)."""
+        for fd, (copy, identity) in self._saved.items():
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == identity:
+                    continue
+            except OSError:
+                pass  # closed: restore it
+            try:
+                os.dup2(copy, fd)
+            except OSError:
+                return False
+        for fd, name in zip(self.FDS, self._NAMES):
+            stream = getattr(sys, name, None)
+            if fd in self._saved and (stream is None or stream.closed):
+                try:
+                    setattr(sys, name, os.fdopen(fd, "r" if fd == 0 else "w", closefd=False,
+                                                 buffering=1 if fd else -1))
+                except OSError:
+                    return False
+        return True
 
 
 def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
@@ -173,6 +236,7 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
             os.close(fd)
         except OSError:
             pass
+    streams = StandardStreams()
     done = 0
     global _current
     while True:
@@ -189,7 +253,8 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
             # to a child that is about to exit. A leaky job's memory goes back to
             # the system with this process.
             return bool((max_tasks and done >= max_tasks)
-                        or (max_memory and _rss_bytes() > max_memory))
+                        or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
+                        or not streams.restore())
         try:
             reply = run_job(job_id, attempt, name, payload, serializer, retire)
         finally:

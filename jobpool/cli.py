@@ -11,9 +11,10 @@ import json
 import logging
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import core, jobs
+from jobpool import bounds, core, jobs
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
@@ -83,6 +84,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, not {text}")
+    problem = bounds.check_delay(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"expected at most 10 years of seconds, not {text}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text}")
     return value
 
 
@@ -140,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     common.add_argument("--db", help="store path (default $JOBPOOL_DB or ./jobpool.db)")
     common.add_argument("--app", help="module whose import registers the jobs")
+    common.add_argument("-v", "--verbose", action="store_true",
+                        help="print the full traceback of an error (also JOBPOOL_DEBUG=1)")
     # Only the commands that may create a store take --mode (R39).
     creating = Parser(add_help=False)
     creating.add_argument("--mode", type=_file_mode, default=DEFAULT_MODE,
@@ -152,14 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     start = sub.add_parser("start", parents=[common, creating], help="run a pool of worker processes")
     start.add_argument("--procs", type=_positive_int, default=os.cpu_count() or 1,
-                       help="child processes (default: CPU count)")
+                       help="child processes (default: CPU count; at most max(64, 32 x CPU count) "
+                            "unless --max-procs says more)")
+    start.add_argument("--max-procs", type=_positive_int, metavar="N",
+                       help="raise the bound on --procs and on scale requests to N")
     start.add_argument("--queues", help="comma-separated queues, in order of preference")
     start.add_argument("--burst", action="store_true",
                        help="exit once nothing is running, ready or due within the poll interval")
     start.add_argument("--max-jobs", type=_positive_int, help="exit after this many attempts")
     start.add_argument("--drain", type=_seconds, default=5.0,
                        help="seconds running jobs get to finish on stop (default 5)")
-    start.add_argument("--poll-interval", type=_seconds, default=None,
+    start.add_argument("--poll-interval", type=_positive_seconds, default=None,
                        help="fallback poll interval in seconds (default 1)")
     start.add_argument("--max-tasks-per-child", type=_positive_int, default=0,
                        help="recycle a child after this many jobs")
@@ -259,8 +275,35 @@ def import_app(module: str | None) -> None:
         sys.path.insert(0, os.getcwd())
     try:
         importlib.import_module(module)
-    except ImportError as exc:
-        raise UserError(f"cannot import --app {module}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises on import
+        if _debug():
+            raise
+        raise UserError(f"cannot import --app {module}: {_where(exc, module)}"
+                        " (-v or JOBPOOL_DEBUG=1 for the traceback)") from None
+
+
+def _debug() -> bool:
+    return os.environ.get("JOBPOOL_DEBUG", "") not in ("", "0") or _verbose
+
+
+def _where(exc: BaseException, module: str) -> str:
+    """The error and where it arose: the file and line of a syntax error, else the
+    deepest frame of the traceback (the line in the user's code that raised)."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}, line {exc.lineno}: SyntaxError: {exc.msg}"
+    if isinstance(exc, ModuleNotFoundError) and exc.name and module.startswith(exc.name):
+        return text  # the module itself is missing: there is no line to name
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename]
+    if not own:
+        return text
+    frame = own[-1]
+    return f"{frame.filename}, line {frame.lineno}: {text}"
+
+
+#: Set by ``-v``: errors at the CLI print their traceback.
+_verbose = False
 
 
 def _configure_logging(fmt: str, quiet: bool, console: Console | None = None) -> None:
@@ -287,11 +330,12 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip()) if args.queues else None
     config = PoolConfig(db=resolve_path(args.db), procs=args.procs, queues=queues,
                         burst=args.burst, max_jobs=args.max_jobs, drain=args.drain,
-                        poll_interval=args.poll_interval or POLL_INTERVAL,
+                        poll_interval=POLL_INTERVAL if args.poll_interval is None else args.poll_interval,
                         max_tasks_per_child=args.max_tasks_per_child,
                         result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
                         memory_limit=args.memory_limit, max_crashes=args.max_crashes,
-                        max_memory_per_child=args.max_memory_per_child, mode=args.mode)
+                        max_memory_per_child=args.max_memory_per_child, mode=args.mode,
+                        max_procs=args.max_procs)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, out.console if dashboard else None)
     supervisor = Supervisor(config)
@@ -515,8 +559,10 @@ def cmd_dead_show(args: argparse.Namespace, out: _Stdout) -> int:
 
 def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
-    if args.all == bool(args.ids):
-        raise UserError("give job ids, or --all (with an optional --name), not both")
+    if args.all and args.ids:
+        raise UserError("give job ids or --all (with an optional --name), not both")
+    if not args.all and not args.ids:
+        raise UserError("say which dead jobs to retry: job ids, or --all (with an optional --name)")
     if args.name and not args.all:
         raise UserError("--name goes with --all")
     ids = store.dead.ids(name=args.name) if args.all else args.ids
@@ -559,12 +605,18 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     table = _table(box=None)
     for column in ("host", "pid", "procs", "queues", "core", "up", "heartbeat", "done", "dead"):
         table.add_column(column, no_wrap=True)
+    refusals = []
     for pool in pools:
         counters = pool["counters"]
         table.add_row(pool["host"], str(pool["pid"]), str(pool["procs"]), pool["queues"], pool["core"],
                       f"{now - pool['started_at']:.0f}s", f"{now - pool['heartbeat_at']:.1f}s ago",
                       str(counters.get("completed", 0)), str(counters.get("dead", 0)))
+        if counters.get("scale_refused"):
+            refusals.append(f"pool {pool['host']}:{pool['pid']} refused a scale: "
+                            f"{counters['scale_refused']}")
     out.print(table)
+    for line in refusals:
+        out.print(line, markup=False, highlight=False)
     return 0
 
 
@@ -651,12 +703,16 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    global _verbose
+    _verbose = bool(getattr(args, "verbose", False))
     sub = getattr(args, f"{args.command}_command", None)
     key = (args.command, sub) if sub else args.command
     out: Any = _Stdout()
     try:
         return COMMANDS[key](args, out)
     except (JobpoolError, ValueError) as exc:
+        if _debug():
+            traceback.print_exc()
         print(f"jobpool: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from jobpool import bounds
+
 
 class JobpoolError(Exception):
     """Base of every error jobpool raises for a user or operator mistake."""
@@ -75,6 +77,9 @@ def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bo
         raise EnqueueError(f"{field} must be a finite number of seconds")
     if value < 0:
         raise EnqueueError(f"{field} must not be negative (got {value})")
+    problem = bounds.check_delay(value)
+    if problem:
+        raise EnqueueError(f"{field} {problem}")
     return float(value)
 
 
@@ -130,4 +135,8 @@ def _outcome_delay(value: float | timedelta, field: str) -> float:
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
         raise ValueError(f"{field} must be a non-negative number of seconds, not {value!r}")
+    # R41: raised inside a job, this ValueError is the attempt's error (a retry).
+    problem = bounds.check_delay(value)
+    if problem:
+        raise ValueError(f"{field} {problem}")
     return float(value)

@@ -28,9 +28,10 @@ POOL_STOPPING = "pool_stopping"
 POOL_STOPPED = "pool_stopped"
 POOL_STATUS = "pool_status"
 POOL_SCALED = "pool_scaled"
+SCALE_REFUSED = "scale_refused"
 JOB_SCHEDULED = "job_scheduled"
 
-_WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR}
+_WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED}
 
 
 def emit(event: str, **fields: Any) -> None:

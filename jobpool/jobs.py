@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from collections.abc import Sequence
 from typing import Any, Callable, overload
 
+from jobpool import bounds
 from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError, UnsafeResultError
 from jobpool.serialize import check_serializer
 
@@ -52,6 +53,9 @@ def validate_max_attempts(value: Any) -> int:
 def validate_priority(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise EnqueueError(f"priority must be an integer, not {value!r}")
+    problem = bounds.check_priority(value)
+    if problem:
+        raise EnqueueError(f"priority {problem}")
     return value
 
 

@@ -17,9 +17,6 @@ import marshal
 OUTCOME = 0
 PROGRESS = 1
 
-#: Largest stored result, bytes; a bigger one settles as an error, not a pipe stall.
-MAX_RESULT_BYTES = 1024 * 1024
-
 dumps = marshal.dumps
 loads = marshal.loads
 

@@ -16,7 +16,7 @@ SERIALIZERS = ("json", "pickle")
 #: runs whatever code the bytes name.
 _POWER = {"json": 0, "pickle": 1}
 
-#: R1: default ceiling on an encoded payload, in bytes.
+#: R1, R41: ceiling on an encoded payload, and on a stored result, in bytes.
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

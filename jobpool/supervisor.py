@@ -23,7 +23,7 @@ from typing import Any
 
 import multiprocess
 
-from jobpool import core, events, jobs, procinfo, protocol
+from jobpool import bounds, core, events, jobs, procinfo, protocol
 from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -78,10 +78,16 @@ class PoolConfig:
     max_crashes: int | None = None           # R19a, for jobs that set none
     max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
     mode: int = DEFAULT_MODE                 # R39: file mode if the pool creates the store
+    max_procs: int | None = None             # R41: raises the bound on procs (and scale)
 
     def validate(self) -> None:
         if self.procs < 1:
             raise JobpoolError(f"--procs must be at least 1, not {self.procs}")
+        if self.max_procs is not None and self.max_procs < 1:
+            raise JobpoolError(f"--max-procs must be at least 1, not {self.max_procs}")
+        bound, why = bounds.procs_bound(self.max_procs)
+        if self.procs > bound:
+            raise JobpoolError(f"--procs {self.procs} is over this pool's bound of {bound} ({why})")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise JobpoolError(f"--max-jobs must be at least 1, not {self.max_jobs}")
         if not self.poll_interval > 0:
@@ -186,6 +192,8 @@ class Supervisor:
                 self._memory_limits[n] = limit
         self._next_memory_sample = 0.0
         self._dispatched: dict[int, float] = {}  # job id -> when it went to a child (R30)
+        #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
+        self.scale_refused: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -490,7 +498,18 @@ class Supervisor:
     # -- scaling (R27) -------------------------------------------------------------------
 
     def resize(self, procs: int) -> None:
-        """Grow at once; shrink by retiring slots as their jobs finish, never by cancelling."""
+        """Grow at once; shrink by retiring slots as their jobs finish, never by cancelling.
+
+        A scale request is fleet-wide, so each pool judges it against its own bound
+        (R41): past it, the pool grows to its bound, says so (``scale_refused``) and
+        shows the refusal in ``pools``."""
+        bound, why = bounds.procs_bound(self.config.max_procs)
+        if procs > bound:
+            self.scale_refused = f"asked for {procs} procs; ran {bound} ({why})"
+            events.emit(events.SCALE_REFUSED, procs_asked=procs, procs_bound=bound, reason=why)
+            procs = bound
+        else:
+            self.scale_refused = None
         if procs < 1 or procs == self.config.procs:
             return
         old = self.config.procs
@@ -680,7 +699,10 @@ class Supervisor:
             slot.progress_dirty = False
 
     def _heartbeat(self, now: float) -> None:
-        counters = dict(self.counters, busy=self.table.busy_count(), unsettled=len(self.pending))
+        counters: dict[str, Any] = dict(self.counters, busy=self.table.busy_count(),
+                                        unsettled=len(self.pending))
+        if self.scale_refused:
+            counters["scale_refused"] = self.scale_refused
         params = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
                   "procs": self.config.procs, "queues": ",".join(self.queues), "core": core.NAME,
                   "now": now, "counters": json.dumps(counters),

@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
+from jobpool import bounds
 from jobpool import jobs as registry
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             StoreError, seconds)
@@ -543,6 +544,10 @@ class SQLiteStore:
         """R27: ask every pool on this store to run ``procs`` children; returns how many."""
         if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
             raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
+        if procs > bounds.PRIORITY_MAX:
+            # R41: each pool judges a request against its own bound; this only keeps
+            # the number storable (and a typo of ten digits out of the table).
+            raise EnqueueError(f"procs must be at most {bounds.PRIORITY_MAX}, not {procs}")
         return self._write("requesting scale",
                            lambda c: c.execute(sql.REQUEST_SCALE, {"procs": procs}).rowcount)
 

@@ -1,0 +1,63 @@
+"""R41: every size a user supplies is bounded before anything is allocated or written.
+
+One place for the numbers, so the API, the CLI and the supervisor refuse the same
+thing with the same words. Payload and result sizes live beside their encoder
+(``jobpool.serialize.MAX_PAYLOAD_BYTES``).
+"""
+from __future__ import annotations
+
+import os
+import resource
+
+#: Priorities are stored and compared as SQLite integers; a signed 32-bit range is
+#: more than any ordering needs and the same on every store.
+PRIORITY_MIN = -(2**31)
+PRIORITY_MAX = 2**31 - 1
+
+#: The longest delay (enqueue ``delay``, ``Retry(after)``, ``Defer``, ``Reschedule``),
+#: in seconds: ten years. Past it a number is a mistake (``1e300``), not a plan.
+MAX_DELAY = 10 * 365.25 * 86400
+
+
+def check_priority(value: int) -> str | None:
+    """What is wrong with an integer priority, or None."""
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        return f"must be from {PRIORITY_MIN} to {PRIORITY_MAX} (a signed 32-bit integer), not {value}"
+    return None
+
+
+def check_delay(value: float) -> str | None:
+    """What is wrong with a non-negative delay in seconds, or None."""
+    if value > MAX_DELAY:
+        return f"must be at most 10 years ({MAX_DELAY:.0f} s), not {value:g}"
+    return None
+
+
+def default_max_procs(cpu_count: int | None = None) -> int:
+    """The most children one pool forks unless ``--max-procs`` says more:
+    max(64, 32 x CPU count). Each slot is a whole process, so a typo such as
+    ``--procs 1000000000`` must be refused, not allocated."""
+    cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    return max(64, 32 * cpus)
+
+
+def process_limit() -> int | None:
+    """How many processes this user may run (``RLIMIT_NPROC``), or None when unlimited."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    except (AttributeError, ValueError, OSError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def procs_bound(max_procs: int | None = None) -> tuple[int, str]:
+    """The largest ``--procs`` this pool accepts, and what sets it (for the error)."""
+    if max_procs:
+        bound, why = max_procs, "--max-procs"
+    else:
+        bound, why = default_max_procs(), "max(64, 32 x CPU count); --max-procs raises it"
+    limit = process_limit()
+    if limit is not None and limit - 1 < bound:
+        # The supervisor itself is one of the user's processes.
+        bound, why = max(1, limit - 1), f"the process limit (ulimit -u {limit})"
+    return bound, why

@@ -1,0 +1,216 @@
+"""What a misbehaving job or a careless operator must not break (R19, R41, R28).
+
+Each test here pins a bug that was reproduced: a job that broke its child for
+every later job, a body re-run because its result could not be stored, sizes
+that allocated or overflowed instead of being refused in one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+
+import pytest
+
+import jobpool
+from jobpool import bounds
+from jobpool.errors import EnqueueError
+
+from .conftest import wait_for
+from .test_cli import one_line_error
+
+APP = """
+import os, sys
+from pathlib import Path
+from jobpool import job, Retry
+
+HERE = Path(__file__).parent
+
+def mark(tag):
+    with open(HERE / "marks.txt", "a") as fh:
+        fh.write(tag + "\\n")
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("__str__ itself fails")
+    def __repr__(self):
+        raise RuntimeError("__repr__ too")
+
+@job(name="t.unprintable", max_attempts=2, backoff_base=0)
+def unprintable():
+    mark("unprintable")
+    raise Unprintable()
+
+@job(name="t.closes_std")
+def closes_std():
+    for fd in (0, 1, 2):
+        os.close(fd)
+    sys.stdout.close()
+
+@job(name="t.uses_std")
+def uses_std(tag):
+    print("to stdout", tag)
+    sys.stdout.flush()
+    os.write(2, b"to stderr\\n")
+    mark(tag)
+
+@job(name="t.bad_result", store_result=True, max_attempts=3)
+def bad_result():
+    mark("bad_result")
+    return {1, 2}
+
+@job(name="t.huge_result", store_result=True, max_attempts=3)
+def huge_result():
+    mark("huge_result")
+    return "x" * (1024 * 1024 + 1)
+
+@job(name="t.far_retry", max_attempts=2, backoff_base=0)
+def far_retry():
+    raise Retry("later", after=1e300)
+"""
+
+
+def _marks(app) -> list[str]:
+    path = app.dir / "marks.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_an_exception_whose_str_raises_is_a_retry_naming_its_type_not_a_crash(make_app):
+    app = make_app(APP)
+    job = app.store().enqueue("t.unprintable")
+    app.start("--procs", "1")
+    [row] = app.rows("SELECT * FROM jobs WHERE id = ?", (job.id,))
+    assert row["status"] == "dead" and row["attempts"] == 2  # both attempts ran: retried
+    assert row["last_error"].startswith("Unprintable")
+    assert "no attempts left after 2" in row["last_error"]
+    log = app.rows("SELECT outcome, exit_status FROM attempts WHERE job_id = ?", (job.id,))
+    assert [a["outcome"] for a in log] == ["error", "error"]  # never "crash"
+    assert _marks(app) == ["unprintable", "unprintable"]
+
+
+def test_a_job_that_closes_its_standard_streams_does_not_break_the_next_jobs(make_app):
+    app = make_app(APP)
+    store = app.store()
+    first = store.enqueue("t.closes_std")
+    later = [store.enqueue("t.uses_std", f"after{i}") for i in range(3)]
+    # One child runs all four, in order.
+    app.start("--procs", "1")
+    assert app.rows("SELECT status FROM jobs WHERE id = ?", (first.id,)) == [{"status": "done"}]
+    for handle in later:
+        [row] = app.rows("SELECT status, last_error FROM jobs WHERE id = ?", (handle.id,))
+        assert row == {"status": "done", "last_error": None}
+    assert _marks(app) == ["after0", "after1", "after2"]
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("t.bad_result", "result cannot be stored"),
+    ("t.huge_result", "over the 1048576-byte limit"),
+])
+def test_a_result_that_cannot_be_stored_is_dead_at_once_without_running_the_body_again(
+        make_app, name, reason):
+    app = make_app(APP)
+    job = app.store().enqueue(name)
+    app.start("--procs", "1")
+    [row] = app.rows("SELECT status, attempts, last_error FROM jobs WHERE id = ?", (job.id,))
+    assert (row["status"], row["attempts"]) == ("dead", 1)
+    assert reason in row["last_error"]
+    assert _marks(app) == [name.split(".")[1]]  # the body ran once
+
+
+def test_a_delay_a_job_raises_past_ten_years_is_its_error_naming_the_bound(make_app):
+    app = make_app(APP)
+    job = app.store().enqueue("t.far_retry")
+    app.start("--procs", "1")
+    [row] = app.rows("SELECT status, attempts, last_error FROM jobs WHERE id = ?", (job.id,))
+    assert (row["status"], row["attempts"]) == ("dead", 2)
+    assert "at most 10 years" in row["last_error"]
+
+
+def test_priorities_and_delays_past_their_bounds_are_refused_naming_the_field(tmp_path):
+    store = jobpool.connect(tmp_path / "jobpool.db")
+    try:
+        for priority in (2**70, bounds.PRIORITY_MAX + 1, bounds.PRIORITY_MIN - 1):
+            with pytest.raises(EnqueueError, match="priority must be from"):
+                store.enqueue_with("t.any", priority=priority)
+        with pytest.raises(EnqueueError, match="delay must be at most 10 years"):
+            store.enqueue_with("t.any", delay=1e300)
+        with pytest.raises(EnqueueError, match="procs must be at most"):
+            store.request_scale(10**12)
+        store.enqueue_with("t.any", priority=bounds.PRIORITY_MAX, delay=bounds.MAX_DELAY)
+        assert store.stats()["scheduled"] == 1
+    finally:
+        store.close()
+
+
+def test_the_cli_refuses_sizes_past_their_bounds_in_one_line(make_app):
+    app = make_app(APP)
+    db = str(app.db)
+    line = one_line_error(app.cli("enqueue", "t.uses_std", "--priority", "9" * 23, "--db", db))
+    assert "priority" in line
+    line = one_line_error(app.cli("enqueue", "t.uses_std", "--delay", "1e300", "--db", db), code=2)
+    assert "--delay" in line
+    line = one_line_error(app.cli("start", "--app", app.module, "--db", db, "--procs", "1000000000"))
+    assert "--procs 1000000000" in line and "--max-procs" in line
+    line = one_line_error(app.cli("start", "--app", app.module, "--db", db, "--poll-interval", "0"),
+                          code=2)
+    assert "--poll-interval" in line
+    assert app.rows("SELECT count(*) AS n FROM jobs") == [{"n": 0}]
+
+
+def test_a_scale_request_past_a_pools_bound_grows_it_to_the_bound_and_says_so(make_app):
+    app = make_app(APP)
+    db = str(app.db)
+    app.store().close()
+    pool = app.spawn("--procs", "1", "--max-procs", "3")
+    wait_for(lambda: app.rows("SELECT count(*) AS n FROM pools")[0]["n"] == 1)
+    assert app.cli("scale", "--procs", "1000000000", "--db", db).returncode == 0
+    wait_for(lambda: app.rows("SELECT procs FROM pools") == [{"procs": 3}])
+    pools = app.cli("pools", "--db", db, check=True).stdout
+    assert "refused a scale" in pools and "asked for 1000000000 procs; ran 3" in pools
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=30) == 0
+    assert "scale_refused" in pool.stderr.read()
+
+
+def test_an_app_that_fails_to_import_is_one_line_naming_its_file_and_line(make_app):
+    app = make_app(APP)
+    (app.dir / "broken_app.py").write_text(textwrap.dedent("""
+        import os
+
+        raise RuntimeError("the app's own bug")
+    """))
+    (app.dir / "syntax_app.py").write_text("def f(:\n    pass\n")
+    line = one_line_error(app.cli("start", "--app", "broken_app", "--burst", "--db", str(app.db)))
+    assert "broken_app" in line and "broken_app.py, line 4" in line and "the app's own bug" in line
+    line = one_line_error(app.cli("enqueue", "t.x", "--app", "syntax_app", "--db", str(app.db)))
+    assert "syntax_app.py, line 1" in line and "SyntaxError" in line
+    verbose = app.cli("start", "--app", "broken_app", "--burst", "--db", str(app.db), "-v")
+    assert verbose.returncode != 0 and "Traceback" in verbose.stderr
+    app.env["JOBPOOL_DEBUG"] = "1"
+    debug = app.cli("start", "--app", "broken_app", "--burst", "--db", str(app.db))
+    assert "Traceback" in debug.stderr
+
+
+def test_dead_retry_without_ids_or_all_says_what_is_missing(make_app):
+    app = make_app(APP)
+    app.store().close()
+    line = one_line_error(app.cli("dead", "retry", "--db", str(app.db)))
+    assert "not both" not in line and "--all" in line
+    line = one_line_error(app.cli("dead", "retry", "3", "--all", "--db", str(app.db)))
+    assert "not both" in line
+
+
+def test_the_json_of_a_refused_scale_is_in_pools_json(make_app):
+    app = make_app(APP)
+    app.store().close()
+    pool = app.spawn("--procs", "1", "--max-procs", "2")
+    wait_for(lambda: app.rows("SELECT count(*) AS n FROM pools")[0]["n"] == 1)
+    app.cli("scale", "--procs", "5", "--db", str(app.db), check=True)
+    wait_for(lambda: app.rows("SELECT procs FROM pools") == [{"procs": 2}])
+    wait_for(lambda: "scale_refused" in app.cli("pools", "--json", "--db", str(app.db)).stdout)
+    [listed] = json.loads(app.cli("pools", "--json", "--db", str(app.db), check=True).stdout)
+    assert listed["counters"]["scale_refused"].startswith("asked for 5 procs; ran 2")
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=30) == 0
+    assert os.path.exists(app.db)
