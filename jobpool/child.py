@@ -174,7 +174,10 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
 
 
 def _safe_text(exc: BaseException) -> str:
-    return _describe(exc).partition("\n")[0]
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:  # noqa: BLE001 - see _describe
+        return type(exc).__name__
 
 
 class StandardStreams:

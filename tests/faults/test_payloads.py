@@ -42,14 +42,17 @@ def test_bad_payloads_and_results_have_clear_reasons_and_no_pipe_stalls(fault_ap
     assert reasons["wrong arity"].startswith("TypeError: ")
     assert [a["outcome"] for a in store.attempts(bad["wrong arity"])] == ["error", "error"]
 
+    # The body ran and did its work: a result that cannot be stored is dead at once,
+    # never a retry that runs the body again.
     job = store.get(unencodable)
-    assert (job["status"], job["attempts"]) == ("dead", 2)
+    assert (job["status"], job["attempts"]) == ("dead", 1)
     assert job["last_error"].startswith("result cannot be stored: result cannot be serialized as JSON")
     assert job["result"] is None
     reasons["object() result"] = job["last_error"].splitlines()[0]
     job = store.get(huge)
-    assert (job["status"], job["attempts"]) == ("dead", 2)
-    assert job["last_error"].startswith(f"result is {5 * 2**20 + 2} bytes, over the 1048576-byte limit")
+    assert (job["status"], job["attempts"]) == ("dead", 1)
+    assert job["last_error"].startswith(
+        f"result cannot be stored: it is {5 * 2**20 + 2} bytes, over the 1048576-byte limit")
     assert job["result"] is None
     reasons["5 MiB result"] = job["last_error"].splitlines()[0]
     # Just under the limit goes through the pipe and into the row.
