@@ -1414,7 +1414,7 @@ cdef class Core:
                 raise StoreError(f"reclaim failed: {exc}") from exc
         finally:
             self._leave()
-        return [(job_id, name, 0, status, reason) for job_id, name, status, reason in rows]
+        return [tuple(row) for row in rows]  # (id, name, attempt, status, reason)
 
     # -- bookkeeping ----------------------------------------------------------------
 

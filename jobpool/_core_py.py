@@ -360,7 +360,7 @@ class Core:
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"reclaim failed: {exc}") from exc
-        return [(job_id, name, 0, status, reason) for job_id, name, status, reason in rows]
+        return [tuple(row) for row in rows]  # (id, name, attempt, status, reason)
 
     # -- bookkeeping ----------------------------------------------------------------
 

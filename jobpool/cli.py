@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import bounds, core, jobs
+from jobpool import bounds, core, jobs, liveness
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
@@ -169,10 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "unless --max-procs says more)")
     start.add_argument("--max-procs", type=_positive_int, metavar="N",
                        help="raise the bound on --procs and on scale requests to N")
+    start.add_argument("--dead-after", type=_positive_seconds, default=None, metavar="SECONDS",
+                       help="a pool whose heartbeat is this old is dead and its leases are "
+                            "reclaimed (default 10)")
     start.add_argument("--queues", help="comma-separated queues, in order of preference")
     start.add_argument("--burst", action="store_true",
                        help="exit once nothing is running, ready or due within the poll interval")
     start.add_argument("--max-jobs", type=_positive_int, help="exit after this many attempts")
+    start.add_argument("--store-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
+                       help="with --burst: exit with status 3 after this long of continuous "
+                            "store errors (default 60)")
     start.add_argument("--drain", type=_seconds, default=5.0,
                        help="seconds running jobs get to finish on stop (default 5)")
     start.add_argument("--poll-interval", type=_positive_seconds, default=None,
@@ -325,7 +331,7 @@ def _configure_logging(fmt: str, quiet: bool, console: Console | None = None) ->
 
 
 def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
-    from jobpool.supervisor import POLL_INTERVAL, PoolConfig, Supervisor
+    from jobpool.supervisor import POLL_INTERVAL, STORE_TIMEOUT, PoolConfig, Supervisor
     import_app(args.app)
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip()) if args.queues else None
     config = PoolConfig(db=resolve_path(args.db), procs=args.procs, queues=queues,
@@ -335,7 +341,10 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
                         result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
                         memory_limit=args.memory_limit, max_crashes=args.max_crashes,
                         max_memory_per_child=args.max_memory_per_child, mode=args.mode,
-                        max_procs=args.max_procs)
+                        max_procs=args.max_procs,
+                        dead_after=liveness.DEAD_AFTER if args.dead_after is None else args.dead_after,
+                        store_timeout=(STORE_TIMEOUT if args.store_timeout is None
+                                       else args.store_timeout))
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, out.console if dashboard else None)
     supervisor = Supervisor(config)
@@ -603,13 +612,18 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     import time as _time
     now = _time.time()
     table = _table(box=None)
-    for column in ("host", "pid", "procs", "queues", "core", "up", "heartbeat", "done", "dead"):
+    for column in ("host", "pid", "state", "procs", "queues", "core", "up", "heartbeat", "done",
+                   "dead"):
         table.add_column(column, no_wrap=True)
     refusals = []
     for pool in pools:
         counters = pool["counters"]
-        table.add_row(pool["host"], str(pool["pid"]), str(pool["procs"]), pool["queues"], pool["core"],
-                      f"{now - pool['started_at']:.0f}s", f"{now - pool['heartbeat_at']:.1f}s ago",
+        # R24/R24b: a row whose supervisor is gone is shown as such until a running
+        # pool reclaims its leases and removes it.
+        state = f"dead: {pool['dead']}" if pool["dead"] else "running"
+        table.add_row(pool["host"], str(pool["pid"]), state, str(pool["procs"]), pool["queues"],
+                      pool["core"], f"{now - pool['started_at']:.0f}s",
+                      f"{now - pool['heartbeat_at']:.1f}s ago",
                       str(counters.get("completed", 0)), str(counters.get("dead", 0)))
         if counters.get("scale_refused"):
             refusals.append(f"pool {pool['host']}:{pool['pid']} refused a scale: "
@@ -630,7 +644,7 @@ def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
     print(f"asked {count} pool(s) to stop")
     end = _time.monotonic() + args.wait
     while args.wait and _time.monotonic() < end:
-        if not store.pools():
+        if not liveness.live_pools(store.pools()):
             print("all pools stopped")
             return 0
         _time.sleep(0.2)

@@ -38,6 +38,11 @@ class StoreError(JobpoolError):
     """
 
 
+class ReadOnlyStoreError(StoreError):
+    """The store can be read but not written by this process (file mode, an immutable
+    file, a read-only mount): a pool cannot run on it, so it refuses to start."""
+
+
 class NotAStoreError(StoreError):
     """The file exists but is not a jobpool store; it is never written to."""
 

@@ -29,9 +29,12 @@ POOL_STOPPED = "pool_stopped"
 POOL_STATUS = "pool_status"
 POOL_SCALED = "pool_scaled"
 SCALE_REFUSED = "scale_refused"
+POOL_DEAD = "pool_dead"
+STORE_GAVE_UP = "store_gave_up"
 JOB_SCHEDULED = "job_scheduled"
 
-_WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED}
+_WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED, POOL_DEAD,
+             STORE_GAVE_UP}
 
 
 def emit(event: str, **fields: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import multiprocess
 
-from jobpool import bounds, core, events, jobs, procinfo, protocol
+from jobpool import bounds, core, events, jobs, liveness, procinfo, protocol
 from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -46,6 +46,12 @@ STORE_PAUSE_MAX = 30.0
 #: Short, so a held lock becomes a StoreError and a pause, never a loop that stops
 #: hearing signals, timeouts and its children.
 STORE_BUSY_TIMEOUT = 0.5
+#: R26: a ``--burst`` pool whose store has failed every call for this long gives up
+#: with a non-zero exit, instead of waiting for ever for work it cannot claim; a
+#: long-running pool waits the store out however long it takes.
+STORE_TIMEOUT = 60.0
+#: The exit code of a --burst pool that gave up on its store.
+EXIT_STORE_GAVE_UP = 3
 #: How often a non-TTY pool logs a status line, seconds.
 STATUS_EVERY = 10.0
 #: How often the pool writes its heartbeat, progress and counters, and reads the
@@ -79,6 +85,8 @@ class PoolConfig:
     max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
     mode: int = DEFAULT_MODE                 # R39: file mode if the pool creates the store
     max_procs: int | None = None             # R41: raises the bound on procs (and scale)
+    dead_after: float = liveness.DEAD_AFTER  # R24b: a pool silent this long is dead
+    store_timeout: float = STORE_TIMEOUT     # --burst gives up after this long of store errors
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -94,6 +102,9 @@ class PoolConfig:
             raise JobpoolError(f"poll interval must be positive, not {self.poll_interval}")
         if self.drain < 0:
             raise JobpoolError(f"--drain must not be negative, not {self.drain}")
+        if not self.dead_after > HEARTBEAT_EVERY:
+            raise JobpoolError(f"--dead-after must be longer than the heartbeat "
+                               f"({HEARTBEAT_EVERY:g} s), not {self.dead_after:g}")
 
 
 #: Exit codes of a child ended by the signals that stop a pool (SIGTERM, SIGINT).
@@ -141,6 +152,9 @@ class Supervisor:
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
         self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT,
                                       mode=config.mode)
+        # A store this user cannot write is a mistake to report now, in one line, not a
+        # pool that idles for ever (a store that *becomes* unwritable later is R26's).
+        self.store.check_writable()
         self.owner = procinfo.owner_identity()
         policies = {}
         for n in names:
@@ -194,6 +208,12 @@ class Supervisor:
         self._dispatched: dict[int, float] = {}  # job id -> when it went to a child (R30)
         #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
         self.scale_refused: str | None = None
+        #: R24b: since when this pool's heartbeats have succeeded without a break.
+        self._beating_since: float | None = None
+        #: R26: since when every store call has failed (None: the store answers).
+        self._store_down_since: float | None = None
+        #: What ``run`` returns: 0, or non-zero once a --burst pool gave up.
+        self.exit_code = 0
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -225,7 +245,7 @@ class Supervisor:
             self.core.close()
             self.store.close()  # the last connection out checkpoints and removes the WAL
         events.emit(events.POOL_STOPPED, **self.counters)
-        return 0
+        return self.exit_code
 
     def request_stop(self) -> None:
         """Ask for a graceful stop (what SIGTERM and SIGINT do); twice means at once."""
@@ -297,6 +317,14 @@ class Supervisor:
         return max(0.0, min(deadline - now, self.config.poll_interval))
 
     def _finished(self, now: float, claimed_none: bool) -> bool:
+        if (self.config.burst and not self._stop_requests and self._store_down_since is not None
+                and now - self._store_down_since >= self.config.store_timeout):
+            # A graceful stop from here on: running jobs drain, what cannot be settled
+            # is left to its lease (R25, R26), and the exit code says it was no drain.
+            events.emit(events.STORE_GAVE_UP, seconds=round(now - self._store_down_since, 1),
+                        unsettled=len(self.pending))
+            self.exit_code = EXIT_STORE_GAVE_UP
+            self.request_stop()
         busy = self.table.busy_count()
         if busy or self.pending:
             if self._stopping and self.pending and not busy and now >= self._drain_until + 5:
@@ -568,6 +596,8 @@ class Supervisor:
             result = what(*args)
         except StoreError as exc:
             first = self._store_pause == 0.0  # log once per episode, not once per try
+            if first:
+                self._store_down_since = time.time()
             self._store_pause = min(STORE_PAUSE_MAX, max(self.config.poll_interval,
                                                          self._store_pause * 2))
             if first:
@@ -579,6 +609,7 @@ class Supervisor:
             events.emit(events.STORE_RECOVERED, unsettled=len(self.pending))
             self._store_pause = 0.0
             self._store_pause_until = 0.0
+            self._store_down_since = None
         return result
 
     def _recover_dead_owners(self, now: float) -> None:
@@ -703,6 +734,10 @@ class Supervisor:
                                         unsettled=len(self.pending))
         if self.scale_refused:
             counters["scale_refused"] = self.scale_refused
+        if self._stopping:
+            # R25/R29: the dashboard shows a draining pool and when its drain ends.
+            counters["stopping"] = {"running": self.table.busy_count(),
+                                    "drain_ends_at": self._drain_until}
         params = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
                   "procs": self.config.procs, "queues": ",".join(self.queues), "core": core.NAME,
                   "now": now, "counters": json.dumps(counters),
@@ -722,8 +757,11 @@ class Supervisor:
             stop, desired, cancels = self.store._write("heartbeat", beat)
         except StoreError as exc:
             log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
+            self._beating_since = None  # R24b: a break in our own beats; judge nobody yet
             return
+        self._beating_since = self._beating_since or now
         self._keep_wakeups_reachable()
+        self._bury_dead_pools(now)
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
             try:
@@ -741,6 +779,44 @@ class Supervisor:
                         and slot.killing is None:
                     self._kill(slot, "cancelled", core.CANCEL, now, at_once=True)
 
+    def _bury_dead_pools(self, now: float) -> None:
+        """Reclaim the leases of pools that are dead, then remove their rows (R24, R24b).
+
+        A pool on this host whose process is gone is judged at once (R24). A stale
+        heartbeat is judged only once this pool has itself beaten without a break
+        for ``dead_after``: after an outage of the store every pool's beat looks
+        stale, and nobody may mass-reclaim on that evidence. The row goes only
+        after its leases came back, so a failure in between leaves it for the next
+        heartbeat (of this pool or another)."""
+        dead_after = self.config.dead_after
+        trusted = self._beating_since is not None and now - self._beating_since >= dead_after
+        try:
+            pools = self.store.pools(now)
+        except StoreError as exc:
+            log.debug("pools not read: %s", exc)
+            return
+        for pool in pools:
+            owner = pool["owner"]
+            if owner == self.owner:
+                continue
+            death = liveness.pool_death(pool, now, dead_after)
+            if death is None or (death != "process gone" and not trusted):
+                continue
+            rows = self._store_call(self.core.reclaim_owner, now, owner,
+                                    f"supervisor {owner} is dead ({death})", now)
+            if rows is None:
+                return  # the store is down: next heartbeat
+            try:
+                self.store.forget_pool(owner)
+            except StoreError as exc:
+                log.debug("dead pool %s not removed yet: %s", owner, exc)
+                return
+            events.emit(events.POOL_DEAD, owner=owner, cause=death, jobs=len(rows))
+            if rows:
+                events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
+                self._report(rows)
+                self._want_claim = True
+
     def _keep_wakeups_reachable(self) -> None:
         """Move our wake-up socket down into a gap a departed supervisor left (R11)."""
         replaced = self._listener.move_down() if self._listener else None
@@ -753,7 +829,7 @@ class Supervisor:
 
     def _leave_pools_table(self) -> None:
         try:
-            self.store._write("leaving pools", lambda c: c.execute(sql.DELETE_POOL, (self.owner,)))
+            self.store.forget_pool(self.owner)
         except StoreError as exc:
             log.warning("could not remove this pool from the pools table: %s", exc)
 
@@ -815,6 +891,7 @@ class Supervisor:
         if self._stop_requests and not self._stopping:
             self._stopping = True
             self._drain_until = now + self.config.drain
+            self._next_heartbeat = 0.0  # tell the store (and the dashboard) at once
             events.emit(events.POOL_STOPPING, busy=self.table.busy_count(), drain=self.config.drain)
         if not self._stopping:
             return

@@ -334,7 +334,7 @@ UPDATE jobs
                          ELSE 'lease expired (owner ' || lease_owner || ')' END,
        lease_owner = NULL, lease_expires_at = NULL
  WHERE status = 'running' AND lease_expires_at < :now
-RETURNING id, name, status, last_error
+RETURNING id, name, attempts, status, last_error
 """
 
 #: R19a/R23: the attempt that an expired lease ends goes into the attempt log,
@@ -366,7 +366,7 @@ UPDATE jobs
                          ELSE :reason END,
        lease_owner = NULL, lease_expires_at = NULL
  WHERE status = 'running' AND lease_owner = :owner
-RETURNING id, name, status, last_error
+RETURNING id, name, attempts, status, last_error
 """
 
 # --- operating (R21, R29, R31, R33) ------------------------------------------------------
@@ -409,8 +409,16 @@ SELECT owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters
        stop_requested, desired_procs
   FROM pools ORDER BY started_at
 """
-REQUEST_STOP = "UPDATE pools SET stop_requested = 1"
-REQUEST_SCALE = "UPDATE pools SET desired_procs = :procs"
+#: R25/R27: requests go to the pools judged live (a JSON array of owners), so a
+#: dead pool's row is never counted as a pool that was asked.
+#: R26: a write that changes nothing, rolled back: whether this connection can write
+#: at all (a pool refuses to start on a store it cannot write).
+PROBE_WRITE = "UPDATE jobpool_meta SET value = value WHERE key = 'schema'"
+
+REQUEST_STOP = "UPDATE pools SET stop_requested = 1 WHERE owner IN (SELECT value FROM json_each(:owners))"
+REQUEST_SCALE = """
+UPDATE pools SET desired_procs = :procs WHERE owner IN (SELECT value FROM json_each(:owners))
+"""
 
 #: R33: advance a periodic job to ``occurrence`` only if nobody has yet.
 ADVANCE_PERIODIC = """

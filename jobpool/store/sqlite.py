@@ -12,9 +12,10 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
-from jobpool import bounds
+from jobpool import bounds, liveness
 from jobpool import jobs as registry
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
+                            ReadOnlyStoreError,
                             StoreError, seconds)
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
@@ -38,6 +39,8 @@ JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 DEFAULT_MODE = 0o600
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+#: SQLite's primary result code for "attempt to write a readonly database".
+_SQLITE_READONLY = 8
 _STATUSES = ("ready", "running", "done", "dead")
 
 
@@ -406,7 +409,8 @@ class SQLiteStore:
         return {"ready": counts["ready"], "scheduled": scheduled, "running": counts["running"],
                 "done": counts["done"], "dead": counts["dead"],
                 "supervisors": [dict(p["counters"], owner=p["owner"], procs=p["procs"],
-                                     heartbeat_at=p["heartbeat_at"]) for p in self.pools()]}
+                                     heartbeat_at=p["heartbeat_at"])
+                                for p in liveness.live_pools(self.pools(now))]}
 
     def get(self, job_id: int, *, raw_result: bool = False) -> dict[str, Any]:
         """One job as a dict (payload decoded to text where it is JSON; the result
@@ -524,8 +528,13 @@ class SQLiteStore:
             self._notifier.notify()
         return handle
 
-    def pools(self) -> list[dict[str, Any]]:
-        """The supervisors that have a row in this store, oldest first (R29)."""
+    def pools(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The supervisors that have a row in this store, oldest first (R29).
+
+        Each row says under ``dead`` why its supervisor is gone (process gone,
+        heartbeat stale past ``liveness.DEAD_AFTER``), or None while it runs. A
+        dead pool's row stays until a running pool reclaims its leases."""
+        now = time.time() if now is None else now
         try:
             cursor = self.conn.execute(sql.LIST_POOLS)
             pools = [dict(zip((d[0] for d in cursor.description), row)) for row in cursor]
@@ -534,11 +543,22 @@ class SQLiteStore:
         for pool in pools:
             pool["counters"] = json.loads(pool["counters"])
             pool["slots"] = json.loads(pool["slots"])
+            pool["dead"] = liveness.pool_death(pool, now)
         return pools
 
+    def forget_pool(self, owner: str) -> None:
+        """Remove a pool's row: its own, as it stops, or a dead one's once its leases
+        were reclaimed (R24b)."""
+        self._write("removing a pool", lambda c: c.execute(sql.DELETE_POOL, (owner,)))
+
+    def _live_owners(self) -> str:
+        return json.dumps([pool["owner"] for pool in liveness.live_pools(self.pools())])
+
     def request_stop(self) -> int:
-        """R25: ask every pool on this store to stop gracefully; returns how many."""
-        return self._write("requesting stop", lambda c: c.execute(sql.REQUEST_STOP).rowcount)
+        """R25: ask every running pool on this store to stop gracefully; returns how many."""
+        owners = self._live_owners()
+        return self._write("requesting stop",
+                           lambda c: c.execute(sql.REQUEST_STOP, {"owners": owners}).rowcount)
 
     def request_scale(self, procs: int) -> int:
         """R27: ask every pool on this store to run ``procs`` children; returns how many."""
@@ -548,8 +568,28 @@ class SQLiteStore:
             # R41: each pool judges a request against its own bound; this only keeps
             # the number storable (and a typo of ten digits out of the table).
             raise EnqueueError(f"procs must be at most {bounds.PRIORITY_MAX}, not {procs}")
-        return self._write("requesting scale",
-                           lambda c: c.execute(sql.REQUEST_SCALE, {"procs": procs}).rowcount)
+        owners = self._live_owners()
+        return self._write("requesting scale", lambda c: c.execute(
+            sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
+
+    def check_writable(self) -> None:
+        """Raise ReadOnlyStoreError if this process cannot write the store at all.
+
+        SQLite opens a file it may not write read-only without a word, and even
+        ``BEGIN IMMEDIATE`` succeeds; only a real write says so. A busy store is
+        not read-only: that is R26's pause-and-retry, so it passes here."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(sql.PROBE_WRITE)
+            finally:
+                _rollback(conn)
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == _SQLITE_READONLY:
+                raise ReadOnlyStoreError(f"{self.path} cannot be written by this process "
+                                         f"({exc})") from None
+            # Locked or busy: a running store, for R26 to wait out.
 
     def check(self) -> None:
         """R26a: run ``quick_check``; raises CorruptStoreError when it fails."""

@@ -1,0 +1,35 @@
+"""Whether a pool's row in the store still stands for a running supervisor (R24, R24b).
+
+One judgement, used by every reader: ``pools``, ``status``, ``stop``, ``scale``, the
+dashboard, and the supervisors that reclaim a dead pool's leases. A pool is dead
+when its process is gone (same host: the pid is free or now names a newer
+process, R24) or when it has not heartbeated for ``DEAD_AFTER`` seconds (any host,
+R24b: paused, partitioned, or killed where no pid can be checked).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from jobpool import procinfo
+
+#: R24b: seconds without a heartbeat after which a pool is dead. Pools beat every
+#: second (``JOBPOOL_HEARTBEAT``), so ten missed beats are not a slow turn.
+DEAD_AFTER = float(os.environ.get("JOBPOOL_DEAD_AFTER", "10.0"))
+
+
+def pool_death(pool: Mapping[str, Any], now: float, dead_after: float = DEAD_AFTER) -> str | None:
+    """Why the pool of this row is dead (``"process gone"``, ``"no heartbeat for 42 s"``),
+    or None while it lives."""
+    if procinfo.owner_is_dead(pool["owner"]):
+        return "process gone"
+    silent = now - pool["heartbeat_at"]
+    if silent > dead_after:
+        return f"no heartbeat for {silent:.0f} s"
+    return None
+
+
+def live_pools(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``store.pools()`` whose supervisor is running."""
+    return [pool for pool in pools if pool.get("dead") is None]
