@@ -7,6 +7,7 @@ single-writer per host and nothing store-related crosses a fork.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import resource
 import signal
@@ -14,11 +15,13 @@ import sys
 import time
 import traceback
 
-from jobpool import core, jobs, procinfo, protocol
+from jobpool import core, jobs, procinfo, proctree, protocol
 from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
 _PR_SET_PDEATHSIG = 1
+
+log = logging.getLogger(__name__)
 
 #: Set in a child while a job runs, so ``jobpool.progress`` knows where to report.
 _current: tuple | None = None
@@ -117,8 +120,13 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
             kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
         else:
             kind, error, delay, result = _call(job, args, kwargs)
+    # R40: whatever the attempt started and left running ends with it, success included.
+    strays = proctree.kill_strays()
+    if strays:
+        log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
-                                    _peak_rss_bytes(), _cpu_seconds() - cpu_before, retire())
+                                    _peak_rss_bytes(), _cpu_seconds() - cpu_before, retire(),
+                                    strays)
 
 
 def _soft_timeout(signum, frame) -> None:
@@ -229,6 +237,14 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
     """Entry point of a forked child; returns (and the process exits) when recycled:
     after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes."""
     die_with_parent(parent_pid)
+    # R40: the job's processes are its own. Its own process group, so a timeout or a
+    # cancel signals them together; a subreaper, so an orphan (a setsid grandchild
+    # whose parent exited) is reparented here, not to PID 1, and killed after the job.
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    proctree.become_subreaper()
     # Ctrl-C reaches the whole process group; only the supervisor decides what it means
     # (R25: a graceful stop lets running jobs finish).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -266,5 +282,5 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
             conn.send_bytes(reply)
         except (BrokenPipeError, OSError):
             return
-        if protocol.loads(reply)[-1]:
+        if protocol.loads(reply)[9]:  # retiring
             return

@@ -9,6 +9,7 @@ terminal gets more columns and puts queues beside failures.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -21,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from jobpool.errors import StoreError
-from jobpool.snapshot import FailureView, QueueView, SlotView, Snapshot, read_snapshot
+from jobpool.snapshot import (DrainView, FailureView, QueueView, SlotView, Snapshot,
+                              read_snapshot)
 
 if TYPE_CHECKING:
     from jobpool.store.sqlite import SQLiteStore
@@ -144,6 +146,8 @@ def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> 
         lines = [_line(_where(snapshot, width // 2), "   ", _totals(snapshot))]
     else:
         lines = [_where(snapshot, width), _totals(snapshot)]
+    if any(p.stopping for p in snapshot.pools):
+        lines.append(_stopping(snapshot))
     if problem:
         lines.append(_line(Text(problem, style="bold red")))
     return lines
@@ -163,6 +167,28 @@ def _where(snapshot: Snapshot, width: int) -> Text:
     store = _shorten_left(snapshot.store, max(width - fixed, 12))
     return _line(Text("jobpool ", style="bold"), Text(store, style="cyan"), core, live, "  ",
                  Text(clock, style="dim"))
+
+
+def _stopping(snapshot: Snapshot) -> Text:
+    """R25: a line of its own (the pool line has no room left at 80 columns) for
+    the pools draining, each named when more than one pool is live."""
+    parts = []
+    for pool in snapshot.pools:
+        if pool.stopping is None:
+            continue
+        who = f"{pool.host}:{pool.pid} " if len(snapshot.pools) > 1 else ""
+        parts.append(f"{who}stopping: {_drain(pool.stopping, snapshot.taken_at)}")
+    return _line(Text("  ".join(parts), style="bold yellow"))
+
+
+def _drain(stopping: DrainView, now: float) -> str:
+    text = f"{stopping.running} running"
+    if stopping.drain_ends_at is None:
+        return text
+    left = stopping.drain_ends_at - now
+    # Rounded up: "ends in 0s" would be said while there is still a second to go.
+    return f"{text}, drain ends in {_duration(math.ceil(left))}" if left > 0 else \
+        f"{text}, drain over"
 
 
 def _totals(snapshot: Snapshot) -> Text:
@@ -339,6 +365,13 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
             f"running={t.get('running', 0)} done={t.get('done', 0)} dead={t.get('dead', 0)} "
             f"done_per_min={snapshot.done_per_min} pools={len(snapshot.pools)} "
             f"slots={len(snapshot.slots)} busy={busy}")
+    draining = [p.stopping for p in snapshot.pools if p.stopping is not None]
+    if draining:
+        # Summed over the stopping pools; the drain that ends last is the one to wait for.
+        line += f" stopping={sum(d.running for d in draining)}"
+        ends = [d.drain_ends_at for d in draining if d.drain_ends_at is not None]
+        if len(ends) == len(draining):
+            line += f" drain_ends_in={max(0, math.ceil(max(ends) - snapshot.taken_at))}s"
     return [line]
 
 
@@ -347,6 +380,14 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
 #: Seconds between plain lines when stdout is not a terminal: a line per refresh
 #: would flood a log file.
 PLAIN_EVERY = 5.0
+
+#: An empty line under the live frame, where the cursor waits. Without it the
+#: cursor waits at the end of the frame's last row, which fills the terminal's
+#: width: the ``^C`` the terminal echoes on Ctrl-C wraps onto a new row, the
+#: frame is redrawn one row lower, and its header stays behind on screen. On its
+#: own line the echo is erased with the frame on the next redraw. ``render``
+#: leaves it room: a frame is at most ``height - 1`` lines.
+_CURSOR_LINE = Text("")
 
 
 def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
@@ -376,17 +417,23 @@ def _live(store: SQLiteStore, console: Console, refresh: float, stop: threading.
     snapshot, problem = read_snapshot(store), None
     took = time.monotonic() - started
     with Live(console=console, screen=False, auto_refresh=False, transient=False) as live:
-        while True:
-            live.update(render(snapshot, console.width, console.height, problem=problem),
-                        refresh=True)
-            if stop.wait(max(refresh, READ_PACING * took)):
-                return
-            started = time.monotonic()
-            try:
-                snapshot, problem = read_snapshot(store), None
-            except StoreError as exc:
-                problem = f"{exc} (showing the last frame)"
-            took = time.monotonic() - started
+        frame = render(snapshot, console.width, console.height, problem=problem)
+        try:
+            while True:
+                live.update(Group(frame, _CURSOR_LINE), refresh=True)
+                if stop.wait(max(refresh, READ_PACING * took)):
+                    return
+                started = time.monotonic()
+                try:
+                    snapshot, problem = read_snapshot(store), None
+                except StoreError as exc:
+                    problem = f"{exc} (showing the last frame)"
+                took = time.monotonic() - started
+                frame = render(snapshot, console.width, console.height, problem=problem)
+        finally:
+            # Live draws the last frame once more as it stops, from the cursor line
+            # up, then ends the line: the frame alone, so nothing trails it.
+            live.update(frame, refresh=False)
 
 
 def _plain(store: SQLiteStore, console: Console, every: float, stop: threading.Event) -> None:

@@ -66,5 +66,9 @@ class HookRunner:
             proc.join(max(0.0, end - time.time()))
         self.reap(float("inf"))
 
+    def pids(self) -> set[int]:
+        """The hook processes still running (the supervisor's own children)."""
+        return {proc.pid for proc, _deadline, _job_id in self._running if proc.pid}
+
     def __len__(self) -> int:
         return len(self._running)

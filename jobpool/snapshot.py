@@ -7,6 +7,7 @@ refresh stays cheap on a store holding a day of finished jobs.
 """
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,16 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobpool import core
+from jobpool import core, liveness
 from jobpool.errors import StoreError
 
 if TYPE_CHECKING:
     from jobpool.store.sqlite import SQLiteStore
-
-#: A pool whose heartbeat is older than this is not live: its supervisor writes
-#: one every second (``JOBPOOL_HEARTBEAT``), so ten missed beats mean it is gone
-#: or stuck, and its slots would show jobs that may no longer run.
-LIVE_WITHIN = 10.0
 
 #: Recent failures are looked for among this many newest attempts only, so a
 #: store whose last failure is a million attempts ago costs no scan to say so.
@@ -68,13 +64,25 @@ SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
  ORDER BY a.rowid DESC LIMIT :limit
 """
 
+#: R29 slots: the running rows, read with the counts so a slot row never lags
+#: them. The heartbeat's slot list is up to a beat old (a job dispatched since
+#: is missing from it); it still gives each slot's pid and RSS, which only the
+#: supervisor knows. A short range of ``jobs_status``: running rows are at most
+#: the live pools' slots, plus leases of dead pools not yet reclaimed.
+RUNNING_JOBS = """
+SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
+  FROM jobs INDEXED BY jobs_status WHERE status = 'running'
+"""
+
 #: Every statement read_snapshot runs, for the test that checks their query plans.
-SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES)
+SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS)
 
 
 @dataclass(frozen=True)
 class SlotView:
-    """One child slot of a live pool, as its supervisor last reported it.
+    """One child slot of a live pool: its job as the ``jobs`` table has it at
+    ``Snapshot.taken_at``, its ``pid`` and ``rss`` as the supervisor's last
+    heartbeat reported them.
 
     ``pool`` is the index of the slot's pool in ``Snapshot.pools``; ``elapsed``
     is seconds since the job started, as of ``Snapshot.taken_at``; ``rss`` is
@@ -126,8 +134,22 @@ class FailureView:
 
 
 @dataclass(frozen=True)
+class DrainView:
+    """A pool in a graceful stop (R25): its jobs still running, as of its last
+    heartbeat, and when it stops waiting for them (a Unix time; None when its
+    drain has no end)."""
+
+    running: int
+    drain_ends_at: float | None
+
+
+@dataclass(frozen=True)
 class PoolView:
-    """One supervisor with a heartbeat in the ``pools`` table (R29a counters)."""
+    """One supervisor with a heartbeat in the ``pools`` table (R29a counters).
+
+    ``stopping`` is set while the pool drains; ``counters`` holds the integer
+    counters only (not ``stopping``, nor ``scale_refused``'s text).
+    """
 
     owner: str
     host: str
@@ -138,6 +160,7 @@ class PoolView:
     started_at: float
     heartbeat_at: float
     counters: Mapping[str, int] = field(default_factory=dict)
+    stopping: DrainView | None = None
 
     @property
     def busy(self) -> int:
@@ -153,7 +176,8 @@ class Snapshot:
     """Everything one dashboard frame shows, read at ``taken_at``.
 
     ``pools`` and ``slots`` are the live pools only; ``stale_pools`` counts the
-    rows whose heartbeat is older than LIVE_WITHIN. ``totals`` has the keys
+    rows of pools that are dead (``jobpool.liveness``: process gone, or no
+    heartbeat for ``DEAD_AFTER``) and not yet buried by a running pool. ``totals`` has the keys
     ready, scheduled, running, done, dead (as ``store.stats()``);
     ``done_per_min`` is the jobs finished in the minute before ``taken_at``.
     """
@@ -196,15 +220,16 @@ def read_snapshot(store: SQLiteStore, now: float | None = None, *,
             recent = dict(conn.execute(DONE_SINCE, {"since": now - 60.0}).fetchall())
             failed = conn.execute(RECENT_FAILURES, {"window": FAILURE_WINDOW,
                                                     "limit": failures}).fetchall()
-            rows = store.pools()
+            running = conn.execute(RUNNING_JOBS).fetchall()
+            rows = store.pools(now)
     except sqlite3.Error as exc:
         raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
-    live = [p for p in rows if now - p["heartbeat_at"] < LIVE_WITHIN]
+    live = liveness.live_pools(rows)
     pools = tuple(_pool_view(p) for p in live)
     queues = _queue_views(counts, recent, [q for p in pools for q in p.queues])
     totals = _totals(queues, done)
     return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
-                    slots=tuple(_slot_views(live, now)), queues=queues,
+                    slots=tuple(_slot_views(live, running, now)), queues=queues,
                     failures=tuple(_failure_view(r) for r in failed), totals=totals,
                     done_per_min=sum(recent.values()), stale_pools=len(rows) - len(live))
 
@@ -219,21 +244,71 @@ def _read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def _pool_view(row: Mapping[str, Any]) -> PoolView:
+    counters = row["counters"]
     return PoolView(owner=row["owner"], host=row["host"], pid=row["pid"], procs=row["procs"],
                     queues=tuple(q for q in row["queues"].split(",") if q), core=row["core"],
                     started_at=row["started_at"], heartbeat_at=row["heartbeat_at"],
-                    counters=dict(row["counters"]))
+                    counters={k: v for k, v in counters.items()
+                              if isinstance(v, int) and not isinstance(v, bool)},
+                    stopping=_drain_view(counters.get("stopping")))
 
 
-def _slot_views(pools: Sequence[Mapping[str, Any]], now: float) -> Iterator[SlotView]:
+def _drain_view(value: Any) -> DrainView | None:
+    """The ``stopping`` counter a stopping supervisor writes (R25); a value of
+    another shape (a row from another version) reads as not stopping."""
+    if not isinstance(value, Mapping):
+        return None
+    running, ends = value.get("running"), value.get("drain_ends_at")
+    if not isinstance(running, int) or isinstance(running, bool):
+        return None
+    if isinstance(ends, bool) or not isinstance(ends, int | float) or not math.isfinite(ends):
+        ends = None  # ``--drain inf``: the pool waits for its jobs however long they take
+    return DrainView(running=running, drain_ends_at=ends)
+
+
+def _slot_views(pools: Sequence[Mapping[str, Any]], running: Sequence[tuple],
+                now: float) -> Iterator[SlotView]:
+    """Each live pool's slots, with the jobs its running rows say they run.
+
+    A running row goes to the slot the heartbeat put its job in; the rows the
+    heartbeat has not seen yet (dispatched since) go to the slots it reported
+    idle or running a job that is no longer running, in slot order. A slot whose
+    job finished since the heartbeat and that has no new row is idle.
+    """
+    by_owner: dict[str, dict[int, tuple]] = {}
+    for job in running:
+        by_owner.setdefault(job[2], {})[job[0]] = job
     for index, pool in enumerate(pools):
+        rows = by_owner.get(pool["owner"], {})
+        reported = {s["job_id"]: s for s in pool["slots"] if s.get("job_id") in rows}
+        unseen = sorted((r for r in rows.values() if r[0] not in reported),
+                        key=lambda r: (r[4] or 0.0, r[0]))
         for s in pool["slots"]:
-            started = s.get("started")
-            yield SlotView(pool=index, slot=s["slot"], pid=s.get("pid"), job_id=s.get("job_id"),
-                           name=s.get("name"), attempt=s.get("attempt"), started=started,
-                           elapsed=None if started is None else max(0.0, now - started),
-                           timeout=s.get("timeout"), progress=s.get("progress"),
-                           stage=s.get("stage"), rss=s.get("rss"))
+            job_id = s.get("job_id")
+            row: tuple | None = rows.get(job_id) if reported.get(job_id) is s else None
+            if row is None and unseen:
+                row = unseen.pop(0)
+            yield _slot_view(index, s["slot"], s, row, now)
+        # Rows left over run in slots the heartbeat did not list: one a scale-up
+        # added since, or one retiring after a scale-down (its job still runs).
+        last = max((s["slot"] for s in pool["slots"]), default=-1)
+        for extra, left in enumerate(unseen, last + 1):
+            yield _slot_view(index, extra, {}, left, now)
+
+
+def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
+               now: float) -> SlotView:
+    if row is None:
+        return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), rss=beat.get("rss"))
+    job_id, name, _owner, attempt, started, timeout, progress, stage = row
+    if (beat.get("job_id"), beat.get("attempt")) != (job_id, attempt):
+        # Progress reaches the row at a heartbeat; this attempt has had none yet,
+        # so what the row holds is the last report of an earlier attempt (R22).
+        progress = stage = None
+    return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), job_id=job_id, name=name,
+                    attempt=attempt, started=started,
+                    elapsed=None if started is None else max(0.0, now - started),
+                    timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"))
 
 
 def _queue_views(counts: Sequence[tuple], recent: Mapping[str, int],

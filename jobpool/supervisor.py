@@ -23,7 +23,7 @@ from typing import Any
 
 import multiprocess
 
-from jobpool import bounds, core, events, jobs, liveness, procinfo, protocol
+from jobpool import bounds, core, events, jobs, liveness, procinfo, proctree, protocol
 from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -172,7 +172,7 @@ class Supervisor:
         self.rng = rng or random.Random()
         self.pending: list[tuple] = []
         self.counters = dict(claimed=0, completed=0, retried=0, dead=0, lost=0, crashes=0,
-                             settle_failures=0)
+                             settle_failures=0, strays_killed=0)
         self._ctx = multiprocess.get_context("fork")
         self._selector = selectors.DefaultSelector()
         self._stop_requests = 0
@@ -220,6 +220,8 @@ class Supervisor:
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0: clean)."""
         self._install_signals()
+        # R40: orphans of a killed child are reparented here, not to PID 1.
+        proctree.become_subreaper()
         self._listener = Listener(self.store.path)
         if self._listener.sock is not None:
             self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
@@ -395,11 +397,14 @@ class Supervisor:
             conn.close()
 
     def _outcome(self, slot: Slot, message: tuple) -> None:
-        _tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring = message
+        (_tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring,
+         strays) = message
         if slot.job is None or slot.job[0] != job_id or slot.job[4] != attempt:
             return  # a reply for a job this slot no longer holds (it was killed)
         self.pending.append((job_id, attempt, kind, error, delay, result, slot.pid, "0",
                              peak_rss, cpu_s))
+        if strays:
+            self._strays_killed(strays, job_id, slot.job[1], attempt)
         if retiring:
             slot.retiring = True  # it exits now; its exit sentinel brings a fresh child
         self._free(slot)
@@ -442,6 +447,13 @@ class Supervisor:
             slot.conn.close()
             slot.conn = None
         cause = procinfo.exit_cause(code)
+        # R40: a child killed mid-job (timeout, crash, cancel, stop) leaves what its job
+        # started reparented to us, a subreaper: kill it with the attempt.
+        strays = proctree.kill_strays(exclude=self._known_children())
+        if strays:
+            job = slot.job
+            self._strays_killed(strays, job[0] if job else None, job[1] if job else None,
+                                job[4] if job else None)
         if slot.job is not None:
             job_id, attempt = slot.job[0], slot.job[4]
             if slot.killing is not None:
@@ -469,6 +481,16 @@ class Supervisor:
             self._spawn(slot)
         else:
             self._trim_slots()
+
+    def _known_children(self) -> frozenset[int]:
+        """Our own children (slot children, hook processes): never strays."""
+        pids = {slot.pid for slot in self.slots if slot.proc is not None}
+        return frozenset(pids | self._hooks.pids())
+
+    def _strays_killed(self, count: int, job_id: int | None, name: str | None,
+                       attempt: int | None) -> None:
+        self.counters["strays_killed"] += count
+        events.emit(events.STRAYS_KILLED, job_id=job_id, name=name, attempt=attempt, processes=count)
 
     def _check_memory(self, now: float) -> None:
         """Kill a child whose RSS passed its job's memory limit; a crash (R19)."""
@@ -510,12 +532,19 @@ class Supervisor:
         self.table.extend_deadline(slot.index, math.inf)
 
     def _signal(self, slot: Slot, signum: int) -> None:
+        """Signal a child and its job's process group (R40): the job's own subprocesses
+        get the same SIGTERM grace as the job; anything that left the group is killed
+        when the child's exit is reaped."""
         if slot.proc is None:
             return
         try:
-            os.kill(slot.pid, signum)
-        except ProcessLookupError:
-            pass
+            os.killpg(slot.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            # Not yet its own group leader (just forked): the child alone.
+            try:
+                os.kill(slot.pid, signum)
+            except ProcessLookupError:
+                pass
 
     def _free_slots(self) -> list[int]:
         procs = self.config.procs
@@ -585,6 +614,9 @@ class Supervisor:
                 proc.kill()
                 proc.join(1.0)
             slot.proc = None
+        strays = proctree.kill_strays(exclude=self._known_children())
+        if strays:
+            self._strays_killed(strays, None, None, None)
 
     # -- the store ------------------------------------------------------------------------
 

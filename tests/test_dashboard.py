@@ -17,8 +17,8 @@ import jobpool
 from jobpool import dashboard
 from jobpool.dashboard import plain_lines, render, run_top
 from jobpool.errors import StoreError
-from jobpool.snapshot import (SNAPSHOT_QUERIES, FailureView, PoolView, QueueView, SlotView,
-                              Snapshot, read_snapshot)
+from jobpool.snapshot import (SNAPSHOT_QUERIES, DrainView, FailureView, PoolView, QueueView,
+                              SlotView, Snapshot, read_snapshot)
 from jobpool.store import sql
 
 NOW = 1_700_000_000.0
@@ -67,6 +67,45 @@ def line_with(lines: list[str], *needles: str) -> str:
     matches = [line for line in lines if all(n in line for n in needles)]
     assert matches, f"no line with {needles} in:\n" + "\n".join(lines)
     return matches[0]
+
+
+_TERMINAL_OUTPUT = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]|(.)",
+                              re.S)
+
+
+def screen_after(output: str, width: int = 80) -> list[str]:
+    """The rows a terminal ``width`` columns wide holds, scrollback included, after
+    ``output``: enough of a VT100 for what rich's Live writes (text with auto-wrap,
+    CR, LF as a tty's ONLCR sends it, cursor up, erase line); colours are ignored."""
+    rows: list[list[str]] = [[]]
+    row = col = 0
+    wrap = False  # the cursor is past the last column: the next character starts a row
+    for match in _TERMINAL_OUTPUT.finditer(output):
+        args, command, char = match.groups()
+        if command == "A":
+            row, wrap = max(0, row - int(args or 1)), False
+        elif command == "K":
+            rows[row] = [] if args == "2" else rows[row][:col]
+        elif char == "\r":
+            col, wrap = 0, False
+        elif char == "\n":
+            row, col, wrap = row + 1, 0, False
+        elif char is not None and char >= " ":
+            if wrap:
+                row, col, wrap = row + 1, 0, False
+            rows.extend([] for _ in range(row + 1 - len(rows)))
+            line = rows[row]
+            line.extend(" " * (col + 1 - len(line)))
+            line[col] = char
+            col += 1
+            if col == width:
+                col, wrap = width - 1, True
+        rows.extend([] for _ in range(row + 1 - len(rows)))
+    return ["".join(line).rstrip() for line in rows]
+
+
+def header_lines(screen: list[str]) -> list[str]:
+    return [line for line in screen if line.startswith("jobpool ")]
 
 
 # -- what a person looks for -----------------------------------------------------------------
@@ -130,6 +169,63 @@ def test_without_live_pools_the_frame_says_so():
     assert any("no live pool on this store" in line for line in lines)
 
 
+def stopping(snap: Snapshot, running: int = 2, ends_in: float | None = 25.0) -> Snapshot:
+    drain = DrainView(running=running, drain_ends_at=None if ends_in is None else NOW + ends_in)
+    return replace(snap, pools=tuple(replace(p, stopping=drain) for p in snap.pools))
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_a_stopping_pool_says_how_many_jobs_still_run_and_when_its_drain_ends(width):
+    lines = frame(stopping(snapshot()), width)
+    header = lines[:lines.index(line_with(lines, "slot", "pid"))]
+    assert "stopping: 2 running, drain ends in 25s" in header
+    assert max(map(len, lines)) <= width and len(lines) <= 23
+
+
+def test_a_pool_that_is_not_stopping_shows_no_stopping_line():
+    assert not any("stopping" in line for line in frame(snapshot()))
+
+
+def test_the_drain_counts_down_rounded_up_then_says_it_is_over():
+    assert "drain ends in 1s" in frame(stopping(snapshot(), ends_in=0.2))[2]
+    assert frame(stopping(snapshot(), ends_in=-3))[2] == "stopping: 2 running, drain over"
+    assert frame(stopping(snapshot(), ends_in=None))[2] == "stopping: 2 running"
+
+
+def test_with_several_pools_each_stopping_one_is_named_on_one_line():
+    snap = crowded(4, n_pools=3)
+    snap = replace(snap, pools=(snap.pools[0], stopping(snap).pools[1], snap.pools[2]))
+    lines = frame(snap)
+    assert [line for line in lines if "stopping" in line] == \
+        ["worker-1:901 stopping: 2 running, drain ends in 25s"]
+
+
+def test_plain_mode_says_a_pool_is_stopping():
+    line = plain_lines(stopping(snapshot(), ends_in=4.5))[0]
+    assert line.endswith(" stopping=2 drain_ends_in=5s")
+    assert "stopping" not in plain_lines(snapshot())[0]
+
+
+def test_the_frame_left_on_exit_shows_its_header_once_after_a_ctrl_c_echo(monkeypatch):
+    # Given top on an 80-column terminal, where the frame's last row fills the width
+    monkeypatch.setattr(dashboard, "read_snapshot", lambda store: snapshot())
+    out = io.StringIO()
+    console = Console(file=out, width=80, height=24, force_terminal=True, color_system=None)
+
+    class CtrlC(threading.Event):
+        def wait(self, timeout=None):
+            out.write("^C")  # what the terminal echoes when Ctrl-C is typed
+            raise KeyboardInterrupt
+    # When Ctrl-C stops it
+    run_top(None, console, stop=CtrlC())
+    # Then the screen holds the last frame once, without the echo, and a fresh line under it
+    screen = screen_after(out.getvalue())
+    assert len(header_lines(screen)) == 1
+    assert not any("^C" in line for line in screen)
+    last = line_with(screen, "77", "RuntimeError: boom")
+    assert screen[screen.index(last) + 1:] == [""]
+
+
 # -- fitting the terminal --------------------------------------------------------------------------
 
 def crowded(n_slots: int, n_pools: int = 1) -> Snapshot:
@@ -148,8 +244,9 @@ def crowded(n_slots: int, n_pools: int = 1) -> Snapshot:
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (160, 24), (160, 50), (100, 30)])
-@pytest.mark.parametrize("snap", [snapshot(), crowded(30), crowded(8, n_pools=3)],
-                         ids=["few", "30 slots", "3 pools"])
+@pytest.mark.parametrize("snap", [snapshot(), crowded(30), crowded(8, n_pools=3),
+                                  stopping(crowded(8, n_pools=3), running=8, ends_in=10**6)],
+                         ids=["few", "30 slots", "3 pools", "3 pools stopping"])
 def test_no_line_is_wider_than_the_terminal_and_the_frame_never_scrolls(snap, width, height):
     lines = frame(snap, width, height)
     assert max(len(line) for line in lines) <= width
@@ -188,10 +285,10 @@ def test_plain_mode_is_one_status_line_with_the_totals():
 OWNER = "host-a:4242:abcd"
 
 
-def insert_pool(store, owner: str, heartbeat: float, slots: list[dict]) -> None:
+def insert_pool(store, owner: str, heartbeat: float, slots: list[dict], **counters) -> None:
     params = {"owner": owner, "host": owner.split(":")[0], "pid": 4242, "procs": len(slots),
               "queues": "default,mail,idle", "core": "pure", "now": heartbeat,
-              "counters": json.dumps({"claimed": 9, "completed": 4, "busy": 1}),
+              "counters": json.dumps({"claimed": 9, "completed": 4, "busy": 1, **counters}),
               "slots": json.dumps(slots)}
     store.conn.execute(sql.UPSERT_POOL, params).fetchall()
 
@@ -217,7 +314,7 @@ def world(tmp_path):
         ids[key] = s.enqueue_with("t.job", args=(key,), queue=queue, delay=delay, now=now - 700).id
     run = s.conn.execute
     run("UPDATE jobs SET status = 'running', lease_owner = ?, attempts = 1, started_at = ?, "
-        "timeout = 300 WHERE id = ?", (OWNER, now - 12, ids["r1"]))
+        "timeout = 300, progress = 40, stage = 'step 2' WHERE id = ?", (OWNER, now - 12, ids["r1"]))
     for key, ago in [("d1", 30), ("d2", 5), ("d3", 600), ("d4", 10)]:
         run("UPDATE jobs SET status = 'done', finished_at = ? WHERE id = ?", (now - ago, ids[key]))
     run("UPDATE jobs SET status = 'dead', finished_at = ?, last_error = ? WHERE id = ?",
@@ -270,6 +367,94 @@ def test_read_snapshot_shows_slots_of_live_pools_only(world):
     assert (running.timeout, running.progress, running.stage, running.rss) == \
         (300.0, 40.0, "step 2", 31 << 20)
     assert not free.busy and free.pid == 5002
+
+
+def idle_slot(slot: int, pid: int) -> dict:
+    return {"slot": slot, "pid": pid, "job_id": None, "name": None, "attempt": None,
+            "started": None, "timeout": None, "progress": None, "stage": None, "rss": 20 << 20}
+
+
+def run_job(store, job_id: int, started: float, attempt: int = 1, progress=None) -> None:
+    store.conn.execute("UPDATE jobs SET status = 'running', lease_owner = ?, attempts = ?, "
+                       "started_at = ?, timeout = 60, progress = ? WHERE id = ?",
+                       (OWNER, attempt, started, progress, job_id))
+
+
+def test_a_job_dispatched_since_the_last_heartbeat_shows_in_its_slot(tmp_path):
+    # Given a heartbeat that saw both slots idle, and a job the pool claimed since
+    s = jobpool.connect(tmp_path / "s.db")
+    now = time.time()
+    job = s.enqueue("t.job", "a").id
+    insert_pool(s, OWNER, now - 0.9, [idle_slot(0, 5001), idle_slot(1, 5002)])
+    run_job(s, job, now - 0.3)
+    # When the dashboard reads the store
+    snap = read_snapshot(s, now)
+    # Then the job is in a slot, with the pid the heartbeat gave that slot
+    first, second = snap.slots
+    assert (first.job_id, first.name, first.attempt, first.timeout, first.pid) == \
+        (job, "t.job", 1, 60.0, 5001)
+    assert first.elapsed == pytest.approx(0.3) and not second.busy
+    assert snap.totals["running"] == sum(slot.busy for slot in snap.slots)
+    console = Console(record=True, width=80, height=24, file=io.StringIO())
+    console.print(render(snap, 80, 24))
+    assert line_with(console.export_text().splitlines(), "5001", str(job), "t.job", "0s/60s")
+    s.close()
+
+
+def test_slot_rows_follow_the_running_rows_not_the_heartbeat(tmp_path):
+    # Given a heartbeat that saw slot 0 run a job still running, slot 1 one finished
+    # since, slot 2 idle; and two jobs claimed since the heartbeat
+    s = jobpool.connect(tmp_path / "s.db")
+    now = time.time()
+    still, finished, new1, new2 = (s.enqueue("t.job", k).id for k in "abcd")
+    beat = [dict(idle_slot(0, 5001), job_id=still, name="t.job", attempt=1, started=now - 9,
+                 timeout=60.0, progress=30.0, stage="s"),
+            dict(idle_slot(1, 5002), job_id=finished, name="t.job", attempt=1, started=now - 5,
+                 timeout=60.0),
+            idle_slot(2, 5003)]
+    insert_pool(s, OWNER, now - 0.8, beat)
+    run_job(s, still, now - 9, progress=30.0)
+    run_job(s, new1, now - 0.5)
+    run_job(s, new2, now - 0.2, attempt=2, progress=70.0)  # 70: the report of attempt 1
+    s.conn.execute("UPDATE jobs SET status = 'done', finished_at = ? WHERE id = ?",
+                   (now - 0.6, finished))
+    # When the dashboard reads the store
+    slots = read_snapshot(s, now).slots
+    # Then each running row is in one slot, the new ones in claim order, and a new
+    # attempt shows none of the progress its earlier attempt reported
+    assert [(v.slot, v.pid, v.job_id) for v in slots] == \
+        [(0, 5001, still), (1, 5002, new1), (2, 5003, new2)]
+    assert slots[0].progress == 30.0 and slots[0].elapsed == pytest.approx(9.0)
+    assert (slots[2].attempt, slots[2].progress) == (2, None)
+    s.close()
+
+
+def test_a_slot_whose_job_finished_since_the_heartbeat_is_idle(world):
+    world.store.conn.execute("UPDATE jobs SET status = 'done', lease_owner = NULL, "
+                             "finished_at = ? WHERE id = ?", (world.now - 0.2, world.ids["r1"]))
+    first, second = read_snapshot(world.store, world.now).slots
+    assert (first.busy, first.pid, first.rss) == (False, 5001, 31 << 20)
+    assert not second.busy
+
+
+def test_read_snapshot_carries_a_stopping_pools_drain(world):
+    # Given the heartbeat of a pool in a graceful stop
+    insert_pool(world.store, OWNER, world.now - 0.2, [], busy=1, scale_refused="asked for 9",
+                stopping={"running": 1, "drain_ends_at": world.now + 4.5})
+    # When the dashboard reads it
+    snap = read_snapshot(world.store, world.now)
+    # Then the pool says how many jobs still run and when its drain ends
+    (live,) = snap.pools
+    assert live.stopping == DrainView(running=1, drain_ends_at=world.now + 4.5)
+    assert live.busy == 1 and "stopping" not in live.counters
+    assert "scale_refused" not in live.counters
+    console = Console(record=True, width=80, height=24, file=io.StringIO())
+    console.print(render(snap, 80, 24))
+    assert "stopping: 1 running, drain ends in 5s" in console.export_text().splitlines()
+
+
+def test_a_pool_that_is_not_stopping_reads_as_such(world):
+    assert [p.stopping for p in read_snapshot(world.store, world.now).pools] == [None]
 
 
 def test_read_snapshot_leaves_no_transaction_open(world):

@@ -1,6 +1,7 @@
-"""`jobpool start` on a real pseudo-terminal shows the live dashboard (R29)."""
+"""`jobpool start` and `jobpool top` on a real pseudo-terminal show the live dashboard (R29)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
@@ -10,8 +11,9 @@ import struct
 import subprocess
 import sys
 import termios
-import fcntl
 import time
+
+from .test_dashboard import header_lines, screen_after
 
 APP = """
 import time
@@ -26,48 +28,120 @@ def slow_file(name):
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
 
+class Terminal:
+    """A jobpool command on an 80x24 pseudo-terminal, and all it wrote there."""
+
+    def __init__(self, app, *args: str) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the command on the terminal
+            os.chdir(app.dir)
+            env = dict(app.env, TERM="xterm-256color", COLUMNS="80", LINES="24",
+                       JOBPOOL_HEARTBEAT="0.2")
+            os.execve(sys.executable, [sys.executable, "-m", "jobpool", *args], env)
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        self.output: list[str] = []
+        self.status: int | None = None
+
+    @property
+    def text(self) -> str:
+        return _ANSI.sub("", "".join(self.output))
+
+    def read_until(self, needles, pattern=None, timeout: float = 45) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not self._read(0.2):
+                break
+            text = self.text
+            if all(n in text for n in needles) and (pattern is None or re.search(pattern, text)):
+                return text
+        raise AssertionError("screen never showed " + repr(needles) + ":\n" + self.text[-3000:])
+
+    def press_ctrl_c(self) -> None:
+        os.write(self.fd, b"\x03")  # the line discipline signals the foreground and echoes ^C
+
+    def wait(self, timeout: float = 45) -> int:
+        """Read to the end of the output and reap the command; its exit code."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self._read(0.2):
+            pass
+        _, status = os.waitpid(self.pid, 0)
+        self.status = status
+        return os.waitstatus_to_exitcode(status)
+
+    def close(self) -> None:
+        if self.status is None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+    def _read(self, wait: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], wait)
+        if ready:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:  # EIO: the command has exited and closed the terminal
+                return False
+            if not chunk:
+                return False
+            self.output.append(chunk.decode("utf-8", "replace"))
+        return True
+
+
 def test_start_on_a_terminal_shows_slots_queues_and_progress(make_app):
     app = make_app(APP)
     app.store().enqueue_many("imports.slow_file", [("a.csv",), ("b.csv",), ("c.csv",)])
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: a pool on the terminal, 80x24
-        os.chdir(app.dir)
-        env = dict(app.env, TERM="xterm-256color", COLUMNS="80", LINES="24",
-                   JOBPOOL_HEARTBEAT="0.2")
-        os.execve(sys.executable, [sys.executable, "-m", "jobpool", "start", "--app", app.module,
-                                   "--db", str(app.db), "--procs", "2"], env)
+    term = Terminal(app, "start", "--app", app.module, "--db", str(app.db), "--procs", "2")
     try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-        screen = []
-
-        def read_until(needles, pattern=None):
-            end = time.monotonic() + 45
-            while time.monotonic() < end:
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if ready:
-                    try:
-                        screen.append(os.read(fd, 65536).decode("utf-8", "replace"))
-                    except OSError:
-                        break
-                text = _ANSI.sub("", "".join(screen))
-                if all(n in text for n in needles) and (pattern is None or re.search(pattern, text)):
-                    return text
-            raise AssertionError("screen never showed " + repr(needles) + ":\n"
-                                 + _ANSI.sub("", "".join(screen))[-3000:])
-
         # The queue row: one job ready, both slots' jobs running.
-        text = read_until(["imports.slow_file", "parsing", "40%"], r"default\s+1\s+0\s+2\s+0")
+        term.read_until(["imports.slow_file", "parsing", "40%"], r"default\s+1\s+0\s+2\s+0")
         # Each busy slot shows its child's pid (children are the pool's only children).
-        found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+        found = subprocess.run(["pgrep", "-P", str(term.pid)], capture_output=True, text=True)
         children = found.stdout.split()
         assert len(children) == 2, found
-        text = read_until(children)
+        text = term.read_until(children)
         for line in text.splitlines():
             assert len(line) <= 80, line
+        os.kill(term.pid, signal.SIGTERM)
+        os.kill(term.pid, signal.SIGTERM)  # second one: stop at once, releasing leases
+        assert term.wait() == 0
     finally:
-        os.kill(pid, signal.SIGTERM)
-        os.kill(pid, signal.SIGTERM)  # second one: stop at once, releasing leases
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 0
+        term.close()
     assert app.store().stats()["running"] == 0  # leases released on the way out
+
+
+def test_ctrl_c_on_start_shows_the_drain_and_leaves_the_last_frame_once(make_app):
+    app = make_app(APP)
+    app.store().enqueue_many("imports.slow_file", [("a.csv",), ("b.csv",), ("c.csv",)])
+    term = Terminal(app, "start", "--app", app.module, "--db", str(app.db), "--procs", "2",
+                    "--drain", "30")
+    try:
+        term.read_until(["imports.slow_file", "parsing", "40%"], r"default\s+1\s+0\s+2\s+0")
+        # When Ctrl-C asks for a graceful stop, the frame says the pool is draining
+        term.press_ctrl_c()
+        term.read_until(["stopping: 2 running, drain ends in"])
+        # and a second Ctrl-C stops it at once
+        term.press_ctrl_c()
+        assert term.wait() == 0
+    finally:
+        term.close()
+    # Then the terminal holds the last frame once: the echoed ^C moved no redraw down
+    screen = screen_after("".join(term.output))
+    assert len(header_lines(screen)) == 1, "\n".join(screen)
+    assert not any("^C" in line for line in screen)
+
+
+def test_ctrl_c_on_top_leaves_the_last_frame_once(make_app):
+    app = make_app(APP)
+    app.store().enqueue_many("imports.slow_file", [("a.csv",), ("b.csv",)])
+    term = Terminal(app, "top", "--db", str(app.db), "--refresh", "0.2")
+    try:
+        term.read_until(["no live pool"], r"default\s+2\s+0\s+0\s+0")
+        time.sleep(0.5)  # a few redraws
+        term.press_ctrl_c()
+        assert term.wait() == 0
+    finally:
+        term.close()
+    screen = screen_after("".join(term.output))
+    assert len(header_lines(screen)) == 1, "\n".join(screen)
+    assert not any("^C" in line for line in screen)
+    assert re.match(r"default\s+2\s+0\s+0\s+0\s+0$", [line for line in screen if line][-1])
