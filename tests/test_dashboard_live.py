@@ -109,6 +109,14 @@ def test_start_on_a_terminal_shows_slots_queues_and_progress(make_app):
     assert app.store().stats()["running"] == 0  # leases released on the way out
 
 
+def _last_frame_once(term) -> list[str]:
+    """The screen after exit holds one header and no echoed ^C; returns its lines."""
+    screen = screen_after("".join(term.output))
+    assert len(header_lines(screen)) == 1, "\n".join(screen)
+    assert not any("^C" in line for line in screen)
+    return screen
+
+
 def test_ctrl_c_on_start_shows_the_drain_and_leaves_the_last_frame_once(make_app):
     app = make_app(APP)
     app.store().enqueue_many("imports.slow_file", [("a.csv",), ("b.csv",), ("c.csv",)])
@@ -125,9 +133,7 @@ def test_ctrl_c_on_start_shows_the_drain_and_leaves_the_last_frame_once(make_app
     finally:
         term.close()
     # Then the terminal holds the last frame once: the echoed ^C moved no redraw down
-    screen = screen_after("".join(term.output))
-    assert len(header_lines(screen)) == 1, "\n".join(screen)
-    assert not any("^C" in line for line in screen)
+    _last_frame_once(term)
 
 
 def test_ctrl_c_on_top_leaves_the_last_frame_once(make_app):
@@ -141,7 +147,5 @@ def test_ctrl_c_on_top_leaves_the_last_frame_once(make_app):
         assert term.wait() == 0
     finally:
         term.close()
-    screen = screen_after("".join(term.output))
-    assert len(header_lines(screen)) == 1, "\n".join(screen)
-    assert not any("^C" in line for line in screen)
+    screen = _last_frame_once(term)
     assert re.match(r"default\s+2\s+0\s+0\s+0\s+0$", [line for line in screen if line][-1])
