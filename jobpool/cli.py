@@ -360,7 +360,7 @@ def _with_dashboard(supervisor, db: str, out: Console) -> int:
 
     from jobpool.dashboard import run_top
     stop = threading.Event()
-    viewer = connect(db, create=False)
+    viewer = connect(db, readonly=True)
     thread = threading.Thread(target=run_top, args=(viewer, out), name="jobpool-dashboard",
                               kwargs={"stop": stop}, daemon=True)
     thread.start()
@@ -443,10 +443,11 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
-    store = connect(args.db, create=False)
+    store = connect(args.db, readonly=True)
     counts = store.stats()
+    unserved = store.unserved()
     if args.json:
-        print(json.dumps(counts))
+        print(json.dumps(dict(counts, unserved=unserved)))
         return 0
     supervisors = counts.pop("supervisors")
     table = _table(title=f"jobpool store {store.path}", title_justify="left")
@@ -459,8 +460,16 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
                   f"{pool.get('retried', 0)} retried, {pool.get('dead', 0)} dead, "
                   f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle failures",
                   highlight=False)
+    _print_unserved(out, unserved)
     out.print(f"core: {core.NAME}")
     return 0
+
+
+def _print_unserved(out: _Stdout, unserved: list[dict[str, Any]]) -> None:
+    """R28: ready jobs that no running pool serves would wait for ever unseen."""
+    for group in unserved:
+        out.print(f"ready, no running pool serves it: {group['count']} x {group['name']} "
+                  f"(queue {group['queue']})", markup=False, highlight=False)
 
 
 _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "key", "priority",
@@ -468,7 +477,7 @@ _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "ke
 
 
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
-    store = connect(args.db, create=False)
+    store = connect(args.db, readonly=True)
     rows = store.list_jobs(status=args.status, name=args.name, chain=args.chain, limit=args.limit)
     if args.json:
         print(json.dumps([{k: row[k] for k in _LIST_FIELDS} for row in rows]))
@@ -485,7 +494,7 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
-    store = connect(args.db, create=False)
+    store = connect(args.db, readonly=True)
     row = store.get(args.id)
     row["attempt_log"] = store.attempts(args.id)
     if args.json:
@@ -547,7 +556,7 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
-    store = connect(args.db, create=False)
+    store = connect(args.db, readonly=True)
     rows = store.dead.list(name=args.name, limit=args.limit)
     if args.json:
         print(json.dumps([{k: row[k] for k in _LIST_FIELDS + ("finished_at",)} for row in rows]))
@@ -601,7 +610,7 @@ def cmd_dead_purge(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
-    store = connect(args.db, create=False)
+    store = connect(args.db, readonly=True)
     pools = store.pools()
     if args.json:
         print(json.dumps(pools))
@@ -631,6 +640,7 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     out.print(table)
     for line in refusals:
         out.print(line, markup=False, highlight=False)
+    _print_unserved(out, store.unserved())
     return 0
 
 
@@ -689,7 +699,7 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
 
 def cmd_top(args: argparse.Namespace, out: _Stdout) -> int:
     from jobpool.dashboard import run_top
-    store = connect(args.db, create=False)
+    store = connect(args.db, readonly=True)
     run_top(store, out.console, refresh=max(args.refresh, 0.1), once=args.once)
     return 0
 

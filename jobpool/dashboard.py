@@ -148,6 +148,8 @@ def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> 
         lines = [_where(snapshot, width), _totals(snapshot)]
     if any(p.stopping for p in snapshot.pools):
         lines.append(_stopping(snapshot))
+    if snapshot.unserved:
+        lines.append(_unserved(snapshot))
     if problem:
         lines.append(_line(Text(problem, style="bold red")))
     return lines
@@ -167,6 +169,14 @@ def _where(snapshot: Snapshot, width: int) -> Text:
     store = _shorten_left(snapshot.store, max(width - fixed, 12))
     return _line(Text("jobpool ", style="bold"), Text(store, style="cyan"), core, live, "  ",
                  Text(clock, style="dim"))
+
+
+def _unserved(snapshot: Snapshot) -> Text:
+    """R28: ready jobs no live pool serves (a name nobody registers, a queue nobody
+    reads) wait for ever; one line names them, largest first."""
+    groups = ", ".join(f"{u.count} {u.name}" + (f" ({u.queue})" if u.queue != "default" else "")
+                       for u in snapshot.unserved)
+    return _line(Text(f"ready, no pool serves: {groups}", style="bold yellow"))
 
 
 def _stopping(snapshot: Snapshot) -> Text:

@@ -32,10 +32,11 @@ SCALE_REFUSED = "scale_refused"
 POOL_DEAD = "pool_dead"
 STORE_GAVE_UP = "store_gave_up"
 STRAYS_KILLED = "strays_killed"
+UNSERVED_LEFT = "unserved_left"
 JOB_SCHEDULED = "job_scheduled"
 
 _WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED, POOL_DEAD,
-             STORE_GAVE_UP, STRAYS_KILLED}
+             STORE_GAVE_UP, STRAYS_KILLED, UNSERVED_LEFT}
 
 
 def emit(event: str, **fields: Any) -> None:

@@ -33,3 +33,17 @@ def pool_death(pool: Mapping[str, Any], now: float, dead_after: float = DEAD_AFT
 def live_pools(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of ``store.pools()`` whose supervisor is running."""
     return [pool for pool in pools if pool.get("dead") is None]
+
+
+def unserved(ready: list[tuple[str, str, int]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of ``(queue, name, count)`` ready groups, those no live pool serves, as
+    ``[{queue, name, count}]`` (R7, R28). Empty while no pool runs: then nothing
+    is served, and the pools list says so. A pool of an earlier release does not
+    record its names; it is taken to serve every name of its queues."""
+    if not live:
+        return []
+    served = [(set(p["queues"].split(",")), set(p["names"].split(",")) if p.get("names") else None)
+              for p in live]
+    return [{"queue": queue, "name": name, "count": count} for queue, name, count in ready
+            if not any(queue in queues and (names is None or name in names)
+                       for queues, names in served)]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobpool import core, liveness
 from jobpool.errors import StoreError
+from jobpool.store import sql
 
 if TYPE_CHECKING:
     from jobpool.store.sqlite import SQLiteStore
@@ -75,7 +76,8 @@ SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
 """
 
 #: Every statement read_snapshot runs, for the test that checks their query plans.
-SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS)
+SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
+                    sql.READY_BY_NAME)
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,10 @@ class Snapshot:
 
     ``pools`` and ``slots`` are the live pools only; ``stale_pools`` counts the
     rows of pools that are dead (``jobpool.liveness``: process gone, or no
-    heartbeat for ``DEAD_AFTER``) and not yet buried by a running pool. ``totals`` has the keys
-    ready, scheduled, running, done, dead (as ``store.stats()``);
-    ``done_per_min`` is the jobs finished in the minute before ``taken_at``.
+    heartbeat for ``DEAD_AFTER``) and not yet buried by a running pool.
+    ``totals`` has the keys ready, scheduled, running, done, dead (as
+    ``store.stats()``); ``done_per_min`` is the jobs finished in the minute before
+    ``taken_at``; ``unserved`` the ready jobs no live pool serves (R28).
     """
 
     taken_at: float
@@ -192,6 +195,16 @@ class Snapshot:
     totals: Mapping[str, int] = field(default_factory=_zero_totals)
     done_per_min: int = 0
     stale_pools: int = 0
+    unserved: tuple[UnservedView, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnservedView:
+    """Ready jobs of one name and queue that no live pool serves."""
+
+    queue: str
+    name: str
+    count: int
 
 
 def read_snapshot(store: SQLiteStore, now: float | None = None, *,
@@ -222,16 +235,19 @@ def read_snapshot(store: SQLiteStore, now: float | None = None, *,
                                                     "limit": failures}).fetchall()
             running = conn.execute(RUNNING_JOBS).fetchall()
             rows = store.pools(now)
+            live = liveness.live_pools(rows)
+            # Only with a live pool: with none, nothing is served and the header says so.
+            ready = conn.execute(sql.READY_BY_NAME).fetchall() if live else []
     except sqlite3.Error as exc:
         raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
-    live = liveness.live_pools(rows)
     pools = tuple(_pool_view(p) for p in live)
     queues = _queue_views(counts, recent, [q for p in pools for q in p.queues])
     totals = _totals(queues, done)
     return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
                     slots=tuple(_slot_views(live, running, now)), queues=queues,
                     failures=tuple(_failure_view(r) for r in failed), totals=totals,
-                    done_per_min=sum(recent.values()), stale_pools=len(rows) - len(live))
+                    done_per_min=sum(recent.values()), stale_pools=len(rows) - len(live),
+                    unserved=tuple(UnservedView(**u) for u in liveness.unserved(ready, live)))
 
 
 @contextmanager

@@ -239,6 +239,8 @@ class Supervisor:
             self._shutdown_children()
             self._run_hooks(time.time())
             self._hooks.wait(5.0)
+            if self.config.burst:
+                self._warn_unserved()
             self._leave_pools_table()
             self._checkpointer.stop()
             self._restore_signals()
@@ -772,6 +774,7 @@ class Supervisor:
                                     "drain_ends_at": self._drain_until}
         params = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
                   "procs": self.config.procs, "queues": ",".join(self.queues), "core": core.NAME,
+                  "names": ",".join(self.names),
                   "now": now, "counters": json.dumps(counters),
                   "slots": json.dumps(self._slot_views(now))}
         dirty = [s for s in self.slots if s.progress_dirty and s.job is not None]
@@ -858,6 +861,17 @@ class Supervisor:
         replaced.close()  # a wake-up still queued on it is lost: the claim below covers it
         self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
         self._want_claim = True
+
+    def _warn_unserved(self) -> None:
+        """R28: "drained" says nothing of ready jobs no pool serves (a name nobody
+        registers, a queue nobody reads); a --burst pool names them as it exits."""
+        try:
+            unserved = self.store.unserved()
+        except StoreError:
+            return
+        if unserved:
+            events.emit(events.UNSERVED_LEFT, jobs=", ".join(
+                f"{u['count']} x {u['name']} (queue {u['queue']})" for u in unserved))
 
     def _leave_pools_table(self) -> None:
         try:

@@ -38,12 +38,12 @@ def test_enqueue_start_status_and_jobs_round_trip(make_app):
 
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
     assert status == {"ready": 2, "scheduled": 1, "running": 0, "done": 0, "dead": 0,
-                      "supervisors": []}
+                      "supervisors": [], "unserved": []}
 
     app.start("--procs", "2")
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
     assert status == {"ready": 0, "scheduled": 1, "running": 0, "done": 2, "dead": 0,
-                      "supervisors": []}
+                      "supervisors": [], "unserved": []}
 
     listed = json.loads(app.cli("jobs", "list", "--status", "done", "--json", "--db", db,
                                 check=True).stdout)
@@ -105,7 +105,9 @@ def test_usage_mistakes_are_one_line_and_exit_2(make_app, args, needle):
     assert needle in line
 
 
-def test_a_store_with_other_tables_is_refused_and_left_alone(make_app):
+def test_a_read_only_command_refuses_another_applications_file_and_leaves_it_alone(make_app):
+    # R26a: only start, enqueue and connect() add jobpool's tables to such a file
+    # (tests/test_migrations.py); a mistyped --db of a reading command writes nothing.
     import sqlite3
     app = make_app(APP)
     path = app.dir / "other.db"
@@ -114,8 +116,9 @@ def test_a_store_with_other_tables_is_refused_and_left_alone(make_app):
     conn.commit()
     conn.close()
     before = path.read_bytes()
-    line = one_line_error(app.cli("start", "--app", app.module, "--db", str(path), "--burst"))
-    assert "not a jobpool store" in line
+    for command in (["status"], ["jobs", "list"], ["pools"], ["top", "--once"]):
+        line = one_line_error(app.cli(*command, "--db", str(path)))
+        assert "not a jobpool store" in line
     assert path.read_bytes() == before
 
 

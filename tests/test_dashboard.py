@@ -289,7 +289,7 @@ def insert_pool(store, owner: str, heartbeat: float, slots: list[dict], **counte
     params = {"owner": owner, "host": owner.split(":")[0], "pid": 4242, "procs": len(slots),
               "queues": "default,mail,idle", "core": "pure", "now": heartbeat,
               "counters": json.dumps({"claimed": 9, "completed": 4, "busy": 1, **counters}),
-              "slots": json.dumps(slots)}
+              "slots": json.dumps(slots), "names": ""}
     store.conn.execute(sql.UPSERT_POOL, params).fetchall()
 
 

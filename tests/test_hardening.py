@@ -214,3 +214,33 @@ def test_the_json_of_a_refused_scale_is_in_pools_json(make_app):
     pool.send_signal(signal.SIGTERM)
     assert pool.wait(timeout=30) == 0
     assert os.path.exists(app.db)
+
+
+def test_ready_jobs_no_running_pool_serves_are_named_everywhere(make_app):
+    app = make_app(APP)
+    db = str(app.db)
+    store = app.store()
+    store.enqueue("t.nobody_registers", 1)
+    store.enqueue("t.nobody_registers", 2)
+    store.enqueue_with("t.uses_std", args=("q",), queue="unread")
+    # With no pool running nothing is served, and nothing is singled out.
+    assert json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)["unserved"] == []
+    # A --burst pool says what it leaves behind as it exits.
+    burst = app.start("--procs", "1")
+    assert "unserved_left" in burst.stderr
+    assert "2 x t.nobody_registers (queue default)" in burst.stderr
+    assert "1 x t.uses_std (queue unread)" in burst.stderr
+    # While a pool runs, status, pools and top name them.
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: json.loads(app.cli("status", "--json", "--db", db).stdout)["supervisors"])
+    status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
+    assert status["unserved"] == [
+        {"queue": "default", "name": "t.nobody_registers", "count": 2},
+        {"queue": "unread", "name": "t.uses_std", "count": 1}]
+    for command in (["status"], ["pools"]):
+        out = app.cli(*command, "--db", db, check=True).stdout
+        assert "no running pool serves it: 2 x t.nobody_registers (queue default)" in out
+    top = app.cli("top", "--once", "--db", db, check=True).stdout
+    assert "ready, no pool serves: 2 t.nobody_registers, 1 t.uses_std (unread)" in top
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=30) == 0

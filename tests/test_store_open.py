@@ -60,14 +60,16 @@ def test_a_corrupt_store_is_refused_by_connect_with_check(tmp_path):
         jobpool.connect(path, check=True)
 
 
-def test_a_database_of_another_application_is_not_a_store(tmp_path):
+def test_a_database_of_another_application_is_not_a_store_to_a_reader(tmp_path):
     path = tmp_path / "app.db"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE users (id INTEGER)")
     conn.commit()
     conn.close()
     with pytest.raises(NotAStoreError, match="no jobpool_meta"):
-        jobpool.connect(path)
+        jobpool.connect(path, create=False)
+    with pytest.raises(NotAStoreError, match="no jobpool_meta"):
+        jobpool.connect(path, readonly=True)
 
 
 def test_a_new_store_is_wal_with_the_schema(tmp_path):

@@ -4,7 +4,8 @@ Both cores (compiled and pure) and the store read their statements from here, so
 a guard changed in one place is changed everywhere. Times are Unix seconds (REAL).
 """
 
-SCHEMA_VERSION = "1"
+#: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
+SCHEMA_VERSION = "2"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -107,14 +108,16 @@ CREATE TABLE IF NOT EXISTS attempts (
     error       TEXT,
     exit_status TEXT,
     peak_rss    INTEGER,
-    cpu_s       REAL
+    cpu_s       REAL,
+    strays      INTEGER
 )
 """
 
 CREATE_ATTEMPTS_INDEX = "CREATE INDEX IF NOT EXISTS attempts_job ON attempts (job_id)"
 
 #: One row per live supervisor (R29, R29a): its heartbeat, counters and slots,
-#: and the requests operators leave for it (stop, a new --procs).
+#: the job names it serves (comma-separated), and the requests operators leave
+#: for it (stop, a new --procs).
 CREATE_POOLS = """
 CREATE TABLE IF NOT EXISTS pools (
     owner          TEXT PRIMARY KEY,
@@ -128,7 +131,8 @@ CREATE TABLE IF NOT EXISTS pools (
     counters       TEXT NOT NULL DEFAULT '{}',
     slots          TEXT NOT NULL DEFAULT '[]',
     stop_requested INTEGER NOT NULL DEFAULT 0,
-    desired_procs  INTEGER
+    desired_procs  INTEGER,
+    names          TEXT NOT NULL DEFAULT ''
 ) WITHOUT ROWID
 """
 
@@ -394,8 +398,9 @@ UPDATE jobs SET progress = :progress, stage = :stage WHERE {GUARD}
 """
 
 UPSERT_POOL = """
-INSERT INTO pools (owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots)
-VALUES (:owner, :host, :pid, :procs, :queues, :core, :now, :now, :counters, :slots)
+INSERT INTO pools (owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
+                   names)
+VALUES (:owner, :host, :pid, :procs, :queues, :core, :now, :now, :counters, :slots, :names)
 ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = excluded.heartbeat_at,
        counters = excluded.counters, slots = excluded.slots
 RETURNING stop_requested, desired_procs
@@ -406,7 +411,7 @@ ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = ?"
 DELETE_POOL = "DELETE FROM pools WHERE owner = ?"
 LIST_POOLS = """
 SELECT owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
-       stop_requested, desired_procs
+       stop_requested, desired_procs, names
   FROM pools ORDER BY started_at
 """
 #: R25/R27: requests go to the pools judged live (a JSON array of owners), so a
@@ -462,6 +467,12 @@ DELETE_ATTEMPTS = "DELETE FROM attempts WHERE job_id = ?"
 # --- reading -------------------------------------------------------------------------
 
 COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
+#: R7/R28: ready rows per queue and name, from the claim-order index alone (it
+#: carries both), to tell which ready jobs no running pool serves.
+READY_BY_NAME = """
+SELECT queue, name, count(*) FROM jobs INDEXED BY jobs_claim_order
+ WHERE status = 'ready' GROUP BY queue, name ORDER BY count(*) DESC, name
+"""
 COUNT_SCHEDULED = """
 SELECT count(*) FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' AND run_at > ?
 """

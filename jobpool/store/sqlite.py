@@ -19,7 +19,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             StoreError, seconds)
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
-from jobpool.store import sql
+from jobpool.store import migrations, sql
 from jobpool.wakeup import Notifier
 
 if TYPE_CHECKING:
@@ -120,8 +120,11 @@ class SQLiteStore:
 
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
                  check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
-                 busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE) -> None:
+                 busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
+                 readonly: bool = False) -> None:
         self.path = path
+        #: Read-only commands never write the file: no new tables, no upgrade (R26a).
+        self._readonly = readonly
         self.mode = validate_mode(mode)
         self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
@@ -159,7 +162,7 @@ class SQLiteStore:
         try:
             if self._check and exists:
                 quick_check(conn, path)
-            self._ensure_schema(conn, exists)
+            migrations.ensure(conn, path, create=self._create, upgrade=not self._readonly)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA mmap_size=0")
@@ -171,30 +174,6 @@ class SQLiteStore:
             conn.close()
             raise
         return conn
-
-    def _ensure_schema(self, conn: sqlite3.Connection, exists: bool) -> None:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "jobpool_meta" in tables:
-            row = conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
-            if row is None or row[0] != sql.SCHEMA_VERSION:
-                raise NotAStoreError(f"{self.path} has jobpool schema {row[0] if row else '?'}, "
-                                     f"this jobpool reads schema {sql.SCHEMA_VERSION}")
-            return
-        if tables:
-            raise NotAStoreError(f"{self.path} is not a jobpool store (it has tables, "
-                                 f"but no jobpool_meta)")
-        # Only an empty file takes a page size; an existing store keeps its own.
-        conn.execute(f"PRAGMA page_size={sql.PAGE_SIZE}")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in sql.SCHEMA:
-                conn.execute(stmt)
-            conn.execute("INSERT OR IGNORE INTO jobpool_meta VALUES ('schema', ?)",
-                         (sql.SCHEMA_VERSION,))
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
 
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
@@ -546,6 +525,18 @@ class SQLiteStore:
             pool["dead"] = liveness.pool_death(pool, now)
         return pools
 
+    def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Ready jobs that no running pool serves (``liveness.unserved``): a name no
+        pool registers, or a queue no pool reads, waits for ever with no other sign."""
+        live = liveness.live_pools(self.pools(now))
+        if not live:
+            return []
+        try:
+            ready = self.conn.execute(sql.READY_BY_NAME).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading ready jobs failed: {exc}") from exc
+        return liveness.unserved(ready, live)
+
     def forget_pool(self, owner: str) -> None:
         """Remove a pool's row: its own, as it stops, or a dead one's once its leases
         were reclaimed (R24b)."""
@@ -651,16 +642,22 @@ def _job_dict(description, row, *, raw_result: bool = False) -> dict[str, Any]:
 
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
             create: bool = True, check: bool = False,
-            busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE) -> SQLiteStore:
+            busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
+            readonly: bool = False) -> SQLiteStore:
     """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db).
 
     A store this call creates gets file mode ``mode`` (default 0600, R39), whatever
-    the umask; an existing file keeps its own."""
+    the umask; an existing file keeps its own. With ``create`` a SQLite file that
+    has no jobpool tables (an application's own database) gets them. A store of an
+    older schema is upgraded in place, unless ``readonly``: then nothing is ever
+    written, and an older store is refused naming what upgrades it (R26a)."""
     path = resolve_path(db)
     if path.startswith(("postgresql://", "postgres://")):
         raise StoreError("PostgreSQL stores are not available in this version of jobpool")
+    if readonly:
+        create = False
     return SQLiteStore(path, durability=durability, create=create, check=check,
-                       busy_timeout=busy_timeout, mode=mode)
+                       busy_timeout=busy_timeout, mode=mode, readonly=readonly)
 
 
 _default: dict[tuple[int, str], SQLiteStore] = {}

@@ -1,0 +1,122 @@
+"""The store's schema over time: make it, or bring an older one up to date (R26a).
+
+A store records its schema version in ``jobpool_meta``. A new store gets today's
+whole schema (``sql.SCHEMA``). A store made by an earlier release is upgraded in
+place, inside one ``BEGIN IMMEDIATE`` transaction, by the steps below, each from
+one version to the next. Steps are additive only (new tables, new columns with
+defaults), so a pool of the previous release that is still running during a
+rolling restart keeps working on the upgraded file: it never names what it does
+not know.
+
+Who may change a file: commands that write (``start``, ``enqueue``, the admin
+commands, ``connect()``) upgrade; read-only commands (``status``, ``top``,
+``jobs``, ``pools``, ``doctor``) never write, and say which command upgrades a
+store that is older than they read. Only ``connect()``, ``start`` and ``enqueue``
+add jobpool's tables to a SQLite file that has none (an application's own
+database, for transactional enqueue), and only when none of the table names it
+would add is taken by something else.
+"""
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+from jobpool.errors import NotAStoreError
+from jobpool.store import sql
+
+log = logging.getLogger(__name__)
+
+#: Version -> the statements that upgrade the schema from the version before it.
+#: Version 1 is the first release's schema (its DDL is kept, frozen, in the tests).
+STEPS: dict[int, tuple[str, ...]] = {
+    # R28: the names a pool serves, so readers can tell ready jobs nobody serves.
+    # R40: how many processes an attempt left running that were killed with it.
+    2: ("ALTER TABLE pools ADD COLUMN names TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE attempts ADD COLUMN strays INTEGER"),
+}
+
+#: The version this code reads and writes: the one ``sql.SCHEMA`` creates.
+CURRENT = int(sql.SCHEMA_VERSION)
+assert max(STEPS) == CURRENT, "sql.SCHEMA_VERSION and the last migration step disagree"
+
+#: The tables jobpool adds; a foreign file holding any of these names is refused.
+OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic"})
+
+UPGRADE_HINT = "jobpool start, jobpool enqueue or connect() upgrades it in place"
+
+
+def ensure(conn: sqlite3.Connection, path: str, *, create: bool, upgrade: bool) -> None:
+    """Leave ``conn``'s file at schema ``CURRENT``, or refuse it with one clear line.
+
+    ``create``: the file may get jobpool's tables (it is new or has none of them).
+    ``upgrade``: an older jobpool schema may be brought up to date.
+    """
+    tables = _tables(conn)
+    if "jobpool_meta" not in tables:
+        _create(conn, path, tables, create)
+        return
+    version = _version(conn, path)
+    if version == CURRENT:
+        return
+    if version > CURRENT:
+        raise NotAStoreError(f"{path} has jobpool schema {version}, newer than schema {CURRENT} "
+                             f"that this jobpool reads: upgrade jobpool")
+    if not upgrade:
+        raise NotAStoreError(f"{path} has jobpool schema {version}, older than schema {CURRENT} "
+                             f"that this jobpool reads; {UPGRADE_HINT}")
+    _upgrade(conn, path)
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _version(conn: sqlite3.Connection, path: str) -> int:
+    row = conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        raise NotAStoreError(f"{path} has a jobpool_meta table without a schema version: "
+                             f"not a jobpool store") from None
+
+
+def _create(conn: sqlite3.Connection, path: str, tables: set[str], create: bool) -> None:
+    if tables and not create:
+        raise NotAStoreError(f"{path} is not a jobpool store (it has tables, but no jobpool_meta)")
+    taken = sorted(tables & OWN_TABLES)
+    if taken:
+        raise NotAStoreError(f"{path} is not a jobpool store, and its table(s) {', '.join(taken)} "
+                             f"would clash with jobpool's")
+    if tables:
+        log.warning("adding jobpool's tables to %s (it has %d tables of its own); the file "
+                    "now uses WAL journaling", path, len(tables))
+    else:
+        # Only an empty file takes a page size; an existing one keeps its own.
+        conn.execute(f"PRAGMA page_size={sql.PAGE_SIZE}")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _tables(conn) & OWN_TABLES:
+            return  # another process made them while we waited for the lock
+        for stmt in sql.SCHEMA:
+            conn.execute(stmt)
+        conn.execute("INSERT INTO jobpool_meta VALUES ('schema', ?)", (str(CURRENT),))
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def _upgrade(conn: sqlite3.Connection, path: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _version(conn, path)  # re-read under the lock: another may have done it
+        if version < CURRENT:
+            log.warning("upgrading %s from jobpool schema %d to %d", path, version, CURRENT)
+        for step in range(version + 1, CURRENT + 1):
+            for stmt in STEPS[step]:
+                conn.execute(stmt)
+        conn.execute("UPDATE jobpool_meta SET value = ? WHERE key = 'schema'", (str(CURRENT),))
+        conn.execute("COMMIT")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")

@@ -1,0 +1,140 @@
+"""Schema over time (R26a): a store made by the first release opens with this code and
+is upgraded in place keeping every row; a newer one is refused; read-only commands
+never write; an application's own SQLite file gets jobpool's tables."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+import jobpool
+from jobpool.errors import NotAStoreError
+from jobpool.store import migrations
+
+from .conftest import ROOT, rows
+from .schemas import v1
+
+
+def _v1_store(path) -> None:
+    """A store as release 1 wrote it: a ready job, a dead letter with its attempts, a pool."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    for stmt in v1.SCHEMA:
+        conn.execute(stmt)
+    conn.execute("INSERT INTO jobpool_meta VALUES ('schema', '1')")
+    conn.execute("INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at, "
+                 "line_at, created_at) VALUES (1, 'default', 't.ready', '[[1],{}]', 'json', 0, "
+                 "'ready', 0, 0, 0)")
+    conn.execute("INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at, "
+                 "line_at, created_at, attempts, max_attempts, last_error, finished_at) VALUES "
+                 "(2, 'default', 't.dead', '[[],{}]', 'json', 0, 'dead', 0, 0, 0, 2, 2, 'boom', 5)")
+    for attempt in (1, 2):
+        conn.execute("INSERT INTO attempts (job_id, attempt, started_at, ended_at, outcome, error) "
+                     "VALUES (2, ?, 1, 2, 'error', 'boom')", (attempt,))
+    conn.close()
+
+
+def _cli(*args, cwd) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "jobpool", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_schema_1_store_is_upgraded_in_place_keeping_every_row(tmp_path):
+    db = tmp_path / "old.db"
+    _v1_store(db)
+    before = rows(db)
+    store = jobpool.connect(db)
+    try:
+        assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
+            {"value": str(migrations.CURRENT)}]
+        assert [{k: r[k] for k in before[0]} for r in rows(db)] == before
+        assert [a["attempt"] for a in store.attempts(2)] == [1, 2]
+        assert store.dead.ids() == [2]
+        store.enqueue("t.new")  # and it works as a store of today
+        assert store.stats()["ready"] == 2
+    finally:
+        store.close()
+
+
+def test_a_pool_of_today_runs_the_jobs_of_an_upgraded_store(make_app):
+    app = make_app("""
+        from jobpool import job
+
+        @job(name="t.ready")
+        def ready(x):
+            return x
+    """)
+    _v1_store(app.db)
+    app.start("--procs", "1")
+    assert app.rows("SELECT id, status FROM jobs ORDER BY id") == [
+        {"id": 1, "status": "done"}, {"id": 2, "status": "dead"}]
+
+
+def test_read_only_commands_never_upgrade_and_say_what_does(tmp_path):
+    db = tmp_path / "old.db"
+    _v1_store(db)
+    for command in (["status"], ["jobs", "list"], ["pools"], ["top", "--once"]):
+        result = _cli(*command, "--db", str(db), cwd=tmp_path)
+        assert result.returncode == 1, (command, result)
+        assert "schema 1" in result.stderr and "upgrades it" in result.stderr
+    assert rows(db, "SELECT value FROM jobpool_meta") == [{"value": "1"}]
+    # An admin command writes, so it upgrades.
+    assert _cli("dead", "retry", "2", "--db", str(db), cwd=tmp_path).returncode == 0
+    assert rows(db, "SELECT value FROM jobpool_meta") == [{"value": str(migrations.CURRENT)}]
+
+
+def test_a_store_newer_than_this_code_is_refused_naming_both_versions(tmp_path):
+    db = tmp_path / "new.db"
+    jobpool.connect(db).close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE jobpool_meta SET value = '99' WHERE key = 'schema'")
+    conn.close()
+    with pytest.raises(NotAStoreError, match=f"schema 99, newer than schema {migrations.CURRENT}"):
+        jobpool.connect(db)
+    result = _cli("enqueue", "t.x", "--db", str(db), cwd=tmp_path)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert "schema 99" in result.stderr
+
+
+def test_an_application_database_gets_jobpools_tables_for_transactional_enqueue(tmp_path):
+    db = tmp_path / "app.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO orders VALUES (1, 9.5)")
+    conn.close()
+    # A read-only command never writes into someone's database (a mistyped --db).
+    status = _cli("status", "--db", str(db), cwd=tmp_path)
+    assert status.returncode == 1 and "not a jobpool store" in status.stderr
+    assert {r["name"] for r in rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'")} \
+        == {"orders"}
+    # connect() (as start and enqueue do) adds the tables beside the application's.
+    store = jobpool.connect(db)
+    try:
+        app = sqlite3.connect(db, isolation_level=None)
+        app.execute("BEGIN IMMEDIATE")
+        app.execute("INSERT INTO orders VALUES (2, 20.0)")
+        store.enqueue_with("t.ship", args=(2,), connection=app)
+        app.execute("COMMIT")
+        app.close()
+        assert store.stats()["ready"] == 1
+        assert rows(db, "SELECT count(*) AS n FROM orders") == [{"n": 2}]
+        assert rows(db, "PRAGMA journal_mode") == [{"journal_mode": "wal"}]
+    finally:
+        store.close()
+    listed = json.loads(_cli("jobs", "list", "--json", "--db", str(db), cwd=tmp_path).stdout)
+    assert [j["name"] for j in listed] == ["t.ship"]
+
+
+def test_a_file_whose_tables_clash_with_jobpools_is_refused_and_untouched(tmp_path):
+    db = tmp_path / "clash.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, what TEXT)")
+    conn.close()
+    with pytest.raises(NotAStoreError, match="jobs would clash"):
+        jobpool.connect(db)
+    assert {r["name"] for r in rows(db, "SELECT name FROM sqlite_master")} == {"jobs"}
