@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from jobpool.errors import NotAStoreError
 from jobpool.store import sql
@@ -93,22 +95,16 @@ def _create(conn: sqlite3.Connection, path: str, tables: set[str], create: bool)
     else:
         # Only an empty file takes a page size; an existing one keeps its own.
         conn.execute(f"PRAGMA page_size={sql.PAGE_SIZE}")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         if _tables(conn) & OWN_TABLES:
             return  # another process made them while we waited for the lock
         for stmt in sql.SCHEMA:
             conn.execute(stmt)
         conn.execute("INSERT INTO jobpool_meta VALUES ('schema', ?)", (str(CURRENT),))
-        conn.execute("COMMIT")
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
 
 
 def _upgrade(conn: sqlite3.Connection, path: str) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         version = _version(conn, path)  # re-read under the lock: another may have done it
         if version < CURRENT:
             log.warning("upgrading %s from jobpool schema %d to %d", path, version, CURRENT)
@@ -116,7 +112,16 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
             for stmt in STEPS[step]:
                 conn.execute(stmt)
         conn.execute("UPDATE jobpool_meta SET value = ? WHERE key = 'schema'", (str(CURRENT),))
-        conn.execute("COMMIT")
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: committed if the block ends (a ``return`` included),
+    rolled back if it raises, so a failed step leaves the schema as it was."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
