@@ -11,13 +11,15 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, core, jobs, liveness
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
-from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
+from jobpool.store.sqlite import (DEFAULT_MODE, LISTED_STATUSES, connect, resolve_path,
+                                  validate_mode)
 
 
 if TYPE_CHECKING:
@@ -174,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "reclaimed (default 10)")
     start.add_argument("--queues", help="comma-separated queues, in order of preference")
     start.add_argument("--burst", action="store_true",
-                       help="exit once nothing is running, ready or due within the poll interval")
+                       help="exit once nothing is running, ready or due within the poll interval; "
+                            "retries in backoff further out stay queued (see --wait-retries)")
+    start.add_argument("--wait-retries", type=_seconds, default=0.0, metavar="SECONDS",
+                       help="with --burst: also wait for retries and other jobs due within "
+                            "SECONDS (default 0)")
     start.add_argument("--max-jobs", type=_positive_int, help="exit after this many attempts")
     start.add_argument("--store-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                        help="with --burst: exit with status 3 after this long of continuous "
@@ -227,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND",
                                        parser_class=Parser)
     jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs")
-    jobs_list.add_argument("--status", choices=("ready", "running", "done", "dead"))
+    jobs_list.add_argument("--status", choices=LISTED_STATUSES,
+                           help="ready means due now; scheduled, due later")
     jobs_list.add_argument("--name")
     jobs_list.add_argument("--chain", type=_positive_int, metavar="ID",
                            help="the chain started by job ID")
@@ -344,7 +351,8 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
                         max_procs=args.max_procs,
                         dead_after=liveness.DEAD_AFTER if args.dead_after is None else args.dead_after,
                         store_timeout=(STORE_TIMEOUT if args.store_timeout is None
-                                       else args.store_timeout))
+                                       else args.store_timeout),
+                        wait_retries=args.wait_retries)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, out.console if dashboard else None)
     supervisor = Supervisor(config)
@@ -483,14 +491,47 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps([{k: row[k] for k in _LIST_FIELDS} for row in rows]))
         return 0
     table = _table(box=None)
-    for column in ("id", "name", "queue", "status", "attempts", "key", "last error"):
-        table.add_column(column, overflow="ellipsis", no_wrap=True)
-    for row in rows:
-        error = (row["last_error"] or "").split("\n", 1)[0]
-        table.add_row(str(row["id"]), row["name"], row["queue"], row["status"],
-                      f"{row['attempts']}/{row['max_attempts']}", row["key"] or "", error)
+    cells = [(str(row["id"]), row["name"], row["queue"], row["status"], _attempts_text(row),
+              row["key"] or "") for row in rows]
+    widths = []
+    for index, column in enumerate(("id", "name", "queue", "status", "attempts", "key")):
+        # These keep their width; the error column is the one that gives way.
+        widths.append(min(40, max([len(column)] + [len(c[index]) for c in cells])))
+        table.add_column(column, no_wrap=True, min_width=widths[-1])
+    room = out.width - sum(widths) - 2 * len(widths) - 1
+    table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=max(room, 10))
+    for row, cell in zip(rows, cells):
+        table.add_row(*cell, (row["last_error"] or "").split("\n", 1)[0])
     out.print(table)
     return 0
+
+
+#: Columns holding Unix times, shown to people as local times.
+_TIME_FIELDS = frozenset({"run_at", "line_at", "deadline", "lease_expires_at", "created_at",
+                          "started_at", "finished_at"})
+
+
+def _when(at: float, now: float) -> str:
+    """``2026-11-30 14:03:07 (in 5m)`` in the local time zone: what `jobs show`
+    prints for a stored time."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    delta = at - now
+    span = _span(abs(delta))
+    return f"{stamp} ({'in ' + span if delta > 0 else span + ' ago'})"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _attempts_text(row: dict[str, Any]) -> str:
+    """``spent/budget``; the budget is ``?`` while a job enqueued by name waits for
+    the pool that claims it to apply the job's own max_attempts."""
+    budget = row["max_attempts"]
+    return f"{row['attempts']}/{'?' if budget is None else budget}"
 
 
 def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
@@ -501,10 +542,13 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps(row, default=str))
         return 0
     attempt_log = row.pop("attempt_log")
+    now = time.time()
     for key, value in row.items():
         if value is None or key == "last_error":
             continue
-        out.print(f"[bold]{key:>16}[/] {value}", highlight=False)
+        if key in _TIME_FIELDS and isinstance(value, (int, float)):
+            value = _when(value, now)
+        out.print(f"[bold]{key:>16}[/] {value}", highlight=False, markup=True)
     if row["last_error"]:
         out.print("[bold]      last_error[/]", highlight=False)
         out.print(row["last_error"], markup=False, highlight=False)
@@ -618,8 +662,8 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     if not pools:
         print("no pools are running on this store")
         return 0
-    import time as _time
-    now = _time.time()
+
+    now = time.time()
     table = _table(box=None)
     for column in ("host", "pid", "state", "procs", "queues", "core", "up", "heartbeat", "done",
                    "dead"):
@@ -645,19 +689,19 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
-    import time as _time
+
     store = connect(args.db, create=False)
     count = store.request_stop()
     if not count:
         print("no pools are running on this store")
         return 0
     print(f"asked {count} pool(s) to stop")
-    end = _time.monotonic() + args.wait
-    while args.wait and _time.monotonic() < end:
+    end = time.monotonic() + args.wait
+    while args.wait and time.monotonic() < end:
         if not liveness.live_pools(store.pools()):
             print("all pools stopped")
             return 0
-        _time.sleep(0.2)
+        time.sleep(0.2)
     if args.wait:
         print("pools still running after --wait", file=sys.stderr)
         return 1

@@ -87,6 +87,7 @@ class PoolConfig:
     max_procs: int | None = None             # R41: raises the bound on procs (and scale)
     dead_after: float = liveness.DEAD_AFTER  # R24b: a pool silent this long is dead
     store_timeout: float = STORE_TIMEOUT     # --burst gives up after this long of store errors
+    wait_retries: float = 0.0                # --burst also waits for jobs due within this
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -346,7 +347,10 @@ class Supervisor:
                 due = self.store.next_due(self.names, self.queues)
             except StoreError:
                 return False  # cannot tell: keep running; the claim path reports (R26)
-            return due is None or due > now + self.config.poll_interval
+            # Due later than this is left in the store: a retry in backoff past
+            # --wait-retries waits for the next pool.
+            return due is None or due > now + max(self.config.poll_interval,
+                                                   self.config.wait_retries)
         return False
 
     # -- children --------------------------------------------------------------------

@@ -238,6 +238,20 @@ def test_release_gives_the_lease_back_keeping_the_attempt_spent(core_impl, core,
     core.settle([outcome(job, core_impl.RELEASE)], NOW, random.Random())
     row = rows(store_path)[0]
     assert (row["status"], row["attempts"], row["lease_owner"], row["run_at"]) == ("ready", 1, None, 1000.0)
+    assert row["max_attempts"] == 5
+
+
+def test_a_job_released_during_its_last_attempt_gets_one_more(core_impl, core, store_path):
+    # R25: the stop was the pool's doing; the budget grows by the attempt it cut short,
+    # so the row never reads "2/1" and the job keeps its last chance.
+    insert_job(store_path, max_attempts=1)
+    (job,), _ = core.claim(1, NOW)
+    core.settle([outcome(job, core_impl.RELEASE)], NOW, random.Random())
+    row = rows(store_path)[0]
+    assert (row["status"], row["attempts"], row["max_attempts"]) == ("ready", 1, 2)
+    (job,), _ = core.claim(1, NOW)
+    settled = core.settle([outcome(job, core_impl.ERROR, "boom")], NOW, random.Random())
+    assert settled[0][3] == "dead" and "no attempts left after 2" in rows(store_path)[0]["last_error"]
 
 
 def test_a_stale_settle_is_fenced_off_and_reported_lost(core_impl, core, store_path):

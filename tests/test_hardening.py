@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import textwrap
 
@@ -244,3 +245,60 @@ def test_ready_jobs_no_running_pool_serves_are_named_everywhere(make_app):
     assert "ready, no pool serves: 2 t.nobody_registers, 1 t.uses_std (unread)" in top
     pool.send_signal(signal.SIGTERM)
     assert pool.wait(timeout=30) == 0
+
+
+FLAKY = """
+from pathlib import Path
+from jobpool import job
+
+HERE = Path(__file__).parent
+
+@job(name="t.flaky", max_attempts=3, backoff_base=4, backoff_max=4)
+def flaky():
+    marker = HERE / "flaky.failed"
+    if not marker.exists():
+        marker.write_text("x")
+        raise RuntimeError("first try fails")
+"""
+
+
+def test_burst_leaves_retries_in_backoff_unless_told_to_wait_for_them(make_app):
+    app = make_app(FLAKY)
+    job = app.store().enqueue("t.flaky")
+    app.start("--procs", "1")
+    # Its retry is 3-4 s away, past the poll interval: --burst left it queued.
+    assert app.rows("SELECT status, attempts FROM jobs WHERE id = ?", (job.id,)) == [
+        {"status": "ready", "attempts": 1}]
+    app.start("--procs", "1", "--wait-retries", "10")
+    assert app.rows("SELECT status, attempts FROM jobs WHERE id = ?", (job.id,)) == [
+        {"status": "done", "attempts": 2}]
+
+
+def test_jobs_list_shows_scheduled_jobs_unknown_budgets_and_keeps_ids_readable(make_app):
+    app = make_app(APP)
+    db = str(app.db)
+    store = app.store()
+    long_name = "t." + "n" * 30
+    ready = store.enqueue(long_name)
+    later = store.enqueue_with("t.later", delay=3600)
+    conn = __import__("sqlite3").connect(app.db)
+    conn.execute("UPDATE jobs SET last_error = ? WHERE id = ?", ("E" * 300, ready.id))
+    conn.commit()
+    conn.close()
+    listed = json.loads(app.cli("jobs", "list", "--status", "scheduled", "--json", "--db", db,
+                                check=True).stdout)
+    assert [(j["id"], j["status"]) for j in listed] == [(later.id, "scheduled")]
+    listed = json.loads(app.cli("jobs", "list", "--status", "ready", "--json", "--db", db,
+                                check=True).stdout)
+    assert [j["id"] for j in listed] == [ready.id]
+    app.env["COLUMNS"] = "80"
+    table = app.cli("jobs", "list", "--db", db, check=True).stdout.splitlines()
+    assert all(len(line) <= 80 for line in table)
+    [first] = [line for line in table if line.split()[:1] == [str(ready.id)]]
+    # The error column gives way; the id, the name and the budget stay whole.
+    assert long_name in first and " 0/? " in first and "…" not in first.split("EEE")[0]
+    [second] = [line for line in table if line.split()[:1] == [str(later.id)]]
+    assert "scheduled" in second
+    shown = app.cli("jobs", "show", str(later.id), "--db", db, check=True).stdout
+    run_at = next(line for line in shown.splitlines() if line.strip().startswith("run_at"))
+    assert "(in 60m)" in run_at and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", run_at)

@@ -306,8 +306,12 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
 """
 
 #: R25: graceful stop gives the lease back; ready at once, the attempt stays spent.
+#: A job stopped during its last attempt gets one more: the stop was the pool's
+#: doing, and its next claim would run it anyway, so the budget says so instead of
+#: a row reading "3/2" and a later reason "no attempts left after 2".
 SETTLE_RELEASE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END
  WHERE {GUARD}
 """
 

@@ -42,6 +42,8 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: SQLite's primary result code for "attempt to write a readonly database".
 _SQLITE_READONLY = 8
 _STATUSES = ("ready", "running", "done", "dead")
+#: What listings show and filter by: a ready row not yet due is "scheduled".
+LISTED_STATUSES = ("ready", "scheduled", "running", "done", "dead")
 
 
 def resolve_path(db: str | os.PathLike | None = None) -> str:
@@ -418,13 +420,21 @@ class SQLiteStore:
             raise StoreError(f"listing jobs failed: {exc}") from exc
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
-                  chain: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Jobs in id order; ``chain`` lists a chain's first job and its successors (R12)."""
-        if status is not None and status not in _STATUSES:
-            raise EnqueueError(f"status must be one of {', '.join(_STATUSES)}, not {status!r}")
+                  chain: int | None = None, limit: int = 100,
+                  now: float | None = None) -> list[dict[str, Any]]:
+        """Jobs in id order; ``chain`` lists a chain's first job and its successors (R12).
+
+        A ready job that is not due yet is listed, and filtered, as ``scheduled``
+        (as ``stats()`` counts it): ``ready`` means it may run now."""
+        if status is not None and status not in LISTED_STATUSES:
+            raise EnqueueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
+        now = time.time() if now is None else now
         where: list[str] = []
         params: list[Any] = []
-        if status is not None:
+        if status in ("ready", "scheduled"):
+            where.append("status = 'ready' AND " + ("run_at <= ?" if status == "ready" else "run_at > ?"))
+            params.append(now)
+        elif status is not None:
             where.append("status = ?")
             params.append(status)
         if name is not None:
@@ -438,7 +448,11 @@ class SQLiteStore:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY id LIMIT ?"
         params.append(limit)
-        return self._select_jobs(query, params)
+        jobs = self._select_jobs(query, params)
+        for job in jobs:
+            if job["status"] == "ready" and job["run_at"] > now:
+                job["status"] = "scheduled"
+        return jobs
 
     def attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempt log of one job, oldest first (R19a)."""
