@@ -554,7 +554,10 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
         out.print(row["last_error"], markup=False, highlight=False)
     if attempt_log:
         table = _table(title="attempts", title_justify="left", box=None)
-        for column in ("#", "outcome", "pid", "exit", "wall s", "cpu s", "peak MiB", "error"):
+        # R40: only when some attempt left processes behind, to spare the 80 columns.
+        strays = any(a.get("strays") for a in attempt_log)
+        for column in ("#", "outcome", "pid", "exit", "wall s", "cpu s", "peak MiB",
+                       *(("killed",) if strays else ()), "error"):
             table.add_column(column, overflow="ellipsis", no_wrap=True)
         for a in attempt_log:
             wall = a["ended_at"] - a["started_at"]
@@ -562,6 +565,7 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
                           a["exit_status"] or "", f"{wall:.3f}",
                           f"{a['cpu_s']:.3f}" if a["cpu_s"] is not None else "",
                           f"{a['peak_rss'] / 2**20:.1f}" if a["peak_rss"] else "",
+                          *((str(a.get("strays") or ""),) if strays else ()),
                           (a["error"] or "").split("\n", 1)[0])
         out.print(table)
     return 0

@@ -211,6 +211,9 @@ class Supervisor:
         self.scale_refused: str | None = None
         #: R24b: since when this pool's heartbeats have succeeded without a break.
         self._beating_since: float | None = None
+        #: R40: processes killed per (job id, attempt), written to the attempt log
+        #: after the settle that writes the attempt's row.
+        self._strays: dict[tuple[int, int], int] = {}
         #: R26: since when every store call has failed (None: the store answers).
         self._store_down_since: float | None = None
         #: What ``run`` returns: 0, or non-zero once a --burst pool gave up.
@@ -497,6 +500,20 @@ class Supervisor:
                        attempt: int | None) -> None:
         self.counters["strays_killed"] += count
         events.emit(events.STRAYS_KILLED, job_id=job_id, name=name, attempt=attempt, processes=count)
+        if job_id is not None and attempt is not None:
+            key = (job_id, attempt)
+            self._strays[key] = self._strays.get(key, 0) + count
+
+    def _record_strays(self) -> None:
+        """R40: the attempt log counts what each attempt left running, once its row is
+        written (the settle that just committed). Rare and best-effort: a store error
+        loses the count, never an outcome."""
+        strays, self._strays = self._strays, {}
+        for (job_id, attempt), count in strays.items():
+            try:
+                self.store.record_strays(job_id, attempt, count)
+            except StoreError as exc:
+                log.debug("strays of job %s not recorded: %s", job_id, exc)
 
     def _check_memory(self, now: float) -> None:
         """Kill a child whose RSS passed its job's memory limit; a crash (R19)."""
@@ -715,6 +732,8 @@ class Supervisor:
             return False
         settled, claimed, expired = got
         self.pending = []
+        if self._strays:
+            self._record_strays()
         self._report(settled)
         self._report(expired)
         for slot_index, job in zip(free, claimed):

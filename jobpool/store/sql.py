@@ -323,6 +323,13 @@ VALUES (:id, :attempt, :owner, :pid, :started_at, :now, :outcome,
         :error, :exit_status, :peak_rss, :cpu_s)
 """
 
+#: R40: how many processes an attempt left running (killed with it); the newest row
+#: of that attempt, since a Defer reuses the attempt number.
+SET_STRAYS = """
+UPDATE attempts SET strays = :strays
+ WHERE rowid = (SELECT max(rowid) FROM attempts WHERE job_id = :id AND attempt = :attempt)
+"""
+
 #: R19a: the causes of earlier child deaths, for a quarantine reason.
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = ? AND outcome = 'crash' ORDER BY rowid
@@ -490,7 +497,8 @@ GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 #: Why an operator action matched no row: the job's status, or no row at all.
 JOB_STATUS = "SELECT status FROM jobs WHERE id = ?"
 LIST_ATTEMPTS = """
-SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s
+SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s,
+       strays
   FROM attempts WHERE job_id = ? ORDER BY rowid
 """
 #: Next due time of claimable work, for --burst's "nothing due soon" test.

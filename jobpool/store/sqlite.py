@@ -551,6 +551,11 @@ class SQLiteStore:
             raise StoreError(f"reading ready jobs failed: {exc}") from exc
         return liveness.unserved(ready, live)
 
+    def record_strays(self, job_id: int, attempt: int, count: int) -> None:
+        """R40: note in the attempt log how many processes the attempt left running."""
+        self._write("recording strays", lambda c: c.execute(
+            sql.SET_STRAYS, {"strays": count, "id": job_id, "attempt": attempt}))
+
     def forget_pool(self, owner: str) -> None:
         """Remove a pool's row: its own, as it stops, or a dead one's once its leases
         were reclaimed (R24b)."""

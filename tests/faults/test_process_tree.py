@@ -70,7 +70,11 @@ def test_every_process_an_attempt_started_ends_with_it(app, name, outcome):
     wait_for(lambda: not any(alive(p) for p in pids), timeout=10)
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     killed = sum(e["processes"] for e in events if e["event"] == "strays_killed")
-    assert killed == 3, result.stderr  # the attempt's forensics count them
+    assert killed == 3, result.stderr
+    # The attempt's forensics count them.
+    assert [a["strays"] for a in app.store().attempts(job_id)] == [3]
+    shown = app.cli("jobs", "show", str(job_id), "--db", str(app.db), check=True).stdout
+    assert "killed" in shown
 
 
 def test_a_graceful_stop_and_a_cancel_end_the_jobs_processes_too(app):
