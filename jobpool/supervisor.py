@@ -28,7 +28,8 @@ from jobpool.child import child_main
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
 from jobpool.store.checkpoint import Checkpointer
-from jobpool.store import retention, sql
+from jobpool.store import retention
+from jobpool.store.records import Heartbeat, ProgressReport
 from jobpool.store.sqlite import DEFAULT_MODE, SQLiteStore, connect
 from jobpool.wakeup import Listener
 
@@ -172,7 +173,8 @@ class Supervisor:
         self.slots = [Slot(i) for i in range(config.procs)]
         self.rng = rng or random.Random()
         self.pending: list[tuple] = []
-        self.counters = dict(claimed=0, completed=0, retried=0, dead=0, lost=0, crashes=0,
+        self.counters = dict(claimed=0, completed=0, retried=0, deferred=0, rescheduled=0,
+                             released=0, reclaimed=0, dead=0, lost=0, crashes=0,
                              settle_failures=0, strays_killed=0)
         self._ctx = multiprocess.get_context("fork")
         self._selector = selectors.DefaultSelector()
@@ -425,8 +427,12 @@ class Supervisor:
 
     def _free(self, slot: Slot) -> None:
         if slot.progress_dirty and slot.job is not None and self.pending:
-            # The last report before a failure stays with the error (R22).
-            self._write_progress([slot])
+            # The last report before a failure stays with the error (R22). Best effort:
+            # a busy store loses this report, never the pool (R26).
+            try:
+                self.store.set_progress(self.owner, self._progress_reports([slot]))
+            except StoreError as exc:
+                log.debug("progress of job %s not written: %s", slot.job[0], exc)
         slot.job = None
         slot.progress, slot.stage, slot.progress_dirty = None, None, False
         self.table.clear(slot.index)
@@ -674,15 +680,25 @@ class Supervisor:
                 rows = self._store_call(self.core.reclaim_owner, now, owner,
                                         f"supervisor {owner} died", now) or []
                 events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
-                self._report(rows)
+                self._report(rows, reclaimed=True)
 
     def _reclaim(self, now: float) -> None:
         rows = self._store_call(self.core.reclaim, now, now)
         if rows:
             events.emit(events.LEASES_RECLAIMED, owner="expired", jobs=len(rows))
-            self._report(rows)
+            self._report(rows, reclaimed=True)
 
-    def _report(self, settled: list[tuple]) -> None:
+    #: R29a/R30: a settle back to ``ready`` means different things by the outcome
+    #: that caused it; each has its own event and counter.
+    _READY_BY_KIND = {core.DEFER: (events.JOB_DEFERRED, "deferred"),
+                      core.RESCHEDULE: (events.JOB_RESCHEDULED, "rescheduled"),
+                      core.RELEASE: (events.JOB_RELEASED, "released")}
+
+    def _report(self, settled: list[tuple], kinds: dict[tuple[int, int], int] | None = None,
+                *, reclaimed: bool = False) -> None:
+        """Count and log what settling did (R29a, R30). ``kinds`` maps (job id,
+        attempt) to the outcome kind this pool sent; ``reclaimed`` rows were other
+        pools' attempts, taken back (R23, R24): not this pool's retries."""
         counters = self.counters
         now = time.time()
         for job_id, name, attempt, status, reason in settled:
@@ -693,8 +709,13 @@ class Supervisor:
                 events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt,
                             duration=duration)
             elif status == "ready":
-                counters["retried"] += 1
-                events.emit(events.JOB_RETRIED, job_id=job_id, name=name, attempt=attempt,
+                kind = kinds.get((job_id, attempt), core.ERROR) if kinds else core.ERROR
+                if reclaimed:
+                    event, counter = events.JOB_RECLAIMED, "reclaimed"
+                else:
+                    event, counter = self._READY_BY_KIND.get(kind, (events.JOB_RETRIED, "retried"))
+                counters[counter] += 1
+                events.emit(event, job_id=job_id, name=name, attempt=attempt,
                             duration=duration, reason=reason)
             elif status == "dead":
                 counters["dead"] += 1
@@ -731,10 +752,11 @@ class Supervisor:
                 self.counters["settle_failures"] += 1
             return False
         settled, claimed, expired = got
+        kinds = {(outcome[0], outcome[1]): outcome[2] for outcome in self.pending}
         self.pending = []
         if self._strays:
             self._record_strays()
-        self._report(settled)
+        self._report(settled, kinds)
         self._report(expired)
         for slot_index, job in zip(free, claimed):
             self._dispatch(self.slots[slot_index], job, now)
@@ -778,13 +800,10 @@ class Supervisor:
                           "rss": procinfo.rss_bytes(slot.pid) if slot.proc else None})
         return views
 
-    def _write_progress(self, slots: list[Slot]) -> None:
-        conn = self.store.conn
-        for slot in slots:
-            job = slot.job
-            conn.execute(sql.SET_PROGRESS, {"progress": slot.progress, "stage": slot.stage,
-                                            "id": job[0], "owner": self.owner, "attempt": job[4]})
-            slot.progress_dirty = False
+    @staticmethod
+    def _progress_reports(slots: list[Slot]) -> list[ProgressReport]:
+        return [ProgressReport(job_id=slot.job[0], attempt=slot.job[4], percent=slot.progress,
+                               stage=slot.stage) for slot in slots]
 
     def _heartbeat(self, now: float) -> None:
         counters: dict[str, Any] = dict(self.counters, busy=self.table.busy_count(),
@@ -795,28 +814,19 @@ class Supervisor:
             # R25/R29: the dashboard shows a draining pool and when its drain ends.
             counters["stopping"] = {"running": self.table.busy_count(),
                                     "drain_ends_at": self._drain_until}
-        params = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(),
-                  "procs": self.config.procs, "queues": ",".join(self.queues), "core": core.NAME,
-                  "names": ",".join(self.names),
-                  "now": now, "counters": json.dumps(counters),
-                  "slots": json.dumps(self._slot_views(now))}
+        beat = Heartbeat(owner=self.owner, host=socket.gethostname(), pid=os.getpid(),
+                         procs=self.config.procs, queues=self.queues, names=self.names,
+                         core=core.NAME, counters_json=json.dumps(counters),
+                         slots_json=json.dumps(self._slot_views(now)))
         dirty = [s for s in self.slots if s.progress_dirty and s.job is not None]
-
-        def beat(conn):
-            stop, desired = conn.execute(sql.UPSERT_POOL, params).fetchone()
-            if stop:
-                conn.execute(sql.ACK_STOP, (self.owner,))
-            if desired is not None:
-                conn.execute(sql.ACK_SCALE, (self.owner,))
-            self._write_progress(dirty)
-            cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": self.owner}).fetchall()
-            return stop, desired, cancels
         try:
-            stop, desired, cancels = self.store._write("heartbeat", beat)
+            requests = self.store.heartbeat(beat, self._progress_reports(dirty), now)
         except StoreError as exc:
             log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
             self._beating_since = None  # R24b: a break in our own beats; judge nobody yet
             return
+        for slot in dirty:
+            slot.progress_dirty = False
         self._beating_since = self._beating_since or now
         self._keep_wakeups_reachable()
         self._bury_dead_pools(now)
@@ -827,11 +837,11 @@ class Supervisor:
                                 dead_letter_limit=self.config.dead_letter_limit)
             except StoreError as exc:
                 log.debug("retention sweep skipped: %s", exc)
-        if stop:
+        if requests.stop:
             self.request_stop()
-        if desired is not None:
-            self.resize(int(desired))
-        for job_id, attempt in cancels:
+        if requests.procs is not None:
+            self.resize(int(requests.procs))
+        for job_id, attempt in requests.cancels:
             for slot in self.slots:
                 if slot.job is not None and slot.job[0] == job_id and slot.job[4] == attempt \
                         and slot.killing is None:
@@ -872,7 +882,7 @@ class Supervisor:
             events.emit(events.POOL_DEAD, owner=owner, cause=death, jobs=len(rows))
             if rows:
                 events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
-                self._report(rows)
+                self._report(rows, reclaimed=True)
                 self._want_claim = True
 
     def _keep_wakeups_reachable(self) -> None:
@@ -914,10 +924,9 @@ class Supervisor:
     def _queue_pending_hooks(self) -> None:
         if not self._with_hooks:
             return
-        query = sql.PENDING_HOOKS.format(names=", ".join(sql.quote_literal(n) for n in self._with_hooks))
         try:
-            ids = [r[0] for r in self.store.conn.execute(query)]
-        except Exception as exc:  # noqa: BLE001
+            ids = self.store.pending_hooks(self._with_hooks)
+        except StoreError as exc:
             log.warning("could not read pending on_dead hooks: %s", exc)
             return
         for job_id in ids:
@@ -927,9 +936,7 @@ class Supervisor:
         queue, self._hook_queue = self._hook_queue, []
         for index, (job_id, _name, reason) in enumerate(queue):
             try:
-                taken = self.store._write("taking an on_dead hook", lambda c, j=job_id: c.execute(
-                    sql.TAKE_HOOK, (j,)).rowcount)
-                job = self.store.get(job_id) if taken else None
+                job = self.store.get(job_id) if self.store.take_hook(job_id) else None
             except JobpoolError:
                 self._hook_queue.extend(queue[index:])  # the store is down: try next turn
                 return

@@ -20,6 +20,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import migrations, sql
+from jobpool.store.records import Heartbeat, ProgressReport, Requests
 from jobpool.wakeup import Notifier
 
 if TYPE_CHECKING:
@@ -551,6 +552,46 @@ class SQLiteStore:
             raise StoreError(f"reading ready jobs failed: {exc}") from exc
         return liveness.unserved(ready, live)
 
+    # -- a supervisor's side (R21, R22, R24b, R25, R27, R31) -------------------------------
+
+    def heartbeat(self, beat: Heartbeat, progress: Iterable[ProgressReport],
+                  now: float) -> Requests:
+        """One transaction: upsert the pool's row, write its progress reports, and take
+        (acknowledge) the operators' requests, so each is acted on once."""
+        params = {"owner": beat.owner, "host": beat.host, "pid": beat.pid, "procs": beat.procs,
+                  "queues": ",".join(beat.queues), "names": ",".join(beat.names),
+                  "core": beat.core, "now": now, "counters": beat.counters_json,
+                  "slots": beat.slots_json}
+
+        def write(conn: sqlite3.Connection) -> Requests:
+            stop, desired = conn.execute(sql.UPSERT_POOL, params).fetchone()
+            if stop:
+                conn.execute(sql.ACK_STOP, (beat.owner,))
+            if desired is not None:
+                conn.execute(sql.ACK_SCALE, (beat.owner,))
+            _write_progress(conn, beat.owner, progress)
+            cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": beat.owner}).fetchall()
+            return Requests(stop=bool(stop), procs=desired,
+                            cancels=tuple((job_id, attempt) for job_id, attempt in cancels))
+        return self._write("heartbeat", write)
+
+    def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
+        """R22: write progress reports now (the last one before a failure stays with it)."""
+        self._write("writing progress", lambda conn: _write_progress(conn, owner, progress))
+
+    def pending_hooks(self, names: Iterable[str]) -> list[int]:
+        """R21: dead jobs of these names whose on_dead hook nobody has taken yet."""
+        query = sql.PENDING_HOOKS.format(names=", ".join(sql.quote_literal(n) for n in names))
+        try:
+            return [r[0] for r in self.conn.execute(query)]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading pending on_dead hooks failed: {exc}") from exc
+
+    def take_hook(self, job_id: int) -> bool:
+        """R21: mark a dead job's hook as taken; False if another pool took it first."""
+        return self._write("taking an on_dead hook",
+                           lambda conn: conn.execute(sql.TAKE_HOOK, (job_id,)).rowcount == 1)
+
     def record_strays(self, job_id: int, attempt: int, count: int) -> None:
         """R40: note in the attempt log how many processes the attempt left running."""
         self._write("recording strays", lambda c: c.execute(
@@ -604,6 +645,13 @@ class SQLiteStore:
     def check(self) -> None:
         """R26a: run ``quick_check``; raises CorruptStoreError when it fails."""
         quick_check(self.conn, self.path)
+
+
+def _write_progress(conn: sqlite3.Connection, owner: str,
+                    progress: Iterable[ProgressReport]) -> None:
+    conn.executemany(sql.SET_PROGRESS, [
+        {"progress": p.percent, "stage": p.stage, "id": p.job_id, "owner": owner,
+         "attempt": p.attempt} for p in progress])
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
