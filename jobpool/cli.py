@@ -15,7 +15,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import bounds, core, jobs, liveness
+from jobpool import bounds, config, core, jobs, liveness
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.store.sqlite import (DEFAULT_MODE, LISTED_STATUSES, connect, resolve_path,
@@ -166,14 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 parser_class=Parser)
 
     start = sub.add_parser("start", parents=[common, creating], help="run a pool of worker processes")
-    start.add_argument("--procs", type=_positive_int, default=os.cpu_count() or 1,
+    start.add_argument("--procs", type=_positive_int, default=config.default_procs(),
                        help="child processes (default: CPU count; at most max(64, 32 x CPU count) "
                             "unless --max-procs says more)")
     start.add_argument("--max-procs", type=_positive_int, metavar="N",
                        help="raise the bound on --procs and on scale requests to N")
-    start.add_argument("--dead-after", type=_positive_seconds, default=None, metavar="SECONDS",
+    start.add_argument("--dead-after", type=_positive_seconds, default=liveness.DEAD_AFTER,
+                       metavar="SECONDS",
                        help="a pool whose heartbeat is this old is dead and its leases are "
-                            "reclaimed (default 10)")
+                            f"reclaimed (default {liveness.DEAD_AFTER:g})")
     start.add_argument("--queues", help="comma-separated queues, in order of preference")
     start.add_argument("--burst", action="store_true",
                        help="exit once nothing is running, ready or due within the poll interval; "
@@ -182,13 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --burst: also wait for retries and other jobs due within "
                             "SECONDS (default 0)")
     start.add_argument("--max-jobs", type=_positive_int, help="exit after this many attempts")
-    start.add_argument("--store-timeout", type=_positive_seconds, default=None, metavar="SECONDS",
+    start.add_argument("--store-timeout", type=_positive_seconds, default=config.STORE_TIMEOUT,
+                       metavar="SECONDS",
                        help="with --burst: exit with status 3 after this long of continuous "
-                            "store errors (default 60)")
-    start.add_argument("--drain", type=_seconds, default=5.0,
-                       help="seconds running jobs get to finish on stop (default 5)")
-    start.add_argument("--poll-interval", type=_positive_seconds, default=None,
-                       help="fallback poll interval in seconds (default 1)")
+                            f"store errors (default {config.STORE_TIMEOUT:g})")
+    start.add_argument("--drain", type=_seconds, default=config.DRAIN,
+                       help=f"seconds running jobs get to finish on stop (default {config.DRAIN:g})")
+    start.add_argument("--poll-interval", type=_positive_seconds, default=config.POLL_INTERVAL,
+                       help=f"fallback poll interval in seconds (default {config.POLL_INTERVAL:g})")
     start.add_argument("--max-tasks-per-child", type=_positive_int, default=0,
                        help="recycle a child after this many jobs")
     start.add_argument("--max-crashes", type=_positive_int, metavar="N",
@@ -197,10 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="kill a child whose RSS passes this during a job (jobs may set their own)")
     start.add_argument("--max-memory-per-child", type=_positive_int, metavar="MIB",
                        help="recycle a child whose RSS passes this after a job")
-    start.add_argument("--result-ttl", type=_duration, default=24 * 3600.0,
-                       help="how long done jobs are kept, e.g. 24h (default)")
-    start.add_argument("--dead-letter-limit", type=_positive_int, default=10_000,
-                       help="dead jobs kept, newest first (default 10000)")
+    start.add_argument("--result-ttl", type=_duration, default=config.RESULT_TTL,
+                       help=f"how long done jobs are kept, e.g. 12h "
+                            f"(default {config.RESULT_TTL / 3600:g}h)")
+    start.add_argument("--dead-letter-limit", type=_positive_int, default=config.DEAD_LETTER_LIMIT,
+                       help=f"dead jobs kept, newest first (default {config.DEAD_LETTER_LIMIT})")
     start.add_argument("--no-dashboard", action="store_true",
                        help="log lines instead of the live dashboard on a terminal")
     start.add_argument("--log-format", choices=("plain", "json"), default="plain")
@@ -338,27 +341,23 @@ def _configure_logging(fmt: str, quiet: bool, console: Console | None = None) ->
 
 
 def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
-    from jobpool.supervisor import POLL_INTERVAL, STORE_TIMEOUT, PoolConfig, Supervisor
+    from jobpool.supervisor import Supervisor
     import_app(args.app)
     queues = tuple(q.strip() for q in args.queues.split(",") if q.strip()) if args.queues else None
-    config = PoolConfig(db=resolve_path(args.db), procs=args.procs, queues=queues,
-                        burst=args.burst, max_jobs=args.max_jobs, drain=args.drain,
-                        poll_interval=POLL_INTERVAL if args.poll_interval is None else args.poll_interval,
-                        max_tasks_per_child=args.max_tasks_per_child,
-                        result_ttl=args.result_ttl, dead_letter_limit=args.dead_letter_limit,
-                        memory_limit=args.memory_limit, max_crashes=args.max_crashes,
-                        max_memory_per_child=args.max_memory_per_child, mode=args.mode,
-                        max_procs=args.max_procs,
-                        dead_after=liveness.DEAD_AFTER if args.dead_after is None else args.dead_after,
-                        store_timeout=(STORE_TIMEOUT if args.store_timeout is None
-                                       else args.store_timeout),
-                        wait_retries=args.wait_retries)
+    pool = config.PoolConfig(
+        db=resolve_path(args.db), procs=args.procs, queues=queues, burst=args.burst,
+        max_jobs=args.max_jobs, drain=args.drain, poll_interval=args.poll_interval,
+        max_tasks_per_child=args.max_tasks_per_child, result_ttl=args.result_ttl,
+        dead_letter_limit=args.dead_letter_limit, memory_limit=args.memory_limit,
+        max_crashes=args.max_crashes, max_memory_per_child=args.max_memory_per_child,
+        mode=args.mode, max_procs=args.max_procs, dead_after=args.dead_after,
+        store_timeout=args.store_timeout, wait_retries=args.wait_retries)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, out.console if dashboard else None)
-    supervisor = Supervisor(config)
+    supervisor = Supervisor(pool)
     if not dashboard:
         return supervisor.run()
-    return _with_dashboard(supervisor, config.db, out.console)
+    return _with_dashboard(supervisor, pool.db, out.console)
 
 
 def _with_dashboard(supervisor, db: str, out: Console) -> int:

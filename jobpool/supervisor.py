@@ -18,95 +18,35 @@ import selectors
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import multiprocess
 
 from jobpool import bounds, core, events, jobs, liveness, procinfo, proctree, protocol
 from jobpool.child import child_main
+from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
 from jobpool.store.checkpoint import Checkpointer
 from jobpool.store import retention
 from jobpool.store.records import Heartbeat, ProgressReport
-from jobpool.store.sqlite import DEFAULT_MODE, SQLiteStore, connect
+from jobpool.store.sqlite import SQLiteStore, connect
 from jobpool.wakeup import Listener
 
 log = logging.getLogger(__name__)
 
-#: R11: fallback poll interval when no wake-up arrives, seconds.
-POLL_INTERVAL = float(os.environ.get("JOBPOOL_POLL_INTERVAL", "1.0"))
-#: R25: how long a graceful stop waits for running jobs, seconds.
-DRAIN = 5.0
-#: R20: after SIGTERM at the hard timeout, how long before SIGKILL, seconds.
-KILL_GRACE = 2.0
 #: R26: the longest pause after a store error, seconds (far below job backoff's cap).
 STORE_PAUSE_MAX = 30.0
 #: R11/R26: how long one store call may wait on another writer's lock, seconds.
 #: Short, so a held lock becomes a StoreError and a pause, never a loop that stops
 #: hearing signals, timeouts and its children.
 STORE_BUSY_TIMEOUT = 0.5
-#: R26: a ``--burst`` pool whose store has failed every call for this long gives up
-#: with a non-zero exit, instead of waiting for ever for work it cannot claim; a
-#: long-running pool waits the store out however long it takes.
-STORE_TIMEOUT = 60.0
 #: The exit code of a --burst pool that gave up on its store.
 EXIT_STORE_GAVE_UP = 3
-#: How often a non-TTY pool logs a status line, seconds.
-STATUS_EVERY = 10.0
-#: How often the pool writes its heartbeat, progress and counters, and reads the
-#: operators' requests (stop, scale, cancel), seconds (R22, R27, R29, R31).
-HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
 #: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
 SWEEP_EVERY = 10.0
 #: How often the RSS of children running memory-limited jobs is sampled, seconds.
 MEMORY_SAMPLE_EVERY = 0.1
-
-
-@dataclass
-class PoolConfig:
-    """Everything ``jobpool start`` decides; validated before a pool starts."""
-
-    db: str
-    procs: int = field(default_factory=lambda: os.cpu_count() or 1)
-    queues: tuple[str, ...] | None = None
-    names: tuple[str, ...] | None = None
-    burst: bool = False
-    max_jobs: int | None = None
-    poll_interval: float = POLL_INTERVAL
-    drain: float = DRAIN
-    kill_grace: float = KILL_GRACE
-    max_tasks_per_child: int = 0
-    status_every: float = STATUS_EVERY
-    result_ttl: float = retention.RESULT_TTL
-    dead_letter_limit: int = retention.DEAD_LETTER_LIMIT
-    memory_limit: int | None = None          # MiB, for jobs that set none
-    max_crashes: int | None = None           # R19a, for jobs that set none
-    max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
-    mode: int = DEFAULT_MODE                 # R39: file mode if the pool creates the store
-    max_procs: int | None = None             # R41: raises the bound on procs (and scale)
-    dead_after: float = liveness.DEAD_AFTER  # R24b: a pool silent this long is dead
-    store_timeout: float = STORE_TIMEOUT     # --burst gives up after this long of store errors
-    wait_retries: float = 0.0                # --burst also waits for jobs due within this
-
-    def validate(self) -> None:
-        if self.procs < 1:
-            raise JobpoolError(f"--procs must be at least 1, not {self.procs}")
-        if self.max_procs is not None and self.max_procs < 1:
-            raise JobpoolError(f"--max-procs must be at least 1, not {self.max_procs}")
-        bound, why = bounds.procs_bound(self.max_procs)
-        if self.procs > bound:
-            raise JobpoolError(f"--procs {self.procs} is over this pool's bound of {bound} ({why})")
-        if self.max_jobs is not None and self.max_jobs < 1:
-            raise JobpoolError(f"--max-jobs must be at least 1, not {self.max_jobs}")
-        if not self.poll_interval > 0:
-            raise JobpoolError(f"poll interval must be positive, not {self.poll_interval}")
-        if self.drain < 0:
-            raise JobpoolError(f"--drain must not be negative, not {self.drain}")
-        if not self.dead_after > HEARTBEAT_EVERY:
-            raise JobpoolError(f"--dead-after must be longer than the heartbeat "
-                               f"({HEARTBEAT_EVERY:g} s), not {self.dead_after:g}")
 
 
 #: Exit codes of a child ended by the signals that stop a pool (SIGTERM, SIGINT).
@@ -169,6 +109,9 @@ class Supervisor:
         self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
                               busy_timeout=STORE_BUSY_TIMEOUT, wal_autocheckpoint=0)
         self._checkpointer = Checkpointer(self.store.path)
+        #: How many children this pool runs now: ``--procs`` until a scale says more
+        #: or fewer (R27).
+        self.procs = config.procs
         self.table = core.SlotTable(config.procs)
         self.slots = [Slot(i) for i in range(config.procs)]
         self.rng = rng or random.Random()
@@ -238,7 +181,7 @@ class Supervisor:
             self._queue_pending_hooks()
             for slot in self.slots:
                 self._spawn(slot)
-            events.emit(events.POOL_STARTED, owner=self.owner, procs=self.config.procs,
+            events.emit(events.POOL_STARTED, owner=self.owner, procs=self.procs,
                         queues=",".join(self.queues), core=core.NAME)
             self._loop()
         finally:
@@ -437,7 +380,7 @@ class Supervisor:
         slot.progress, slot.stage, slot.progress_dirty = None, None, False
         self.table.clear(slot.index)
         self._want_claim = True
-        if slot.index >= self.config.procs:
+        if slot.index >= self.procs:
             self._retire(slot)
 
     def _child_exited(self, slot: Slot, now: float) -> None:
@@ -492,7 +435,7 @@ class Supervisor:
         elif slot.killing is None and not self._stop_requests:
             events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)
         slot.proc = None
-        if slot.index < self.config.procs and not self._stopping and not self._stop_requests:
+        if slot.index < self.procs and not self._stopping and not self._stop_requests:
             self._spawn(slot)
         else:
             self._trim_slots()
@@ -576,7 +519,7 @@ class Supervisor:
                 pass
 
     def _free_slots(self) -> list[int]:
-        procs = self.config.procs
+        procs = self.procs
         return [i for i in self.table.free_slots()
                 if i < procs and self.slots[i].proc is not None and self.slots[i].conn is not None
                 and self.slots[i].killing is None and not self.slots[i].retiring]
@@ -596,10 +539,10 @@ class Supervisor:
             procs = bound
         else:
             self.scale_refused = None
-        if procs < 1 or procs == self.config.procs:
+        if procs < 1 or procs == self.procs:
             return
-        old = self.config.procs
-        self.config.procs = procs
+        old = self.procs
+        self.procs = procs
         events.emit(events.POOL_SCALED, procs_from=old, procs_to=procs)
         if procs > old:
             self.table.resize(max(procs, self.table.size))
@@ -623,7 +566,7 @@ class Supervisor:
             self._trim_slots()
 
     def _trim_slots(self) -> None:
-        while (len(self.slots) > self.config.procs and self.slots[-1].proc is None
+        while (len(self.slots) > self.procs and self.slots[-1].proc is None
                and self.slots[-1].job is None):
             self.slots.pop()
         self.table.resize(len(self.slots))
@@ -789,7 +732,7 @@ class Supervisor:
 
     def _slot_views(self, now: float) -> list[dict]:
         views = []
-        for slot in self.slots[: self.config.procs]:
+        for slot in self.slots[: self.procs]:
             job = slot.job
             views.append({"slot": slot.index, "pid": slot.pid if slot.proc else None,
                           "job_id": job[0] if job else None, "name": job[1] if job else None,
@@ -815,7 +758,7 @@ class Supervisor:
             counters["stopping"] = {"running": self.table.busy_count(),
                                     "drain_ends_at": self._drain_until}
         beat = Heartbeat(owner=self.owner, host=socket.gethostname(), pid=os.getpid(),
-                         procs=self.config.procs, queues=self.queues, names=self.names,
+                         procs=self.procs, queues=self.queues, names=self.names,
                          core=core.NAME, counters_json=json.dumps(counters),
                          slots_json=json.dumps(self._slot_views(now)))
         dirty = [s for s in self.slots if s.progress_dirty and s.job is not None]

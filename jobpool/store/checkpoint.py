@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 #: Seconds between checkpoints.
 INTERVAL = 0.1
 #: WAL size past which the checkpoint also starts the file over, bytes.
-RESTART_BYTES = 4 * 1024 * 1024
+RESTART_BYTES = sql.WAL_RESTART_BYTES
 
 
 class Checkpointer(threading.Thread):

@@ -13,9 +13,16 @@ SCHEMA_VERSION = "2"
 #: (BENCHMARKS.md). Rows and index entries are far smaller than a page.
 PAGE_SIZE = 1024
 
+# --- the WAL's size (R26a), in one place: store/checkpoint.py explains the policy ---
+
 #: ``journal_size_limit`` of the supervisor's connections: what a WAL a burst grew
-#: is trimmed back to when it starts over (see store/checkpoint.py).
+#: is trimmed back to when it starts over.
 WAL_KEEP_BYTES = 16 * 1024 * 1024
+#: WAL size past which the supervisor's checkpointer also starts the file over.
+WAL_RESTART_BYTES = 4 * 1024 * 1024
+#: ``journal_size_limit`` of producers' and operators' connections (they do not
+#: checkpoint on a schedule; this bounds what one of them leaves behind).
+WAL_PRODUCER_LIMIT = 64 * 1024 * 1024
 
 #: Marker table: a file without it (and with other tables) is not a jobpool store.
 CREATE_META = """

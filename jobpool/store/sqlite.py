@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 DEFAULT_DB = "jobpool.db"
 #: R26a: how long a writer waits on another's lock before reporting it, seconds.
 BUSY_TIMEOUT = 10.0
-#: R26a: bound on the WAL file left after a checkpoint, bytes.
-JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 #: R39: permission bits of a store file this process creates. Payloads, results and
 #: tracebacks may hold secrets, so only the owner reads it unless the caller says
@@ -169,7 +167,7 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA mmap_size=0")
-            conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
+            conn.execute(f"PRAGMA journal_size_limit={sql.WAL_PRODUCER_LIMIT}")
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise CorruptStoreError(f"{path} cannot be used as a store: {exc}") from exc
