@@ -29,16 +29,20 @@ from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.limits cimport INT_MAX
-from libc.math cimport INFINITY, ldexp
+from libc.math cimport INFINITY
 from libc.stdlib cimport free, qsort, realloc
 
 import os
 import sqlite3 as _pysqlite  # exception classes and adapters only; same shared libsqlite3
 
 from jobpool.errors import StoreError
-from jobpool.outcomes import (CANCEL, CRASH, DEFAULT_POLICY, DEFER, DONE, ERROR, FATAL,
-                              KIND_NAMES, LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT,
-                              with_reason)  # the core's API
+# The transitions are decided in jobpool.lifecycle, written once for both cores and
+# every store; this module applies them to SQLite (claim, statement stepping, slots).
+from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, DEFER, DONE, ERROR,
+                               EXPIRED,
+                               FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
+                               RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
+                               decide, with_reason)  # the core's API
 from jobpool.store import sql
 
 
@@ -132,23 +136,6 @@ cdef extern from *:
     const char* jobpool_type_name(PyObject* o)
 
 
-# The outcome kinds of jobpool.outcomes as C constants (checked at import, below).
-cdef enum:
-    K_DONE = 0
-    K_ERROR = 1
-    K_FATAL = 2
-    K_CRASH = 3
-    K_TIMEOUT = 4
-    K_RETRY = 5
-    K_DEFER = 6
-    K_RESCHEDULE = 7
-    K_RELEASE = 8
-    K_CANCEL = 9
-
-if (K_DONE, K_ERROR, K_FATAL, K_CRASH, K_TIMEOUT, K_RETRY, K_DEFER, K_RESCHEDULE, K_RELEASE,
-        K_CANCEL) != (DONE, ERROR, FATAL, CRASH, TIMEOUT, RETRY, DEFER, RESCHEDULE, RELEASE, CANCEL):
-    raise ImportError("jobpool._core was built against other outcome kinds than jobpool.outcomes")
-
 # Prepared statements, one slot each; all but the transaction verbs are prepared
 # on first use (as the twin's statements are), then kept until close().
 cdef enum:
@@ -168,8 +155,7 @@ cdef enum:
     S_RECLAIM
     S_RECLAIM_OWNER
     S_OWNERS
-    S_LOG_RECLAIM
-    S_LOG_OWNER
+    S_REQUEUE
     NSTMT
 
 # Named parameters the core supplies; their indices are looked up per statement
@@ -192,12 +178,11 @@ cdef enum:
     P_EXIT_STATUS
     P_PEAK_RSS
     P_CPU_S
-    P_REASON
     NPARAM
 
 _PARAM_NAMES = (":id", ":owner", ":attempt", ":now", ":result", ":error", ":crashes",
                 ":run_at", ":slack", ":queue", ":limit", ":pid", ":started_at", ":outcome",
-                ":exit_status", ":peak_rss", ":cpu_s", ":reason")
+                ":exit_status", ":peak_rss", ":cpu_s")
 _PARAM_NAMES_UTF8 = tuple(p.encode() for p in _PARAM_NAMES)
 
 cdef enum:
@@ -236,41 +221,9 @@ cdef enum:
     C_CHAINED
     NCLAIMCOLS
 
-
-# -- backoff (R13) -------------------------------------------------------------------
-
-cdef inline double _backoff(sqlite3_int64 attempts, double base, double cap, double u) noexcept nogil:
-    cdef double delay
-    cdef double scaled
-    if base <= 0:
-        return 0.0
-    # exponent = attempts - 1, bounded before it is used: from 2**1023 on the
-    # delay is the cap, as in the twin.
-    if attempts >= 1024:
-        delay = cap
-    else:
-        scaled = base * ldexp(1.0, <int>(attempts - 1) if attempts > 1 else 0)
-        delay = cap if scaled >= cap else scaled
-    return delay - delay * 0.25 * u
-
-
-def backoff(attempts, double base, double cap, double u):
-    """Delay before retry number ``attempts`` (R13).
-
-    ``base * 2**(attempts-1)`` capped at ``cap``, then jitter that only subtracts
-    up to 25 % (``u`` in [0, 1)), so ``cap`` is an honest ceiling. The exponent is
-    bounded before it is computed, so huge attempt counts cannot overflow.
-    """
-    if base <= 0:
-        return 0.0
-    if attempts > 1:
-        exponent = attempts - 1
-        if exponent >= 1023:
-            return _backoff(1024, base, cap, u)
-        if not isinstance(exponent, int):
-            raise TypeError("Expected an int as second argument to ldexp.")
-        return _backoff(<sqlite3_int64>exponent + 1, base, cap, u)
-    return _backoff(1, base, cap, u)
+#: ``lifecycle.Decision.statement`` -> the statement slot that applies it.
+_SETTLE_STATEMENTS = {"done": S_DONE, "retry": S_RETRY, "dead": S_DEAD, "defer": S_DEFER,
+                      "reschedule": S_RESCHEDULE, "release": S_RELEASE, "requeue": S_REQUEUE}
 
 
 # -- slots (R6, R20) -----------------------------------------------------------------
@@ -603,20 +556,6 @@ cdef int _cmp_rows(const void* a, const void* b) noexcept nogil:
 # -- the core -----------------------------------------------------------------------
 
 @cython.final
-@cython.freelist(64)
-cdef class _Lease:
-    """What this supervisor knows about one job it holds a lease on."""
-    cdef object name
-    cdef sqlite3_int64 attempt
-    cdef sqlite3_int64 max_attempts
-    cdef sqlite3_int64 crashes
-    cdef bint has_deadline
-    cdef bint chained
-    cdef double deadline
-    cdef double started_at
-
-
-@cython.final
 cdef class Core:
     """Claims and settles jobs for one supervisor over its own connection.
 
@@ -798,13 +737,11 @@ cdef class Core:
         if s == S_CAUSES:
             return sql.CRASH_CAUSES
         if s == S_RECLAIM:
-            return sql.RECLAIM_EXPIRED
+            return sql.RECLAIMABLE_EXPIRED
         if s == S_RECLAIM_OWNER:
-            return sql.RECLAIM_OWNER
-        if s == S_LOG_RECLAIM:
-            return sql.LOG_RECLAIM_EXPIRED
-        if s == S_LOG_OWNER:
-            return sql.LOG_RECLAIM_OWNER
+            return sql.RECLAIMABLE_OWNER
+        if s == S_REQUEUE:
+            return sql.SETTLE_REQUEUE
         return sql.LEASE_OWNERS
 
     cdef int _map_parameters(self, int s, sqlite3_stmt* st) except -1:
@@ -1054,7 +991,6 @@ cdef class Core:
         cdef Py_ssize_t count = 0
         cdef Py_ssize_t i
         cdef RowKey* key
-        cdef _Lease lease
         cdef list rows = []
         cdef list leases = []
         owner = self.owner
@@ -1088,20 +1024,16 @@ cdef class Core:
                 key.priority = sqlite3_column_double(st, C_PRIORITY)
                 key.line_at = sqlite3_column_double(st, C_LINE_AT)
 
-                lease = _Lease.__new__(_Lease)
-                lease.name = _column(st, C_NAME)
-                lease.attempt = sqlite3_column_int64(st, C_ATTEMPTS)
-                lease.max_attempts = sqlite3_column_int64(st, C_MAX_ATTEMPTS)
-                lease.crashes = sqlite3_column_int64(st, C_CRASHES)
-                lease.has_deadline = sqlite3_column_type(st, C_DEADLINE) != SQLITE_NULL
-                lease.deadline = sqlite3_column_double(st, C_DEADLINE)
-                lease.started_at = now
-                lease.chained = sqlite3_column_int64(st, C_CHAINED) != 0
-                leases.append(lease)
-                rows.append((_column(st, C_ID), lease.name, _column_bytes(st, C_PAYLOAD),
-                             _column(st, C_SERIALIZER), lease.attempt,
-                             sqlite3_column_double(st, C_TIMEOUT),
-                             _column(st, C_DEADLINE)))
+                job_id = _column(st, C_ID)
+                name = _column(st, C_NAME)
+                attempt = sqlite3_column_int64(st, C_ATTEMPTS)
+                deadline = _column(st, C_DEADLINE)
+                leases.append(Lease(job_id, name, attempt, sqlite3_column_int64(st, C_MAX_ATTEMPTS),
+                                    sqlite3_column_int64(st, C_CRASHES), deadline, now,
+                                    sqlite3_column_int64(st, C_CHAINED) != 0))
+                rows.append(Claimed(job_id, name, _column_bytes(st, C_PAYLOAD),
+                                    _column(st, C_SERIALIZER), attempt,
+                                    sqlite3_column_double(st, C_TIMEOUT), deadline))
                 count += 1
         except BaseException:
             _reset(st)
@@ -1112,16 +1044,16 @@ cdef class Core:
             qsort(self._keys, count, sizeof(RowKey), _cmp_rows)
         order = [self._keys[i].index for i in range(count)]
         for i in order:
-            lease = <_Lease>leases[i]
-            row = <tuple>rows[i]
-            if lease.has_deadline and lease.deadline < now:
-                self._settle_one(row[0], lease.name, lease.attempt, lease.max_attempts,
-                                 lease.crashes, True, lease.deadline, now, lease.chained,
-                                 (row[0], lease.attempt, FATAL, "deadline passed",
-                                  None, None, None, None, None, None),
+            lease = leases[i]
+            row = rows[i]
+            deadline = lease.deadline
+            if deadline is not None and deadline < now:
+                # R10: claimed after its deadline, it is retired without running.
+                self._settle_one(lease, Outcome(lease.job_id, lease.attempt, FATAL,
+                                                DEADLINE_PASSED),
                                  now, None, expired, "deadline")
                 continue
-            self._inflight[row[0]] = lease
+            self._inflight[lease.job_id] = lease
             claimed.append(row)
         return 0
 
@@ -1200,132 +1132,69 @@ cdef class Core:
 
     cdef int _settle_all(self, object outcomes, double now, object rng, list settled,
                          list taken) except -1:
-        cdef _Lease lease
         for outcome in outcomes:
             job_id = outcome[0]
-            info = self._inflight.get(job_id)
-            if info is None or (<_Lease>info).attempt != outcome[1]:
-                settled.append((job_id, (<_Lease>info).name if info is not None else "",
-                                outcome[1], "lost", "not leased by this supervisor"))
+            lease = self._inflight.get(job_id)
+            if lease is None or lease.attempt != outcome[1]:
+                settled.append(Settled(job_id, lease.name if lease is not None else "",
+                                       outcome[1], "lost", "not leased by this supervisor"))
                 continue
-            lease = <_Lease>info
             taken.append(job_id)
-            self._settle_one(job_id, lease.name, lease.attempt, lease.max_attempts,
-                             lease.crashes, lease.has_deadline, lease.deadline,
-                             lease.started_at, lease.chained, outcome, now, rng, settled, None)
+            self._settle_one(lease, outcome, now, rng, settled, None)
         return 0
 
-    cdef int _settle_one(self, object job_id, object name, sqlite3_int64 attempt,
-                         sqlite3_int64 max_attempts, sqlite3_int64 crashes, bint has_deadline,
-                         double deadline, double started_at, bint chained, object outcome,
-                         double now,
-                         object rng, list out, object log_as) except -1:
-        cdef long kind
+    cdef int _settle_one(self, object lease, object outcome, double now, object rng, list out,
+                         object log_as, object owner=None) except -1:
+        """Apply ``lifecycle.decide`` to one attempt: the fenced UPDATE it names, the
+        chain's next step (R12), and the attempt's line in the log (R19a)."""
         cdef int stmt
-        cdef double run_at = 0.0
-        cdef double u
-        cdef object status
-        cdef object reason = None       # the error a dead row is settled with
-        cdef object result = None
-        kind_obj = outcome[2]
-        error = outcome[3]
-        delay = outcome[4]
+        outcome = Outcome(*outcome)
+        job_id = lease.job_id
         policies = self.policies
-        if type(policies) is dict:
-            policy = (<dict>policies).get(name, DEFAULT_POLICY)
-        else:
-            policy = policies.get(name, DEFAULT_POLICY)
-        head = policy[:3]
-        if len(head) != 3:      # the twin's unpacking error, word for word
-            if len(head) > 3:
-                raise ValueError("too many values to unpack (expected 3)")
-            raise ValueError(f"not enough values to unpack (expected 3, got {len(head)})")
-        base, cap, max_crashes = head
-        log_outcome = log_as or KIND_NAMES[kind_obj]
-        kind = kind_obj
-        if kind == K_DONE:
-            result = outcome[5]
-            stmt = S_DONE
-            status = "done"
-        elif kind == K_DEFER:
-            run_at = now + (delay or 0.0)       # Python addition: the twin's TypeError
-            if has_deadline and run_at > deadline:
-                reason = with_reason(error or "deferred", "deferred past its deadline")
-                stmt = S_DEAD
-                status = "dead"
-            else:
-                stmt = S_DEFER
-                status = "ready"
-        elif kind == K_RESCHEDULE:
-            run_at = now + (delay or 0.0)
-            stmt = S_RESCHEDULE
-            status = "ready"
-        elif kind == K_RELEASE:
-            stmt = S_RELEASE
-            status = "ready"
-        elif kind == K_FATAL or kind == K_CANCEL:
-            reason = error
-            stmt = S_DEAD
-            status = "dead"
-        else:  # ERROR, CRASH, TIMEOUT, RETRY: a retry unless a budget is spent
-            if kind == K_CRASH:
-                crashes += 1
-            stmt = S_DEAD
-            status = "dead"
-            if kind == K_CRASH and crashes >= max_crashes:
-                causes = self._crash_causes(job_id)
-                causes.append(error or "?")
-                reason = (f"quarantined: killed its child {crashes} times ("
-                          + "; ".join(causes[-crashes:]) + ")")
-            elif attempt >= max_attempts:
-                reason = with_reason(error, f"no attempts left after {max_attempts}")
-            else:
-                if kind == K_RETRY and delay is not None:
-                    run_at = now + delay
-                else:
-                    u = rng.random() if rng is not None else 0.0
-                    run_at = now + _backoff(attempt, base, cap, u)
-                if has_deadline and run_at > deadline:
-                    reason = with_reason(error, "retry would fall past its deadline")
-                else:
-                    reason = error
-                    stmt = S_RETRY
-                    status = "ready"
-
-        owner = self.owner
+        policy = Policy(*policies.get(lease.name, DEFAULT_POLICY))
+        decision = decide(lease, outcome, policy, now, rng,
+                          lambda: self._crash_causes(job_id))
+        stmt = _SETTLE_STATEMENTS[decision.statement]
+        if owner is None:
+            owner = self.owner      # a reclaim settles another owner's lease
+        attempt = lease.attempt
+        reason = decision.reason
         self._set_o(P_ID, job_id)
         self._set_o(P_OWNER, owner)
-        self._set_i(P_ATTEMPT, attempt)
+        self._set_o(P_ATTEMPT, attempt)
         self._set_d(P_NOW, now)
         if stmt == S_DONE:
+            result = outcome.result
             self._set_o(P_RESULT, result)
-        elif stmt == S_DEAD:
+        elif stmt == S_DEAD or stmt == S_REQUEUE:
             self._set_o(P_ERROR, reason)
-            self._set_i(P_CRASHES, crashes)
+            self._set_i(P_CRASHES, decision.crashes)
         elif stmt == S_RETRY:
             self._set_o(P_ERROR, reason)
-            self._set_d(P_RUN_AT, run_at)
-            self._set_i(P_CRASHES, crashes)
+            self._set_d(P_RUN_AT, now + decision.delay)
+            self._set_i(P_CRASHES, decision.crashes)
         elif stmt == S_DEFER or stmt == S_RESCHEDULE:
-            self._set_d(P_RUN_AT, run_at)
+            self._set_d(P_RUN_AT, now + decision.delay)
         if self._exec(stmt) != 1:
-            out.append((job_id, name, attempt, "lost", "lease lost"))
+            out.append(Settled(job_id, lease.name, attempt, "lost", "lease lost"))
             return 0
-        if stmt == S_DONE and chained:
+        if decision.successor and lease.chained:
             # R12: a chain's next step is enqueued in the transaction that completes this one.
             self._set_o(P_ID, job_id)
             self._set_d(P_NOW, now)
             self._exec(S_SUCCESSOR)
-
-        pid = outcome[6]
-        exit_status = outcome[7]
-        peak_rss = outcome[8]
-        cpu_s = outcome[9]
+        pid = outcome.pid
+        exit_status = outcome.exit_status
+        peak_rss = outcome.peak_rss
+        cpu_s = outcome.cpu_s
+        started_at = lease.started_at
+        log_outcome = log_as or KIND_NAMES[outcome.kind]
+        error = outcome.error
         self._set_o(P_ID, job_id)
-        self._set_i(P_ATTEMPT, attempt)
+        self._set_o(P_ATTEMPT, attempt)
         self._set_o(P_OWNER, owner)
         self._set_o(P_PID, pid)
-        self._set_d(P_STARTED_AT, started_at)
+        self._set_o(P_STARTED_AT, started_at)
         self._set_d(P_NOW, now)
         self._set_o(P_OUTCOME, log_outcome)
         self._set_o(P_ERROR, error)
@@ -1333,7 +1202,7 @@ cdef class Core:
         self._set_o(P_PEAK_RSS, peak_rss)
         self._set_o(P_CPU_S, cpu_s)
         self._exec(S_ATTEMPT)
-        out.append((job_id, name, attempt, status, reason if stmt == S_DEAD else error))
+        out.append(Settled(job_id, lease.name, attempt, decision.status, reason))
         return 0
 
     cdef list _crash_causes(self, object job_id):
@@ -1370,13 +1239,13 @@ cdef class Core:
 
     def reclaim(self, double now):
         """Expired leases of any owner go back to ready, or dead without attempts (R23)."""
-        return self._recover(S_RECLAIM, now, None, None)
+        return self._recover(S_RECLAIM, now, None, EXPIRED, None)
 
     def reclaim_owner(self, owner, reason, double now):
         """A dead supervisor's leases come back at once (R24)."""
         if owner == self.owner:
             raise ValueError("a supervisor cannot reclaim its own leases")
-        return self._recover(S_RECLAIM_OWNER, now, owner, reason)
+        return self._recover(S_RECLAIM_OWNER, now, owner, OWNER_DIED, reason)
 
     def lease_owners(self):
         # No parameters; keep those of an operation this call may be nested in.
@@ -1391,21 +1260,25 @@ cdef class Core:
             self._supplied = supplied
             self._leave()
 
-    cdef list _recover(self, int s, double now, object owner, object reason):
-        cdef list rows
+    cdef list _recover(self, int s, double now, object owner, object kind, object reason):
+        """Settle leases nobody will settle through ``lifecycle.decide``, like any
+        attempt's end, fenced by their old owner; one transaction."""
+        cdef list settled = []
         self._enter()
         try:
             try:
                 self._begin()
                 try:
-                    # R19a: the attempts these leases end go into the attempt log first.
-                    # Each step consumes the parameters set for it, so set them twice.
-                    for step in (S_LOG_OWNER if s == S_RECLAIM_OWNER else S_LOG_RECLAIM, s):
-                        self._set_d(P_NOW, now)
-                        if s == S_RECLAIM_OWNER:
-                            self._set_o(P_OWNER, owner)
-                            self._set_o(P_REASON, reason)
-                        rows = self._fetch(step)
+                    self._set_d(P_NOW, now)
+                    if s == S_RECLAIM_OWNER:
+                        self._set_o(P_OWNER, owner)
+                    for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
+                         held_by) in self._fetch(s):
+                        lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
+                                      started_at, False)
+                        error = reason if reason is not None else f"lease expired (owner {held_by})"
+                        self._settle_one(lease, Outcome(job_id, attempt, kind, error), now, None,
+                                         settled, None, held_by)
                     self._commit()
                 except BaseException:
                     self._rollback()
@@ -1414,7 +1287,7 @@ cdef class Core:
                 raise StoreError(f"reclaim failed: {exc}") from exc
         finally:
             self._leave()
-        return [tuple(row) for row in rows]  # (id, name, attempt, status, reason)
+        return settled
 
     # -- bookkeeping ----------------------------------------------------------------
 

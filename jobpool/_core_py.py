@@ -1,17 +1,11 @@
-"""The pure-Python twin of ``jobpool._core``: the readable specification.
+"""The pure-Python twin of ``jobpool._core``: SQLite through the ``sqlite3`` module.
 
 The compiled core (``_core.pyx``) has the same names, signatures and behaviour;
 ``tests/test_core.py`` runs against both and a parity test compares the rows
-they leave behind. This module talks to SQLite through the ``sqlite3`` module;
-the compiled one uses SQLite's C API directly.
-
-Data crossing this API is plain tuples, so the compiled core can build them
-without per-row Python objects beyond the tuple itself:
-
-* claimed job: ``(id, name, payload, serializer, attempt, timeout, deadline)``
-* outcome:     ``(id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)``
-* settled:     ``(id, name, attempt, status, reason)`` where status is one of
-  ``done``, ``ready``, ``dead`` or ``lost`` (the fenced guard matched no row).
+they leave behind. Neither decides anything about a job's life: both apply
+``jobpool.lifecycle.decide`` and carry its named records (``Claimed``,
+``Lease``, ``Outcome``, ``Settled``). What the cores own is the SQLite side:
+the claim, the fenced statements, the transaction per turn, the slot table.
 
 Time (``now``) and randomness (``rng``, anything with ``.random()``) are
 parameters so backoff, leases and deadlines are testable without sleeping.
@@ -23,31 +17,17 @@ import os
 import sqlite3
 
 from jobpool.errors import StoreError
-from jobpool.outcomes import (CANCEL, CRASH, DEFAULT_POLICY, DEFER, DONE, ERROR, FATAL,
-                              KIND_NAMES, LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT,
-                              with_reason)
+from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, DEFER, DONE, ERROR,
+                               EXPIRED,
+                               FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
+                               RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
+                               decide, with_reason)
 from jobpool.store import sql
 
 #: The API the compiled core mirrors name for name (tests/test_core.py).
 __all__ = ["Core", "SlotTable", "backoff", "with_reason", "LEASE_SLACK", "KIND_NAMES",
            "DEFAULT_POLICY", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER",
            "RESCHEDULE", "RELEASE", "CANCEL"]
-
-def backoff(attempts: int, base: float, cap: float, u: float) -> float:
-    """Delay before retry number ``attempts`` (R13).
-
-    ``base * 2**(attempts-1)`` capped at ``cap``, then jitter that only subtracts
-    up to 25 % (``u`` in [0, 1)), so ``cap`` is an honest ceiling. The exponent is
-    bounded before it is computed, so huge attempt counts cannot overflow.
-    """
-    if base <= 0:
-        return 0.0
-    exponent = attempts - 1 if attempts > 1 else 0
-    if exponent >= 1023 or base * math.ldexp(1.0, exponent) >= cap:
-        delay = cap
-    else:
-        delay = base * math.ldexp(1.0, exponent)
-    return delay - delay * 0.25 * u
 
 
 class SlotTable:
@@ -121,7 +101,7 @@ class Core:
         self.queues = tuple(queues)
         self.policies = dict(policies or {})
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
-        self._inflight: dict[int, tuple] = {}
+        self._inflight: dict[int, Lease] = {}
         autocheckpoint = int(wal_autocheckpoint)
         if not os.path.exists(path):
             # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
@@ -180,17 +160,18 @@ class Core:
             for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
                  timeout, deadline, _priority, _line_at, chained) in rows:
                 # The lease: what settling this attempt needs, started now.
-                lease = (job_id, name, attempt, max_attempts, crashes, deadline, now, chained)
+                lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
+                              bool(chained))
                 if deadline is not None and deadline < now:
-                    self._settle_one(db, lease, (job_id, attempt, FATAL, "deadline passed",
-                                                 None, None, None, None, None, None),
+                    # R10: claimed after its deadline, it is retired without running.
+                    self._settle_one(db, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
                                      now, None, expired, log_as="deadline")
                     continue
                 self._inflight[job_id] = lease
                 if isinstance(payload, str):
                     payload = payload.encode()
-                claimed.append((job_id, name, payload, serializer, attempt, float(timeout),
-                                deadline))
+                claimed.append(Claimed(job_id, name, payload, serializer, attempt, float(timeout),
+                                       deadline))
 
     # -- settling (section 4) --------------------------------------------------------
 
@@ -230,7 +211,7 @@ class Core:
         expired: list[tuple] = []
         if not outcomes and n <= 0:
             return settled, claimed, expired
-        dropped: dict[int, tuple | None] = {}
+        dropped: dict[int, Lease | None] = {}
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -257,89 +238,53 @@ class Core:
     def _settle_all(self, db, outcomes, now, rng, settled, taken) -> None:
         for outcome in outcomes:
             job_id = outcome[0]
-            info = self._inflight.get(job_id)
-            if info is None or info[2] != outcome[1]:
-                settled.append((job_id, info[1] if info else "", outcome[1], "lost",
-                                "not leased by this supervisor"))
+            lease = self._inflight.get(job_id)
+            if lease is None or lease.attempt != outcome[1]:
+                settled.append(Settled(job_id, lease.name if lease else "", outcome[1], "lost",
+                                       "not leased by this supervisor"))
                 continue
             taken.append(job_id)
-            self._settle_one(db, info, outcome, now, rng, settled)
+            self._settle_one(db, lease, outcome, now, rng, settled)
 
-    def _settle_one(self, db, job, outcome, now, rng, out, log_as=None):
-        job_id, name, attempt, max_attempts, crashes, deadline, started_at, chained = job
-        kind = outcome[2]
-        error = outcome[3]
-        delay = outcome[4]
-        base, cap, max_crashes = self.policies.get(name, DEFAULT_POLICY)[:3]
-        params = {"id": job_id, "owner": self.owner, "attempt": attempt, "now": now}
-        log_outcome = log_as or KIND_NAMES[kind]
-        if kind == DONE:
-            params["result"] = outcome[5]
-            stmt, status = sql.SETTLE_DONE, "done"
-        elif kind == DEFER:
-            run_at = now + (delay or 0.0)
-            if deadline is not None and run_at > deadline:
-                params.update(error=with_reason(error or "deferred", "deferred past its deadline"),
-                              crashes=crashes)
-                stmt, status = sql.SETTLE_DEAD, "dead"
-            else:
-                params["run_at"] = run_at
-                stmt, status = sql.SETTLE_DEFER, "ready"
-        elif kind == RESCHEDULE:
-            params["run_at"] = now + (delay or 0.0)
-            stmt, status = sql.SETTLE_RESCHEDULE, "ready"
-        elif kind == RELEASE:
-            stmt, status = sql.SETTLE_RELEASE, "ready"
-        elif kind in (FATAL, CANCEL):
-            params.update(error=error, crashes=crashes)
-            stmt, status = sql.SETTLE_DEAD, "dead"
-        else:  # ERROR, CRASH, TIMEOUT, RETRY: a retry unless a budget is spent
-            if kind == CRASH:
-                crashes += 1
-            params["crashes"] = crashes
-            stmt, status = sql.SETTLE_DEAD, "dead"
-            if kind == CRASH and crashes >= max_crashes:
-                causes = [r[0] or "?" for r in db.execute(sql.CRASH_CAUSES, (job_id,))] + [error or "?"]
-                params["error"] = (f"quarantined: killed its child {crashes} times ("
-                                   + "; ".join(causes[-crashes:]) + ")")
-            elif attempt >= max_attempts:
-                params["error"] = with_reason(error, f"no attempts left after {max_attempts}")
-            else:
-                if kind == RETRY and delay is not None:
-                    wait = delay
-                else:
-                    wait = backoff(attempt, base, cap, rng.random() if rng is not None else 0.0)
-                run_at = now + wait
-                if deadline is not None and run_at > deadline:
-                    params["error"] = with_reason(error, "retry would fall past its deadline")
-                else:
-                    params.update(error=error, run_at=run_at)
-                    stmt, status = sql.SETTLE_RETRY, "ready"
-        cursor = db.execute(stmt, params)
+    def _settle_one(self, db, lease: Lease, outcome, now, rng, out, log_as=None, owner=None):
+        """Apply ``lifecycle.decide`` to one attempt: the fenced UPDATE it names, the
+        chain's next step (R12), and the attempt's line in the log (R19a)."""
+        outcome = Outcome(*outcome)
+        policy = Policy(*self.policies.get(lease.name, DEFAULT_POLICY))
+        decision = decide(lease, outcome, policy, now, rng, lambda: [
+            r[0] or "?" for r in db.execute(sql.CRASH_CAUSES, (lease.job_id,))])
+        owner = owner or self.owner   # a reclaim settles another owner's lease
+        params = {"id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
+                  "result": outcome.result, "error": decision.reason,
+                  "crashes": decision.crashes, "run_at": now + decision.delay}
+        cursor = db.execute(sql.SETTLE[decision.statement], params)
         if cursor.rowcount != 1:
-            out.append((job_id, name, attempt, "lost", "lease lost"))
+            out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
             return
-        if status == "done" and chained:
-            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
+        if decision.successor and lease.chained:
+            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
         db.execute(sql.INSERT_ATTEMPT, {
-            "id": job_id, "attempt": attempt, "owner": self.owner, "pid": outcome[6],
-            "started_at": started_at, "now": now, "outcome": log_outcome, "error": error,
-            "exit_status": outcome[7], "peak_rss": outcome[8], "cpu_s": outcome[9]})
-        reason = params.get("error") if status == "dead" else error
-        out.append((job_id, name, attempt, status, reason))
+            "id": lease.job_id, "attempt": lease.attempt, "owner": owner, "pid": outcome.pid,
+            "started_at": lease.started_at, "now": now,
+            "outcome": log_as or KIND_NAMES[outcome.kind], "error": outcome.error,
+            "exit_status": outcome.exit_status, "peak_rss": outcome.peak_rss,
+            "cpu_s": outcome.cpu_s})
+        out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
+                           decision.reason))
 
     # -- recovery (R23, R24) ----------------------------------------------------------
 
     def reclaim(self, now: float):
         """Expired leases of any owner go back to ready, or dead without attempts (R23)."""
-        return self._recover(sql.LOG_RECLAIM_EXPIRED, sql.RECLAIM_EXPIRED, {"now": now})
+        return self._recover(sql.RECLAIMABLE_EXPIRED, {"now": now}, EXPIRED,
+                             lambda owner: f"lease expired (owner {owner})", now)
 
     def reclaim_owner(self, owner: str, reason: str, now: float):
         """A dead supervisor's leases come back at once (R24)."""
         if owner == self.owner:
             raise ValueError("a supervisor cannot reclaim its own leases")
-        return self._recover(sql.LOG_RECLAIM_OWNER, sql.RECLAIM_OWNER,
-                             {"now": now, "owner": owner, "reason": reason})
+        return self._recover(sql.RECLAIMABLE_OWNER, {"now": now, "owner": owner}, OWNER_DIED,
+                             lambda _owner: reason, now)
 
     def lease_owners(self) -> list[str]:
         try:
@@ -347,20 +292,27 @@ class Core:
         except sqlite3.Error as exc:
             raise StoreError(f"reading lease owners failed: {exc}") from exc
 
-    def _recover(self, log_stmt, stmt, params):
+    def _recover(self, query, params, kind, reason_of, now):
+        """Settle leases nobody will settle through ``lifecycle.decide``, like any
+        attempt's end, fenced by their old owner; one transaction."""
         db = self._db
+        settled: list[Settled] = []
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute(log_stmt, params)
-                rows = db.execute(stmt, params).fetchall()
+                for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
+                     owner) in db.execute(query, params).fetchall():
+                    lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
+                                  started_at, False)
+                    self._settle_one(db, lease, Outcome(job_id, attempt, kind, reason_of(owner)),
+                                     now, None, settled, owner=owner)
                 db.execute("COMMIT")
             except BaseException:
                 self._rollback()
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"reclaim failed: {exc}") from exc
-        return [tuple(row) for row in rows]  # (id, name, attempt, status, reason)
+        return settled
 
     # -- bookkeeping ----------------------------------------------------------------
 

@@ -9,8 +9,8 @@ import os
 from typing import TYPE_CHECKING
 
 from jobpool import _core_py
-from jobpool.outcomes import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, KIND_NAMES, LEASE_SLACK,
-                              RELEASE, RESCHEDULE, RETRY, TIMEOUT)
+from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, KIND_NAMES, LEASE_SLACK,
+                               RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
     from jobpool._core_py import Core, SlotTable, backoff

@@ -10,6 +10,7 @@ terminal gets more columns and puts queues beside failures.
 from __future__ import annotations
 
 import math
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -412,7 +413,13 @@ def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
     if once:
         console.print(render(read_snapshot(store), console.width, console.height))
         return
+    own_stop = stop is None
     stop = stop or threading.Event()
+    previous = None
+    if own_stop and threading.current_thread() is threading.main_thread():
+        # Ctrl-C only sets the flag the loop waits on (STYLE habit 7): the frame is
+        # finished and left once, wherever the interrupt landed.
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         if console.is_terminal:
             _live(store, console, refresh, stop)
@@ -420,6 +427,9 @@ def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
             _plain(store, console, max(refresh, PLAIN_EVERY), stop)
     except KeyboardInterrupt:
         pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _live(store: SQLiteStore, console: Console, refresh: float, stop: threading.Event) -> None:

@@ -13,15 +13,17 @@ from typing import Any, Callable, overload
 
 from jobpool import bounds
 from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError, UnsafeResultError
+from jobpool.lifecycle import DEFAULT_POLICY, Policy
 from jobpool.serialize import check_serializer
 
 #: Defaults for a job (and for enqueue-by-name of a name this process never registered).
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 0
-DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_TIMEOUT = 300.0
+#: The policy's defaults are lifecycle's, written once (R13, R16, R19a, R20).
+DEFAULT_MAX_ATTEMPTS = DEFAULT_POLICY.max_attempts
+DEFAULT_TIMEOUT = DEFAULT_POLICY.timeout
 #: R19a: child deaths before a job is quarantined, unless the job or the pool says.
-DEFAULT_MAX_CRASHES = 3
+DEFAULT_MAX_CRASHES = DEFAULT_POLICY.max_crashes
 
 _registry: dict[str, "Job"] = {}
 
@@ -246,11 +248,11 @@ class Job:
         return f"<jobpool.Job {self.name}>"
 
     @property
-    def policy(self) -> tuple[float, float, int, int, float]:
-        """What the core needs: backoff base and cap, max crashes, and the
+    def policy(self) -> Policy:
+        """What settling its attempts needs (``lifecycle.decide``), and the
         max_attempts and timeout for rows enqueued without them."""
-        return (self.backoff_base, self.backoff_max, self.max_crashes or DEFAULT_MAX_CRASHES,
-                self.max_attempts, self.timeout)
+        return Policy(self.backoff_base, self.backoff_max,
+                      self.max_crashes or DEFAULT_MAX_CRASHES, self.max_attempts, self.timeout)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         return Signature(self.name, args, kwargs)
@@ -304,7 +306,8 @@ def _qualified(fn: Callable) -> str:
 def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEFAULT_QUEUE,
         priority: int = DEFAULT_PRIORITY, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float = DEFAULT_TIMEOUT, fatal: tuple = (), serializer: str = "json",
-        backoff_base: float = 1.0, backoff_max: float = 3600.0, max_crashes: int | None = None,
+        backoff_base: float = DEFAULT_POLICY.backoff_base,
+        backoff_max: float = DEFAULT_POLICY.backoff_max, max_crashes: int | None = None,
         store_result: bool = False, on_dead: Callable | None = None,
         every: float | timedelta | None = None, cron: str | None = None,
         soft_timeout: float | None = None, memory_limit: int | None = None) -> Any:

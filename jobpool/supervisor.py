@@ -22,7 +22,8 @@ from typing import Any
 
 import multiprocess
 
-from jobpool import bounds, core, events, jobs, liveness, procinfo, proctree, protocol
+from jobpool import (bounds, core, events, jobs, lifecycle, liveness, procinfo, proctree,
+                     protocol)
 from jobpool.child import child_main
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
@@ -102,10 +103,11 @@ class Supervisor:
         for n in names:
             if n in registered:
                 job = registered[n]
-                base, cap, crashes, attempts, timeout = job.policy
+                policy = job.policy
                 if job.max_crashes is None and config.max_crashes is not None:
-                    crashes = config.max_crashes  # --max-crashes, for jobs that set none
-                policies[n] = (base, cap, crashes, attempts, timeout)
+                    # --max-crashes, for jobs that set none
+                    policy = policy._replace(max_crashes=config.max_crashes)
+                policies[n] = policy
         self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
                               busy_timeout=STORE_BUSY_TIMEOUT, wal_autocheckpoint=0)
         self._checkpointer = Checkpointer(self.store.path)
@@ -788,7 +790,7 @@ class Supervisor:
             for slot in self.slots:
                 if slot.job is not None and slot.job[0] == job_id and slot.job[4] == attempt \
                         and slot.killing is None:
-                    self._kill(slot, "cancelled", core.CANCEL, now, at_once=True)
+                    self._kill(slot, lifecycle.CANCELLED, core.CANCEL, now, at_once=True)
 
     def _bury_dead_pools(self, now: float) -> None:
         """Reclaim the leases of pools that are dead, then remove their rows (R24, R24b).

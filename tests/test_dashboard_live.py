@@ -36,7 +36,7 @@ class Terminal:
         if self.pid == 0:  # the child: the command on the terminal
             os.chdir(app.dir)
             env = dict(app.env, TERM="xterm-256color", COLUMNS="80", LINES="24",
-                       JOBPOOL_HEARTBEAT="0.2")
+                       JOBPOOL_HEARTBEAT="0.2", PYTHONFAULTHANDLER="1")
             os.execve(sys.executable, [sys.executable, "-m", "jobpool", *args], env)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.output: list[str] = []
@@ -60,11 +60,28 @@ class Terminal:
         os.write(self.fd, b"\x03")  # the line discipline signals the foreground and echoes ^C
 
     def wait(self, timeout: float = 45) -> int:
-        """Read to the end of the output and reap the command; its exit code."""
+        """Read to the end of the output and reap the command; its exit code.
+
+        A command still running after ``timeout`` is made to dump every thread's
+        stack (faulthandler, on SIGABRT) onto the terminal, and the test fails
+        showing it: where it hung, rather than a bare timeout."""
         end = time.monotonic() + timeout
         while time.monotonic() < end and self._read(0.2):
             pass
-        _, status = os.waitpid(self.pid, 0)
+        # Its terminal may close (EIO) a moment before the process is gone.
+        grace = time.monotonic() + 15
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        while pid == 0 and time.monotonic() < grace:
+            time.sleep(0.05)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            os.kill(self.pid, signal.SIGABRT)
+            end = time.monotonic() + 5
+            while time.monotonic() < end and self._read(0.2):
+                pass
+            _, self.status = os.waitpid(self.pid, 0)
+            raise AssertionError(f"the command did not exit within {timeout} s:\n"
+                                 + "".join(self.output)[-4000:])
         self.status = status
         return os.waitstatus_to_exitcode(status)
 

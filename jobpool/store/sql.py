@@ -312,6 +312,14 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
  WHERE {GUARD}
 """
 
+#: R23/R24: a lease nobody will settle (expired, or its owner died) goes back in line
+#: where it was, the attempt spent and the reason kept; fenced by the old owner.
+SETTLE_REQUEUE = f"""
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       last_error = :error, crashes = :crashes
+ WHERE {GUARD}
+"""
+
 #: R25: graceful stop gives the lease back; ready at once, the attempt stays spent.
 #: A job stopped during its last attempt gets one more: the stop was the pool's
 #: doing, and its next claim would run it anyway, so the budget says so instead of
@@ -321,6 +329,10 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
        max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END
  WHERE {GUARD}
 """
+
+#: ``lifecycle.Decision.statement`` -> the fenced UPDATE that applies it.
+SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defer": SETTLE_DEFER,
+          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE}
 
 #: Forensics: one row per settled attempt (R19a), written in the settle transaction.
 INSERT_ATTEMPT = """
@@ -344,58 +356,29 @@ SELECT error FROM attempts WHERE job_id = ? AND outcome = 'crash' ORDER BY rowid
 
 # --- recovery (R23, R24) -----------------------------------------------------------
 
-#: R23: expired leases go back to ready (attempt stays spent), or dead when no
-#: attempts remain.
-RECLAIM_EXPIRED = """
-UPDATE jobs
-   SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
-       last_error = CASE WHEN attempts >= max_attempts
-                         THEN 'lease expired (owner ' || lease_owner || '); no attempts left after '
-                              || max_attempts
-                         ELSE 'lease expired (owner ' || lease_owner || ')' END,
-       lease_owner = NULL, lease_expires_at = NULL
- WHERE status = 'running' AND lease_expires_at < :now
-RETURNING id, name, attempts, status, last_error
-"""
-
-#: R19a/R23: the attempt that an expired lease ends goes into the attempt log,
-#: written just before RECLAIM_EXPIRED in the same transaction.
-LOG_RECLAIM_EXPIRED = """
-INSERT INTO attempts (job_id, attempt, owner, started_at, ended_at, outcome, error)
-SELECT id, attempts, lease_owner, COALESCE(started_at, :now), :now, 'lease_expired',
-       'lease expired (owner ' || lease_owner || ')'
+#: R23: running rows whose lease expired, read as leases to settle: each one goes
+#: through ``lifecycle.decide`` (kind EXPIRED) like any other attempt's end.
+RECLAIMABLE_EXPIRED = """
+SELECT id, name, attempts, max_attempts, crashes, deadline, COALESCE(started_at, :now),
+       lease_owner
   FROM jobs WHERE status = 'running' AND lease_expires_at < :now
-"""
-
-#: R19a/R24: likewise for the attempts a dead supervisor left running.
-LOG_RECLAIM_OWNER = """
-INSERT INTO attempts (job_id, attempt, owner, started_at, ended_at, outcome, error)
-SELECT id, attempts, lease_owner, COALESCE(started_at, :now), :now, 'owner_died', :reason
-  FROM jobs WHERE status = 'running' AND lease_owner = :owner
 """
 
 #: R24: the owners holding leases, to spot a dead supervisor on this host.
 LEASE_OWNERS = "SELECT DISTINCT lease_owner FROM jobs WHERE status = 'running'"
 
-#: R24: a dead owner's leases come back at once, as if they had expired.
-RECLAIM_OWNER = """
-UPDATE jobs
-   SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
-       last_error = CASE WHEN attempts >= max_attempts
-                         THEN :reason || '; no attempts left after ' || max_attempts
-                         ELSE :reason END,
-       lease_owner = NULL, lease_expires_at = NULL
- WHERE status = 'running' AND lease_owner = :owner
-RETURNING id, name, attempts, status, last_error
+#: R24, R24b: the running rows of a supervisor that died (kind OWNER_DIED).
+RECLAIMABLE_OWNER = """
+SELECT id, name, attempts, max_attempts, crashes, deadline, COALESCE(started_at, :now),
+       lease_owner
+  FROM jobs WHERE status = 'running' AND lease_owner = :owner
 """
 
 # --- operating (R21, R29, R31, R33) ------------------------------------------------------
 
 #: R31: a ready job is cancelled at once; a running one is flagged for its owner.
 CANCEL_READY = """
-UPDATE jobs SET status = 'dead', last_error = 'cancelled', finished_at = :now
+UPDATE jobs SET status = 'dead', last_error = :error, finished_at = :now
  WHERE id = :id AND status = 'ready'
 """
 REQUEST_CANCEL = "UPDATE jobs SET cancel_requested = 1 WHERE id = :id AND status = 'running'"

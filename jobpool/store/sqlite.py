@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
-from jobpool import bounds, liveness
+from jobpool import bounds, lifecycle, liveness
 from jobpool import jobs as registry
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
@@ -494,8 +494,16 @@ class SQLiteStore:
         or the status that could not be cancelled ("done" or "dead")."""
         now = time.time() if now is None else now
 
+        # Through the one transition spec like every other way into a state: a
+        # ready job has no attempt running, so the decision is dead, "cancelled".
+        decision = lifecycle.decide(
+            lifecycle.Lease(job_id, "", 0, 1, 0, None, now, False),
+            lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
+            lifecycle.DEFAULT_POLICY, now, None, list)
+
         def cancel(conn):
-            if conn.execute(sql.CANCEL_READY, {"id": job_id, "now": now}).rowcount:
+            if conn.execute(sql.CANCEL_READY, {"id": job_id, "now": now,
+                                               "error": decision.reason}).rowcount:
                 return "cancelled"
             if conn.execute(sql.REQUEST_CANCEL, {"id": job_id}).rowcount:
                 return "requested"

@@ -1,0 +1,219 @@
+"""A job's life, written once: the records that travel its path and every decision
+about where an attempt goes next (DESIGN sections 2-5; docs/RULES.md).
+
+Both cores and every store apply ``decide``; none of them holds a second copy of
+a reason, a budget check or a backoff. A decision says which state the row moves
+to, the reason to store, and the delay before it may run again, *relative* to
+"now": each store adds it on its own clock (a PostgreSQL store will take the
+server's). What the store does with a decision is its own business: SQLite runs
+one fenced UPDATE per decision (``store/sql.py``, ``Decision.statement`` names it).
+
+Where a retry's delay comes from: ``decide`` -> ``backoff``, unless the job
+raised ``Retry(after=...)``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple, Protocol
+
+#: R8: a lease lasts the job's hard timeout plus this slack, in seconds.
+LEASE_SLACK = 30.0
+
+# -- outcome kinds: how an attempt ended, carried in the child's reply --------------------------
+
+DONE = 0        # returned normally (R12)
+ERROR = 1       # raised an ordinary exception: retry with backoff (R13)
+FATAL = 2       # Fatal or a listed fatal type: dead at once (R15)
+CRASH = 3       # the child died without an outcome (R19), counts toward quarantine
+TIMEOUT = 4     # killed at its hard timeout: retry (R20)
+RETRY = 5       # Retry(after=...): retry, ``delay`` overrides the backoff (R14)
+DEFER = 6       # Defer(delay): back in line without spending an attempt (R17)
+RESCHEDULE = 7  # Reschedule(delay): fresh budget (R18)
+RELEASE = 8     # graceful stop: lease given back, attempt stays spent (R25)
+CANCEL = 9      # cancelled while running: dead (R31)
+EXPIRED = 10    # its lease expired (R23): back in line at once, the attempt spent
+OWNER_DIED = 11  # its supervisor died (R24, R24b): as an expired lease, without the wait
+
+#: Reasons the pool itself gives (the rest come from the job, or from ``decide``).
+CANCELLED = "cancelled"               # R31
+DEADLINE_PASSED = "deadline passed"   # R10
+
+#: The attempt log's word for each kind.
+KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
+              "rescheduled", "released", "cancelled", "lease_expired", "owner_died")
+
+
+class Policy(NamedTuple):
+    """A job name's policy, as its ``@job`` declared it (or the defaults).
+
+    ``max_attempts`` and ``timeout`` apply to rows enqueued without them (by name,
+    from a process that never imported the job)."""
+
+    backoff_base: float = 1.0      # R13: first retry's delay, seconds (0: retry at once)
+    backoff_max: float = 3600.0    # R13: the ceiling, seconds
+    max_crashes: int = 3           # R19a: child deaths before quarantine
+    max_attempts: int = 5          # R16
+    timeout: float = 300.0         # R20: hard timeout, seconds
+
+
+#: The one default policy: ``@job``'s defaults and names without a policy.
+DEFAULT_POLICY = Policy()
+
+
+class Claimed(NamedTuple):
+    """A job a claim handed to this pool, to send to a child."""
+
+    job_id: int
+    name: str
+    payload: bytes
+    serializer: str
+    attempt: int
+    timeout: float
+    deadline: float | None
+
+
+class Lease(NamedTuple):
+    """What settling one claimed attempt needs, recorded when it was claimed."""
+
+    job_id: int
+    name: str
+    attempt: int
+    max_attempts: int | None     # None: the policy's (a row enqueued by name)
+    crashes: int
+    deadline: float | None
+    started_at: float
+    chained: bool
+
+
+class Outcome(NamedTuple):
+    """How one attempt ended (from the child's reply, or from its death)."""
+
+    job_id: int
+    attempt: int
+    kind: int
+    error: str | None = None
+    delay: float | None = None     # Retry(after) / Defer / Reschedule, seconds
+    result: bytes | str | None = None
+    pid: int | None = None
+    exit_status: str | None = None
+    peak_rss: int | None = None
+    cpu_s: float | None = None
+
+
+class Settled(NamedTuple):
+    """What became of one outcome: status ``done``, ``ready``, ``dead`` or ``lost``
+    (the fenced settle matched no row: another pool holds that attempt now)."""
+
+    job_id: int
+    name: str
+    attempt: int
+    status: str
+    reason: str | None
+
+
+class Decision(NamedTuple):
+    """Where an attempt goes, and what the store writes.
+
+    ``statement``: which transition (``done``, ``retry``, ``defer``, ``reschedule``,
+    ``release``, ``requeue``, ``dead``), each one fenced UPDATE in a store. ``delay``: seconds
+    from the store's now before a ``ready`` row may run. ``reason``: the
+    ``last_error`` a retry or a dead row keeps. ``crashes``: the row's new count."""
+
+    statement: str
+    status: str
+    reason: str | None
+    delay: float
+    crashes: int
+
+    @property
+    def successor(self) -> bool:
+        """R12: a completed job's chain enqueues its next step in this transaction."""
+        return self.statement == "done"
+
+    @property
+    def hook(self) -> bool:
+        """R21: a dead job's on_dead hook runs (once, after the settle commits)."""
+        return self.status == "dead"
+
+
+class Random(Protocol):
+    def random(self) -> float: ...
+
+
+def backoff(attempts: int, base: float, cap: float, u: float) -> float:
+    """Delay before retry number ``attempts`` (R13).
+
+    ``base * 2**(attempts-1)`` capped at ``cap``, then jitter that only subtracts
+    up to 25 % (``u`` in [0, 1)), so ``cap`` is an honest ceiling. The exponent is
+    bounded before it is computed, so huge attempt counts cannot overflow.
+    """
+    if base <= 0:
+        return 0.0
+    exponent = attempts - 1 if attempts > 1 else 0
+    if exponent >= 1023 or base * math.ldexp(1.0, exponent) >= cap:
+        delay = cap
+    else:
+        delay = base * math.ldexp(1.0, exponent)
+    return delay - delay * 0.25 * u
+
+
+def with_reason(error: str | None, reason: str) -> str:
+    """Append ``reason`` to the first line of ``error``, keeping any traceback below it."""
+    head, sep, tail = (error or "").partition("\n")
+    return f"{head}; {reason}{sep}{tail}" if head else reason + sep + tail
+
+
+def decide(lease: Lease, outcome: Outcome, policy: Policy, now: float, rng: Random | None,
+           crash_causes: Callable[[], list[str]]) -> Decision:
+    """The transition for one attempt's outcome (R10, R12-R20, R23-R25, R31).
+
+    ``now`` is only compared with the job's deadline; ``rng`` draws the backoff's
+    jitter, only for a retry that uses the backoff; ``crash_causes()`` reads the
+    errors of the job's earlier child deaths, only when it is quarantined.
+    """
+    kind = outcome.kind
+    error = outcome.error
+    crashes = lease.crashes
+    deadline = lease.deadline
+    # A row enqueued by name carries no budget until a pool that knows its job
+    # claims it; a lease taken back from elsewhere may still have none.
+    budget = lease.max_attempts if lease.max_attempts is not None else policy.max_attempts
+    if kind == DONE:
+        return Decision("done", "done", None, 0.0, crashes)
+    if kind == DEFER:
+        delay = outcome.delay or 0.0
+        if deadline is not None and now + delay > deadline:
+            return Decision("dead", "dead", with_reason(error or "deferred",
+                                                        "deferred past its deadline"), 0.0, crashes)
+        return Decision("defer", "ready", error, delay, crashes)
+    if kind == RESCHEDULE:
+        return Decision("reschedule", "ready", error, outcome.delay or 0.0, crashes)
+    if kind == RELEASE:
+        return Decision("release", "ready", error, 0.0, crashes)
+    if kind in (FATAL, CANCEL):
+        return Decision("dead", "dead", error, 0.0, crashes)
+    if kind in (EXPIRED, OWNER_DIED):
+        # Nobody ran it to an end, so no backoff: back in line where it was (R23).
+        if lease.attempt >= budget:
+            return Decision("dead", "dead", with_reason(error, f"no attempts left after {budget}"),
+                            0.0, crashes)
+        return Decision("requeue", "ready", error, 0.0, crashes)
+    # ERROR, CRASH, TIMEOUT, RETRY: a retry unless a budget is spent.
+    if kind == CRASH:
+        crashes += 1
+    if kind == CRASH and crashes >= policy.max_crashes:
+        causes = crash_causes() + [error or "?"]
+        return Decision("dead", "dead", f"quarantined: killed its child {crashes} times ("
+                        + "; ".join(causes[-crashes:]) + ")", 0.0, crashes)
+    if lease.attempt >= budget:
+        return Decision("dead", "dead", with_reason(error, f"no attempts left after {budget}"),
+                        0.0, crashes)
+    if kind == RETRY and outcome.delay is not None:
+        delay = outcome.delay
+    else:
+        delay = backoff(lease.attempt, policy.backoff_base, policy.backoff_max,
+                        rng.random() if rng is not None else 0.0)
+    if deadline is not None and now + delay > deadline:
+        return Decision("dead", "dead", with_reason(error, "retry would fall past its deadline"),
+                        0.0, crashes)
+    return Decision("retry", "ready", error, delay, crashes)
