@@ -221,6 +221,12 @@ cdef enum:
     C_CHAINED
     NCLAIMCOLS
 
+cdef inline object _record(type cls, tuple fields):
+    """A lifecycle record (a NamedTuple) from its fields, by tuple's own constructor:
+    half the cost of calling the class, whose ``__new__`` is a Python function."""
+    return tuple.__new__(cls, fields)
+
+
 #: ``lifecycle.Decision.statement`` -> the statement slot that applies it.
 _SETTLE_STATEMENTS = {"done": S_DONE, "retry": S_RETRY, "dead": S_DEAD, "defer": S_DEFER,
                       "reschedule": S_RESCHEDULE, "release": S_RELEASE, "requeue": S_REQUEUE}
@@ -568,6 +574,7 @@ cdef class Core:
     cdef public object queues
     cdef public object policies
     cdef object _claim_sql
+    cdef object _causes                # self.crash_causes, bound once (decide's reader)
     cdef dict _inflight
 
     cdef sqlite3* _db
@@ -600,8 +607,10 @@ cdef class Core:
                  busy_timeout=5.0, synchronous="NORMAL", wal_autocheckpoint=1000):
         self.owner = owner
         self.queues = tuple(queues)
-        self.policies = dict(policies or {})
+        # Named once here, not per settle (a caller may pass plain 5-tuples).
+        self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
+        self._causes = self.crash_causes
         self._inflight = {}
         self._close_db()
         try:
@@ -1028,12 +1037,13 @@ cdef class Core:
                 name = _column(st, C_NAME)
                 attempt = sqlite3_column_int64(st, C_ATTEMPTS)
                 deadline = _column(st, C_DEADLINE)
-                leases.append(Lease(job_id, name, attempt, sqlite3_column_int64(st, C_MAX_ATTEMPTS),
-                                    sqlite3_column_int64(st, C_CRASHES), deadline, now,
-                                    sqlite3_column_int64(st, C_CHAINED) != 0))
-                rows.append(Claimed(job_id, name, _column_bytes(st, C_PAYLOAD),
-                                    _column(st, C_SERIALIZER), attempt,
-                                    sqlite3_column_double(st, C_TIMEOUT), deadline))
+                leases.append(_record(Lease, (job_id, name, attempt,
+                                              sqlite3_column_int64(st, C_MAX_ATTEMPTS),
+                                              sqlite3_column_int64(st, C_CRASHES), deadline, now,
+                                              sqlite3_column_int64(st, C_CHAINED) != 0)))
+                rows.append(_record(Claimed, (job_id, name, _column_bytes(st, C_PAYLOAD),
+                                              _column(st, C_SERIALIZER), attempt,
+                                              sqlite3_column_double(st, C_TIMEOUT), deadline)))
                 count += 1
         except BaseException:
             _reset(st)
@@ -1148,12 +1158,11 @@ cdef class Core:
         """Apply ``lifecycle.decide`` to one attempt: the fenced UPDATE it names, the
         chain's next step (R12), and the attempt's line in the log (R19a)."""
         cdef int stmt
-        outcome = Outcome(*outcome)
+        if type(outcome) is not Outcome:
+            outcome = Outcome(*outcome)
         job_id = lease.job_id
-        policies = self.policies
-        policy = Policy(*policies.get(lease.name, DEFAULT_POLICY))
-        decision = decide(lease, outcome, policy, now, rng,
-                          lambda: self._crash_causes(job_id))
+        policy = self.policies.get(lease.name, DEFAULT_POLICY)
+        decision = decide(lease, outcome, policy, now, rng, self._causes)
         stmt = _SETTLE_STATEMENTS[decision.statement]
         if owner is None:
             owner = self.owner      # a reclaim settles another owner's lease
@@ -1176,7 +1185,7 @@ cdef class Core:
         elif stmt == S_DEFER or stmt == S_RESCHEDULE:
             self._set_d(P_RUN_AT, now + decision.delay)
         if self._exec(stmt) != 1:
-            out.append(Settled(job_id, lease.name, attempt, "lost", "lease lost"))
+            out.append(_record(Settled, (job_id, lease.name, attempt, "lost", "lease lost")))
             return 0
         if decision.successor and lease.chained:
             # R12: a chain's next step is enqueued in the transaction that completes this one.
@@ -1202,8 +1211,12 @@ cdef class Core:
         self._set_o(P_PEAK_RSS, peak_rss)
         self._set_o(P_CPU_S, cpu_s)
         self._exec(S_ATTEMPT)
-        out.append(Settled(job_id, lease.name, attempt, decision.status, reason))
+        out.append(_record(Settled, (job_id, lease.name, attempt, decision.status, reason)))
         return 0
+
+    def crash_causes(self, job_id):
+        """R19a: the errors of this job's earlier child deaths, oldest first."""
+        return self._crash_causes(job_id)
 
     cdef list _crash_causes(self, object job_id):
         """R19a: the errors of this job's earlier child deaths, oldest first."""

@@ -99,7 +99,8 @@ class Core:
                  wal_autocheckpoint: int = 1000) -> None:
         self.owner = owner
         self.queues = tuple(queues)
-        self.policies = dict(policies or {})
+        # Named once here, not per settle (a caller may pass plain 5-tuples).
+        self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
         self._inflight: dict[int, Lease] = {}
         autocheckpoint = int(wal_autocheckpoint)
@@ -249,10 +250,10 @@ class Core:
     def _settle_one(self, db, lease: Lease, outcome, now, rng, out, log_as=None, owner=None):
         """Apply ``lifecycle.decide`` to one attempt: the fenced UPDATE it names, the
         chain's next step (R12), and the attempt's line in the log (R19a)."""
-        outcome = Outcome(*outcome)
-        policy = Policy(*self.policies.get(lease.name, DEFAULT_POLICY))
-        decision = decide(lease, outcome, policy, now, rng, lambda: [
-            r[0] or "?" for r in db.execute(sql.CRASH_CAUSES, (lease.job_id,))])
+        if type(outcome) is not Outcome:
+            outcome = Outcome(*outcome)
+        policy = self.policies.get(lease.name, DEFAULT_POLICY)
+        decision = decide(lease, outcome, policy, now, rng, self.crash_causes)
         owner = owner or self.owner   # a reclaim settles another owner's lease
         params = {"id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
                   "result": outcome.result, "error": decision.reason,
@@ -271,6 +272,10 @@ class Core:
             "cpu_s": outcome.cpu_s})
         out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                            decision.reason))
+
+    def crash_causes(self, job_id: int) -> list[str]:
+        """R19a: the errors of this job's earlier child deaths, oldest first."""
+        return [r[0] or "?" for r in self._db.execute(sql.CRASH_CAUSES, (job_id,))]
 
     # -- recovery (R23, R24) ----------------------------------------------------------
 

@@ -164,11 +164,11 @@ def with_reason(error: str | None, reason: str) -> str:
 
 
 def decide(lease: Lease, outcome: Outcome, policy: Policy, now: float, rng: Random | None,
-           crash_causes: Callable[[], list[str]]) -> Decision:
+           crash_causes: Callable[[int], list[str]]) -> Decision:
     """The transition for one attempt's outcome (R10, R12-R20, R23-R25, R31).
 
     ``now`` is only compared with the job's deadline; ``rng`` draws the backoff's
-    jitter, only for a retry that uses the backoff; ``crash_causes()`` reads the
+    jitter, only for a retry that uses the backoff; ``crash_causes(job_id)`` reads the
     errors of the job's earlier child deaths, only when it is quarantined.
     """
     kind = outcome.kind
@@ -202,7 +202,7 @@ def decide(lease: Lease, outcome: Outcome, policy: Policy, now: float, rng: Rand
     if kind == CRASH:
         crashes += 1
     if kind == CRASH and crashes >= policy.max_crashes:
-        causes = crash_causes() + [error or "?"]
+        causes = crash_causes(lease.job_id) + [error or "?"]
         return Decision("dead", "dead", f"quarantined: killed its child {crashes} times ("
                         + "; ".join(causes[-crashes:]) + ")", 0.0, crashes)
     if lease.attempt >= budget:

@@ -28,6 +28,7 @@ from jobpool.child import child_main
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
+from jobpool.lifecycle import Outcome
 from jobpool.store.checkpoint import Checkpointer
 from jobpool.store import retention
 from jobpool.store.records import Heartbeat, ProgressReport
@@ -117,7 +118,7 @@ class Supervisor:
         self.table = core.SlotTable(config.procs)
         self.slots = [Slot(i) for i in range(config.procs)]
         self.rng = rng or random.Random()
-        self.pending: list[tuple] = []
+        self.pending: list[Outcome] = []
         self.counters = dict(claimed=0, completed=0, retried=0, deferred=0, rescheduled=0,
                              released=0, reclaimed=0, dead=0, lost=0, crashes=0,
                              settle_failures=0, strays_killed=0)
@@ -357,8 +358,8 @@ class Supervisor:
          strays) = message
         if slot.job is None or slot.job[0] != job_id or slot.job[4] != attempt:
             return  # a reply for a job this slot no longer holds (it was killed)
-        self.pending.append((job_id, attempt, kind, error, delay, result, slot.pid, "0",
-                             peak_rss, cpu_s))
+        self.pending.append(Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
+                                    peak_rss, cpu_s))
         if strays:
             self._strays_killed(strays, job_id, slot.job[1], attempt)
         if retiring:
@@ -409,7 +410,7 @@ class Supervisor:
         cause = procinfo.exit_cause(code)
         # R40: a child killed mid-job (timeout, crash, cancel, stop) leaves what its job
         # started reparented to us, a subreaper: kill it with the attempt.
-        strays = proctree.kill_strays(exclude=self._known_children())
+        strays = proctree.kill_strays(exclude=self._known_children(), count_ended=True)
         if strays:
             job = slot.job
             self._strays_killed(strays, job[0] if job else None, job[1] if job else None,
@@ -431,8 +432,8 @@ class Supervisor:
                         name=slot.job[1], attempt=attempt, cause=cause)
             peak = usage.ru_maxrss * 1024 if usage else None
             cpu = usage.ru_utime + usage.ru_stime if usage else None
-            self.pending.append((job_id, attempt, kind, error, None, None, slot.pid,
-                                 procinfo.exit_status_text(code), peak, cpu))
+            self.pending.append(Outcome(job_id, attempt, kind, error, None, None, slot.pid,
+                                        procinfo.exit_status_text(code), peak, cpu))
             self._free(slot)
         elif slot.killing is None and not self._stop_requests:
             events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)
@@ -588,7 +589,7 @@ class Supervisor:
                 proc.kill()
                 proc.join(1.0)
             slot.proc = None
-        strays = proctree.kill_strays(exclude=self._known_children())
+        strays = proctree.kill_strays(exclude=self._known_children(), count_ended=True)
         if strays:
             self._strays_killed(strays, None, None, None)
 
@@ -697,7 +698,7 @@ class Supervisor:
                 self.counters["settle_failures"] += 1
             return False
         settled, claimed, expired = got
-        kinds = {(outcome[0], outcome[1]): outcome[2] for outcome in self.pending}
+        kinds = {(outcome.job_id, outcome.attempt): outcome.kind for outcome in self.pending}
         self.pending = []
         if self._strays:
             self._record_strays()

@@ -30,7 +30,7 @@ def lease(attempt=1, max_attempts=3, crashes=0, deadline=None):
 
 def decide(kind, error=None, delay=None, *, rng=None, causes=(), **lease_fields):
     outcome = L.Outcome(7, lease_fields.get("attempt", 1), kind, error, delay)
-    return L.decide(lease(**lease_fields), outcome, POLICY, NOW, rng, lambda: list(causes))
+    return L.decide(lease(**lease_fields), outcome, POLICY, NOW, rng, lambda job_id: list(causes))
 
 
 def test_success_is_done_and_enqueues_the_chain_no_hook():

@@ -499,7 +499,7 @@ class SQLiteStore:
         decision = lifecycle.decide(
             lifecycle.Lease(job_id, "", 0, 1, 0, None, now, False),
             lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
-            lifecycle.DEFAULT_POLICY, now, None, list)
+            lifecycle.DEFAULT_POLICY, now, None, _no_crash_causes)
 
         def cancel(conn):
             if conn.execute(sql.CANCEL_READY, {"id": job_id, "now": now,
@@ -651,6 +651,10 @@ class SQLiteStore:
     def check(self) -> None:
         """R26a: run ``quick_check``; raises CorruptStoreError when it fails."""
         quick_check(self.conn, self.path)
+
+
+def _no_crash_causes(job_id: int) -> list[str]:
+    return []  # a ready job has no child to have crashed: never read
 
 
 def _write_progress(conn: sqlite3.Connection, owner: str,

@@ -91,3 +91,18 @@ def test_a_graceful_stop_and_a_cancel_end_the_jobs_processes_too(app):
     pool.send_signal(signal.SIGTERM)
     assert pool.wait(timeout=30) == 0, pool.stderr.read()
     wait_for(lambda: not any(alive(p) for p in _pids(app, "b")), timeout=10)
+
+
+def test_a_finished_subprocess_the_job_never_waited_for_is_reaped_not_counted(make_app):
+    app = make_app(APP + '''
+@job(name="t.forgets", max_attempts=1)
+def forgets():
+    import subprocess
+    subprocess.Popen(["true"]).pid  # never waited for: a zombie once it exits
+    time.sleep(0.3)
+''')
+    job_id = app.store().enqueue("t.forgets").id
+    result = app.start("--procs", "1", "--log-format", "json")
+    assert app.rows("SELECT status FROM jobs WHERE id = ?", (job_id,)) == [{"status": "done"}]
+    assert '"event": "strays_killed"' not in result.stderr
+    assert [a["strays"] for a in app.store().attempts(job_id)] == [None]
