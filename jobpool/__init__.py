@@ -5,7 +5,7 @@ that claims them and runs each in a forked child process, one per slot.
 """
 from jobpool.errors import (Defer, EnqueueError, Fatal, JobFailed, JobpoolError, Reschedule,
                             Retry, SoftTimeout, StoreError, UnsafeResultError)
-from jobpool.child import progress
+from jobpool.running import progress
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 from jobpool.store.sqlite import connect
 

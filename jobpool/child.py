@@ -12,46 +12,15 @@ import os
 import resource
 import signal
 import sys
-import time
 import traceback
 
-from jobpool import core, jobs, procinfo, proctree, protocol
+from jobpool import core, jobs, procinfo, proctree, protocol, running
 from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
 _PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger(__name__)
-
-#: Set in a child while a job runs, so ``jobpool.progress`` knows where to report.
-_current: tuple | None = None
-
-
-#: R22: a job reporting progress in a tight loop sends at most one report per interval.
-PROGRESS_INTERVAL = 0.1
-_last_progress = 0.0
-
-
-def progress(percent: float, stage: str | None = None) -> None:
-    """Report how far the running job is (0-100) and what it is doing (R22).
-
-    Sent to the supervisor, which stores it throttled; outside a pool's child
-    (a plain call of the job function) it does nothing.
-    """
-    global _last_progress
-    if isinstance(percent, bool) or not isinstance(percent, (int, float)) or not 0 <= percent <= 100:
-        raise ValueError(f"progress must be a number from 0 to 100, not {percent!r}")
-    if stage is not None and not isinstance(stage, str):
-        raise ValueError(f"progress stage must be a string, not {type(stage).__name__}")
-    if _current is None:
-        return
-    now = time.monotonic()
-    if now - _last_progress < PROGRESS_INTERVAL and percent < 100:
-        return
-    _last_progress = now
-    conn, job_id, attempt = _current
-    conn.send_bytes(protocol.progress_message(job_id, attempt, float(percent), stage))
-
 
 def die_with_parent(parent_pid: int) -> None:
     """R24a: the kernel kills this child when its supervisor dies (Linux)."""
@@ -257,14 +226,13 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
             pass
     streams = StandardStreams()
     done = 0
-    global _current
     while True:
         try:
             message = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the supervisor closed our pipe: it is stopping or gone
         job_id, attempt, name, payload, serializer = protocol.loads(message)
-        _current = (conn, job_id, attempt)
+        running.current = running.Attempt(conn, job_id, attempt)
         done += 1
 
         def retire(done: int = done) -> bool:
@@ -277,7 +245,7 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
         try:
             reply = run_job(job_id, attempt, name, payload, serializer, retire)
         finally:
-            _current = None
+            running.current = None
         try:
             conn.send_bytes(reply)
         except (BrokenPipeError, OSError):

@@ -224,3 +224,14 @@ def test_enqueue_many_keeps_every_argument_as_given(store):
     handles = store.enqueue_many("t.job", items)
     decoded = [decode_payload(store.get(h.id)["payload"], "json") for h in handles]
     assert decoded == [(("ünïcode ✓", 1.5, None, [1, {"a": True}]), {}), ((2,), {"k": "v"})]
+
+
+def test_importing_jobpool_to_enqueue_loads_neither_the_child_nor_a_core():
+    # A producer only enqueues: the child's machinery and the cores stay unloaded.
+    import subprocess
+    import sys
+    code = ("import sys, jobpool; print(sorted(m for m in sys.modules "
+            "if m in ('jobpool.child', 'jobpool.core', 'jobpool._core', 'jobpool._core_py', "
+            "'multiprocess')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
