@@ -13,8 +13,9 @@ import resource
 import signal
 import sys
 import traceback
+from typing import Any
 
-from jobpool import core, jobs, procinfo, proctree, protocol, running
+from jobpool import core, extensions, jobs, procinfo, proctree, protocol, running
 from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
@@ -69,15 +70,19 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
-            retire=lambda: False) -> bytes:
+            retire=lambda: False, startup_error: str | None = None) -> bytes:
     """Run one job and classify how it ended; never raises (returns an outcome message).
 
-    ``retire()`` is asked after the job: True means this child exits after replying."""
+    ``retire()`` is asked after the job: True means this child exits after replying.
+    ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
+    not run in it (its error is the attempt's), and the child is replaced."""
     cpu_before = _cpu_seconds()
     delay = None
     result = None
     job = jobs.lookup(name)
-    if job is None:
+    if startup_error is not None:
+        kind, error = core.ERROR, startup_error
+    elif job is None:
         kind, error = core.FATAL, f"job {name!r} is not registered in this worker"
     else:
         try:
@@ -88,14 +93,52 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
             kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
         else:
-            kind, error, delay, result = _call(job, args, kwargs)
+            info = extensions.AttemptInfo(job_id, name, attempt, args, kwargs)
+            kind, error, delay, result = _with_middleware(job, info)
     # R40: whatever the attempt started and left running ends with it, success included.
     strays = proctree.kill_strays()
     if strays:
         log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
-                                    _peak_rss_bytes(), _cpu_seconds() - cpu_before, retire(),
-                                    strays)
+                                    _peak_rss_bytes(), _cpu_seconds() - cpu_before,
+                                    retire() or startup_error is not None, strays)
+
+
+def _with_middleware(job: jobs.Job, info: extensions.AttemptInfo):
+    """The body between the middleware's ``before`` and ``after`` hooks; what a hook
+    raises is the attempt's error (an ordinary retry), never the child's death."""
+    stack = extensions.middleware()
+    for middleware in stack:
+        try:
+            middleware.before(info)
+        except BaseException as exc:  # noqa: BLE001 - the user's hook: an error like any
+            return core.ERROR, _hook_error(middleware, "before", exc), None, None
+    kind, error, delay, result, value, raised = _call(job, info.args, info.kwargs)
+    if stack:
+        outcome = extensions.AttemptResult(core.KIND_NAMES[kind], error, raised, value)
+        for middleware in reversed(stack):
+            try:
+                middleware.after(info, outcome)
+            except BaseException as exc:  # noqa: BLE001
+                return core.ERROR, _hook_error(middleware, "after", exc), None, None
+    return kind, error, delay, result
+
+
+def _hook_error(hook: Any, method: str, exc: BaseException) -> str:
+    head, _, trace = _describe(exc).partition("\n")
+    return f"middleware {type(hook).__name__}.{method} failed: {head}\n{trace}"
+
+
+def run_child_start_hooks() -> str | None:
+    """Run the ``on_child_start`` hooks; the first failure, described, or None."""
+    for hook in extensions.child_start_hooks():
+        try:
+            hook()
+        except BaseException as exc:  # noqa: BLE001 - reported as each attempt's error
+            head, _, trace = _describe(exc).partition("\n")
+            name = getattr(hook, "__qualname__", repr(hook))
+            return f"on_child_start hook {name} failed: {head}\n{trace}"
+    return None
 
 
 def _soft_timeout(signum, frame) -> None:
@@ -121,33 +164,34 @@ def _call(job: jobs.Job, args: tuple, kwargs: dict):
 
 
 def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
+    """``(kind, error, delay, stored result, returned value, raised exception)``."""
     try:
         value = job.fn(*args, **kwargs)
     except Retry as exc:
-        return core.RETRY, f"Retry: {exc.reason}", exc.after, None
+        return core.RETRY, f"Retry: {exc.reason}", exc.after, None, None, exc
     except Fatal as exc:
-        return core.FATAL, f"Fatal: {exc.reason}", None, None
+        return core.FATAL, f"Fatal: {exc.reason}", None, None, None, exc
     except Defer as exc:
-        return core.DEFER, f"Defer: {exc.reason}", exc.delay, None
+        return core.DEFER, f"Defer: {exc.reason}", exc.delay, None, None, exc
     except Reschedule as exc:
-        return core.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None
+        return core.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None, None, exc
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are failures too
         kind = core.FATAL if job.fatal and isinstance(exc, job.fatal) else core.ERROR
-        return kind, _describe(exc), None, None
+        return kind, _describe(exc), None, None, None, exc
     if not job.store_result:
-        return core.DONE, None, None, None
+        return core.DONE, None, None, None, value, None
     # The body has done its work: a result that cannot be stored is dead at once
     # (FATAL), never a retry that would run the body again. Checked here, before
     # anything crosses the pipe (R41: results are bounded like payloads).
     try:
         result = encode_result(value, job.serializer)
     except Exception as exc:  # noqa: BLE001 - whatever the encoder raises
-        return core.FATAL, f"result cannot be stored: {_safe_text(exc)}", None, None
+        return core.FATAL, f"result cannot be stored: {_safe_text(exc)}", None, None, value, None
     size = len(result.encode() if isinstance(result, str) else result)
     if size > MAX_PAYLOAD_BYTES:
         return core.FATAL, (f"result cannot be stored: it is {size} bytes, over the "
-                            f"{MAX_PAYLOAD_BYTES}-byte limit"), None, None
-    return core.DONE, None, None, result
+                            f"{MAX_PAYLOAD_BYTES}-byte limit"), None, None, value, None
+    return core.DONE, None, None, result, value, None
 
 
 def _safe_text(exc: BaseException) -> str:
@@ -225,6 +269,7 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
         except OSError:
             pass
     streams = StandardStreams()
+    startup_error = run_child_start_hooks()
     done = 0
     while True:
         try:
@@ -243,7 +288,7 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
                         or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
                         or not streams.restore())
         try:
-            reply = run_job(job_id, attempt, name, payload, serializer, retire)
+            reply = run_job(job_id, attempt, name, payload, serializer, retire, startup_error)
         finally:
             running.current = None
         try:
