@@ -29,20 +29,14 @@ from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
 from jobpool.lifecycle import Outcome
-from jobpool.store.checkpoint import Checkpointer
-from jobpool.store import retention
 from jobpool.store.records import Heartbeat, ProgressReport
-from jobpool.store.sqlite import SQLiteStore, connect
-from jobpool.wakeup import Listener
+from jobpool.store.base import Store
+from jobpool.store.sqlite import CLAIM_BUSY_TIMEOUT, connect
 
 log = logging.getLogger(__name__)
 
 #: R26: the longest pause after a store error, seconds (far below job backoff's cap).
 STORE_PAUSE_MAX = 30.0
-#: R11/R26: how long one store call may wait on another writer's lock, seconds.
-#: Short, so a held lock becomes a StoreError and a pause, never a loop that stops
-#: hearing signals, timeouts and its children.
-STORE_BUSY_TIMEOUT = 0.5
 #: The exit code of a --burst pool that gave up on its store.
 EXIT_STORE_GAVE_UP = 3
 #: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
@@ -80,7 +74,7 @@ class Slot:
 class Supervisor:
     """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
 
-    def __init__(self, config: PoolConfig, *, store: SQLiteStore | None = None,
+    def __init__(self, config: PoolConfig, *, store: Store | None = None,
                  rng: random.Random | None = None) -> None:
         config.validate()
         self.config = config
@@ -94,7 +88,7 @@ class Supervisor:
         else:
             found = sorted({registered[n].queue for n in names if n in registered})
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
-        self.store = store or connect(config.db, check=True, busy_timeout=STORE_BUSY_TIMEOUT,
+        self.store = store or connect(config.db, check=True, busy_timeout=CLAIM_BUSY_TIMEOUT,
                                       mode=config.mode)
         # A store this user cannot write is a mistake to report now, in one line, not a
         # pool that idles for ever (a store that *becomes* unwritable later is R26's).
@@ -109,9 +103,8 @@ class Supervisor:
                     # --max-crashes, for jobs that set none
                     policy = policy._replace(max_crashes=config.max_crashes)
                 policies[n] = policy
-        self.core = core.Core(self.store.path, self.owner, names, self.queues, policies,
-                              busy_timeout=STORE_BUSY_TIMEOUT, wal_autocheckpoint=0)
-        self._checkpointer = Checkpointer(self.store.path)
+        self.core = self.store.claimer(self.owner, names, self.queues, policies)
+        self._maintenance: Any = None  # the store's helper while running (R26a)
         #: How many children this pool runs now: ``--procs`` until a scale says more
         #: or fewer (R27).
         self.procs = config.procs
@@ -174,10 +167,10 @@ class Supervisor:
         self._install_signals()
         # R40: orphans of a killed child are reparented here, not to PID 1.
         proctree.become_subreaper()
-        self._listener = Listener(self.store.path)
+        self._listener = self.store.listener()
         if self._listener.sock is not None:
             self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
-        self._checkpointer.start()
+        self._maintenance = self.store.maintenance()
         try:
             self._recover_dead_owners(time.time())
             self._run_start_hooks()
@@ -194,7 +187,8 @@ class Supervisor:
             if self.config.burst:
                 self._warn_unserved()
             self._leave_pools_table()
-            self._checkpointer.stop()
+            if self._maintenance is not None:
+                self._maintenance.stop()
             self._restore_signals()
             self._listener.close()
             self._selector.close()
@@ -779,8 +773,8 @@ class Supervisor:
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
             try:
-                retention.sweep(self.store, now, result_ttl=self.config.result_ttl,
-                                dead_letter_limit=self.config.dead_letter_limit)
+                self.store.sweep(now, result_ttl=self.config.result_ttl,
+                                 dead_letter_limit=self.config.dead_letter_limit)
             except StoreError as exc:
                 log.debug("retention sweep skipped: %s", exc)
         if requests.stop:

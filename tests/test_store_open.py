@@ -150,3 +150,17 @@ def test_a_new_store_gets_small_pages_and_an_older_store_keeps_its_own(make_app)
         assert page_size(path) == expected
         with jobpool.connect(path) as store:
             assert store.stats()["done"] == 1
+
+
+def test_the_sqlite_store_and_its_claimer_implement_the_store_protocol(tmp_path):
+    from jobpool.store import Claimer, Store
+    store = jobpool.connect(tmp_path / "p.db")
+    try:
+        assert isinstance(store, Store)
+        claimer = store.claimer("host:1:1", ["t.a"], ["default"], {})
+        try:
+            assert isinstance(claimer, Claimer)
+        finally:
+            claimer.close()
+    finally:
+        store.close()

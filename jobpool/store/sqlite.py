@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 DEFAULT_DB = "jobpool.db"
 #: R26a: how long a writer waits on another's lock before reporting it, seconds.
 BUSY_TIMEOUT = 10.0
+#: R11/R26: how long a supervisor's store call may wait on another writer's lock,
+#: seconds. Short, so a held lock becomes a StoreError and a pause, never a loop
+#: that stops hearing signals, timeouts and its children.
+CLAIM_BUSY_TIMEOUT = 0.5
 
 #: R39: permission bits of a store file this process creates. Payloads, results and
 #: tracebacks may hold secrets, so only the owner reads it unless the caller says
@@ -597,6 +601,32 @@ class SQLiteStore:
         """R21: mark a dead job's hook as taken; False if another pool took it first."""
         return self._write("taking an on_dead hook",
                            lambda conn: conn.execute(sql.TAKE_HOOK, (job_id,)).rowcount == 1)
+
+    def claimer(self, owner: str, names, queues, policies):
+        """The SQLite hot path (``jobpool.core``: compiled, or its pure twin) over a
+        connection of its own, with a short busy timeout so a held lock becomes a
+        pause (R26), and checkpoints left to ``maintenance()`` (R26a)."""
+        from jobpool import core
+        return core.Core(self.path, owner, names, queues, policies,
+                         busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=0)
+
+    def maintenance(self):
+        """R26a: the WAL checkpointer, started; ``stop()`` it when the pool exits."""
+        from jobpool.store.checkpoint import Checkpointer
+        checkpointer = Checkpointer(self.path)
+        checkpointer.start()
+        return checkpointer
+
+    def listener(self):
+        """R11: the wake-up socket an enqueue on this host writes to."""
+        from jobpool.wakeup import Listener
+        return Listener(self.path)
+
+    def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
+        """R32: one bounded batch of each retention rule."""
+        from jobpool.store import retention
+        return retention.sweep(self, now, result_ttl=result_ttl,
+                               dead_letter_limit=dead_letter_limit)
 
     def record_strays(self, job_id: int, attempt: int, count: int) -> None:
         """R40: note in the attempt log how many processes the attempt left running."""

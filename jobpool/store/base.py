@@ -1,0 +1,185 @@
+"""The Store protocol: what producers, operators, the dashboard and a supervisor need
+from wherever jobs live, method by method with its contract (as Huey's storage base
+and Dramatiq's broker state theirs).
+
+``SQLiteStore`` (``jobpool.store.sqlite``) implements it; a PostgreSQL store will
+implement the same methods and pass the same contract tests. Nothing outside
+``jobpool/store/`` runs SQL or touches a store's private attributes: they call these.
+
+Every write is atomic: it happens whole or not at all, and a failure raises
+``StoreError`` (R26: a supervisor pauses and retries; nothing is half-written).
+Times passed in as ``now`` are the caller's clock; a store whose clock is its own
+(PostgreSQL, R7a) may use that instead.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from jobpool.lifecycle import Claimed, Outcome, Policy, Settled
+from jobpool.store.records import Heartbeat, ProgressReport, Requests
+
+
+@runtime_checkable
+class Claimer(Protocol):
+    """A supervisor's hot path over a store: one per supervisor, its own connection.
+
+    Claims honour R6-R10 (at most ``n``; claim order; attempts counted at claim;
+    leases fenced); settles apply ``lifecycle.decide`` fenced by (id, owner,
+    attempt, running), so a stale supervisor's write changes nothing and comes back
+    as ``Settled(status="lost")``."""
+
+    def turn(self, outcomes: Sequence[Outcome], n: int, now: float,
+             rng: random.Random) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """Settle ``outcomes`` then claim up to ``n`` jobs, in one transaction.
+
+        Returns (settled, claimed, expired): what became of each outcome, the jobs
+        to run, and jobs found past their deadline (R10), settled dead. On a
+        failure nothing is applied and ``StoreError`` is raised; the caller keeps
+        its outcomes for the next turn."""
+        ...
+
+    def reclaim(self, now: float) -> list[Settled]:
+        """R23: settle every lease that expired before ``now`` (any owner)."""
+        ...
+
+    def reclaim_owner(self, owner: str, reason: str, now: float) -> list[Settled]:
+        """R24, R24b: settle at once every lease of ``owner``, a supervisor known dead."""
+        ...
+
+    def lease_owners(self) -> list[str]:
+        """The owners holding leases now (to find dead supervisors, R24)."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where jobs live."""
+
+    #: What the store was opened from (a path; later a URL), as shown to operators.
+    path: str
+
+    # -- producers (R1-R5) -------------------------------------------------------------
+
+    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Queue ``name(*args, **kwargs)``; a ``Handle``. Validates before it writes (R1)."""
+        ...
+
+    def enqueue_with(self, name: str, **options: Any) -> Any:
+        """Queue one job with per-call options (key R3, delay, priority, deadline,
+        max_attempts, queue, chain ``then`` R12, the caller's ``connection`` R5)."""
+        ...
+
+    def enqueue_many(self, name: str, items: Iterable[Any], **options: Any) -> Sequence[Any]:
+        """Queue many in one transaction, all or nothing (R4); their handles in order."""
+        ...
+
+    # -- reading --------------------------------------------------------------------------
+
+    def get(self, job_id: int, *, raw_result: bool = False) -> dict[str, Any]:
+        """One job's row; ``JobNotFound`` if there is none."""
+        ...
+
+    def list_jobs(self, *, status: str | None = None, name: str | None = None,
+                  chain: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Jobs in id order; ``status`` ``scheduled`` means ready but not yet due."""
+        ...
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        """The attempt log of one job, oldest first (R19a)."""
+        ...
+
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        """Counts by status and each running supervisor's counters (R29a)."""
+        ...
+
+    def pools(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Every pool row, with ``dead`` saying why its supervisor is gone (or None)."""
+        ...
+
+    def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Ready jobs no running pool serves (R7, R28)."""
+        ...
+
+    def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
+        """When the earliest ready job of these names and queues is due (None: none)."""
+        ...
+
+    # -- operators (R25, R27, R31, R32) --------------------------------------------------
+
+    def cancel(self, job_id: int, now: float | None = None) -> str:
+        """R31: ``cancelled`` (a ready job, now dead), ``requested`` (running: its
+        pool kills it), or the status that could not be cancelled."""
+        ...
+
+    def request_stop(self) -> int:
+        """R25: ask every running pool to stop gracefully; how many were asked."""
+        ...
+
+    def request_scale(self, procs: int) -> int:
+        """R27: ask every running pool to run ``procs`` children; how many were asked."""
+        ...
+
+    # -- a supervisor's side --------------------------------------------------------------
+
+    def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
+                policies: dict[str, Policy]) -> Claimer:
+        """The hot path for one supervisor: claims for ``names`` in ``queues`` (in
+        order), settling by ``policies`` (names without one: the default)."""
+        ...
+
+    def check_writable(self) -> None:
+        """Raise ``ReadOnlyStoreError`` if this process can never write the store."""
+        ...
+
+    def heartbeat(self, beat: Heartbeat, progress: Iterable[ProgressReport],
+                  now: float) -> Requests:
+        """R24b, R29: register or refresh the pool's row, write progress (R22), and
+        take the operators' requests for it, each acted on once."""
+        ...
+
+    def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
+        """R22: write progress reports now, fenced like a settle."""
+        ...
+
+    def forget_pool(self, owner: str) -> None:
+        """Remove a pool's row (its own at exit; a dead one's after its leases came back)."""
+        ...
+
+    def pending_hooks(self, names: Iterable[str]) -> list[int]:
+        """R21: dead jobs of these names whose on_dead hook nobody took."""
+        ...
+
+    def take_hook(self, job_id: int) -> bool:
+        """R21: take a dead job's hook; False if another pool took it first."""
+        ...
+
+    def record_strays(self, job_id: int, attempt: int, count: int) -> None:
+        """R40: how many processes an attempt left running (killed with it)."""
+        ...
+
+    def enqueue_occurrence(self, name: str, occurrence: float) -> Any:
+        """R33: enqueue a periodic job's occurrence unless another pool did; a Handle or None."""
+        ...
+
+    def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
+        """R32: remove done rows older than ``result_ttl`` and dead rows past the limit,
+        one bounded batch per call; how many went."""
+        ...
+
+    def maintenance(self) -> Any:
+        """A started helper that keeps the store healthy while a pool runs (SQLite:
+        the WAL checkpointer), with ``stop()``; or None."""
+        ...
+
+    def listener(self) -> Any:
+        """What wakes an idle pool when a job is enqueued (R11): an object with
+        ``sock`` (selectable, or None), ``drain()``, ``move_down()`` and ``close()``."""
+        ...
+
+    def close(self) -> None:
+        ...
