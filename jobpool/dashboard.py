@@ -27,7 +27,7 @@ from jobpool.snapshot import (DrainView, FailureView, QueueView, SlotView, Snaps
                               read_snapshot)
 
 if TYPE_CHECKING:
-    from jobpool.store.sqlite import SQLiteStore
+    from jobpool.store.base import Store
 
 #: From this many columns on, the frame gets its wide layout.
 WIDE = 120
@@ -401,7 +401,7 @@ PLAIN_EVERY = 5.0
 _CURSOR_LINE = Text("")
 
 
-def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
+def run_top(store: Store, console: Console, *, refresh: float = 0.5,
             once: bool = False, stop: threading.Event | None = None) -> None:
     """Show the dashboard until Ctrl-C or ``stop`` is set; ``once`` prints a single
     frame and returns. ``stop`` lets ``jobpool start`` run it beside its pool.
@@ -432,7 +432,7 @@ def run_top(store: SQLiteStore, console: Console, *, refresh: float = 0.5,
             signal.signal(signal.SIGINT, previous)
 
 
-def _live(store: SQLiteStore, console: Console, refresh: float, stop: threading.Event) -> None:
+def _live(store: Store, console: Console, refresh: float, stop: threading.Event) -> None:
     started = time.monotonic()
     snapshot, problem = read_snapshot(store), None
     took = time.monotonic() - started
@@ -456,7 +456,7 @@ def _live(store: SQLiteStore, console: Console, refresh: float, stop: threading.
             live.update(frame, refresh=False)
 
 
-def _plain(store: SQLiteStore, console: Console, every: float, stop: threading.Event) -> None:
+def _plain(store: Store, console: Console, every: float, stop: threading.Event) -> None:
     while True:
         for line in plain_lines(read_snapshot(store)):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -1,83 +1,22 @@
-"""What the dashboard shows (R29), read from the store in one consistent pass.
+"""What the dashboard shows (R29), made from one consistent read of the store.
 
 The dashboard is pure render functions over a :class:`Snapshot` plus one Live
-loop (STYLE habit 8); :func:`read_snapshot` is the only place it touches the
-store. Every query here walks an index and never the whole ``jobs`` table, so a
-refresh stays cheap on a store holding a day of finished jobs.
+loop (STYLE habit 8); :func:`read_snapshot` is the only place it asks the store
+anything (``Store.dashboard``, whose queries walk indexes and never the whole
+``jobs`` table, so a refresh stays cheap on a store holding a day of finished jobs).
 """
 from __future__ import annotations
 
 import math
-import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jobpool import core, liveness
-from jobpool.errors import StoreError
-from jobpool.store import sql
 
 if TYPE_CHECKING:
-    from jobpool.store.sqlite import SQLiteStore
-
-#: Recent failures are looked for among this many newest attempts only, so a
-#: store whose last failure is a million attempts ago costs no scan to say so.
-FAILURE_WINDOW = 10_000
-
-#: Outcomes that are not failures: success, and the steering outcomes a job or an
-#: operator chose (Defer, Reschedule, a graceful stop's release).
-QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released")
-
-#: R29: per-queue counts of the live statuses. Ready rows are counted from the
-#: claim-order index alone (it carries ``run_at``, so due and scheduled split
-#: without visiting the table); running and dead rows through ``jobs_status``,
-#: which stays small (running: at most the slots; dead: ``dead_letter_limit``).
-#: Done rows are left out: no index leads with (queue, status), so a GROUP BY
-#: over every row scans the table (0.75-1.3 s on 1 000 000 rows).
-QUEUE_COUNTS = """
-SELECT queue, 'ready', count(*), total(run_at > :now)
-  FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' GROUP BY queue
-UNION ALL
-SELECT queue, status, count(*), 0
-  FROM jobs INDEXED BY jobs_status WHERE status IN ('running', 'dead') GROUP BY queue, status
-"""
-
-#: R29: all done rows, counted in ``jobs_status`` without visiting the table.
-DONE_COUNT = "SELECT count(*) FROM jobs INDEXED BY jobs_status WHERE status = 'done'"
-
-#: R29 done/min: the rows finished in the last minute, a short range of
-#: ``jobs_status (status, finished_at)``.
-DONE_SINCE = """
-SELECT queue, count(*) FROM jobs INDEXED BY jobs_status
- WHERE status = 'done' AND finished_at > :since GROUP BY queue
-"""
-
-#: R29 recent failures: newest attempts first by rowid (the table's own order,
-#: no sort), bounded to the last FAILURE_WINDOW attempts. LEFT JOIN because
-#: retention may have swept the job while its attempt row is still read.
-RECENT_FAILURES = f"""
-SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
-  FROM attempts AS a LEFT JOIN jobs AS j ON j.id = a.job_id
- WHERE a.rowid > (SELECT coalesce(max(rowid), 0) FROM attempts) - :window
-   AND a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
- ORDER BY a.rowid DESC LIMIT :limit
-"""
-
-#: R29 slots: the running rows, read with the counts so a slot row never lags
-#: them. The heartbeat's slot list is up to a beat old (a job dispatched since
-#: is missing from it); it still gives each slot's pid and RSS, which only the
-#: supervisor knows. A short range of ``jobs_status``: running rows are at most
-#: the live pools' slots, plus leases of dead pools not yet reclaimed.
-RUNNING_JOBS = """
-SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
-  FROM jobs INDEXED BY jobs_status WHERE status = 'running'
-"""
-
-#: Every statement read_snapshot runs, for the test that checks their query plans.
-SNAPSHOT_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
-                    sql.READY_BY_NAME)
+    from jobpool.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -207,56 +146,24 @@ class UnservedView:
     count: int
 
 
-def read_snapshot(store: SQLiteStore, now: float | None = None, *,
-                  failures: int = 5) -> Snapshot:
-    """Read one frame's worth of state in a single read transaction.
-
-    One transaction so the counts agree with each other (a job moving from
-    ready to running between two statements is not counted twice); under WAL
-    it blocks no writer.
-
-    Cost, measured once on generated 1 000 000-row stores (SQLite 3.40, warm
-    page cache, 2 cores shared with other work, so ranges): with 860 000 done,
-    130 000 ready, 10 000 dead and 16 running rows, 150-230 ms a read
-    (DONE_COUNT 60-105 ms, QUEUE_COUNTS 30-80 ms, the rest under 1 ms); with
-    1 000 000 ready rows (a backlog), 230-430 ms, nearly all of it counting the
-    claim-order index. The plain ``GROUP BY queue, status`` scans the table:
-    750-1330 ms on either store. ``run_top`` spaces its reads so that reading
-    never takes more than a third of a core.
-    """
+def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) -> Snapshot:
+    """One frame's worth of state: the store reads it in one transaction
+    (``Store.dashboard``: its cost is measured there); this makes the views.
+    ``run_top`` spaces its reads so that reading never takes more than a third of
+    a core."""
     now = time.time() if now is None else now
-    conn = store.conn
-    try:
-        with _read_transaction(conn):
-            counts = conn.execute(QUEUE_COUNTS, {"now": now}).fetchall()
-            done = conn.execute(DONE_COUNT).fetchone()[0]
-            recent = dict(conn.execute(DONE_SINCE, {"since": now - 60.0}).fetchall())
-            failed = conn.execute(RECENT_FAILURES, {"window": FAILURE_WINDOW,
-                                                    "limit": failures}).fetchall()
-            running = conn.execute(RUNNING_JOBS).fetchall()
-            rows = store.pools(now)
-            live = liveness.live_pools(rows)
-            # Only with a live pool: with none, nothing is served and the header says so.
-            ready = conn.execute(sql.READY_BY_NAME).fetchall() if live else []
-    except sqlite3.Error as exc:
-        raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
+    rows = store.dashboard(now, failures=failures)
+    live = liveness.live_pools(rows.pools)
+    counts, recent, running = rows.queue_counts, dict(rows.done_since), rows.running
     pools = tuple(_pool_view(p) for p in live)
     queues = _queue_views(counts, recent, [q for p in pools for q in p.queues])
-    totals = _totals(queues, done)
+    totals = _totals(queues, rows.done)
     return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
                     slots=tuple(_slot_views(live, running, now)), queues=queues,
-                    failures=tuple(_failure_view(r) for r in failed), totals=totals,
-                    done_per_min=sum(recent.values()), stale_pools=len(rows) - len(live),
-                    unserved=tuple(UnservedView(**u) for u in liveness.unserved(ready, live)))
-
-
-@contextmanager
-def _read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN")
-    try:
-        yield
-    finally:
-        conn.execute("COMMIT")
+                    failures=tuple(_failure_view(r) for r in rows.failures), totals=totals,
+                    done_per_min=sum(recent.values()), stale_pools=len(rows.pools) - len(live),
+                    unserved=tuple(UnservedView(**u)
+                                   for u in liveness.unserved(rows.ready_by_name, live)))
 
 
 def _pool_view(row: Mapping[str, Any]) -> PoolView:

@@ -17,7 +17,7 @@ import jobpool
 from jobpool import dashboard
 from jobpool.dashboard import plain_lines, render, run_top
 from jobpool.errors import StoreError
-from jobpool.snapshot import (SNAPSHOT_QUERIES, DrainView, FailureView, PoolView, QueueView,
+from jobpool.snapshot import (DrainView, FailureView, PoolView, QueueView,
                               SlotView, Snapshot, read_snapshot)
 from jobpool.store import sql
 
@@ -463,7 +463,7 @@ def test_read_snapshot_leaves_no_transaction_open(world):
 
 
 def test_snapshot_queries_walk_indexes_never_a_whole_table(world):
-    for query in SNAPSHOT_QUERIES:
+    for query in sql.DASHBOARD_QUERIES:
         plan = [row[3] for row in world.store.conn.execute(
             "EXPLAIN QUERY PLAN " + query, {"now": 0.0, "since": 0.0, "window": 10, "limit": 5})]
         scans = [step for step in plan if step.startswith("SCAN") and "USING" not in step]

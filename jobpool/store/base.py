@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from jobpool.lifecycle import Claimed, Outcome, Policy, Settled
-from jobpool.store.records import Heartbeat, ProgressReport, Requests
+from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
 
 
 @runtime_checkable
@@ -69,12 +70,20 @@ class Store(Protocol):
         """Queue ``name(*args, **kwargs)``; a ``Handle``. Validates before it writes (R1)."""
         ...
 
-    def enqueue_with(self, name: str, **options: Any) -> Any:
-        """Queue one job with per-call options (key R3, delay, priority, deadline,
-        max_attempts, queue, chain ``then`` R12, the caller's ``connection`` R5)."""
+    def enqueue_with(self, name: str, *, args: tuple | list = (), kwargs: dict | None = None,
+                     key: str | None = None, delay: float | timedelta | None = None,
+                     priority: int | None = None, deadline: datetime | float | None = None,
+                     max_attempts: int | None = None, queue: str | None = None,
+                     timeout: float | None = None, then: Any = None, connection: Any = None,
+                     now: float | None = None) -> Any:
+        """Queue one job with per-call options: ``key`` unique among live jobs of the
+        name (R3), ``then`` the chain enqueued as each step completes (R12),
+        ``connection`` the caller's own open transaction (R5)."""
         ...
 
-    def enqueue_many(self, name: str, items: Iterable[Any], **options: Any) -> Sequence[Any]:
+    def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
+                     priority: int | None = None, queue: str | None = None,
+                     max_attempts: int | None = None, now: float | None = None) -> Sequence[Any]:
         """Queue many in one transaction, all or nothing (R4); their handles in order."""
         ...
 
@@ -99,6 +108,11 @@ class Store(Protocol):
 
     def pools(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every pool row, with ``dead`` saying why its supervisor is gone (or None)."""
+        ...
+
+    def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
+        """R29: what one dashboard frame shows, read in one consistent transaction
+        that blocks no writer and scans no whole table."""
         ...
 
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:

@@ -43,3 +43,23 @@ class Requests:
     procs: int | None
     #: (job id, attempt) of its running jobs to cancel.
     cancels: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DashboardRows:
+    """One consistent read of what the dashboard shows (R29), as rows; the
+    dashboard's ``snapshot`` module makes its views from them."""
+
+    #: (queue, status, count, scheduled) per queue and live status.
+    queue_counts: list[tuple]
+    done: int
+    #: (queue, count) of jobs finished in the minute before ``now``.
+    done_since: list[tuple]
+    #: (job_id, name, attempt, outcome, ended_at, error), newest first.
+    failures: list[tuple]
+    #: (id, name, lease_owner, attempts, started_at, timeout, progress, stage).
+    running: list[tuple]
+    #: ``Store.pools()`` rows.
+    pools: list[dict]
+    #: (queue, name, count) of ready jobs, only when some pool is live.
+    ready_by_name: list[tuple]

@@ -497,3 +497,63 @@ SELECT min(run_at) FROM jobs INDEXED BY jobs_claim_order
  WHERE status = 'ready' AND name IN ({names}) AND queue IN ({queues})
 """
 COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
+
+
+# --- the dashboard (R29): read in one transaction by SQLiteStore.dashboard --------------
+
+#: Recent failures are looked for among this many newest attempts only, so a
+#: store whose last failure is a million attempts ago costs no scan to say so.
+FAILURE_WINDOW = 10_000
+
+#: Outcomes that are not failures: success, and the steering outcomes a job or an
+#: operator chose (Defer, Reschedule, a graceful stop's release).
+QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released")
+
+#: R29: per-queue counts of the live statuses. Ready rows are counted from the
+#: claim-order index alone (it carries ``run_at``, so due and scheduled split
+#: without visiting the table); running and dead rows through ``jobs_status``,
+#: which stays small (running: at most the slots; dead: ``dead_letter_limit``).
+#: Done rows are left out: no index leads with (queue, status), so a GROUP BY
+#: over every row scans the table (0.75-1.3 s on 1 000 000 rows).
+QUEUE_COUNTS = """
+SELECT queue, 'ready', count(*), total(run_at > :now)
+  FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' GROUP BY queue
+UNION ALL
+SELECT queue, status, count(*), 0
+  FROM jobs INDEXED BY jobs_status WHERE status IN ('running', 'dead') GROUP BY queue, status
+"""
+
+#: R29: all done rows, counted in ``jobs_status`` without visiting the table.
+DONE_COUNT = "SELECT count(*) FROM jobs INDEXED BY jobs_status WHERE status = 'done'"
+
+#: R29 done/min: the rows finished in the last minute, a short range of
+#: ``jobs_status (status, finished_at)``.
+DONE_SINCE = """
+SELECT queue, count(*) FROM jobs INDEXED BY jobs_status
+ WHERE status = 'done' AND finished_at > :since GROUP BY queue
+"""
+
+#: R29 recent failures: newest attempts first by rowid (the table's own order,
+#: no sort), bounded to the last FAILURE_WINDOW attempts. LEFT JOIN because
+#: retention may have swept the job while its attempt row is still read.
+RECENT_FAILURES = f"""
+SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
+  FROM attempts AS a LEFT JOIN jobs AS j ON j.id = a.job_id
+ WHERE a.rowid > (SELECT coalesce(max(rowid), 0) FROM attempts) - :window
+   AND a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
+ ORDER BY a.rowid DESC LIMIT :limit
+"""
+
+#: R29 slots: the running rows, read with the counts so a slot row never lags
+#: them. The heartbeat's slot list is up to a beat old (a job dispatched since
+#: is missing from it); it still gives each slot's pid and RSS, which only the
+#: supervisor knows. A short range of ``jobs_status``: running rows are at most
+#: the live pools' slots, plus leases of dead pools not yet reclaimed.
+RUNNING_JOBS = """
+SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
+  FROM jobs INDEXED BY jobs_status WHERE status = 'running'
+"""
+
+#: Every statement the dashboard reads with, for the test that checks their query plans.
+DASHBOARD_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
+                     READY_BY_NAME)
