@@ -1,4 +1,4 @@
-"""Microbenchmarks of the core's hot path: one ``claim(1)`` + ``settle(DONE)`` cycle.
+"""Microbenchmarks of the core's hot path: one turn (settle the last job, claim the next).
 
 Run on demand (benchmarks/ is outside the default testpaths):
 
@@ -30,6 +30,7 @@ import pytest
 
 import jobpool
 from jobpool import _core_py, job
+from jobpool.lifecycle import DONE, Outcome
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 
@@ -101,7 +102,9 @@ def impl(request):
 
 
 @pytest.mark.parametrize("backlog", BACKLOGS, ids=lambda b: f"backlog{b}")
-def test_claim_settle_cycle(benchmark, impl, backlog, template_stores, tmp_path, request):
+def test_turn(benchmark, impl, backlog, template_stores, tmp_path, request):
+    """What a supervisor does per job: one turn settles the job a child just
+    finished and claims the next, in one transaction (``Core.turn``)."""
     name, module = impl
     path = str(tmp_path / "store.db")
     shutil.copyfile(template_stores(backlog), path)
@@ -109,13 +112,13 @@ def test_claim_settle_cycle(benchmark, impl, backlog, template_stores, tmp_path,
     core = module.Core(path, OWNER, [NAME], ["default"], policies)
     rng = random.Random(1)
     pid = os.getpid()
-    done = module.DONE
+    finished: list[Outcome] = []
 
     def cycle():
-        now = time.time()
-        claimed, _expired = core.claim(1, now)
-        job_id, _name, _payload, _ser, attempt, _timeout, _deadline = claimed[0]
-        core.settle([(job_id, attempt, done, None, None, None, pid, "0", 0, 0.0)], now, rng)
+        _settled, claimed, _expired = core.turn(finished, 1, time.time(), rng)
+        job = claimed[0]
+        finished[:] = [Outcome(job.job_id, job.attempt, DONE, pid=pid, exit_status="0",
+                               peak_rss=0, cpu_s=0.0)]
 
     try:
         benchmark.extra_info.update(core=name, backlog=backlog)

@@ -323,9 +323,6 @@ cdef class SlotTable:
         self._deadlines[i] = INFINITY
         return job
 
-    def job_of(self, Py_ssize_t slot):
-        return self._jobs[self._index(slot, "list index out of range")]
-
     def extend_deadline(self, Py_ssize_t slot, double deadline):
         self._deadlines[self._index(slot, "list assignment index out of range")] = deadline
 
@@ -959,36 +956,8 @@ cdef class Core:
     # -- claiming (R6-R10) ----------------------------------------------------------
 
     def claim(self, Py_ssize_t n, double now):
-        """Claim up to ``n`` due jobs, queues in order of preference.
-
-        Returns ``(claimed, expired)``: jobs to run, and jobs found past their
-        deadline (R10) which were settled dead in the same transaction.
-        """
-        cdef list claimed = []
-        cdef list expired = []
-        cdef Py_ssize_t want
-        if n <= 0:
-            return claimed, expired
-        self._enter()
-        try:
-            try:
-                self._begin()
-                try:
-                    for queue in self.queues:
-                        want = n - len(claimed)
-                        if want <= 0:
-                            break
-                        self._claim_queue(queue, want, now, claimed, expired)
-                    self._commit()
-                except BaseException:
-                    self._rollback()
-                    for job in claimed:
-                        self._inflight.pop((<tuple>job)[0], None)
-                    raise
-            except _pysqlite.Error as exc:
-                raise StoreError(f"claim failed: {exc}") from exc
-        finally:
-            self._leave()
+        """A turn with nothing to settle: ``(claimed, expired)``."""
+        _settled, claimed, expired = self.turn((), n, now, None)
         return claimed, expired
 
     cdef int _claim_queue(self, object queue, Py_ssize_t want, double now,
@@ -1070,30 +1039,8 @@ cdef class Core:
     # -- settling (section 4) --------------------------------------------------------
 
     def settle(self, outcomes, double now, rng):
-        """Settle finished attempts in one transaction; return what became of each."""
-        cdef list settled = []
-        cdef list taken = []
-        if not outcomes:
-            return settled
-        self._enter()
-        try:
-            try:
-                self._begin()
-                try:
-                    self._settle_all(outcomes, now, rng, settled, taken)
-                    self._commit()
-                except BaseException:
-                    self._rollback()
-                    raise
-            except _pysqlite.Error as exc:
-                raise StoreError(f"settle failed: {exc}") from exc
-        finally:
-            self._leave()
-        # Only leases this batch settled are done with; a stale outcome for another
-        # attempt of a job must not drop the live lease of the current one.
-        for job_id in taken:
-            self._inflight.pop(job_id, None)
-        return settled
+        """A turn that claims nothing: what became of each outcome."""
+        return self.turn(outcomes, 0, now, rng)[0]
 
     def turn(self, outcomes, Py_ssize_t n, double now, rng):
         """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``.

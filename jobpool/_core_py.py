@@ -73,9 +73,6 @@ class SlotTable:
         self._deadlines[slot] = math.inf
         return job
 
-    def job_of(self, slot: int) -> tuple[int, int] | None:
-        return self._jobs[slot]
-
     def extend_deadline(self, slot: int, deadline: float) -> None:
         self._deadlines[slot] = deadline
 
@@ -124,28 +121,8 @@ class Core:
     # -- claiming (R6-R10) ----------------------------------------------------------
 
     def claim(self, n: int, now: float):
-        """Claim up to ``n`` due jobs, queues in order of preference.
-
-        Returns ``(claimed, expired)``: jobs to run, and jobs found past their
-        deadline (R10) which were settled dead in the same transaction.
-        """
-        claimed: list[tuple] = []
-        expired: list[tuple] = []
-        if n <= 0:
-            return claimed, expired
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._claim_all(db, n, now, claimed, expired)
-                db.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                for job in claimed:
-                    self._inflight.pop(job[0], None)
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"claim failed: {exc}") from exc
+        """A turn with nothing to settle: ``(claimed, expired)``."""
+        _settled, claimed, expired = self.turn((), n, now, None)
         return claimed, expired
 
     def _claim_all(self, db, n, now, claimed, expired) -> None:
@@ -177,27 +154,8 @@ class Core:
     # -- settling (section 4) --------------------------------------------------------
 
     def settle(self, outcomes, now: float, rng):
-        """Settle finished attempts in one transaction; return what became of each."""
-        settled: list[tuple] = []
-        taken: list[int] = []
-        if not outcomes:
-            return settled
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._settle_all(db, outcomes, now, rng, settled, taken)
-                db.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"settle failed: {exc}") from exc
-        # Only leases this batch settled are done with; a stale outcome for another
-        # attempt of a job must not drop the live lease of the current one.
-        for job_id in taken:
-            self._inflight.pop(job_id, None)
-        return settled
+        """A turn that claims nothing: what became of each outcome."""
+        return self.turn(outcomes, 0, now, rng)[0]
 
     def turn(self, outcomes, n: int, now: float, rng):
         """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``.

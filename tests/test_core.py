@@ -347,7 +347,6 @@ def test_slot_table_tracks_jobs_and_deadlines(core_impl):
     assert table.next_deadline() == 40.0
     assert table.overdue(45.0) == [2]
     assert table.clear(2) == (8, 1)
-    assert table.job_of(1) == (7, 1)
     assert table.next_deadline() == 50.0
     table.resize(5)
     assert table.free_slots() == [0, 2, 3, 4]
