@@ -6,7 +6,6 @@ single-writer per host and nothing store-related crosses a fork.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import resource
@@ -19,22 +18,8 @@ from jobpool import core, extensions, jobs, procinfo, proctree, protocol, runnin
 from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
-_PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger(__name__)
-
-def die_with_parent(parent_pid: int) -> None:
-    """R24a: the kernel kills this child when its supervisor dies (Linux)."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    # The parent may have died before prctl took effect.
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
 
 def _peak_rss_bytes() -> int:
     # ru_maxrss is in KiB on Linux.
@@ -249,7 +234,11 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
                max_memory: int = 0) -> None:
     """Entry point of a forked child; returns (and the process exits) when recycled:
     after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes."""
-    die_with_parent(parent_pid)
+    proctree.die_with_parent(parent_pid)
+    proctree.set_name("jobpool-child")
+    # The supervisor's signal wake-up fd is closed below (an inherited fd): a signal
+    # must not be written into whatever file reuses that number.
+    signal.set_wakeup_fd(-1)
     # R40: the job's processes are its own. Its own process group, so a timeout or a
     # cancel signals them together; a subreaper, so an orphan (a setsid grandchild
     # whose parent exited) is reparented here, not to PID 1, and killed after the job.

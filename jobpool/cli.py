@@ -322,18 +322,10 @@ def _where(exc: BaseException, module: str) -> str:
 _verbose = False
 
 
-def _configure_logging(fmt: str, quiet: bool, console: Console | None = None) -> None:
-    """Events to stderr; beside a live dashboard, through its console so lines print
-    above the frame instead of tearing it."""
-    handler: logging.Handler
-    if console is not None:
-        from rich.logging import RichHandler
-        handler = RichHandler(console=console, show_path=False, show_level=False, show_time=False)
-        handler.setFormatter(PlainFormatter())
-        quiet = True  # the dashboard shows progress; only warnings (deaths, store errors) print
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
+def _configure_logging(fmt: str, quiet: bool) -> None:
+    """Events to stderr (beside a live dashboard, ``_with_dashboard`` sends them to it)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
     root = logging.getLogger("jobpool")
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING if quiet else logging.INFO)
@@ -353,29 +345,42 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         mode=args.mode, max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
-    _configure_logging(args.log_format, args.quiet, out.console if dashboard else None)
+    _configure_logging(args.log_format, args.quiet)
     supervisor = Supervisor(pool)
     if not dashboard:
         return supervisor.run()
-    return _with_dashboard(supervisor, pool.db, out.console)
+    return _with_dashboard(supervisor, pool.db)
 
 
-def _with_dashboard(supervisor, db: str, out: Console) -> int:
-    """R29: the live dashboard beside the pool, on its own store connection (a
-    snapshot's read transaction must not share the supervisor's connection)."""
-    import threading
-
-    from jobpool.dashboard import run_top
-    stop = threading.Event()
-    viewer = connect(db, readonly=True)
-    thread = threading.Thread(target=run_top, args=(viewer, out), name="jobpool-dashboard",
-                              kwargs={"stop": stop}, daemon=True)
-    thread.start()
+def _with_dashboard(supervisor, db: str) -> int:
+    """R29: the live dashboard beside the pool, in a process of its own forked before
+    the pool starts: the supervisor keeps a single thread, so no fork of a child
+    ever copies a lock another thread holds. The pool's log lines (warnings: the
+    dashboard shows the rest) go to the dashboard over a pipe and print above its
+    frame; closing the pipe tells it the pool is done."""
+    from jobpool import dashboard
+    from jobpool.forked import Forked
+    read_end, write_end = os.pipe()
+    viewer = Forked.start(dashboard.run_beside_pool, db, read_end, os.getpid())
+    supervisor.companions.add(viewer.pid)
+    os.close(read_end)
+    lines = os.fdopen(write_end, "w", buffering=1, encoding="utf-8", errors="replace")
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(PlainFormatter())
+    root = logging.getLogger("jobpool")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
     try:
         return supervisor.run()
     finally:
-        stop.set()
-        thread.join(5.0)
+        root.handlers[:] = []
+        try:
+            lines.close()  # EOF: the dashboard draws its last frame and exits
+        except BrokenPipeError:
+            pass  # it is gone already
+        if not viewer.wait(5.0):
+            viewer.kill()
+            viewer.wait(1.0)
         viewer.close()
 
 

@@ -10,6 +10,8 @@ terminal gets more columns and puts queues beside failures.
 from __future__ import annotations
 
 import math
+import os
+import select
 import signal
 import threading
 import time
@@ -432,7 +434,31 @@ def run_top(store: Store, console: Console, *, refresh: float = 0.5,
             signal.signal(signal.SIGINT, previous)
 
 
-def _live(store: Store, console: Console, refresh: float, stop: threading.Event) -> None:
+def run_beside_pool(db: str, logs: int, parent_pid: int, refresh: float = 0.5) -> None:
+    """The dashboard of ``jobpool start`` on a terminal, in a process forked for it.
+
+    ``logs`` is a pipe of the pool's log lines, printed above the frame; its end
+    (the pool closed it) ends the dashboard with its last frame left on screen.
+    Ctrl-C is the pool's to act on: a graceful stop shows here as the drain."""
+    from rich.console import Console
+
+    from jobpool import proctree
+    from jobpool.store.sqlite import connect
+    proctree.die_with_parent(parent_pid)
+    proctree.set_name("jobpool-top")
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    store = connect(db, readonly=True)
+    try:
+        _live(store, Console(), refresh, threading.Event(), logs=logs)
+    finally:
+        store.close()
+
+
+def _live(store: Store, console: Console, refresh: float, stop: threading.Event,
+          logs: int | None = None) -> None:
     started = time.monotonic()
     snapshot, problem = read_snapshot(store), None
     took = time.monotonic() - started
@@ -441,7 +467,8 @@ def _live(store: Store, console: Console, refresh: float, stop: threading.Event)
         try:
             while True:
                 live.update(Group(frame, _CURSOR_LINE), refresh=True)
-                if stop.wait(max(refresh, READ_PACING * took)):
+                pause = max(refresh, READ_PACING * took)
+                if stop.wait(pause) if logs is None else not _print_logs(console, logs, pause):
                     return
                 started = time.monotonic()
                 try:
@@ -454,6 +481,21 @@ def _live(store: Store, console: Console, refresh: float, stop: threading.Event)
             # Live draws the last frame once more as it stops, from the cursor line
             # up, then ends the line: the frame alone, so nothing trails it.
             live.update(frame, refresh=False)
+
+
+def _print_logs(console: Console, logs: int, wait: float) -> bool:
+    """Wait up to ``wait`` seconds, printing the pool's log lines above the frame as
+    they come; False once the pool closed the pipe."""
+    end = time.monotonic() + wait
+    while True:
+        ready, _, _ = select.select([logs], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            return True
+        data = os.read(logs, 65536)
+        if not data:
+            return False
+        for line in data.decode("utf-8", "replace").splitlines():
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _plain(store: Store, console: Console, every: float, stop: threading.Event) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 import traceback
 from typing import Any, Callable
@@ -39,6 +40,9 @@ class HookRunner:
         self._running: list[tuple[Any, float, int]] = []
 
     def start(self, fn: Callable, job: dict, reason: str, now: float) -> None:
+        # The supervisor forks from a single thread (see Supervisor._spawn).
+        assert threading.active_count() == 1, \
+            f"forking a hook with {threading.active_count()} threads running"
         proc = self._ctx.Process(target=_run_hook, args=(fn, job, reason), daemon=True,
                                  name=f"jobpool-on-dead-{job['id']}")
         proc.start()

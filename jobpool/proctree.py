@@ -25,9 +25,36 @@ import sys
 import time
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 #: Rounds of kill-and-reap before giving up on a tree that keeps forking.
 KILL_ROUNDS = 50
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """R24a: the kernel kills this process when its parent (the supervisor) dies."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    # The parent may have died before prctl took effect.
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def set_name(name: str) -> None:
+    """Name this process as ``ps``, ``top`` and /proc/PID/comm show it (Linux: 15
+    bytes at most), so a pool's processes tell apart: its children, checkpointer
+    and dashboard."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
 
 
 def become_subreaper() -> bool:

@@ -17,6 +17,7 @@ import random
 import selectors
 import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from jobpool import (bounds, core, events, jobs, lifecycle, liveness, procinfo, 
                      protocol)
 from jobpool.child import child_main
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
+from jobpool.forked import Forked
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
 from jobpool.lifecycle import Outcome
@@ -57,7 +59,7 @@ class Slot:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.proc: Any = None    # a multiprocess Process
+        self.proc: Forked | None = None    # the child process
         self.conn: Any = None    # the supervisor's end of the slot's pipe
         self.pid = 0
         self.job: Any = None   # the claimed tuple it runs, or None
@@ -115,6 +117,7 @@ class Supervisor:
         self.counters = dict(claimed=0, completed=0, retried=0, deferred=0, rescheduled=0,
                              released=0, reclaimed=0, dead=0, lost=0, crashes=0,
                              settle_failures=0, strays_killed=0)
+        # Pipes from multiprocess's public API (marshalled messages over them, R6).
         self._ctx = multiprocess.get_context("fork")
         self._selector = selectors.DefaultSelector()
         self._stop_requests = 0
@@ -150,6 +153,9 @@ class Supervisor:
         self._dispatched: dict[int, float] = {}  # job id -> when it went to a child (R30)
         #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
         self.scale_refused: str | None = None
+        #: Processes started beside the pool by its caller (the dashboard of
+        #: ``jobpool start``): its children, but never a job's strays (R40).
+        self.companions: set[int] = set()
         #: R24b: since when this pool's heartbeats have succeeded without a break.
         self._beating_since: float | None = None
         #: R40: processes killed per (job id, attempt), written to the attempt log
@@ -303,19 +309,19 @@ class Supervisor:
     def _spawn(self, slot: Slot) -> None:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         inherited = [s.conn.fileno() for s in self.slots if s.conn is not None]
+        inherited += [s.proc.sentinel for s in self.slots if s.proc is not None]
         inherited.append(parent_conn.fileno())
         for sock in (self._signal_r, self._signal_w, self._listener.sock if self._listener else None):
             if sock is not None:
                 inherited.append(sock.fileno())
-        proc = self._ctx.Process(
-            target=child_main, name=f"jobpool-slot-{slot.index}", daemon=True,
-            args=(child_conn, os.getpid(), inherited, self.config.max_tasks_per_child,
-                  (self.config.max_memory_per_child or 0) * 2**20))
-        proc.start()
-        # We reap our children with wait4 (for their peak RSS and CPU time, R19a);
-        # multiprocess's own bookkeeping would reap a dead sibling first whenever a
-        # new child starts, and those figures would be lost.
-        multiprocess.process._children.discard(proc)
+        # A fork copies only the forking thread: another thread's held lock (SQLite's,
+        # malloc's, logging's) would stay held in the child for ever. The supervisor
+        # runs one thread (the checkpointer and the dashboard are processes).
+        assert threading.active_count() == 1, \
+            f"forking a child with {threading.active_count()} threads running"
+        proc = Forked.start(child_main, child_conn, os.getpid(), inherited,
+                            self.config.max_tasks_per_child,
+                            (self.config.max_memory_per_child or 0) * 2**20)
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at = None, math.inf
@@ -385,17 +391,12 @@ class Supervisor:
             if procinfo.readable(slot.conn.fileno()):
                 self._read_child(slot, drain=True)  # an outcome sent just before exiting counts
         proc = slot.proc
+        assert proc is not None  # the selector reports exits only of a slot's own child
         self._selector.unregister(proc.sentinel)
-        try:
-            # wait4 gives the child's resource usage for the forensics (R19a).
-            _pid, status, usage = os.wait4(proc.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-            proc._popen.returncode = code  # we reaped it, so multiprocess cannot
-        except ChildProcessError:
-            # multiprocess reaped it first (Process.start polls every child it knows).
-            usage = None
-            proc.join(1.0)
-            code = proc.exitcode if proc.exitcode is not None else -signal.SIGKILL
+        # wait4 gives the child's resource usage for the forensics (R19a).
+        reaped = proc.reap()
+        assert reaped is not None  # its sentinel said it exited
+        code, usage = reaped
         proc.close()
         if slot.conn is not None:
             self._selector.unregister(slot.conn.fileno())
@@ -438,8 +439,12 @@ class Supervisor:
             self._trim_slots()
 
     def _known_children(self) -> frozenset[int]:
-        """Our own children (slot children, hook processes): never strays."""
-        pids = {slot.pid for slot in self.slots if slot.proc is not None}
+        """Our own children (slot children, hook processes, the store's maintenance
+        process, companions): never strays."""
+        pids = {slot.pid for slot in self.slots if slot.proc is not None} | self.companions
+        maintenance = getattr(self._maintenance, "pid", None)
+        if maintenance:
+            pids.add(maintenance)
         return frozenset(pids | self._hooks.pids())
 
     def _strays_killed(self, count: int, job_id: int | None, name: str | None,
@@ -578,10 +583,12 @@ class Supervisor:
             proc = slot.proc
             if proc is None:
                 continue
-            proc.join(max(0.0, deadline - time.time()))
-            if proc.exitcode is None:
+            if not proc.wait(max(0.0, deadline - time.time())):
                 proc.kill()
-                proc.join(1.0)
+                proc.wait(1.0)
+            if proc.returncode is not None:
+                self._selector.unregister(proc.sentinel)
+                proc.close()
             slot.proc = None
         strays = proctree.kill_strays(exclude=self._known_children(), count_ended=True)
         if strays:

@@ -452,3 +452,22 @@ def test_the_pool_keeps_the_wal_bounded(make_app):
     # for the writer) while the pool goes on writing. Unbounded, this WAL passes
     # 250 MiB; starting over at all keeps it within a few multiples of the bound.
     assert peak < RESTART_BYTES * 8, peak
+
+
+def test_the_supervisor_forks_its_children_from_a_single_thread(make_app):
+    # A fork copies only the forking thread; a lock another thread held (SQLite's,
+    # malloc's) would stay held in the child for ever. The checkpointer runs as a
+    # process, and every fork asserts it is alone (Supervisor._spawn).
+    app = make_app(APP + """
+import threading
+import jobpool
+
+@jobpool.on_start
+def count_threads(store):
+    with open(HERE / "threads.txt", "w") as fh:
+        fh.write(str(threading.active_count()))
+""")
+    app.store().enqueue_many("t.echo", [(i,) for i in range(20)])
+    app.start("--procs", "2", "--max-tasks-per-child", "3")  # children replaced as it runs
+    assert (app.dir / "threads.txt").read_text() == "1"
+    assert app.store().stats()["done"] == 20

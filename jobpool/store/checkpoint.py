@@ -1,14 +1,13 @@
 """Keeps a supervisor's WAL bounded without stalling its hot path (R26a).
 
-The core's connection runs with automatic checkpoints off; this thread, on its
-own connection, runs a PASSIVE checkpoint every ``interval`` seconds. PASSIVE
-never waits on readers or writers, and SQLite releases the GIL while it copies
-pages and fsyncs, so claims and settles go on meanwhile.
+The core's connection runs with automatic checkpoints off; a process of its own,
+on its own connection, runs a PASSIVE checkpoint every ``interval`` seconds.
+PASSIVE never waits on readers or writers, so claims and settles go on meanwhile.
 
 PASSIVE alone cannot bound the file under steady load: SQLite starts the WAL
 over only when a writer begins while every frame is already copied, and a pool
 that writes every few hundred microseconds never leaves such a moment. So once
-the file passes ``RESTART_BYTES`` the thread runs a RESTART checkpoint, which
+the file passes ``RESTART_BYTES`` the process runs a RESTART checkpoint, which
 holds new writers back for the millisecond or two it takes to copy what PASSIVE
 left, so the next commit writes from the start of the file again.
 
@@ -25,8 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import threading
+import signal
+import time
 
+from jobpool import proctree
+from jobpool.forked import Forked
 from jobpool.store import sql
 
 log = logging.getLogger(__name__)
@@ -37,34 +39,66 @@ INTERVAL = 0.1
 RESTART_BYTES = sql.WAL_RESTART_BYTES
 
 
-class Checkpointer(threading.Thread):
+class Checkpointer:
+    """The checkpoint loop in a process of its own, forked by the supervisor.
+
+    A process, not a thread: the supervisor forks a child for every slot, and a
+    fork taken while another thread holds a lock (SQLite's, malloc's) hands the
+    child a lock nobody will release. With the checkpointer out of process the
+    supervisor has one thread at every fork, and checkpoints run truly beside
+    the claims instead of sharing the interpreter with them."""
+
     def __init__(self, path: str, interval: float = INTERVAL) -> None:
-        super().__init__(name="jobpool-checkpointer", daemon=True)
         self.path = path
         self.interval = interval
-        self._stop_event = threading.Event()
+        self._process: Forked | None = None
 
-    def run(self) -> None:
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=0.2,
-                                   check_same_thread=False)
-        except sqlite3.Error as exc:
-            log.warning("checkpointer cannot open %s: %s", self.path, exc)
-            return
-        try:
-            conn.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
-            wal = self.path + "-wal"
-            while not self._stop_event.wait(self.interval):
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if os.path.exists(wal) and os.path.getsize(wal) > RESTART_BYTES:
-                        conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-                except sqlite3.Error as exc:
-                    # A busy or failing store is the main loop's to report (R26).
-                    log.debug("checkpoint skipped: %s", exc)
-        finally:
-            conn.close()
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        self._process = Forked.start(_checkpoint_loop, self.path, self.interval, os.getpid())
 
     def stop(self) -> None:
-        self._stop_event.set()
-        self.join(5.0)
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if not process.wait(5.0):
+            process.kill()
+            process.wait(1.0)
+        process.close()
+
+
+def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
+    proctree.die_with_parent(parent_pid)
+    proctree.set_name("jobpool-ckpt")
+    # The supervisor's handlers and wake-up fd came with the fork; a stop is SIGTERM's
+    # default, and Ctrl-C is the supervisor's to act on.
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=0.2)
+    except sqlite3.Error as exc:
+        log.warning("checkpointer cannot open %s: %s", path, exc)
+        return
+    try:
+        conn.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
+        wal = path + "-wal"
+        while True:
+            time.sleep(interval)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if os.path.exists(wal) and os.path.getsize(wal) > RESTART_BYTES:
+                    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            except sqlite3.Error as exc:
+                # A busy or failing store is the main loop's to report (R26).
+                log.debug("checkpoint skipped: %s", exc)
+    finally:
+        conn.close()

@@ -200,6 +200,19 @@ def alive(pid: int) -> bool:
     return proc_state(pid) not in (None, "Z", "X")
 
 
+def slot_children(pid: int) -> dict[int, str]:
+    """{pid: state} of the pool's children that run jobs (not its checkpointer)."""
+    found = {}
+    for child, state in children(pid).items():
+        try:
+            with open(f"/proc/{child}/comm") as fh:
+                if fh.read().strip() == "jobpool-child":
+                    found[child] = state
+        except OSError:
+            continue
+    return found
+
+
 def children(pid: int) -> dict[int, str]:
     """{child pid: state} of every process whose parent is ``pid``."""
     found = {}
@@ -281,7 +294,7 @@ class FaultApp(App):
         """Wait until ``proc`` has ``procs`` live children; returns them."""
         def ready():
             assert proc.poll() is None, self.log_of(proc)
-            kids = {p: s for p, s in children(proc.pid).items() if s not in ("Z", "X")}
+            kids = {p: s for p, s in slot_children(proc.pid).items() if s not in ("Z", "X")}
             return kids if len(kids) == procs else None
         return wait_for(ready, timeout=timeout)
 

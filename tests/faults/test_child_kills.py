@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .conftest import children, fd_count, percentile, record_figure, stop_pool, vm_rss_kib, wait_for
+from .conftest import slot_children, fd_count, percentile, record_figure, stop_pool, vm_rss_kib, wait_for
 
 PROCS = 2
 JOBS = 2000
@@ -29,7 +29,7 @@ def test_random_child_kills_lose_nothing_and_slots_refill_fast(fault_app):
     known = set(first)
     deadline = time.monotonic() + 90
     while app.count("status = 'done'") < JOBS * 0.9 and time.monotonic() < deadline:
-        live = {p for p, s in children(pool.pid).items() if s not in ("Z", "X")}
+        live = {p for p, s in slot_children(pool.pid).items() if s not in ("Z", "X")}
         if not live:
             time.sleep(0.002)
             continue
@@ -42,7 +42,7 @@ def test_random_child_kills_lose_nothing_and_slots_refill_fast(fault_app):
         known |= live
 
         def replacement(known=known):
-            fresh = {p for p, s in children(pool.pid).items() if s not in ("Z", "X")} - known
+            fresh = {p for p, s in slot_children(pool.pid).items() if s not in ("Z", "X")} - known
             return min(fresh) if fresh else None
         new = wait_for(replacement, timeout=5, interval=0.002)
         known.add(new)
@@ -51,7 +51,7 @@ def test_random_child_kills_lose_nothing_and_slots_refill_fast(fault_app):
     wait_for(lambda: app.count("status = 'done'") == JOBS, timeout=60, interval=0.05)
     time.sleep(0.5)  # let the loop settle and reap
 
-    kids = children(pool.pid)
+    kids = slot_children(pool.pid)
     zombies = [p for p, s in kids.items() if s == "Z"]
     fds_after, rss_after = fd_count(pool.pid), vm_rss_kib(pool.pid)
     assert pool.poll() is None, app.log_of(pool)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .conftest import alive, children, cpu_seconds, record_figure, stop_pool, wait_for
+from .conftest import alive, slot_children, cpu_seconds, record_figure, stop_pool, wait_for
 
 JOBS = 200
 OUTAGE = 6.5  # seconds: past the core's 5 s busy timeout, so its writes really fail
@@ -190,7 +190,7 @@ def test_hard_timeouts_fire_on_time_while_the_store_is_locked(fault_app):
     kid = wait_for(lambda: app.rows("SELECT started_at FROM jobs WHERE status = 'running'"),
                    timeout=30, interval=0.01)[0]
     started = kid["started_at"]
-    (child,) = [p for p, s in children(pool.pid).items() if s != "Z"]
+    (child,) = [p for p, s in slot_children(pool.pid).items() if s != "Z"]
     locker = sqlite3.connect(app.db, isolation_level=None, timeout=30)
     locker.execute("BEGIN EXCLUSIVE")
     try:

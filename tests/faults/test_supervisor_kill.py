@@ -8,7 +8,7 @@ import signal
 import time
 
 
-from .conftest import alive, children, record_figure, wait_for
+from .conftest import alive, slot_children, record_figure, wait_for
 
 PROCS = 2
 JOBS = 40
@@ -22,7 +22,7 @@ def test_sigkill_supervisor_mid_run_loses_nothing_and_reruns_only_in_flight(faul
     # Every slot busy and a backlog left: kill when a few are done and PROCS run.
     wait_for(lambda: app.count("status = 'done'") >= 6 and app.count("status = 'running'") == PROCS,
              timeout=30, interval=0.01)
-    kids = [pid for pid, state in children(pool.pid).items() if state != "Z"]
+    kids = [pid for pid, state in slot_children(pool.pid).items() if state != "Z"]
     assert len(kids) == PROCS
     os.kill(pool.pid, signal.SIGKILL)
     killed_at = time.monotonic()

@@ -1,0 +1,90 @@
+"""A child process forked the plain way (``os.fork``), watched through a descriptor
+the selector can wait on, and reaped with ``os.wait4`` (STYLE habit 14).
+
+A library's process object would do its own reaping: multiprocess polls every
+child it knows whenever it starts another, and a child it reaped first loses the
+peak RSS and CPU time ``wait4`` reports (R19a). Owning the fork keeps those, with
+no reach into anyone's private attributes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+
+class Forked:
+    """One forked child: its pid and a ``sentinel`` fd that is readable once it exits."""
+
+    __slots__ = ("pid", "sentinel", "returncode", "_pipe")
+
+    def __init__(self, pid: int, sentinel: int, pipe: bool) -> None:
+        self.pid = pid
+        self.sentinel = sentinel
+        self.returncode: int | None = None
+        self._pipe = pipe
+
+    @classmethod
+    def start(cls, target: Callable[..., Any], *args: Any) -> "Forked":
+        """Fork; the child runs ``target(*args)`` and exits (0, or 1 if it raised),
+        never returning into the caller's code."""
+        read_end = write_end = -1
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is None:
+            # No pidfds: a pipe whose write end only the child holds reads EOF at its exit.
+            read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                if read_end >= 0:
+                    os.close(read_end)
+                target(*args)
+                code = 0
+            except BaseException:  # noqa: BLE001 - report, then leave with a status
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except (OSError, ValueError):
+                        pass
+                os._exit(code)
+        if pidfd_open is not None:
+            return cls(pid, pidfd_open(pid), pipe=False)
+        os.close(write_end)
+        return cls(pid, read_end, pipe=True)
+
+    def reap(self, block: bool = True) -> tuple[int, Any] | None:
+        """``(exit code as Process.exitcode has it, rusage)`` once it has exited, else None."""
+        pid, status, usage = os.wait4(self.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return None
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode, usage
+
+    def wait(self, timeout: float) -> bool:
+        """Reap it if it exits within ``timeout`` seconds; True if it did."""
+        end = time.monotonic() + timeout
+        while self.returncode is None:
+            if self.reap(block=False) is not None:
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        if self.sentinel >= 0:
+            os.close(self.sentinel)
+            self.sentinel = -1
