@@ -234,11 +234,7 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
                max_memory: int = 0) -> None:
     """Entry point of a forked child; returns (and the process exits) when recycled:
     after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes."""
-    proctree.die_with_parent(parent_pid)
-    proctree.set_name("jobpool-child")
-    # The supervisor's signal wake-up fd is closed below (an inherited fd): a signal
-    # must not be written into whatever file reuses that number.
-    signal.set_wakeup_fd(-1)
+    proctree.settle_forked(parent_pid, "jobpool-child")
     # R40: the job's processes are its own. Its own process group, so a timeout or a
     # cancel signals them together; a subreaper, so an orphan (a setsid grandchild
     # whose parent exited) is reparented here, not to PID 1, and killed after the job.
@@ -247,11 +243,6 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
     except OSError:
         pass
     proctree.become_subreaper()
-    # Ctrl-C reaches the whole process group; only the supervisor decides what it means
-    # (R25: a graceful stop lets running jobs finish).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     for fd in inherited_fds:
         try:
             os.close(fd)

@@ -444,12 +444,7 @@ def run_beside_pool(db: str, logs: int, parent_pid: int, refresh: float = 0.5) -
 
     from jobpool import proctree
     from jobpool.store.sqlite import connect
-    proctree.die_with_parent(parent_pid)
-    proctree.set_name("jobpool-top")
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    proctree.settle_forked(parent_pid, "jobpool-top")
     store = connect(db, readonly=True)
     try:
         _live(store, Console(), refresh, threading.Event(), logs=logs)

@@ -45,6 +45,20 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def settle_forked(parent_pid: int, name: str) -> None:
+    """What every process a supervisor forks does first: die with the supervisor
+    (R24a), take its name, and drop the supervisor's signal set-up that came with
+    the fork. Its handlers only set the supervisor's flags, and its wake-up fd may
+    be closed and reused here; a stop is SIGTERM's default, and Ctrl-C, which
+    reaches the whole process group, is the supervisor's to act on (R25)."""
+    die_with_parent(parent_pid)
+    set_name(name)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def set_name(name: str) -> None:
     """Name this process as ``ps``, ``top`` and /proc/PID/comm show it (Linux: 15
     bytes at most), so a pool's processes tell apart: its children, checkpointer

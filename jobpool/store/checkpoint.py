@@ -75,14 +75,7 @@ class Checkpointer:
 
 
 def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
-    proctree.die_with_parent(parent_pid)
-    proctree.set_name("jobpool-ckpt")
-    # The supervisor's handlers and wake-up fd came with the fork; a stop is SIGTERM's
-    # default, and Ctrl-C is the supervisor's to act on.
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    proctree.settle_forked(parent_pid, "jobpool-ckpt")
     try:
         conn = sqlite3.connect(path, isolation_level=None, timeout=0.2)
     except sqlite3.Error as exc:
