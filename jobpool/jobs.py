@@ -6,19 +6,21 @@ inherits the registry filled by these decorators.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from collections.abc import Sequence
-from typing import Any, Callable, overload
+from typing import Any, Callable
 
-from jobpool import bounds
-from jobpool.errors import EnqueueError, JobFailed, RegistryError, UnknownJobError, UnsafeResultError
+from jobpool import options
+from jobpool.errors import EnqueueError, RegistryError, UnknownJobError
+from jobpool.handles import Handle, Handles, Signature
 from jobpool.lifecycle import DEFAULT_POLICY, Policy
+from jobpool.options import (DEFAULT_PRIORITY, DEFAULT_QUEUE, JobOptions, to_timestamp,
+                             validate_max_attempts, validate_name, validate_priority,
+                             validate_timeout)
 from jobpool.serialize import check_serializer
 
-#: Defaults for a job (and for enqueue-by-name of a name this process never registered).
-DEFAULT_QUEUE = "default"
-DEFAULT_PRIORITY = 0
+__all__ = ["Job", "job", "Handle", "Handles", "Signature", "DEFAULT_QUEUE", "DEFAULT_PRIORITY",
+           "to_timestamp", "get", "lookup", "registered", "unregister", "on_start"]
+
 #: The policy's defaults are lifecycle's, written once (R13, R16, R19a, R20).
 DEFAULT_MAX_ATTEMPTS = DEFAULT_POLICY.max_attempts
 DEFAULT_TIMEOUT = DEFAULT_POLICY.timeout
@@ -26,174 +28,6 @@ DEFAULT_TIMEOUT = DEFAULT_POLICY.timeout
 DEFAULT_MAX_CRASHES = DEFAULT_POLICY.max_crashes
 
 _registry: dict[str, "Job"] = {}
-
-
-#: Names that passed ``validate_name``: every enqueue checks its job and queue
-#: name, and the character-by-character test was a tenth of a non-durable enqueue.
-_valid_names: set[str] = set()
-
-
-def validate_name(name: Any, field: str = "job name") -> str:
-    """R1a: a job (or queue) name is non-empty printable text without spaces."""
-    if type(name) is str and name in _valid_names:
-        return name
-    if not isinstance(name, str) or not name:
-        raise RegistryError(f"{field} must be a non-empty string, not {name!r}")
-    if not name.isprintable() or any(ch.isspace() for ch in name):
-        raise RegistryError(f"{field} {name!r} must be printable text without spaces")
-    if len(_valid_names) < 4096:
-        _valid_names.add(name)
-    return name
-
-
-def validate_max_attempts(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise EnqueueError(f"max_attempts must be a positive integer, not {value!r}")
-    return value
-
-
-def validate_priority(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EnqueueError(f"priority must be an integer, not {value!r}")
-    problem = bounds.check_priority(value)
-    if problem:
-        raise EnqueueError(f"priority {problem}")
-    return value
-
-
-def validate_timeout(value: Any) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
-            or value == float("inf")):
-        raise EnqueueError(f"timeout must be a positive number of seconds, not {value!r}")
-    return float(value)
-
-
-def to_timestamp(value: datetime | float | int | None, field: str = "deadline") -> float | None:
-    """A deadline as a Unix timestamp: datetime (naive means local time) or number."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise EnqueueError(f"{field} must be a datetime or a Unix timestamp, not {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class Handle:
-    """What an enqueue returns: the job's id, and whether it already existed (R3)."""
-
-    id: int
-    duplicate: bool = False
-    store: Any = field(default=None, compare=False, repr=False)
-
-    def status(self) -> str:
-        return self._store().get(self.id)["status"]
-
-    def result(self, timeout: float | None = None, *, poll: float = 0.05,
-               allow_pickle: bool = False) -> Any:
-        """Wait for the job to finish and return what it returned.
-
-        The value is there when the job was declared with ``store_result=True``
-        (otherwise None). A job that went dead raises ``JobFailed`` carrying its
-        reason; still unfinished after ``timeout`` seconds raises ``TimeoutError``.
-        A pickled result is unpickled only when this process registers the job
-        with ``serializer="pickle"`` or the caller passes ``allow_pickle=True``
-        (R39: the row alone never decides to run an unpickler); otherwise
-        ``UnsafeResultError``.
-        """
-        import time
-
-        from jobpool.serialize import SerializerRefused, decode_result, decoder_for
-        store = self._store()
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = store.get(self.id, raw_result=True)
-            if job["status"] == "done":
-                registered = lookup(job["name"])
-                allowed = "pickle" if allow_pickle else (
-                    registered.serializer if registered is not None else "json")
-                try:
-                    decoder = decoder_for(job["serializer"], allowed, "result")
-                except SerializerRefused as exc:
-                    raise UnsafeResultError(
-                        f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
-                return decode_result(job["result"], decoder)
-            if job["status"] == "dead":
-                raise JobFailed(self.id, job["last_error"] or "dead")
-            if end is not None and time.monotonic() >= end:
-                raise TimeoutError(f"job {self.id} is still {job['status']} after {timeout} s")
-            time.sleep(poll)
-
-    def _store(self) -> Any:
-        if self.store is not None:
-            return self.store
-        from jobpool.store.sqlite import default_store
-        return default_store()
-
-
-class Handles(Sequence):
-    """The handles of one ``enqueue_many``: consecutive ids, made on demand.
-
-    A batch's rows get consecutive ids, so the batch is described by its first id
-    and its length; building 100 000 ``Handle`` objects up front took longer than
-    writing the rows. Indexing, slicing, ``len`` and iteration behave as on the
-    list of handles it stands for.
-    """
-
-    __slots__ = ("_ids", "_store")
-
-    def __init__(self, first: int, count: int, store: Any = None) -> None:
-        self._ids = range(first, first + count)
-        self._store = store
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    @overload
-    def __getitem__(self, index: int) -> Handle: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Handle]: ...
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [Handle(i, store=self._store) for i in self._ids[index]]
-        return Handle(self._ids[index], store=self._store)
-
-    def __iter__(self):
-        store = self._store
-        return (Handle(i, store=store) for i in self._ids)
-
-    @property
-    def ids(self) -> range:
-        """Every id of the batch, in the order the items were given."""
-        return self._ids
-
-    def __eq__(self, other: object) -> bool:
-        # Equal to the list of handles it stands for, as enqueue_many's list was.
-        if isinstance(other, Handles):
-            return self._ids == other._ids
-        if isinstance(other, (list, tuple)):
-            return len(other) == len(self._ids) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like list
-
-    def __repr__(self) -> str:
-        if not self._ids:
-            return "Handles([])"
-        return f"Handles(ids {self._ids.start}..{self._ids.stop - 1})"
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A job call to make later (``load.s("a.csv")``), as in Celery."""
-
-    name: str
-    args: tuple = ()
-    kwargs: dict | None = None
 
 
 class Job:
@@ -344,6 +178,16 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
     if fn is not None:
         return register(fn)
     return register
+
+
+def _options_of(name: str) -> JobOptions | None:
+    job = _registry.get(name)
+    if job is None:
+        return None
+    return JobOptions(job.serializer, job.queue, job.priority, job.max_attempts, job.timeout)
+
+
+options.set_resolver(_options_of)
 
 
 def get(name: str) -> Job:

@@ -164,3 +164,20 @@ def test_the_sqlite_store_and_its_claimer_implement_the_store_protocol(tmp_path)
             claimer.close()
     finally:
         store.close()
+
+
+def test_no_store_module_imports_the_job_registry():
+    # A job passes its options to the store (jobpool.options); the store never looks
+    # the job up in the registry itself (issue 11: no jobs <-> store cycle).
+    import ast
+    from pathlib import Path
+    store_dir = Path(jobpool.__file__).parent / "store"
+    offenders = []
+    for path in store_dir.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.module else [])
+            offenders += [f"{path.name}: {n}" for n in names
+                          if n == "jobpool.jobs" or n.startswith("jobpool.jobs.")]
+    assert offenders == []

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Iterable
 
 from jobpool import bounds, lifecycle, liveness
-from jobpool import jobs as registry
+from jobpool import options as job_options
+from jobpool.handles import Handle, Handles, Signature
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
                             StoreError, seconds)
@@ -193,7 +194,7 @@ class SQLiteStore:
 
     # -- enqueue (R1-R5) ----------------------------------------------------------------
 
-    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> registry.Handle:
+    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Handle:
         """Queue ``name(*args, **kwargs)`` with the job's registered (or default) options."""
         return self.enqueue_with(name, args=args, kwargs=kwargs)
 
@@ -203,7 +204,7 @@ class SQLiteStore:
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None,
                      connection: sqlite3.Connection | None = None,
-                     now: float | None = None) -> registry.Handle:
+                     now: float | None = None) -> Handle:
         """Queue one job with per-call options.
 
         ``then`` is a ``Signature`` (``job.s(...)``) or a list of them: the chain
@@ -225,7 +226,7 @@ class SQLiteStore:
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, now: float | None = None
-                     ) -> registry.Handles:
+                     ) -> Handles:
         """Queue many calls of one job in one transaction, all or nothing (R4).
 
         Each item is a tuple or list of positional arguments, or a ``Signature``
@@ -251,7 +252,7 @@ class SQLiteStore:
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
-        return registry.Handles(last - count + 1, count, store=self)
+        return Handles(last - count + 1, count, store=self)
 
     def _json_batch(self, items: list) -> tuple[str, bool] | None:
         """The whole batch as one JSON array, encoded in one call, and whether it
@@ -268,7 +269,7 @@ class SQLiteStore:
         for item in items:
             if isinstance(item, (tuple, list)):
                 pairs.append([list(item), {}])
-            elif isinstance(item, registry.Signature) and (
+            elif isinstance(item, Signature) and (
                     item.kwargs is None or (isinstance(item.kwargs, dict)
                                             and all(isinstance(k, str) for k in item.kwargs))):
                 pairs.append([list(item.args), item.kwargs or {}])
@@ -303,7 +304,7 @@ class SQLiteStore:
         for index, item in enumerate(items):
             if isinstance(item, tuple):
                 args, kwargs = item, None
-            elif isinstance(item, registry.Signature):  # its name is ignored: this is `name`
+            elif isinstance(item, Signature):  # its name is ignored: this is `name`
                 args, kwargs = item.args, item.kwargs
             elif isinstance(item, list):
                 args, kwargs = item, None
@@ -335,38 +336,38 @@ class SQLiteStore:
                  now) -> tuple:
         """The validated per-call options, shared by every row of an enqueue_many."""
         try:
-            registry.validate_name(name)
+            job_options.validate_name(name)
         except ValueError as exc:
             raise EnqueueError(str(exc)) from None
-        job = registry.lookup(name)
+        job = job_options.options_of(name)
         serializer = job.serializer if job else "json"
         wait = seconds(delay, "delay") or 0.0
-        priority = registry.validate_priority(
-            priority if priority is not None else (job.priority if job else registry.DEFAULT_PRIORITY))
+        priority = job_options.validate_priority(
+            priority if priority is not None else (job.priority if job else job_options.DEFAULT_PRIORITY))
         # Left unset, max_attempts and timeout stay NULL for a job this process has
         # not imported: the supervisor that claims it applies the job's own options.
         if max_attempts is not None:
-            max_attempts = registry.validate_max_attempts(max_attempts)
+            max_attempts = job_options.validate_max_attempts(max_attempts)
         elif job is not None:
             max_attempts = job.max_attempts
         if queue is None:
-            queue = job.queue if job else registry.DEFAULT_QUEUE
+            queue = job.queue if job else job_options.DEFAULT_QUEUE
         try:
-            registry.validate_name(queue, "queue name")
+            job_options.validate_name(queue, "queue name")
         except ValueError as exc:
             raise EnqueueError(str(exc)) from None
         if timeout is not None:
-            timeout = registry.validate_timeout(timeout)
+            timeout = job_options.validate_timeout(timeout)
         elif job is not None:
             timeout = job.timeout
-        deadline_ts = registry.to_timestamp(deadline)
+        deadline_ts = job_options.to_timestamp(deadline)
         return (queue, name, serializer, priority, now + wait, max_attempts, deadline_ts, timeout,
                 now)
 
-    def _insert(self, conn: sqlite3.Connection, row: tuple) -> registry.Handle:
+    def _insert(self, conn: sqlite3.Connection, row: tuple) -> Handle:
         try:
             cursor = conn.execute(sql.INSERT_JOB, row)
-            return registry.Handle(int(cursor.lastrowid or 0), store=self)
+            return Handle(int(cursor.lastrowid or 0), store=self)
         except sqlite3.IntegrityError:
             name, key = row[1], row[2]
             if key is None:
@@ -375,7 +376,7 @@ class SQLiteStore:
             existing = conn.execute(sql.FIND_LIVE_KEY, (name, key)).fetchone()
             if existing is None:
                 raise
-            return registry.Handle(existing[0], duplicate=True, store=self)
+            return Handle(existing[0], duplicate=True, store=self)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -517,7 +518,7 @@ class SQLiteStore:
             return row[0]
         return self._write(f"cancelling job {job_id}", cancel)
 
-    def enqueue_occurrence(self, name: str, occurrence: float) -> registry.Handle | None:
+    def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
         did; the ``periodic`` row and the job are written in one transaction."""
         row = self._row(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
@@ -748,18 +749,18 @@ def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
     steps = list(then) if isinstance(then, (list, tuple)) else [then]
     encoded = []
     for index, step in enumerate(steps):
-        if not isinstance(step, registry.Signature):
+        if not isinstance(step, Signature):
             raise EnqueueError(f"then[{index}] must be a signature (job.s(...)), "
                                f"not {type(step).__name__}")
-        job = registry.lookup(step.name)
+        job = job_options.options_of(step.name)
         if job is not None and job.serializer != "json":
             raise EnqueueError(f"then[{index}]: chained steps carry JSON arguments; "
                                f"{step.name} uses {job.serializer}")
         encoded.append({
             "name": step.name,
             "payload": encode_payload(step.args, step.kwargs, "json", max_payload),
-            "queue": job.queue if job else registry.DEFAULT_QUEUE,
-            "priority": job.priority if job else registry.DEFAULT_PRIORITY,
+            "queue": job.queue if job else job_options.DEFAULT_QUEUE,
+            "priority": job.priority if job else job_options.DEFAULT_PRIORITY,
             "max_attempts": job.max_attempts if job else None,
             "timeout": job.timeout if job else None,
         })

@@ -1,0 +1,127 @@
+"""What an enqueue returns (``Handle``, ``Handles``) and what a chain step or a
+batch item is written as (``Signature``): plain values the store hands back and
+callers keep, with no dependency on the store's internals.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from jobpool.errors import JobFailed, UnsafeResultError
+from jobpool.options import options_of
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What an enqueue returns: the job's id, and whether it already existed (R3)."""
+
+    id: int
+    duplicate: bool = False
+    store: Any = field(default=None, compare=False, repr=False)
+
+    def status(self) -> str:
+        return self._store().get(self.id)["status"]
+
+    def result(self, timeout: float | None = None, *, poll: float = 0.05,
+               allow_pickle: bool = False) -> Any:
+        """Wait for the job to finish and return what it returned.
+
+        The value is there when the job was declared with ``store_result=True``
+        (otherwise None). A job that went dead raises ``JobFailed`` carrying its
+        reason; still unfinished after ``timeout`` seconds raises ``TimeoutError``.
+        A pickled result is unpickled only when this process registers the job
+        with ``serializer="pickle"`` or the caller passes ``allow_pickle=True``
+        (R39: the row alone never decides to run an unpickler); otherwise
+        ``UnsafeResultError``.
+        """
+        import time
+
+        from jobpool.serialize import SerializerRefused, decode_result, decoder_for
+        store = self._store()
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = store.get(self.id, raw_result=True)
+            if job["status"] == "done":
+                registered = options_of(job["name"])
+                allowed = "pickle" if allow_pickle else (
+                    registered.serializer if registered is not None else "json")
+                try:
+                    decoder = decoder_for(job["serializer"], allowed, "result")
+                except SerializerRefused as exc:
+                    raise UnsafeResultError(
+                        f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
+                return decode_result(job["result"], decoder)
+            if job["status"] == "dead":
+                raise JobFailed(self.id, job["last_error"] or "dead")
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError(f"job {self.id} is still {job['status']} after {timeout} s")
+            time.sleep(poll)
+
+    def _store(self) -> Any:
+        if self.store is not None:
+            return self.store
+        from jobpool.store.sqlite import default_store
+        return default_store()
+
+
+class Handles(Sequence):
+    """The handles of one ``enqueue_many``: consecutive ids, made on demand.
+
+    A batch's rows get consecutive ids, so the batch is described by its first id
+    and its length; building 100 000 ``Handle`` objects up front took longer than
+    writing the rows. Indexing, slicing, ``len`` and iteration behave as on the
+    list of handles it stands for.
+    """
+
+    __slots__ = ("_ids", "_store")
+
+    def __init__(self, first: int, count: int, store: Any = None) -> None:
+        self._ids = range(first, first + count)
+        self._store = store
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Handle: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Handle]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [Handle(i, store=self._store) for i in self._ids[index]]
+        return Handle(self._ids[index], store=self._store)
+
+    def __iter__(self):
+        store = self._store
+        return (Handle(i, store=store) for i in self._ids)
+
+    @property
+    def ids(self) -> range:
+        """Every id of the batch, in the order the items were given."""
+        return self._ids
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to the list of handles it stands for, as enqueue_many's list was.
+        if isinstance(other, Handles):
+            return self._ids == other._ids
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self._ids) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like list
+
+    def __repr__(self) -> str:
+        if not self._ids:
+            return "Handles([])"
+        return f"Handles(ids {self._ids.start}..{self._ids.stop - 1})"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A job call to make later (``load.s("a.csv")``), as in Celery."""
+
+    name: str
+    args: tuple = ()
+    kwargs: dict | None = None

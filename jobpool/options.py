@@ -1,0 +1,100 @@
+"""A job's enqueue options: their defaults, their validation (R1, R1a, R41), and the
+options of a name as this process registered it.
+
+The store reads a name's registered options through ``options_of`` without
+importing the job registry: the registry (``jobpool.jobs``) plugs its lookup in
+when it is imported, so the store depends on this small module only, and a job's
+options travel to the store as a ``JobOptions`` record.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Callable, NamedTuple
+
+from jobpool import bounds
+from jobpool.errors import EnqueueError, RegistryError
+
+#: Defaults for a job (and for enqueue-by-name of a name this process never registered).
+DEFAULT_QUEUE = "default"
+DEFAULT_PRIORITY = 0
+
+
+class JobOptions(NamedTuple):
+    """What an enqueue by name takes from the job this process registered under it."""
+
+    serializer: str
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float
+
+
+def _nothing_registered(name: str) -> JobOptions | None:
+    return None
+
+
+_resolver: Callable[[str], JobOptions | None] = _nothing_registered
+
+
+def set_resolver(resolver: Callable[[str], JobOptions | None]) -> None:
+    """Called by the job registry at import: how a name's options are found."""
+    global _resolver
+    _resolver = resolver
+
+
+def options_of(name: str) -> JobOptions | None:
+    """The registered options of ``name`` in this process, or None (not registered)."""
+    return _resolver(name)
+
+
+#: Names that passed ``validate_name``: every enqueue checks its job and queue
+#: name, and the character-by-character test was a tenth of a non-durable enqueue.
+_valid_names: set[str] = set()
+
+
+def validate_name(name: Any, field: str = "job name") -> str:
+    """R1a: a job (or queue) name is non-empty printable text without spaces."""
+    if type(name) is str and name in _valid_names:
+        return name
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"{field} must be a non-empty string, not {name!r}")
+    if not name.isprintable() or any(ch.isspace() for ch in name):
+        raise RegistryError(f"{field} {name!r} must be printable text without spaces")
+    if len(_valid_names) < 4096:
+        _valid_names.add(name)
+    return name
+
+
+def validate_max_attempts(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EnqueueError(f"max_attempts must be a positive integer, not {value!r}")
+    return value
+
+
+def validate_priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EnqueueError(f"priority must be an integer, not {value!r}")
+    problem = bounds.check_priority(value)
+    if problem:
+        raise EnqueueError(f"priority {problem}")
+    return value
+
+
+def validate_timeout(value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or value == float("inf")):
+        raise EnqueueError(f"timeout must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+def to_timestamp(value: datetime | float | int | None, field: str = "deadline") -> float | None:
+    """A deadline as a Unix timestamp: datetime (naive means local time) or number."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise EnqueueError(f"{field} must be a datetime or a Unix timestamp, not {value!r}")
+    return float(value)
