@@ -78,8 +78,7 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
             kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
         else:
-            info = extensions.AttemptInfo(job_id, name, attempt, args, kwargs)
-            kind, error, delay, result = _with_middleware(job, info)
+            kind, error, delay, result = _with_middleware(job, job_id, attempt, args, kwargs)
     # R40: whatever the attempt started and left running ends with it, success included.
     strays = proctree.kill_strays()
     if strays:
@@ -89,23 +88,25 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
                                     retire() or startup_error is not None, strays)
 
 
-def _with_middleware(job: jobs.Job, info: extensions.AttemptInfo):
+def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwargs: dict):
     """The body between the middleware's ``before`` and ``after`` hooks; what a hook
     raises is the attempt's error (an ordinary retry), never the child's death."""
     stack = extensions.middleware()
+    if not stack:
+        return _call(job, args, kwargs)[:4]
+    info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs)
     for middleware in stack:
         try:
             middleware.before(info)
         except BaseException as exc:  # noqa: BLE001 - the user's hook: an error like any
             return core.ERROR, _hook_error(middleware, "before", exc), None, None
     kind, error, delay, result, value, raised = _call(job, info.args, info.kwargs)
-    if stack:
-        outcome = extensions.AttemptResult(core.KIND_NAMES[kind], error, raised, value)
-        for middleware in reversed(stack):
-            try:
-                middleware.after(info, outcome)
-            except BaseException as exc:  # noqa: BLE001
-                return core.ERROR, _hook_error(middleware, "after", exc), None, None
+    outcome = extensions.AttemptResult(core.KIND_NAMES[kind], error, raised, value)
+    for middleware in reversed(stack):
+        try:
+            middleware.after(info, outcome)
+        except BaseException as exc:  # noqa: BLE001
+            return core.ERROR, _hook_error(middleware, "after", exc), None, None
     return kind, error, delay, result
 
 
