@@ -645,7 +645,7 @@ cdef class Core:
         sqlite3_busy_timeout(db, <int>timeout_ms)
         self._pragma(f"PRAGMA synchronous={synchronous}")
         self._pragma("PRAGMA mmap_size=0")
-        # 0 hands checkpoints to the supervisor's checkpointer thread, so the
+        # 0 hands checkpoints to the supervisor's checkpointer process, so the
         # fsyncs of a checkpoint never stall a claim or a settle (R26a).
         self._pragma(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint)}")
         # This connection is the one that starts the WAL over after a checkpoint,

@@ -109,7 +109,7 @@ class Core:
                                        timeout=busy_timeout)
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             self._db.execute("PRAGMA mmap_size=0")
-            # 0 hands checkpoints to the supervisor's checkpointer thread, so the
+            # 0 hands checkpoints to the supervisor's checkpointer process, so the
             # fsyncs of a checkpoint never stall a claim or a settle (R26a).
             self._db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
             # This connection is the one that starts the WAL over after a checkpoint,
