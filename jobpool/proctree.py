@@ -71,13 +71,14 @@ def set_name(name: str) -> None:
             pass
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children (Linux); True if it took."""
+def become_subreaper(enabled: bool = True) -> bool:
+    """Make orphaned descendants of this process its children (Linux), or stop doing
+    so (a pool run inside a longer-lived process gives it back); True if it took."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 

@@ -19,7 +19,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import multiprocess
 
@@ -77,9 +77,14 @@ class Supervisor:
     """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
 
     def __init__(self, config: PoolConfig, *, store: Store | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         config.validate()
         self.config = config
+        #: Where "now" comes from (STYLE habit 4): the time every lease, run_at,
+        #: deadline and heartbeat this pool writes is read from it, so a test can
+        #: run a pool at any date without waiting for it.
+        self.clock = clock
         registered = jobs.registered()
         names = tuple(config.names) if config.names else tuple(sorted(registered))
         if not names:
@@ -133,7 +138,7 @@ class Supervisor:
         self._signal_w: Any = None
         self._old_wakeup_fd = -1
         self._listener: Any = None  # a Listener once running
-        self._started_at = time.time()
+        self._started_at = self.clock()
         self._next_heartbeat = 0.0
         self._next_sweep = 0.0
         self._hooks = HookRunner()
@@ -178,7 +183,7 @@ class Supervisor:
             self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
         self._maintenance = self.store.maintenance()
         try:
-            self._recover_dead_owners(time.time())
+            self._recover_dead_owners(self.clock())
             self._run_start_hooks()
             self._queue_pending_hooks()
             for slot in self.slots:
@@ -188,7 +193,7 @@ class Supervisor:
             self._loop()
         finally:
             self._shutdown_children()
-            self._run_hooks(time.time())
+            self._run_hooks(self.clock())
             self._hooks.wait(5.0)
             if self.config.burst:
                 self._warn_unserved()
@@ -196,6 +201,7 @@ class Supervisor:
             if self._maintenance is not None:
                 self._maintenance.stop()
             self._restore_signals()
+            proctree.become_subreaper(False)
             self._listener.close()
             self._selector.close()
             self.core.close()
@@ -215,7 +221,7 @@ class Supervisor:
     def _loop(self) -> None:
         config = self.config
         while True:
-            now = time.time()
+            now = self.clock()
             timeout = self._wait_time(now)
             for key, _mask in self._selector.select(timeout):
                 kind, slot, owner = key.data
@@ -227,13 +233,13 @@ class Supervisor:
                         self._read_child(slot)
                 elif kind == "exit":
                     if slot.proc is owner:
-                        self._child_exited(slot, time.time())
+                        self._child_exited(slot, self.clock())
                 elif kind == "wake":
                     self._listener.drain()
                     self._want_claim = True
                 else:
                     self._drain_signal_pipe()
-            now = time.time()
+            now = self.clock()
             self._handle_stop(now)
             self._kill_overdue(now)
             self._check_memory(now)
@@ -578,12 +584,12 @@ class Supervisor:
             if slot.conn is not None:
                 slot.conn.close()  # an idle child sees EOF and returns
                 slot.conn = None
-        deadline = time.time() + 2.0
+        deadline = time.monotonic() + 2.0
         for slot in self.slots:
             proc = slot.proc
             if proc is None:
                 continue
-            if not proc.wait(max(0.0, deadline - time.time())):
+            if not proc.wait(max(0.0, deadline - time.monotonic())):
                 proc.kill()
                 proc.wait(1.0)
             if proc.returncode is not None:
@@ -605,13 +611,13 @@ class Supervisor:
         except StoreError as exc:
             first = self._store_pause == 0.0  # log once per episode, not once per try
             if first:
-                self._store_down_since = time.time()
+                self._store_down_since = self.clock()
             self._store_pause = min(STORE_PAUSE_MAX, max(self.config.poll_interval,
                                                          self._store_pause * 2))
             if first:
                 events.emit(events.STORE_ERROR, error=str(exc), pause=self._store_pause,
                             unsettled=len(self.pending))
-            self._store_pause_until = time.time() + self._store_pause
+            self._store_pause_until = self.clock() + self._store_pause
             return None
         if self._store_pause:
             events.emit(events.STORE_RECOVERED, unsettled=len(self.pending))
@@ -647,7 +653,7 @@ class Supervisor:
         attempt) to the outcome kind this pool sent; ``reclaimed`` rows were other
         pools' attempts, taken back (R23, R24): not this pool's retries."""
         counters = self.counters
-        now = time.time()
+        now = self.clock()
         for job_id, name, attempt, status, reason in settled:
             started = self._dispatched.pop(job_id, None)
             duration = round(now - started, 6) if started is not None else None
