@@ -178,11 +178,12 @@ cdef enum:
     P_EXIT_STATUS
     P_PEAK_RSS
     P_CPU_S
+    P_STRAYS
     NPARAM
 
 _PARAM_NAMES = (":id", ":owner", ":attempt", ":now", ":result", ":error", ":crashes",
                 ":run_at", ":slack", ":queue", ":limit", ":pid", ":started_at", ":outcome",
-                ":exit_status", ":peak_rss", ":cpu_s")
+                ":exit_status", ":peak_rss", ":cpu_s", ":strays")
 _PARAM_NAMES_UTF8 = tuple(p.encode() for p in _PARAM_NAMES)
 
 cdef enum:
@@ -230,6 +231,8 @@ cdef inline object _record(type cls, tuple fields):
 #: ``lifecycle.Decision.statement`` -> the statement slot that applies it.
 _SETTLE_STATEMENTS = {"done": S_DONE, "retry": S_RETRY, "dead": S_DEAD, "defer": S_DEFER,
                       "reschedule": S_RESCHEDULE, "release": S_RELEASE, "requeue": S_REQUEUE}
+if _SETTLE_STATEMENTS.keys() != sql.SETTLE.keys():
+    raise ImportError("jobpool._core's settle statements differ from jobpool.store.sql.SETTLE")
 
 
 # -- slots (R6, R20) -----------------------------------------------------------------
@@ -1105,8 +1108,6 @@ cdef class Core:
         """Apply ``lifecycle.decide`` to one attempt: the fenced UPDATE it names, the
         chain's next step (R12), and the attempt's line in the log (R19a)."""
         cdef int stmt
-        if type(outcome) is not Outcome:
-            outcome = Outcome(*outcome)
         job_id = lease.job_id
         policy = self.policies.get(lease.name, DEFAULT_POLICY)
         decision = decide(lease, outcome, policy, now, rng, self._causes)
@@ -1143,6 +1144,7 @@ cdef class Core:
         exit_status = outcome.exit_status
         peak_rss = outcome.peak_rss
         cpu_s = outcome.cpu_s
+        strays = outcome.strays
         started_at = lease.started_at
         log_outcome = log_as or KIND_NAMES[outcome.kind]
         error = outcome.error
@@ -1157,6 +1159,7 @@ cdef class Core:
         self._set_o(P_EXIT_STATUS, exit_status)
         self._set_o(P_PEAK_RSS, peak_rss)
         self._set_o(P_CPU_S, cpu_s)
+        self._set_o(P_STRAYS, strays)
         self._exec(S_ATTEMPT)
         out.append(_record(Settled, (job_id, lease.name, attempt, decision.status, reason)))
         return 0

@@ -158,7 +158,8 @@ class Core:
         return self.turn(outcomes, 0, now, rng)[0]
 
     def turn(self, outcomes, n: int, now: float, rng):
-        """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``.
+        """One loop turn in one transaction: settle ``outcomes`` (``lifecycle.Outcome``
+        records), then claim up to ``n``.
 
         Returns ``(settled, claimed, expired)``. Sharing the commit halves what a
         job costs the store; on a failure nothing is applied and the caller keeps
@@ -208,8 +209,6 @@ class Core:
     def _settle_one(self, db, lease: Lease, outcome, now, rng, out, log_as=None, owner=None):
         """Apply ``lifecycle.decide`` to one attempt: the fenced UPDATE it names, the
         chain's next step (R12), and the attempt's line in the log (R19a)."""
-        if type(outcome) is not Outcome:
-            outcome = Outcome(*outcome)
         policy = self.policies.get(lease.name, DEFAULT_POLICY)
         decision = decide(lease, outcome, policy, now, rng, self.crash_causes)
         owner = owner or self.owner   # a reclaim settles another owner's lease
@@ -227,7 +226,7 @@ class Core:
             "started_at": lease.started_at, "now": now,
             "outcome": log_as or KIND_NAMES[outcome.kind], "error": outcome.error,
             "exit_status": outcome.exit_status, "peak_rss": outcome.peak_rss,
-            "cpu_s": outcome.cpu_s})
+            "cpu_s": outcome.cpu_s, "strays": outcome.strays})
         out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                            decision.reason))
 

@@ -11,8 +11,9 @@ import resource
 
 #: Priorities are stored and compared as SQLite integers; a signed 32-bit range is
 #: more than any ordering needs and the same on every store.
+INT32_MAX = 2**31 - 1
 PRIORITY_MIN = -(2**31)
-PRIORITY_MAX = 2**31 - 1
+PRIORITY_MAX = INT32_MAX
 
 #: The longest delay (enqueue ``delay``, ``Retry(after)``, ``Defer``, ``Reschedule``),
 #: in seconds: ten years. Past it a number is a mistake (``1e300``), not a plan.
@@ -33,12 +34,11 @@ def check_delay(value: float) -> str | None:
     return None
 
 
-def default_max_procs(cpu_count: int | None = None) -> int:
+def default_max_procs() -> int:
     """The most children one pool forks unless ``--max-procs`` says more:
     max(64, 32 x CPU count). Each slot is a whole process, so a typo such as
     ``--procs 1000000000`` must be refused, not allocated."""
-    cpus = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    return max(64, 32 * cpus)
+    return max(64, 32 * (os.cpu_count() or 1))
 
 
 def process_limit() -> int | None:

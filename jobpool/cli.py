@@ -88,7 +88,7 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, not {text}")
     problem = bounds.check_delay(value)
     if problem:
-        raise argparse.ArgumentTypeError(f"expected at most 10 years of seconds, not {text}")
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -378,10 +378,7 @@ def _with_dashboard(supervisor, db: str) -> int:
             lines.close()  # EOF: the dashboard draws its last frame and exits
         except BrokenPipeError:
             pass  # it is gone already
-        if not viewer.wait(5.0):
-            viewer.kill()
-            viewer.wait(1.0)
-        viewer.close()
+        viewer.stop(5.0)
 
 
 def _read_items(source: str, out: _Stdout) -> list:
@@ -518,17 +515,11 @@ _TIME_FIELDS = frozenset({"run_at", "line_at", "deadline", "lease_expires_at", "
 def _when(at: float, now: float) -> str:
     """``2026-11-30 14:03:07 (in 5m)`` in the local time zone: what `jobs show`
     prints for a stored time."""
+    from jobpool.dashboard import duration
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
     delta = at - now
-    span = _span(abs(delta))
+    span = duration(abs(delta))
     return f"{stamp} ({'in ' + span if delta > 0 else span + ' ago'})"
-
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
 
 
 def _attempts_text(row: dict[str, Any]) -> str:

@@ -58,7 +58,7 @@ def _count(n: int) -> str:
     return f"{n:,}" if n < 10_000_000 else f"{n / 1_000_000:,.0f}M"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     """Compact and stable in width: ``42s``, ``300s``, ``17m``, ``5h``, ``3d``."""
     if seconds < 1000:
         return f"{seconds:.0f}s"
@@ -200,7 +200,7 @@ def _drain(stopping: DrainView, now: float) -> str:
         return text
     left = stopping.drain_ends_at - now
     # Rounded up: "ends in 0s" would be said while there is still a second to go.
-    return f"{text}, drain ends in {_duration(math.ceil(left))}" if left > 0 else \
+    return f"{text}, drain ends in {duration(math.ceil(left))}" if left > 0 else \
         f"{text}, drain over"
 
 
@@ -241,9 +241,9 @@ def _elapsed(slot: SlotView) -> Text:
     if slot.elapsed is None:
         return Text("")
     if not slot.timeout:
-        return Text(_duration(slot.elapsed))
+        return Text(duration(slot.elapsed))
     late = slot.elapsed >= LATE_SHARE * slot.timeout
-    return Text(f"{_duration(slot.elapsed)}/{_duration(slot.timeout)}",
+    return Text(f"{duration(slot.elapsed)}/{duration(slot.timeout)}",
                 style="bold red" if late else "")
 
 
@@ -334,7 +334,7 @@ def _failures_section(snapshot: Snapshot, width: int, lines: int,
 
 
 def _failure_cells(snapshot: Snapshot, f: FailureView, wide: bool) -> list[RenderableType]:
-    ago = _duration(max(0.0, snapshot.taken_at - f.ended_at))
+    ago = duration(max(0.0, snapshot.taken_at - f.ended_at))
     cells: list[RenderableType] = [str(f.job_id), Text(f.name or "?")]
     if wide:
         cells += [str(f.attempt), f.outcome]

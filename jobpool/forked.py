@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable
@@ -19,18 +20,24 @@ from typing import Any, Callable
 class Forked:
     """One forked child: its pid and a ``sentinel`` fd that is readable once it exits."""
 
-    __slots__ = ("pid", "sentinel", "returncode", "_pipe")
+    __slots__ = ("pid", "sentinel", "returncode")
 
-    def __init__(self, pid: int, sentinel: int, pipe: bool) -> None:
+    def __init__(self, pid: int, sentinel: int) -> None:
         self.pid = pid
         self.sentinel = sentinel
         self.returncode: int | None = None
-        self._pipe = pipe
 
     @classmethod
     def start(cls, target: Callable[..., Any], *args: Any) -> "Forked":
         """Fork; the child runs ``target(*args)`` and exits (0, or 1 if it raised),
-        never returning into the caller's code."""
+        never returning into the caller's code.
+
+        Only from a process running one thread: a fork copies the forking thread
+        alone, and a lock another thread held (SQLite's, malloc's, logging's) would
+        stay held in the child for ever. A supervisor keeps to one thread (its
+        checkpointer and dashboard are processes); this checks it at every fork."""
+        assert threading.active_count() == 1, \
+            f"forking with {threading.active_count()} threads running"
         read_end = write_end = -1
         pidfd_open = getattr(os, "pidfd_open", None)
         if pidfd_open is None:
@@ -54,9 +61,9 @@ class Forked:
                         pass
                 os._exit(code)
         if pidfd_open is not None:
-            return cls(pid, pidfd_open(pid), pipe=False)
+            return cls(pid, pidfd_open(pid))
         os.close(write_end)
-        return cls(pid, read_end, pipe=True)
+        return cls(pid, read_end)
 
     def reap(self, block: bool = True) -> tuple[int, Any] | None:
         """``(exit code as Process.exitcode has it, rusage)`` once it has exited, else None."""
@@ -76,6 +83,19 @@ class Forked:
                 return False
             time.sleep(0.005)
         return True
+
+    def stop(self, timeout: float, signum: int | None = None) -> None:
+        """Send ``signum`` (if any), give it ``timeout`` seconds to exit, then SIGKILL;
+        reaped and closed either way."""
+        if signum is not None and self.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+        if not self.wait(timeout):
+            self.kill()
+            self.wait(1.0)
+        self.close()
 
     def kill(self) -> None:
         if self.returncode is None:

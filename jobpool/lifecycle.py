@@ -98,6 +98,7 @@ class Outcome(NamedTuple):
     exit_status: str | None = None
     peak_rss: int | None = None
     cpu_s: float | None = None
+    strays: int | None = None      # R40: processes it left running, killed with it
 
 
 class Settled(NamedTuple):

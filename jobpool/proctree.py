@@ -115,11 +115,10 @@ def descendants(pid: int, exclude: frozenset[int] = frozenset()) -> list[int]:
     return order
 
 
-def kill_strays(pid: int | None = None, exclude: frozenset[int] = frozenset(), *,
-                count_ended: bool = False) -> int:
-    """SIGKILL every running descendant of ``pid`` (default: this process) but
-    ``exclude``'s subtrees, reap those that are our own children, and return how
-    many the attempt had left behind.
+def kill_strays(exclude: frozenset[int] = frozenset(), *, count_ended: bool = False) -> int:
+    """SIGKILL every running descendant of this process but ``exclude``'s subtrees,
+    reap those that are our own children, and return how many the attempt had left
+    behind.
 
     Killing a parent reparents its children to us (a subreaper), so this repeats
     until a round finds nothing running: a tree that forks while it is being
@@ -127,8 +126,8 @@ def kill_strays(pid: int | None = None, exclude: frozenset[int] = frozenset(), *
     is reaped but counted only with ``count_ended``: after a job, a subprocess it
     never waited for had finished on its own; after a child's death, an orphan
     that ended was killed with the attempt (by the group's SIGTERM)."""
-    me = os.getpid() if pid is None else pid
-    if me == os.getpid() and not exclude and not _has_children():
+    me = os.getpid()
+    if not exclude and not _has_children():
         return 0  # the common case after a job, in one system call
     killed: set[int] = set()
     for _round in range(KILL_ROUNDS):
@@ -142,8 +141,7 @@ def kill_strays(pid: int | None = None, exclude: frozenset[int] = frozenset(), *
                 killed.add(stray)
             except ProcessLookupError:
                 pass
-        if me == os.getpid():
-            _reap(set(children(me)) - exclude)
+        _reap(set(children(me)) - exclude)
         if not strays:
             break
         time.sleep(0.001 * _round)

@@ -17,7 +17,6 @@ import random
 import selectors
 import signal
 import socket
-import threading
 import time
 from typing import Any, Callable
 
@@ -163,9 +162,6 @@ class Supervisor:
         self.companions: set[int] = set()
         #: R24b: since when this pool's heartbeats have succeeded without a break.
         self._beating_since: float | None = None
-        #: R40: processes killed per (job id, attempt), written to the attempt log
-        #: after the settle that writes the attempt's row.
-        self._strays: dict[tuple[int, int], int] = {}
         #: R26: since when every store call has failed (None: the store answers).
         self._store_down_since: float | None = None
         #: What ``run`` returns: 0, or non-zero once a --burst pool gave up.
@@ -320,11 +316,6 @@ class Supervisor:
         for sock in (self._signal_r, self._signal_w, self._listener.sock if self._listener else None):
             if sock is not None:
                 inherited.append(sock.fileno())
-        # A fork copies only the forking thread: another thread's held lock (SQLite's,
-        # malloc's, logging's) would stay held in the child for ever. The supervisor
-        # runs one thread (the checkpointer and the dashboard are processes).
-        assert threading.active_count() == 1, \
-            f"forking a child with {threading.active_count()} threads running"
         proc = Forked.start(child_main, child_conn, os.getpid(), inherited,
                             self.config.max_tasks_per_child,
                             (self.config.max_memory_per_child or 0) * 2**20)
@@ -365,7 +356,7 @@ class Supervisor:
         if slot.job is None or slot.job[0] != job_id or slot.job[4] != attempt:
             return  # a reply for a job this slot no longer holds (it was killed)
         self.pending.append(Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
-                                    peak_rss, cpu_s))
+                                    peak_rss, cpu_s, strays or None))
         if strays:
             self._strays_killed(strays, job_id, slot.job[1], attempt)
         if retiring:
@@ -434,7 +425,8 @@ class Supervisor:
             peak = usage.ru_maxrss * 1024 if usage else None
             cpu = usage.ru_utime + usage.ru_stime if usage else None
             self.pending.append(Outcome(job_id, attempt, kind, error, None, None, slot.pid,
-                                        procinfo.exit_status_text(code), peak, cpu))
+                                        procinfo.exit_status_text(code), peak, cpu,
+                                        strays or None))
             self._free(slot)
         elif slot.killing is None and not self._stop_requests:
             events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)
@@ -457,20 +449,6 @@ class Supervisor:
                        attempt: int | None) -> None:
         self.counters["strays_killed"] += count
         events.emit(events.STRAYS_KILLED, job_id=job_id, name=name, attempt=attempt, processes=count)
-        if job_id is not None and attempt is not None:
-            key = (job_id, attempt)
-            self._strays[key] = self._strays.get(key, 0) + count
-
-    def _record_strays(self) -> None:
-        """R40: the attempt log counts what each attempt left running, once its row is
-        written (the settle that just committed). Rare and best-effort: a store error
-        loses the count, never an outcome."""
-        strays, self._strays = self._strays, {}
-        for (job_id, attempt), count in strays.items():
-            try:
-                self.store.record_strays(job_id, attempt, count)
-            except StoreError as exc:
-                log.debug("strays of job %s not recorded: %s", job_id, exc)
 
     def _check_memory(self, now: float) -> None:
         """Kill a child whose RSS passed its job's memory limit; a crash (R19)."""
@@ -589,12 +567,8 @@ class Supervisor:
             proc = slot.proc
             if proc is None:
                 continue
-            if not proc.wait(max(0.0, deadline - time.monotonic())):
-                proc.kill()
-                proc.wait(1.0)
-            if proc.returncode is not None:
-                self._selector.unregister(proc.sentinel)
-                proc.close()
+            self._selector.unregister(proc.sentinel)
+            proc.stop(max(0.0, deadline - time.monotonic()))
             slot.proc = None
         strays = proctree.kill_strays(exclude=self._known_children(), count_ended=True)
         if strays:
@@ -627,13 +601,22 @@ class Supervisor:
         return result
 
     def _recover_dead_owners(self, now: float) -> None:
+        """R24 at start: leases held by a supervisor of this host that is gone, even one
+        that died before its pools row was written (``_bury_dead_pools`` handles rows)."""
         owners = self._store_call(self.core.lease_owners, now) or []
         for owner in owners:
             if owner and procinfo.owner_is_dead(owner):
-                rows = self._store_call(self.core.reclaim_owner, now, owner,
-                                        f"supervisor {owner} died", now) or []
-                events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
-                self._report(rows, reclaimed=True)
+                self._take_back(owner, f"supervisor {owner} died", now)
+
+    def _take_back(self, owner: str, reason: str, now: float) -> list | None:
+        """Settle every lease of a dead ``owner`` now (R24, R24b); None if the store
+        is down (the caller tries again later)."""
+        rows = self._store_call(self.core.reclaim_owner, now, owner, reason, now)
+        if rows:
+            events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
+            self._report(rows, reclaimed=True)
+            self._want_claim = True
+        return rows
 
     def _reclaim(self, now: float) -> None:
         rows = self._store_call(self.core.reclaim, now, now)
@@ -707,8 +690,6 @@ class Supervisor:
         settled, claimed, expired = got
         kinds = {(outcome.job_id, outcome.attempt): outcome.kind for outcome in self.pending}
         self.pending = []
-        if self._strays:
-            self._record_strays()
         self._report(settled, kinds)
         self._report(expired)
         for slot_index, job in zip(free, claimed):
@@ -823,8 +804,7 @@ class Supervisor:
             death = liveness.pool_death(pool, now, dead_after)
             if death is None or (death != "process gone" and not trusted):
                 continue
-            rows = self._store_call(self.core.reclaim_owner, now, owner,
-                                    f"supervisor {owner} is dead ({death})", now)
+            rows = self._take_back(owner, f"supervisor {owner} is dead ({death})", now)
             if rows is None:
                 return  # the store is down: next heartbeat
             try:
@@ -833,10 +813,6 @@ class Supervisor:
                 log.debug("dead pool %s not removed yet: %s", owner, exc)
                 return
             events.emit(events.POOL_DEAD, owner=owner, cause=death, jobs=len(rows))
-            if rows:
-                events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
-                self._report(rows, reclaimed=True)
-                self._want_claim = True
 
     def _keep_wakeups_reachable(self) -> None:
         """Move our wake-up socket down into a gap a departed supervisor left (R11)."""

@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from jobpool.errors import StoreError
+from jobpool.lifecycle import Outcome
 
 from .conftest import insert_job, rows
 
@@ -16,7 +17,7 @@ NOW = 10_000.0
 
 def outcome(job, kind, error=None, delay=None, result=None):
     job_id, _name, _payload, _ser, attempt, _timeout, _deadline = job
-    return (job_id, attempt, kind, error, delay, result, 123, "0", 1024, 0.5)
+    return Outcome(job_id, attempt, kind, error, delay, result, 123, "0", 1024, 0.5)
 
 
 @pytest.fixture

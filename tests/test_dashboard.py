@@ -297,7 +297,7 @@ def attempt(store, job_id: int, number: int, outcome: str, error: str | None, at
     store.conn.execute(sql.INSERT_ATTEMPT, {
         "id": job_id, "attempt": number, "owner": OWNER, "pid": 77, "started_at": at - 1,
         "now": at, "outcome": outcome, "error": error, "exit_status": "0", "peak_rss": None,
-        "cpu_s": None})
+        "cpu_s": None, "strays": None})
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import tempfile
 import pytest
 
 from jobpool import _core_py as P
+from jobpool.lifecycle import Outcome
 from jobpool.store import sql
 
 NAMES = ["alpha", "beta", "gamma"]
@@ -102,7 +103,7 @@ def random_outcome(rng, job_id, attempt):
     exit_status = rng.choice([None, "exit 0", "signal 9"])
     peak_rss = rng.choice([None, 123456789, 0])
     cpu_s = rng.choice([None, 0.25, 3.0])
-    return (job_id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)
+    return Outcome(job_id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)
 
 
 def run(C, seed, tmpdir, steps=300, njobs=120):

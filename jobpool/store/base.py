@@ -172,10 +172,6 @@ class Store(Protocol):
         """R21: take a dead job's hook; False if another pool took it first."""
         ...
 
-    def record_strays(self, job_id: int, attempt: int, count: int) -> None:
-        """R40: how many processes an attempt left running (killed with it)."""
-        ...
-
     def enqueue_occurrence(self, name: str, occurrence: float) -> Any:
         """R33: enqueue a periodic job's occurrence unless another pool did; a Handle or None."""
         ...

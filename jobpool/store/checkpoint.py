@@ -62,16 +62,8 @@ class Checkpointer:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        try:
-            os.kill(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        if not process.wait(5.0):
-            process.kill()
-            process.wait(1.0)
-        process.close()
+        if process is not None:
+            process.stop(5.0, signal.SIGTERM)
 
 
 def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:

@@ -337,16 +337,9 @@ SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defe
 #: Forensics: one row per settled attempt (R19a), written in the settle transaction.
 INSERT_ATTEMPT = """
 INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome,
-                      error, exit_status, peak_rss, cpu_s)
+                      error, exit_status, peak_rss, cpu_s, strays)
 VALUES (:id, :attempt, :owner, :pid, :started_at, :now, :outcome,
-        :error, :exit_status, :peak_rss, :cpu_s)
-"""
-
-#: R40: how many processes an attempt left running (killed with it); the newest row
-#: of that attempt, since a Defer reuses the attempt number.
-SET_STRAYS = """
-UPDATE attempts SET strays = :strays
- WHERE rowid = (SELECT max(rowid) FROM attempts WHERE job_id = :id AND attempt = :attempt)
+        :error, :exit_status, :peak_rss, :cpu_s, :strays)
 """
 
 #: R19a: the causes of earlier child deaths, for a quarantine reason.

@@ -665,11 +665,6 @@ class SQLiteStore:
         return retention.sweep(self, now, result_ttl=result_ttl,
                                dead_letter_limit=dead_letter_limit)
 
-    def record_strays(self, job_id: int, attempt: int, count: int) -> None:
-        """R40: note in the attempt log how many processes the attempt left running."""
-        self._write("recording strays", lambda c: c.execute(
-            sql.SET_STRAYS, {"strays": count, "id": job_id, "attempt": attempt}))
-
     def forget_pool(self, owner: str) -> None:
         """Remove a pool's row: its own, as it stops, or a dead one's once its leases
         were reclaimed (R24b)."""
@@ -688,10 +683,10 @@ class SQLiteStore:
         """R27: ask every pool on this store to run ``procs`` children; returns how many."""
         if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
             raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
-        if procs > bounds.PRIORITY_MAX:
+        if procs > bounds.INT32_MAX:
             # R41: each pool judges a request against its own bound; this only keeps
             # the number storable (and a typo of ten digits out of the table).
-            raise EnqueueError(f"procs must be at most {bounds.PRIORITY_MAX}, not {procs}")
+            raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
         owners = self._live_owners()
         return self._write("requesting scale", lambda c: c.execute(
             sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
