@@ -1,0 +1,459 @@
+"""The supervisor's loop: one per host and store; owns the claimer and the stop.
+
+Each loop turn: read what children sent and which children died, kill children
+past their hard timeout, settle finished attempts in one transaction, then
+reserve the free slots and claim at most that many jobs (R6), and dispatch them.
+It waits in one ``select`` over the child pipes, child exit sentinels, the
+wake-up socket and the signal pipe, so it never busy-polls and never blocks
+where a signal could not reach it (R11).
+
+The children are ``slots.py``'s, the heartbeat and what rides on it are
+``operations.py``'s; this module settles, claims, counts and stops.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import selectors
+import signal
+import socket
+import time
+from typing import Any, Callable
+
+from jobpool import core, events, jobs, procinfo, proctree
+from jobpool.config import PoolConfig
+from jobpool.errors import JobpoolError, StoreError
+from jobpool.lifecycle import Settled
+from jobpool.store.base import Store
+from jobpool.store.sqlite import CLAIM_BUSY_TIMEOUT, connect
+from jobpool.supervisor.operations import Operations
+from jobpool.supervisor.slots import Slots
+from jobpool.supervisor.state import Finished, PoolState
+
+log = logging.getLogger(__name__)
+
+#: R26: the longest pause after a store error, seconds (far below job backoff's cap).
+STORE_PAUSE_MAX = 30.0
+#: The exit code of a --burst pool that gave up on its store.
+EXIT_STORE_GAVE_UP = 3
+
+#: R29a/R30: a settle back to ``ready`` means different things by the outcome
+#: that caused it; each has its own event and counter.
+_READY_BY_KIND = {core.DEFER: (events.JOB_DEFERRED, "deferred"),
+                  core.RESCHEDULE: (events.JOB_RESCHEDULED, "rescheduled"),
+                  core.RELEASE: (events.JOB_RELEASED, "released")}
+
+
+class Supervisor:
+    """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
+
+    def __init__(self, config: PoolConfig, *, store: Store | None = None,
+                 rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        config.validate()
+        self.config = config
+        #: Where "now" comes from (STYLE habit 4): the time every lease, run_at,
+        #: deadline and heartbeat this pool writes is read from it, so a test can
+        #: run a pool at any date without waiting for it.
+        self.clock = clock
+        registered = jobs.registered()
+        names = tuple(config.names) if config.names else tuple(sorted(registered))
+        if not names:
+            raise JobpoolError("no jobs are registered: pass --app with the module that defines them")
+        self.names = names
+        if config.queues:
+            self.queues = tuple(config.queues)
+        else:
+            found = sorted({registered[n].queue for n in names if n in registered})
+            self.queues = tuple(["default"] + [q for q in found if q != "default"])
+        self.store = store or connect(config.db, check=True, busy_timeout=CLAIM_BUSY_TIMEOUT,
+                                      mode=config.mode)
+        # A store this user cannot write is a mistake to report now, in one line, not a
+        # pool that idles for ever (a store that *becomes* unwritable later is R26's).
+        self.store.check_writable()
+        self.owner = procinfo.owner_identity()
+        policies = {}
+        memory_limits = {}
+        for n in names:
+            if n in registered:
+                job = registered[n]
+                policy = job.policy
+                if job.max_crashes is None and config.max_crashes is not None:
+                    # --max-crashes, for jobs that set none
+                    policy = policy._replace(max_crashes=config.max_crashes)
+                policies[n] = policy
+            limit = (registered[n].memory_limit if n in registered else None) or config.memory_limit
+            if limit:
+                memory_limits[n] = limit
+        self.core = self.store.claimer(self.owner, names, self.queues, policies)
+        self.rng = rng or random.Random()
+        self.state = PoolState()
+        self._selector = selectors.DefaultSelector()
+        self.operations = Operations(config, self.state, self.store, self.owner, names,
+                                     self.queues, take_back=self._take_back,
+                                     request_stop=self.request_stop)
+        self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
+                           inherited_fds=self._own_fds, other_children=self._other_children,
+                           write_final_progress=self.operations.write_final_progress)
+        self.operations.slots = self.slots
+        self._maintenance: Any = None  # the store's helper while running (R26a)
+        self._store_pause_until = 0.0
+        self._store_pause = 0.0
+        self._next_poll = 0.0
+        self._next_status = 0.0
+        self._old_handlers: dict[int, Any] = {}
+        self._signal_r: Any = None  # the signal wake-up socket pair, once running
+        self._signal_w: Any = None
+        self._old_wakeup_fd = -1
+        self._listener: Any = None  # a Listener once running
+        #: Processes started beside the pool by its caller (the dashboard of
+        #: ``jobpool start``): its children, but never a job's strays (R40).
+        self.companions: set[int] = set()
+        #: R26: since when every store call has failed (None: the store answers).
+        self._store_down_since: float | None = None
+        #: What ``run`` returns: 0, or non-zero once a --burst pool gave up.
+        self.exit_code = 0
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """R29a/R30: what this pool did, by outcome."""
+        return self.state.counters
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code (0: clean)."""
+        self._install_signals()
+        # R40: orphans of a killed child are reparented here, not to PID 1.
+        proctree.become_subreaper()
+        self._listener = self.store.listener()
+        if self._listener.sock is not None:
+            self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
+        self._maintenance = self.store.maintenance()
+        try:
+            self._recover_dead_owners(self.clock())
+            self.operations.run_start_hooks()
+            self.operations.queue_pending_hooks()
+            self.slots.spawn_all()
+            events.emit(events.POOL_STARTED, owner=self.owner, procs=self.slots.procs,
+                        queues=",".join(self.queues), core=core.NAME)
+            self._loop()
+        finally:
+            self.slots.shutdown(time.monotonic() + 2.0, time.monotonic)
+            self.operations.run_hooks(self.clock())
+            self.operations.hooks.wait(5.0)
+            if self.config.burst:
+                self.operations.warn_unserved()
+            self.operations.leave()
+            if self._maintenance is not None:
+                self._maintenance.stop()
+            self._restore_signals()
+            proctree.become_subreaper(False)
+            self._listener.close()
+            self._selector.close()
+            self.core.close()
+            self.store.close()  # the last connection out checkpoints and removes the WAL
+        events.emit(events.POOL_STOPPED, **self.counters)
+        return self.exit_code
+
+    def request_stop(self) -> None:
+        """Ask for a graceful stop (what SIGTERM and SIGINT do); twice means at once."""
+        self.state.stop_requests += 1
+        if self._signal_w is not None:
+            try:
+                self._signal_w.send(b"\0")
+            except OSError:
+                pass
+
+    def _loop(self) -> None:
+        config = self.config
+        state = self.state
+        slots = self.slots
+        operations = self.operations
+        while True:
+            now = self.clock()
+            timeout = self._wait_time(now)
+            for key, _mask in self._selector.select(timeout):
+                kind, slot, owner = key.data
+                # One batch can hold events of a child replaced earlier in the same
+                # batch, whose fd number the new child may already reuse: act only on
+                # events of the very pipe or process the slot holds now.
+                if kind == "conn":
+                    if slot.conn is owner:
+                        slots.read(slot, self.clock())
+                elif kind == "exit":
+                    if slot.proc is owner:
+                        slots.exited(slot, self.clock())
+                elif kind == "wake":
+                    self._listener.drain()
+                    state.want_claim = True
+                else:
+                    self._drain_signal_pipe()
+            now = self.clock()
+            self._handle_stop(now)
+            slots.kill_overdue(now)
+            slots.check_memory(now)
+            if now >= self._next_poll:
+                self._next_poll = now + config.poll_interval
+                state.want_claim = True
+                if not state.stopping:
+                    self._reclaim(now)
+            claimed_none = self._turn(now)
+            store_up = now >= self._store_pause_until  # R26: no store calls while paused
+            if operations.heartbeat_due(now) and store_up:
+                if operations.heartbeat(now):
+                    self._keep_wakeups_reachable()
+            if store_up and operations.periodic and not state.stopping:
+                operations.enqueue_periodic(now)
+            if store_up and operations.hooks_queued:
+                operations.run_hooks(now)
+            if len(operations.hooks):
+                operations.hooks.reap(now)
+            self._maybe_status(now)
+            if self._finished(now, claimed_none):
+                return
+
+    def _wait_time(self, now: float) -> float:
+        state = self.state
+        if (state.want_claim and not state.stopping and now >= self._store_pause_until
+                and self.slots.free()):
+            return 0.0
+        deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
+                       self.operations.next_heartbeat)
+        if state.pending:
+            deadline = min(deadline, self._store_pause_until)
+        return max(0.0, min(deadline - now, self.config.poll_interval))
+
+    def _finished(self, now: float, claimed_none: bool) -> bool:
+        state = self.state
+        if (self.config.burst and not state.stop_requests and self._store_down_since is not None
+                and now - self._store_down_since >= self.config.store_timeout):
+            # A graceful stop from here on: running jobs drain, what cannot be settled
+            # is left to its lease (R25, R26), and the exit code says it was no drain.
+            events.emit(events.STORE_GAVE_UP, seconds=round(now - self._store_down_since, 1),
+                        unsettled=len(state.pending))
+            self.exit_code = EXIT_STORE_GAVE_UP
+            self.request_stop()
+        busy = self.slots.busy_count()
+        if busy or state.pending:
+            if state.stopping and state.pending and not busy and now >= state.drain_until + 5:
+                log.error("stopping with %d outcomes the store did not accept; their leases "
+                          "will expire and the jobs run again", len(state.pending))
+                return True
+            return False
+        if state.stopping:
+            return True
+        limit = self.config.max_jobs
+        if limit is not None and self.counters["claimed"] >= limit:
+            return True
+        if self.config.burst and claimed_none:
+            try:
+                due = self.store.next_due(self.names, self.queues)
+            except StoreError:
+                return False  # cannot tell: keep running; the claim path reports (R26)
+            # Due later than this is left in the store: a retry in backoff past
+            # --wait-retries waits for the next pool.
+            return due is None or due > now + max(self.config.poll_interval,
+                                                   self.config.wait_retries)
+        return False
+
+    def _own_fds(self) -> list[int]:
+        """The loop's descriptors, which a forked child closes (R6)."""
+        socks = (self._signal_r, self._signal_w, self._listener.sock if self._listener else None)
+        return [sock.fileno() for sock in socks if sock is not None]
+
+    def _other_children(self) -> set[int]:
+        """The pool's processes beside the slot children: hook processes, the
+        store's maintenance process, companions. Never strays (R40)."""
+        pids = set(self.companions) | self.operations.hooks.pids()
+        maintenance = getattr(self._maintenance, "pid", None)
+        if maintenance:
+            pids.add(maintenance)
+        return pids
+
+    # -- the store ------------------------------------------------------------------------
+
+    def _store_call(self, what, now, *args):
+        """Call the core; on a store error pause (R26) and return None."""
+        if now < self._store_pause_until:
+            return None
+        state = self.state
+        try:
+            result = what(*args)
+        except StoreError as exc:
+            first = self._store_pause == 0.0  # log once per episode, not once per try
+            if first:
+                self._store_down_since = self.clock()
+            self._store_pause = min(STORE_PAUSE_MAX, max(self.config.poll_interval,
+                                                         self._store_pause * 2))
+            if first:
+                events.emit(events.STORE_ERROR, error=str(exc), pause=self._store_pause,
+                            unsettled=len(state.pending))
+            self._store_pause_until = self.clock() + self._store_pause
+            return None
+        if self._store_pause:
+            events.emit(events.STORE_RECOVERED, unsettled=len(state.pending))
+            self._store_pause = 0.0
+            self._store_pause_until = 0.0
+            self._store_down_since = None
+        return result
+
+    def _recover_dead_owners(self, now: float) -> None:
+        """R24 at start: leases held by a supervisor of this host that is gone, even one
+        that died before its pools row was written (the heartbeat buries rows)."""
+        owners = self._store_call(self.core.lease_owners, now) or []
+        for owner in owners:
+            if owner and procinfo.owner_is_dead(owner):
+                self._take_back(owner, f"supervisor {owner} died", now)
+
+    def _take_back(self, owner: str, reason: str, now: float) -> list | None:
+        """Settle every lease of a dead ``owner`` now (R24, R24b); None if the store
+        is down (the caller tries again later)."""
+        rows = self._store_call(self.core.reclaim_owner, now, owner, reason, now)
+        if rows:
+            events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
+            self._report(rows, reclaimed=True)
+            self.state.want_claim = True
+        return rows
+
+    def _reclaim(self, now: float) -> None:
+        rows = self._store_call(self.core.reclaim, now, now)
+        if rows:
+            events.emit(events.LEASES_RECLAIMED, owner="expired", jobs=len(rows))
+            self._report(rows, reclaimed=True)
+
+    def _report(self, settled: list[Settled], finished: dict[tuple[int, int], Finished] | None = None,
+                *, reclaimed: bool = False) -> None:
+        """Count and log what settling did (R29a, R30). ``finished`` maps (job id,
+        attempt) to the attempt this pool ran; ``reclaimed`` rows were other pools'
+        attempts, taken back (R23, R24): not this pool's retries."""
+        counters = self.counters
+        for job_id, name, attempt, status, reason in settled:
+            ran = finished.get((job_id, attempt)) if finished else None
+            duration = ran.duration if ran is not None else None
+            if status == "done":
+                counters["completed"] += 1
+                events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt,
+                            duration=duration)
+            elif status == "ready":
+                if reclaimed:
+                    event, counter = events.JOB_RECLAIMED, "reclaimed"
+                else:
+                    kind = ran.outcome.kind if ran is not None else core.ERROR
+                    event, counter = _READY_BY_KIND.get(kind, (events.JOB_RETRIED, "retried"))
+                counters[counter] += 1
+                events.emit(event, job_id=job_id, name=name, attempt=attempt,
+                            duration=duration, reason=reason)
+            elif status == "dead":
+                counters["dead"] += 1
+                events.emit(events.JOB_DEAD, job_id=job_id, name=name, attempt=attempt,
+                            duration=duration, reason=reason)
+                self.operations.job_dead(job_id, name, reason)
+            else:
+                counters["lost"] += 1
+                events.emit(events.JOB_LEASE_LOST, job_id=job_id, name=name, attempt=attempt)
+
+    def _turn(self, now: float) -> bool:
+        """Settle what finished and claim for the free slots, in one transaction.
+
+        Returns True when a claim was made and found nothing (for --burst).
+        """
+        state = self.state
+        if state.stopping or not state.want_claim:
+            free, want = [], 0
+        else:
+            # R6: reserve the free slots, and claim at most that many jobs.
+            free = self.slots.free()
+            want = len(free)
+            limit = self.config.max_jobs
+            if limit is not None:
+                want = max(0, min(want, limit - self.counters["claimed"]))
+        if (not state.pending and not want) or now < self._store_pause_until:
+            return False
+        pending = state.pending
+        got = self._store_call(self.core.turn, now, [f.outcome for f in pending], want, now,
+                               self.rng)
+        if got is None:
+            if pending:
+                self.counters["settle_failures"] += 1
+            return False
+        settled, claimed, expired = got
+        state.pending = []
+        if pending:
+            self._report(settled, {(f.outcome.job_id, f.outcome.attempt): f for f in pending})
+        self._report(expired)
+        for slot, job in zip(free, claimed):
+            self.slots.dispatch(slot, job, now)
+        if not want:
+            return False
+        state.want_claim = len(claimed) + len(expired) >= want
+        return not claimed and not expired
+
+    def _maybe_status(self, now: float) -> None:
+        if self.config.status_every and now >= self._next_status:
+            if self._next_status:
+                events.emit(events.POOL_STATUS, busy=self.slots.busy_count(), **self.counters)
+            self._next_status = now + self.config.status_every
+
+    def _keep_wakeups_reachable(self) -> None:
+        """Move our wake-up socket down into a gap a departed supervisor left (R11)."""
+        replaced = self._listener.move_down() if self._listener else None
+        if replaced is None:
+            return
+        self._selector.unregister(replaced)
+        replaced.close()  # a wake-up still queued on it is lost: the claim below covers it
+        self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
+        self.state.want_claim = True
+
+    # -- stopping (R25) and signals ----------------------------------------------------------
+
+    def _handle_stop(self, now: float) -> None:
+        state = self.state
+        if state.stop_requests and not state.stopping:
+            state.stopping = True
+            state.drain_until = now + self.config.drain
+            self.operations.next_heartbeat = 0.0  # tell the store (and the dashboard) at once
+            events.emit(events.POOL_STOPPING, busy=self.slots.busy_count(), drain=self.config.drain)
+        if not state.stopping:
+            return
+        if state.stop_requests >= 2 or now >= state.drain_until:
+            self.slots.release_all(now)
+
+    def _install_signals(self) -> None:
+        self._signal_r, self._signal_w = socket.socketpair()
+        self._signal_r.setblocking(False)
+        self._signal_w.setblocking(False)
+        self._selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None, None))
+        try:
+            self._old_wakeup_fd = signal.set_wakeup_fd(self._signal_w.fileno(),
+                                                       warn_on_full_buffer=False)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._old_handlers[signum] = signal.signal(signum, self._on_signal)
+            self._old_handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
+        except ValueError:
+            pass  # not the main thread: stop with request_stop()
+
+    def _on_signal(self, signum, frame) -> None:
+        # Handlers only count; the loop acts (STYLE habit 7).
+        self.state.stop_requests += 1
+
+    def _on_hangup(self, signum, frame) -> None:
+        # R27: re-read the operators' requests (scale, stop) at once.
+        self.operations.next_heartbeat = 0.0
+
+    def _drain_signal_pipe(self) -> None:
+        try:
+            while self._signal_r.recv(512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _restore_signals(self) -> None:
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
+        if self._old_handlers:
+            signal.set_wakeup_fd(self._old_wakeup_fd)
+        self._old_handlers.clear()
+        for sock in (self._signal_r, self._signal_w):
+            if sock is not None:
+                sock.close()

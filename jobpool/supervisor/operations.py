@@ -1,0 +1,235 @@
+"""What a pool does beside running jobs: the heartbeat and the operators' requests it
+brings back (stop, scale, cancel), burying dead pools, the retention sweep, on_dead
+hooks and periodic jobs (R21, R22, R24, R27, R29, R31, R32, R33).
+
+None of it is on a job's path: every call here is best effort, and a store that
+does not answer is tried again at the next heartbeat (R26).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+from typing import Any, Callable
+
+from jobpool import core, events, jobs, lifecycle, liveness
+from jobpool.config import HEARTBEAT_EVERY, PoolConfig
+from jobpool.errors import JobpoolError, StoreError
+from jobpool.hooks import HookRunner
+from jobpool.store.base import Store
+from jobpool.store.records import Heartbeat, ProgressReport
+from jobpool.supervisor.slots import Slots, progress_reports
+from jobpool.supervisor.state import PoolState
+
+log = logging.getLogger(__name__)
+
+#: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
+SWEEP_EVERY = 10.0
+
+
+class Operations:
+    """The heartbeat and the work that rides on it, for one pool."""
+
+    def __init__(self, config: PoolConfig, state: PoolState, store: Store, owner: str,
+                 names: tuple[str, ...], queues: tuple[str, ...], *,
+                 take_back: Callable[[str, str, float], list | None],
+                 request_stop: Callable[[], None]) -> None:
+        """``take_back(owner, reason, now)`` settles every lease of a dead pool (the
+        loop's, since it settles through the claimer); ``request_stop`` is what a
+        ``jobpool stop`` does to this pool."""
+        self.config = config
+        self.state = state
+        self.store = store
+        self.owner = owner
+        self.names = names
+        self.queues = queues
+        self.take_back = take_back
+        self.request_stop = request_stop
+        self.slots: Slots | None = None  # set by the loop once the slots exist
+        self.next_heartbeat = 0.0
+        self._next_sweep = 0.0
+        #: R24b: since when this pool's heartbeats have succeeded without a break.
+        self._beating_since: float | None = None
+        registered = jobs.registered()
+        self.hooks = HookRunner()
+        self._hook_queue: list[tuple[int, str]] = []
+        self._with_hooks = {n: registered[n].on_dead for n in names
+                            if n in registered and registered[n].on_dead is not None}
+        self.periodic = {n: registered[n].schedule for n in names
+                         if n in registered and registered[n].schedule is not None}
+        self._periodic_done: dict[str, float] = {}
+
+    # -- heartbeat (R22, R25, R27, R29, R31) ------------------------------------------------
+
+    def heartbeat_due(self, now: float) -> bool:
+        if now < self.next_heartbeat:
+            return False
+        self.next_heartbeat = now + HEARTBEAT_EVERY  # advanced even when skipped
+        return True
+
+    def heartbeat(self, now: float) -> bool:
+        """Write this pool's row and its jobs' progress, act on what operators asked;
+        False if the store did not take it."""
+        slots = self.slots
+        assert slots is not None
+        state = self.state
+        counters: dict[str, Any] = dict(state.counters, busy=slots.busy_count(),
+                                        unsettled=len(state.pending))
+        if slots.scale_refused:
+            counters["scale_refused"] = slots.scale_refused
+        if state.stopping:
+            # R25/R29: the dashboard shows a draining pool and when its drain ends.
+            counters["stopping"] = {"running": slots.busy_count(),
+                                    "drain_ends_at": state.drain_until}
+        beat = Heartbeat(owner=self.owner, host=socket.gethostname(), pid=os.getpid(),
+                         procs=slots.procs, queues=self.queues, names=self.names,
+                         core=core.NAME, counters_json=json.dumps(counters),
+                         slots_json=json.dumps(slots.views()))
+        unreported = slots.unreported_progress()
+        try:
+            requests = self.store.heartbeat(beat, progress_reports(unreported), now)
+        except StoreError as exc:
+            log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
+            self._beating_since = None  # R24b: a break in our own beats; judge nobody yet
+            return False
+        for slot in unreported:
+            slot.progress_dirty = False
+        self._beating_since = self._beating_since or now
+        self._bury_dead_pools(now)
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_EVERY
+            try:
+                self.store.sweep(now, result_ttl=self.config.result_ttl,
+                                 dead_letter_limit=self.config.dead_letter_limit)
+            except StoreError as exc:
+                log.debug("retention sweep skipped: %s", exc)
+        if requests.stop:
+            self.request_stop()
+        if requests.procs is not None:
+            slots.resize(int(requests.procs))
+        for job_id, attempt in requests.cancels:
+            slots.cancel(job_id, attempt, lifecycle.CANCELLED, now)
+        return True
+
+    def write_final_progress(self, reports: list[ProgressReport]) -> None:
+        """A failed attempt's last report, written before its settle (R22). Best
+        effort: a busy store loses this report, never the pool (R26)."""
+        try:
+            self.store.set_progress(self.owner, reports)
+        except StoreError as exc:
+            log.debug("progress of job %s not written: %s",
+                      ", ".join(str(r.job_id) for r in reports), exc)
+
+    def _bury_dead_pools(self, now: float) -> None:
+        """Reclaim the leases of pools that are dead, then remove their rows (R24, R24b).
+
+        A pool on this host whose process is gone is judged at once (R24). A stale
+        heartbeat is judged only once this pool has itself beaten without a break
+        for ``dead_after``: after an outage of the store every pool's beat looks
+        stale, and nobody may mass-reclaim on that evidence. The row goes only
+        after its leases came back, so a failure in between leaves it for the next
+        heartbeat (of this pool or another)."""
+        dead_after = self.config.dead_after
+        trusted = self._beating_since is not None and now - self._beating_since >= dead_after
+        try:
+            pools = self.store.pools(now)
+        except StoreError as exc:
+            log.debug("pools not read: %s", exc)
+            return
+        for pool in pools:
+            owner = pool["owner"]
+            if owner == self.owner:
+                continue
+            death = liveness.pool_death(pool, now, dead_after)
+            if death is None or (death != "process gone" and not trusted):
+                continue
+            rows = self.take_back(owner, f"supervisor {owner} is dead ({death})", now)
+            if rows is None:
+                return  # the store is down: next heartbeat
+            try:
+                self.store.forget_pool(owner)
+            except StoreError as exc:
+                log.debug("dead pool %s not removed yet: %s", owner, exc)
+                return
+            events.emit(events.POOL_DEAD, owner=owner, cause=death, jobs=len(rows))
+
+    def warn_unserved(self) -> None:
+        """R28: "drained" says nothing of ready jobs no pool serves (a name nobody
+        registers, a queue nobody reads); a --burst pool names them as it exits."""
+        try:
+            unserved = self.store.unserved()
+        except StoreError:
+            return
+        if unserved:
+            events.emit(events.UNSERVED_LEFT, jobs=", ".join(
+                f"{u['count']} x {u['name']} (queue {u['queue']})" for u in unserved))
+
+    def leave(self) -> None:
+        """Remove this pool's row as it stops."""
+        try:
+            self.store.forget_pool(self.owner)
+        except StoreError as exc:
+            log.warning("could not remove this pool from the pools table: %s", exc)
+
+    # -- hooks (R21) ---------------------------------------------------------------------------
+
+    def run_start_hooks(self) -> None:
+        for hook in jobs.start_hooks():
+            try:
+                hook(self.store)
+            except Exception:  # noqa: BLE001 - a start hook must not stop the pool
+                log.exception("on_start hook %s failed", getattr(hook, "__qualname__", hook))
+
+    def job_dead(self, job_id: int, name: str, reason: str | None) -> None:
+        """A job of this pool went dead: its on_dead hook, if it has one, runs soon."""
+        if name in self._with_hooks:
+            self._hook_queue.append((job_id, reason or ""))
+
+    def queue_pending_hooks(self) -> None:
+        """Hooks owed by earlier pools (dead rows whose hook never ran) run now."""
+        if not self._with_hooks:
+            return
+        try:
+            ids = self.store.pending_hooks(self._with_hooks)
+        except StoreError as exc:
+            log.warning("could not read pending on_dead hooks: %s", exc)
+            return
+        for job_id in ids:
+            self._hook_queue.append((job_id, ""))
+
+    @property
+    def hooks_queued(self) -> bool:
+        return bool(self._hook_queue)
+
+    def run_hooks(self, now: float) -> None:
+        queue, self._hook_queue = self._hook_queue, []
+        for index, (job_id, reason) in enumerate(queue):
+            try:
+                job = self.store.get(job_id) if self.store.take_hook(job_id) else None
+            except JobpoolError:
+                self._hook_queue.extend(queue[index:])  # the store is down: try next turn
+                return
+            if job is None:
+                continue
+            hook = self._with_hooks.get(job["name"])
+            if hook is not None:
+                self.hooks.start(hook, job, reason or (job["last_error"] or ""), now)
+
+    # -- periodic jobs (R33) -------------------------------------------------------------------
+
+    def enqueue_periodic(self, now: float) -> None:
+        for name, schedule in self.periodic.items():
+            occurrence = schedule.occurrence(now)
+            if occurrence <= self._periodic_done.get(name, -math.inf):
+                continue
+            try:
+                handle = self.store.enqueue_occurrence(name, occurrence)
+            except JobpoolError as exc:
+                log.debug("periodic %s not enqueued yet: %s", name, exc)
+                continue
+            self._periodic_done[name] = occurrence
+            if handle is not None:
+                events.emit(events.JOB_SCHEDULED, job_id=handle.id, name=name, occurrence=occurrence)
+                self.state.want_claim = True

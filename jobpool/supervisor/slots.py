@@ -1,0 +1,418 @@
+"""A pool's slots: one forked child each, and the job it runs.
+
+Spawn, read the child's replies, reap it, kill it (timeout, memory, cancel,
+stop), and grow or shrink the pool (R27). What a slot's job is lives here and
+nowhere else: the claimed record on the slot, and its deadline in the core's
+``SlotTable`` (the loop asks the table which slots are overdue).
+"""
+from __future__ import annotations
+
+import math
+import os
+import selectors
+import signal
+from typing import Any, Callable
+
+import multiprocess
+
+from jobpool import bounds, core, events, procinfo, proctree, protocol
+from jobpool.child import child_main
+from jobpool.config import PoolConfig
+from jobpool.forked import Forked
+from jobpool.lifecycle import Claimed, Outcome
+from jobpool.store.records import ProgressReport
+from jobpool.supervisor.state import Finished, PoolState
+
+
+#: How often the RSS of children running memory-limited jobs is sampled, seconds.
+MEMORY_SAMPLE_EVERY = 0.1
+
+#: Exit codes of a child ended by the signals that stop a pool (SIGTERM, SIGINT).
+_STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGINT)
+
+
+class Slot:
+    """One child process and what it is doing."""
+
+    __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
+                 "started", "progress", "stage", "progress_dirty", "retiring")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.proc: Forked | None = None    # the child process
+        self.conn: Any = None    # the supervisor's end of the slot's pipe
+        self.pid = 0
+        self.job: Claimed | None = None   # the job it runs
+        self.killing: str | None = None  # reason, once we decided to kill it
+        self.kill_at = math.inf
+        self.kill_kind = core.TIMEOUT
+        self.started = 0.0       # when its job went to the child
+        self.progress: float | None = None
+        self.stage: str | None = None
+        self.progress_dirty = False
+        self.retiring = False
+
+    def runs(self, job_id: int, attempt: int) -> bool:
+        """Whether this slot's child runs that very attempt now."""
+        job = self.job
+        return job is not None and job.job_id == job_id and job.attempt == attempt
+
+
+class Slots:
+    """The children of one pool and what each runs."""
+
+    def __init__(self, config: PoolConfig, state: PoolState, selector: selectors.BaseSelector,
+                 *, memory_limits: dict[str, int],
+                 inherited_fds: Callable[[], list[int]],
+                 other_children: Callable[[], set[int]],
+                 write_final_progress: Callable[[list[ProgressReport]], None]) -> None:
+        """``inherited_fds``: the loop's descriptors a child closes after fork;
+        ``other_children``: the pool's processes that are not slot children (never
+        strays, R40); ``write_final_progress``: where a failed attempt's last
+        report goes before its settle (R22)."""
+        self.config = config
+        self.state = state
+        self.selector = selector
+        self.memory_limits = memory_limits
+        self.inherited_fds = inherited_fds
+        self.other_children = other_children
+        self.write_final_progress = write_final_progress
+        #: How many children this pool runs now: ``--procs`` until a scale says more
+        #: or fewer (R27).
+        self.procs = config.procs
+        self.table = core.SlotTable(config.procs)
+        self.all = [Slot(i) for i in range(config.procs)]
+        #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
+        self.scale_refused: str | None = None
+        self._ctx = multiprocess.get_context("fork")  # pipes from its public API (R6)
+        self._next_memory_sample = 0.0
+
+    # -- children -----------------------------------------------------------------------
+
+    def spawn(self, slot: Slot) -> None:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        inherited = [s.conn.fileno() for s in self.all if s.conn is not None]
+        inherited += [s.proc.sentinel for s in self.all if s.proc is not None]
+        inherited.append(parent_conn.fileno())
+        inherited += self.inherited_fds()
+        proc = Forked.start(child_main, child_conn, os.getpid(), inherited,
+                            self.config.max_tasks_per_child,
+                            (self.config.max_memory_per_child or 0) * 2**20)
+        child_conn.close()
+        slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
+        slot.killing, slot.kill_at = None, math.inf
+        slot.retiring = False
+        self.selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot, parent_conn))
+        self.selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot, proc))
+        self.state.want_claim = True
+
+    def spawn_all(self) -> None:
+        for slot in self.all:
+            self.spawn(slot)
+
+    def read(self, slot: Slot, now: float, *, drain: bool = False) -> None:
+        """Read one message (the selector said the pipe is readable), or all of them.
+
+        One read per readiness event: the selector is level-triggered, so a second
+        queued message shows up on the next turn, and ``Connection.poll`` (which
+        builds a selector per call) stays off the hot path.
+        """
+        conn = slot.conn
+        try:
+            while True:
+                message = protocol.loads(conn.recv_bytes())
+                if message[0] == protocol.OUTCOME:
+                    self._outcome(slot, message, now)
+                elif message[0] == protocol.PROGRESS:
+                    self._progress(slot, message)
+                if not drain or not procinfo.readable(conn.fileno()):
+                    break
+        except (EOFError, OSError, ValueError):
+            # The child died mid-message; its exit sentinel settles the job.
+            self.selector.unregister(conn.fileno())
+            slot.conn = None
+            conn.close()
+
+    def _outcome(self, slot: Slot, message: tuple, now: float) -> None:
+        (_tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring,
+         strays) = message
+        job = slot.job
+        if job is None or not slot.runs(job_id, attempt):
+            return  # a reply for a job this slot no longer holds (it was killed)
+        self._finish(slot, Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
+                                   peak_rss, cpu_s, strays or None), now)
+        if strays:
+            self.state.strays_killed(strays, job_id, job.name, attempt)
+        if retiring:
+            slot.retiring = True  # it exits now; its exit sentinel brings a fresh child
+
+    def _progress(self, slot: Slot, message: tuple) -> None:
+        _tag, job_id, attempt, percent, stage = message
+        if slot.runs(job_id, attempt):
+            slot.progress, slot.stage, slot.progress_dirty = percent, stage, True
+
+    def _finish(self, slot: Slot, outcome: Outcome, now: float) -> None:
+        """The slot's attempt ended: queue its settle and free the slot."""
+        self.state.pending.append(Finished(outcome, round(now - slot.started, 6)))
+        if slot.progress_dirty:
+            # The last report before a failure stays with the error (R22).
+            self.write_final_progress(progress_reports([slot]))
+        slot.job = None
+        slot.progress, slot.stage, slot.progress_dirty = None, None, False
+        self.table.clear(slot.index)
+        self.state.want_claim = True
+        if slot.index >= self.procs:
+            self._retire(slot)
+
+    def exited(self, slot: Slot, now: float) -> None:
+        """The slot's child exited: settle its job as what killed it, and refill the slot."""
+        if slot.conn is not None:
+            if procinfo.readable(slot.conn.fileno()):
+                self.read(slot, now, drain=True)  # an outcome sent just before exiting counts
+        proc = slot.proc
+        assert proc is not None  # the selector reports exits only of a slot's own child
+        self.selector.unregister(proc.sentinel)
+        # wait4 gives the child's resource usage for the forensics (R19a).
+        reaped = proc.reap()
+        assert reaped is not None  # its sentinel said it exited
+        code, usage = reaped
+        proc.close()
+        if slot.conn is not None:
+            self.selector.unregister(slot.conn.fileno())
+            slot.conn.close()
+            slot.conn = None
+        cause = procinfo.exit_cause(code)
+        job = slot.job
+        # R40: a child killed mid-job (timeout, crash, cancel, stop) leaves what its job
+        # started reparented to us, a subreaper: kill it with the attempt.
+        strays = proctree.kill_strays(exclude=self.known_children(), count_ended=True)
+        if strays:
+            self.state.strays_killed(strays, job.job_id if job else None,
+                                     job.name if job else None, job.attempt if job else None)
+        state = self.state
+        if job is not None:
+            if slot.killing is not None:
+                kind, error = slot.kill_kind, slot.killing
+                if kind == core.CRASH:
+                    state.counters["crashes"] += 1
+            elif state.stop_requests and code in _STOP_SIGNALS:
+                # The stop signal reached the whole process group (systemd stops a
+                # unit's cgroup so): the child did not crash, the pool is stopping (R25).
+                kind, error = core.RELEASE, f"released at shutdown ({cause})"
+            else:
+                kind, error = core.CRASH, cause
+                state.counters["crashes"] += 1
+            events.emit(events.CHILD_DIED, slot=slot.index, pid=slot.pid, job_id=job.job_id,
+                        name=job.name, attempt=job.attempt, cause=cause)
+            peak = usage.ru_maxrss * 1024 if usage else None
+            cpu = usage.ru_utime + usage.ru_stime if usage else None
+            self._finish(slot, Outcome(job.job_id, job.attempt, kind, error, None, None, slot.pid,
+                                       procinfo.exit_status_text(code), peak, cpu,
+                                       strays or None), now)
+        elif slot.killing is None and not state.stop_requests:
+            events.emit(events.CHILD_RECYCLED, slot=slot.index, pid=slot.pid, cause=cause)
+        slot.proc = None
+        if slot.index < self.procs and not state.stopping and not state.stop_requests:
+            self.spawn(slot)
+        else:
+            self._trim()
+
+    def known_children(self) -> frozenset[int]:
+        """Every child of the pool (slot children and the rest): never strays."""
+        pids = {slot.pid for slot in self.all if slot.proc is not None}
+        return frozenset(pids | self.other_children())
+
+    def dispatch(self, slot: Slot, job: Claimed, now: float) -> None:
+        """Give a claimed job to the slot's idle child."""
+        self.table.assign(slot.index, job.job_id, job.attempt, now + job.timeout)
+        slot.job = job
+        slot.started = now
+        self.state.counters["claimed"] += 1
+        events.emit(events.JOB_CLAIMED, job_id=job.job_id, name=job.name, attempt=job.attempt,
+                    slot=slot.index, pid=slot.pid)
+        try:
+            slot.conn.send_bytes(protocol.job_message(job.job_id, job.attempt, job.name,
+                                                      job.payload, job.serializer))
+        except OSError:
+            pass  # the child just died; its exit sentinel settles the job as a crash
+
+    def free(self) -> list[Slot]:
+        """Slots whose child is idle and may take a job now."""
+        procs = self.procs
+        slots = self.all
+        return [slots[i] for i in self.table.free_slots()
+                if i < procs and slots[i].proc is not None and slots[i].conn is not None
+                and slots[i].killing is None and not slots[i].retiring]
+
+    def busy_count(self) -> int:
+        return self.table.busy_count()
+
+    def next_deadline(self, now: float) -> float:
+        """The earliest time a slot needs the loop: a hard timeout, a SIGKILL after
+        the grace, or the next memory sample."""
+        deadline = self.table.next_deadline()
+        for slot in self.all:
+            if slot.killing is not None:
+                deadline = min(deadline, slot.kill_at)
+            elif slot.job is not None and slot.job.name in self.memory_limits:
+                deadline = min(deadline, self._next_memory_sample)
+        return deadline
+
+    # -- killing (R19, R20, R25, R31) ----------------------------------------------------
+
+    def check_memory(self, now: float) -> None:
+        """Kill a child whose RSS passed its job's memory limit; a crash (R19)."""
+        if not self.memory_limits or now < self._next_memory_sample:
+            return
+        self._next_memory_sample = now + MEMORY_SAMPLE_EVERY
+        for slot in self.all:
+            job = slot.job
+            if job is None or slot.killing is not None or slot.proc is None:
+                continue
+            limit = self.memory_limits.get(job.name)
+            if not limit:
+                continue
+            rss = procinfo.rss_bytes(slot.pid)
+            if rss is not None and rss > limit * 2**20:
+                self.kill(slot, f"child killed: memory limit {limit} MiB exceeded "
+                                f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True)
+
+    def kill_overdue(self, now: float) -> None:
+        for index in self.table.overdue(now):
+            slot = self.all[index]
+            if slot.killing is None and slot.job is not None:
+                self.kill(slot, f"timed out after {slot.job.timeout:g} s", core.TIMEOUT, now)
+        for slot in self.all:
+            if slot.killing is not None and slot.proc is not None and now >= slot.kill_at:
+                _signal(slot, signal.SIGKILL)
+                slot.kill_at = now + 1.0
+
+    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False) -> None:
+        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once."""
+        slot.killing, slot.kill_kind = reason, kind
+        if at_once:
+            _signal(slot, signal.SIGKILL)
+            slot.kill_at = now + 1.0
+        else:
+            _signal(slot, signal.SIGTERM)
+            slot.kill_at = now + self.config.kill_grace
+        self.table.extend_deadline(slot.index, math.inf)
+
+    def cancel(self, job_id: int, attempt: int, reason: str, now: float) -> None:
+        """R31: kill the child running that attempt, if this pool runs it."""
+        for slot in self.all:
+            if slot.runs(job_id, attempt) and slot.killing is None:
+                self.kill(slot, reason, core.CANCEL, now, at_once=True)
+
+    def release_all(self, now: float) -> None:
+        """R25: the drain is over (or a second stop came): give every running job back."""
+        for slot in self.all:
+            if slot.job is not None and slot.killing is None:
+                self.kill(slot, "released at shutdown", core.RELEASE, now, at_once=True)
+
+    # -- scaling (R27) -------------------------------------------------------------------
+
+    def resize(self, procs: int) -> None:
+        """Grow at once; shrink by retiring slots as their jobs finish, never by cancelling.
+
+        A scale request is fleet-wide, so each pool judges it against its own bound
+        (R41): past it, the pool grows to its bound, says so (``scale_refused``) and
+        shows the refusal in ``pools``."""
+        bound, why = bounds.procs_bound(self.config.max_procs)
+        if procs > bound:
+            self.scale_refused = f"asked for {procs} procs; ran {bound} ({why})"
+            events.emit(events.SCALE_REFUSED, procs_asked=procs, procs_bound=bound, reason=why)
+            procs = bound
+        else:
+            self.scale_refused = None
+        if procs < 1 or procs == self.procs:
+            return
+        old = self.procs
+        self.procs = procs
+        events.emit(events.POOL_SCALED, procs_from=old, procs_to=procs)
+        if procs > old:
+            self.table.resize(max(procs, self.table.size))
+            while len(self.all) < procs:
+                self.all.append(Slot(len(self.all)))
+            for slot in self.all[old:procs]:
+                if slot.proc is None and not self.state.stopping:
+                    self.spawn(slot)
+            return
+        for slot in self.all[procs:]:
+            if slot.job is None:
+                self._retire(slot)
+
+    def _retire(self, slot: Slot) -> None:
+        """Close an idle child of a slot past --procs; its exit trims the slot away."""
+        if slot.conn is not None:
+            self.selector.unregister(slot.conn.fileno())
+            slot.conn.close()  # the idle child reads EOF and exits
+            slot.conn = None
+        if slot.proc is None:
+            self._trim()
+
+    def _trim(self) -> None:
+        while (len(self.all) > self.procs and self.all[-1].proc is None
+               and self.all[-1].job is None):
+            self.all.pop()
+        self.table.resize(len(self.all))
+
+    def shutdown(self, deadline: float, monotonic: Callable[[], float]) -> None:
+        """Stop every child (idle ones read EOF and return) by ``deadline`` on the
+        ``monotonic`` clock, then kill what they left behind (R40)."""
+        for slot in self.all:
+            if slot.conn is not None:
+                slot.conn.close()
+                slot.conn = None
+        for slot in self.all:
+            proc = slot.proc
+            if proc is None:
+                continue
+            self.selector.unregister(proc.sentinel)
+            proc.stop(max(0.0, deadline - monotonic()))
+            slot.proc = None
+        strays = proctree.kill_strays(exclude=self.known_children(), count_ended=True)
+        if strays:
+            self.state.strays_killed(strays, None, None, None)
+
+    # -- what the heartbeat reports (R22, R29) -------------------------------------------------
+
+    def views(self) -> list[dict]:
+        """Each slot as the dashboard shows it."""
+        views = []
+        for slot in self.all[: self.procs]:
+            job = slot.job
+            views.append({"slot": slot.index, "pid": slot.pid if slot.proc else None,
+                          "job_id": job.job_id if job else None, "name": job.name if job else None,
+                          "attempt": job.attempt if job else None,
+                          "started": slot.started if job else None,
+                          "timeout": job.timeout if job else None,
+                          "progress": slot.progress, "stage": slot.stage,
+                          "rss": procinfo.rss_bytes(slot.pid) if slot.proc else None})
+        return views
+
+    def unreported_progress(self) -> list[Slot]:
+        return [s for s in self.all if s.progress_dirty and s.job is not None]
+
+
+def progress_reports(slots: list[Slot]) -> list[ProgressReport]:
+    """The progress the slots' jobs reported since it was last written."""
+    return [ProgressReport(job_id=slot.job.job_id, attempt=slot.job.attempt,
+                           percent=slot.progress, stage=slot.stage)
+            for slot in slots if slot.job is not None]
+
+
+def _signal(slot: Slot, signum: int) -> None:
+    """Signal a child and its job's process group (R40): the job's own subprocesses
+    get the same SIGTERM grace as the job; anything that left the group is killed
+    when the child's exit is reaped."""
+    if slot.proc is None:
+        return
+    try:
+        os.killpg(slot.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        # Not yet its own group leader (just forked): the child alone.
+        try:
+            os.kill(slot.pid, signum)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,52 @@
+"""What the parts of one pool share while it runs: its counters, the outcomes not yet
+settled, and whether it is stopping or wants to claim.
+
+The loop, the slots and the operations each own their own responsibility; this
+record is the little they all read and write, passed by reference so none of
+them reaches into another's attributes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from jobpool import events
+from jobpool.lifecycle import Outcome
+
+
+class Finished(NamedTuple):
+    """An attempt that ended in this pool, waiting for its settle."""
+
+    outcome: Outcome
+    duration: float   # seconds from dispatch to the child's reply (or its death), R30
+
+
+def new_counters() -> dict[str, int]:
+    """R29a/R30: one counter per outcome, as the heartbeat and ``pool_stopped`` show them."""
+    return dict(claimed=0, completed=0, retried=0, deferred=0, rescheduled=0, released=0,
+                reclaimed=0, dead=0, lost=0, crashes=0, settle_failures=0, strays_killed=0)
+
+
+@dataclass
+class PoolState:
+    """Shared by the loop (``loop.py``), the slots (``slots.py``) and the operations
+    (``operations.py``) of one pool."""
+
+    counters: dict[str, int] = field(default_factory=new_counters)
+    #: Attempts that ended and are not settled yet (settled at the next turn, R26).
+    pending: list[Finished] = field(default_factory=list)
+    #: Something may be claimable: a slot came free, a wake-up or a poll arrived.
+    want_claim: bool = True
+    #: How many stops were asked for (signals, ``jobpool stop``); two mean at once (R25).
+    stop_requests: int = 0
+    #: The stop is under way: no new claims, running jobs drain until ``drain_until``.
+    stopping: bool = False
+    drain_until: float = math.inf
+
+    def strays_killed(self, count: int, job_id: int | None, name: str | None,
+                      attempt: int | None) -> None:
+        """R40: count and log processes a job left behind, killed with its attempt."""
+        self.counters["strays_killed"] += count
+        events.emit(events.STRAYS_KILLED, job_id=job_id, name=name, attempt=attempt,
+                    processes=count)
