@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
 
-from .conftest import wait_for
 
 APP = """
 from jobpool import job
@@ -160,64 +158,3 @@ def test_enqueue_from_a_json_lines_file_is_one_transaction(make_app):
     line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(bad), "--db", str(app.db)))
     assert "bad.jsonl line 2" in line
     assert app.store().stats()["ready"] == 3  # nothing of the bad file was written
-
-
-def test_each_way_back_to_ready_has_its_own_event_and_counter(make_app):
-    # R29a, R30: a Defer, a Reschedule and a shutdown release are not retries.
-    app = make_app(APP + """
-import time
-from pathlib import Path
-from jobpool import Defer, Reschedule
-
-HERE = Path(__file__).parent
-
-def once(tag):
-    marker = HERE / tag
-    first = not marker.exists()
-    marker.write_text("x")
-    return first
-
-@job(name="t.defers")
-def defers():
-    if once("deferred"):
-        raise Defer(0)
-
-@job(name="t.reschedules")
-def reschedules():
-    if once("rescheduled"):
-        raise Reschedule(0)
-
-@job(name="t.fails_once", backoff_base=0)
-def fails_once():
-    if once("failed"):
-        raise RuntimeError("first time")
-
-@job(name="t.sleeps")
-def sleeps():
-    if once("slept"):
-        time.sleep(60)
-""")
-    store = app.store()
-    ids = {name: store.enqueue(name).id
-           for name in ("t.defers", "t.reschedules", "t.fails_once")}
-    result = app.start("--procs", "1", "--log-format", "json")
-    events = [json.loads(line) for line in result.stderr.splitlines()]
-    by_event = {}
-    for e in events:
-        by_event.setdefault(e["event"], []).append(e.get("job_id"))
-    assert by_event["job_deferred"] == [ids["t.defers"]]
-    assert by_event["job_rescheduled"] == [ids["t.reschedules"]]
-    assert by_event["job_retried"] == [ids["t.fails_once"]]
-    stopped = [e for e in events if e["event"] == "pool_stopped"][0]
-    assert (stopped["deferred"], stopped["rescheduled"], stopped["retried"]) == (1, 1, 1)
-    assert stopped["completed"] == 3
-
-    sleeper = store.enqueue("t.sleeps").id
-    pool = app.spawn("--procs", "1", "--drain", "0.2", "--log-format", "json")
-    wait_for(lambda: (app.dir / "slept").exists(), timeout=30)
-    pool.send_signal(signal.SIGTERM)
-    assert pool.wait(timeout=30) == 0
-    events = [json.loads(line) for line in pool.stderr.read().splitlines()]
-    assert [e["job_id"] for e in events if e["event"] == "job_released"] == [sleeper]
-    assert not [e for e in events if e["event"] == "job_retried"]
-    assert [e for e in events if e["event"] == "pool_stopped"][0]["released"] == 1

@@ -1,4 +1,5 @@
-"""Job semantics through real pools (R3, R7, R10-R12, R14, R17, R18, R21, R33, R5)."""
+"""Job semantics through real pools (R3, R7, R11, R12, R21, R22, R33); R10, R17 and R18 are
+driven in-process in tests/test_supervisor_inprocess.py, on a clock the test sets."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ APP = """
 import json, os, time
 from pathlib import Path
 import jobpool
-from jobpool import job, Defer, Reschedule, Fatal
+from jobpool import job, Fatal
 
 HERE = Path(__file__).parent
 
@@ -21,22 +22,6 @@ def record(*items):
 @job(name="t.record")
 def rec(tag):
     record(tag)
-
-@job(name="t.defer_once")
-def defer_once(tag):
-    marker = HERE / f"{tag}.deferred"
-    if not marker.exists():
-        marker.write_text("x")
-        raise Defer(0.1)
-    record(tag)
-
-@job(name="t.reschedule", max_attempts=2)
-def resched(limit):
-    count = len(list(HERE.glob("resched.*")))
-    (HERE / f"resched.{count}").write_text("x")
-    if count + 1 < limit:
-        raise Reschedule(0.05)
-    record("last", count + 1)
 
 @job(name="t.step", store_result=True)
 def step(tag):
@@ -111,38 +96,6 @@ def test_unknown_job_names_stay_queued_untouched(make_app):
     app.start("--procs", "1")
     job = store.get(job_id)
     assert (job["status"], job["attempts"], job["last_error"]) == ("ready", 0, None)
-
-
-def test_defer_does_not_spend_an_attempt(make_app):
-    """R17 (the place in line is pinned in tests/test_core.py, where time is a parameter)."""
-    app = make_app(APP)
-    store = app.store()
-    deferred = store.enqueue("t.defer_once", "first").id
-    pool = app.spawn("--procs", "1", "--burst")
-    wait_for(lambda: (app.dir / "first.deferred").exists())
-    assert pool.wait(timeout=30) == 0
-    job = store.get(deferred)
-    assert (job["status"], job["attempts"], job["deferrals"]) == ("done", 1, 1)
-    assert [a["outcome"] for a in store.attempts(deferred)] == ["deferred", "done"]
-
-
-def test_reschedule_gives_a_fresh_budget_each_time(make_app):
-    app = make_app(APP)
-    job_id = app.store().enqueue_with("t.reschedule", args=[4], key="nightly").id
-    app.start("--procs", "1")
-    job = app.store().get(job_id)
-    # max_attempts is 2, yet it ran 4 times: each Reschedule reset the budget.
-    assert (job["status"], job["attempts"]) == ("done", 1)
-    assert ["last", 4] in order(app)
-
-
-def test_a_job_claimed_past_its_deadline_is_dead_without_running(make_app):
-    app = make_app(APP)
-    job_id = app.store().enqueue_with("t.record", args=["too late"], deadline=time.time() - 1).id
-    app.start("--procs", "1")
-    job = app.store().get(job_id)
-    assert (job["status"], job["last_error"]) == ("dead", "deadline passed")
-    assert tags(app) == []
 
 
 def test_a_chain_runs_its_steps_in_order_and_lists_together(make_app):

@@ -1,42 +1,185 @@
 """The supervisor driven in this process, not through a CLI subprocess: the seam that
-lets a test set the pool's clock (STYLE habit 4) and read its state directly."""
+lets a test set the pool's clock (STYLE habit 4) and read its state directly.
+
+The children are still real forked processes running the jobs below; only the
+supervisor's loop runs in the test's own process, so a test costs no interpreter
+start and can check the pool's counters as well as the store's rows.
+"""
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import time
+from pathlib import Path
+
+import pytest
 
 import jobpool
-from jobpool import jobs
 from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
 
 DAY = 86_400.0
 
 
-def test_a_pool_in_process_runs_on_the_clock_it_is_given(tmp_path):
-    # Given a job due in an hour by the wall clock
-    name = "t.inprocess_clock"
-    ran = tmp_path / "ran.txt"
+def _once(marker: str) -> bool:
+    """True the first time it is called with ``marker`` (a file path), then False."""
+    path = Path(marker)
+    first = not path.exists()
+    path.write_text("x")
+    return first
 
-    @jobpool.job(name=name)
-    def record(value):
-        with open(ran, "a") as fh:
-            fh.write(f"{value}\n")
 
+@jobpool.job(name="inproc.record")
+def record(path, value):
+    with open(path, "a") as fh:
+        fh.write(f"{value}\n")
+
+
+@jobpool.job(name="inproc.defers")
+def defers(marker):
+    if _once(marker):
+        raise jobpool.Defer(0)
+
+
+@jobpool.job(name="inproc.reschedules", max_attempts=2)
+def reschedules(marker, times):
+    count = len(list(Path(marker).parent.glob(Path(marker).name + ".*")))
+    Path(f"{marker}.{count}").write_text("x")
+    if count + 1 < times:
+        raise jobpool.Reschedule(0)
+
+
+@jobpool.job(name="inproc.flaky", max_attempts=3, backoff_base=60.0)
+def flaky():
+    raise RuntimeError("upstream said no")
+
+
+@jobpool.job(name="inproc.stops_its_pool")
+def stops_its_pool(marker):
+    if _once(marker):
+        # A graceful stop reaches the pool while this job runs; it outlives the drain.
+        os.kill(os.getppid(), signal.SIGTERM)
+        time.sleep(60)
+
+
+class Events(logging.Handler):
+    """The pool's events (R30), as (name, fields)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: list[tuple[str, dict]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "event", None)
+        if event is not None:
+            self.seen.append((event, dict(getattr(record, "fields", {}))))
+
+    def ids(self, event: str) -> list[int]:
+        return [fields.get("job_id") for name, fields in self.seen if name == event]
+
+
+@pytest.fixture
+def store(tmp_path):
     store = jobpool.connect(tmp_path / "jobpool.db")
-    try:
-        later = store.enqueue_with(name, args=("later",), delay=3600)
-        # When a --burst pool runs here with its clock a day ahead
-        config = PoolConfig(db=str(store.path), procs=1, burst=True, names=(name,),
-                            poll_interval=0.05)
-        pool = Supervisor(config, clock=lambda: time.time() + DAY)
-        assert pool.run() == 0
-        # Then by its clock the job was due, it ran, and what the pool wrote is dated
-        # by its clock, not the host's
-        assert ran.read_text() == "later\n"
-        row = store.get(later.id)
-        assert row["status"] == "done"
-        assert row["finished_at"] > time.time() + DAY - 600
-        assert pool.counters["completed"] == 1 and pool.counters["claimed"] == 1
-    finally:
-        store.close()
-        jobs.unregister(name)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def pool_events():
+    handler = Events()
+    logger = logging.getLogger("jobpool.events")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+
+
+def burst_pool(store, *names: str, clock=time.time, **options) -> Supervisor:
+    config = PoolConfig(db=str(store.path), procs=1, burst=True, names=names,
+                        poll_interval=0.05, **options)
+    return Supervisor(config, clock=clock)
+
+
+def test_a_pool_in_process_runs_on_the_clock_it_is_given(store, tmp_path):
+    # Given a job due in an hour by the wall clock
+    ran = tmp_path / "ran.txt"
+    later = store.enqueue_with("inproc.record", args=(str(ran), "later"), delay=3600)
+    # When a --burst pool runs here with its clock a day ahead
+    pool = burst_pool(store, "inproc.record", clock=lambda: time.time() + DAY)
+    assert pool.run() == 0
+    # Then by its clock the job was due, it ran, and what the pool wrote is dated
+    # by its clock, not the host's
+    assert ran.read_text() == "later\n"
+    row = store.get(later.id)
+    assert row["status"] == "done"
+    assert row["finished_at"] > time.time() + DAY - 600
+    assert pool.counters["completed"] == 1 and pool.counters["claimed"] == 1
+
+
+def test_a_deadline_is_judged_on_the_pools_clock_at_claim(store, tmp_path):
+    # R10: due within the hour by the wall clock, but a day late by the pool's
+    ran = tmp_path / "ran.txt"
+    late = store.enqueue_with("inproc.record", args=(str(ran), "late"), deadline=time.time() + 3600)
+    pool = burst_pool(store, "inproc.record", clock=lambda: time.time() + DAY)
+    assert pool.run() == 0
+    row = store.get(late.id)
+    assert (row["status"], row["last_error"]) == ("dead", "deadline passed")
+    assert not ran.exists()  # it never ran
+    assert pool.counters["claimed"] == 0 and pool.counters["dead"] == 1
+
+
+def test_each_way_back_to_ready_has_its_own_event_and_counter(store, tmp_path, pool_events):
+    # R29a, R30: a Defer, a Reschedule and a shutdown release are not retries.
+    defer = store.enqueue("inproc.defers", str(tmp_path / "deferred")).id
+    resched = store.enqueue("inproc.reschedules", str(tmp_path / "rescheduled"), 2).id
+    # (a retry after 60 s of backoff: the pool's clock is 10 000 times the wall clock's)
+    start = time.time()
+    flaky = store.enqueue_with("inproc.flaky", max_attempts=2).id
+    pool = burst_pool(store, "inproc.defers", "inproc.reschedules", "inproc.flaky",
+                      clock=lambda: start + (time.time() - start) * 10_000, wait_retries=3600)
+    assert pool.run() == 0
+    assert pool_events.ids("job_deferred") == [defer]
+    assert pool_events.ids("job_rescheduled") == [resched]
+    assert pool_events.ids("job_retried") == [flaky]
+    assert pool_events.ids("job_dead") == [flaky]
+    assert {k: pool.counters[k] for k in ("deferred", "rescheduled", "retried", "released",
+                                         "completed", "dead")} == {
+        "deferred": 1, "rescheduled": 1, "retried": 1, "released": 0, "completed": 2, "dead": 1}
+    # R13: the retry waited its backoff, on the pool's clock (base 60 s, jitter -25 % at most)
+    first, second = store.attempts(flaky)
+    assert second["started_at"] - first["ended_at"] >= 60 * 0.75
+
+
+def test_a_job_running_past_the_drain_is_released_not_retried(store, tmp_path, pool_events):
+    # R25, R29a: the job sends its pool SIGTERM and keeps running past a 0.2 s drain
+    job = store.enqueue("inproc.stops_its_pool", str(tmp_path / "stopped")).id
+    config = PoolConfig(db=str(store.path), procs=1, names=("inproc.stops_its_pool",),
+                        poll_interval=0.05, drain=0.2)
+    pool = Supervisor(config)
+    assert pool.run() == 0
+    assert pool_events.ids("job_released") == [job]
+    assert pool_events.ids("job_retried") == []
+    assert pool.counters["released"] == 1 and pool.counters["retried"] == 0
+    row = store.get(job)
+    assert (row["status"], row["attempts"]) == ("ready", 1)  # back in line, the attempt spent
+    assert [a["outcome"] for a in store.attempts(job)] == ["released"]
+
+
+def test_defer_and_reschedule_keep_their_budgets(store, tmp_path):
+    # R17: a Defer spends no attempt; R18: each Reschedule gives a fresh budget
+    deferred = store.enqueue("inproc.defers", str(tmp_path / "deferred")).id
+    rescheduled = store.enqueue("inproc.reschedules", str(tmp_path / "rescheduled"), 4).id
+    pool = burst_pool(store, "inproc.defers", "inproc.reschedules")
+    assert pool.run() == 0
+    row = store.get(deferred)
+    assert (row["status"], row["attempts"], row["deferrals"]) == ("done", 1, 1)
+    assert [a["outcome"] for a in store.attempts(deferred)] == ["deferred", "done"]
+    row = store.get(rescheduled)
+    # max_attempts is 2, yet it ran 4 times: each Reschedule reset the budget
+    assert (row["status"], row["attempts"]) == ("done", 1)
+    assert [a["outcome"] for a in store.attempts(rescheduled)] == ["rescheduled"] * 3 + ["done"]
+    assert pool.counters["rescheduled"] == 3 and pool.counters["deferred"] == 1
