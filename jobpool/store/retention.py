@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
+from typing import Any, Callable, Iterable, List, Protocol  # List: a method here is named list
 
-from jobpool.errors import JobNotFound, StoreError
+from jobpool.errors import JobNotFound
 from jobpool.store import sql
-
-if TYPE_CHECKING:
-    from jobpool.store.sqlite import SQLiteStore
 
 #: R32: dead rows kept, newest first.
 DEAD_LETTER_LIMIT = 10_000
@@ -24,23 +21,33 @@ RESULT_TTL = 24 * 3600.0
 BATCH = 500
 
 
+class Session(Protocol):
+    """What this module needs of an SQLite store: its transactions and reads, each
+    failure a ``StoreError`` naming what was being done."""
+
+    def transaction(self, what: str, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
+
+    def select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]: ...
+
+    def read_rows(self, what: str, query: str, params: Any = ()) -> list[tuple]: ...
+
+    def notify_ready(self) -> None: ...
+
+
 class DeadLetters:
     """``store.dead``: what operators do with jobs that will not run again."""
 
-    def __init__(self, store: "SQLiteStore") -> None:
+    def __init__(self, store: Session) -> None:
         self.store = store
 
     def list(self, *, name: str | None = None, limit: int = 100) -> "list[dict[str, Any]]":
         query = sql.LIST_DEAD.format(columns=sql.JOB_COLUMNS,
                                      name_filter="AND name = :name" if name else "")
-        return self.store._select_jobs(query, {"name": name, "limit": limit})
+        return self.store.select_jobs(query, {"name": name, "limit": limit})
 
     def ids(self, *, name: str | None = None) -> List[int]:
         query = sql.DEAD_IDS.format(name_filter="AND name = :name" if name else "")
-        try:
-            return [r[0] for r in self.store.conn.execute(query, {"name": name})]
-        except sqlite3.Error as exc:
-            raise StoreError(f"listing dead jobs failed: {exc}") from exc
+        return [r[0] for r in self.store.read_rows("listing dead jobs", query, {"name": name})]
 
     def retry(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """Put dead jobs back in line with fresh attempts; returns id -> what happened."""
@@ -56,9 +63,9 @@ class DeadLetters:
                     continue
                 outcome[job_id] = "retried" if changed else self._why_not(conn, job_id)
             return outcome
-        result = self.store._write("retrying dead jobs", retry)
+        result = self.store.transaction("retrying dead jobs", retry)
         if "retried" in result.values():
-            self.store._notifier.notify()
+            self.store.notify_ready()
         return result
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:
@@ -72,7 +79,7 @@ class DeadLetters:
                 else:
                     outcome[job_id] = self._why_not(conn, job_id)
             return outcome
-        return self.store._write("deleting dead jobs", delete)
+        return self.store.transaction("deleting dead jobs", delete)
 
     def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
         """Delete dead jobs finished more than ``older_than`` seconds ago."""
@@ -87,7 +94,7 @@ class DeadLetters:
         return f"not dead ({row[0]})"
 
 
-def purge_finished(store: "SQLiteStore", status: str, before: float, *, limit: int | None = None,
+def purge_finished(store: Session, status: str, before: float, *, limit: int | None = None,
                    progress=None) -> int:
     """Delete ``status`` rows finished before ``before``, a batch per transaction."""
     total = 0
@@ -99,7 +106,7 @@ def purge_finished(store: "SQLiteStore", status: str, before: float, *, limit: i
                 "status": status, "before": before, "limit": batch}).fetchall()]
             conn.executemany(sql.DELETE_ATTEMPTS, [(i,) for i in ids])
             return len(ids)
-        done = store._write(f"purging {status} jobs", purge)
+        done = store.transaction(f"purging {status} jobs", purge)
         total += done
         if progress is not None:
             progress(done)
@@ -108,15 +115,14 @@ def purge_finished(store: "SQLiteStore", status: str, before: float, *, limit: i
     return total
 
 
-def sweep(store: "SQLiteStore", now: float, *, result_ttl: float = RESULT_TTL,
+def sweep(store: Session, now: float, *, result_ttl: float = RESULT_TTL,
           dead_letter_limit: int = DEAD_LETTER_LIMIT) -> int:
     """The supervisor's periodic sweep: one bounded batch of each kind per call."""
     removed = purge_finished(store, "done", now - result_ttl, limit=BATCH)
-    try:
-        row = store.conn.execute(sql.DEAD_CUTOFF, {"keep": dead_letter_limit}).fetchone()
-    except sqlite3.Error as exc:
-        raise StoreError(f"reading dead-letter retention failed: {exc}") from exc
-    if row is not None:
+    rows = store.read_rows("reading dead-letter retention", sql.DEAD_CUTOFF,
+                           {"keep": dead_letter_limit})
+    if rows:
+        row = rows[0]
         # Everything at or before the first row past the limit goes, oldest first.
         removed += purge_finished(store, "dead", row[0] + 1e-6, limit=BATCH)
     return removed

@@ -10,7 +10,7 @@ import os
 import sqlite3
 import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from jobpool import bounds, lifecycle, liveness
 from jobpool import options as job_options
@@ -20,12 +20,10 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             StoreError, seconds)
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
-from jobpool.store import migrations, sql
+from jobpool.store import migrations, retention, sql
 from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
 from jobpool.wakeup import Notifier
 
-if TYPE_CHECKING:
-    from jobpool.store.retention import DeadLetters
 
 #: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
 DEFAULT_DB = "jobpool.db"
@@ -218,7 +216,7 @@ class SQLiteStore:
                         queue, timeout, now, chain_json(then, self.max_payload))
         if connection is not None:
             return self._insert(connection, row)
-        handle = self._write(f"enqueue of {name}", lambda conn: self._insert(conn, row))
+        handle = self.transaction(f"enqueue of {name}", lambda conn: self._insert(conn, row))
         if not handle.duplicate:
             self._notifier.notify()
         return handle
@@ -239,7 +237,7 @@ class SQLiteStore:
         batch = self._json_batch(items) if options[2] == "json" else None
         if batch is not None:
             count = len(items)
-            last = self._write(f"enqueue_many of {name}",
+            last = self.transaction(f"enqueue_many of {name}",
                                lambda conn: self._insert_batch(conn, options, *batch))
         else:
             rows = self._rows(options, items)
@@ -248,7 +246,7 @@ class SQLiteStore:
             def insert(conn):
                 conn.executemany(sql.INSERT_JOB, rows)
                 return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-            last = self._write(f"enqueue_many of {name}", insert)
+            last = self.transaction(f"enqueue_many of {name}", insert)
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
@@ -411,17 +409,30 @@ class SQLiteStore:
         return job
 
     @property
-    def dead(self) -> "DeadLetters":
+    def dead(self) -> retention.DeadLetters:
         """Dead letters: list, retry, delete, purge (R32)."""
-        from jobpool.store.retention import DeadLetters
-        return DeadLetters(self)
+        return retention.DeadLetters(self)
 
-    def _select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]:
+    # -- for the store's own modules (retention.py): SQL run on this store's connection ----
+
+    def select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]:
+        """Rows of ``jobs`` as dicts, as ``get`` returns them."""
         try:
             cursor = self.conn.execute(query, params)
             return [_job_dict(cursor.description, row) for row in cursor.fetchall()]
         except sqlite3.Error as exc:
             raise StoreError(f"listing jobs failed: {exc}") from exc
+
+    def read_rows(self, what: str, query: str, params: Any = ()) -> list[tuple]:
+        """A read outside any write transaction; StoreError naming ``what`` on failure."""
+        try:
+            return self.conn.execute(query, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{what} failed: {exc}") from exc
+
+    def notify_ready(self) -> None:
+        """R11: wake the pools on this host: jobs became ready."""
+        self._notifier.notify()
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   chain: int | None = None, limit: int = 100,
@@ -452,7 +463,7 @@ class SQLiteStore:
             query += " WHERE " + " AND ".join(where)
         query += " ORDER BY id LIMIT ?"
         params.append(limit)
-        jobs = self._select_jobs(query, params)
+        jobs = self.select_jobs(query, params)
         for job in jobs:
             if job["status"] == "ready" and job["run_at"] > now:
                 job["status"] = "scheduled"
@@ -478,8 +489,9 @@ class SQLiteStore:
 
     # -- operating (R21, R29, R31, R33) ---------------------------------------------------
 
-    def _write(self, what: str, fn):
-        """Run ``fn(conn)`` in one BEGIN IMMEDIATE transaction; StoreError on failure."""
+    def transaction(self, what: str, fn):
+        """Run ``fn(conn)`` in one BEGIN IMMEDIATE transaction; StoreError naming
+        ``what`` on failure (for this module and the store's own modules)."""
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -516,7 +528,7 @@ class SQLiteStore:
             if row is None:
                 raise JobNotFound(f"no job with id {job_id}")
             return row[0]
-        return self._write(f"cancelling job {job_id}", cancel)
+        return self.transaction(f"cancelling job {job_id}", cancel)
 
     def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
@@ -528,7 +540,7 @@ class SQLiteStore:
             if not conn.execute(sql.ADVANCE_PERIODIC, {"name": name, "occurrence": occurrence}).rowcount:
                 return None
             return self._insert(conn, row)
-        handle = self._write(f"enqueueing periodic {name}", advance)
+        handle = self.transaction(f"enqueueing periodic {name}", advance)
         if handle is not None and not handle.duplicate:
             self._notifier.notify()
         return handle
@@ -620,11 +632,11 @@ class SQLiteStore:
             cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": beat.owner}).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels))
-        return self._write("heartbeat", write)
+        return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
         """R22: write progress reports now (the last one before a failure stays with it)."""
-        self._write("writing progress", lambda conn: _write_progress(conn, owner, progress))
+        self.transaction("writing progress", lambda conn: _write_progress(conn, owner, progress))
 
     def pending_hooks(self, names: Iterable[str]) -> list[int]:
         """R21: dead jobs of these names whose on_dead hook nobody has taken yet."""
@@ -636,7 +648,7 @@ class SQLiteStore:
 
     def take_hook(self, job_id: int) -> bool:
         """R21: mark a dead job's hook as taken; False if another pool took it first."""
-        return self._write("taking an on_dead hook",
+        return self.transaction("taking an on_dead hook",
                            lambda conn: conn.execute(sql.TAKE_HOOK, (job_id,)).rowcount == 1)
 
     def claimer(self, owner: str, names, queues, policies):
@@ -661,14 +673,13 @@ class SQLiteStore:
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule."""
-        from jobpool.store import retention
         return retention.sweep(self, now, result_ttl=result_ttl,
                                dead_letter_limit=dead_letter_limit)
 
     def forget_pool(self, owner: str) -> None:
         """Remove a pool's row: its own, as it stops, or a dead one's once its leases
         were reclaimed (R24b)."""
-        self._write("removing a pool", lambda c: c.execute(sql.DELETE_POOL, (owner,)))
+        self.transaction("removing a pool", lambda c: c.execute(sql.DELETE_POOL, (owner,)))
 
     def _live_owners(self) -> str:
         return json.dumps([pool["owner"] for pool in liveness.live_pools(self.pools())])
@@ -676,7 +687,7 @@ class SQLiteStore:
     def request_stop(self) -> int:
         """R25: ask every running pool on this store to stop gracefully; returns how many."""
         owners = self._live_owners()
-        return self._write("requesting stop",
+        return self.transaction("requesting stop",
                            lambda c: c.execute(sql.REQUEST_STOP, {"owners": owners}).rowcount)
 
     def request_scale(self, procs: int) -> int:
@@ -688,7 +699,7 @@ class SQLiteStore:
             # the number storable (and a typo of ten digits out of the table).
             raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
         owners = self._live_owners()
-        return self._write("requesting scale", lambda c: c.execute(
+        return self.transaction("requesting scale", lambda c: c.execute(
             sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
 
     def check_writable(self) -> None:
