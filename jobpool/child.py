@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -24,11 +25,6 @@ log = logging.getLogger(__name__)
 def _peak_rss_bytes() -> int:
     # ru_maxrss is in KiB on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _describe(exc: BaseException) -> str:
@@ -55,13 +51,14 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
-            retire=lambda: False, startup_error: str | None = None) -> bytes:
-    """Run one job and classify how it ended; never raises (returns an outcome message).
+            retire=lambda: False, startup_error: str | None = None) -> tuple[bytes, bool]:
+    """Run one job and classify how it ended; never raises. Returns the outcome
+    message and whether this child exits after sending it.
 
     ``retire()`` is asked after the job: True means this child exits after replying.
     ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
     not run in it (its error is the attempt's), and the child is replaced."""
-    cpu_before = _cpu_seconds()
+    cpu_before = time.process_time()
     delay = None
     result = None
     job = jobs.lookup(name)
@@ -83,9 +80,10 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     strays = proctree.kill_strays()
     if strays:
         log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
+    cpu_s = time.process_time() - cpu_before
+    retiring = retire() or startup_error is not None
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
-                                    _peak_rss_bytes(), _cpu_seconds() - cpu_before,
-                                    retire() or startup_error is not None, strays)
+                                    _peak_rss_bytes(), cpu_s, retiring, strays), retiring
 
 
 def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwargs: dict):
@@ -269,12 +267,13 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
                         or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
                         or not streams.restore())
         try:
-            reply = run_job(job_id, attempt, name, payload, serializer, retire, startup_error)
+            reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
+                                      startup_error)
         finally:
             running.current = None
         try:
             conn.send_bytes(reply)
         except (BrokenPipeError, OSError):
             return
-        if protocol.loads(reply)[9]:  # retiring
+        if retiring:
             return

@@ -8,12 +8,10 @@ as any exception is): it never kills the child.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptInfo:
+class AttemptInfo(NamedTuple):
     """The attempt about to run (``before``) or just run (``after``)."""
 
     job_id: int
@@ -23,8 +21,7 @@ class AttemptInfo:
     kwargs: dict
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptResult:
+class AttemptResult(NamedTuple):
     """How an attempt's body ended, as ``after`` sees it.
 
     ``outcome`` is one of ``done``, ``error``, ``fatal``, ``retry``, ``deferred``,

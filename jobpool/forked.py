@@ -9,6 +9,7 @@ no reach into anyone's private attributes.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -79,9 +80,12 @@ class Forked:
         while self.returncode is None:
             if self.reap(block=False) is not None:
                 return True
-            if time.monotonic() >= end:
+            left = end - time.monotonic()
+            if left <= 0 or self.sentinel < 0:
                 return False
-            time.sleep(0.005)
+            # The sentinel turns readable the moment it exits: no polling interval
+            # to wait out (a pool's stop waits for every child it closed).
+            select.select([self.sentinel], [], [], left)
         return True
 
     def stop(self, timeout: float, signum: int | None = None) -> None:

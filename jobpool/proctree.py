@@ -126,9 +126,9 @@ def kill_strays(exclude: frozenset[int] = frozenset(), *, count_ended: bool = Fa
     is reaped but counted only with ``count_ended``: after a job, a subprocess it
     never waited for had finished on its own; after a child's death, an orphan
     that ended was killed with the attempt (by the group's SIGTERM)."""
-    me = os.getpid()
     if not exclude and not _has_children():
         return 0  # the common case after a job, in one system call
+    me = os.getpid()
     killed: set[int] = set()
     for _round in range(KILL_ROUNDS):
         found = descendants(me, exclude)

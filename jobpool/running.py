@@ -8,7 +8,6 @@ the job function, a test) there is no attempt and reports go nowhere.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from jobpool import protocol
@@ -17,14 +16,16 @@ from jobpool import protocol
 PROGRESS_INTERVAL = 0.1
 
 
-@dataclass(slots=True)
 class Attempt:
     """The attempt running in this child: where its reports go."""
 
-    conn: Any          # the child's end of its pipe
-    job_id: int
-    attempt: int
-    last_report: float = 0.0
+    __slots__ = ("conn", "job_id", "attempt", "last_report")
+
+    def __init__(self, conn: Any, job_id: int, attempt: int) -> None:
+        self.conn = conn            # the child's end of its pipe
+        self.job_id = job_id
+        self.attempt = attempt
+        self.last_report = 0.0      # monotonic time of the last report sent
 
 
 #: Set by the child while a job runs.

@@ -1,16 +1,16 @@
 """Named records that cross between the supervisor and a store.
 
-Plain, immutable values: the supervisor builds them from its slots and counters,
-a store writes them, and the answers come back as records too, so no caller
-reads a positional tuple through an index.
+Plain, immutable values (named tuples: cheap to define at import, read by
+name): the supervisor builds them from its slots and counters, a store writes
+them, and the answers come back as records too, so no caller reads a positional
+tuple through an index.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ProgressReport:
+class ProgressReport(NamedTuple):
     """R22: how far one running attempt is; written fenced like a settle, so a
     report for an attempt that is no longer this pool's changes nothing."""
 
@@ -20,8 +20,7 @@ class ProgressReport:
     stage: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(NamedTuple):
     """R24b, R29: what a pool says about itself once a beat (its row in ``pools``)."""
 
     owner: str
@@ -35,8 +34,7 @@ class Heartbeat:
     slots_json: str
 
 
-@dataclass(frozen=True, slots=True)
-class Requests:
+class Requests(NamedTuple):
     """What operators asked of one pool since its last beat (R25, R27, R31)."""
 
     stop: bool
@@ -45,8 +43,7 @@ class Requests:
     cancels: tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DashboardRows:
+class DashboardRows(NamedTuple):
     """One consistent read of what the dashboard shows (R29), as rows; the
     dashboard's ``snapshot`` module makes its views from them."""
 

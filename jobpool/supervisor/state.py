@@ -8,7 +8,6 @@ them reaches into another's attributes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from jobpool import events
@@ -28,21 +27,23 @@ def new_counters() -> dict[str, int]:
                 reclaimed=0, dead=0, lost=0, crashes=0, settle_failures=0, strays_killed=0)
 
 
-@dataclass
 class PoolState:
     """Shared by the loop (``loop.py``), the slots (``slots.py``) and the operations
     (``operations.py``) of one pool."""
 
-    counters: dict[str, int] = field(default_factory=new_counters)
-    #: Attempts that ended and are not settled yet (settled at the next turn, R26).
-    pending: list[Finished] = field(default_factory=list)
-    #: Something may be claimable: a slot came free, a wake-up or a poll arrived.
-    want_claim: bool = True
-    #: How many stops were asked for (signals, ``jobpool stop``); two mean at once (R25).
-    stop_requests: int = 0
-    #: The stop is under way: no new claims, running jobs drain until ``drain_until``.
-    stopping: bool = False
-    drain_until: float = math.inf
+    __slots__ = ("counters", "pending", "want_claim", "stop_requests", "stopping", "drain_until")
+
+    def __init__(self) -> None:
+        self.counters = new_counters()
+        #: Attempts that ended and are not settled yet (settled at the next turn, R26).
+        self.pending: list[Finished] = []
+        #: Something may be claimable: a slot came free, a wake-up or a poll arrived.
+        self.want_claim = True
+        #: How many stops were asked for (signals, ``jobpool stop``); two mean at once (R25).
+        self.stop_requests = 0
+        #: The stop is under way: no new claims, running jobs drain until ``drain_until``.
+        self.stopping = False
+        self.drain_until = math.inf
 
     def strays_killed(self, count: int, job_id: int | None, name: str | None,
                       attempt: int | None) -> None:
