@@ -1258,10 +1258,6 @@ cdef class Core:
     def inflight(self):
         return len(self._inflight)
 
-    def forget(self, job_id):
-        """Drop a job from the lease table without writing (its lease was lost)."""
-        self._inflight.pop(job_id, None)
-
     def close(self):
         if self._depth > 0:
             self._close_pending = True   # closed when the running operation ends

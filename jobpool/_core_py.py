@@ -282,10 +282,6 @@ class Core:
     def inflight(self) -> int:
         return len(self._inflight)
 
-    def forget(self, job_id: int) -> None:
-        """Drop a job from the lease table without writing (its lease was lost)."""
-        self._inflight.pop(job_id, None)
-
     def _rollback(self) -> None:
         try:
             self._db.execute("ROLLBACK")

@@ -213,10 +213,6 @@ def run(C, seed, tmpdir, steps=300, njobs=120):
             for conn in lockers:
                 conn.execute("ROLLBACK")
                 conn.close()
-        elif op < 0.91 and held:
-            job_id = drv.choice(sorted(held))
-            both("forget", "forget", job_id)
-            stale.append((job_id, held.pop(job_id)))
         else:
             both("inflight", "__getattribute__", "inflight")
 
