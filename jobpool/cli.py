@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from jobpool import bounds, config, core, jobs, liveness
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
-from jobpool.store.sqlite import (DEFAULT_MODE, LISTED_STATUSES, connect, resolve_path,
-                                  validate_mode)
+from jobpool.store.rows import LISTED_STATUSES
+from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
 
 
 if TYPE_CHECKING:

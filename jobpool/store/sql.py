@@ -234,25 +234,27 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _per_name(defaults: dict, index: int, fallback) -> str:
-    """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one policy field."""
-    if not defaults:
+def per_name_case(policies: dict, field: str, fallback) -> str:
+    """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one ``Policy`` field
+    (standard SQL: the PostgreSQL claim builds its defaults with it too)."""
+    if not policies:
         return repr(fallback)
-    whens = " ".join(f"WHEN {quote_literal(n)} THEN {p[index]!r}" for n, p in sorted(defaults.items()))
+    whens = " ".join(f"WHEN {quote_literal(n)} THEN {getattr(p, field)!r}"
+                     for n, p in sorted(policies.items()))
     return f"(CASE name {whens} ELSE {fallback!r} END)"
 
 
 def claim_sql(names, policies, default_policy) -> str:
     """The claim statement for one supervisor: its names, and their default
-    ``max_attempts`` and ``timeout`` (policy fields 3 and 4) for rows left NULL."""
+    ``max_attempts`` and ``timeout`` for rows left NULL."""
     names = sorted(set(names))
     if not names:
         raise ValueError("a supervisor needs at least one registered job name")
     known = {n: policies[n] for n in names if n in policies}
     return CLAIM_TEMPLATE.format(
         names=", ".join(quote_literal(n) for n in names),
-        max_attempts=_per_name(known, 3, int(default_policy[3])),
-        timeouts=_per_name(known, 4, float(default_policy[4])))
+        max_attempts=per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
+        timeouts=per_name_case(known, "timeout", float(default_policy.timeout)))
 
 
 # --- settle (section 4) ----------------------------------------------------------

@@ -13,14 +13,13 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from jobpool import bounds, lifecycle, liveness
-from jobpool import options as job_options
 from jobpool.handles import Handle, Handles, Signature
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
-                            StoreError, seconds)
-from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
+                            StoreError)
+from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.serialize import encoder as json_batch_encoder
-from jobpool.store import migrations, retention, sql
+from jobpool.store import migrations, retention, rows, sql
 from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
 from jobpool.wakeup import Notifier
 
@@ -43,9 +42,6 @@ DEFAULT_MODE = 0o600
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: SQLite's primary result code for "attempt to write a readonly database".
 _SQLITE_READONLY = 8
-_STATUSES = ("ready", "running", "done", "dead")
-#: What listings show and filter by: a ready row not yet due is "scheduled".
-LISTED_STATUSES = ("ready", "scheduled", "running", "done", "dead")
 
 
 def resolve_path(db: str | os.PathLike | None = None) -> str:
@@ -212,8 +208,9 @@ class SQLiteStore:
         transaction on that connection, and exists only if the caller commits.
         """
         now = time.time() if now is None else now
-        row = self._row(name, args, kwargs, key, delay, priority, deadline, max_attempts,
-                        queue, timeout, now, chain_json(then, self.max_payload))
+        row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
+                           queue, timeout, now, rows.chain_json(then, self.max_payload),
+                           self.max_payload)
         if connection is not None:
             return self._insert(connection, row)
         handle = self.transaction(f"enqueue of {name}", lambda conn: self._insert(conn, row))
@@ -232,19 +229,19 @@ class SQLiteStore:
         as a sequence that makes each ``Handle`` when it is read.
         """
         now = time.time() if now is None else now
-        options = self._options(name, delay, priority, None, max_attempts, queue, None, now)
+        options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, now)
         items = items if isinstance(items, list) else list(items)
-        batch = self._json_batch(items) if options[2] == "json" else None
+        batch = self._json_batch(items) if options.serializer == "json" else None
         if batch is not None:
             count = len(items)
             last = self.transaction(f"enqueue_many of {name}",
                                lambda conn: self._insert_batch(conn, options, *batch))
         else:
-            rows = self._rows(options, items)
-            count = len(rows)
+            new_jobs = rows.new_jobs(options, items, self.max_payload)
+            count = len(new_jobs)
 
             def insert(conn):
-                conn.executemany(sql.INSERT_JOB, rows)
+                conn.executemany(sql.INSERT_JOB, new_jobs)
                 return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
             last = self.transaction(f"enqueue_many of {name}", insert)
         self._notifier.notify()
@@ -278,7 +275,7 @@ class SQLiteStore:
         except (TypeError, ValueError):
             return None
 
-    def _insert_batch(self, conn: sqlite3.Connection, options: tuple, batch: str,
+    def _insert_batch(self, conn: sqlite3.Connection, options: rows.EnqueueOptions, batch: str,
                       args_only: bool) -> int:
         (queue, name, _serializer, priority, run_at, max_attempts, deadline_ts, timeout,
          now) = options
@@ -295,74 +292,7 @@ class SQLiteStore:
         conn.execute(sql.INSERT_BATCH, params)
         return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
 
-    def _rows(self, options: tuple, items: list) -> list[tuple]:
-        rows = []
-        with_payload = self._with_payload
-        args: Any
-        for index, item in enumerate(items):
-            if isinstance(item, tuple):
-                args, kwargs = item, None
-            elif isinstance(item, Signature):  # its name is ignored: this is `name`
-                args, kwargs = item.args, item.kwargs
-            elif isinstance(item, list):
-                args, kwargs = item, None
-            else:
-                raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
-                                   f"Signature, not {type(item).__name__}")
-            try:
-                rows.append(with_payload(options, args, kwargs, None, None))
-            except EnqueueError as exc:
-                raise EnqueueError(f"item {index}: {exc}") from None
-        return rows
-
-    def _row(self, name, args, kwargs, key, delay, priority, deadline, max_attempts, queue,
-             timeout, now, chain) -> tuple:
-        """Validate everything before anything is written (R1)."""
-        options = self._options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
-        if key is not None and (not isinstance(key, str) or not key):
-            raise EnqueueError(f"key must be a non-empty string, not {key!r}")
-        return self._with_payload(options, args, kwargs, key, chain)
-
-    def _with_payload(self, options: tuple, args, kwargs, key, chain) -> tuple:
-        (queue, name, serializer, priority, run_at, max_attempts, deadline_ts, timeout,
-         now) = options
-        payload = encode_payload(args, kwargs, serializer, self.max_payload)
-        return (queue, name, key, payload, serializer, priority, run_at, run_at, max_attempts,
-                deadline_ts, timeout, now, chain)
-
-    def _options(self, name, delay, priority, deadline, max_attempts, queue, timeout,
-                 now) -> tuple:
-        """The validated per-call options, shared by every row of an enqueue_many."""
-        try:
-            job_options.validate_name(name)
-        except ValueError as exc:
-            raise EnqueueError(str(exc)) from None
-        job = job_options.options_of(name)
-        serializer = job.serializer if job else "json"
-        wait = seconds(delay, "delay") or 0.0
-        priority = job_options.validate_priority(
-            priority if priority is not None else (job.priority if job else job_options.DEFAULT_PRIORITY))
-        # Left unset, max_attempts and timeout stay NULL for a job this process has
-        # not imported: the supervisor that claims it applies the job's own options.
-        if max_attempts is not None:
-            max_attempts = job_options.validate_max_attempts(max_attempts)
-        elif job is not None:
-            max_attempts = job.max_attempts
-        if queue is None:
-            queue = job.queue if job else job_options.DEFAULT_QUEUE
-        try:
-            job_options.validate_name(queue, "queue name")
-        except ValueError as exc:
-            raise EnqueueError(str(exc)) from None
-        if timeout is not None:
-            timeout = job_options.validate_timeout(timeout)
-        elif job is not None:
-            timeout = job.timeout
-        deadline_ts = job_options.to_timestamp(deadline)
-        return (queue, name, serializer, priority, now + wait, max_attempts, deadline_ts, timeout,
-                now)
-
-    def _insert(self, conn: sqlite3.Connection, row: tuple) -> Handle:
+    def _insert(self, conn: sqlite3.Connection, row: rows.NewJob) -> Handle:
         try:
             cursor = conn.execute(sql.INSERT_JOB, row)
             return Handle(int(cursor.lastrowid or 0), store=self)
@@ -383,7 +313,7 @@ class SQLiteStore:
         under ``supervisors``, each live pool's counters since it started (R29a)."""
         now = time.time() if now is None else now
         try:
-            counts = dict.fromkeys(_STATUSES, 0)
+            counts = dict.fromkeys(rows.STATUSES, 0)
             counts.update(dict(self.conn.execute(sql.COUNT_BY_STATUS).fetchall()))
             scheduled = self.conn.execute(sql.COUNT_SCHEDULED, (now,)).fetchone()[0]
         except sqlite3.Error as exc:
@@ -405,7 +335,7 @@ class SQLiteStore:
             raise StoreError(f"reading job {job_id} failed: {exc}") from exc
         if row is None:
             raise JobNotFound(f"no job with id {job_id}")
-        job = _job_dict(cursor.description, row, raw_result=raw_result)
+        job = rows.job_dict([d[0] for d in cursor.description], row, raw_result=raw_result)
         return job
 
     @property
@@ -419,7 +349,8 @@ class SQLiteStore:
         """Rows of ``jobs`` as dicts, as ``get`` returns them."""
         try:
             cursor = self.conn.execute(query, params)
-            return [_job_dict(cursor.description, row) for row in cursor.fetchall()]
+            columns = [d[0] for d in cursor.description]
+            return [rows.job_dict(columns, row) for row in cursor.fetchall()]
         except sqlite3.Error as exc:
             raise StoreError(f"listing jobs failed: {exc}") from exc
 
@@ -441,8 +372,8 @@ class SQLiteStore:
 
         A ready job that is not due yet is listed, and filtered, as ``scheduled``
         (as ``stats()`` counts it): ``ready`` means it may run now."""
-        if status is not None and status not in LISTED_STATUSES:
-            raise EnqueueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
+        if status is not None and status not in rows.LISTED_STATUSES:
+            raise EnqueueError(f"status must be one of {', '.join(rows.LISTED_STATUSES)}, not {status!r}")
         now = time.time() if now is None else now
         where: list[str] = []
         params: list[Any] = []
@@ -533,8 +464,8 @@ class SQLiteStore:
     def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
         did; the ``periodic`` row and the job are written in one transaction."""
-        row = self._row(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
-                        None, None, occurrence, None)
+        row = rows.new_job(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
+                           None, None, occurrence, None, self.max_payload)
 
         def advance(conn):
             if not conn.execute(sql.ADVANCE_PERIODIC, {"name": name, "occurrence": occurrence}).rowcount:
@@ -746,48 +677,6 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
-
-
-def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
-    """The ``chain`` column for ``then=``: each step validated like an enqueue (R1)."""
-    if then is None:
-        return None
-    steps = list(then) if isinstance(then, (list, tuple)) else [then]
-    encoded = []
-    for index, step in enumerate(steps):
-        if not isinstance(step, Signature):
-            raise EnqueueError(f"then[{index}] must be a signature (job.s(...)), "
-                               f"not {type(step).__name__}")
-        job = job_options.options_of(step.name)
-        if job is not None and job.serializer != "json":
-            raise EnqueueError(f"then[{index}]: chained steps carry JSON arguments; "
-                               f"{step.name} uses {job.serializer}")
-        encoded.append({
-            "name": step.name,
-            "payload": encode_payload(step.args, step.kwargs, "json", max_payload),
-            "queue": job.queue if job else job_options.DEFAULT_QUEUE,
-            "priority": job.priority if job else job_options.DEFAULT_PRIORITY,
-            "max_attempts": job.max_attempts if job else None,
-            "timeout": job.timeout if job else None,
-        })
-    if not encoded:
-        return None
-    return json.dumps(encoded, separators=(",", ":"))
-
-
-def _job_dict(description, row, *, raw_result: bool = False) -> dict[str, Any]:
-    job = dict(zip((d[0] for d in description), row))
-    if raw_result:
-        return job
-    payload = job.get("payload")
-    if isinstance(payload, bytes) and job.get("serializer") == "json":
-        job["payload"] = payload.decode("utf-8", "replace")
-    elif isinstance(payload, bytes):
-        job["payload"] = f"<{len(payload)} bytes, {job.get('serializer')}>"
-    result = job.get("result")
-    if isinstance(result, bytes):
-        job["result"] = f"<{len(result)} bytes>"
-    return job
 
 
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,

@@ -1,0 +1,170 @@
+"""What every store does the same before it writes a job and after it reads one:
+validate an enqueue's options and encode its payload (R1), encode a chain (R12),
+and shape a row into the dict ``get`` and ``list_jobs`` return.
+
+Kept out of any one store so SQLite and PostgreSQL validate alike and say the
+same words when they refuse something; only the SQL differs.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+from jobpool import options as job_options
+from jobpool.errors import EnqueueError, seconds
+from jobpool.handles import Signature
+from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
+
+#: The statuses a row can have in any store.
+STATUSES = ("ready", "running", "done", "dead")
+#: What listings show and filter by: a ready row not yet due is "scheduled".
+LISTED_STATUSES = ("ready", "scheduled", "running", "done", "dead")
+
+
+class EnqueueOptions(NamedTuple):
+    """The validated per-call options, shared by every row of an enqueue_many."""
+
+    queue: str
+    name: str
+    serializer: str
+    priority: int
+    run_at: float
+    max_attempts: int | None   # None: the claiming pool's registered value
+    deadline: float | None
+    timeout: float | None      # None: the claiming pool's registered value
+    now: float
+
+
+class NewJob(NamedTuple):
+    """One row to insert, validated and encoded (the column order of INSERT_JOB)."""
+
+    queue: str
+    name: str
+    key: str | None
+    payload: bytes | str
+    serializer: str
+    priority: int
+    run_at: float
+    line_at: float
+    max_attempts: int | None
+    deadline: float | None
+    timeout: float | None
+    created_at: float
+    chain: str | None
+
+
+def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout,
+                    now: float) -> EnqueueOptions:
+    """Validate the options of one enqueue (R1); unset ones come from the job's
+    registration in this process, when it has one."""
+    try:
+        job_options.validate_name(name)
+    except ValueError as exc:
+        raise EnqueueError(str(exc)) from None
+    job = job_options.options_of(name)
+    serializer = job.serializer if job else "json"
+    wait = seconds(delay, "delay") or 0.0
+    priority = job_options.validate_priority(
+        priority if priority is not None else (job.priority if job else job_options.DEFAULT_PRIORITY))
+    # Left unset, max_attempts and timeout stay NULL for a job this process has
+    # not imported: the supervisor that claims it applies the job's own options.
+    if max_attempts is not None:
+        max_attempts = job_options.validate_max_attempts(max_attempts)
+    elif job is not None:
+        max_attempts = job.max_attempts
+    if queue is None:
+        queue = job.queue if job else job_options.DEFAULT_QUEUE
+    try:
+        job_options.validate_name(queue, "queue name")
+    except ValueError as exc:
+        raise EnqueueError(str(exc)) from None
+    if timeout is not None:
+        timeout = job_options.validate_timeout(timeout)
+    elif job is not None:
+        timeout = job.timeout
+    deadline_ts = job_options.to_timestamp(deadline)
+    return EnqueueOptions(queue, name, serializer, priority, now + wait, max_attempts, deadline_ts,
+                          timeout, now)
+
+
+def with_payload(options: EnqueueOptions, args, kwargs, key, chain,
+                 max_payload: int = MAX_PAYLOAD_BYTES) -> NewJob:
+    payload = encode_payload(args, kwargs, options.serializer, max_payload)
+    return NewJob(options.queue, options.name, key, payload, options.serializer, options.priority,
+                  options.run_at, options.run_at, options.max_attempts, options.deadline,
+                  options.timeout, options.now, chain)
+
+
+def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, queue, timeout,
+            now: float, chain: str | None, max_payload: int = MAX_PAYLOAD_BYTES) -> NewJob:
+    """One job's row, everything validated before anything is written (R1)."""
+    options = enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
+    if key is not None and (not isinstance(key, str) or not key):
+        raise EnqueueError(f"key must be a non-empty string, not {key!r}")
+    return with_payload(options, args, kwargs, key, chain, max_payload)
+
+
+def new_jobs(options: EnqueueOptions, items: list,
+             max_payload: int = MAX_PAYLOAD_BYTES) -> list[NewJob]:
+    """The rows of an enqueue_many, in item order; a bad item is named by its index."""
+    rows = []
+    args: Any
+    for index, item in enumerate(items):
+        if isinstance(item, tuple):
+            args, kwargs = item, None
+        elif isinstance(item, Signature):  # its name is ignored: this is `name`
+            args, kwargs = item.args, item.kwargs
+        elif isinstance(item, list):
+            args, kwargs = item, None
+        else:
+            raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
+                               f"Signature, not {type(item).__name__}")
+        try:
+            rows.append(with_payload(options, args, kwargs, None, None, max_payload))
+        except EnqueueError as exc:
+            raise EnqueueError(f"item {index}: {exc}") from None
+    return rows
+
+
+def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
+    """The ``chain`` column for ``then=``: each step validated like an enqueue (R1)."""
+    if then is None:
+        return None
+    steps = list(then) if isinstance(then, (list, tuple)) else [then]
+    encoded = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, Signature):
+            raise EnqueueError(f"then[{index}] must be a signature (job.s(...)), "
+                               f"not {type(step).__name__}")
+        job = job_options.options_of(step.name)
+        if job is not None and job.serializer != "json":
+            raise EnqueueError(f"then[{index}]: chained steps carry JSON arguments; "
+                               f"{step.name} uses {job.serializer}")
+        encoded.append({
+            "name": step.name,
+            "payload": encode_payload(step.args, step.kwargs, "json", max_payload),
+            "queue": job.queue if job else job_options.DEFAULT_QUEUE,
+            "priority": job.priority if job else job_options.DEFAULT_PRIORITY,
+            "max_attempts": job.max_attempts if job else None,
+            "timeout": job.timeout if job else None,
+        })
+    if not encoded:
+        return None
+    return json.dumps(encoded, separators=(",", ":"))
+
+
+def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
+    """A row as ``get`` returns it: a JSON payload as text, binary payloads and
+    results as a size (unless ``raw_result``)."""
+    job = dict(zip(columns, row))
+    if raw_result:
+        return job
+    payload = job.get("payload")
+    if isinstance(payload, (bytes, memoryview)) and job.get("serializer") == "json":
+        job["payload"] = bytes(payload).decode("utf-8", "replace")
+    elif isinstance(payload, (bytes, memoryview)):
+        job["payload"] = f"<{len(payload)} bytes, {job.get('serializer')}>"
+    result = job.get("result")
+    if isinstance(result, (bytes, memoryview)):
+        job["result"] = f"<{len(result)} bytes>"
+    return job
