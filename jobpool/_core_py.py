@@ -22,7 +22,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)
-from jobpool.store import sql
+from jobpool.store import rows, sql
 
 #: The API the compiled core mirrors name for name (tests/test_core.py).
 __all__ = ["Core", "SlotTable", "backoff", "with_reason", "LEASE_SLACK", "KIND_NAMES",
@@ -221,12 +221,7 @@ class Core:
             return
         if decision.successor and lease.chained:
             db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
-        db.execute(sql.INSERT_ATTEMPT, {
-            "id": lease.job_id, "attempt": lease.attempt, "owner": owner, "pid": outcome.pid,
-            "started_at": lease.started_at, "now": now,
-            "outcome": log_as or KIND_NAMES[outcome.kind], "error": outcome.error,
-            "exit_status": outcome.exit_status, "peak_rss": outcome.peak_rss,
-            "cpu_s": outcome.cpu_s, "strays": outcome.strays})
+        db.execute(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
         out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                            decision.reason))
 

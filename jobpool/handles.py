@@ -66,18 +66,19 @@ class Handle:
 
 
 class Handles(Sequence):
-    """The handles of one ``enqueue_many``: consecutive ids, made on demand.
+    """The handles of one ``enqueue_many``, in item order, made on demand.
 
-    A batch's rows get consecutive ids, so the batch is described by its first id
-    and its length; building 100 000 ``Handle`` objects up front took longer than
-    writing the rows. Indexing, slicing, ``len`` and iteration behave as on the
-    list of handles it stands for.
+    It holds the ids the store gave the batch (a ``range`` when they are
+    consecutive, as SQLite's are; PostgreSQL's need not be, since other sessions
+    take ids from the same sequence meanwhile): building 100 000 ``Handle``
+    objects up front took longer than writing the rows. Indexing, slicing,
+    ``len`` and iteration behave as on the list of handles it stands for.
     """
 
     __slots__ = ("_ids", "_store")
 
-    def __init__(self, first: int, count: int, store: Any = None) -> None:
-        self._ids = range(first, first + count)
+    def __init__(self, ids: Sequence[int], store: Any = None) -> None:
+        self._ids = ids
         self._store = store
 
     def __len__(self) -> int:
@@ -98,14 +99,14 @@ class Handles(Sequence):
         return (Handle(i, store=store) for i in self._ids)
 
     @property
-    def ids(self) -> range:
+    def ids(self) -> Sequence[int]:
         """Every id of the batch, in the order the items were given."""
         return self._ids
 
     def __eq__(self, other: object) -> bool:
         # Equal to the list of handles it stands for, as enqueue_many's list was.
         if isinstance(other, Handles):
-            return self._ids == other._ids
+            return list(self._ids) == list(other._ids)
         if isinstance(other, (list, tuple)):
             return len(other) == len(self._ids) and all(a == b for a, b in zip(self, other))
         return NotImplemented
@@ -113,9 +114,12 @@ class Handles(Sequence):
     __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like list
 
     def __repr__(self) -> str:
-        if not self._ids:
+        ids = self._ids
+        if not ids:
             return "Handles([])"
-        return f"Handles(ids {self._ids.start}..{self._ids.stop - 1})"
+        if isinstance(ids, range):
+            return f"Handles(ids {ids.start}..{ids.stop - 1})"
+        return f"Handles({len(ids)} ids {ids[0]}..{ids[-1]})"
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,14 @@ class Store(Protocol):
 
     # -- operators (R25, R27, R31, R32) --------------------------------------------------
 
+    @property
+    def dead(self) -> Any:
+        """R32: the dead letters, with ``list(name=, limit=)``, ``ids(name=)``,
+        ``retry(ids)`` (back in line under the same id with a fresh budget, unless a
+        live job holds its key), ``delete(ids)`` and ``purge(older_than)``; retry and
+        delete answer id -> what happened."""
+        ...
+
     def cancel(self, job_id: int, now: float | None = None) -> str:
         """R31: ``cancelled`` (a ready job, now dead), ``requested`` (running: its
         pool kills it), or the status that could not be cancelled."""

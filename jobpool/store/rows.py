@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
+from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 
 #: The statuses a row can have in any store.
@@ -168,3 +169,14 @@ def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     if isinstance(result, (bytes, memoryview)):
         job["result"] = f"<{len(result)} bytes>"
     return job
+
+
+def attempt_params(lease: Lease, outcome: Outcome, owner: str, now: float,
+                   log_as: str | None = None) -> dict[str, Any]:
+    """R19a: the attempt log's row for one settled attempt, as every store's
+    INSERT_ATTEMPT binds it (``log_as`` overrides the outcome's own word)."""
+    return {"id": lease.job_id, "attempt": lease.attempt, "owner": owner, "pid": outcome.pid,
+            "started_at": lease.started_at, "now": now,
+            "outcome": log_as or KIND_NAMES[outcome.kind], "error": outcome.error,
+            "exit_status": outcome.exit_status, "peak_rss": outcome.peak_rss,
+            "cpu_s": outcome.cpu_s, "strays": outcome.strays}

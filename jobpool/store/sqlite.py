@@ -247,7 +247,7 @@ class SQLiteStore:
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
-        return Handles(last - count + 1, count, store=self)
+        return Handles(range(last - count + 1, last + 1), store=self)
 
     def _json_batch(self, items: list) -> tuple[str, bool] | None:
         """The whole batch as one JSON array, encoded in one call, and whether it
@@ -692,7 +692,9 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
     written, and an older store is refused naming what upgrades it (R26a)."""
     path = resolve_path(db)
     if path.startswith(("postgresql://", "postgres://")):
-        raise StoreError("PostgreSQL stores are not available in this version of jobpool")
+        # DESIGN section 7: the same protocol over PostgreSQL, for many hosts.
+        from jobpool.store import postgres
+        return postgres.connect(path, create=create, readonly=readonly)  # type: ignore[return-value]
     if readonly:
         create = False
     return SQLiteStore(path, durability=durability, create=create, check=check,

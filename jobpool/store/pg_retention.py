@@ -1,0 +1,87 @@
+"""Dead letters on PostgreSQL (R32): list, retry, delete and purge, as ``store.dead``.
+
+The same operations and answers as SQLite's (``store/retention.py``); what
+differs is where the rows are: dead rows live in ``finished_jobs``, and a retry
+moves one back to the hot table under its own id.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
+
+from jobpool.store import pg_sql
+
+if TYPE_CHECKING:
+    from jobpool.store.postgres import PostgresStore
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the store refused to open first
+    psycopg = None  # type: ignore[assignment]
+
+#: Rows deleted per transaction by a purge, so it never holds locks for long.
+BATCH = 500
+
+
+class PgDeadLetters:
+    """``store.dead`` of a PostgreSQL store."""
+
+    def __init__(self, store: "PostgresStore") -> None:
+        self.store = store
+
+    def list(self, *, name: str | None = None, limit: int = 100) -> "list[dict[str, Any]]":
+        query = pg_sql.LIST_DEAD.format(columns=pg_sql.JOB_COLUMNS,
+                                        name_filter="AND name = %(name)s" if name else "")
+        return [self.store.job(row) for row in
+                self.store.read("listing dead jobs", query, {"name": name, "limit": limit})]
+
+    def ids(self, *, name: str | None = None) -> List[int]:
+        query = pg_sql.DEAD_IDS.format(name_filter="AND name = %(name)s" if name else "")
+        return [r[0] for r in self.store.read("listing dead jobs", query, {"name": name})]
+
+    def retry(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """Put dead jobs back in line with fresh attempts; returns id -> what happened."""
+        def retry(conn: Any) -> dict[int, str]:
+            server_now = self.store.server_now(conn)
+            outcome: dict[int, str] = {}
+            for job_id in ids:
+                try:
+                    with conn.transaction():  # a savepoint: one refusal spoils no other
+                        moved = conn.execute(pg_sql.RETRY_DEAD,
+                                             {"id": job_id, "now": server_now}).fetchone()
+                except psycopg.errors.UniqueViolation:
+                    outcome[job_id] = "key held by a live job"
+                    continue
+                outcome[job_id] = "retried" if moved else _why_not(conn, job_id)
+            return outcome
+        return self.store.transaction("retrying dead jobs", retry)
+
+    def delete(self, ids: Iterable[int]) -> dict[int, str]:
+        def delete(conn: Any) -> dict[int, str]:
+            outcome: dict[int, str] = {}
+            for job_id in ids:
+                gone = conn.execute(pg_sql.DELETE_DEAD, {"id": job_id}).fetchone()
+                outcome[job_id] = "deleted" if gone else _why_not(conn, job_id)
+            return outcome
+        return self.store.transaction("deleting dead jobs", delete)
+
+    def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
+        """Delete dead jobs finished more than ``older_than`` seconds ago (server clock)."""
+        total = 0
+        while True:
+            def purge(conn: Any) -> int:
+                before = self.store.server_now(conn) - older_than
+                return conn.execute(pg_sql.PURGE_FINISHED, {
+                    "status": "dead", "before": before, "limit": BATCH}).fetchone()[0]
+            done = self.store.transaction("purging dead jobs", purge)
+            total += done
+            if progress is not None:
+                progress(done)
+            if done < BATCH:
+                return total
+
+
+def _why_not(conn: Any, job_id: int) -> str:
+    row = conn.execute(pg_sql.JOB_STATUS, {"id": job_id}).fetchone()
+    if row is None:
+        return "no such job"
+    return f"not dead ({row[0]})"

@@ -1,0 +1,585 @@
+"""The PostgreSQL store: one queue shared by pools on many hosts (DESIGN section 7).
+
+``connect("postgresql://user@host/db")`` opens it. The store keeps its tables in a
+schema of its own (``jobpool``, or ``?schema=NAME`` in the URL), creates and
+upgrades them itself under an advisory lock, and takes every time it writes from
+the server's clock (R7a), so hosts whose clocks disagree still agree on run_at,
+leases and deadlines. Every statement is in ``store/pg_sql.py``; the supervisor's
+hot path is ``store/pg_claimer.py``.
+
+Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
+``postgresql://`` URL is opened, so the SQLite default never loads it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Callable, NamedTuple
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from jobpool import bounds, lifecycle, liveness
+from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyStoreError,
+                            StoreError)
+from jobpool.handles import Handle, Handles
+from jobpool.serialize import MAX_PAYLOAD_BYTES
+from jobpool.store import pg_sql, rows
+from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
+
+try:
+    import psycopg
+    from psycopg import sql as pgsql
+except ImportError:  # pragma: no cover - exercised by the one-line error below
+    psycopg = None  # type: ignore[assignment]
+
+#: The schema a store lives in unless the URL says ``?schema=NAME``.
+DEFAULT_SCHEMA = "jobpool"
+#: Schema names jobpool accepts: lower-case, so they need no quoting anywhere.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+#: URL schemes that open this store.
+SCHEMES = ("postgresql://", "postgres://")
+
+#: R26: per-session limits, so a stuck statement, a held lock or a forgotten open
+#: transaction becomes a StoreError (and a pause), never a pool that hangs (ms).
+SESSION_OPTIONS = {"statement_timeout": 30_000, "lock_timeout": 10_000,
+                   "idle_in_transaction_session_timeout": 60_000}
+#: TCP keepalives: a server that vanished is noticed within about a minute.
+KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+              "keepalives_count": 3}
+
+
+def is_url(db: str) -> bool:
+    return db.startswith(SCHEMES)
+
+
+class Target(NamedTuple):
+    """Where a PostgreSQL store lives, parsed from its URL."""
+
+    conninfo: str        # the URL libpq gets, without jobpool's own parameters
+    schema: str
+    pooler: str | None   # "transaction": behind a transaction-mode pooler
+    shown: str           # the URL as operators see it: never the password
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced, for anything printed or logged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def parse_url(url: str) -> Target:
+    """Split jobpool's parameters (``schema``, ``pooler``) off a PostgreSQL URL."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = DEFAULT_SCHEMA
+    pooler = None
+    kept = []
+    for key, value in query:
+        if key == "schema":
+            schema = value
+        elif key == "pooler":
+            pooler = value
+        elif key == "password":
+            raise StoreError("put the password in the URL's user part or in ~/.pgpass, "
+                             "not in ?password=")
+        else:
+            kept.append((key, value))
+    if not _SCHEMA_NAME.match(schema):
+        raise StoreError(f"schema must be a lower-case name of letters, digits and _ "
+                         f"(at most 63), not {schema!r}")
+    if pooler not in (None, "transaction"):
+        raise StoreError(f"pooler must be 'transaction', not {pooler!r}")
+    conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
+    return Target(conninfo, schema, pooler, redact(conninfo))
+
+
+def _require_psycopg() -> None:
+    if psycopg is None:
+        raise StoreError("PostgreSQL stores need psycopg 3: pip install 'jobpool[postgres]'")
+
+
+def open_connection(target: Target, *, application: str = "jobpool") -> Any:
+    """A new autocommit connection whose search_path is the store's schema."""
+    _require_psycopg()
+    options = " ".join(f"-c {k}={v}" for k, v in SESSION_OPTIONS.items())
+    options += f" -c search_path={target.schema}"
+    try:
+        return psycopg.connect(target.conninfo, autocommit=True, options=options,
+                               application_name=application,
+                               prepare_threshold=None if target.pooler else 5, **KEEPALIVES)
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot connect to {target.shown}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def ensure_schema(conn: Any, target: Target, *, create: bool) -> None:
+    """Create the store's schema and tables, or check the version of those there;
+    under an advisory lock, so hosts starting together create them once."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("jobpool-migrate:" + target.schema,))
+        exists = conn.execute(pg_sql.HAS_META).fetchone()[0]
+        if not exists:
+            if not create:
+                raise StoreError(f"no jobpool store in schema {target.schema} at {target.shown}")
+            conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                pgsql.Identifier(target.schema)))
+            for statement in pg_sql.SCHEMA:
+                conn.execute(statement)
+            conn.execute(pg_sql.WRITE_SCHEMA_VERSION, {"version": pg_sql.SCHEMA_VERSION})
+            return
+        row = conn.execute(pg_sql.READ_SCHEMA_VERSION).fetchone()
+        version = row[0] if row else None
+        if version != pg_sql.SCHEMA_VERSION:
+            raise NotAStoreError(
+                f"schema {target.schema} at {target.shown} holds a jobpool store of schema "
+                f"version {version}; this jobpool reads version {pg_sql.SCHEMA_VERSION}")
+
+
+class PostgresStore:
+    """Where jobs live when many hosts share them (see the module docstring)."""
+
+    def __init__(self, url: str, *, create: bool = True, max_payload: int = MAX_PAYLOAD_BYTES,
+                 readonly: bool = False) -> None:
+        self.target = parse_url(url)
+        #: What operators see: the URL without its password.
+        self.path = self.target.shown
+        self.max_payload = max_payload
+        self._create = create and not readonly
+        self._conn: Any = None
+        self._pid = 0
+        _ = self.conn  # connect now, so a bad URL is reported at connect()
+
+    # -- connections ----------------------------------------------------------------------
+
+    @property
+    def conn(self) -> Any:
+        """This process's connection; a fork opens its own (none crosses a fork)."""
+        if self._conn is None or self._pid != os.getpid() or self._conn.closed:
+            conn = open_connection(self.target)
+            try:
+                ensure_schema(conn, self.target, create=self._create)
+            except psycopg.Error as exc:
+                conn.close()
+                raise StoreError(f"opening the store at {self.path} failed: "
+                                 f"{_first_line(exc)}") from exc
+            except BaseException:
+                conn.close()
+                raise
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> "PostgresStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def transaction(self, what: str, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(conn)`` in one transaction; StoreError naming ``what`` on failure.
+        A broken connection is dropped, so the next call reconnects (R26)."""
+        try:
+            conn = self.conn
+            with conn.transaction():
+                return fn(conn)
+        except psycopg.Error as exc:
+            self._drop_if_broken()
+            raise StoreError(f"{what} failed: {_first_line(exc)}") from exc
+
+    def read(self, what: str, query: str, params: Any = None) -> list[tuple]:
+        try:
+            return self.conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            self._drop_if_broken()
+            raise StoreError(f"{what} failed: {_first_line(exc)}") from exc
+
+    def _drop_if_broken(self) -> None:
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken):
+            self._conn = None
+
+    @staticmethod
+    def server_now(conn: Any) -> float:
+        """R7a: the server's clock (the transaction's start, inside one)."""
+        return conn.execute(pg_sql.SERVER_NOW).fetchone()[0]
+
+    # -- enqueue (R1-R5) ---------------------------------------------------------------------
+
+    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Handle:
+        return self.enqueue_with(name, args=args, kwargs=kwargs)
+
+    def enqueue_with(self, name: str, *, args: tuple | list = (), kwargs: dict | None = None,
+                     key: str | None = None, delay: float | timedelta | None = None,
+                     priority: int | None = None, deadline: datetime | float | None = None,
+                     max_attempts: int | None = None, queue: str | None = None,
+                     timeout: float | None = None, then: Any = None, connection: Any = None,
+                     now: float | None = None) -> Handle:
+        """Queue one job (see ``Store.enqueue_with``). Its run_at is the server's now
+        plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
+        # Validated on a clock of 0: the row takes the server's time when it is written.
+        job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
+                           queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
+                           self.max_payload)
+        if connection is not None:
+            # R5: inside the caller's own transaction, on its connection (whose
+            # search_path is its own: the table is named with the store's schema).
+            try:
+                return self._insert(connection, job, qualified=True)
+            except psycopg.Error as exc:
+                raise StoreError(f"enqueue of {name} on the caller's connection failed: "
+                                 f"{_first_line(exc)}") from exc
+        return self.transaction(f"enqueue of {name}", lambda conn: self._insert(conn, job))
+
+    def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False) -> Handle:
+        params = _job_params(job)
+        params["now"] = self.server_now(conn)
+        jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
+        row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs) if qualified
+                           else pg_sql.INSERT_JOB, params).fetchone()
+        if row is not None:
+            return Handle(row[0], store=self)
+        # R3: a live job holds this key; hand back its id and write nothing.
+        existing = conn.execute(pg_sql.FIND_LIVE_KEY_IN.format(jobs=jobs),
+                                {"name": job.name, "key": job.key}).fetchone()
+        if existing is None:
+            raise StoreError(f"enqueue of {job.name}: key {job.key!r} was held and then freed "
+                             f"mid-enqueue; try again")
+        return Handle(existing[0], duplicate=True, store=self)
+
+    def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
+                     priority: int | None = None, queue: str | None = None,
+                     max_attempts: int | None = None, now: float | None = None) -> Handles:
+        """Queue many in one transaction, all or nothing (R4), streamed with COPY.
+        The ids come back in item order; they need not be consecutive."""
+        options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, 0.0)
+        items = items if isinstance(items, list) else list(items)
+        new_jobs = rows.new_jobs(options, items, self.max_payload)
+        wait = options.run_at  # the delay, on the validation clock of 0
+
+        def insert(conn: Any) -> list[int]:
+            server_now = self.server_now(conn)
+            ids = [r[0] for r in conn.execute(pg_sql.RESERVE_IDS, {"count": len(new_jobs)})]
+            with conn.cursor().copy(pg_sql.COPY_JOBS) as copy:
+                for job_id, job in zip(ids, new_jobs):
+                    copy.write_row((job_id, job.queue, job.name, None, _bytes(job.payload),
+                                    job.serializer, job.priority, "ready", server_now + wait,
+                                    server_now + wait, job.max_attempts, None, job.timeout,
+                                    server_now, None))
+            return ids
+        ids = self.transaction(f"enqueue_many of {name}", insert) if new_jobs else []
+        return Handles(ids, store=self)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, job_id: int, *, raw_result: bool = False) -> dict[str, Any]:
+        found = self.read(f"reading job {job_id}", pg_sql.GET_JOB, {"id": job_id})
+        if not found:
+            raise JobNotFound(f"no job with id {job_id}")
+        return self.job(found[0], raw_result=raw_result)
+
+    _COLUMNS = [c.strip() for c in pg_sql.JOB_COLUMNS.split(",")]
+
+    def job(self, row: tuple, *, raw_result: bool = False) -> dict[str, Any]:
+        """A row of ``pg_sql.JOB_COLUMNS`` as ``get`` returns it."""
+        job = rows.job_dict(self._COLUMNS, row, raw_result=raw_result)
+        for field in ("payload", "result"):
+            if isinstance(job.get(field), memoryview):
+                job[field] = bytes(job[field])
+        return job
+
+    def list_jobs(self, *, status: str | None = None, name: str | None = None,
+                  chain: int | None = None, limit: int = 100,
+                  now: float | None = None) -> list[dict[str, Any]]:
+        """Jobs in id order (see ``Store.list_jobs``), scheduled judged on the server's clock."""
+        if status is not None and status not in rows.LISTED_STATUSES:
+            raise EnqueueError(f"status must be one of {', '.join(rows.LISTED_STATUSES)}, "
+                               f"not {status!r}")
+        where: list[str] = []
+        params: dict[str, Any] = {"limit": limit}
+        if status in ("ready", "scheduled"):
+            where.append("status = 'ready' AND run_at " + ("<=" if status == "ready" else ">")
+                         + " extract(epoch FROM now())")
+        elif status is not None:
+            where.append("status = %(status)s")
+            params["status"] = status
+        if name is not None:
+            where.append("name = %(name)s")
+            params["name"] = name
+        if chain is not None:
+            where.append("(id = %(chain)s OR chain_root = %(chain)s)")
+            params["chain"] = chain
+        query = (f"SELECT {pg_sql.JOB_COLUMNS}, extract(epoch FROM now())::float8 FROM all_jobs"
+                 + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id LIMIT %(limit)s")
+        jobs = []
+        for row in self.read("listing jobs", query, params):
+            job = self.job(row[:-1])
+            if job["status"] == "ready" and job["run_at"] > row[-1]:
+                job["status"] = "scheduled"
+            jobs.append(job)
+        return jobs
+
+    @property
+    def dead(self) -> Any:
+        """Dead letters: list, retry, delete, purge (R32)."""
+        from jobpool.store.pg_retention import PgDeadLetters
+        return PgDeadLetters(self)
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        names = ("attempt", "owner", "pid", "started_at", "ended_at", "outcome", "error",
+                 "exit_status", "peak_rss", "cpu_s", "strays")
+        return [dict(zip(names, r)) for r in
+                self.read(f"reading attempts of job {job_id}", pg_sql.LIST_ATTEMPTS, {"id": job_id})]
+
+    def stats(self, now: float | None = None) -> dict[str, Any]:
+        """Counts by status (``ready``: due now by the server's clock; ``scheduled``:
+        later) and each live pool's counters (R29a)."""
+        def read(conn: Any) -> tuple[dict, int, float]:
+            server_now = self.server_now(conn)
+            counts = dict.fromkeys(rows.STATUSES, 0)
+            scheduled = 0
+            for status, count, later in conn.execute(pg_sql.COUNT_LIVE, {"now": server_now}):
+                counts[status] = count
+                if status == "ready":
+                    scheduled = later
+            counts.update(dict(conn.execute(pg_sql.COUNT_FINISHED).fetchall()))
+            return counts, scheduled, server_now
+        counts, scheduled, server_now = self.transaction("reading stats", read)
+        return {"ready": counts["ready"] - scheduled, "scheduled": scheduled,
+                "running": counts["running"], "done": counts["done"], "dead": counts["dead"],
+                "supervisors": [dict(p["counters"], owner=p["owner"], procs=p["procs"],
+                                     heartbeat_at=p["heartbeat_at"])
+                                for p in liveness.live_pools(self.pools(server_now))]}
+
+    def pools(self, now: float | None = None) -> list[dict[str, Any]]:
+        names = ("owner", "host", "pid", "procs", "queues", "core", "started_at", "heartbeat_at",
+                 "counters", "slots", "stop_requested", "desired_procs", "names")
+        found = [dict(zip(names, r)) for r in self.read("reading pools", pg_sql.LIST_POOLS)]
+        now = time.time() if now is None else now
+        for pool in found:
+            pool["counters"] = json.loads(pool["counters"])
+            pool["slots"] = json.loads(pool["slots"])
+            pool["dead"] = liveness.pool_death(pool, now)
+        return found
+
+    def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
+        """R29: one frame's rows, read in one transaction (REPEATABLE READ would be
+        stricter; the counts of one statement are consistent with each other)."""
+        def read(conn: Any) -> DashboardRows:
+            counts = conn.execute(
+                "SELECT queue, 'ready', count(*), count(*) FILTER (WHERE run_at > %(now)s)"
+                "  FROM jobs WHERE status = 'ready' GROUP BY queue"
+                " UNION ALL SELECT queue, 'running', count(*), 0 FROM jobs"
+                "  WHERE status = 'running' GROUP BY queue"
+                " UNION ALL SELECT queue, 'dead', count(*), 0 FROM finished_jobs"
+                "  WHERE status = 'dead' GROUP BY queue", {"now": now}).fetchall()
+            done = conn.execute("SELECT count(*) FROM finished_jobs WHERE status = 'done'").fetchone()[0]
+            since = conn.execute(
+                "SELECT queue, count(*) FROM finished_jobs WHERE status = 'done'"
+                " AND finished_at > %(since)s GROUP BY queue", {"since": now - 60.0}).fetchall()
+            failed = conn.execute(
+                "SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error"
+                "  FROM attempts AS a LEFT JOIN all_jobs AS j ON j.id = a.job_id"
+                " WHERE a.outcome NOT IN ('done', 'deferred', 'rescheduled', 'released')"
+                " ORDER BY a.seq DESC LIMIT %(limit)s", {"limit": failures}).fetchall()
+            running = conn.execute(
+                "SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage"
+                "  FROM jobs WHERE status = 'running'").fetchall()
+            return DashboardRows(queue_counts=counts, done=done, done_since=since,
+                                 failures=failed, running=running, pools=[], ready_by_name=[])
+        snapshot = self.transaction("reading the dashboard snapshot", read)
+        pools = self.pools(now)
+        ready = self.read("reading ready jobs", pg_sql.READY_BY_NAME) \
+            if liveness.live_pools(pools) else []
+        return snapshot._replace(pools=pools, ready_by_name=ready)
+
+    def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
+        live = liveness.live_pools(self.pools(now))
+        if not live:
+            return []
+        return liveness.unserved(self.read("reading ready jobs", pg_sql.READY_BY_NAME), live)
+
+    def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
+        found = self.read("reading the queue", pg_sql.NEXT_READY,
+                          {"names": list(names), "queues": list(queues)})
+        return found[0][0] if found else None
+
+    # -- operators (R25, R27, R31) -----------------------------------------------------------
+
+    def cancel(self, job_id: int, now: float | None = None) -> str:
+        """R31 (see ``Store.cancel``), through ``lifecycle.decide`` like every transition."""
+        decision = lifecycle.decide(
+            lifecycle.Lease(job_id, "", 0, 1, 0, None, 0.0, False),
+            lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
+            lifecycle.DEFAULT_POLICY, 0.0, None, lambda _job_id: [])
+
+        def cancel(conn: Any) -> str:
+            params = {"id": job_id, "error": decision.reason, "now": self.server_now(conn)}
+            if conn.execute(pg_sql.CANCEL_READY, params).fetchone():
+                return "cancelled"
+            if conn.execute(pg_sql.REQUEST_CANCEL, params).fetchone():
+                return "requested"
+            row = conn.execute(pg_sql.JOB_STATUS, params).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            return row[0]
+        return self.transaction(f"cancelling job {job_id}", cancel)
+
+    def _live_owners(self) -> list[str]:
+        return [pool["owner"] for pool in liveness.live_pools(self.pools())]
+
+    def request_stop(self) -> int:
+        owners = self._live_owners()
+        return self.transaction("requesting stop", lambda conn: conn.execute(
+            pg_sql.REQUEST_STOP, {"owners": owners}).rowcount)
+
+    def request_scale(self, procs: int) -> int:
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
+            raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
+        if procs > bounds.INT32_MAX:
+            raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
+        owners = self._live_owners()
+        return self.transaction("requesting scale", lambda conn: conn.execute(
+            pg_sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
+
+    # -- a supervisor's side --------------------------------------------------------------------
+
+    def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
+                policies: dict[str, lifecycle.Policy]) -> Any:
+        """The hot path over a connection of its own (``store/pg_claimer.py``)."""
+        from jobpool.store.pg_claimer import PgClaimer
+        return PgClaimer(self.target, owner, names, queues, policies)
+
+    def check_writable(self) -> None:
+        """Raise ReadOnlyStoreError if this role may not write the store's tables."""
+        try:
+            conn = self.conn
+            with conn.transaction(force_rollback=True):
+                conn.execute(pg_sql.PROBE_WRITE)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ReadOnlyStoreError(f"{self.path} cannot be written by this role: "
+                                     f"{_first_line(exc)}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"checking {self.path} failed: {_first_line(exc)}") from exc
+
+    def heartbeat(self, beat: Heartbeat, progress: Iterable[ProgressReport],
+                  now: float) -> Requests:
+        """One transaction: the pool's row (dated by the server, R7a), its progress,
+        and the operators' requests for it, each taken once."""
+        def write(conn: Any) -> Requests:
+            params = {"owner": beat.owner, "host": beat.host, "pid": beat.pid,
+                      "procs": beat.procs, "queues": ",".join(beat.queues),
+                      "names": ",".join(beat.names), "core": beat.core,
+                      "now": self.server_now(conn), "counters": beat.counters_json,
+                      "slots": beat.slots_json}
+            stop, desired = conn.execute(pg_sql.UPSERT_POOL, params).fetchone()
+            if stop:
+                conn.execute(pg_sql.ACK_STOP, params)
+            if desired is not None:
+                conn.execute(pg_sql.ACK_SCALE, params)
+            _write_progress(conn, beat.owner, progress)
+            cancels = conn.execute(pg_sql.CANCELS_FOR_OWNER, params).fetchall()
+            return Requests(stop=bool(stop), procs=desired,
+                            cancels=tuple((job_id, attempt) for job_id, attempt in cancels))
+        return self.transaction("heartbeat", write)
+
+    def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
+        self.transaction("writing progress", lambda conn: _write_progress(conn, owner, progress))
+
+    def forget_pool(self, owner: str) -> None:
+        self.transaction("removing a pool", lambda conn: conn.execute(
+            pg_sql.DELETE_POOL, {"owner": owner}))
+
+    def pending_hooks(self, names: Iterable[str]) -> list[int]:
+        return [r[0] for r in self.read("reading pending on_dead hooks", pg_sql.PENDING_HOOKS,
+                                        {"names": list(names)})]
+
+    def take_hook(self, job_id: int) -> bool:
+        return self.transaction("taking an on_dead hook", lambda conn: conn.execute(
+            pg_sql.TAKE_HOOK, {"id": job_id}).fetchone() is not None)
+
+    def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
+        """R33: the occurrence once across every host: the ``periodic`` row and the
+        job are written in one transaction."""
+        job = rows.new_job(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
+                           None, None, 0.0, None, self.max_payload)
+
+        def advance(conn: Any) -> Handle | None:
+            if conn.execute(pg_sql.ADVANCE_PERIODIC,
+                            {"name": name, "occurrence": occurrence}).fetchone() is None:
+                return None
+            return self._insert(conn, job)
+        return self.transaction(f"enqueueing periodic {name}", advance)
+
+    def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
+        """R32: one bounded batch of each retention rule, on the server's clock."""
+        def sweep(conn: Any) -> int:
+            server_now = self.server_now(conn)
+            removed = conn.execute(pg_sql.PURGE_FINISHED, {
+                "status": "done", "before": server_now - result_ttl, "limit": 500}).fetchone()[0]
+            cutoff = conn.execute(pg_sql.DEAD_CUTOFF, {"keep": dead_letter_limit}).fetchone()
+            if cutoff is not None:
+                removed += conn.execute(pg_sql.PURGE_FINISHED, {
+                    "status": "dead", "before": cutoff[0] + 1e-6, "limit": 500}).fetchone()[0]
+            return removed
+        return self.transaction("retention sweep", sweep)
+
+    def maintenance(self) -> None:
+        """PostgreSQL keeps itself (autovacuum); no helper process."""
+        return None
+
+    def listener(self) -> "PollOnly":
+        """R11: no wake-up channel yet on PostgreSQL: a pool finds new jobs at its
+        next poll (``--poll-interval``)."""
+        return PollOnly()
+
+
+class PollOnly:
+    """A listener with nothing to listen on: the pool's poll is its only wake-up."""
+
+    sock = None
+
+    def drain(self) -> None:
+        pass
+
+    def move_down(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def _bytes(payload: bytes | str) -> bytes:
+    return payload.encode() if isinstance(payload, str) else payload
+
+
+def _job_params(job: rows.NewJob) -> dict[str, Any]:
+    return {"queue": job.queue, "name": job.name, "key": job.key, "payload": _bytes(job.payload),
+            "serializer": job.serializer, "priority": job.priority, "delay": job.run_at,
+            "max_attempts": job.max_attempts, "deadline": job.deadline, "timeout": job.timeout,
+            "chain": job.chain}
+
+
+def _write_progress(conn: Any, owner: str, progress: Iterable[ProgressReport]) -> None:
+    for report in progress:
+        conn.execute(pg_sql.SET_PROGRESS, {"id": report.job_id, "owner": owner,
+                                           "attempt": report.attempt,
+                                           "progress": report.percent, "stage": report.stage})
+
+
+def connect(url: str, *, create: bool = True, readonly: bool = False) -> PostgresStore:
+    """Open the PostgreSQL store at ``url`` (see the module docstring)."""
+    return PostgresStore(url, create=create, readonly=readonly)

@@ -1,0 +1,287 @@
+"""The Store protocol's contract (jobpool/store/base.py), the same test for every store:
+what producers, operators and a supervisor's claimer may rely on wherever jobs live."""
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+import jobpool
+from jobpool.errors import EnqueueError, JobNotFound
+from jobpool.lifecycle import DONE, ERROR, Outcome, Policy
+from jobpool.store import Store
+
+NAMES = ("c.job", "c.next")
+
+
+@pytest.fixture
+def claimers():
+    """``claimers(store, owner, queues)``: a supervisor's claimer, closed after the test."""
+    made = []
+
+    def make(store, owner="pool-a", queues=("default",), policies=None):
+        made.append(store.claimer(owner, NAMES, queues, policies or {}))
+        return made[-1]
+    yield make
+    for c in made:
+        c.close()
+
+
+def claim(c, n):
+    _settled, claimed, _expired = c.turn([], n, time.time(), None)
+    return claimed
+
+
+def settle(c, outcome):
+    settled, _claimed, _expired = c.turn([outcome], 0, time.time(), random.Random(1))
+    return settled
+
+
+def test_every_store_implements_the_protocol(any_store):
+    assert isinstance(any_store, Store)
+
+
+def test_an_enqueued_job_reads_back_ready_with_its_arguments(any_store):
+    # R1, R2
+    handle = any_store.enqueue("c.job", 1, "two", three=3)
+    job = any_store.get(handle.id)
+    assert (job["name"], job["status"], job["queue"], job["attempts"]) == ("c.job", "ready",
+                                                                          "default", 0)
+    assert job["payload"] == '[[1,"two"],{"three":3}]'
+    assert any_store.stats()["ready"] == 1
+
+
+def test_a_delayed_job_is_scheduled_until_it_is_due(any_store, claimers):
+    # R2, R7
+    later = any_store.enqueue_with("c.job", delay=3600).id
+    assert [j["id"] for j in any_store.list_jobs(status="scheduled")] == [later]
+    assert any_store.stats()["scheduled"] == 1 and any_store.stats()["ready"] == 0
+    assert claim(claimers(any_store), 5) == []
+
+
+def test_a_key_is_unique_among_live_jobs_and_free_again_once_done(any_store, claimers):
+    # R3
+    first = any_store.enqueue_with("c.job", key="nightly")
+    again = any_store.enqueue_with("c.job", key="nightly")
+    assert (again.id, again.duplicate) == (first.id, True)
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, job.attempt, DONE))
+    fresh = any_store.enqueue_with("c.job", key="nightly")
+    assert fresh.id != first.id and not fresh.duplicate
+
+
+def test_enqueue_many_is_all_or_nothing_and_keeps_item_order(any_store):
+    # R4
+    handles = any_store.enqueue_many("c.job", [(i,) for i in range(50)])
+    assert [any_store.get(h.id)["payload"] for h in handles[:3]] == [
+        "[[0],{}]", "[[1],{}]", "[[2],{}]"]
+    assert len(handles) == 50 and len(set(handles.ids)) == 50
+    with pytest.raises(EnqueueError, match="item 2"):
+        any_store.enqueue_many("c.job", [(1,), (2,), (object(),)])
+    assert any_store.stats()["ready"] == 50  # nothing of the bad batch was written
+
+
+def test_a_claim_takes_at_most_n_in_priority_then_age_order(any_store, claimers):
+    # R6, R7
+    old = any_store.enqueue("c.job", "old").id
+    urgent = any_store.enqueue_with("c.job", args=["urgent"], priority=10).id
+    new = any_store.enqueue("c.job", "new").id
+    c = claimers(any_store)
+    assert [j.job_id for j in claim(c, 2)] == [urgent, old]
+    assert [j.job_id for j in claim(c, 5)] == [new]
+    assert any_store.get(urgent)["status"] == "running"
+    assert any_store.get(urgent)["attempts"] == 1  # spent at claim (R9)
+
+
+def test_queues_are_claimed_in_the_order_the_pool_lists_them(any_store, claimers):
+    # R7
+    bulk = any_store.enqueue_with("c.job", queue="bulk", priority=99).id
+    first = any_store.enqueue_with("c.job", queue="interactive").id
+    other = any_store.enqueue_with("c.job", queue="elsewhere").id
+    c = claimers(any_store, queues=("interactive", "bulk"))
+    assert [j.job_id for j in claim(c, 5)] == [first, bulk]
+    assert any_store.get(other)["status"] == "ready"
+
+
+def test_two_claimers_never_hold_one_job(any_store, claimers):
+    # R8
+    any_store.enqueue_many("c.job", [(i,) for i in range(20)])
+    a, b = claimers(any_store, "pool-a"), claimers(any_store, "pool-b")
+    got = claim(a, 7) + claim(b, 7) + claim(a, 7) + claim(b, 7)
+    ids = [j.job_id for j in got]
+    assert len(ids) == 20 and len(set(ids)) == 20
+
+
+def test_a_settle_of_a_lease_taken_back_is_lost(any_store, claimers):
+    # R8, R24: pool-b reclaims pool-a's lease; pool-a's late settle changes nothing
+    job_id = any_store.enqueue("c.job").id
+    a, b = claimers(any_store, "pool-a"), claimers(any_store, "pool-b")
+    (job,) = claim(a, 1)
+    (back,) = b.reclaim_owner("pool-a", "supervisor pool-a died", time.time())
+    assert (back.job_id, back.status) == (job_id, "ready")
+    (lost,) = settle(a, Outcome(job.job_id, job.attempt, DONE))
+    assert lost.status == "lost"
+    row = any_store.get(job_id)
+    assert (row["status"], row["attempts"]) == ("ready", 1)
+    assert row["last_error"] == "supervisor pool-a died"
+
+
+def test_an_error_is_retried_after_its_backoff_then_dead_naming_the_budget(any_store, claimers):
+    # R13, R16, R19a
+    slow = any_store.enqueue_with("c.job", max_attempts=2).id
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    (first,) = settle(c, Outcome(job.job_id, job.attempt, ERROR, "RuntimeError: boom"))
+    assert first.status == "ready"
+    row = any_store.get(slow)
+    assert row["run_at"] >= row["started_at"] + 0.75  # the default backoff: 1 s, less jitter
+    assert claim(c, 1) == []  # not due yet
+    # With no backoff, the second failure spends the budget: dead, naming it.
+    quick = any_store.enqueue_with("c.next", max_attempts=2).id
+    q = claimers(any_store, "pool-q", policies={"c.next": Policy(backoff_base=0.0)})
+    for attempt in (1, 2):
+        (job,) = claim(q, 1)
+        assert (job.job_id, job.attempt) == (quick, attempt)
+        (done,) = settle(q, Outcome(job.job_id, job.attempt, ERROR, "RuntimeError: boom"))
+    assert done.status == "dead"
+    row = any_store.get(quick)
+    assert (row["status"], row["attempts"]) == ("dead", 2)
+    assert row["last_error"] == "RuntimeError: boom; no attempts left after 2"
+    assert [a["outcome"] for a in any_store.attempts(quick)] == ["error", "error"]
+
+def test_a_completed_step_enqueues_the_next_in_the_same_transaction(any_store, claimers):
+    # R12
+    first = any_store.enqueue_with("c.job", args=["a"], then=[jobpool.Signature("c.next", ("b",))]).id
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, job.attempt, DONE, result='"a"'))
+    (step,) = claim(c, 1)
+    assert (step.name, step.payload) == ("c.next", b'[["b"],{}]')
+    assert [j["id"] for j in any_store.list_jobs(chain=first)] == [first, step.job_id]
+    assert any_store.get(first)["status"] == "done"
+
+
+def test_cancel_kills_a_ready_job_and_flags_a_running_one(any_store, claimers):
+    # R31
+    ready = any_store.enqueue("c.job").id
+    running = any_store.enqueue("c.job").id
+    assert any_store.cancel(ready) == "cancelled"
+    row = any_store.get(ready)
+    assert (row["status"], row["last_error"]) == ("dead", "cancelled")
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    assert job.job_id == running
+    assert any_store.cancel(running) == "requested"
+    assert any_store.cancel(ready) == "dead"
+    from jobpool.store.records import Heartbeat
+    beat = Heartbeat(owner="pool-a", host="h", pid=1, procs=1, queues=("default",),
+                     names=NAMES, core="test", counters_json="{}", slots_json="[]")
+    assert any_store.heartbeat(beat, [], time.time()).cancels == ((running, 1),)
+
+
+def test_an_operator_stop_reaches_a_live_pool_once(any_store):
+    # R25, R29
+    from jobpool.store.records import Heartbeat
+    beat = Heartbeat(owner="host:1:1", host="host", pid=1, procs=2, queues=("default",),
+                     names=NAMES, core="test", counters_json='{"completed": 3}', slots_json="[]")
+    assert any_store.heartbeat(beat, [], time.time()).stop is False
+    assert [p["counters"]["completed"] for p in any_store.pools()] == [3]
+    assert any_store.request_stop() == 1
+    assert any_store.heartbeat(beat, [], time.time()).stop is True
+    assert any_store.heartbeat(beat, [], time.time()).stop is False  # acted on once
+    any_store.forget_pool("host:1:1")
+    assert any_store.pools() == []
+
+
+def test_a_periodic_occurrence_is_enqueued_once(any_store):
+    # R33
+    occurrence = float(int(time.time()) - 60)
+    first = any_store.enqueue_occurrence("c.job", occurrence)
+    assert first is not None
+    assert any_store.enqueue_occurrence("c.job", occurrence) is None
+    assert any_store.stats()["ready"] == 1
+
+
+def test_a_dead_jobs_hook_is_taken_once(any_store):
+    # R21
+    job_id = any_store.enqueue("c.job").id
+    any_store.cancel(job_id)
+    assert any_store.pending_hooks(["c.job"]) == [job_id]
+    assert any_store.take_hook(job_id) is True
+    assert any_store.take_hook(job_id) is False
+    assert any_store.pending_hooks(["c.job"]) == []
+
+
+def test_the_sweep_removes_done_rows_past_their_ttl(any_store, claimers):
+    # R32
+    job_id = any_store.enqueue("c.job").id
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, job.attempt, DONE))
+    assert any_store.sweep(time.time(), result_ttl=3600, dead_letter_limit=100) == 0
+    assert any_store.sweep(time.time() + 1, result_ttl=-60, dead_letter_limit=100) == 1
+    with pytest.raises(JobNotFound):
+        any_store.get(job_id)
+    assert any_store.attempts(job_id) == []
+
+
+def test_dead_letters_are_listed_retried_under_their_id_and_deleted(any_store):
+    # R32
+    keyed = any_store.enqueue_with("c.job", key="k").id
+    other = any_store.enqueue_with("c.next").id
+    live = any_store.enqueue("c.job").id
+    for job_id in (keyed, other):
+        any_store.cancel(job_id)
+    assert sorted(j["id"] for j in any_store.dead.list()) == [keyed, other]
+    assert any_store.dead.ids(name="c.next") == [other]
+    holder = any_store.enqueue_with("c.job", key="k").id  # a live job takes the key
+    assert any_store.dead.retry([keyed, other, live, 999_999]) == {
+        keyed: "key held by a live job", other: "retried", live: "not dead (ready)",
+        999_999: "no such job"}
+    row = any_store.get(other)
+    assert (row["status"], row["attempts"]) == ("ready", 0)
+    assert any_store.get(keyed)["status"] == "dead"
+    assert any_store.dead.delete([keyed, holder]) == {keyed: "deleted",
+                                                      holder: "not dead (ready)"}
+    assert any_store.dead.list() == []
+
+
+def test_a_purge_removes_dead_jobs_older_than_asked_with_their_attempts(any_store):
+    # R32
+    job_id = any_store.enqueue("c.job").id
+    any_store.cancel(job_id)
+    assert any_store.dead.purge(3600) == 0  # finished just now: kept
+    assert any_store.dead.purge(-60) == 1
+    with pytest.raises(JobNotFound):
+        any_store.get(job_id)
+
+
+def _callers_connection(store_url):
+    """The application's own connection to the database the store lives in."""
+    if store_url.startswith("postgresql"):
+        import psycopg
+
+        from jobpool.store.postgres import parse_url
+        return psycopg.connect(parse_url(store_url).conninfo)  # not autocommit: its transaction
+    import sqlite3
+    conn = sqlite3.connect(store_url, isolation_level=None)
+    conn.execute("BEGIN")
+    return conn
+
+
+def test_an_enqueue_in_the_callers_transaction_exists_only_if_it_commits(store_url, any_store):
+    # R5
+    conn = _callers_connection(store_url)
+    try:
+        any_store.enqueue_with("c.job", args=(1,), connection=conn)
+        conn.rollback() if store_url.startswith("postgresql") else conn.execute("ROLLBACK")
+        assert any_store.stats()["ready"] == 0
+        if not store_url.startswith("postgresql"):
+            conn.execute("BEGIN")
+        handle = any_store.enqueue_with("c.job", args=(2,), connection=conn)
+        conn.commit() if store_url.startswith("postgresql") else conn.execute("COMMIT")
+        assert any_store.get(handle.id)["payload"] == "[[2],{}]"
+    finally:
+        conn.close()
