@@ -51,6 +51,8 @@ class PgDeadLetters:
                 except psycopg.errors.UniqueViolation:
                     outcome[job_id] = "key held by a live job"
                     continue
+                if moved:
+                    self.store.notify_ready(conn, moved[1])
                 outcome[job_id] = "retried" if moved else _why_not(conn, job_id)
             return outcome
         return self.store.transaction("retrying dead jobs", retry)

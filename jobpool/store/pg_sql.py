@@ -239,6 +239,9 @@ SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(c
 #: The batch itself, streamed with COPY (one round trip, no statement per row).
 COPY_JOBS = f"COPY jobs (id, {_NEW_JOB_COLUMNS}) FROM STDIN"
 
+#: R11a: wake the listening pools at commit; the payload names the queue.
+NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
+
 # --- claim (R6-R10) ------------------------------------------------------------------------
 
 #: R6-R9: up to ``limit`` ready, due rows of one queue, in claim order (R7), for the
@@ -457,7 +460,7 @@ SELECT id, queue, name, key, payload, serializer, priority, 'ready', %(now)s, %(
        max_attempts, 0, 0, deadline, timeout, last_error, progress, stage, created_at, chain,
        chain_root
   FROM moved
-RETURNING id
+RETURNING id, queue
 """
 DELETE_DEAD = """
 WITH gone AS (DELETE FROM finished_jobs WHERE id = %(id)s AND status = 'dead' RETURNING id),

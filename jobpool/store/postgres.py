@@ -12,9 +12,11 @@ Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import select
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -251,6 +253,7 @@ class PostgresStore:
         row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs) if qualified
                            else pg_sql.INSERT_JOB, params).fetchone()
         if row is not None:
+            self.notify_ready(conn, job.queue)
             return Handle(row[0], store=self)
         # R3: a live job holds this key; hand back its id and write nothing.
         existing = conn.execute(pg_sql.FIND_LIVE_KEY_IN.format(jobs=jobs),
@@ -279,6 +282,7 @@ class PostgresStore:
                                     job.serializer, job.priority, "ready", server_now + wait,
                                     server_now + wait, job.max_attempts, None, job.timeout,
                                     server_now, None))
+            self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {name}", insert) if new_jobs else []
         return Handles(ids, store=self)
@@ -541,10 +545,97 @@ class PostgresStore:
         """PostgreSQL keeps itself (autovacuum); no helper process."""
         return None
 
-    def listener(self) -> "PollOnly":
-        """R11: no wake-up channel yet on PostgreSQL: a pool finds new jobs at its
-        next poll (``--poll-interval``)."""
-        return PollOnly()
+    def listener(self) -> "Listener | PollOnly":
+        """R11a: a LISTEN on the store's channel, so an enqueue on any host wakes the
+        pool; behind a transaction-mode pooler (``?pooler=transaction``) LISTEN
+        cannot work, and the pool polls."""
+        if self.target.pooler:
+            return PollOnly()
+        return Listener(self.target)
+
+    def notify_ready(self, conn: Any, queue: str) -> None:
+        """R11a: wake the pools listening, once this transaction commits. One per
+        transaction and queue: an enqueue_many of 100 000 rows sends one."""
+        conn.execute(pg_sql.NOTIFY_READY, {"channel": channel_name(self.target.schema),
+                                           "queue": queue})
+
+
+def channel_name(schema: str) -> str:
+    """The NOTIFY channel of a store: channels are database-wide, so the schema
+    picks it (hashed to fit the 63-byte limit), and two deployments in one
+    database never wake each other."""
+    return "jobpool_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+class Listener:
+    """A connection of its own that LISTENs on the store's channel; the supervisor
+    waits on its socket with everything else (R11a).
+
+    A dropped connection (a restart, ``pg_terminate_backend``) is noticed as the
+    socket turns readable and fails to read: the listener lets go of it
+    (``sock`` None) and reconnects at the pool's next heartbeat (``move_down``),
+    after which the pool claims once, so a job enqueued in the gap waits at most
+    that long, and the poll stays the fallback."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        #: What the supervisor's selector watches (None while disconnected).
+        self.sock: Watched | None = None
+        self._conn: Any = None
+        self._connect()
+
+    def _connect(self) -> None:
+        try:
+            conn = open_connection(self.target, application="jobpool-listener")
+        except StoreError:
+            return  # the store is down: the poll finds jobs meanwhile
+        try:
+            conn.execute(pgsql.SQL("LISTEN {}").format(
+                pgsql.Identifier(channel_name(self.target.schema))))
+        except psycopg.Error:
+            conn.close()
+            return
+        self._conn, self.sock = conn, Watched(conn.fileno())
+
+    def drain(self) -> None:
+        """Read the notifications that woke us; on a dropped connection, let go of it."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            for _notify in conn.notifies(timeout=0):
+                pass
+            if select.select([conn], [], [], 0)[0]:
+                # Still readable with nothing left to read: the server hung up (psycopg
+                # sees it only when it next talks), or sent a notice; a query tells which.
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            self.close()
+
+    def move_down(self) -> None:
+        """Reconnect a dropped listener (the supervisor calls this every heartbeat)."""
+        if self._conn is None:
+            self._connect()
+        return None
+
+    def close(self) -> None:
+        conn, self._conn, self.sock = self._conn, None, None
+        if conn is not None:
+            conn.close()
+
+
+class Watched:
+    """A listener connection's socket as a selector sees it: its descriptor number,
+    kept after the connection closes, so the selector can still let go of it (a
+    closed psycopg connection has no ``fileno()`` any more)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
 
 
 class PollOnly:

@@ -106,6 +106,7 @@ class Supervisor:
         self._signal_w: Any = None
         self._old_wakeup_fd = -1
         self._listener: Any = None  # a Listener once running
+        self._listening: Any = None  # the listener's socket the selector watches
         #: Processes started beside the pool by its caller (the dashboard of
         #: ``jobpool start``): its children, but never a job's strays (R40).
         self.companions: set[int] = set()
@@ -127,8 +128,7 @@ class Supervisor:
         # R40: orphans of a killed child are reparented here, not to PID 1.
         proctree.become_subreaper()
         self._listener = self.store.listener()
-        if self._listener.sock is not None:
-            self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
+        self._rewire_listener()
         self._maintenance = self.store.maintenance()
         try:
             self._recover_dead_owners(self.clock())
@@ -186,6 +186,7 @@ class Supervisor:
                         slots.exited(slot, self.clock())
                 elif kind == "wake":
                     self._listener.drain()
+                    self._rewire_listener()  # a listener that lost its connection leaves
                     state.want_claim = True
                 else:
                     self._drain_signal_pipe()
@@ -396,13 +397,24 @@ class Supervisor:
             self._next_status = now + self.config.status_every
 
     def _keep_wakeups_reachable(self) -> None:
-        """Move our wake-up socket down into a gap a departed supervisor left (R11)."""
+        """At each heartbeat: let the listener move into a gap a departed supervisor
+        left (SQLite, R11) or reconnect a dropped one (PostgreSQL, R11a)."""
         replaced = self._listener.move_down() if self._listener else None
-        if replaced is None:
+        self._rewire_listener()
+        if replaced is not None:
+            replaced.close()  # a wake-up still queued on it is lost: the claim it causes covers it
+
+    def _rewire_listener(self) -> None:
+        """Watch the socket the listener has now; when it changed, claim once (a job
+        enqueued while nobody listened would otherwise wait for the poll)."""
+        sock = self._listener.sock if self._listener else None
+        if sock is self._listening:
             return
-        self._selector.unregister(replaced)
-        replaced.close()  # a wake-up still queued on it is lost: the claim below covers it
-        self._selector.register(self._listener.sock, selectors.EVENT_READ, ("wake", None, None))
+        if self._listening is not None:
+            self._selector.unregister(self._listening)
+        if sock is not None:
+            self._selector.register(sock, selectors.EVENT_READ, ("wake", None, None))
+        self._listening = sock
         self.state.want_claim = True
 
     # -- stopping (R25) and signals ----------------------------------------------------------

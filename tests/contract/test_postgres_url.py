@@ -53,3 +53,20 @@ def test_the_cli_never_prints_the_password(pg_url):
                             capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert status.returncode == 0 and "postgres:***@" in status.stdout
     assert "s3cret" not in status.stdout + status.stderr
+
+
+def test_two_schemas_in_one_database_have_their_own_wake_up_channel():
+    from jobpool.store.postgres import channel_name
+    a, b = channel_name("jobpool"), channel_name("x" * 63)
+    assert a != b and len(a.encode()) <= 63 and len(b.encode()) <= 63
+    assert channel_name("jobpool") == a  # the same on every host
+
+
+def test_behind_a_transaction_pooler_the_pool_polls(pg_url):
+    import jobpool
+    store = jobpool.connect(pg_url + "&pooler=transaction")
+    try:
+        assert store.listener().sock is None
+        assert store.enqueue("c.job").id == 1  # works without server-side prepares
+    finally:
+        store.close()
