@@ -68,6 +68,9 @@ def validate_name(name: Any, field: str = "job name") -> str:
 def validate_max_attempts(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise EnqueueError(f"max_attempts must be a positive integer, not {value!r}")
+    if value > bounds.INT32_MAX:
+        # R41: stored as a 32-bit integer by every store (PostgreSQL's `integer`).
+        raise EnqueueError(f"max_attempts must be at most {bounds.INT32_MAX}, not {value}")
     return value
 
 

@@ -11,9 +11,18 @@ import signal
 import socket
 
 
+def host_id() -> str:
+    """This host's name in the store: ``$JOBPOOL_HOST_ID`` or the hostname.
+
+    Pools that share a host id judge each other's processes directly (R24); pools
+    of different ids only by their heartbeats (R24b). Set it where hostnames are
+    not unique (containers that share one), or to run two "hosts" on one machine."""
+    return os.environ.get("JOBPOOL_HOST_ID") or socket.gethostname()
+
+
 def owner_identity() -> str:
     """``host:pid:start`` — enough for a later supervisor on this host to tell we died (R24)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{process_start_time(os.getpid())}"
+    return f"{host_id()}:{os.getpid()}:{process_start_time(os.getpid())}"
 
 
 def process_start_time(pid: int) -> str:
@@ -31,7 +40,7 @@ def owner_is_dead(owner: str) -> bool:
     """True when ``owner`` was a supervisor on this host whose process is gone (R24)."""
     host, _, rest = owner.partition(":")
     pid_text, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != host_id() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
     if pid == os.getpid():

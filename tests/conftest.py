@@ -167,3 +167,31 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {predicate}")
         time.sleep(interval)
+
+
+# -- PostgreSQL -------------------------------------------------------------------------
+
+PG_URL = os.environ.get("JOBPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _pg_admin():
+    try:
+        import psycopg
+        return psycopg.connect(PG_URL, autocommit=True, connect_timeout=3)
+    except Exception as exc:  # noqa: BLE001 - no driver or no server: skip or fail below
+        if os.environ.get("JOBPOOL_REQUIRE_PG") == "1":
+            pytest.fail(f"JOBPOOL_REQUIRE_PG=1 but PostgreSQL at {PG_URL} is not usable: {exc}")
+        pytest.skip(f"no PostgreSQL at {PG_URL}: {exc}")
+
+
+@pytest.fixture
+def pg_url():
+    """A PostgreSQL store URL with a fresh schema, dropped after the test."""
+    admin = _pg_admin()
+    schema = "jp_test_" + uuid.uuid4().hex[:12]
+    sep = "&" if "?" in PG_URL else "?"
+    try:
+        yield f"{PG_URL}{sep}schema={schema}"
+    finally:
+        admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin.close()

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from jobpool import liveness
 from jobpool.lifecycle import Claimed, Outcome, Policy, Settled
 from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
 
@@ -106,8 +107,11 @@ class Store(Protocol):
         """Counts by status and each running supervisor's counters (R29a)."""
         ...
 
-    def pools(self, now: float | None = None) -> list[dict[str, Any]]:
-        """Every pool row, with ``dead`` saying why its supervisor is gone (or None)."""
+    def pools(self, now: float | None = None, *,
+              dead_after: float = liveness.DEAD_AFTER) -> list[dict[str, Any]]:
+        """Every pool row, with ``dead`` saying why its supervisor is gone (or None):
+        its process is gone, or its heartbeat is older than ``dead_after`` by the
+        store's clock (a store with a clock of its own, R7a, ignores ``now``)."""
         ...
 
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:

@@ -7,11 +7,12 @@ dates what it writes by it (R7a), whatever ``now`` the supervisor passes.
 
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
-broke is replaced at the next call; claims committed on the server whose reply
-was lost (in doubt) are the subject of issue 12's reconnect step.
+broke is replaced at the next call, whose turn first gives back the claims that
+committed on the server while their reply was lost (in doubt).
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, 
                                OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide)
 from jobpool.store import pg_sql, rows
 from jobpool.store.postgres import Target, _first_line, open_connection
+
+log = logging.getLogger(__name__)
 
 try:
     import psycopg
@@ -36,10 +39,13 @@ class PgClaimer:
         self.owner = owner
         self.queues = tuple(queues)
         self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
-        self._claim_sql = pg_sql.claim_sql(names, self.policies, DEFAULT_POLICY)
+        self._claim_params = pg_sql.claim_params(names, self.policies, DEFAULT_POLICY)
         #: The leases this supervisor holds: what settling each attempt needs.
         self._inflight: dict[int, Lease] = {}
         self._conn: Any = None
+        #: The connection dropped since the last turn that committed: claims may be
+        #: in doubt (see ``pg_sql.RELEASE_IN_DOUBT``).
+        self._in_doubt = False
         _ = self._connection()
 
     def _connection(self) -> Any:
@@ -57,7 +63,8 @@ class PgClaimer:
         except psycopg.Error as exc:
             if self._conn is not None and (self._conn.closed or self._conn.broken):
                 self._conn = None
-            raise StoreError(f"{what} failed: {_first_line(exc)}") from exc
+                self._in_doubt = True
+            raise StoreError(f"{what} failed: {self.target.scrub(_first_line(exc))}") from exc
 
     @property
     def inflight(self) -> int:
@@ -76,6 +83,12 @@ class PgClaimer:
         new_leases: dict[int, Lease] = {}
 
         def turn(conn: Any, server_now: float) -> None:
+            if self._in_doubt:
+                released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
+                    "owner": self.owner, "held": list(self._inflight)}).fetchall()
+                if released:
+                    log.warning("gave back %d claim(s) left in doubt by a dropped connection: "
+                                "jobs %s", len(released), ", ".join(str(r[0]) for r in released))
             for outcome in outcomes:
                 lease = self._inflight.get(outcome.job_id)
                 if lease is None or lease.attempt != outcome.attempt:
@@ -86,11 +99,8 @@ class PgClaimer:
                 taken[outcome.job_id] = lease
                 self._settle_one(conn, lease, outcome, server_now, rng, settled)
             self._claim_all(conn, n, server_now, claimed, expired, new_leases)
-        try:
-            self._run("turn", turn)
-        except StoreError:
-            # Nothing was applied: the leases stay as they were.
-            raise
+        self._run("turn", turn)  # on a StoreError nothing was applied: leases stay as they were
+        self._in_doubt = False
         for job_id in taken:
             self._inflight.pop(job_id, None)
         self._inflight.update(new_leases)
@@ -102,9 +112,9 @@ class PgClaimer:
             want = n - len(claimed)
             if want <= 0:
                 break
-            found = conn.execute(self._claim_sql, {"owner": self.owner, "now": now,
-                                                   "slack": LEASE_SLACK, "queue": queue,
-                                                   "limit": want}).fetchall()
+            found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
+                                                    now=now, slack=LEASE_SLACK, queue=queue,
+                                                    limit=want)).fetchall()
             # RETURNING has no order; dispatch in claim order (R7).
             found.sort(key=lambda r: (-r[9], r[10], r[0]))
             for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,

@@ -16,8 +16,6 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
-from jobpool.store.sql import per_name_case, quote_literal  # standard SQL, shared
-
 #: The schema ``SCHEMA`` below creates (PostgreSQL counts its own versions).
 SCHEMA_VERSION = "1"
 
@@ -201,6 +199,14 @@ SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_
           CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC)
 
+#: The tables a store makes; a schema that has any of them without ``jobpool_meta``
+#: belongs to something else, and is refused rather than written into.
+TABLES = ("jobpool_meta", "jobs", "finished_jobs", "all_jobs", "attempts", "pools", "periodic")
+CLASHING_TABLES = """
+SELECT table_name FROM information_schema.tables
+ WHERE table_schema = %(schema)s AND table_name = ANY(%(names)s)
+"""
+
 READ_SCHEMA_VERSION = "SELECT value FROM jobpool_meta WHERE key = 'schema'"
 WRITE_SCHEMA_VERSION = """
 INSERT INTO jobpool_meta (key, value) VALUES ('schema', %(version)s)
@@ -246,21 +252,26 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 
 #: R6-R9: up to ``limit`` ready, due rows of one queue, in claim order (R7), for the
 #: names this supervisor knows; SKIP LOCKED lets supervisors on other hosts claim
-#: beside it without waiting. The attempt is spent at claim. ``{names}``,
-#: ``{max_attempts}``, ``{timeouts}`` are built once per supervisor (``claim_sql``).
-CLAIM_TEMPLATE = """
+#: beside it without waiting. The attempt is spent at claim. The names and their
+#: default ``max_attempts`` and ``timeout`` (for rows enqueued without them) are
+#: bound as three parallel arrays, never spliced into the text.
+CLAIM = """
 WITH picked AS (
     SELECT id FROM jobs
-     WHERE status = 'ready' AND queue = %(queue)s AND run_at <= %(now)s AND name IN ({names})
+     WHERE status = 'ready' AND queue = %(queue)s AND run_at <= %(now)s
+       AND name = ANY(%(names)s::text[])
      ORDER BY priority DESC, line_at, id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED)
 UPDATE jobs AS j
    SET status = 'running',
        lease_owner = %(owner)s,
-       lease_expires_at = %(now)s + COALESCE(j.timeout, {timeouts}) + %(slack)s,
-       max_attempts = COALESCE(j.max_attempts, {max_attempts}),
-       timeout = COALESCE(j.timeout, {timeouts}),
+       lease_expires_at = %(now)s + COALESCE(j.timeout, (%(timeouts)s::float8[])[
+                              array_position(%(names)s::text[], j.name)]) + %(slack)s,
+       max_attempts = COALESCE(j.max_attempts, (%(max_attempts)s::integer[])[
+                          array_position(%(names)s::text[], j.name)]),
+       timeout = COALESCE(j.timeout, (%(timeouts)s::float8[])[
+                     array_position(%(names)s::text[], j.name)]),
        attempts = j.attempts + 1,
        started_at = %(now)s
   FROM picked WHERE j.id = picked.id
@@ -269,16 +280,14 @@ RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.c
 """
 
 
-def claim_sql(names, policies, default_policy) -> str:
-    """The claim statement for one supervisor (as ``sql.claim_sql`` builds SQLite's)."""
+def claim_params(names, policies, default_policy) -> dict:
+    """The claim's per-supervisor parameters: its names, and each one's defaults."""
     names = sorted(set(names))
     if not names:
         raise ValueError("a supervisor needs at least one registered job name")
-    known = {n: policies[n] for n in names if n in policies}
-    return CLAIM_TEMPLATE.format(
-        names=", ".join(quote_literal(n) for n in names),
-        max_attempts=per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
-        timeouts=per_name_case(known, "timeout", float(default_policy.timeout)))
+    chosen = [policies.get(n, default_policy) for n in names]
+    return {"names": names, "max_attempts": [int(p.max_attempts) for p in chosen],
+            "timeouts": [float(p.timeout) for p in chosen]}
 
 
 # --- settle (section 4) ------------------------------------------------------------------
@@ -365,6 +374,17 @@ VALUES (%(id)s, %(attempt)s, %(owner)s, %(pid)s, %(started_at)s, %(now)s, %(outc
 """
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY seq
+"""
+
+#: In-doubt claims: a claim that committed on the server while its reply was lost
+#: (the connection dropped) left rows running under this pool that no child runs.
+#: After reconnecting, the pool gives back every lease of its own it does not
+#: hold, attempt and all: by R6 those jobs never ran.
+RELEASE_IN_DOUBT = """
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       attempts = attempts - 1, started_at = NULL
+ WHERE status = 'running' AND lease_owner = %(owner)s AND NOT (id = ANY(%(held)s::bigint[]))
+RETURNING id
 """
 
 # --- recovery (R23, R24) ------------------------------------------------------------------

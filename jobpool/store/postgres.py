@@ -17,11 +17,10 @@ import json
 import os
 import re
 import select
-import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from jobpool import bounds, lifecycle, liveness
 from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyStoreError,
@@ -33,6 +32,7 @@ from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requ
 
 try:
     import psycopg
+    import psycopg.rows
     from psycopg import sql as pgsql
 except ImportError:  # pragma: no cover - exercised by the one-line error below
     psycopg = None  # type: ignore[assignment]
@@ -64,6 +64,18 @@ class Target(NamedTuple):
     schema: str
     pooler: str | None   # "transaction": behind a transaction-mode pooler
     shown: str           # the URL as operators see it: never the password
+    #: The password as written and as decoded, to scrub from any error text.
+    secrets: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Target({self.shown!r}, schema={self.schema!r})"
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a driver's error, say) with the password replaced."""
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
 
 def redact(url: str) -> str:
@@ -78,7 +90,11 @@ def redact(url: str) -> str:
 
 def parse_url(url: str) -> Target:
     """Split jobpool's parameters (``schema``, ``pooler``) off a PostgreSQL URL."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        secrets = _secrets(parts)
+    except ValueError as exc:
+        raise StoreError(f"not a usable PostgreSQL URL: {exc}") from None
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = DEFAULT_SCHEMA
     pooler = None
@@ -98,8 +114,17 @@ def parse_url(url: str) -> Target:
                          f"(at most 63), not {schema!r}")
     if pooler not in (None, "transaction"):
         raise StoreError(f"pooler must be 'transaction', not {pooler!r}")
-    conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
-    return Target(conninfo, schema, pooler, redact(conninfo))
+    conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
+    return Target(conninfo, schema, pooler, redact(conninfo), secrets)
+
+
+def _secrets(parts: Any) -> tuple[str, ...]:
+    """The URL's password as written (percent-encoded) and decoded."""
+    netloc = parts.netloc.rsplit("@", 1)
+    if len(netloc) < 2 or ":" not in netloc[0]:
+        return ()
+    raw = netloc[0].split(":", 1)[1]
+    return tuple(sorted({raw, unquote(raw)}, key=len, reverse=True))
 
 
 def _require_psycopg() -> None:
@@ -112,12 +137,17 @@ def open_connection(target: Target, *, application: str = "jobpool") -> Any:
     _require_psycopg()
     options = " ".join(f"-c {k}={v}" for k, v in SESSION_OPTIONS.items())
     options += f" -c search_path={target.schema}"
+    user_options = dict(parse_qsl(urlsplit(target.conninfo).query)).get("options")
+    if user_options:
+        options = f"{user_options} {options}"  # the URL's own settings, then ours
     try:
         return psycopg.connect(target.conninfo, autocommit=True, options=options,
                                application_name=application,
                                prepare_threshold=None if target.pooler else 5, **KEEPALIVES)
     except psycopg.Error as exc:
-        raise StoreError(f"cannot connect to {target.shown}: {_first_line(exc)}") from exc
+        # Not chained: libpq's message may quote the URL, password and all.
+        raise StoreError(f"cannot connect to {target.shown}: "
+                         f"{target.scrub(_first_line(exc))}") from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -133,6 +163,14 @@ def ensure_schema(conn: Any, target: Target, *, create: bool) -> None:
         if not exists:
             if not create:
                 raise StoreError(f"no jobpool store in schema {target.schema} at {target.shown}")
+            clash = [r[0] for r in conn.execute(pg_sql.CLASHING_TABLES,
+                                                {"schema": target.schema,
+                                                 "names": list(pg_sql.TABLES)})]
+            if clash:
+                raise NotAStoreError(
+                    f"schema {target.schema} at {target.shown} is not a jobpool store but has "
+                    f"tables jobpool would use ({', '.join(sorted(clash))}): choose another "
+                    f"with ?schema=NAME")
             conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
                 pgsql.Identifier(target.schema)))
             for statement in pg_sql.SCHEMA:
@@ -200,7 +238,7 @@ class PostgresStore:
                 return fn(conn)
         except psycopg.Error as exc:
             self._drop_if_broken()
-            raise StoreError(f"{what} failed: {_first_line(exc)}") from exc
+            raise StoreError(f"{what} failed: {self.target.scrub(_first_line(exc))}") from exc
 
     def read(self, what: str, query: str, params: Any = None) -> list[tuple]:
         try:
@@ -247,6 +285,9 @@ class PostgresStore:
         return self.transaction(f"enqueue of {name}", lambda conn: self._insert(conn, job))
 
     def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False) -> Handle:
+        if qualified:
+            # The caller's connection may make rows of any shape; read tuples here.
+            conn = conn.cursor(row_factory=psycopg.rows.tuple_row)
         params = _job_params(job)
         params["now"] = self.server_now(conn)
         jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
@@ -368,16 +409,23 @@ class PostgresStore:
                                      heartbeat_at=p["heartbeat_at"])
                                 for p in liveness.live_pools(self.pools(server_now))]}
 
-    def pools(self, now: float | None = None) -> list[dict[str, Any]]:
+    def pools(self, now: float | None = None, *,
+              dead_after: float = liveness.DEAD_AFTER) -> list[dict[str, Any]]:
+        """Every pool row, each judged dead or alive on the server's clock (R7a):
+        heartbeats are dated by the server, so a host whose own clock runs ahead
+        never takes a live pool's beat for a stale one. ``now`` is ignored."""
         names = ("owner", "host", "pid", "procs", "queues", "core", "started_at", "heartbeat_at",
                  "counters", "slots", "stop_requested", "desired_procs", "names")
-        found = [dict(zip(names, r)) for r in self.read("reading pools", pg_sql.LIST_POOLS)]
-        now = time.time() if now is None else now
-        for pool in found:
+
+        def read(conn: Any) -> tuple[float, list[tuple]]:
+            return self.server_now(conn), conn.execute(pg_sql.LIST_POOLS).fetchall()
+        server_now, found = self.transaction("reading pools", read)
+        pools = [dict(zip(names, r)) for r in found]
+        for pool in pools:
             pool["counters"] = json.loads(pool["counters"])
             pool["slots"] = json.loads(pool["slots"])
-            pool["dead"] = liveness.pool_death(pool, now)
-        return found
+            pool["dead"] = liveness.pool_death(pool, server_now, dead_after)
+        return pools
 
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
         """R29: one frame's rows, read in one transaction (REPEATABLE READ would be

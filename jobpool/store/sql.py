@@ -235,8 +235,7 @@ def quote_literal(text: str) -> str:
 
 
 def per_name_case(policies: dict, field: str, fallback) -> str:
-    """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one ``Policy`` field
-    (standard SQL: the PostgreSQL claim builds its defaults with it too)."""
+    """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one ``Policy`` field."""
     if not policies:
         return repr(fallback)
     whens = " ".join(f"WHEN {quote_literal(n)} THEN {getattr(p, field)!r}"

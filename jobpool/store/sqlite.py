@@ -476,11 +476,12 @@ class SQLiteStore:
             self._notifier.notify()
         return handle
 
-    def pools(self, now: float | None = None) -> list[dict[str, Any]]:
+    def pools(self, now: float | None = None, *,
+              dead_after: float = liveness.DEAD_AFTER) -> list[dict[str, Any]]:
         """The supervisors that have a row in this store, oldest first (R29).
 
         Each row says under ``dead`` why its supervisor is gone (process gone,
-        heartbeat stale past ``liveness.DEAD_AFTER``), or None while it runs. A
+        heartbeat stale past ``dead_after`` at ``now``), or None while it runs. A
         dead pool's row stays until a running pool reclaims its leases."""
         now = time.time() if now is None else now
         try:
@@ -491,7 +492,7 @@ class SQLiteStore:
         for pool in pools:
             pool["counters"] = json.loads(pool["counters"])
             pool["slots"] = json.loads(pool["slots"])
-            pool["dead"] = liveness.pool_death(pool, now)
+            pool["dead"] = liveness.pool_death(pool, now, dead_after)
         return pools
 
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:

@@ -274,8 +274,13 @@ class Supervisor:
 
     # -- the store ------------------------------------------------------------------------
 
-    def _store_call(self, what, now, *args):
-        """Call the core; on a store error pause (R26) and return None."""
+    def _store_call(self, what, now, *args, settles: bool = False):
+        """Call the claimer; on a store error pause (R26) and return None.
+
+        The outage ends (``store_recovered``) when the store takes a turn that
+        ``settles`` this pool's outcomes, or any call while none wait: a read that
+        works on a store that cannot be written (a full disk passes a reclaim that
+        finds nothing) is no recovery while outcomes still wait for their settle."""
         if now < self._store_pause_until:
             return None
         state = self.state
@@ -292,7 +297,7 @@ class Supervisor:
                             unsettled=len(state.pending))
             self._store_pause_until = self.clock() + self._store_pause
             return None
-        if self._store_pause:
+        if self._store_pause and (settles or not state.pending):
             events.emit(events.STORE_RECOVERED, unsettled=len(state.pending))
             self._store_pause = 0.0
             self._store_pause_until = 0.0
@@ -373,7 +378,7 @@ class Supervisor:
             return False
         pending = state.pending
         got = self._store_call(self.core.turn, now, [f.outcome for f in pending], want, now,
-                               self.rng)
+                               self.rng, settles=True)
         if got is None:
             if pending:
                 self.counters["settle_failures"] += 1

@@ -11,10 +11,9 @@ import json
 import logging
 import math
 import os
-import socket
 from typing import Any, Callable
 
-from jobpool import core, events, jobs, lifecycle, liveness
+from jobpool import core, events, jobs, lifecycle, procinfo
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -83,7 +82,7 @@ class Operations:
             # R25/R29: the dashboard shows a draining pool and when its drain ends.
             counters["stopping"] = {"running": slots.busy_count(),
                                     "drain_ends_at": state.drain_until}
-        beat = Heartbeat(owner=self.owner, host=socket.gethostname(), pid=os.getpid(),
+        beat = Heartbeat(owner=self.owner, host=procinfo.host_id(), pid=os.getpid(),
                          procs=slots.procs, queues=self.queues, names=self.names,
                          core=core.NAME, counters_json=json.dumps(counters),
                          slots_json=json.dumps(slots.views()))
@@ -134,7 +133,8 @@ class Operations:
         dead_after = self.config.dead_after
         trusted = self._beating_since is not None and now - self._beating_since >= dead_after
         try:
-            pools = self.store.pools(now)
+            # Judged by the store (on its clock, R7a), with this pool's --dead-after.
+            pools = self.store.pools(now, dead_after=dead_after)
         except StoreError as exc:
             log.debug("pools not read: %s", exc)
             return
@@ -142,7 +142,7 @@ class Operations:
             owner = pool["owner"]
             if owner == self.owner:
                 continue
-            death = liveness.pool_death(pool, now, dead_after)
+            death = pool["dead"]
             if death is None or (death != "process gone" and not trusted):
                 continue
             rows = self.take_back(owner, f"supervisor {owner} is dead ({death})", now)

@@ -28,7 +28,7 @@ POLL = "120"
 def _terminate(application: str) -> int:
     import psycopg
 
-    from .conftest import PG_URL
+    from ..conftest import PG_URL
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         return admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                              " WHERE application_name = %s", (application,)).fetchone()[0]
@@ -68,7 +68,7 @@ def test_an_enqueue_wakes_an_idle_pool_and_a_dropped_listener_comes_back(pg_url,
 def _listening() -> bool:
     import psycopg
 
-    from .conftest import PG_URL
+    from ..conftest import PG_URL
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         return admin.execute("SELECT count(*) FROM pg_stat_activity"
                              " WHERE application_name = 'jobpool-listener'").fetchone()[0] == 1

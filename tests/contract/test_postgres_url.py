@@ -70,3 +70,57 @@ def test_behind_a_transaction_pooler_the_pool_polls(pg_url):
         assert store.enqueue("c.job").id == 1  # works without server-side prepares
     finally:
         store.close()
+
+
+def test_url_parameters_for_libpq_pass_through_unchanged():
+    target = parse_url("postgresql://db/app?application_name=my%20app&schema=s")
+    assert target.conninfo == "postgresql://db/app?application_name=my%20app"
+
+
+def test_a_malformed_url_is_a_store_error():
+    with pytest.raises(StoreError, match="not a usable PostgreSQL URL"):
+        parse_url("postgresql://[::1/app")
+
+
+def test_a_connect_error_never_quotes_the_password():
+    import jobpool
+    with pytest.raises(StoreError) as caught:
+        jobpool.connect("postgresql://u:s%zzecret@127.0.0.1:5432/test")
+    text = str(caught.value)
+    assert "zzecret" not in text and caught.value.__cause__ is None, text
+    assert "u:***@" in text
+
+
+def test_a_schema_holding_other_tables_is_refused_not_written(pg_url):
+    import psycopg
+
+    import jobpool
+    from jobpool.errors import NotAStoreError
+    target = parse_url(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as app:
+        app.execute(f"CREATE SCHEMA {target.schema}")
+        app.execute(f"CREATE TABLE {target.schema}.jobs (title text)")
+    with pytest.raises(NotAStoreError, match="has tables jobpool would use \\(jobs\\)"):
+        jobpool.connect(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as app:
+        tables = app.execute("SELECT table_name FROM information_schema.tables"
+                             " WHERE table_schema = %s", (target.schema,)).fetchall()
+    assert tables == [("jobs",)]
+
+
+def test_pools_are_judged_on_the_servers_clock(pg_url):
+    # R7a, R24b: a host whose clock runs an hour ahead still sees a live pool alive
+    import time
+
+    import jobpool
+    from jobpool.store.records import Heartbeat
+    store = jobpool.connect(pg_url)
+    try:
+        beat = Heartbeat(owner="otherhost:1:1", host="otherhost", pid=1, procs=1,
+                         queues=("default",), names=("c.job",), core="test",
+                         counters_json="{}", slots_json="[]")
+        store.heartbeat(beat, [], time.time())
+        (pool,) = store.pools(time.time() + 3600, dead_after=10)
+        assert pool["dead"] is None
+    finally:
+        store.close()

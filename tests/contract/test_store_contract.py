@@ -263,8 +263,11 @@ def _callers_connection(store_url):
     if store_url.startswith("postgresql"):
         import psycopg
 
+        from psycopg.rows import dict_row
+
         from jobpool.store.postgres import parse_url
-        return psycopg.connect(parse_url(store_url).conninfo)  # not autocommit: its transaction
+        # Not autocommit (its own transaction), and rows as dicts, as many apps have them.
+        return psycopg.connect(parse_url(store_url).conninfo, row_factory=dict_row)
     import sqlite3
     conn = sqlite3.connect(store_url, isolation_level=None)
     conn.execute("BEGIN")
@@ -285,3 +288,24 @@ def test_an_enqueue_in_the_callers_transaction_exists_only_if_it_commits(store_u
         assert any_store.get(handle.id)["payload"] == "[[2],{}]"
     finally:
         conn.close()
+
+
+def test_any_printable_job_name_is_claimed_and_settled(any_store, claimers):
+    # R1: a name is any printable text; none of it is SQL (a % once broke a claim)
+    name = "c.100%_done's\\step"
+    job_id = any_store.enqueue(name).id
+    c = any_store.claimer("pool-a", (name,), ("default",), {})
+    try:
+        (job,) = claim(c, 1)
+        assert (job.job_id, job.name) == (job_id, name)
+        settle(c, Outcome(job.job_id, job.attempt, DONE))
+    finally:
+        c.close()
+    assert any_store.get(job_id)["status"] == "done"
+
+
+def test_a_budget_too_large_to_store_is_refused_before_anything_is_written(any_store):
+    # R1, R41
+    with pytest.raises(EnqueueError, match="max_attempts must be at most 2147483647"):
+        any_store.enqueue_with("c.job", max_attempts=2**31)
+    assert any_store.stats()["ready"] == 0
