@@ -19,6 +19,7 @@ from jobpool import bounds, config, core, jobs, liveness
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.store.rows import LISTED_STATUSES
+from jobpool.store.urls import is_postgres_url
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
 
 
@@ -280,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds to wait for them to go (default: do not wait)")
     scale = sub.add_parser("scale", parents=[common], help="change --procs of running pools")
     scale.add_argument("--procs", type=_positive_int, required=True)
+    for fleet_command in (stop, scale):
+        fleet_command.add_argument("--pool", metavar="OWNER",
+                                   help="only this pool (its owner, as `jobpool pools` shows it)")
+        fleet_command.add_argument("--host", help="only the pools on this host")
     return parser
 
 
@@ -690,15 +695,17 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
 def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
 
     store = connect(args.db, create=False)
-    count = store.request_stop()
+    count = store.request_stop(owner=args.pool, host=args.host)
     if not count:
+        if args.pool or args.host:
+            raise UserError(_no_pool_chosen(store, args))
         print("no pools are running on this store")
         return 0
     print(f"asked {count} pool(s) to stop")
     end = time.monotonic() + args.wait
     while args.wait and time.monotonic() < end:
-        if not liveness.live_pools(store.pools()):
-            print("all pools stopped")
+        if not liveness.chosen(store.pools(), owner=args.pool, host=args.host):
+            print("all pools stopped" if not (args.pool or args.host) else "the pools asked stopped")
             return 0
         time.sleep(0.2)
     if args.wait:
@@ -709,16 +716,36 @@ def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
 
 def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
-    count = store.request_scale(args.procs)
+    count = store.request_scale(args.procs, owner=args.pool, host=args.host)
     if not count:
-        raise UserError("no pools are running on this store")
+        raise UserError(_no_pool_chosen(store, args) if args.pool or args.host
+                        else "no pools are running on this store")
     print(f"asked {count} pool(s) to run {args.procs} processes")
     return 0
 
 
+def _no_pool_chosen(store, args: argparse.Namespace) -> str:
+    """What --pool/--host matched none of, and what there is."""
+    asked = " and ".join(f"{flag} {value}" for flag, value in
+                         (("--pool", args.pool), ("--host", args.host)) if value)
+    live = liveness.live_pools(store.pools())
+    there = ", ".join(f"{p['owner']} on {p['host']}" for p in live) or "none"
+    return f"no live pool matches {asked} (live pools: {there})"
+
+
 def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
-    from jobpool.store import doctor
     path = resolve_path(args.db)
+    if is_postgres_url(path):
+        if args.salvage:
+            raise JobpoolError("--salvage copies what is readable from a damaged SQLite file; "
+                               "a PostgreSQL database is backed up and restored with its own "
+                               "tools (pg_dump)")
+        from jobpool.store import pg_doctor
+        pg_report = pg_doctor.check(path)
+        print("\n".join(pg_doctor.describe(pg_report)),
+              file=sys.stdout if pg_report.ok else sys.stderr)
+        return 0 if pg_report.ok else 1
+    from jobpool.store import doctor
     if args.salvage:
         report = doctor.salvage(path, args.salvage)
         print(f"copied {report.copied} jobs from {path} into {args.salvage}")

@@ -35,6 +35,14 @@ def live_pools(pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [pool for pool in pools if pool.get("dead") is None]
 
 
+def chosen(pools: list[dict[str, Any]], *, owner: str | None = None,
+           host: str | None = None) -> list[dict[str, Any]]:
+    """The live pools an operator's request goes to: all of them, or those with this
+    ``owner`` (``--pool``) and/or on this ``host`` (``--host``)."""
+    return [pool for pool in live_pools(pools)
+            if (owner is None or pool["owner"] == owner) and (host is None or pool["host"] == host)]
+
+
 def unserved(ready: list[tuple[str, str, int]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Of ``(queue, name, count)`` ready groups, those no live pool serves, as
     ``[{queue, name, count}]`` (R7, R28). Empty while no pool runs: then nothing

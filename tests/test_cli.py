@@ -158,3 +158,20 @@ def test_enqueue_from_a_json_lines_file_is_one_transaction(make_app):
     line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(bad), "--db", str(app.db)))
     assert "bad.jsonl line 2" in line
     assert app.store().stats()["ready"] == 3  # nothing of the bad file was written
+
+
+def test_scale_and_stop_aimed_at_no_live_pool_say_what_there_is(make_app):
+    # R25, R27: --pool / --host that match nothing are one line naming the live pools
+    import time as _time
+
+    from jobpool.store.records import Heartbeat
+    app = make_app(APP)
+    store = app.store()
+    owner = "web-1:4242:1"  # a pool on another host, alive by its heartbeat
+    store.heartbeat(Heartbeat(owner=owner, host="web-1", pid=1, procs=2, queues=("default",),
+                              names=("t.hello",), core="test", counters_json="{}",
+                              slots_json="[]"), [], _time.time())
+    line = one_line_error(app.cli("scale", "--procs", "3", "--host", "web-2", "--db", str(app.db)))
+    assert "no live pool matches --host web-2" in line and f"{owner} on web-1" in line
+    asked = app.cli("stop", "--host", "web-1", "--db", str(app.db), check=True)
+    assert "asked 1 pool(s) to stop" in asked.stdout

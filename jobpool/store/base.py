@@ -142,12 +142,15 @@ class Store(Protocol):
         pool kills it), or the status that could not be cancelled."""
         ...
 
-    def request_stop(self) -> int:
-        """R25: ask every running pool to stop gracefully; how many were asked."""
+    def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
+        """R25: ask every running pool (or the one ``owner``, or those on ``host``) to
+        stop gracefully; how many were asked."""
         ...
 
-    def request_scale(self, procs: int) -> int:
-        """R27: ask every running pool to run ``procs`` children; how many were asked."""
+    def request_scale(self, procs: int, *, owner: str | None = None,
+                      host: str | None = None) -> int:
+        """R27: ask the running pools (chosen as for ``request_stop``) to run ``procs``
+        children; how many were asked."""
         ...
 
     # -- a supervisor's side --------------------------------------------------------------

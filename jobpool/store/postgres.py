@@ -41,8 +41,6 @@ except ImportError:  # pragma: no cover - exercised by the one-line error below
 DEFAULT_SCHEMA = "jobpool"
 #: Schema names jobpool accepts: lower-case, so they need no quoting anywhere.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
-#: URL schemes that open this store.
-SCHEMES = ("postgresql://", "postgres://")
 
 #: R26: per-session limits, so a stuck statement, a held lock or a forgotten open
 #: transaction becomes a StoreError (and a pause), never a pool that hangs (ms).
@@ -51,10 +49,6 @@ SESSION_OPTIONS = {"statement_timeout": 30_000, "lock_timeout": 10_000,
 #: TCP keepalives: a server that vanished is noticed within about a minute.
 KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
               "keepalives_count": 3}
-
-
-def is_url(db: str) -> bool:
-    return db.startswith(SCHEMES)
 
 
 class Target(NamedTuple):
@@ -490,20 +484,23 @@ class PostgresStore:
             return row[0]
         return self.transaction(f"cancelling job {job_id}", cancel)
 
-    def _live_owners(self) -> list[str]:
-        return [pool["owner"] for pool in liveness.live_pools(self.pools())]
+    def _chosen_owners(self, owner: str | None, host: str | None) -> list[str]:
+        return [pool["owner"] for pool in liveness.chosen(self.pools(), owner=owner, host=host)]
 
-    def request_stop(self) -> int:
-        owners = self._live_owners()
+    def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
+        """R25 (see ``Store.request_stop``)."""
+        owners = self._chosen_owners(owner, host)
         return self.transaction("requesting stop", lambda conn: conn.execute(
             pg_sql.REQUEST_STOP, {"owners": owners}).rowcount)
 
-    def request_scale(self, procs: int) -> int:
+    def request_scale(self, procs: int, *, owner: str | None = None,
+                      host: str | None = None) -> int:
+        """R27 (see ``Store.request_scale``)."""
         if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
             raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
         if procs > bounds.INT32_MAX:
             raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
-        owners = self._live_owners()
+        owners = self._chosen_owners(owner, host)
         return self.transaction("requesting scale", lambda conn: conn.execute(
             pg_sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
 

@@ -21,6 +21,7 @@ from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import migrations, retention, rows, sql
 from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
+from jobpool.store.urls import is_postgres_url
 from jobpool.wakeup import Notifier
 
 
@@ -613,24 +614,28 @@ class SQLiteStore:
         were reclaimed (R24b)."""
         self.transaction("removing a pool", lambda c: c.execute(sql.DELETE_POOL, (owner,)))
 
-    def _live_owners(self) -> str:
-        return json.dumps([pool["owner"] for pool in liveness.live_pools(self.pools())])
+    def _chosen_owners(self, owner: str | None, host: str | None) -> str:
+        return json.dumps([pool["owner"] for pool in
+                           liveness.chosen(self.pools(), owner=owner, host=host)])
 
-    def request_stop(self) -> int:
-        """R25: ask every running pool on this store to stop gracefully; returns how many."""
-        owners = self._live_owners()
+    def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
+        """R25: ask the running pools on this store (or the one ``owner``, or those on
+        ``host``) to stop gracefully; returns how many were asked."""
+        owners = self._chosen_owners(owner, host)
         return self.transaction("requesting stop",
-                           lambda c: c.execute(sql.REQUEST_STOP, {"owners": owners}).rowcount)
+                                lambda c: c.execute(sql.REQUEST_STOP, {"owners": owners}).rowcount)
 
-    def request_scale(self, procs: int) -> int:
-        """R27: ask every pool on this store to run ``procs`` children; returns how many."""
+    def request_scale(self, procs: int, *, owner: str | None = None,
+                      host: str | None = None) -> int:
+        """R27: ask the running pools (or the chosen ones, as ``request_stop``) to run
+        ``procs`` children; returns how many were asked."""
         if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
             raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
         if procs > bounds.INT32_MAX:
             # R41: each pool judges a request against its own bound; this only keeps
             # the number storable (and a typo of ten digits out of the table).
             raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
-        owners = self._live_owners()
+        owners = self._chosen_owners(owner, host)
         return self.transaction("requesting scale", lambda c: c.execute(
             sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
 
@@ -692,7 +697,7 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
     older schema is upgraded in place, unless ``readonly``: then nothing is ever
     written, and an older store is refused naming what upgrades it (R26a)."""
     path = resolve_path(db)
-    if path.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(path):
         # DESIGN section 7: the same protocol over PostgreSQL, for many hosts.
         from jobpool.store import postgres
         return postgres.connect(path, create=create, readonly=readonly)  # type: ignore[return-value]

@@ -309,3 +309,23 @@ def test_a_budget_too_large_to_store_is_refused_before_anything_is_written(any_s
     with pytest.raises(EnqueueError, match="max_attempts must be at most 2147483647"):
         any_store.enqueue_with("c.job", max_attempts=2**31)
     assert any_store.stats()["ready"] == 0
+
+
+def test_a_stop_or_scale_can_target_one_pool_or_one_host(any_store):
+    # R25, R27 across a fleet: --pool OWNER, --host HOST
+    from jobpool.store.records import Heartbeat
+
+    def beat(owner, host):
+        return any_store.heartbeat(Heartbeat(
+            owner=owner, host=host, pid=1, procs=2, queues=("default",), names=NAMES,
+            core="test", counters_json="{}", slots_json="[]"), [], time.time())
+    for owner, host in (("a:1:1", "a"), ("a:2:1", "a"), ("b:1:1", "b")):
+        beat(owner, host)
+    assert any_store.request_stop(host="b") == 1
+    assert [beat(o, h).stop for o, h in (("a:1:1", "a"), ("a:2:1", "a"), ("b:1:1", "b"))] == [
+        False, False, True]
+    assert any_store.request_scale(4, owner="a:2:1") == 1
+    assert [beat(o, h).procs for o, h in (("a:1:1", "a"), ("a:2:1", "a"), ("b:1:1", "b"))] == [
+        None, 4, None]
+    assert any_store.request_scale(3, host="c") == 0
+    assert any_store.request_scale(3) == 3

@@ -1,0 +1,127 @@
+"""``jobpool doctor`` on PostgreSQL: what an operator needs to know about the queue's
+health that the server does not say by itself (issue 12).
+
+It reads, never writes: the schema's version, the jobs per status, how many dead
+row versions the hot table carries (claims and settles rewrite its rows; vacuum
+must keep up), the oldest open transaction in the database (which holds back
+vacuum everywhere), and whether LISTEN/NOTIFY reaches this client (it does not
+through a transaction-mode pooler, and then pools should use ``?pooler=transaction``).
+"""
+from __future__ import annotations
+
+import select
+import time
+import uuid
+from typing import NamedTuple
+
+from jobpool.errors import StoreError
+from jobpool.store import pg_sql
+from jobpool.store.postgres import PostgresStore, Target, open_connection
+
+try:
+    import psycopg
+    from psycopg import sql as pgsql
+except ImportError:  # pragma: no cover - the store refused to open first
+    psycopg = None  # type: ignore[assignment]
+
+#: An open transaction older than this is reported as a problem: it keeps vacuum
+#: from removing the dead row versions every claim and settle leaves behind.
+OLD_TRANSACTION_S = 300.0
+#: How long a NOTIFY may take to come back before LISTEN is called silent.
+NOTIFY_WAIT_S = 2.0
+
+HOT_TABLE = """
+SELECT n_live_tup, n_dead_tup, extract(epoch FROM now() - last_autovacuum)::float8
+  FROM pg_stat_user_tables WHERE schemaname = %(schema)s AND relname = 'jobs'
+"""
+#: A transaction holds back vacuum when it has a snapshot (xmin) or an id of its own.
+OLDEST_TRANSACTION = """
+SELECT extract(epoch FROM now() - xact_start)::float8, pid, application_name, state
+  FROM pg_stat_activity
+ WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND xact_start IS NOT NULL
+   AND pid <> pg_backend_pid()
+   AND datname = current_database()
+ ORDER BY xact_start LIMIT 1
+"""
+
+
+class PgReport(NamedTuple):
+    """What doctor found on a PostgreSQL store; ``problems`` empty means healthy."""
+
+    shown: str
+    lines: list[str]
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check(url: str) -> PgReport:
+    store = PostgresStore(url, create=False, readonly=True)
+    try:
+        target = store.target
+        lines: list[str] = []
+        problems: list[str] = []
+        version = store.read("reading the schema version", pg_sql.READ_SCHEMA_VERSION)
+        lines.append(f"schema {target.schema}, version {version[0][0] if version else '?'}")
+        stats = store.stats()
+        lines.append("jobs: " + ", ".join(f"{k} {stats[k]}" for k in
+                                          ("ready", "scheduled", "running", "done", "dead")))
+        hot = store.read("reading the hot table's statistics", HOT_TABLE, {"schema": target.schema})
+        if hot:
+            live, dead, since_vacuum = hot[0]
+            vacuumed = "never" if since_vacuum is None else f"{since_vacuum:.0f} s ago"
+            lines.append(f"hot table (jobs): {live} live rows, {dead} dead row versions, "
+                         f"last autovacuum {vacuumed}")
+        oldest = store.read("reading open transactions", OLDEST_TRANSACTION)
+        if oldest:
+            age, pid, application, state = oldest[0]
+            text = (f"oldest open transaction: {age:.1f} s (pid {pid}, "
+                    f"{application or 'no application name'}, {state})")
+            lines.append(text)
+            if age > OLD_TRANSACTION_S:
+                problems.append(f"{text} holds back vacuum: the hot table grows until it ends")
+        else:
+            lines.append("oldest open transaction: none")
+        if target.pooler:
+            lines.append("LISTEN: off (?pooler=transaction): pools poll")
+        else:
+            waited = _notify_round_trip(target)
+            if waited is None:
+                problems.append(f"LISTEN: no notification came back within {NOTIFY_WAIT_S:g} s "
+                                f"(behind a transaction-mode pooler? add ?pooler=transaction)")
+            else:
+                lines.append(f"LISTEN: works (a notification came back in {waited * 1000:.0f} ms)")
+        return PgReport(store.path, lines, problems)
+    finally:
+        store.close()
+
+
+def _notify_round_trip(target: Target) -> float | None:
+    """Seconds for a NOTIFY on a fresh channel to reach a LISTEN; None if it never did."""
+    channel = "jobpool_doctor_" + uuid.uuid4().hex[:12]
+    listener = open_connection(target, application="jobpool-doctor")
+    sender = open_connection(target, application="jobpool-doctor")
+    try:
+        listener.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+        started = time.monotonic()
+        sender.execute("SELECT pg_notify(%s, 'ping')", (channel,))
+        deadline = started + NOTIFY_WAIT_S
+        while (left := deadline - time.monotonic()) > 0:
+            select.select([listener], [], [], left)
+            if any(n.channel == channel for n in listener.notifies(timeout=0)):
+                return time.monotonic() - started
+        return None
+    except psycopg.Error as exc:
+        raise StoreError(f"checking LISTEN failed: {target.scrub(str(exc).strip())}") from None
+    finally:
+        listener.close()
+        sender.close()
+
+
+def describe(report: PgReport) -> list[str]:
+    """The report as the CLI prints it: a headline, then one line per finding."""
+    state = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    return [f"{report.shown}: {state}"] + [f"  {line}" for line in report.lines] + \
+        [f"  problem: {problem}" for problem in report.problems]
