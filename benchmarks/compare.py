@@ -2,6 +2,7 @@
 """jobpool against Huey, Celery, RQ and Dramatiq on the same jobs, on this machine.
 
     .venv/bin/python benchmarks/compare.py [--repeat N] [--quick] [--only NAME[,NAME...]]
+                                           [--db postgresql://...]
 
 Run it with the project's venv (jobpool importable). It creates
 ``benchmarks/.venv-peers`` on first use (``python3 -m venv`` and ``pip install
@@ -10,6 +11,12 @@ a free loopback port (6390 or above, no persistence), runs each workload for
 each system ``--repeat`` times (3 by default; interleaved, so drift hits every
 system alike) and prints one table: the median, min-max, and how many times
 better jobpool is ("jobpool ×"; above 1 means jobpool wins).
+
+With ``--db URL`` (a ``postgresql://`` URL) jobpool also runs every workload on
+a PostgreSQL store, the row "jobpool on PostgreSQL" (system ``jobpool-pg``),
+whose "jobpool ×" is SQLite's jobpool over it. Each of its runs gets a schema of
+its own (``?schema=bench_<random>``), dropped before the next and at the end, so
+every run starts from an empty store and the database is left as it was.
 
 Workloads (sizes of a full run; ``--quick`` shrinks them and repeats once):
 
@@ -45,6 +52,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import socket
@@ -53,6 +61,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -65,6 +74,11 @@ PEERS = ("huey", "celery", "rq", "dramatiq")
 REDIS_PEERS = ("celery", "rq", "dramatiq")
 SYSTEMS = ("jobpool",) + PEERS
 WORKLOADS = ("w1-drain", "w1-enqueue", "w1-bulk", "w2", "w3")
+#: jobpool on the PostgreSQL store that ``--db`` names.
+JOBPOOL_PG = "jobpool-pg"
+#: Systems whose workers are ``jobpool start`` (timed with ``--burst`` in a drain).
+JOBPOOL_POOLS = ("jobpool", JOBPOOL_PG)
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 sys.path.insert(0, str(BENCH))
 from bench_jobs import common  # noqa: E402
@@ -86,9 +100,10 @@ METRICS = {
 }
 METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
                    "w2_eff": "w2", "w3_p50": "w3", "w3_p99": "w3", "w3_p99_ret": "w3"}
-ROW_ORDER = ("jobpool", "jobpool-normal", "sqlite-full", "sqlite-normal") + PEERS
+ROW_ORDER = ("jobpool", JOBPOOL_PG, "jobpool-normal", "sqlite-full", "sqlite-normal") + PEERS
 LABELS = {
     "jobpool": "jobpool",
+    JOBPOOL_PG: "jobpool on PostgreSQL",
     "jobpool-normal": "jobpool durability=normal",
     "sqlite-full": "raw SQLite, synchronous=FULL",
     "sqlite-normal": "raw SQLite, synchronous=NORMAL",
@@ -346,15 +361,53 @@ def start_redis(procs: Procs, env) -> tuple[str, str | None]:
     return f"redis://127.0.0.1:{port}/0", None
 
 
+def with_schema(url: str, schema: str) -> str:
+    """``url`` with ``?schema=NAME`` set to ``schema``, whether or not it had a query:
+    its other parameters (``sslmode``, jobpool's ``pooler``) are kept, so the pool
+    and the driver reach the server exactly as the URL given to ``--db`` says."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
+    return urlunsplit(parts._replace(query=urlencode(query + [("schema", schema)])))
+
+
+def postgres_execute(url: str, statement) -> list:
+    """Run one statement on the database of the store URL ``url`` and return its rows.
+    libpq gets the URL as the store itself gives it (jobpool's ``schema`` and
+    ``pooler`` parameters taken off, which libpq would refuse)."""
+    try:
+        import psycopg
+
+        from jobpool.errors import StoreError
+        from jobpool.store.postgres import parse_url, redact
+    except ImportError as exc:
+        raise BenchError(f"--db needs psycopg in {sys.executable}: {exc}") from None
+    try:
+        with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
+            cursor = conn.execute(statement)
+            return cursor.fetchall() if cursor.description else []
+    except (psycopg.Error, StoreError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BenchError(f"PostgreSQL at {redact(url)}: {first_line}") from None
+
+
+def drop_schema(url: str, schema: str) -> None:
+    """Drop ``schema`` and every table in it, so no run leaves a store behind."""
+    from psycopg import sql
+    postgres_execute(url, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 # -- the harness ----------------------------------------------------------------------
 
 class Harness:
     def __init__(self, procs: Procs, sizes: dict, redis_url: str | None, loops_per_ms: int,
-                 job_cpu_s: float) -> None:
+                 job_cpu_s: float, postgres_url: str | None = None) -> None:
         self.procs = procs
         self.sizes = sizes
         self.redis_url = redis_url
         self.db = WORK / "jobpool.db"
+        self.postgres_url = postgres_url
+        #: The schema of the current jobpool-pg run; None once dropped.
+        self.postgres_schema: str | None = None
         self.huey_db = WORK / "huey.db"
         self.counter = WORK / "counter.bin"
         self.job_cpu_s = job_cpu_s
@@ -380,8 +433,31 @@ class Harness:
                 except FileNotFoundError:
                     pass
         self.counter.touch()
+        if system == JOBPOOL_PG:
+            self.drop_postgres_schema()
+            self.postgres_schema = f"bench_{secrets.token_hex(6)}"
         if system in REDIS_PEERS:
             self.driver(system, "flush", log_name=f"{system}-driver")
+
+    def drop_postgres_schema(self) -> None:
+        """Drop the last jobpool-pg run's schema, if not yet dropped: at the next
+        jobpool-pg run's reset (so a failure there is that run's) and at the end."""
+        if self.postgres_schema is not None:
+            drop_schema(self.postgres_url, self.postgres_schema)
+            self.postgres_schema = None
+
+    def store_for(self, system: str) -> str:
+        """The store a jobpool system's pool and driver open: the SQLite file, or the
+        PostgreSQL URL naming this run's schema."""
+        if system == JOBPOOL_PG:
+            return with_schema(self.postgres_url, self.postgres_schema)
+        return str(self.db)
+
+    def env_for(self, system: str) -> dict:
+        """The environment of ``system``'s processes: BENCH_DB is its store."""
+        if system == JOBPOOL_PG:
+            return dict(self.env, BENCH_DB=self.store_for(system))
+        return self.env
 
     def python_for(self, system: str) -> str:
         return sys.executable if system in LABELS else str(PEERS_PY)
@@ -392,7 +468,7 @@ class Harness:
         if action != "flush":
             argv.append(system)
         argv += [str(a) for a in args]
-        out = self.procs.run(argv, env=self.env, timeout=timeout,
+        out = self.procs.run(argv, env=self.env_for(system), timeout=timeout,
                              log_name=log_name or f"{system}-driver")
         lines = [line for line in out.splitlines() if line.startswith("{")]
         if not lines:
@@ -403,10 +479,10 @@ class Harness:
 
     def start_workers(self, system: str, log_name: str, burst: bool = False) -> list:
         bin_ = PEERS_VENV / "bin"
-        if system == "jobpool":
+        if system in JOBPOOL_POOLS:
             cmd = [sys.executable, "-m", "jobpool", "start", "--app", "bench_jobs.jobpool_jobs",
-                   "--db", self.db, "--procs", "2", "-q"] + (["--burst"] if burst else [])
-            return [self.procs.popen(cmd, env=self.env, log_name=log_name)]
+                   "--db", self.store_for(system), "--procs", "2", "-q"] + (["--burst"] if burst else [])
+            return [self.procs.popen(cmd, env=self.env_for(system), log_name=log_name)]
         if system == "huey":
             cmd = [bin_ / "huey_consumer", "bench_jobs.huey_jobs.huey", "-k", "process", "-w", "2",
                    "-q"]
@@ -462,8 +538,8 @@ class Harness:
         workers = []
         try:
             t0 = time.perf_counter()
-            workers = self.start_workers(system, log_name, burst=(system == "jobpool"))
-            if system == "jobpool":
+            workers = self.start_workers(system, log_name, burst=(system in JOBPOOL_POOLS))
+            if system in JOBPOOL_POOLS:
                 proc = workers[0]
                 counted = None
                 end = t0 + timeout
@@ -646,7 +722,9 @@ LIMITS = {
 }
 
 
-def targets(results: dict) -> list[str]:
+def targets(results: dict, postgres: bool = False) -> list[str]:
+    """The issue's targets, met or not; with ``postgres`` (``--db`` given) also the
+    two for jobpool on PostgreSQL."""
     def med(metric, system):
         vals = [v for v in results.get(metric, {}).get(system, []) if v is not None]
         return statistics.median(vals) if vals else None
@@ -689,6 +767,13 @@ def targets(results: dict) -> list[str]:
     jp, cel = med("w3_p99", "jobpool"), med("w3_p99", "celery")
     r = jp / cel if jp and cel else None
     line("W3 p99, jobpool ÷ Celery", f"{r:.2f}" if r else None, "≤ 0.50", r and r <= 0.5, "w3")
+    if postgres:
+        pg, sq = med("w1_drain", JOBPOOL_PG), med("w1_drain", "jobpool")
+        r = pg / sq if pg and sq else None
+        line("W1 drain, PostgreSQL ÷ SQLite", f"{r:.2f}" if r else None, "≥ 0.6", r and r >= 0.6)
+        pg = med("w1_bulk", JOBPOOL_PG)
+        line("W1 bulk on PostgreSQL", f"{pg:,.0f} rows/s" if pg else None, "≥ 150,000 rows/s",
+             pg and pg >= 150_000)
     lines.append("- backlog of 1 000 000 rows vs 1 000: see benchmarks/test_core_bench.py")
     return lines
 
@@ -720,12 +805,19 @@ def main(argv=None) -> int:
     parser.add_argument("--only", metavar="NAME[,NAME]",
                         help=f"systems ({', '.join(SYSTEMS)}; jobpool always runs) and/or "
                              f"workloads ({', '.join(WORKLOADS)})")
+    parser.add_argument("--db", metavar="URL",
+                        help="a postgresql:// URL: jobpool also runs every workload on a "
+                             "PostgreSQL store there, each run in a schema of its own "
+                             "(any ?schema= in URL is replaced), dropped afterwards")
     parser.add_argument("--json", metavar="PATH", default=str(WORK / "last-run.json"),
                         help="where to write every measurement (default benchmarks/.work/last-run.json)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     repeat = args.repeat or (1 if args.quick else 3)
     systems, workloads = parse_only(args.only)
+    if args.db and not args.db.startswith(POSTGRES_SCHEMES):
+        parser.error(f"--db takes a PostgreSQL URL ({' or '.join(POSTGRES_SCHEMES)}...), "
+                     f"not {args.db!r}: SQLite is always measured, in {WORK}")
 
     core_name = check_jobpool()
     info = machine_info()
@@ -747,6 +839,13 @@ def main(argv=None) -> int:
             systems = [s for s in systems if s not in PEERS]
         else:
             info.update({k: v for k, v in peer_versions().items()})
+    if args.db:
+        # Checked once here, so a server that cannot be reached is one failure, not five.
+        try:
+            info["postgresql"] = postgres_execute(args.db, "SHOW server_version")[0][0]
+            systems.insert(systems.index("jobpool") + 1, JOBPOOL_PG)
+        except BenchError as exc:
+            failures[("all", JOBPOOL_PG)] = str(exc)
 
     # SIGTERM/SIGHUP end the run through the same finally blocks as Ctrl-C.
     def _stop(signum, frame):
@@ -755,6 +854,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGHUP, _stop)
 
     procs = Procs()
+    harness: Harness | None = None
     results: dict[str, dict[str, list]] = {}
     interrupted = False
     try:
@@ -779,7 +879,7 @@ def main(argv=None) -> int:
         job_cpu = statistics.median(samples)
         info["cpu job"] = f"{loops} loops/ms; one cpu({sizes['cpu_ms']:g}) body = {job_cpu * 1000:.2f} ms CPU"
 
-        harness = Harness(procs, sizes, redis_url, loops, job_cpu)
+        harness = Harness(procs, sizes, redis_url, loops, job_cpu, args.db)
         steps = plan(systems, workloads)
         method = {"w1-drain": harness.w1_drain, "w1-enqueue": harness.w1_single,
                   "w1-bulk": harness.w1_bulk, "w2": harness.w2, "w3": harness.w3}
@@ -808,6 +908,11 @@ def main(argv=None) -> int:
     finally:
         procs.stop_all()
         left = procs.leftovers()
+        if harness is not None:
+            try:
+                harness.drop_postgres_schema()
+            except BenchError as exc:
+                notes.append(f"schema {harness.postgres_schema} left in the database: {exc}")
 
     info["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     info["duration"] = f"{time.time() - started:.0f} s"
@@ -825,7 +930,7 @@ def main(argv=None) -> int:
         print(line)
     print()
     print("## targets (issue)")
-    for line in targets(results):
+    for line in targets(results, postgres=bool(args.db)):
         print(line)
     if failures:
         print()

@@ -1,9 +1,10 @@
 """The enqueue side of every benchmark, run by ``compare.py`` in a fresh process.
 
-It runs under jobpool's venv for ``jobpool``, ``jobpool-normal``, ``sqlite-full``
-and ``sqlite-normal``, and under ``benchmarks/.venv-peers`` for the peers, and
-prints one JSON object on stdout. Settings come from the environment the harness
-sets: ``BENCH_DB`` (jobpool and raw SQLite), ``BENCH_HUEY_DB``, ``BENCH_REDIS_URL``,
+It runs under jobpool's venv for ``jobpool``, ``jobpool-pg``, ``jobpool-normal``,
+``sqlite-full`` and ``sqlite-normal``, and under ``benchmarks/.venv-peers`` for the
+peers, and prints one JSON object on stdout. Settings come from the environment
+the harness sets: ``BENCH_DB`` (jobpool and raw SQLite: a SQLite file, or for
+``jobpool-pg`` a ``postgresql://`` URL), ``BENCH_HUEY_DB``, ``BENCH_REDIS_URL``,
 ``BENCH_COUNTER``.
 
     driver.py flush                       empty the Redis database the peers use
@@ -66,11 +67,17 @@ class System:
 
 
 class Jobpool(System):
+    """jobpool's own ``connect`` on BENCH_DB: a SQLite file or a PostgreSQL URL.
+
+    ``durability`` is a SQLite setting, passed only when given: a PostgreSQL store
+    has no such argument."""
+
     def __init__(self, durability=None):
         import jobpool
         from bench_jobs import jobpool_jobs  # registers the jobs, as an app would
         del jobpool_jobs
-        self.store = jobpool.connect(os.environ["BENCH_DB"], durability=durability)
+        options = {"durability": durability} if durability else {}
+        self.store = jobpool.connect(os.environ["BENCH_DB"], **options)
 
     def noop(self, i):
         self.store.enqueue("bench.noop", i)
@@ -225,6 +232,7 @@ class Dramatiq(System):
 
 SYSTEMS = {
     "jobpool": lambda: Jobpool(),
+    "jobpool-pg": lambda: Jobpool(),
     "jobpool-normal": lambda: Jobpool("normal"),
     "sqlite-full": lambda: RawSQLite("FULL"),
     "sqlite-normal": lambda: RawSQLite("NORMAL"),
