@@ -2,8 +2,9 @@
 turn, on a connection of its own (the ``Claimer`` protocol, ``store/base.py``).
 
 It applies ``lifecycle.decide`` as the SQLite cores do; what differs is the SQL
-(``store/pg_sql.py``) and the clock: every turn reads the server's time once and
-dates what it writes by it (R7a), whatever ``now`` the supervisor passes.
+(``store/pg_sql.py``) and the clock: what it writes is dated by the server's time
+(R7a), whatever ``now`` the supervisor passes: this host's clock corrected by the
+offset to the server's, measured over a round trip once a minute.
 
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
@@ -13,12 +14,15 @@ committed on the server while their reply was lost (in doubt).
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobpool.errors import StoreError
 from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, LEASE_SLACK,
-                               OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide)
+                               OWNER_DIED, Claimed, Decision, Lease, Outcome, Policy, Settled,
+                               decide)
 from jobpool.store import pg_sql, rows
 from jobpool.store.postgres import Target, _first_line, open_connection
 
@@ -28,6 +32,27 @@ try:
     import psycopg
 except ImportError:  # pragma: no cover - PostgresStore refused to open first
     psycopg = None  # type: ignore[assignment]
+
+
+#: How often a claimer reads the server's clock again to correct its offset, seconds.
+CLOCK_EVERY = 60.0
+
+
+class SentSettle(NamedTuple):
+    """A settle sent to the server, its answer read after the transaction commits."""
+
+    lease: Lease
+    decision: Decision
+    cursor: Any
+
+    def settled(self) -> Settled:
+        """What became of the attempt: its new status, or ``lost`` when the fence
+        matched no row (another pool holds that attempt now, R8)."""
+        lease = self.lease
+        if self.cursor.fetchone() is None:
+            return Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost")
+        return Settled(lease.job_id, lease.name, lease.attempt, self.decision.status,
+                       self.decision.reason)
 
 
 class PgClaimer:
@@ -46,25 +71,45 @@ class PgClaimer:
         #: The connection dropped since the last turn that committed: claims may be
         #: in doubt (see ``pg_sql.RELEASE_IN_DOUBT``).
         self._in_doubt = False
+        #: The server's clock minus this host's, and when it was last measured (R7a).
+        self._clock_offset = 0.0
+        self._clock_read_at = -math.inf
         _ = self._connection()
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = open_connection(self.target, application="jobpool-supervisor")
+            self._clock_read_at = -math.inf  # a new connection: read the server's clock again
         return self._conn
+
+    def _server_now(self, conn: Any) -> float:
+        """R7a: the server's time, as this host's clock plus the offset last measured
+        (every ``CLOCK_EVERY`` seconds, over one round trip), so a turn need not ask."""
+        local = time.time()
+        if local - self._clock_read_at >= CLOCK_EVERY:
+            sent = time.time()
+            server = conn.execute(pg_sql.SERVER_NOW).fetchone()[0]
+            received = time.time()
+            self._clock_offset = server - (sent + received) / 2
+            self._clock_read_at = local = received
+        return local + self._clock_offset
+
+    def _failed(self, what: str, exc: BaseException) -> StoreError:
+        """The StoreError for a failed call; a broken connection is let go, and the
+        claims of the transaction it carried are in doubt until the next turn."""
+        if self._conn is not None and (self._conn.closed or self._conn.broken):
+            self._conn = None
+            self._in_doubt = True
+        return StoreError(f"{what} failed: {self.target.scrub(_first_line(exc))}")
 
     def _run(self, what: str, fn) -> Any:
         """``fn(conn, now)`` in one transaction, ``now`` the server's clock."""
         try:
             conn = self._connection()
             with conn.transaction():
-                now = conn.execute(pg_sql.SERVER_NOW).fetchone()[0]
-                return fn(conn, now)
+                return fn(conn, self._server_now(conn))
         except psycopg.Error as exc:
-            if self._conn is not None and (self._conn.closed or self._conn.broken):
-                self._conn = None
-                self._in_doubt = True
-            raise StoreError(f"{what} failed: {self.target.scrub(_first_line(exc))}") from exc
+            raise self._failed(what, exc) from exc
 
     @property
     def inflight(self) -> int:
@@ -74,6 +119,8 @@ class PgClaimer:
 
     def turn(self, outcomes: Sequence[Outcome], n: int, now: float,
              rng: Any) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """Settle ``outcomes`` and claim up to ``n``, in one transaction and two round
+        trips: the settles travel with the claim (pipeline mode), then the commit."""
         settled: list[Settled] = []
         claimed: list[Claimed] = []
         expired: list[Settled] = []
@@ -81,25 +128,35 @@ class PgClaimer:
             return settled, claimed, expired
         taken: dict[int, Lease] = {}
         new_leases: dict[int, Lease] = {}
-
-        def turn(conn: Any, server_now: float) -> None:
-            if self._in_doubt:
-                released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
-                    "owner": self.owner, "held": list(self._inflight)}).fetchall()
-                if released:
-                    log.warning("gave back %d claim(s) left in doubt by a dropped connection: "
-                                "jobs %s", len(released), ", ".join(str(r[0]) for r in released))
-            for outcome in outcomes:
-                lease = self._inflight.get(outcome.job_id)
-                if lease is None or lease.attempt != outcome.attempt:
-                    settled.append(Settled(outcome.job_id, lease.name if lease else "",
-                                           outcome.attempt, "lost",
-                                           "not leased by this supervisor"))
-                    continue
-                taken[outcome.job_id] = lease
-                self._settle_one(conn, lease, outcome, server_now, rng, settled)
-            self._claim_all(conn, n, server_now, claimed, expired, new_leases)
-        self._run("turn", turn)  # on a StoreError nothing was applied: leases stay as they were
+        sent: list[SentSettle | Settled] = []
+        expiring: list[SentSettle] = []
+        released: Any = None
+        try:
+            conn = self._connection()
+            server_now = self._server_now(conn)
+            with conn.pipeline(), conn.transaction():
+                if self._in_doubt:
+                    released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
+                        "owner": self.owner, "held": list(self._inflight)})
+                for outcome in outcomes:
+                    lease = self._inflight.get(outcome.job_id)
+                    if lease is None or lease.attempt != outcome.attempt:
+                        sent.append(Settled(outcome.job_id, lease.name if lease else "",
+                                            outcome.attempt, "lost",
+                                            "not leased by this supervisor"))
+                        continue
+                    taken[outcome.job_id] = lease
+                    sent.append(self._send_settle(conn, lease, outcome, server_now, rng))
+                self._claim_all(conn, n, server_now, claimed, expiring, new_leases)
+            settled = [item if isinstance(item, Settled) else item.settled() for item in sent]
+            expired = [item.settled() for item in expiring]
+            gave_back = released.fetchall() if released is not None else []
+        except psycopg.Error as exc:
+            # Nothing was applied: the leases stay as they were.
+            raise self._failed("turn", exc) from exc
+        if gave_back:
+            log.warning("gave back %d claim(s) left in doubt by a dropped connection: jobs %s",
+                        len(gave_back), ", ".join(str(r[0]) for r in gave_back))
         self._in_doubt = False
         for job_id in taken:
             self._inflight.pop(job_id, None)
@@ -107,11 +164,12 @@ class PgClaimer:
         return settled, claimed, expired
 
     def _claim_all(self, conn: Any, n: int, now: float, claimed: list[Claimed],
-                   expired: list[Settled], leases: dict[int, Lease]) -> None:
+                   expiring: list["SentSettle"], leases: dict[int, Lease]) -> None:
         for queue in self.queues:
             want = n - len(claimed)
             if want <= 0:
                 break
+            # Reading the claim's rows sends everything queued so far in one go.
             found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
                                                     now=now, slack=LEASE_SLACK, queue=queue,
                                                     limit=want)).fetchall()
@@ -123,34 +181,29 @@ class PgClaimer:
                               bool(chained))
                 if deadline is not None and deadline < now:
                     # R10: claimed after its deadline, it is retired without running.
-                    self._settle_one(conn, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
-                                     now, None, expired, log_as="deadline")
+                    expiring.append(self._send_settle(
+                        conn, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED), now, None,
+                        log_as="deadline"))
                     continue
                 leases[job_id] = lease
                 claimed.append(Claimed(job_id, name, bytes(payload), serializer, attempt,
                                        float(timeout), deadline))
 
-    def _settle_one(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,
-                    out: list[Settled], log_as: str | None = None,
-                    owner: str | None = None) -> None:
-        """Apply ``lifecycle.decide`` to one attempt: its fenced statement (which, for
-        a finished job, moves the row and enqueues a chain's next step) and its line
-        in the attempt log (R19a)."""
+    def _send_settle(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,
+                     log_as: str | None = None, owner: str | None = None) -> "SentSettle":
+        """Apply ``lifecycle.decide`` to one attempt and send its statement: the fenced
+        change (for a finished job: the row's move, a chain's next step) and its line
+        in the attempt log (R19a), as one statement whose answer is read later."""
         policy = self.policies.get(lease.name, DEFAULT_POLICY)
         decision = decide(lease, outcome, policy, now, rng,
                           lambda job_id: self._crash_causes(conn, job_id))
         owner = owner or self.owner   # a reclaim settles another owner's lease
         result = outcome.result
-        params = {"id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
-                  "result": result.encode() if isinstance(result, str) else result,
-                  "error": decision.reason, "crashes": decision.crashes,
-                  "run_at": now + decision.delay}
-        if conn.execute(pg_sql.SETTLE[decision.statement], params).fetchone() is None:
-            out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
-            return
-        conn.execute(pg_sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
-        out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
-                           decision.reason))
+        logged = rows.attempt_params(lease, outcome, owner, now, log_as)
+        params = dict(logged, log_error=logged["error"], error=decision.reason,
+                      result=result.encode() if isinstance(result, str) else result,
+                      crashes=decision.crashes, run_at=now + decision.delay)
+        return SentSettle(lease, decision, conn.execute(pg_sql.SETTLE[decision.statement], params))
 
     @staticmethod
     def _crash_causes(conn: Any, job_id: int) -> list[str]:
@@ -175,17 +228,17 @@ class PgClaimer:
                          lambda conn, _now: [r[0] for r in conn.execute(pg_sql.LEASE_OWNERS)])
 
     def _recover(self, query: str, params: dict, kind: int, reason_of) -> list[Settled]:
-        settled: list[Settled] = []
-
-        def recover(conn: Any, now: float) -> None:
+        def recover(conn: Any, now: float) -> list[Settled]:
+            sent = []
             for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
                  owner) in conn.execute(query, dict(params, now=now)).fetchall():
                 lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, started_at,
                               False)
-                self._settle_one(conn, lease, Outcome(job_id, attempt, kind, reason_of(owner)),
-                                 now, None, settled, owner=owner)
-        self._run("reclaim", recover)
-        return settled
+                sent.append(self._send_settle(conn, lease,
+                                              Outcome(job_id, attempt, kind, reason_of(owner)),
+                                              now, None, owner=owner))
+            return [item.settled() for item in sent]
+        return self._run("reclaim", recover)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -242,7 +242,24 @@ FIND_LIVE_KEY = FIND_LIVE_KEY_IN.format(jobs="jobs")
 RESERVE_IDS = """
 SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(count)s)
 """
-#: The batch itself, streamed with COPY (one round trip, no statement per row).
+#: R4 at speed: a batch of JSON argument lists (or ``[args, kwargs]`` pairs) sent as
+#: one JSON array and split by the server; each element's text is kept as written,
+#: so a payload is byte for byte what a single enqueue writes. Rows are inserted in
+#: item order, each taking its id from the sequence as it is inserted, so the ids,
+#: sorted, are in item order (other sessions may take ids in between).
+INSERT_BATCH = f"""
+INSERT INTO jobs ({_NEW_JOB_COLUMNS})
+SELECT %(queue)s, %(name)s, NULL,
+       convert_to(CASE WHEN %(args_only)s THEN '[' || e.value::text || ',{{}}]'
+                       ELSE e.value::text END, 'UTF8'),
+       'json', %(priority)s, 'ready', %(run_at)s, %(run_at)s, %(max_attempts)s, NULL,
+       %(timeout)s, %(now)s, NULL
+  FROM json_array_elements(%(batch)s::json) WITH ORDINALITY AS e(value, n)
+ ORDER BY n
+RETURNING id
+"""
+#: Any other batch (pickled arguments, one too large to judge whole), streamed with
+#: COPY row by row (one round trip, no statement per row).
 COPY_JOBS = f"COPY jobs (id, {_NEW_JOB_COLUMNS}) FROM STDIN"
 
 #: R11a: wake the listening pools at commit; the payload names the queue.
@@ -292,8 +309,10 @@ def claim_params(names, policies, default_policy) -> dict:
 
 # --- settle (section 4) ------------------------------------------------------------------
 # Every settle carries the fencing guard (R8): a stale supervisor's write matches no row.
+# The id is cast to the column's type: psycopg sends a small Python int as smallint, and
+# the planner then finds the row through another index, filtering on the id.
 
-GUARD = ("id = %(id)s AND lease_owner = %(owner)s AND attempts = %(attempt)s "
+GUARD = ("id = %(id)s::bigint AND lease_owner = %(owner)s AND attempts = %(attempt)s::integer "
          "AND status = 'running'")
 
 #: Columns a finishing settle copies from the live row to ``finished_jobs``.
@@ -301,12 +320,30 @@ _MOVED = ("id, queue, name, key, payload, serializer, priority, run_at, line_at,
           "max_attempts, deferrals, deadline, timeout, stage, created_at, started_at, chain, "
           "chain_root")
 
+#: R19a: the attempt's line in the log, written by the settle's own statement from
+#: its ``settled`` step, so a settle whose fence failed logs nothing.
+_LOG_ATTEMPT = """
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
+                      exit_status, peak_rss, cpu_s, strays)
+SELECT id, %(attempt)s, %(owner)s, %(pid)s, %(started_at)s, %(now)s, %(outcome)s, %(log_error)s,
+       %(exit_status)s, %(peak_rss)s, %(cpu_s)s, %(strays)s
+  FROM settled
+RETURNING job_id
+"""
+
+
+def _settle(steps: str) -> str:
+    """One settle as one statement: ``steps`` (data-modifying CTEs, the last one named
+    ``settled``, returning the id when the fence held), then the attempt's log row.
+    One statement each, so a turn's settles travel to the server together."""
+    return f"WITH {steps}{_LOG_ATTEMPT}"
+
+
 #: R12: success. The row moves to ``finished_jobs`` (progress closes at 100 %, the
 #: key is freed with it) and, for a chain, its next step is enqueued by the same
-#: statement, so a step is never lost or doubled. Returns the id when the fence held.
-SETTLE_DONE = f"""
-WITH moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
-finished AS (
+#: statement, so a step is never lost or doubled.
+SETTLE_DONE = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
+settled AS (
     INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
                                finished_at)
     SELECT {_MOVED}, 'done', crashes, last_error, 100, %(result)s, %(now)s FROM moved
@@ -320,58 +357,55 @@ successor AS (
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END,
            COALESCE(chain_root, id)
       FROM moved WHERE chain IS NOT NULL)
-SELECT id FROM finished
-"""
+""")
 
 #: R10/R15/R16/R19a/R31: dead, with the reason; moved to ``finished_jobs``.
-SETTLE_DEAD = f"""
-WITH moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *)
-INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
-SELECT {_MOVED}, 'dead', %(crashes)s, %(error)s, progress, %(now)s FROM moved
-RETURNING id
-"""
+SETTLE_DEAD = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
+settled AS (
+    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
+    SELECT {_MOVED}, 'dead', %(crashes)s, %(error)s, progress, %(now)s FROM moved
+    RETURNING id)
+""")
 
 #: R13/R14/R19: back to ready after a backoff; the attempt stays spent.
-SETTLE_RETRY = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = %(run_at)s, line_at = %(run_at)s, last_error = %(error)s, crashes = %(crashes)s
- WHERE {GUARD} RETURNING id
-"""
+SETTLE_RETRY = _settle(f"""settled AS (
+    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           run_at = %(run_at)s, line_at = %(run_at)s, last_error = %(error)s,
+           crashes = %(crashes)s
+     WHERE {GUARD} RETURNING id)
+""")
 #: R17: not yet; the claim's attempt is given back and the place in line kept.
-SETTLE_DEFER = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = %(run_at)s, attempts = attempts - 1, deferrals = deferrals + 1
- WHERE {GUARD} RETURNING id
-"""
+SETTLE_DEFER = _settle(f"""settled AS (
+    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           run_at = %(run_at)s, attempts = attempts - 1, deferrals = deferrals + 1
+     WHERE {GUARD} RETURNING id)
+""")
 #: R18: the next occurrence of a recurring job; fresh budget, error cleared, key kept.
-SETTLE_RESCHEDULE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = %(run_at)s, line_at = %(run_at)s, attempts = 0, crashes = 0, last_error = NULL
- WHERE {GUARD} RETURNING id
-"""
+SETTLE_RESCHEDULE = _settle(f"""settled AS (
+    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           run_at = %(run_at)s, line_at = %(run_at)s, attempts = 0, crashes = 0,
+           last_error = NULL
+     WHERE {GUARD} RETURNING id)
+""")
 #: R23/R24: a lease nobody will settle goes back in line where it was.
-SETTLE_REQUEUE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       last_error = %(error)s, crashes = %(crashes)s
- WHERE {GUARD} RETURNING id
-"""
+SETTLE_REQUEUE = _settle(f"""settled AS (
+    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           last_error = %(error)s, crashes = %(crashes)s
+     WHERE {GUARD} RETURNING id)
+""")
 #: R25: a graceful stop gives the lease back (see ``sql.SETTLE_RELEASE`` on the budget).
-SETTLE_RELEASE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END
- WHERE {GUARD} RETURNING id
-"""
+SETTLE_RELEASE = _settle(f"""settled AS (
+    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1
+                               ELSE max_attempts END
+     WHERE {GUARD} RETURNING id)
+""")
 
-#: ``lifecycle.Decision.statement`` -> the fenced statement that applies it.
+#: ``lifecycle.Decision.statement`` -> the fenced statement that applies it and logs
+#: the attempt; it returns a row only when the fence held.
 SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defer": SETTLE_DEFER,
           "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE}
 
-INSERT_ATTEMPT = """
-INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
-                      exit_status, peak_rss, cpu_s, strays)
-VALUES (%(id)s, %(attempt)s, %(owner)s, %(pid)s, %(started_at)s, %(now)s, %(outcome)s,
-        %(error)s, %(exit_status)s, %(peak_rss)s, %(cpu_s)s, %(strays)s)
-"""
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY seq
 """

@@ -301,10 +301,15 @@ class PostgresStore:
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, now: float | None = None) -> Handles:
-        """Queue many in one transaction, all or nothing (R4), streamed with COPY.
-        The ids come back in item order; they need not be consecutive."""
+        """Queue many in one transaction, all or nothing (R4): JSON arguments as one
+        array the server splits, anything else streamed with COPY. The ids come
+        back in item order; they need not be consecutive."""
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, 0.0)
         items = items if isinstance(items, list) else list(items)
+        batch = rows.json_batch(items) if options.serializer == "json" else None
+        if batch is not None and len(batch[0].encode()) + 5 <= self.max_payload:
+            # No element can be longer than the whole: every payload is within the limit.
+            return self._insert_json_batch(options, len(items), *batch)
         new_jobs = rows.new_jobs(options, items, self.max_payload)
         wait = options.run_at  # the delay, on the validation clock of 0
 
@@ -320,6 +325,23 @@ class PostgresStore:
             self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {name}", insert) if new_jobs else []
+        return Handles(ids, store=self)
+
+    def _insert_json_batch(self, options: rows.EnqueueOptions, count: int, batch: str,
+                           args_only: bool) -> Handles:
+        def insert(conn: Any) -> list[int]:
+            server_now = self.server_now(conn)
+            ids = sorted(r[0] for r in conn.execute(pg_sql.INSERT_BATCH, {
+                "queue": options.queue, "name": options.name, "args_only": args_only,
+                "priority": options.priority, "run_at": server_now + options.run_at,
+                "max_attempts": options.max_attempts, "timeout": options.timeout,
+                "now": server_now, "batch": batch}))
+            if len(ids) != count:
+                raise StoreError(f"enqueue_many of {options.name}: {len(ids)} rows written "
+                                 f"for {count} items")  # rolls the batch back
+            self.notify_ready(conn, options.queue)
+            return ids
+        ids = self.transaction(f"enqueue_many of {options.name}", insert) if count else []
         return Handles(ids, store=self)
 
     # -- reading ---------------------------------------------------------------------------

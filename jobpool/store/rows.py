@@ -15,6 +15,7 @@ from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
 from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
+from jobpool.serialize import encoder as json_batch_encoder
 
 #: The statuses a row can have in any store.
 STATUSES = ("ready", "running", "done", "dead")
@@ -125,6 +126,33 @@ def new_jobs(options: EnqueueOptions, items: list,
         except EnqueueError as exc:
             raise EnqueueError(f"item {index}: {exc}") from None
     return rows
+
+
+def json_batch(items: list) -> tuple[str, bool] | None:
+    """The whole batch as one JSON array, encoded in one call, and whether it
+    holds only argument lists (the common case, encoded straight from the items;
+    SQL wraps each as ``[args,{}]``) or ``[args, kwargs]`` pairs. None when an
+    item needs the per-item path, which then names the item that is wrong (R1).
+    """
+    if set(map(type, items)) <= {tuple, list}:
+        try:
+            return json_batch_encoder.encode(items), True
+        except (TypeError, ValueError):
+            return None
+    pairs = []
+    for item in items:
+        if isinstance(item, (tuple, list)):
+            pairs.append([list(item), {}])
+        elif isinstance(item, Signature) and (
+                item.kwargs is None or (isinstance(item.kwargs, dict)
+                                        and all(isinstance(k, str) for k in item.kwargs))):
+            pairs.append([list(item.args), item.kwargs or {}])
+        else:
+            return None
+    try:
+        return json_batch_encoder.encode(pairs), False
+    except (TypeError, ValueError):
+        return None
 
 
 def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:

@@ -13,12 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from jobpool import bounds, lifecycle, liveness
-from jobpool.handles import Handle, Handles, Signature
+from jobpool.handles import Handle, Handles
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import migrations, retention, rows, sql
 from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
 from jobpool.store.urls import is_postgres_url
@@ -232,7 +231,7 @@ class SQLiteStore:
         now = time.time() if now is None else now
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, now)
         items = items if isinstance(items, list) else list(items)
-        batch = self._json_batch(items) if options.serializer == "json" else None
+        batch = rows.json_batch(items) if options.serializer == "json" else None
         if batch is not None:
             count = len(items)
             last = self.transaction(f"enqueue_many of {name}",
@@ -249,32 +248,6 @@ class SQLiteStore:
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
         return Handles(range(last - count + 1, last + 1), store=self)
-
-    def _json_batch(self, items: list) -> tuple[str, bool] | None:
-        """The whole batch as one JSON array, encoded in one call, and whether it
-        holds only argument lists (the common case, encoded straight from the items;
-        SQL wraps each as ``[args,{}]``) or ``[args, kwargs]`` pairs. None when an
-        item needs the per-item path, which then names the item that is wrong (R1).
-        """
-        if set(map(type, items)) <= {tuple, list}:
-            try:
-                return json_batch_encoder.encode(items), True
-            except (TypeError, ValueError):
-                return None
-        pairs = []
-        for item in items:
-            if isinstance(item, (tuple, list)):
-                pairs.append([list(item), {}])
-            elif isinstance(item, Signature) and (
-                    item.kwargs is None or (isinstance(item.kwargs, dict)
-                                            and all(isinstance(k, str) for k in item.kwargs))):
-                pairs.append([list(item.args), item.kwargs or {}])
-            else:
-                return None
-        try:
-            return json_batch_encoder.encode(pairs), False
-        except (TypeError, ValueError):
-            return None
 
     def _insert_batch(self, conn: sqlite3.Connection, options: rows.EnqueueOptions, batch: str,
                       args_only: bool) -> int:

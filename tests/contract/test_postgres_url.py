@@ -124,3 +124,32 @@ def test_pools_are_judged_on_the_servers_clock(pg_url):
         assert pool["dead"] is None
     finally:
         store.close()
+
+
+def test_batches_enqueued_at_once_by_two_sessions_keep_their_item_order(pg_url):
+    # R4 on PostgreSQL: ids need not be consecutive, but each batch's are in item order
+    import threading
+
+    import jobpool
+    jobpool.connect(pg_url).close()
+    results = {}
+
+    def enqueue(tag):
+        store = jobpool.connect(pg_url)
+        try:
+            results[tag] = list(store.enqueue_many("c.job", [(tag, i) for i in range(3000)]).ids)
+        finally:
+            store.close()
+    threads = [threading.Thread(target=enqueue, args=(tag,)) for tag in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    store = jobpool.connect(pg_url)
+    try:
+        for tag, ids in results.items():
+            assert len(ids) == 3000 and ids == sorted(ids)
+            for i in (0, 1, 1499, 2999):
+                assert store.get(ids[i])["payload"] == f'[["{tag}",{i}],{{}}]'
+    finally:
+        store.close()

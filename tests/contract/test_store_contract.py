@@ -329,3 +329,12 @@ def test_a_stop_or_scale_can_target_one_pool_or_one_host(any_store):
         None, 4, None]
     assert any_store.request_scale(3, host="c") == 0
     assert any_store.request_scale(3) == 3
+
+
+def test_enqueue_many_payloads_are_those_of_single_enqueues(any_store):
+    # R4: the batch path writes each payload byte for byte as enqueue does
+    sig = jobpool.Signature("c.job", (1, "a"), {"k": [2, 3]})
+    single = any_store.enqueue_with("c.job", args=(1, "a"), kwargs={"k": [2, 3]}).id
+    (batched, plain) = any_store.enqueue_many("c.job", [sig, (4,)])
+    assert any_store.get(batched.id)["payload"] == any_store.get(single)["payload"]
+    assert any_store.get(plain.id)["payload"] == "[[4],{}]"
