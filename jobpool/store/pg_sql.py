@@ -465,6 +465,10 @@ SELECT id FROM finished_jobs
  WHERE status = 'dead' AND hook_done = 0 AND name = ANY(%(names)s) ORDER BY id
 """
 
+#: Heartbeats and progress reports commit without waiting for their WAL flush: one
+#: lost to a server crash is sent again at the next beat. Claims and settles never.
+COMMIT_ASYNC = "SET LOCAL synchronous_commit = off"
+
 SET_PROGRESS = f"UPDATE jobs SET progress = %(progress)s, stage = %(stage)s WHERE {GUARD}"
 
 UPSERT_POOL = """

@@ -551,6 +551,9 @@ class PostgresStore:
         """One transaction: the pool's row (dated by the server, R7a), its progress,
         and the operators' requests for it, each taken once."""
         def write(conn: Any) -> Requests:
+            # A beat lost to a crash is written again a second later: it need not
+            # wait for its WAL to reach the disk (claims and settles do).
+            conn.execute(pg_sql.COMMIT_ASYNC)
             params = {"owner": beat.owner, "host": beat.host, "pid": beat.pid,
                       "procs": beat.procs, "queues": ",".join(beat.queues),
                       "names": ",".join(beat.names), "core": beat.core,
@@ -568,7 +571,10 @@ class PostgresStore:
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
-        self.transaction("writing progress", lambda conn: _write_progress(conn, owner, progress))
+        def write(conn: Any) -> None:
+            conn.execute(pg_sql.COMMIT_ASYNC)  # a report, not a transition: see heartbeat
+            _write_progress(conn, owner, progress)
+        self.transaction("writing progress", write)
 
     def forget_pool(self, owner: str) -> None:
         self.transaction("removing a pool", lambda conn: conn.execute(
