@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""A PostgreSQL queue with a 1 000 000-row backlog and a transaction left open.
+
+    .venv/bin/python benchmarks/soak.py postgresql://postgres@127.0.0.1:5432/test \
+        [--backlog 1000000] [--drain 50000]
+
+What a forgotten ``BEGIN`` in some application does to the queue: while it stays
+open, vacuum cannot remove the row versions that claims and settles leave
+behind, so the claim's index walk has more to skip. The script fills a fresh
+schema with ``--backlog`` no-op jobs, then times a 64-row claim (inside a
+transaction it rolls back, so the probe changes nothing) 200 times: before,
+while a pool drains ``--drain`` jobs with another session's transaction held
+open the whole time, and after that transaction ends and the table is vacuumed.
+It also prints what ``jobpool doctor`` reports during the drain.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+import jobpool  # noqa: E402
+from jobpool.lifecycle import DEFAULT_POLICY, LEASE_SLACK  # noqa: E402
+from jobpool.store import pg_doctor, pg_sql  # noqa: E402
+from jobpool.store.postgres import parse_url  # noqa: E402
+
+sys.path.insert(0, str(BENCH))
+from compare import drop_schema, with_schema  # noqa: E402
+
+#: Rows a probe claims, as a pool with 64 free slots would.
+PROBE_ROWS = 64
+
+
+def probe_claims(store_url: str, count: int, stop: threading.Event | None = None) -> list[float]:
+    """Milliseconds for a 64-row claim, ``count`` times (or until ``stop``), each
+    rolled back so the queue is left as it was."""
+    target = parse_url(store_url)
+    params = dict(pg_sql.claim_params(["bench.noop"], {}, DEFAULT_POLICY), owner="soak-probe",
+                  slack=LEASE_SLACK, queue="default", limit=PROBE_ROWS)
+    times = []
+    with psycopg.connect(target.conninfo, options=f"-c search_path={target.schema}") as conn:
+        while len(times) < count and not (stop and stop.is_set()):
+            started = time.perf_counter()
+            rows = conn.execute(pg_sql.CLAIM, dict(params, now=time.time())).fetchall()
+            times.append((time.perf_counter() - started) * 1000)
+            conn.rollback()
+            if len(rows) != PROBE_ROWS:
+                raise SystemExit(f"a probe claimed {len(rows)} rows, not {PROBE_ROWS}")
+            if stop is not None:
+                time.sleep(0.05)
+    return times
+
+
+def summary(times: list[float]) -> dict:
+    ordered = sorted(times)
+    return {"claims": len(times), "p50_ms": round(statistics.median(ordered), 2),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+            "max_ms": round(ordered[-1], 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("url")
+    parser.add_argument("--backlog", type=int, default=1_000_000)
+    parser.add_argument("--drain", type=int, default=50_000)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args()
+    schema = f"bench_soak_{secrets.token_hex(4)}"
+    store_url = with_schema(args.url, schema)
+    work = BENCH / ".work"
+    work.mkdir(exist_ok=True)
+    counter = work / f"counter-{schema}.bin"
+    counter.touch()
+    env = dict(os.environ, PYTHONPATH=str(BENCH), BENCH_COUNTER=str(counter),
+               PYTHONDONTWRITEBYTECODE="1")
+    result: dict = {"backlog": args.backlog, "drained": args.drain}
+    try:
+        from bench_jobs import jobpool_jobs  # registers bench.noop
+        del jobpool_jobs
+        store = jobpool.connect(store_url)
+        for start in range(0, args.backlog, 100_000):
+            store.enqueue_many("bench.noop", [(i,) for i in range(start, min(start + 100_000,
+                                                                             args.backlog))])
+        store.close()
+        admin = psycopg.connect(parse_url(args.url).conninfo, autocommit=True)
+        admin.execute(f"VACUUM ANALYZE {schema}.jobs")
+        result["before"] = summary(probe_claims(store_url, 200))
+        # Another application opens a transaction and forgets it.
+        forgetful = psycopg.connect(parse_url(args.url).conninfo,
+                                    application_name="soak-forgetful-app")
+        forgetful.execute("SELECT txid_current()")
+        pool = subprocess.Popen(
+            [sys.executable, "-m", "jobpool", "start", "--app", "bench_jobs.jobpool_jobs",
+             "--db", store_url, "--procs", "2", "--max-jobs", str(args.drain), "-q"],
+            env=env, cwd=BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stop = threading.Event()
+        during: list[float] = []
+        prober = threading.Thread(target=lambda: during.extend(
+            probe_claims(store_url, 10**9, stop)))
+        started = time.perf_counter()
+        prober.start()
+        time.sleep(5)
+        result["doctor_during"] = pg_doctor.check(store_url).lines
+        code = pool.wait(timeout=3600)
+        result["drain_seconds"] = round(time.perf_counter() - started, 1)
+        stop.set()
+        prober.join()
+        if code != 0:
+            raise SystemExit(f"the pool exited {code}: {pool.stderr.read()[-500:]}")
+        result["during"] = summary(during)
+        result["dead_rows_at_end"] = admin.execute(
+            "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s"
+            " AND relname = 'jobs'", (schema,)).fetchone()[0]
+        forgetful.close()
+        admin.execute(f"VACUUM {schema}.jobs")
+        result["after"] = summary(probe_claims(store_url, 200))
+        admin.close()
+    finally:
+        drop_schema(args.url, schema)
+        counter.unlink(missing_ok=True)
+    print(json.dumps(result, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
