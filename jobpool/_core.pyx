@@ -570,6 +570,9 @@ cdef class Core:
     outcomes and try again (R26).
     """
 
+    #: What claims, as ``pools`` shows it (the Claimer protocol).
+    name = "compiled"
+
     cdef public object owner
     cdef public object queues
     cdef public object policies

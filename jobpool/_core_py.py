@@ -91,6 +91,9 @@ class Core:
     outcomes and try again (R26).
     """
 
+    #: What claims, as ``pools`` shows it (the Claimer protocol).
+    name = "pure"
+
     def __init__(self, path: str, owner: str, names, queues, policies=None, *,
                  busy_timeout: float = 5.0, synchronous: str = "NORMAL",
                  wal_autocheckpoint: int = 1000) -> None:

@@ -475,7 +475,8 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
                   f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle failures",
                   highlight=False)
     _print_unserved(out, unserved)
-    out.print(f"core: {core.NAME}")
+    # The claims run in the server on PostgreSQL; this install's core serves SQLite.
+    out.print("claims: postgres" if is_postgres_url(store.path) else f"core: {core.NAME}")
     return 0
 
 

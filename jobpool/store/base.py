@@ -32,6 +32,10 @@ class Claimer(Protocol):
     attempt, running), so a stale supervisor's write changes nothing and comes back
     as ``Settled(status="lost")``."""
 
+    #: What claims, as ``pools`` and the dashboard show it: ``compiled`` or ``pure``
+    #: (the SQLite cores), ``postgres``.
+    name: str
+
     def turn(self, outcomes: Sequence[Outcome], n: int, now: float,
              rng: random.Random) -> tuple[list[Settled], list[Claimed], list[Settled]]:
         """Settle ``outcomes`` then claim up to ``n`` jobs, in one transaction.

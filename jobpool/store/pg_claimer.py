@@ -58,6 +58,9 @@ class SentSettle(NamedTuple):
 class PgClaimer:
     """Claims and settles jobs for one supervisor (see the module docstring)."""
 
+    #: What claims, as ``pools`` shows it (the Claimer protocol).
+    name = "postgres"
+
     def __init__(self, target: Target, owner: str, names: Sequence[str], queues: Sequence[str],
                  policies: dict[str, Policy] | None = None) -> None:
         self.target = target

@@ -90,7 +90,8 @@ class Supervisor:
         self.state = PoolState()
         self._selector = selectors.DefaultSelector()
         self.operations = Operations(config, self.state, self.store, self.owner, names,
-                                     self.queues, take_back=self._take_back,
+                                     self.queues, claimer_name=self.core.name,
+                                     take_back=self._take_back,
                                      request_stop=self.request_stop)
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            inherited_fds=self._own_fds, other_children=self._other_children,
@@ -136,7 +137,7 @@ class Supervisor:
             self.operations.queue_pending_hooks()
             self.slots.spawn_all()
             events.emit(events.POOL_STARTED, owner=self.owner, procs=self.slots.procs,
-                        queues=",".join(self.queues), core=core.NAME)
+                        queues=",".join(self.queues), core=self.core.name)
             self._loop()
         finally:
             self.slots.shutdown(time.monotonic() + 2.0, time.monotonic)

@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any, Callable
 
-from jobpool import core, events, jobs, lifecycle, procinfo
+from jobpool import events, jobs, lifecycle, procinfo
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -32,7 +32,7 @@ class Operations:
     """The heartbeat and the work that rides on it, for one pool."""
 
     def __init__(self, config: PoolConfig, state: PoolState, store: Store, owner: str,
-                 names: tuple[str, ...], queues: tuple[str, ...], *,
+                 names: tuple[str, ...], queues: tuple[str, ...], *, claimer_name: str,
                  take_back: Callable[[str, str, float], list | None],
                  request_stop: Callable[[], None]) -> None:
         """``take_back(owner, reason, now)`` settles every lease of a dead pool (the
@@ -44,6 +44,7 @@ class Operations:
         self.owner = owner
         self.names = names
         self.queues = queues
+        self.claimer_name = claimer_name  # the pool row's "core" (R29)
         self.take_back = take_back
         self.request_stop = request_stop
         self.slots: Slots | None = None  # set by the loop once the slots exist
@@ -84,7 +85,7 @@ class Operations:
                                     "drain_ends_at": state.drain_until}
         beat = Heartbeat(owner=self.owner, host=procinfo.host_id(), pid=os.getpid(),
                          procs=slots.procs, queues=self.queues, names=self.names,
-                         core=core.NAME, counters_json=json.dumps(counters),
+                         core=self.claimer_name, counters_json=json.dumps(counters),
                          slots_json=json.dumps(slots.views()))
         unreported = slots.unreported_progress()
         try:

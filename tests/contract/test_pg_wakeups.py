@@ -43,7 +43,8 @@ def test_an_enqueue_wakes_an_idle_pool_and_a_dropped_listener_comes_back(pg_url,
                              "--no-dashboard"], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: store.pools(), timeout=30)  # registered, past its first claim
+        (row,) = wait_for(lambda: store.pools(), timeout=30)  # registered, past its first claim
+        assert row["core"] == "postgres"  # what claims, as `pools` and the dashboard show it
         first = tmp_path / "first"
         store.enqueue("w.touch", str(first))
         wait_for(first.exists, timeout=30)
