@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import jobpool
 from jobpool import _core_py
 from jobpool.store import sql
 
@@ -195,3 +196,18 @@ def pg_url():
     finally:
         admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path):
+    """Where a store lives: a file for SQLite, a URL with a fresh schema for PostgreSQL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "jobpool.db")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def any_store(store_url):
+    store = jobpool.connect(store_url)
+    yield store
+    store.close()

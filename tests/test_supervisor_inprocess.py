@@ -3,7 +3,9 @@ lets a test set the pool's clock (STYLE habit 4) and read its state directly.
 
 The children are still real forked processes running the jobs below; only the
 supervisor's loop runs in the test's own process, so a test costs no interpreter
-start and can check the pool's counters as well as the store's rows.
+start and can check the pool's counters as well as the store's rows. Tests that
+set the pool's clock run on SQLite only: a PostgreSQL store dates everything by
+the server's clock (R7a); the others run on every store.
 """
 from __future__ import annotations
 
@@ -98,8 +100,9 @@ def pool_events():
     logger.setLevel(old_level)
 
 
-def burst_pool(store, *names: str, clock=time.time, **options) -> Supervisor:
-    config = PoolConfig(db=str(store.path), procs=1, burst=True, names=names,
+def burst_pool(db, *names: str, clock=time.time, **options) -> Supervisor:
+    """A ``--burst`` pool over the store at ``db`` (a path or a URL)."""
+    config = PoolConfig(db=str(db), procs=1, burst=True, names=names,
                         poll_interval=0.05, **options)
     return Supervisor(config, clock=clock)
 
@@ -109,7 +112,7 @@ def test_a_pool_in_process_runs_on_the_clock_it_is_given(store, tmp_path):
     ran = tmp_path / "ran.txt"
     later = store.enqueue_with("inproc.record", args=(str(ran), "later"), delay=3600)
     # When a --burst pool runs here with its clock a day ahead
-    pool = burst_pool(store, "inproc.record", clock=lambda: time.time() + DAY)
+    pool = burst_pool(store.path, "inproc.record", clock=lambda: time.time() + DAY)
     assert pool.run() == 0
     # Then by its clock the job was due, it ran, and what the pool wrote is dated
     # by its clock, not the host's
@@ -124,7 +127,7 @@ def test_a_deadline_is_judged_on_the_pools_clock_at_claim(store, tmp_path):
     # R10: due within the hour by the wall clock, but a day late by the pool's
     ran = tmp_path / "ran.txt"
     late = store.enqueue_with("inproc.record", args=(str(ran), "late"), deadline=time.time() + 3600)
-    pool = burst_pool(store, "inproc.record", clock=lambda: time.time() + DAY)
+    pool = burst_pool(store.path, "inproc.record", clock=lambda: time.time() + DAY)
     assert pool.run() == 0
     row = store.get(late.id)
     assert (row["status"], row["last_error"]) == ("dead", "deadline passed")
@@ -139,7 +142,7 @@ def test_each_way_back_to_ready_has_its_own_event_and_counter(store, tmp_path, p
     # (a retry after 60 s of backoff: the pool's clock is 10 000 times the wall clock's)
     start = time.time()
     flaky = store.enqueue_with("inproc.flaky", max_attempts=2).id
-    pool = burst_pool(store, "inproc.defers", "inproc.reschedules", "inproc.flaky",
+    pool = burst_pool(store.path, "inproc.defers", "inproc.reschedules", "inproc.flaky",
                       clock=lambda: start + (time.time() - start) * 10_000, wait_retries=3600)
     assert pool.run() == 0
     assert pool_events.ids("job_deferred") == [defer]
@@ -154,10 +157,13 @@ def test_each_way_back_to_ready_has_its_own_event_and_counter(store, tmp_path, p
     assert second["started_at"] - first["ended_at"] >= 60 * 0.75
 
 
-def test_a_job_running_past_the_drain_is_released_not_retried(store, tmp_path, pool_events):
-    # R25, R29a: the job sends its pool SIGTERM and keeps running past a 0.2 s drain
+def test_a_job_running_past_the_drain_is_released_not_retried(any_store, store_url, tmp_path,
+                                                             pool_events):
+    # R25, R29a, on every store: the job sends its pool SIGTERM and keeps running
+    # past a 0.2 s drain
+    store = any_store
     job = store.enqueue("inproc.stops_its_pool", str(tmp_path / "stopped")).id
-    config = PoolConfig(db=str(store.path), procs=1, names=("inproc.stops_its_pool",),
+    config = PoolConfig(db=store_url, procs=1, names=("inproc.stops_its_pool",),
                         poll_interval=0.05, drain=0.2)
     pool = Supervisor(config)
     assert pool.run() == 0
@@ -169,11 +175,12 @@ def test_a_job_running_past_the_drain_is_released_not_retried(store, tmp_path, p
     assert [a["outcome"] for a in store.attempts(job)] == ["released"]
 
 
-def test_defer_and_reschedule_keep_their_budgets(store, tmp_path):
-    # R17: a Defer spends no attempt; R18: each Reschedule gives a fresh budget
+def test_defer_and_reschedule_keep_their_budgets(any_store, store_url, tmp_path):
+    # R17: a Defer spends no attempt; R18: each Reschedule gives a fresh budget (every store)
+    store = any_store
     deferred = store.enqueue("inproc.defers", str(tmp_path / "deferred")).id
     rescheduled = store.enqueue("inproc.reschedules", str(tmp_path / "rescheduled"), 4).id
-    pool = burst_pool(store, "inproc.defers", "inproc.reschedules")
+    pool = burst_pool(store_url, "inproc.defers", "inproc.reschedules")
     assert pool.run() == 0
     row = store.get(deferred)
     assert (row["status"], row["attempts"], row["deferrals"]) == ("done", 1, 1)
