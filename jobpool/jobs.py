@@ -38,7 +38,7 @@ class Job:
                  backoff_max: float, max_crashes: int | None, store_result: bool,
                  on_dead: Callable | None = None, every: float | timedelta | None = None,
                  cron: str | None = None, soft_timeout: float | None = None,
-                 memory_limit: int | None = None) -> None:
+                 memory_limit: int | None = None, tz: str | None = None) -> None:
         self.fn = fn
         self.name = validate_name(name)
         self.queue = validate_name(queue, "queue name")
@@ -62,7 +62,7 @@ class Job:
         if on_dead is not None and not callable(on_dead):
             raise RegistryError(f"job {name}: on_dead must be callable")
         self.on_dead = on_dead
-        self.schedule = _schedule(name, every, cron)
+        self.schedule = _schedule(name, every, cron, tz)
         if soft_timeout is not None:
             soft_timeout = validate_timeout(soft_timeout)
             if soft_timeout >= self.timeout:
@@ -114,10 +114,13 @@ class Job:
                                   connection=connection)
 
 
-def _schedule(name: str, every: float | timedelta | None, cron: str | None):
+def _schedule(name: str, every: float | timedelta | None, cron: str | None, tz: str | None):
     """R33: a periodic job's schedule, or None. Validated at import, not at run time."""
     if every is not None and cron is not None:
         raise RegistryError(f"job {name}: give every= or cron=, not both")
+    if tz is not None and cron is None:
+        raise RegistryError(f"job {name}: tz= is the zone of a cron= expression; an every= "
+                            f"interval does not depend on one")
     if every is not None:
         from jobpool.periodic import Every
         seconds_ = every.total_seconds() if isinstance(every, timedelta) else every
@@ -127,9 +130,9 @@ def _schedule(name: str, every: float | timedelta | None, cron: str | None):
     if cron is not None:
         from jobpool.periodic import Cron
         try:
-            return Cron(cron)
+            return Cron(cron, tz)
         except ValueError as exc:
-            raise RegistryError(f"job {name}: bad cron expression {cron!r}: {exc}") from None
+            raise RegistryError(f"job {name}: bad cron= {cron!r} (tz={tz!r}): {exc}") from None
     return None
 
 
@@ -144,12 +147,15 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
         backoff_max: float = DEFAULT_POLICY.backoff_max, max_crashes: int | None = None,
         store_result: bool = False, on_dead: Callable | None = None,
         every: float | timedelta | None = None, cron: str | None = None,
-        soft_timeout: float | None = None, memory_limit: int | None = None) -> Any:
+        soft_timeout: float | None = None, memory_limit: int | None = None,
+        tz: str | None = None) -> Any:
     """Register a function as a job. Usable bare (``@job``) or with options.
 
     ``on_dead(job, reason)`` runs once, in a child of the supervisor, for each of
     this job's rows that becomes dead (R21). ``every=`` or ``cron=`` makes it a
-    periodic job that the pools enqueue (argument-less) once per occurrence (R33).
+    periodic job that the pools enqueue (argument-less) once per occurrence (R33);
+    a ``cron=`` expression is read in the zone ``tz`` (``"Europe/Paris"``; UTC when
+    not given).
     ``soft_timeout`` raises ``SoftTimeout`` inside the job before the hard
     ``timeout`` kills it (R20); ``memory_limit`` (MiB) has the supervisor kill a
     child whose RSS passes it during this job.
@@ -163,7 +169,7 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
                       serializer=serializer, backoff_base=backoff_base,
                       backoff_max=backoff_max, max_crashes=max_crashes,
                       store_result=store_result, on_dead=on_dead, every=every, cron=cron,
-                      soft_timeout=soft_timeout, memory_limit=memory_limit)
+                      soft_timeout=soft_timeout, memory_limit=memory_limit, tz=tz)
         except EnqueueError as exc:
             raise RegistryError(f"job {job_name}: {exc}") from None
         existing = _registry.get(job_name)

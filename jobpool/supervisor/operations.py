@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any, Callable
 
-from jobpool import events, jobs, lifecycle, procinfo
+from jobpool import events, jobs, lifecycle, periodic, procinfo
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -59,6 +59,10 @@ class Operations:
                             if n in registered and registered[n].on_dead is not None}
         self.periodic = {n: registered[n].schedule for n in names
                          if n in registered and registered[n].schedule is not None}
+        for name, schedule in self.periodic.items():
+            warning = periodic.zone_warning(name, schedule)
+            if warning:
+                log.warning("%s", warning)
         self._periodic_done: dict[str, float] = {}
 
     # -- heartbeat (R22, R25, R27, R29, R31) ------------------------------------------------
