@@ -3,8 +3,9 @@ turn, on a connection of its own (the ``Claimer`` protocol, ``store/base.py``).
 
 It applies ``lifecycle.decide`` as the SQLite cores do; what differs is the SQL
 (``store/pg_sql.py``) and the clock: what it writes is dated by the server's time
-(R7a), whatever ``now`` the supervisor passes: this host's clock corrected by the
-offset to the server's, measured over a round trip once a minute.
+(R7a), whatever ``now`` the supervisor passes: this host's monotonic clock plus
+its offset to the server's, measured over a round trip once a minute; a claim
+also takes the server's own statement time when that is later.
 
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
@@ -68,13 +69,17 @@ class PgClaimer:
         self.queues = tuple(queues)
         self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
         self._claim_params = pg_sql.claim_params(names, self.policies, DEFAULT_POLICY)
+        if not psycopg.Pipeline.is_supported():
+            raise StoreError("a PostgreSQL pool needs libpq 14 or later (pipeline mode); "
+                             "pip install 'jobpool[postgres]' brings one")
         #: The leases this supervisor holds: what settling each attempt needs.
         self._inflight: dict[int, Lease] = {}
         self._conn: Any = None
         #: The connection dropped since the last turn that committed: claims may be
         #: in doubt (see ``pg_sql.RELEASE_IN_DOUBT``).
         self._in_doubt = False
-        #: The server's clock minus this host's, and when it was last measured (R7a).
+        #: The server's clock minus this host's monotonic one, and when (monotonic)
+        #: it was last measured (R7a).
         self._clock_offset = 0.0
         self._clock_read_at = -math.inf
         _ = self._connection()
@@ -86,13 +91,15 @@ class PgClaimer:
         return self._conn
 
     def _server_now(self, conn: Any) -> float:
-        """R7a: the server's time, as this host's clock plus the offset last measured
-        (every ``CLOCK_EVERY`` seconds, over one round trip), so a turn need not ask."""
-        local = time.time()
+        """R7a: the server's time, as this host's monotonic clock plus the offset last
+        measured (every ``CLOCK_EVERY`` seconds, over one round trip), so a turn need
+        not ask. Monotonic: a step of the host's wall clock (NTP, a resumed VM) must
+        not shift leases and due times by as much."""
+        local = time.monotonic()
         if local - self._clock_read_at >= CLOCK_EVERY:
-            sent = time.time()
+            sent = time.monotonic()
             server = conn.execute(pg_sql.SERVER_NOW).fetchone()[0]
-            received = time.time()
+            received = time.monotonic()
             self._clock_offset = server - (sent + received) / 2
             self._clock_read_at = local = received
         return local + self._clock_offset

@@ -6,6 +6,9 @@ row versions the hot table carries (claims and settles rewrite its rows; vacuum
 must keep up), the oldest open transaction in the database (which holds back
 vacuum everywhere), and whether LISTEN/NOTIFY reaches this client (it does not
 through a transaction-mode pooler, and then pools should use ``?pooler=transaction``).
+Other roles' transactions are visible only to a role with ``pg_read_all_stats``
+(or a superuser); prepared transactions and replication slots, which also hold
+vacuum back, are not looked at yet.
 """
 from __future__ import annotations
 
@@ -102,14 +105,20 @@ def _notify_round_trip(target: Target) -> float | None:
     """Seconds for a NOTIFY on a fresh channel to reach a LISTEN; None if it never did."""
     channel = "jobpool_doctor_" + uuid.uuid4().hex[:12]
     listener = open_connection(target, application="jobpool-doctor")
-    sender = open_connection(target, application="jobpool-doctor")
+    try:
+        sender = open_connection(target, application="jobpool-doctor")
+    except StoreError:
+        listener.close()
+        raise
     try:
         listener.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
         started = time.monotonic()
         sender.execute("SELECT pg_notify(%s, 'ping')", (channel,))
         deadline = started + NOTIFY_WAIT_S
+        readable = select.poll()
+        readable.register(listener.fileno(), select.POLLIN)
         while (left := deadline - time.monotonic()) > 0:
-            select.select([listener], [], [], left)
+            readable.poll(left * 1000)
             if any(n.channel == channel for n in listener.notifies(timeout=0)):
                 return time.monotonic() - started
         return None

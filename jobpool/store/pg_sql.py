@@ -269,13 +269,16 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 
 #: R6-R9: up to ``limit`` ready, due rows of one queue, in claim order (R7), for the
 #: names this supervisor knows; SKIP LOCKED lets supervisors on other hosts claim
-#: beside it without waiting. The attempt is spent at claim. The names and their
+#: beside it without waiting. The attempt is spent at claim. Due means due by the
+#: claimer's estimate of the server's time or the server's own, whichever is later,
+#: so a job enqueued an instant ago on another host is not missed. The names and their
 #: default ``max_attempts`` and ``timeout`` (for rows enqueued without them) are
 #: bound as three parallel arrays, never spliced into the text.
 CLAIM = """
 WITH picked AS (
     SELECT id FROM jobs
-     WHERE status = 'ready' AND queue = %(queue)s AND run_at <= %(now)s
+     WHERE status = 'ready' AND queue = %(queue)s
+       AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
        AND name = ANY(%(names)s::text[])
      ORDER BY priority DESC, line_at, id
      LIMIT %(limit)s

@@ -668,7 +668,7 @@ class Listener:
         except psycopg.Error:
             conn.close()
             return
-        self._conn, self.sock = conn, Watched(conn.fileno())
+        self._conn, self.sock = conn, Watched(os.dup(conn.fileno()))
 
     def drain(self) -> None:
         """Read the notifications that woke us; on a dropped connection, let go of it."""
@@ -678,7 +678,9 @@ class Listener:
         try:
             for _notify in conn.notifies(timeout=0):
                 pass
-            if select.select([conn], [], [], 0)[0]:
+            readable = select.poll()
+            readable.register(conn.fileno(), select.POLLIN)
+            if readable.poll(0):
                 # Still readable with nothing left to read: the server hung up (psycopg
                 # sees it only when it next talks), or sent a notice; a query tells which.
                 conn.execute("SELECT 1")
@@ -692,15 +694,19 @@ class Listener:
         return None
 
     def close(self) -> None:
+        """Let go of the connection. The watched descriptor stays open until the
+        supervisor has unregistered it (it closes the old one as it rewires), so
+        the selector never holds a registration it cannot remove."""
         conn, self._conn, self.sock = self._conn, None, None
         if conn is not None:
             conn.close()
 
 
 class Watched:
-    """A listener connection's socket as a selector sees it: its descriptor number,
-    kept after the connection closes, so the selector can still let go of it (a
-    closed psycopg connection has no ``fileno()`` any more)."""
+    """What a supervisor's selector watches for a listener: a duplicate of the
+    connection's socket that this object owns. libpq closes its own socket when the
+    server hangs up; the duplicate stays valid until it is unregistered and closed,
+    so no registration is ever left on a closed (or reused) descriptor number."""
 
     __slots__ = ("fd",)
 
@@ -709,6 +715,11 @@ class Watched:
 
     def fileno(self) -> int:
         return self.fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class PollOnly:

@@ -151,6 +151,8 @@ class Supervisor:
             self._restore_signals()
             proctree.become_subreaper(False)
             self._listener.close()
+            if self._listening is not None:
+                self._listening.close()
             self._selector.close()
             self.core.close()
             self.store.close()  # the last connection out checkpoints and removes the WAL
@@ -405,10 +407,8 @@ class Supervisor:
     def _keep_wakeups_reachable(self) -> None:
         """At each heartbeat: let the listener move into a gap a departed supervisor
         left (SQLite, R11) or reconnect a dropped one (PostgreSQL, R11a)."""
-        replaced = self._listener.move_down() if self._listener else None
-        self._rewire_listener()
-        if replaced is not None:
-            replaced.close()  # a wake-up still queued on it is lost: the claim it causes covers it
+        self._listener.move_down()  # the socket it gave up is closed as it is unwatched
+        self._rewire_listener()  # a wake-up still queued on it is lost: the claim covers it
 
     def _rewire_listener(self) -> None:
         """Watch the socket the listener has now; when it changed, claim once (a job
@@ -418,6 +418,7 @@ class Supervisor:
             return
         if self._listening is not None:
             self._selector.unregister(self._listening)
+            self._listening.close()  # unregistered first: a closed fd cannot be
         if sock is not None:
             self._selector.register(sock, selectors.EVENT_READ, ("wake", None, None))
         self._listening = sock

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import jobpool
 
@@ -50,10 +51,14 @@ def test_an_enqueue_wakes_an_idle_pool_and_a_dropped_listener_comes_back(pg_url,
         wait_for(first.exists, timeout=30)
         # The listener's connection dies (a failover, an operator's kill): the pool
         # reconnects it at its next heartbeat and claims what came meanwhile.
+        cpu_before = _cpu_seconds(pool.pid)
         assert _terminate("jobpool-listener") == 1
         second = tmp_path / "second"
         store.enqueue("w.touch", str(second))
         wait_for(second.exists, timeout=30)
+        time.sleep(1.0)
+        # Reconnecting is no busy loop: a dead socket left watched would spin the loop.
+        assert _cpu_seconds(pool.pid) - cpu_before < 0.5
         # The reconnected listener hears the next enqueue itself.
         third = tmp_path / "third"
         wait_for(_listening, timeout=30)
@@ -64,6 +69,13 @@ def test_an_enqueue_wakes_an_idle_pool_and_a_dropped_listener_comes_back(pg_url,
         out, err = pool.communicate(timeout=60)
         store.close()
     assert pool.returncode == 0, err
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process so far (/proc/PID/stat, in clock ticks)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _listening() -> bool:
