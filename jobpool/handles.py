@@ -75,11 +75,14 @@ class Handles(Sequence):
     ``len`` and iteration behave as on the list of handles it stands for.
     """
 
-    __slots__ = ("_ids", "_store")
+    __slots__ = ("_ids", "_store", "_duplicates")
 
-    def __init__(self, ids: Sequence[int], store: Any = None) -> None:
+    def __init__(self, ids: Sequence[int], store: Any = None,
+                 duplicates: frozenset[int] = frozenset()) -> None:
         self._ids = ids
         self._store = store
+        #: Positions whose key a live job already held (R3): their id is that job's.
+        self._duplicates = duplicates
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -91,12 +94,25 @@ class Handles(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [Handle(i, store=self._store) for i in self._ids[index]]
-        return Handle(self._ids[index], store=self._store)
+            return [self._handle(i) for i in range(len(self._ids))[index]]
+        position = range(len(self._ids))[index]  # negative indexes, IndexError
+        return self._handle(position)
+
+    def _handle(self, position: int) -> Handle:
+        return Handle(self._ids[position], duplicate=position in self._duplicates,
+                      store=self._store)
 
     def __iter__(self):
+        if self._duplicates:
+            return (self._handle(i) for i in range(len(self._ids)))
         store = self._store
         return (Handle(i, store=store) for i in self._ids)
+
+    @property
+    def duplicates(self) -> list[int]:
+        """Positions of the items whose key a live job already held (R3): nothing was
+        written for them, and their handle is that job's, ``duplicate=True``."""
+        return sorted(self._duplicates)
 
     @property
     def ids(self) -> Sequence[int]:

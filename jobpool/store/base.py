@@ -88,8 +88,11 @@ class Store(Protocol):
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
-                     max_attempts: int | None = None, now: float | None = None) -> Sequence[Any]:
-        """Queue many in one transaction, all or nothing (R4); their handles in order."""
+                     max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
+                     now: float | None = None) -> Sequence[Any]:
+        """Queue many in one transaction, all or nothing (R4); their handles in order.
+        With ``keys``, one per item (R3): an item whose key a live job holds writes
+        nothing and gets that job's handle (``duplicate``; ``Handles.duplicates``)."""
         ...
 
     # -- reading --------------------------------------------------------------------------

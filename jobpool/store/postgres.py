@@ -300,12 +300,20 @@ class PostgresStore:
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
-                     max_attempts: int | None = None, now: float | None = None) -> Handles:
+                     max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
+                     now: float | None = None) -> Handles:
         """Queue many in one transaction, all or nothing (R4): JSON arguments as one
         array the server splits, anything else streamed with COPY. The ids come
         back in item order; they need not be consecutive."""
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, 0.0)
         items = items if isinstance(items, list) else list(items)
+        checked_keys = rows.check_keys(keys, len(items))
+        if checked_keys is not None:
+            keyed = rows.new_jobs(options, items, self.max_payload, checked_keys)
+            handles = self.transaction(f"enqueue_many of {name}",
+                                       lambda conn: [self._insert(conn, job) for job in keyed])
+            return Handles([h.id for h in handles], store=self,
+                           duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
         batch = rows.json_batch(items) if options.serializer == "json" else None
         if batch is not None and len(batch[0].encode()) + 5 <= self.max_payload:
             # No element can be longer than the whole: every payload is within the limit.

@@ -106,8 +106,21 @@ def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, qu
     return with_payload(options, args, kwargs, key, chain, max_payload)
 
 
-def new_jobs(options: EnqueueOptions, items: list,
-             max_payload: int = MAX_PAYLOAD_BYTES) -> list[NewJob]:
+def check_keys(keys: Any, count: int) -> list[str | None] | None:
+    """R3 for a batch: one key (a non-empty string, or None) per item, or no keys."""
+    if keys is None:
+        return None
+    keys = list(keys)
+    if len(keys) != count:
+        raise EnqueueError(f"keys: {len(keys)} keys for {count} items")
+    for index, key in enumerate(keys):
+        if key is not None and (not isinstance(key, str) or not key):
+            raise EnqueueError(f"keys[{index}] must be a non-empty string or None, not {key!r}")
+    return keys
+
+
+def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOAD_BYTES,
+             keys: list[str | None] | None = None) -> list[NewJob]:
     """The rows of an enqueue_many, in item order; a bad item is named by its index."""
     rows = []
     args: Any
@@ -122,7 +135,8 @@ def new_jobs(options: EnqueueOptions, items: list,
             raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
                                f"Signature, not {type(item).__name__}")
         try:
-            rows.append(with_payload(options, args, kwargs, None, None, max_payload))
+            rows.append(with_payload(options, args, kwargs, keys[index] if keys else None, None,
+                                     max_payload))
         except EnqueueError as exc:
             raise EnqueueError(f"item {index}: {exc}") from None
     return rows

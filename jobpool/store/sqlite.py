@@ -220,17 +220,22 @@ class SQLiteStore:
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
-                     max_attempts: int | None = None, now: float | None = None
-                     ) -> Handles:
+                     max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
+                     now: float | None = None) -> Handles:
         """Queue many calls of one job in one transaction, all or nothing (R4).
 
         Each item is a tuple or list of positional arguments, or a ``Signature``
         (``job.s(...)``) for keyword arguments. Returns the handles in item order,
-        as a sequence that makes each ``Handle`` when it is read.
+        as a sequence that makes each ``Handle`` when it is read. ``keys`` gives
+        each item a key (R3): an item whose key a live job holds is not written,
+        its handle is that job's (``Handles.duplicates`` lists their positions).
         """
         now = time.time() if now is None else now
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, now)
         items = items if isinstance(items, list) else list(items)
+        checked_keys = rows.check_keys(keys, len(items))
+        if checked_keys is not None:
+            return self._insert_keyed(options, items, checked_keys)
         batch = rows.json_batch(items) if options.serializer == "json" else None
         if batch is not None:
             count = len(items)
@@ -248,6 +253,19 @@ class SQLiteStore:
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
         return Handles(range(last - count + 1, last + 1), store=self)
+
+    def _insert_keyed(self, options: rows.EnqueueOptions, items: list,
+                      keys: list[str | None]) -> Handles:
+        """A batch with keys: row by row in one transaction, each duplicate answered
+        with the id of the live job that holds its key (R3)."""
+        new_jobs = rows.new_jobs(options, items, self.max_payload, keys)
+
+        def insert(conn: sqlite3.Connection) -> list[Handle]:
+            return [self._insert(conn, job) for job in new_jobs]
+        handles = self.transaction(f"enqueue_many of {options.name}", insert)
+        self._notifier.notify()
+        return Handles([h.id for h in handles], store=self,
+                       duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
 
     def _insert_batch(self, conn: sqlite3.Connection, options: rows.EnqueueOptions, batch: str,
                       args_only: bool) -> int:

@@ -338,3 +338,20 @@ def test_enqueue_many_payloads_are_those_of_single_enqueues(any_store):
     (batched, plain) = any_store.enqueue_many("c.job", [sig, (4,)])
     assert any_store.get(batched.id)["payload"] == any_store.get(single)["payload"]
     assert any_store.get(plain.id)["payload"] == "[[4],{}]"
+
+
+def test_enqueue_many_with_keys_reports_duplicates_per_item(any_store):
+    # R3, R4: a key per item; what a live job (or an earlier item) holds is not written
+    held = any_store.enqueue_with("c.job", args=("old",), key="b").id
+    handles = any_store.enqueue_many("c.job", [("a",), ("b",), ("c",), ("a again",), ("free",)],
+                                     keys=["a", "b", "c", "a", None])
+    assert handles.duplicates == [1, 3]
+    assert [h.duplicate for h in handles] == [False, True, False, True, False]
+    assert handles[1].id == held and handles[3].id == handles[0].id
+    assert any_store.get(handles[2].id)["key"] == "c"
+    assert any_store.stats()["ready"] == 4  # "old", "a", "c", "free"
+    with pytest.raises(EnqueueError, match="keys: 2 keys for 3 items"):
+        any_store.enqueue_many("c.job", [(1,), (2,), (3,)], keys=["x", "y"])
+    with pytest.raises(EnqueueError, match=r"keys\[1\] must be a non-empty string"):
+        any_store.enqueue_many("c.job", [(1,), (2,)], keys=["x", ""])
+    assert any_store.stats()["ready"] == 4  # nothing of the refused batches
