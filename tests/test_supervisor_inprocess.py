@@ -65,6 +65,30 @@ def stops_its_pool(marker):
         time.sleep(60)
 
 
+@jobpool.job(name="inproc.buries_its_pool")
+def buries_its_pool(store_url, marker_dir):
+    """First run: as another pool would that judged this one dead, take this pool's
+    lease back and remove its row, then keep running. Second run: finish."""
+    here = Path(marker_dir)
+    if not _once(str(here / "first")):
+        (here / "ran-2").write_text("x")
+        return
+    store = jobpool.connect(store_url)
+    for _ in range(500):  # the pool's first beat may come just after this job started
+        pools = store.pools()
+        if pools:
+            break
+        time.sleep(0.02)
+    (pool,) = pools
+    other = store.claimer("other-host:1:1", ("inproc.buries_its_pool",), ("default",), {})
+    other.reclaim_owner(pool["owner"], "judged dead by other-host", time.time())
+    other.close()
+    store.forget_pool(pool["owner"])
+    store.close()
+    time.sleep(30)
+    (here / "finished-1").write_text("x")
+
+
 class Events(logging.Handler):
     """The pool's events (R30), as (name, fields)."""
 
@@ -190,3 +214,20 @@ def test_defer_and_reschedule_keep_their_budgets(any_store, store_url, tmp_path)
     assert (row["status"], row["attempts"]) == ("done", 1)
     assert [a["outcome"] for a in store.attempts(rescheduled)] == ["rescheduled"] * 3 + ["done"]
     assert pool.counters["rescheduled"] == 3 and pool.counters["deferred"] == 1
+
+
+def test_a_pool_that_learns_it_was_judged_dead_kills_what_it_ran(any_store, store_url,
+                                                                 tmp_path, pool_events):
+    # R24b, on every store: its lease was taken back and its row removed while its
+    # child ran on; at its next beat the pool kills that child and registers again
+    store = any_store
+    job = store.enqueue("inproc.buries_its_pool", store_url, str(tmp_path)).id
+    pool = burst_pool(store_url, "inproc.buries_its_pool")
+    assert pool.run() == 0
+    assert not (tmp_path / "finished-1").exists()  # the first run was killed, not waited for
+    assert (tmp_path / "ran-2").exists()
+    assert len([n for n, _f in pool_events.seen if n == "pool_judged_dead"]) == 1
+    assert pool_events.ids("job_lease_lost") == [job]  # its late settle was refused (R8)
+    row = store.get(job)
+    assert (row["status"], row["attempts"]) == ("done", 2)
+    assert [a["outcome"] for a in store.attempts(job)] == ["owner_died", "done"]

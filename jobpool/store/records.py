@@ -35,12 +35,16 @@ class Heartbeat(NamedTuple):
 
 
 class Requests(NamedTuple):
-    """What operators asked of one pool since its last beat (R25, R27, R31)."""
+    """What operators asked of one pool since its last beat (R25, R27, R31), and
+    whether its row had to be made anew (R24b)."""
 
     stop: bool
     procs: int | None
     #: (job id, attempt) of its running jobs to cancel.
     cancels: tuple[tuple[int, int], ...]
+    #: The pool had no row: its first beat, or another pool judged it dead, took
+    #: its leases back and removed its row.
+    registered_anew: bool = False
 
 
 class DashboardRows(NamedTuple):

@@ -400,6 +400,8 @@ ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = exclude
        counters = excluded.counters, slots = excluded.slots
 RETURNING stop_requested, desired_procs
 """
+#: R24b: whether a pool still has its row (another pool removes a dead one's).
+POOL_EXISTS = "SELECT 1 FROM pools WHERE owner = ?"
 #: The pool has read its stop / scale request: clear it so it is acted on once.
 ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = ?"
 ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = ?"

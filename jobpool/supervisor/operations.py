@@ -52,6 +52,8 @@ class Operations:
         self._next_sweep = 0.0
         #: R24b: since when this pool's heartbeats have succeeded without a break.
         self._beating_since: float | None = None
+        #: R24b: this pool has had its row (a later beat without it means it was buried).
+        self._registered = False
         registered = jobs.registered()
         self.hooks = HookRunner()
         self._hook_queue: list[tuple[int, str]] = []
@@ -100,6 +102,14 @@ class Operations:
             return False
         for slot in unreported:
             slot.progress_dirty = False
+        if requests.registered_anew and self._registered:
+            # R24b: another pool judged this one dead, took its leases back and removed
+            # its row; what its children run now belongs to nobody here. Kill them (the
+            # fence refuses their settles anyway) and go on as a newly registered pool.
+            killed = slots.release_all(now, "this pool was judged dead by another; its "
+                                            "lease was taken back")
+            events.emit(events.POOL_JUDGED_DEAD, owner=self.owner, jobs_killed=killed)
+        self._registered = True
         self._beating_since = self._beating_since or now
         self._bury_dead_pools(now)
         if now >= self._next_sweep:

@@ -304,11 +304,15 @@ class Slots:
             if slot.runs(job_id, attempt) and slot.killing is None:
                 self.kill(slot, reason, core.CANCEL, now, at_once=True)
 
-    def release_all(self, now: float) -> None:
-        """R25: the drain is over (or a second stop came): give every running job back."""
+    def release_all(self, now: float, reason: str = "released at shutdown") -> int:
+        """R25: the drain is over (or a second stop came): give every running job back
+        (R24b: or its leases are no longer this pool's). How many were running."""
+        killed = 0
         for slot in self.all:
             if slot.job is not None and slot.killing is None:
-                self.kill(slot, "released at shutdown", core.RELEASE, now, at_once=True)
+                self.kill(slot, reason, core.RELEASE, now, at_once=True)
+                killed += 1
+        return killed
 
     # -- scaling (R27) -------------------------------------------------------------------
 
