@@ -78,7 +78,6 @@ WORKLOADS = ("w1-drain", "w1-enqueue", "w1-bulk", "w2", "w3")
 JOBPOOL_PG = "jobpool-pg"
 #: Systems whose workers are ``jobpool start`` (timed with ``--burst`` in a drain).
 JOBPOOL_POOLS = ("jobpool", JOBPOOL_PG)
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 sys.path.insert(0, str(BENCH))
 from bench_jobs import common  # noqa: E402
@@ -815,7 +814,8 @@ def main(argv=None) -> int:
     sizes = QUICK if args.quick else FULL
     repeat = args.repeat or (1 if args.quick else 3)
     systems, workloads = parse_only(args.only)
-    if args.db and not args.db.startswith(POSTGRES_SCHEMES):
+    from jobpool.store.urls import POSTGRES_SCHEMES, is_postgres_url
+    if args.db and not is_postgres_url(args.db):
         parser.error(f"--db takes a PostgreSQL URL ({' or '.join(POSTGRES_SCHEMES)}...), "
                      f"not {args.db!r}: SQLite is always measured, in {WORK}")
 

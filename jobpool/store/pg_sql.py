@@ -16,6 +16,8 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
+from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
+
 #: The schema ``SCHEMA`` below creates (PostgreSQL counts its own versions).
 SCHEMA_VERSION = "1"
 
@@ -23,8 +25,9 @@ SCHEMA_VERSION = "1"
 SERVER_NOW = "SELECT extract(epoch FROM now())::float8"
 
 #: Taken while a store creates or upgrades its schema, so two hosts starting at once
-#: migrate once (a transaction-level advisory lock, released at commit).
-MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jobpool-migrate:' || current_schema()))"
+#: migrate once (a transaction-level advisory lock, released at commit). Keyed by the
+#: schema's name: before it exists, ``current_schema()`` has nothing to name.
+MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('jobpool-migrate:' || %(schema)s))"
 
 # --- schema ------------------------------------------------------------------------------
 
@@ -235,7 +238,6 @@ RETURNING id
 FIND_LIVE_KEY_IN = "SELECT id FROM {jobs} WHERE name = %(name)s AND key = %(key)s"
 #: On the store's own connections (search_path is the store's schema).
 INSERT_JOB = INSERT_JOB_INTO.format(jobs="jobs")
-FIND_LIVE_KEY = FIND_LIVE_KEY_IN.format(jobs="jobs")
 
 #: R4 at speed: ids for a batch, taken before its rows are copied in, in item order.
 #: Other sessions may take ids in between, so they need not be consecutive.
@@ -567,6 +569,34 @@ NEXT_READY = """
 SELECT min(run_at) FROM jobs
  WHERE status = 'ready' AND name = ANY(%(names)s) AND queue = ANY(%(queues)s)
 """
+# --- the dashboard (R29): read in one transaction by PostgresStore.dashboard -------------
+
+#: Per-queue counts of the live statuses and of dead rows (done rows are counted apart).
+QUEUE_COUNTS = """
+SELECT queue, 'ready', count(*), count(*) FILTER (WHERE run_at > %(now)s)
+  FROM jobs WHERE status = 'ready' GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*), 0 FROM jobs WHERE status = 'running' GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', count(*), 0 FROM finished_jobs WHERE status = 'dead' GROUP BY queue
+"""
+DONE_COUNT = "SELECT count(*) FROM finished_jobs WHERE status = 'done'"
+DONE_SINCE = """
+SELECT queue, count(*) FROM finished_jobs
+ WHERE status = 'done' AND finished_at > %(since)s GROUP BY queue
+"""
+#: The newest failed attempts (the outcomes SQLite's dashboard leaves out, likewise).
+RECENT_FAILURES = f"""
+SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
+  FROM attempts AS a LEFT JOIN all_jobs AS j ON j.id = a.job_id
+ WHERE a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
+ ORDER BY a.seq DESC LIMIT %(limit)s
+"""
+RUNNING_JOBS = """
+SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
+  FROM jobs WHERE status = 'running'
+"""
+
 READY_BY_NAME = """
 SELECT queue, name, count(*) FROM jobs WHERE status = 'ready'
  GROUP BY queue, name ORDER BY count(*) DESC, name

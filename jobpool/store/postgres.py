@@ -13,7 +13,6 @@ Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import select
@@ -152,7 +151,7 @@ def ensure_schema(conn: Any, target: Target, *, create: bool) -> None:
     """Create the store's schema and tables, or check the version of those there;
     under an advisory lock, so hosts starting together create them once."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("jobpool-migrate:" + target.schema,))
+        conn.execute(pg_sql.MIGRATION_LOCK, {"schema": target.schema})
         exists = conn.execute(pg_sql.HAS_META).fetchone()[0]
         if not exists:
             if not create:
@@ -444,36 +443,17 @@ class PostgresStore:
         def read(conn: Any) -> tuple[float, list[tuple]]:
             return self.server_now(conn), conn.execute(pg_sql.LIST_POOLS).fetchall()
         server_now, found = self.transaction("reading pools", read)
-        pools = [dict(zip(names, r)) for r in found]
-        for pool in pools:
-            pool["counters"] = json.loads(pool["counters"])
-            pool["slots"] = json.loads(pool["slots"])
-            pool["dead"] = liveness.pool_death(pool, server_now, dead_after)
-        return pools
+        return [rows.pool_dict(names, row, server_now, dead_after) for row in found]
 
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
         """R29: one frame's rows, read in one transaction (REPEATABLE READ would be
         stricter; the counts of one statement are consistent with each other)."""
         def read(conn: Any) -> DashboardRows:
-            counts = conn.execute(
-                "SELECT queue, 'ready', count(*), count(*) FILTER (WHERE run_at > %(now)s)"
-                "  FROM jobs WHERE status = 'ready' GROUP BY queue"
-                " UNION ALL SELECT queue, 'running', count(*), 0 FROM jobs"
-                "  WHERE status = 'running' GROUP BY queue"
-                " UNION ALL SELECT queue, 'dead', count(*), 0 FROM finished_jobs"
-                "  WHERE status = 'dead' GROUP BY queue", {"now": now}).fetchall()
-            done = conn.execute("SELECT count(*) FROM finished_jobs WHERE status = 'done'").fetchone()[0]
-            since = conn.execute(
-                "SELECT queue, count(*) FROM finished_jobs WHERE status = 'done'"
-                " AND finished_at > %(since)s GROUP BY queue", {"since": now - 60.0}).fetchall()
-            failed = conn.execute(
-                "SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error"
-                "  FROM attempts AS a LEFT JOIN all_jobs AS j ON j.id = a.job_id"
-                " WHERE a.outcome NOT IN ('done', 'deferred', 'rescheduled', 'released')"
-                " ORDER BY a.seq DESC LIMIT %(limit)s", {"limit": failures}).fetchall()
-            running = conn.execute(
-                "SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage"
-                "  FROM jobs WHERE status = 'running'").fetchall()
+            counts = conn.execute(pg_sql.QUEUE_COUNTS, {"now": now}).fetchall()
+            done = conn.execute(pg_sql.DONE_COUNT).fetchone()[0]
+            since = conn.execute(pg_sql.DONE_SINCE, {"since": now - 60.0}).fetchall()
+            failed = conn.execute(pg_sql.RECENT_FAILURES, {"limit": failures}).fetchall()
+            running = conn.execute(pg_sql.RUNNING_JOBS).fetchall()
             return DashboardRows(queue_counts=counts, done=done, done_since=since,
                                  failures=failed, running=running, pools=[], ready_by_name=[])
         snapshot = self.transaction("reading the dashboard snapshot", read)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from jobpool import liveness
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
@@ -211,6 +212,16 @@ def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     if isinstance(result, (bytes, memoryview)):
         job["result"] = f"<{len(result)} bytes>"
     return job
+
+
+def pool_dict(columns, row, now: float, dead_after: float) -> dict[str, Any]:
+    """A ``pools`` row as ``Store.pools`` returns it: counters and slots decoded, and
+    ``dead`` saying why its supervisor is gone at ``now`` (the store's clock), or None."""
+    pool = dict(zip(columns, row))
+    pool["counters"] = json.loads(pool["counters"])
+    pool["slots"] = json.loads(pool["slots"])
+    pool["dead"] = liveness.pool_death(pool, now, dead_after)
+    return pool
 
 
 def attempt_params(lease: Lease, outcome: Outcome, owner: str, now: float,

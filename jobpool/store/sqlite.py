@@ -478,14 +478,10 @@ class SQLiteStore:
         now = time.time() if now is None else now
         try:
             cursor = self.conn.execute(sql.LIST_POOLS)
-            pools = [dict(zip((d[0] for d in cursor.description), row)) for row in cursor]
+            names = [d[0] for d in cursor.description]
+            return [rows.pool_dict(names, row, now, dead_after) for row in cursor]
         except sqlite3.Error as exc:
             raise StoreError(f"reading pools failed: {exc}") from exc
-        for pool in pools:
-            pool["counters"] = json.loads(pool["counters"])
-            pool["slots"] = json.loads(pool["slots"])
-            pool["dead"] = liveness.pool_death(pool, now, dead_after)
-        return pools
 
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
         """R29: everything one dashboard frame shows, in a single read transaction.

@@ -355,3 +355,19 @@ def test_enqueue_many_with_keys_reports_duplicates_per_item(any_store):
     with pytest.raises(EnqueueError, match=r"keys\[1\] must be a non-empty string"):
         any_store.enqueue_many("c.job", [(1,), (2,)], keys=["x", ""])
     assert any_store.stats()["ready"] == 4  # nothing of the refused batches
+
+
+def test_the_dashboard_reads_counts_failures_and_running_jobs(any_store, claimers):
+    # R29 on every store
+    any_store.enqueue_many("c.job", [(i,) for i in range(3)])
+    any_store.enqueue_with("c.job", queue="bulk", delay=3600)
+    c = claimers(any_store, policies={"c.job": Policy(backoff_base=0.0)})
+    first, second = claim(c, 2)
+    settle(c, Outcome(first.job_id, first.attempt, ERROR, "RuntimeError: boom"))
+    rows = any_store.dashboard(time.time())
+    counts = {(q, status): (n, later) for q, status, n, later in rows.queue_counts}
+    assert counts[("default", "ready")] == (2, 0) and counts[("default", "running")] == (1, 0)
+    assert counts[("bulk", "ready")] == (1, 1)  # ready but not due: scheduled
+    assert [f[0] for f in rows.failures] == [first.job_id]
+    assert [r[0] for r in rows.running] == [second.job_id]
+    assert rows.done == 0
