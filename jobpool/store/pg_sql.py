@@ -225,15 +225,19 @@ _NEW_JOB_COLUMNS = ("queue, name, key, payload, serializer, priority, status, ru
 
 #: R1/R3: a live (name, key) duplicate inserts nothing and returns no row; the
 #: caller then reads the id of the job that holds the key. ``run_at`` is the
-#: server's now plus the delay (R7a). ``{jobs}`` is the table, qualified by the
+#: server's now plus the delay (R7a). The same statement wakes the listening pools
+#: (R11a: delivered at commit; identical notifications of one transaction arrive
+#: once), so an enqueue is one round trip. ``{jobs}`` is the table, qualified by the
 #: store's schema when the row goes through the caller's own connection (R5).
 INSERT_JOB_INTO = f"""
-INSERT INTO {{jobs}} ({_NEW_JOB_COLUMNS})
-VALUES (%(queue)s, %(name)s, %(key)s, %(payload)s, %(serializer)s, %(priority)s, 'ready',
-        %(now)s + %(delay)s, %(now)s + %(delay)s, %(max_attempts)s, %(deadline)s, %(timeout)s,
-        %(now)s, %(chain)s)
-ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
-RETURNING id
+WITH inserted AS (
+    INSERT INTO {{jobs}} ({_NEW_JOB_COLUMNS})
+    VALUES (%(queue)s, %(name)s, %(key)s, %(payload)s, %(serializer)s, %(priority)s, 'ready',
+            extract(epoch FROM now()) + %(delay)s, extract(epoch FROM now()) + %(delay)s,
+            %(max_attempts)s, %(deadline)s, %(timeout)s, extract(epoch FROM now()), %(chain)s)
+    ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id)
+SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
 """
 FIND_LIVE_KEY_IN = "SELECT id FROM {jobs} WHERE name = %(name)s AND key = %(key)s"
 #: On the store's own connections (search_path is the store's schema).

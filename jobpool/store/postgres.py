@@ -281,13 +281,11 @@ class PostgresStore:
         if qualified:
             # The caller's connection may make rows of any shape; read tuples here.
             conn = conn.cursor(row_factory=psycopg.rows.tuple_row)
-        params = _job_params(job)
-        params["now"] = self.server_now(conn)
+        params = dict(_job_params(job), channel=channel_name(self.target.schema))
         jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
         row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs) if qualified
                            else pg_sql.INSERT_JOB, params).fetchone()
         if row is not None:
-            self.notify_ready(conn, job.queue)
             return Handle(row[0], store=self)
         # R3: a live job holds this key; hand back its id and write nothing.
         existing = conn.execute(pg_sql.FIND_LIVE_KEY_IN.format(jobs=jobs),
