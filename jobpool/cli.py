@@ -483,8 +483,8 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
 def _print_unserved(out: _Stdout, unserved: list[dict[str, Any]]) -> None:
     """R28: ready jobs that no running pool serves would wait for ever unseen."""
     for group in unserved:
-        out.print(f"ready, no running pool serves it: {group['count']} x {group['name']} "
-                  f"(queue {group['queue']})", markup=False, highlight=False)
+        out.print(f"ready, no running pool serves it: {liveness.describe_unserved(group)}",
+                  markup=False, highlight=False)
 
 
 _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "key", "priority",

@@ -43,6 +43,11 @@ def chosen(pools: list[dict[str, Any]], *, owner: str | None = None,
             if (owner is None or pool["owner"] == owner) and (host is None or pool["host"] == host)]
 
 
+def describe_unserved(group: Mapping[str, Any]) -> str:
+    """One group of ``unserved`` as the log and ``status`` name it."""
+    return f"{group['count']} x {group['name']} (queue {group['queue']})"
+
+
 def unserved(ready: list[tuple[str, str, int]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Of ``(queue, name, count)`` ready groups, those no live pool serves, as
     ``[{queue, name, count}]`` (R7, R28). Empty while no pool runs: then nothing

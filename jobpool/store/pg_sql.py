@@ -480,6 +480,7 @@ COMMIT_ASYNC = "SET LOCAL synchronous_commit = off"
 
 SET_PROGRESS = f"UPDATE jobs SET progress = %(progress)s, stage = %(stage)s WHERE {GUARD}"
 
+#: R24b: the last column says the row was made by this beat (see ``sql.UPSERT_POOL``).
 UPSERT_POOL = """
 INSERT INTO pools (owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
                    names)
@@ -487,10 +488,8 @@ VALUES (%(owner)s, %(host)s, %(pid)s, %(procs)s, %(queues)s, %(core)s, %(now)s, 
         %(counters)s, %(slots)s, %(names)s)
 ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = excluded.heartbeat_at,
        counters = excluded.counters, slots = excluded.slots
-RETURNING stop_requested, desired_procs
+RETURNING stop_requested, desired_procs, started_at = %(now)s
 """
-#: R24b: whether a pool still has its row (another pool removes a dead one's).
-POOL_EXISTS = "SELECT 1 FROM pools WHERE owner = %(owner)s"
 ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = %(owner)s"
 ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = %(owner)s"
 DELETE_POOL = "DELETE FROM pools WHERE owner = %(owner)s"

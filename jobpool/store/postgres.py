@@ -545,8 +545,7 @@ class PostgresStore:
                       "names": ",".join(beat.names), "core": beat.core,
                       "now": self.server_now(conn), "counters": beat.counters_json,
                       "slots": beat.slots_json}
-            anew = conn.execute(pg_sql.POOL_EXISTS, params).fetchone() is None
-            stop, desired = conn.execute(pg_sql.UPSERT_POOL, params).fetchone()
+            stop, desired, anew = conn.execute(pg_sql.UPSERT_POOL, params).fetchone()
             if stop:
                 conn.execute(pg_sql.ACK_STOP, params)
             if desired is not None:
@@ -555,7 +554,7 @@ class PostgresStore:
             cancels = conn.execute(pg_sql.CANCELS_FOR_OWNER, params).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
-                            registered_anew=anew)
+                            registered_anew=bool(anew))
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:

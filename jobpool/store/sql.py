@@ -392,16 +392,16 @@ SET_PROGRESS = f"""
 UPDATE jobs SET progress = :progress, stage = :stage WHERE {GUARD}
 """
 
+#: R24b: the last column says the row was made by this beat (only an insert writes
+#: started_at): its first beat, or its row was removed by a pool that judged it dead.
 UPSERT_POOL = """
 INSERT INTO pools (owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
                    names)
 VALUES (:owner, :host, :pid, :procs, :queues, :core, :now, :now, :counters, :slots, :names)
 ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = excluded.heartbeat_at,
        counters = excluded.counters, slots = excluded.slots
-RETURNING stop_requested, desired_procs
+RETURNING stop_requested, desired_procs, started_at = :now
 """
-#: R24b: whether a pool still has its row (another pool removes a dead one's).
-POOL_EXISTS = "SELECT 1 FROM pools WHERE owner = ?"
 #: The pool has read its stop / scale request: clear it so it is acted on once.
 ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = ?"
 ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = ?"

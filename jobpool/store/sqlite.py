@@ -543,8 +543,7 @@ class SQLiteStore:
                   "slots": beat.slots_json}
 
         def write(conn: sqlite3.Connection) -> Requests:
-            anew = conn.execute(sql.POOL_EXISTS, (beat.owner,)).fetchone() is None
-            stop, desired = conn.execute(sql.UPSERT_POOL, params).fetchone()
+            stop, desired, anew = conn.execute(sql.UPSERT_POOL, params).fetchone()
             if stop:
                 conn.execute(sql.ACK_STOP, (beat.owner,))
             if desired is not None:
@@ -553,7 +552,7 @@ class SQLiteStore:
             cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": beat.owner}).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
-                            registered_anew=anew)
+                            registered_anew=bool(anew))
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:

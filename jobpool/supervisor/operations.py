@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any, Callable
 
-from jobpool import events, jobs, lifecycle, periodic, procinfo
+from jobpool import events, jobs, lifecycle, liveness, periodic, procinfo
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -178,8 +178,8 @@ class Operations:
         except StoreError:
             return
         if unserved:
-            events.emit(events.UNSERVED_LEFT, jobs=", ".join(
-                f"{u['count']} x {u['name']} (queue {u['queue']})" for u in unserved))
+            events.emit(events.UNSERVED_LEFT,
+                        jobs=", ".join(liveness.describe_unserved(u) for u in unserved))
 
     def leave(self) -> None:
         """Remove this pool's row as it stops."""
