@@ -3,12 +3,25 @@
 Jobs live in a SQLite file (or PostgreSQL); ``jobpool start`` runs a supervisor
 that claims them and runs each in a forked child process, one per slot.
 """
+from typing import TYPE_CHECKING, Any
+
 from jobpool.errors import (Defer, EnqueueError, Fatal, JobFailed, JobpoolError, Reschedule,
                             Retry, SoftTimeout, StoreError, UnsafeResultError)
 from jobpool.extensions import AttemptInfo, AttemptResult, Middleware, add_middleware, on_child_start
 from jobpool.running import progress
 from jobpool.jobs import Handle, Job, Signature, job, on_start
-from jobpool.store.sqlite import connect
+
+if TYPE_CHECKING:
+    from jobpool.store.sqlite import connect
+
+
+def __getattr__(name: str) -> Any:
+    # The store loads on first use of ``connect``: pytest imports jobpool (for its
+    # plugin) on every run of every project in an environment that has jobpool.
+    if name == "connect":
+        from jobpool.store.sqlite import connect
+        return connect
+    raise AttributeError(f"module 'jobpool' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 

@@ -220,6 +220,7 @@ cdef enum:
     C_PRIORITY
     C_LINE_AT
     C_CHAINED
+    C_RUN_AT
     NCLAIMCOLS
 
 cdef inline object _record(type cls, tuple fields):
@@ -966,8 +967,10 @@ cdef class Core:
         _settled, claimed, expired = self.turn((), n, now, None)
         return claimed, expired
 
-    cdef int _claim_queue(self, object queue, Py_ssize_t want, double now,
-                          list claimed, list expired) except -1:
+    cdef Py_ssize_t _claim_queue(self, object queue, Py_ssize_t want, double now,
+                                 list claimed, list expired) except -1:
+        """Claim up to ``want`` rows of ``queue``; how many rows the claim took (rows
+        retired past their deadline included, R10)."""
         cdef sqlite3_stmt* st
         cdef int rc
         cdef int ncol
@@ -1018,7 +1021,8 @@ cdef class Core:
                                               sqlite3_column_int64(st, C_CHAINED) != 0)))
                 rows.append(_record(Claimed, (job_id, name, _column_bytes(st, C_PAYLOAD),
                                               _column(st, C_SERIALIZER), attempt,
-                                              sqlite3_column_double(st, C_TIMEOUT), deadline)))
+                                              sqlite3_column_double(st, C_TIMEOUT), deadline,
+                                              queue, sqlite3_column_double(st, C_RUN_AT))))
                 count += 1
         except BaseException:
             _reset(st)
@@ -1040,7 +1044,7 @@ cdef class Core:
                 continue
             self._inflight[lease.job_id] = lease
             claimed.append(row)
-        return 0
+        return count
 
     # -- settling (section 4) --------------------------------------------------------
 
@@ -1048,8 +1052,10 @@ cdef class Core:
         """A turn that claims nothing: what became of each outcome."""
         return self.turn(outcomes, 0, now, rng)[0]
 
-    def turn(self, outcomes, Py_ssize_t n, double now, rng):
-        """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``.
+    def turn(self, outcomes, Py_ssize_t n, double now, rng, shares=None):
+        """One loop turn in one transaction: settle ``outcomes``, then claim up to ``n``,
+        shared among queues by ``shares`` (``queueplan.Share`` records, as
+        ``queueplan.claim_in_shares`` reads them; None: ``queues`` in order).
 
         Returns ``(settled, claimed, expired)``. Sharing the commit halves what a
         job costs the store; on a failure nothing is applied and the caller keeps
@@ -1073,11 +1079,14 @@ cdef class Core:
                     # its old lease goes before the claim records the new one.
                     for job_id in taken:
                         dropped[job_id] = self._inflight.pop(job_id, None)
-                    for queue in self.queues:
-                        want = n - len(claimed)
-                        if want <= 0:
-                            break
-                        self._claim_queue(queue, want, now, claimed, expired)
+                    if shares is None:
+                        for queue in self.queues:
+                            want = n - len(claimed)
+                            if want <= 0:
+                                break
+                            self._claim_queue(queue, want, now, claimed, expired)
+                    else:
+                        self._claim_shares(shares, n, now, claimed, expired)
                     self._commit()
                 except BaseException:
                     self._rollback()
@@ -1092,6 +1101,25 @@ cdef class Core:
         finally:
             self._leave()
         return settled, claimed, expired
+
+    cdef int _claim_shares(self, object shares, Py_ssize_t n, double now, list claimed,
+                           list expired) except -1:
+        # queueplan.claim_in_shares, compiled: each queue up to its quota, then what is
+        # left, in the shares' order, from queues that did not run out.
+        cdef set emptied = set()
+        cdef Py_ssize_t want
+        for queue, quota in shares:
+            want = min(<Py_ssize_t>quota, n - len(claimed))
+            if want > 0 and self._claim_queue(queue, want, now, claimed, expired) < want:
+                emptied.add(queue)
+        for queue, _quota in shares:
+            want = n - len(claimed)
+            if want <= 0:
+                break
+            if queue not in emptied and self._claim_queue(queue, want, now, claimed,
+                                                          expired) < want:
+                emptied.add(queue)
+        return 0
 
     cdef int _settle_all(self, object outcomes, double now, object rng, list settled,
                          list taken) except -1:

@@ -22,6 +22,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)
+from jobpool.queueplan import claim_in_shares
 from jobpool.store import rows, sql
 
 #: The API the compiled core mirrors name for name (tests/test_core.py).
@@ -128,31 +129,33 @@ class Core:
         _settled, claimed, expired = self.turn((), n, now, None)
         return claimed, expired
 
-    def _claim_all(self, db, n, now, claimed, expired) -> None:
-        for queue in self.queues:
-            want = n - len(claimed)
-            if want <= 0:
-                break
-            rows = db.execute(self._claim_sql, {
-                "owner": self.owner, "now": now, "slack": LEASE_SLACK,
-                "queue": queue, "limit": want}).fetchall()
-            # RETURNING has no order; dispatch in claim order (R7).
-            rows.sort(key=lambda r: (-r[9], r[10], r[0]))
-            for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
-                 timeout, deadline, _priority, _line_at, chained) in rows:
-                # The lease: what settling this attempt needs, started now.
-                lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                              bool(chained))
-                if deadline is not None and deadline < now:
-                    # R10: claimed after its deadline, it is retired without running.
-                    self._settle_one(db, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
-                                     now, None, expired, log_as="deadline")
-                    continue
-                self._inflight[job_id] = lease
-                if isinstance(payload, str):
-                    payload = payload.encode()
-                claimed.append(Claimed(job_id, name, payload, serializer, attempt, float(timeout),
-                                       deadline))
+    def _claim_all(self, db, n, now, claimed, expired, shares) -> None:
+        claim_in_shares(shares, self.queues, n, claimed,
+                        lambda queue, want: self._claim_queue(db, queue, want, now, claimed,
+                                                              expired))
+
+    def _claim_queue(self, db, queue, want, now, claimed, expired) -> int:
+        rows = db.execute(self._claim_sql, {
+            "owner": self.owner, "now": now, "slack": LEASE_SLACK,
+            "queue": queue, "limit": want}).fetchall()
+        # RETURNING has no order; dispatch in claim order (R7).
+        rows.sort(key=lambda r: (-r[9], r[10], r[0]))
+        for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
+             timeout, deadline, _priority, _line_at, chained, run_at) in rows:
+            # The lease: what settling this attempt needs, started now.
+            lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
+                          bool(chained))
+            if deadline is not None and deadline < now:
+                # R10: claimed after its deadline, it is retired without running.
+                self._settle_one(db, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
+                                 now, None, expired, log_as="deadline")
+                continue
+            self._inflight[job_id] = lease
+            if isinstance(payload, str):
+                payload = payload.encode()
+            claimed.append(Claimed(job_id, name, payload, serializer, attempt, float(timeout),
+                                   deadline, queue, float(run_at)))
+        return len(rows)
 
     # -- settling (section 4) --------------------------------------------------------
 
@@ -160,9 +163,10 @@ class Core:
         """A turn that claims nothing: what became of each outcome."""
         return self.turn(outcomes, 0, now, rng)[0]
 
-    def turn(self, outcomes, n: int, now: float, rng):
+    def turn(self, outcomes, n: int, now: float, rng, shares=None):
         """One loop turn in one transaction: settle ``outcomes`` (``lifecycle.Outcome``
-        records), then claim up to ``n``.
+        records), then claim up to ``n``, shared among queues by ``shares``
+        (``queueplan.Share`` records; None: ``queues`` in order).
 
         Returns ``(settled, claimed, expired)``. Sharing the commit halves what a
         job costs the store; on a failure nothing is applied and the caller keeps
@@ -184,7 +188,7 @@ class Core:
                 # its old lease goes before the claim records the new one.
                 for job_id in taken:
                     dropped[job_id] = self._inflight.pop(job_id, None)
-                self._claim_all(db, n, now, claimed, expired)
+                self._claim_all(db, n, now, claimed, expired, shares)
                 db.execute("COMMIT")
             except BaseException:
                 self._rollback()

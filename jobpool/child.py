@@ -59,23 +59,11 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
     not run in it (its error is the attempt's), and the child is replaced."""
     cpu_before = time.process_time()
-    delay = None
-    result = None
-    job = jobs.lookup(name)
+    error: str | None
     if startup_error is not None:
-        kind, error = core.ERROR, startup_error
-    elif job is None:
-        kind, error = core.FATAL, f"job {name!r} is not registered in this worker"
+        kind, error, delay, result = core.ERROR, startup_error, None, None
     else:
-        try:
-            # R39: the registered job, not the row, decides how far decoding may go.
-            args, kwargs = decode_payload(payload, decoder_for(serializer, job.serializer))
-        except SerializerRefused as exc:
-            kind, error = core.FATAL, str(exc)
-        except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
-            kind, error = core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}"
-        else:
-            kind, error, delay, result = _with_middleware(job, job_id, attempt, args, kwargs)
+        kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
     # R40: whatever the attempt started and left running ends with it, success included.
     strays = proctree.kill_strays()
     if strays:
@@ -86,19 +74,41 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
                                     _peak_rss_bytes(), cpu_s, retiring, strays), retiring
 
 
-def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwargs: dict):
+def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer: str, *,
+                soft_timeout: bool = True, job: jobs.Job | None = None
+                ) -> tuple[int, str | None, float | None, Any]:
+    """Decode one attempt's payload and run its body inside the middleware: ``(kind,
+    error, delay, result)``; never raises. ``soft_timeout=False`` arms no SIGALRM:
+    ``jobpool.testing.drain`` runs jobs in its caller's process, whose handler and
+    timer are its own; it also passes ``job``, the registered job wrapped to notice
+    a Ctrl-C (default: the job registered under ``name``)."""
+    job = job or jobs.lookup(name)
+    if job is None:
+        return core.FATAL, f"job {name!r} is not registered in this worker", None, None
+    try:
+        # R39: the registered job, not the row, decides how far decoding may go.
+        args, kwargs = decode_payload(payload, decoder_for(serializer, job.serializer))
+    except SerializerRefused as exc:
+        return core.FATAL, str(exc), None, None
+    except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
+        return core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
+    return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)
+
+
+def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwargs: dict,
+                     soft_timeout: bool = True):
     """The body between the middleware's ``before`` and ``after`` hooks; what a hook
     raises is the attempt's error (an ordinary retry), never the child's death."""
     stack = extensions.middleware()
     if not stack:
-        return _call(job, args, kwargs)[:4]
+        return _call(job, args, kwargs, soft_timeout)[:4]
     info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs)
     for middleware in stack:
         try:
             middleware.before(info)
         except BaseException as exc:  # noqa: BLE001 - the user's hook: an error like any
             return core.ERROR, _hook_error(middleware, "before", exc), None, None
-    kind, error, delay, result, value, raised = _call(job, info.args, info.kwargs)
+    kind, error, delay, result, value, raised = _call(job, info.args, info.kwargs, soft_timeout)
     outcome = extensions.AttemptResult(core.KIND_NAMES[kind], error, raised, value)
     for middleware in reversed(stack):
         try:
@@ -132,18 +142,20 @@ def _soft_timeout(signum, frame) -> None:
 _soft_limit = 0.0
 
 
-def _call(job: jobs.Job, args: tuple, kwargs: dict):
+def _call(job: jobs.Job, args: tuple, kwargs: dict, soft_timeout: bool = True):
     global _soft_limit
-    if job.soft_timeout:
+    limit = job.soft_timeout if soft_timeout else None
+    armed = bool(limit)
+    if limit:
         # R20: SIGALRM raises SoftTimeout in the job's own frame so it can clean up;
         # the supervisor's hard timeout still follows.
-        _soft_limit = job.soft_timeout
+        _soft_limit = limit
         signal.signal(signal.SIGALRM, _soft_timeout)
-        signal.setitimer(signal.ITIMER_REAL, job.soft_timeout)
+        signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         return _outcome_of(job, args, kwargs)
     finally:
-        if job.soft_timeout:
+        if armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 

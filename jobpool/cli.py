@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from jobpool import bounds, config, core, jobs, liveness
 from jobpool.errors import JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
+from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.store.urls import is_postgres_url
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
@@ -176,7 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="SECONDS",
                        help="a pool whose heartbeat is this old is dead and its leases are "
                             f"reclaimed (default {liveness.DEAD_AFTER:g})")
-    start.add_argument("--queues", help="comma-separated queues, in order of preference")
+    start.add_argument("--metrics", metavar="ADDR",
+                       help="serve Prometheus /metrics and /healthz: PORT or :PORT (loopback), "
+                            "HOST:PORT, [::1]:PORT")
+    start.add_argument("--queues", help="comma-separated queues, in order of preference; "
+                                        "with weights (high:3,default:1) claims are shared "
+                                        "by weight")
     start.add_argument("--burst", action="store_true",
                        help="exit once nothing is running, ready or due within the poll interval; "
                             "retries in backoff further out stay queued (see --wait-retries)")
@@ -281,6 +287,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds to wait for them to go (default: do not wait)")
     scale = sub.add_parser("scale", parents=[common], help="change --procs of running pools")
     scale.add_argument("--procs", type=_positive_int, required=True)
+    pause = sub.add_parser("pause", parents=[common],
+                           help="stop claiming from a queue on every pool (running jobs finish)")
+    pause.add_argument("queue")
+    resume = sub.add_parser("resume", parents=[common], help="claim from a paused queue again")
+    resume.add_argument("queue")
+    store_metrics = sub.add_parser("metrics", parents=[common],
+                                   help="the store's queue gauges for Prometheus (read-only)")
+    store_metrics.add_argument("--serve", metavar="ADDR",
+                               help="serve them at ADDR/metrics (PORT, :PORT, HOST:PORT, "
+                                    "[::1]:PORT) instead of printing them once")
+    store_metrics.add_argument("--every", type=_seconds, default=15.0,
+                               help="read the store at most this often (seconds, at least 15)")
     for fleet_command in (stop, scale):
         fleet_command.add_argument("--pool", metavar="OWNER",
                                    help="only this pool (its owner, as `jobpool pools` shows it)")
@@ -340,15 +358,16 @@ def _configure_logging(fmt: str, quiet: bool) -> None:
 def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
     from jobpool.supervisor import Supervisor
     import_app(args.app)
-    queues = tuple(q.strip() for q in args.queues.split(",") if q.strip()) if args.queues else None
+    spec = parse_queues(args.queues) if args.queues else None
     pool = config.PoolConfig(
-        db=resolve_path(args.db), procs=args.procs, queues=queues, burst=args.burst,
+        db=resolve_path(args.db), procs=args.procs, queues=spec.queues if spec else None,
+        weights=spec.weights if spec else None, burst=args.burst,
         max_jobs=args.max_jobs, drain=args.drain, poll_interval=args.poll_interval,
         max_tasks_per_child=args.max_tasks_per_child, result_ttl=args.result_ttl,
         dead_letter_limit=args.dead_letter_limit, memory_limit=args.memory_limit,
         max_crashes=args.max_crashes, max_memory_per_child=args.max_memory_per_child,
         mode=args.mode, max_procs=args.max_procs, dead_after=args.dead_after,
-        store_timeout=args.store_timeout, wait_retries=args.wait_retries)
+        store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet)
     supervisor = Supervisor(pool)
@@ -363,10 +382,12 @@ def _with_dashboard(supervisor, db: str) -> int:
     ever copies a lock another thread holds. The pool's log lines (warnings: the
     dashboard shows the rest) go to the dashboard over a pipe and print above its
     frame; closing the pipe tells it the pool is done."""
-    from jobpool import dashboard
     from jobpool.forked import Forked
     read_end, write_end = os.pipe()
-    viewer = Forked.start(dashboard.run_beside_pool, db, read_end, os.getpid())
+    # The metrics port stays the pool's alone: the viewer closes its copy.
+    server = supervisor.metrics_server
+    viewer = Forked.start(_dashboard_main, server.fds() if server else [], db, read_end,
+                          os.getpid())
     supervisor.companions.add(viewer.pid)
     os.close(read_end)
     lines = os.fdopen(write_end, "w", buffering=1, encoding="utf-8", errors="replace")
@@ -384,6 +405,13 @@ def _with_dashboard(supervisor, db: str) -> int:
         except BrokenPipeError:
             pass  # it is gone already
         viewer.stop(5.0)
+
+
+def _dashboard_main(close_fds: list[int], db: str, read_end: int, pool_pid: int) -> None:
+    from jobpool import dashboard
+    for fd in close_fds:
+        os.close(fd)
+    dashboard.run_beside_pool(db, read_end, pool_pid)
 
 
 def _read_items(source: str, out: _Stdout) -> list:
@@ -460,8 +488,9 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     counts = store.stats()
     unserved = store.unserved()
+    paused = store.paused_queues()
     if args.json:
-        print(json.dumps(dict(counts, unserved=unserved)))
+        print(json.dumps(dict(counts, unserved=unserved, paused=paused)))
         return 0
     supervisors = counts.pop("supervisors")
     table = _table(title=f"jobpool store {store.path}", title_justify="left")
@@ -475,6 +504,7 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
                   f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle failures",
                   highlight=False)
     _print_unserved(out, unserved)
+    _print_paused(out, paused)
     # The claims run in the server on PostgreSQL; this install's core serves SQLite.
     out.print("claims: postgres" if is_postgres_url(store.path) else f"core: {core.NAME}")
     return 0
@@ -690,6 +720,7 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     for line in refusals:
         out.print(line, markup=False, highlight=False)
     _print_unserved(out, store.unserved())
+    _print_paused(out, store.paused_queues())
     return 0
 
 
@@ -723,6 +754,46 @@ def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
                         else "no pools are running on this store")
     print(f"asked {count} pool(s) to run {args.procs} processes")
     return 0
+
+
+def cmd_pause(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, create=False)
+    if store.pause(args.queue):
+        print(f"paused queue {args.queue}: running pools claim nothing more from it "
+              f"(within a heartbeat); its running jobs finish, enqueues still succeed")
+    else:
+        print(f"queue {args.queue} was already paused")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, create=False)
+    if store.resume(args.queue):
+        print(f"resumed queue {args.queue}")
+    else:
+        print(f"queue {args.queue} was not paused")
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace, out: _Stdout) -> int:
+    from jobpool.store_metrics import MIN_EVERY, StoreGauges, serve
+    if args.every < MIN_EVERY:
+        raise UserError(f"--every must be at least {MIN_EVERY:g} seconds, not {args.every:g}")
+    store = connect(args.db, readonly=True)
+    gauges = StoreGauges(store, every=args.every)
+    if not args.serve:
+        gauges.refresh()
+        sys.stdout.write(gauges.exposition().decode())
+        return 0
+    serve(gauges, args.serve, lambda line: print(line, flush=True))
+    return 0
+
+
+def _print_paused(out: _Stdout, paused: list[str]) -> None:
+    """R38: a paused queue explains ready jobs that nobody claims."""
+    if paused:
+        out.print(f"paused queues: {', '.join(paused)} (jobpool resume QUEUE)", markup=False,
+                  highlight=False)
 
 
 def _no_pool_chosen(store, args: argparse.Namespace) -> str:
@@ -792,6 +863,9 @@ COMMANDS = {
     "pools": cmd_pools,
     "stop": cmd_stop,
     "scale": cmd_scale,
+    "pause": cmd_pause,
+    "metrics": cmd_metrics,
+    "resume": cmd_resume,
 }
 
 

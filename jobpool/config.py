@@ -46,6 +46,9 @@ class PoolConfig:
     db: str
     procs: int = field(default_factory=default_procs)
     queues: tuple[str, ...] | None = None
+    #: One per queue of ``queues`` (``--queues high:3,default:1``): claims shared by
+    #: weight instead of taken in strict order (``queueplan``).
+    weights: tuple[int, ...] | None = None
     names: tuple[str, ...] | None = None
     burst: bool = False
     max_jobs: int | None = None
@@ -64,6 +67,7 @@ class PoolConfig:
     dead_after: float = liveness.DEAD_AFTER  # R24b: a pool silent this long is dead
     store_timeout: float = STORE_TIMEOUT     # --burst gives up after this long of store errors
     wait_retries: float = 0.0                # --burst also waits for jobs due within this
+    metrics: str | None = None               # --metrics ADDR: serve /metrics and /healthz
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -79,6 +83,9 @@ class PoolConfig:
             raise JobpoolError(f"poll interval must be positive, not {self.poll_interval}")
         if self.drain < 0:
             raise JobpoolError(f"--drain must not be negative, not {self.drain}")
+        if self.weights is not None and (self.queues is None
+                                         or len(self.weights) != len(self.queues)):
+            raise JobpoolError("queue weights need one weight per queue of --queues")
         if not self.dead_after > HEARTBEAT_EVERY:
             raise JobpoolError(f"--dead-after must be longer than the heartbeat "
                                f"({HEARTBEAT_EVERY:g} s), not {self.dead_after:g}")

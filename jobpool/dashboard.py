@@ -309,7 +309,8 @@ def _queues_section(queues: Sequence[QueueView], width: int, lines: int) -> list
         return [table]
     shown, hidden = _fit(len(queues), lines)
     for q in queues[:shown]:
-        table.add_row(q.queue, _count(q.ready), _count(q.scheduled), _count(q.running),
+        name = Text(f"{q.queue} (paused)", style="yellow") if q.paused else q.queue
+        table.add_row(name, _count(q.ready), _count(q.scheduled), _count(q.running),
                       Text(_count(q.dead), style="red" if q.dead else ""), _count(q.done_per_min))
     return [table, _more(hidden, "queues")] if hidden else [table]
 

@@ -39,6 +39,8 @@ STRAYS_KILLED = "strays_killed"
 UNSERVED_LEFT = "unserved_left"
 JOB_SCHEDULED = "job_scheduled"
 POOL_JUDGED_DEAD = "pool_judged_dead"
+QUEUE_PAUSED = "queue_paused"
+QUEUE_RESUMED = "queue_resumed"
 
 _WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED, POOL_DEAD,
              STORE_GAVE_UP, STRAYS_KILLED, UNSERVED_LEFT, POOL_JUDGED_DEAD}

@@ -15,7 +15,7 @@ from jobpool.handles import Handle, Handles, Signature
 from jobpool.lifecycle import DEFAULT_POLICY, Policy
 from jobpool.options import (DEFAULT_PRIORITY, DEFAULT_QUEUE, JobOptions, to_timestamp,
                              validate_max_attempts, validate_name, validate_priority,
-                             validate_timeout)
+                             validate_queue, validate_timeout)
 from jobpool.serialize import check_serializer
 
 __all__ = ["Job", "job", "Handle", "Handles", "Signature", "DEFAULT_QUEUE", "DEFAULT_PRIORITY",
@@ -41,7 +41,7 @@ class Job:
                  memory_limit: int | None = None, tz: str | None = None) -> None:
         self.fn = fn
         self.name = validate_name(name)
-        self.queue = validate_name(queue, "queue name")
+        self.queue = validate_queue(queue)
         self.priority = validate_priority(priority)
         self.max_attempts = validate_max_attempts(max_attempts)
         self.timeout = validate_timeout(timeout)

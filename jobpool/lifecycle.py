@@ -70,6 +70,8 @@ class Claimed(NamedTuple):
     attempt: int
     timeout: float
     deadline: float | None
+    queue: str
+    run_at: float     # when it was due: the wait it had is the claim's now minus this
 
 
 class Lease(NamedTuple):

@@ -65,6 +65,16 @@ def validate_name(name: Any, field: str = "job name") -> str:
     return name
 
 
+def validate_queue(queue: Any) -> str:
+    """A queue name is a name (R1a) without ``:``, which ``--queues high:3`` reads
+    as a weight."""
+    validate_name(queue, "queue name")
+    if ":" in queue:
+        raise RegistryError(f"queue name {queue!r} must not contain ':' "
+                            f"(--queues reads 'name:weight')")
+    return queue
+
+
 def validate_max_attempts(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise EnqueueError(f"max_attempts must be a positive integer, not {value!r}")

@@ -59,6 +59,7 @@ class QueueView:
     running: int = 0
     dead: int = 0
     done_per_min: int = 0
+    paused: bool = False   # R38: no pool claims from it
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
     live = liveness.live_pools(rows.pools)
     counts, recent, running = rows.queue_counts, dict(rows.done_since), rows.running
     pools = tuple(_pool_view(p) for p in live)
-    queues = _queue_views(counts, recent, [q for p in pools for q in p.queues])
+    queues = _queue_views(counts, recent, [q for p in pools for q in p.queues], rows.paused)
     totals = _totals(queues, rows.done)
     return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
                     slots=tuple(_slot_views(live, running, now)), queues=queues,
@@ -235,17 +236,18 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
 
 
 def _queue_views(counts: Sequence[tuple], recent: Mapping[str, int],
-                 served: Sequence[str]) -> tuple[QueueView, ...]:
-    """Queues with live rows, recent completions, or a live pool serving them:
-    an empty queue someone serves is worth a row that says it is empty."""
-    fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *recent)}
+                 served: Sequence[str], paused: Sequence[str] = ()) -> tuple[QueueView, ...]:
+    """Queues with live rows, recent completions, a live pool serving them, or
+    paused: an empty queue someone serves (or paused) is worth a row saying so."""
+    fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *recent, *paused)}
     for queue, status, count, scheduled in counts:
         row = fields.setdefault(queue, {})
         if status == "ready":
             row["ready"], row["scheduled"] = count - int(scheduled), int(scheduled)
         else:
             row[status] = count
-    return tuple(QueueView(queue=q, done_per_min=recent.get(q, 0), **fields[q])
+    return tuple(QueueView(queue=q, done_per_min=recent.get(q, 0), paused=q in paused,
+                           **fields[q])
                  for q in sorted(fields))
 
 

@@ -39,12 +39,12 @@ def test_enqueue_start_status_and_jobs_round_trip(make_app):
 
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
     assert status == {"ready": 2, "scheduled": 1, "running": 0, "done": 0, "dead": 0,
-                      "supervisors": [], "unserved": []}
+                      "supervisors": [], "unserved": [], "paused": []}
 
     app.start("--procs", "2")
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
     assert status == {"ready": 0, "scheduled": 1, "running": 0, "done": 2, "dead": 0,
-                      "supervisors": [], "unserved": []}
+                      "supervisors": [], "unserved": [], "paused": []}
 
     listed = json.loads(app.cli("jobs", "list", "--status", "done", "--json", "--db", db,
                                 check=True).stdout)
@@ -82,6 +82,12 @@ def test_jobs_list_filters_by_name(make_app):
     (["enqueue", "t.hello", "--max-attempts", "3", "--db", "{db}",
       "--queue", "bad queue"], "queue name"),
     (["status", "--db", "{notastore}"], "not a jobpool store"),
+    (["enqueue", "t.hello", "--db", "{db}", "--queue", "high:3"], "must not contain ':'"),
+    (["start", "--app", "{app}", "--db", "{db}", "--burst", "--queues", "high:x,default"],
+     "the weight of 'high' must be a whole number from 1 to 1000, not 'x'"),
+    (["start", "--app", "{app}", "--db", "{db}", "--burst", "--queues", "high,high:2"],
+     "queue 'high' is listed twice"),
+    (["pause", "bad queue", "--db", "{db}"], "queue name 'bad queue' must be printable"),
 ])
 def test_user_mistakes_are_one_line_and_a_nonzero_exit(make_app, args, needle):
     app = make_app(APP)
@@ -175,3 +181,35 @@ def test_scale_and_stop_aimed_at_no_live_pool_say_what_there_is(make_app):
     assert "no live pool matches --host web-2" in line and f"{owner} on web-1" in line
     asked = app.cli("stop", "--host", "web-1", "--db", str(app.db), check=True)
     assert "asked 1 pool(s) to stop" in asked.stdout
+
+
+def test_pause_and_resume_a_queue_shown_by_status_pools_and_top(make_app):
+    # R38 from the CLI: a paused queue is named by status (and --json), pools and top
+    import time as _time
+
+    from jobpool.store.records import Heartbeat
+    app = make_app(APP)
+    db = str(app.db)
+    store = app.store()
+    store.enqueue("t.hello", "x")
+    out = app.cli("pause", "default", "--db", db, check=True).stdout
+    assert out.startswith("paused queue default")
+    assert app.cli("pause", "default", "--db", db, check=True).stdout.strip() == (
+        "queue default was already paused")
+    assert json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)["paused"] == [
+        "default"]
+    assert "paused queues: default" in app.cli("status", "--db", db, check=True).stdout
+    store.heartbeat(Heartbeat(owner="web-1:4242:1", host="web-1", pid=1, procs=2,
+                              queues=("default",), names=("t.hello",), core="test",
+                              counters_json="{}", slots_json="[]"), [], _time.time())
+    assert "paused queues: default" in app.cli("pools", "--db", db, check=True).stdout
+    assert "default (paused)" in app.cli("top", "--once", "--db", db, check=True).stdout
+    # a pool started now claims nothing from it, and its --burst ends
+    app.start("--procs", "1")
+    assert store.stats()["ready"] == 1
+    assert app.cli("resume", "default", "--db", db, check=True).stdout.strip() == (
+        "resumed queue default")
+    assert app.cli("resume", "default", "--db", db, check=True).stdout.strip() == (
+        "queue default was not paused")
+    app.start("--procs", "1")
+    assert store.stats()["done"] == 1

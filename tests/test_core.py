@@ -16,7 +16,7 @@ NOW = 10_000.0
 
 
 def outcome(job, kind, error=None, delay=None, result=None):
-    job_id, _name, _payload, _ser, attempt, _timeout, _deadline = job
+    job_id, attempt = job.job_id, job.attempt
     return Outcome(job_id, attempt, kind, error, delay, result, 123, "0", 1024, 0.5)
 
 
@@ -73,9 +73,10 @@ def test_claim_takes_at_most_n_and_only_due_rows(core, store_path):
 
 
 def test_claim_marks_running_with_lease_and_spends_the_attempt(core_impl, core, store_path):
-    job_id = insert_job(store_path, timeout=60.0)
+    job_id = insert_job(store_path, timeout=60.0, run_at=NOW - 5)
     (job,), _ = core.claim(1, NOW)
-    assert job == (job_id, "t.job", b"[[],{}]", "json", 1, 60.0, None)
+    # The queue and when it was due travel with it (a pool's wait-time metric).
+    assert job == (job_id, "t.job", b"[[],{}]", "json", 1, 60.0, None, "default", NOW - 5)
     row = rows(store_path)[0]
     assert row["status"] == "running"
     assert row["lease_owner"] == OWNER

@@ -231,3 +231,59 @@ def test_a_pool_that_learns_it_was_judged_dead_kills_what_it_ran(any_store, stor
     row = store.get(job)
     assert (row["status"], row["attempts"]) == ("done", 2)
     assert [a["outcome"] for a in store.attempts(job)] == ["owner_died", "done"]
+
+
+@jobpool.job(name="inproc.pauses_its_queue")
+def pauses_its_queue(store_url, path):
+    """Pause this job's own queue, wait until the pool has beaten since (it read the
+    pause), then enqueue one more job into the paused queue."""
+    store = jobpool.connect(store_url)
+    asked = time.time()
+    assert store.pause("default")
+    os.kill(os.getppid(), signal.SIGHUP)  # R27's hang-up: beat now
+    for _ in range(3000):
+        if any(p["heartbeat_at"] > asked for p in store.pools()):
+            break
+        time.sleep(0.01)
+    store.enqueue("inproc.record", path, "after the pause")
+    store.close()
+
+
+def test_a_paused_queue_is_claimed_from_by_no_pool_and_resumed_later(any_store, store_url,
+                                                                    tmp_path, pool_events):
+    # R38, on every store: the pause reaches the running pool by its heartbeat; the
+    # job enqueued after it waits, and its pool ends (--burst) with it still ready
+    store = any_store
+    out = tmp_path / "ran.txt"
+    store.enqueue("inproc.pauses_its_queue", store_url, str(out))
+    pool = burst_pool(store_url, "inproc.pauses_its_queue", "inproc.record")
+    assert pool.run() == 0
+    assert pool.counters["completed"] == 1 and pool.counters["claimed"] == 1
+    assert not out.exists()
+    (waiting,) = store.list_jobs(name="inproc.record")
+    assert (waiting["status"], waiting["attempts"]) == ("ready", 0)
+    assert [f["queue"] for n, f in pool_events.seen if n == "queue_paused"] == ["default"]
+    # a pool started while the queue is paused claims nothing from it either
+    pool = burst_pool(store_url, "inproc.record")
+    assert pool.run() == 0 and pool.counters["claimed"] == 0
+    assert store.resume("default")
+    pool = burst_pool(store_url, "inproc.record")
+    assert pool.run() == 0 and pool.counters["completed"] == 1
+    assert out.read_text() == "after the pause\n"
+
+
+def test_weighted_queues_share_the_claims_by_weight(any_store, store_url, tmp_path):
+    # R7: --queues high:3,low:1 with both backlogs full: three from high for each
+    # from low, exactly (one slot: one claim per turn)
+    store = any_store
+    out = tmp_path / "order.txt"
+    for queue in ("low", "high"):
+        store.enqueue_many("inproc.record", [(str(out), queue)] * 12, queue=queue)
+    pool = burst_pool(store_url, "inproc.record", queues=("high", "low"), weights=(3, 1),
+                      max_jobs=16)
+    assert pool.run() == 0
+    assert out.read_text().split() == ["high", "high", "low", "high"] * 4
+    # high is empty now: its share goes to low, one job a turn, none left idle
+    pool = burst_pool(store_url, "inproc.record", queues=("high", "low"), weights=(3, 1))
+    assert pool.run() == 0
+    assert out.read_text().split()[16:] == ["low"] * 8 and pool.counters["claimed"] == 8

@@ -20,7 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from jobpool import liveness
 from jobpool.lifecycle import Claimed, Outcome, Policy, Settled
-from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
+from jobpool.queueplan import Share
+from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
+                                   Requests)
 
 
 @runtime_checkable
@@ -36,9 +38,12 @@ class Claimer(Protocol):
     #: (the SQLite cores), ``postgres``.
     name: str
 
-    def turn(self, outcomes: Sequence[Outcome], n: int, now: float,
-             rng: random.Random) -> tuple[list[Settled], list[Claimed], list[Settled]]:
-        """Settle ``outcomes`` then claim up to ``n`` jobs, in one transaction.
+    def turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: random.Random,
+             shares: Sequence[Share] | None = None
+             ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """Settle ``outcomes`` then claim up to ``n`` jobs, in one transaction; the
+        slots are shared among queues by ``shares`` (``queueplan``: paused queues
+        left out, weights), or by the claimer's queues in order when None.
 
         Returns (settled, claimed, expired): what became of each outcome, the jobs
         to run, and jobs found past their deadline (R10), settled dead. On a
@@ -126,6 +131,11 @@ class Store(Protocol):
         that blocks no writer and scans no whole table."""
         ...
 
+    def queue_metrics(self, now: float) -> QueueMetrics:
+        """The per-queue counts and oldest due job that ``jobpool metrics`` exports,
+        read in one transaction from indexes only."""
+        ...
+
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
         """Ready jobs no running pool serves (R7, R28)."""
         ...
@@ -158,6 +168,19 @@ class Store(Protocol):
                       host: str | None = None) -> int:
         """R27: ask the running pools (chosen as for ``request_stop``) to run ``procs``
         children; how many were asked."""
+        ...
+
+    def pause(self, queue: str) -> bool:
+        """R38: no pool claims from ``queue`` from its next heartbeat on; running jobs
+        finish and enqueues still succeed. False if it was paused already."""
+        ...
+
+    def resume(self, queue: str) -> bool:
+        """R38: pools claim from ``queue`` again; False if it was not paused."""
+        ...
+
+    def paused_queues(self) -> list[str]:
+        """R38: the paused queues, by name."""
         ...
 
     # -- a supervisor's side --------------------------------------------------------------

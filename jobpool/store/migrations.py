@@ -35,6 +35,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     # R40: how many processes an attempt left running that were killed with it.
     2: ("ALTER TABLE pools ADD COLUMN names TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE attempts ADD COLUMN strays INTEGER"),
+    # R38: paused queues, obeyed by every pool.
+    3: (sql.CREATE_QUEUES,),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.
@@ -42,7 +44,7 @@ CURRENT = int(sql.SCHEMA_VERSION)
 assert max(STEPS) == CURRENT, "sql.SCHEMA_VERSION and the last migration step disagree"
 
 #: The tables jobpool adds; a foreign file holding any of these names is refused.
-OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic"})
+OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic", "jobpool_queues"})
 
 UPGRADE_HINT = "jobpool start, jobpool enqueue or connect() upgrades it in place"
 

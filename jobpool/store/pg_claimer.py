@@ -24,6 +24,7 @@ from jobpool.errors import StoreError
 from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, LEASE_SLACK,
                                OWNER_DIED, Claimed, Decision, Lease, Outcome, Policy, Settled,
                                decide)
+from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, rows
 from jobpool.store.postgres import Target, _first_line, open_connection
 
@@ -127,10 +128,12 @@ class PgClaimer:
 
     # -- one turn: settle, then claim (R6-R10, section 4) --------------------------------------
 
-    def turn(self, outcomes: Sequence[Outcome], n: int, now: float,
-             rng: Any) -> tuple[list[Settled], list[Claimed], list[Settled]]:
-        """Settle ``outcomes`` and claim up to ``n``, in one transaction and two round
-        trips: the settles travel with the claim (pipeline mode), then the commit."""
+    def turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: Any,
+             shares: Sequence[Share] | None = None
+             ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """Settle ``outcomes`` and claim up to ``n`` (shared among queues by ``shares``,
+        as in the SQLite core), in one transaction and two round trips: the settles
+        travel with the claim (pipeline mode), then the commit."""
         settled: list[Settled] = []
         claimed: list[Claimed] = []
         expired: list[Settled] = []
@@ -157,7 +160,7 @@ class PgClaimer:
                         continue
                     taken[outcome.job_id] = lease
                     sent.append(self._send_settle(conn, lease, outcome, server_now, rng))
-                self._claim_all(conn, n, server_now, claimed, expiring, new_leases)
+                self._claim_all(conn, n, server_now, claimed, expiring, new_leases, shares)
             settled = [item if isinstance(item, Settled) else item.settled() for item in sent]
             expired = [item.settled() for item in expiring]
             gave_back = released.fetchall() if released is not None else []
@@ -174,30 +177,34 @@ class PgClaimer:
         return settled, claimed, expired
 
     def _claim_all(self, conn: Any, n: int, now: float, claimed: list[Claimed],
-                   expiring: list["SentSettle"], leases: dict[int, Lease]) -> None:
-        for queue in self.queues:
-            want = n - len(claimed)
-            if want <= 0:
-                break
-            # Reading the claim's rows sends everything queued so far in one go.
-            found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
-                                                    now=now, slack=LEASE_SLACK, queue=queue,
-                                                    limit=want)).fetchall()
-            # RETURNING has no order; dispatch in claim order (R7).
-            found.sort(key=lambda r: (-r[9], r[10], r[0]))
-            for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,
-                 deadline, _priority, _line_at, chained) in found:
-                lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                              bool(chained))
-                if deadline is not None and deadline < now:
-                    # R10: claimed after its deadline, it is retired without running.
-                    expiring.append(self._send_settle(
-                        conn, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED), now, None,
-                        log_as="deadline"))
-                    continue
-                leases[job_id] = lease
-                claimed.append(Claimed(job_id, name, bytes(payload), serializer, attempt,
-                                       float(timeout), deadline))
+                   expiring: list["SentSettle"], leases: dict[int, Lease],
+                   shares: Sequence[Share] | None) -> None:
+        claim_in_shares(shares, self.queues, n, claimed,
+                        lambda queue, want: self._claim_queue(conn, queue, want, now, claimed,
+                                                              expiring, leases))
+
+    def _claim_queue(self, conn: Any, queue: str, want: int, now: float, claimed: list[Claimed],
+                     expiring: list["SentSettle"], leases: dict[int, Lease]) -> int:
+        # Reading the claim's rows sends everything queued so far in one go.
+        found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
+                                                now=now, slack=LEASE_SLACK, queue=queue,
+                                                limit=want)).fetchall()
+        # RETURNING has no order; dispatch in claim order (R7).
+        found.sort(key=lambda r: (-r[9], r[10], r[0]))
+        for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,
+             deadline, _priority, _line_at, chained, run_at) in found:
+            lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
+                          bool(chained))
+            if deadline is not None and deadline < now:
+                # R10: claimed after its deadline, it is retired without running.
+                expiring.append(self._send_settle(
+                    conn, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED), now, None,
+                    log_as="deadline"))
+                continue
+            leases[job_id] = lease
+            claimed.append(Claimed(job_id, name, bytes(payload), serializer, attempt,
+                                   float(timeout), deadline, queue, run_at))
+        return len(found)
 
     def _send_settle(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,
                      log_as: str | None = None, owner: str | None = None) -> "SentSettle":

@@ -19,7 +19,7 @@ from __future__ import annotations
 from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
 
 #: The schema ``SCHEMA`` below creates (PostgreSQL counts its own versions).
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 #: R7a: the server's clock, once per transaction (``now()`` is the transaction's start).
 SERVER_NOW = "SELECT extract(epoch FROM now())::float8"
@@ -198,13 +198,30 @@ CREATE TABLE IF NOT EXISTS periodic (
 )
 """
 
+#: R38: per-queue settings every pool obeys: ``paused_at`` set while paused.
+CREATE_QUEUES = """
+CREATE TABLE IF NOT EXISTS jobpool_queues (
+    queue     text PRIMARY KEY,
+    paused_at float8
+)
+"""
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
-          CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC)
+          CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
+          CREATE_QUEUES)
+
+#: Version -> the statements that bring a store of the version before it up to it
+#: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
+#: release keeps working during a rolling restart).
+STEPS: dict[int, tuple[str, ...]] = {
+    2: (CREATE_QUEUES,),  # R38: paused queues
+}
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
 #: belongs to something else, and is refused rather than written into.
-TABLES = ("jobpool_meta", "jobs", "finished_jobs", "all_jobs", "attempts", "pools", "periodic")
+TABLES = ("jobpool_meta", "jobs", "finished_jobs", "all_jobs", "attempts", "pools", "periodic",
+          "jobpool_queues")
 CLASHING_TABLES = """
 SELECT table_name FROM information_schema.tables
  WHERE table_schema = %(schema)s AND table_name = ANY(%(names)s)
@@ -302,7 +319,7 @@ UPDATE jobs AS j
        started_at = %(now)s
   FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
-          j.timeout, j.deadline, j.priority, j.line_at, j.chain IS NOT NULL
+          j.timeout, j.deadline, j.priority, j.line_at, j.chain IS NOT NULL, j.run_at
 """
 
 
@@ -491,6 +508,19 @@ ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = exclude
 RETURNING stop_requested, desired_procs, started_at = %(now)s
 """
 ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = %(owner)s"
+
+#: R38: pause a queue (on the server's clock); changes no row when paused already.
+PAUSE_QUEUE = """
+INSERT INTO jobpool_queues (queue, paused_at) VALUES (%(queue)s, extract(epoch FROM now()))
+ON CONFLICT (queue) DO UPDATE SET paused_at = excluded.paused_at
+ WHERE jobpool_queues.paused_at IS NULL
+"""
+#: R38: resume a queue; changes no row when it was not paused.
+RESUME_QUEUE = """
+UPDATE jobpool_queues SET paused_at = NULL WHERE queue = %(queue)s AND paused_at IS NOT NULL
+"""
+#: R38: what every pool's heartbeat reads.
+PAUSED_QUEUES = "SELECT queue FROM jobpool_queues WHERE paused_at IS NOT NULL ORDER BY queue"
 ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = %(owner)s"
 DELETE_POOL = "DELETE FROM pools WHERE owner = %(owner)s"
 LIST_POOLS = """
@@ -582,6 +612,10 @@ UNION ALL
 SELECT queue, 'running', count(*), 0 FROM jobs WHERE status = 'running' GROUP BY queue
 UNION ALL
 SELECT queue, 'dead', count(*), 0 FROM finished_jobs WHERE status = 'dead' GROUP BY queue
+"""
+#: ``jobpool metrics``: when the oldest due ready row of each queue became due.
+OLDEST_DUE = """
+SELECT queue, min(run_at) FROM jobs WHERE status = 'ready' AND run_at <= %(now)s GROUP BY queue
 """
 DONE_COUNT = "SELECT count(*) FROM finished_jobs WHERE status = 'done'"
 DONE_SINCE = """

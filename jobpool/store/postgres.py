@@ -13,6 +13,7 @@ Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import select
@@ -27,7 +28,8 @@ from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyS
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import pg_sql, rows
-from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
+from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
+                                   Requests)
 
 try:
     import psycopg
@@ -35,6 +37,8 @@ try:
     from psycopg import sql as pgsql
 except ImportError:  # pragma: no cover - exercised by the one-line error below
     psycopg = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
 
 #: The schema a store lives in unless the URL says ``?schema=NAME``.
 DEFAULT_SCHEMA = "jobpool"
@@ -171,11 +175,26 @@ def ensure_schema(conn: Any, target: Target, *, create: bool) -> None:
             conn.execute(pg_sql.WRITE_SCHEMA_VERSION, {"version": pg_sql.SCHEMA_VERSION})
             return
         row = conn.execute(pg_sql.READ_SCHEMA_VERSION).fetchone()
-        version = row[0] if row else None
-        if version != pg_sql.SCHEMA_VERSION:
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            raise NotAStoreError(f"schema {target.schema} at {target.shown} has a jobpool_meta "
+                                 f"table without a schema version: not a jobpool store") from None
+        current = int(pg_sql.SCHEMA_VERSION)
+        if version == current:
+            return
+        if version > current or not create:
+            newer = version > current
             raise NotAStoreError(
                 f"schema {target.schema} at {target.shown} holds a jobpool store of schema "
-                f"version {version}; this jobpool reads version {pg_sql.SCHEMA_VERSION}")
+                f"version {version}; this jobpool reads version {current}"
+                + ("" if newer else ": jobpool start, jobpool enqueue or connect() upgrades it"))
+        log.warning("upgrading the store in schema %s at %s from jobpool schema %d to %d",
+                    target.schema, target.shown, version, current)
+        for step in range(version + 1, current + 1):
+            for statement in pg_sql.STEPS[step]:
+                conn.execute(statement)
+        conn.execute(pg_sql.WRITE_SCHEMA_VERSION, {"version": pg_sql.SCHEMA_VERSION})
 
 
 class PostgresStore:
@@ -452,13 +471,24 @@ class PostgresStore:
             since = conn.execute(pg_sql.DONE_SINCE, {"since": now - 60.0}).fetchall()
             failed = conn.execute(pg_sql.RECENT_FAILURES, {"limit": failures}).fetchall()
             running = conn.execute(pg_sql.RUNNING_JOBS).fetchall()
+            paused = [row[0] for row in conn.execute(pg_sql.PAUSED_QUEUES)]
             return DashboardRows(queue_counts=counts, done=done, done_since=since,
-                                 failures=failed, running=running, pools=[], ready_by_name=[])
+                                 failures=failed, running=running, pools=[], ready_by_name=[],
+                                 paused=paused)
         snapshot = self.transaction("reading the dashboard snapshot", read)
         pools = self.pools(now)
         ready = self.read("reading ready jobs", pg_sql.READY_BY_NAME) \
             if liveness.live_pools(pools) else []
         return snapshot._replace(pools=pools, ready_by_name=ready)
+
+    def queue_metrics(self, now: float) -> QueueMetrics:
+        """Per-queue counts and the oldest due job, dated by the server (R7a)."""
+        def read(conn: Any) -> QueueMetrics:
+            server_now = self.server_now(conn)
+            counts = conn.execute(pg_sql.QUEUE_COUNTS, {"now": server_now}).fetchall()
+            oldest = conn.execute(pg_sql.OLDEST_DUE, {"now": server_now}).fetchall()
+            return QueueMetrics(now=server_now, counts=counts, oldest_due=oldest)
+        return self.transaction("reading queue metrics", read)
 
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
         live = liveness.live_pools(self.pools(now))
@@ -512,6 +542,21 @@ class PostgresStore:
         return self.transaction("requesting scale", lambda conn: conn.execute(
             pg_sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
 
+    def pause(self, queue: str) -> bool:
+        """R38 (see ``Store.pause``)."""
+        queue = rows.queue_name(queue)
+        return self.transaction("pausing a queue", lambda conn: conn.execute(
+            pg_sql.PAUSE_QUEUE, {"queue": queue}).rowcount == 1)
+
+    def resume(self, queue: str) -> bool:
+        """R38 (see ``Store.resume``)."""
+        queue = rows.queue_name(queue)
+        return self.transaction("resuming a queue", lambda conn: conn.execute(
+            pg_sql.RESUME_QUEUE, {"queue": queue}).rowcount == 1)
+
+    def paused_queues(self) -> list[str]:
+        return [row[0] for row in self.read("reading paused queues", pg_sql.PAUSED_QUEUES)]
+
     # -- a supervisor's side --------------------------------------------------------------------
 
     def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
@@ -552,9 +597,11 @@ class PostgresStore:
                 conn.execute(pg_sql.ACK_SCALE, params)
             _write_progress(conn, beat.owner, progress)
             cancels = conn.execute(pg_sql.CANCELS_FOR_OWNER, params).fetchall()
+            paused = conn.execute(pg_sql.PAUSED_QUEUES).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
-                            registered_anew=bool(anew))
+                            registered_anew=bool(anew),
+                            paused=frozenset(row[0] for row in paused))
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:

@@ -45,6 +45,19 @@ class Requests(NamedTuple):
     #: The pool had no row: its first beat, or another pool judged it dead, took
     #: its leases back and removed its row.
     registered_anew: bool = False
+    #: R38: every paused queue of the store (a pool claims from none of its own).
+    paused: frozenset[str] = frozenset()
+
+
+class QueueMetrics(NamedTuple):
+    """What ``jobpool metrics`` exports of a store, read in one transaction."""
+
+    #: The store's clock at the read (the server's, on PostgreSQL: R7a).
+    now: float
+    #: (queue, status, count, scheduled), as ``DashboardRows.queue_counts``.
+    counts: list[tuple]
+    #: (queue, run_at of its oldest due ready job).
+    oldest_due: list[tuple]
 
 
 class DashboardRows(NamedTuple):
@@ -64,3 +77,5 @@ class DashboardRows(NamedTuple):
     pools: list[dict]
     #: (queue, name, count) of ready jobs, only when some pool is live.
     ready_by_name: list[tuple]
+    #: R38: the paused queues.
+    paused: list[str] = []

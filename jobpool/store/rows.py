@@ -78,7 +78,7 @@ def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeou
     if queue is None:
         queue = job.queue if job else job_options.DEFAULT_QUEUE
     try:
-        job_options.validate_name(queue, "queue name")
+        job_options.validate_queue(queue)
     except ValueError as exc:
         raise EnqueueError(str(exc)) from None
     if timeout is not None:
@@ -88,6 +88,15 @@ def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeou
     deadline_ts = job_options.to_timestamp(deadline)
     return EnqueueOptions(queue, name, serializer, priority, now + wait, max_attempts, deadline_ts,
                           timeout, now)
+
+
+def queue_name(queue: Any) -> str:
+    """A queue an operator named (pause, resume): validated like an enqueue's (R1a),
+    an ``EnqueueError`` naming what is wrong."""
+    try:
+        return job_options.validate_queue(queue)
+    except ValueError as exc:
+        raise EnqueueError(str(exc)) from None
 
 
 def with_payload(options: EnqueueOptions, args, kwargs, key, chain,

@@ -5,7 +5,7 @@ a guard changed in one place is changed everywhere. Times are Unix seconds (REAL
 """
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -152,6 +152,15 @@ CREATE TABLE IF NOT EXISTS periodic (
 ) WITHOUT ROWID
 """
 
+#: R38: per-queue settings kept in the store, so every pool obeys the same ones:
+#: ``paused_at`` is set while the queue is paused (NULL: it is claimed from).
+CREATE_QUEUES = """
+CREATE TABLE IF NOT EXISTS jobpool_queues (
+    queue     TEXT PRIMARY KEY,
+    paused_at REAL
+) WITHOUT ROWID
+"""
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -163,6 +172,7 @@ SCHEMA = (
     CREATE_ATTEMPTS_INDEX,
     CREATE_POOLS,
     CREATE_PERIODIC,
+    CREATE_QUEUES,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -225,7 +235,7 @@ UPDATE jobs
                ORDER BY priority DESC, line_at, id
                LIMIT :limit)
 RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
-          timeout, deadline, priority, line_at, chain IS NOT NULL
+          timeout, deadline, priority, line_at, chain IS NOT NULL, run_at
 """
 
 
@@ -422,6 +432,17 @@ REQUEST_SCALE = """
 UPDATE pools SET desired_procs = :procs WHERE owner IN (SELECT value FROM json_each(:owners))
 """
 
+#: R38: pause a queue; changes no row when it is paused already.
+PAUSE_QUEUE = """
+INSERT INTO jobpool_queues (queue, paused_at) VALUES (:queue, :now)
+ON CONFLICT (queue) DO UPDATE SET paused_at = excluded.paused_at
+ WHERE jobpool_queues.paused_at IS NULL
+"""
+#: R38: resume a queue; changes no row when it was not paused.
+RESUME_QUEUE = "UPDATE jobpool_queues SET paused_at = NULL WHERE queue = :queue AND paused_at IS NOT NULL"
+#: R38: what every pool's heartbeat reads.
+PAUSED_QUEUES = "SELECT queue FROM jobpool_queues WHERE paused_at IS NOT NULL ORDER BY queue"
+
 #: R33: advance a periodic job to ``occurrence`` only if nobody has yet.
 ADVANCE_PERIODIC = """
 INSERT INTO periodic (name, last_occurrence) VALUES (:name, :occurrence)
@@ -517,6 +538,13 @@ SELECT queue, 'ready', count(*), total(run_at > :now)
 UNION ALL
 SELECT queue, status, count(*), 0
   FROM jobs INDEXED BY jobs_status WHERE status IN ('running', 'dead') GROUP BY queue, status
+"""
+
+#: ``jobpool metrics``: when the oldest due ready row of each queue became due,
+#: from the claim-order index alone.
+OLDEST_DUE = """
+SELECT queue, min(run_at) FROM jobs INDEXED BY jobs_claim_order
+ WHERE status = 'ready' AND run_at <= :now GROUP BY queue
 """
 
 #: R29: all done rows, counted in ``jobs_status`` without visiting the table.

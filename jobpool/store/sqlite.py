@@ -19,7 +19,8 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import migrations, retention, rows, sql
-from jobpool.store.records import DashboardRows, Heartbeat, ProgressReport, Requests
+from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
+                                   Requests)
 from jobpool.store.urls import is_postgres_url
 from jobpool.wakeup import Notifier
 
@@ -512,12 +513,28 @@ class SQLiteStore:
                 # Only with a live pool: with none, nothing is served and the header says so.
                 ready = (conn.execute(sql.READY_BY_NAME).fetchall()
                          if liveness.live_pools(pools) else [])
+                paused = [row[0] for row in conn.execute(sql.PAUSED_QUEUES)]
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
         return DashboardRows(queue_counts=counts, done=done, done_since=since, failures=failed,
-                             running=running, pools=pools, ready_by_name=ready)
+                             running=running, pools=pools, ready_by_name=ready, paused=paused)
+
+    def queue_metrics(self, now: float) -> QueueMetrics:
+        """Per-queue counts and the oldest due job, in one read transaction (WAL: it
+        blocks no writer)."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN")
+            try:
+                counts = conn.execute(sql.QUEUE_COUNTS, {"now": now}).fetchall()
+                oldest = conn.execute(sql.OLDEST_DUE, {"now": now}).fetchall()
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading queue metrics failed: {exc}") from exc
+        return QueueMetrics(now=now, counts=counts, oldest_due=oldest)
 
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
         """Ready jobs that no running pool serves (``liveness.unserved``): a name no
@@ -550,9 +567,11 @@ class SQLiteStore:
                 conn.execute(sql.ACK_SCALE, (beat.owner,))
             _write_progress(conn, beat.owner, progress)
             cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": beat.owner}).fetchall()
+            paused = conn.execute(sql.PAUSED_QUEUES).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
-                            registered_anew=bool(anew))
+                            registered_anew=bool(anew),
+                            paused=frozenset(row[0] for row in paused))
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
@@ -626,6 +645,25 @@ class SQLiteStore:
         owners = self._chosen_owners(owner, host)
         return self.transaction("requesting scale", lambda c: c.execute(
             sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
+
+    def pause(self, queue: str) -> bool:
+        """R38: pause ``queue`` for every pool; False if it was paused already."""
+        queue = rows.queue_name(queue)
+        return self.transaction("pausing a queue", lambda c: c.execute(
+            sql.PAUSE_QUEUE, {"queue": queue, "now": time.time()}).rowcount == 1)
+
+    def resume(self, queue: str) -> bool:
+        """R38: resume ``queue``; False if it was not paused."""
+        queue = rows.queue_name(queue)
+        return self.transaction("resuming a queue", lambda c: c.execute(
+            sql.RESUME_QUEUE, {"queue": queue}).rowcount == 1)
+
+    def paused_queues(self) -> list[str]:
+        """R38: the paused queues, by name."""
+        try:
+            return [row[0] for row in self.conn.execute(sql.PAUSED_QUEUES)]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading paused queues failed: {exc}") from exc
 
     def check_writable(self) -> None:
         """Raise ReadOnlyStoreError if this process cannot write the store at all.

@@ -20,10 +20,11 @@ import socket
 import time
 from typing import Any, Callable
 
-from jobpool import core, events, jobs, procinfo, proctree
+from jobpool import core, events, jobs, metrics, procinfo, proctree
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import Settled
+from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.sqlite import CLAIM_BUSY_TIMEOUT, connect
 from jobpool.supervisor.operations import Operations
@@ -42,6 +43,13 @@ EXIT_STORE_GAVE_UP = 3
 _READY_BY_KIND = {core.DEFER: (events.JOB_DEFERRED, "deferred"),
                   core.RESCHEDULE: (events.JOB_RESCHEDULED, "rescheduled"),
                   core.RELEASE: (events.JOB_RELEASED, "released")}
+
+
+def _metric_outcome(status: str, kind: int) -> str:
+    """The ``outcome`` label of ``jobpool_jobs_total`` for one settled attempt."""
+    if status == "ready":
+        return _READY_BY_KIND.get(kind, (None, "retried"))[1]
+    return {"done": "done", "dead": "dead"}.get(status, "lease_lost")
 
 
 class Supervisor:
@@ -66,6 +74,8 @@ class Supervisor:
         else:
             found = sorted({registered[n].queue for n in names if n in registered})
             self.queues = tuple(["default"] + [q for q in found if q != "default"])
+        #: R7, R38: which queues each turn claims from, and how it shares the slots.
+        self.plan = QueuePlan(self.queues, config.weights if config.queues else None)
         self.store = store or connect(config.db, check=True, busy_timeout=CLAIM_BUSY_TIMEOUT,
                                       mode=config.mode)
         # A store this user cannot write is a mistake to report now, in one line, not a
@@ -87,16 +97,27 @@ class Supervisor:
                 memory_limits[n] = limit
         self.core = self.store.claimer(self.owner, names, self.queues, policies)
         self.rng = rng or random.Random()
-        self.state = PoolState()
         self._selector = selectors.DefaultSelector()
+        #: --metrics: the pool's series, served from this loop (no thread: it forks).
+        self.metrics_server: metrics.MetricsServer | None = None
+        pool_metrics = metrics.PoolMetrics() if config.metrics else None
+        self.state = PoolState(pool_metrics)
+        self._last_turn = time.monotonic()
         self.operations = Operations(config, self.state, self.store, self.owner, names,
-                                     self.queues, claimer_name=self.core.name,
+                                     self.plan, claimer_name=self.core.name,
                                      take_back=self._take_back,
                                      request_stop=self.request_stop)
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            inherited_fds=self._own_fds, other_children=self._other_children,
                            write_final_progress=self.operations.write_final_progress)
         self.operations.slots = self.slots
+        if pool_metrics is not None:
+            assert config.metrics is not None
+            # Bound now: a port in use is a one-line error before any child exists.
+            listener = metrics.bind(metrics.parse_address(config.metrics), config.metrics)
+            pool_metrics.slot_counts = self._slot_counts
+            self.metrics_server = metrics.MetricsServer(listener, self._selector,
+                                                        pool_metrics.exposition, self._healthy)
         self._maintenance: Any = None  # the store's helper while running (R26a)
         self._store_pause_until = 0.0
         self._store_pause = 0.0
@@ -136,8 +157,12 @@ class Supervisor:
             self.operations.run_start_hooks()
             self.operations.queue_pending_hooks()
             self.slots.spawn_all()
+            # Registered, and the paused queues known, before the first claim (R24b, R38).
+            self.operations.heartbeat_due(self.clock())
+            self.operations.heartbeat(self.clock())
             events.emit(events.POOL_STARTED, owner=self.owner, procs=self.slots.procs,
-                        queues=",".join(self.queues), core=self.core.name)
+                        queues=str(self.plan), core=self.core.name,
+                        metrics=self.metrics_server.address if self.metrics_server else None)
             self._loop()
         finally:
             self.slots.shutdown(time.monotonic() + 2.0, time.monotonic)
@@ -153,6 +178,8 @@ class Supervisor:
             self._listener.close()
             if self._listening is not None:
                 self._listening.close()
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self._selector.close()
             self.core.close()
             self.store.close()  # the last connection out checkpoints and removes the WAL
@@ -187,6 +214,9 @@ class Supervisor:
                 elif kind == "exit":
                     if slot.proc is owner:
                         slots.exited(slot, self.clock())
+                elif kind == "metrics":
+                    assert self.metrics_server is not None
+                    self.metrics_server.ready(owner)
                 elif kind == "wake":
                     self._listener.drain()
                     self._rewire_listener()  # a listener that lost its connection leaves
@@ -214,6 +244,9 @@ class Supervisor:
             if len(operations.hooks):
                 operations.hooks.reap(now)
             self._maybe_status(now)
+            self._last_turn = time.monotonic()
+            if self.metrics_server is not None:
+                self.metrics_server.expire()
             if self._finished(now, claimed_none):
                 return
 
@@ -251,8 +284,9 @@ class Supervisor:
         if limit is not None and self.counters["claimed"] >= limit:
             return True
         if self.config.burst and claimed_none:
+            active = self.plan.active  # R38: a paused queue's jobs wait for its resume
             try:
-                due = self.store.next_due(self.names, self.queues)
+                due = self.store.next_due(self.names, active) if active else None
             except StoreError:
                 return False  # cannot tell: keep running; the claim path reports (R26)
             # Due later than this is left in the store: a retry in backoff past
@@ -264,7 +298,18 @@ class Supervisor:
     def _own_fds(self) -> list[int]:
         """The loop's descriptors, which a forked child closes (R6)."""
         socks = (self._signal_r, self._signal_w, self._listener.sock if self._listener else None)
-        return [sock.fileno() for sock in socks if sock is not None]
+        fds = [sock.fileno() for sock in socks if sock is not None]
+        if self.metrics_server is not None:
+            fds += self.metrics_server.fds()
+        return fds
+
+    def _healthy(self) -> bool:
+        """/healthz: the loop has turned lately (a stuck loop answers nothing at all)."""
+        return time.monotonic() - self._last_turn <= metrics.HEALTHY_WITHIN
+
+    def _slot_counts(self) -> tuple[int, int]:
+        busy = self.slots.busy_count()
+        return busy, max(0, self.slots.procs - busy)
 
     def _other_children(self) -> set[int]:
         """The pool's processes beside the slot children: hook processes, the
@@ -337,9 +382,15 @@ class Supervisor:
         attempt) to the attempt this pool ran; ``reclaimed`` rows were other pools'
         attempts, taken back (R23, R24): not this pool's retries."""
         counters = self.counters
+        series = self.state.metrics
         for job_id, name, attempt, status, reason in settled:
             ran = finished.get((job_id, attempt)) if finished else None
             duration = ran.duration if ran is not None else None
+            if series is not None and ran is not None:
+                # An attempt this pool ran, counted once (reclaimed rows were another
+                # pool's; rows retired at claim past their deadline never ran).
+                series.settled(name, ran.queue, _metric_outcome(status, ran.outcome.kind),
+                               duration)
             if status == "done":
                 counters["completed"] += 1
                 events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt,
@@ -377,11 +428,17 @@ class Supervisor:
             limit = self.config.max_jobs
             if limit is not None:
                 want = max(0, min(want, limit - self.counters["claimed"]))
+        # R38: with every queue paused there is nothing to claim (as if a claim found none).
+        all_paused = want > 0 and not self.plan.active
+        if all_paused:
+            want = 0
+            state.want_claim = False
         if (not state.pending and not want) or now < self._store_pause_until:
-            return False
+            return all_paused and now >= self._store_pause_until
         pending = state.pending
+        shares = self.plan.shares(want) if want else None
         got = self._store_call(self.core.turn, now, [f.outcome for f in pending], want, now,
-                               self.rng, settles=True)
+                               self.rng, shares, settles=True)
         if got is None:
             if pending:
                 self.counters["settle_failures"] += 1
@@ -391,10 +448,13 @@ class Supervisor:
         if pending:
             self._report(settled, {(f.outcome.job_id, f.outcome.attempt): f for f in pending})
         self._report(expired)
+        series = state.metrics
         for slot, job in zip(free, claimed):
             self.slots.dispatch(slot, job, now)
+            if series is not None:
+                series.claimed(job.name, job.queue, now - job.run_at)
         if not want:
-            return False
+            return all_paused
         state.want_claim = len(claimed) + len(expired) >= want
         return not claimed and not expired
 

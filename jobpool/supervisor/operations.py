@@ -17,6 +17,7 @@ from jobpool import events, jobs, lifecycle, liveness, periodic, procinfo
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
+from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.records import Heartbeat, ProgressReport
 from jobpool.supervisor.slots import Slots, progress_reports
@@ -32,7 +33,7 @@ class Operations:
     """The heartbeat and the work that rides on it, for one pool."""
 
     def __init__(self, config: PoolConfig, state: PoolState, store: Store, owner: str,
-                 names: tuple[str, ...], queues: tuple[str, ...], *, claimer_name: str,
+                 names: tuple[str, ...], plan: QueuePlan, *, claimer_name: str,
                  take_back: Callable[[str, str, float], list | None],
                  request_stop: Callable[[], None]) -> None:
         """``take_back(owner, reason, now)`` settles every lease of a dead pool (the
@@ -43,7 +44,8 @@ class Operations:
         self.store = store
         self.owner = owner
         self.names = names
-        self.queues = queues
+        self.queues = plan.queues
+        self.plan = plan
         self.claimer_name = claimer_name  # the pool row's "core" (R29)
         self.take_back = take_back
         self.request_stop = request_stop
@@ -111,6 +113,7 @@ class Operations:
             events.emit(events.POOL_JUDGED_DEAD, owner=self.owner, jobs_killed=killed)
         self._registered = True
         self._beating_since = self._beating_since or now
+        self._obey_pauses(requests.paused)
         self._bury_dead_pools(now)
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
@@ -126,6 +129,17 @@ class Operations:
         for job_id, attempt in requests.cancels:
             slots.cancel(job_id, attempt, lifecycle.CANCELLED, now)
         return True
+
+    def _obey_pauses(self, paused: frozenset[str]) -> None:
+        """R38: claim from none of the store's paused queues from now on; running jobs
+        of a paused queue finish as they would."""
+        newly, resumed = self.plan.set_paused(paused)
+        for queue in sorted(newly):
+            events.emit(events.QUEUE_PAUSED, queue=queue)
+        for queue in sorted(resumed):
+            events.emit(events.QUEUE_RESUMED, queue=queue)
+        if resumed:
+            self.state.want_claim = True
 
     def write_final_progress(self, reports: list[ProgressReport]) -> None:
         """A failed attempt's last report, written before its settle (R22). Best

@@ -35,7 +35,7 @@ class Slot:
     """One child process and what it is doing."""
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
-                 "started", "progress", "stage", "progress_dirty", "retiring")
+                 "kill_cause", "started", "progress", "stage", "progress_dirty", "retiring")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -46,6 +46,8 @@ class Slot:
         self.killing: str | None = None  # reason, once we decided to kill it
         self.kill_at = math.inf
         self.kill_kind = core.TIMEOUT
+        #: What the metrics call the death it decided (``metrics.DEATH_CAUSES``), or None.
+        self.kill_cause: str | None = None
         self.started = 0.0       # when its job went to the child
         self.progress: float | None = None
         self.stage: str | None = None
@@ -153,7 +155,8 @@ class Slots:
 
     def _finish(self, slot: Slot, outcome: Outcome, now: float) -> None:
         """The slot's attempt ended: queue its settle and free the slot."""
-        self.state.pending.append(Finished(outcome, round(now - slot.started, 6)))
+        assert slot.job is not None
+        self.state.pending.append(Finished(outcome, round(now - slot.started, 6), slot.job.queue))
         if slot.progress_dirty:
             # The last report before a failure stays with the error (R22).
             self.write_final_progress(progress_reports([slot]))
@@ -191,19 +194,22 @@ class Slots:
                                      job.name if job else None, job.attempt if job else None)
         state = self.state
         if job is not None:
+            death: str | None = "crash"
             if slot.killing is not None:
-                kind, error = slot.kill_kind, slot.killing
+                kind, error, death = slot.kill_kind, slot.killing, slot.kill_cause
                 if kind == core.CRASH:
                     state.counters["crashes"] += 1
             elif state.stop_requests and code in _STOP_SIGNALS:
                 # The stop signal reached the whole process group (systemd stops a
                 # unit's cgroup so): the child did not crash, the pool is stopping (R25).
-                kind, error = core.RELEASE, f"released at shutdown ({cause})"
+                kind, error, death = core.RELEASE, f"released at shutdown ({cause})", None
             else:
                 kind, error = core.CRASH, cause
                 state.counters["crashes"] += 1
             events.emit(events.CHILD_DIED, slot=slot.index, pid=slot.pid, job_id=job.job_id,
                         name=job.name, attempt=job.attempt, cause=cause)
+            if death is not None and state.metrics is not None:
+                state.metrics.child_died(death)
             peak = usage.ru_maxrss * 1024 if usage else None
             cpu = usage.ru_utime + usage.ru_stime if usage else None
             self._finish(slot, Outcome(job.job_id, job.attempt, kind, error, None, None, slot.pid,
@@ -275,21 +281,25 @@ class Slots:
             rss = procinfo.rss_bytes(slot.pid)
             if rss is not None and rss > limit * 2**20:
                 self.kill(slot, f"child killed: memory limit {limit} MiB exceeded "
-                                f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True)
+                                f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True,
+                          cause="memory")
 
     def kill_overdue(self, now: float) -> None:
         for index in self.table.overdue(now):
             slot = self.all[index]
             if slot.killing is None and slot.job is not None:
-                self.kill(slot, f"timed out after {slot.job.timeout:g} s", core.TIMEOUT, now)
+                self.kill(slot, f"timed out after {slot.job.timeout:g} s", core.TIMEOUT, now,
+                          cause="timeout")
         for slot in self.all:
             if slot.killing is not None and slot.proc is not None and now >= slot.kill_at:
                 _signal(slot, signal.SIGKILL)
                 slot.kill_at = now + 1.0
 
-    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False) -> None:
-        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once."""
-        slot.killing, slot.kill_kind = reason, kind
+    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False,
+             cause: str | None = None) -> None:
+        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once; ``cause``
+        is how the metrics count the death (None: not a death, e.g. a release)."""
+        slot.killing, slot.kill_kind, slot.kill_cause = reason, kind, cause
         if at_once:
             _signal(slot, signal.SIGKILL)
             slot.kill_at = now + 1.0
@@ -302,7 +312,7 @@ class Slots:
         """R31: kill the child running that attempt, if this pool runs it."""
         for slot in self.all:
             if slot.runs(job_id, attempt) and slot.killing is None:
-                self.kill(slot, reason, core.CANCEL, now, at_once=True)
+                self.kill(slot, reason, core.CANCEL, now, at_once=True, cause="cancel")
 
     def release_all(self, now: float, reason: str = "released at shutdown") -> int:
         """R25: the drain is over (or a second stop came): give every running job back

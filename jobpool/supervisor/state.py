@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from jobpool import events
 from jobpool.lifecycle import Outcome
+from jobpool.metrics import PoolMetrics
 
 
 class Finished(NamedTuple):
@@ -19,6 +20,7 @@ class Finished(NamedTuple):
 
     outcome: Outcome
     duration: float   # seconds from dispatch to the child's reply (or its death), R30
+    queue: str        # the queue it was claimed from (the metrics' label)
 
 
 def new_counters() -> dict[str, int]:
@@ -31,10 +33,13 @@ class PoolState:
     """Shared by the loop (``loop.py``), the slots (``slots.py``) and the operations
     (``operations.py``) of one pool."""
 
-    __slots__ = ("counters", "pending", "want_claim", "stop_requests", "stopping", "drain_until")
+    __slots__ = ("counters", "pending", "want_claim", "stop_requests", "stopping", "drain_until",
+                 "metrics")
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: PoolMetrics | None = None) -> None:
         self.counters = new_counters()
+        #: The Prometheus series, when ``--metrics`` serves them (None: not counted).
+        self.metrics = metrics
         #: Attempts that ended and are not settled yet (settled at the next turn, R26).
         self.pending: list[Finished] = []
         #: Something may be claimable: a slot came free, a wake-up or a poll arrived.

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jobpool
+from jobpool.store import pg_sql
 
 from ..conftest import PG_URL, ROOT
 
@@ -26,7 +27,7 @@ def test_doctor_reports_a_healthy_store_and_names_a_transaction_holding_back_vac
     store.close()
     healthy = doctor(pg_url)
     assert healthy.returncode == 0, healthy.stderr
-    assert "schema jp_test_" in healthy.stdout and "version 1" in healthy.stdout
+    assert "schema jp_test_" in healthy.stdout and f"version {pg_sql.SCHEMA_VERSION}" in healthy.stdout
     assert "jobs: ready 2, scheduled 0, running 0, done 0, dead 1" in healthy.stdout
     assert "LISTEN: works" in healthy.stdout and "hot table (jobs)" in healthy.stdout
     # An application forgets a transaction open: vacuum is held back, and doctor says

@@ -371,3 +371,40 @@ def test_the_dashboard_reads_counts_failures_and_running_jobs(any_store, claimer
     assert [f[0] for f in rows.failures] == [first.job_id]
     assert [r[0] for r in rows.running] == [second.job_id]
     assert rows.done == 0
+
+
+def test_a_paused_queue_reaches_every_pool_and_enqueues_still_succeed(any_store):
+    # R38: kept in the store, read by every pool's heartbeat; pausing twice says so
+    from jobpool.store.records import Heartbeat
+    beat = Heartbeat(owner="host:1:1", host="host", pid=1, procs=2, queues=("default",),
+                     names=NAMES, core="test", counters_json="{}", slots_json="[]")
+    assert any_store.heartbeat(beat, [], time.time()).paused == frozenset()
+    assert any_store.pause("reports") is True
+    assert any_store.pause("reports") is False
+    assert any_store.pause("default") is True
+    assert any_store.paused_queues() == ["default", "reports"]
+    assert any_store.heartbeat(beat, [], time.time()).paused == {"default", "reports"}
+    assert any_store.enqueue_with("c.job", queue="reports").id  # enqueue is never refused
+    assert any_store.dashboard(time.time()).paused == ["default", "reports"]
+    assert any_store.resume("reports") is True
+    assert any_store.resume("reports") is False
+    assert any_store.heartbeat(beat, [], time.time()).paused == {"default"}
+    with pytest.raises(EnqueueError, match="must not contain ':'"):
+        any_store.pause("high:3")
+
+
+def test_a_turn_claims_by_shares_and_gives_an_empty_queues_share_away(any_store, claimers):
+    # R7 with weights and pauses: each queue up to its quota, then the rest in order
+    from jobpool.queueplan import Share
+    any_store.enqueue_many("c.job", [(i,) for i in range(6)], queue="high")
+    any_store.enqueue_many("c.job", [(i,) for i in range(6)], queue="low")
+    c = claimers(any_store, queues=("high", "low"))
+
+    def turn(n, shares):
+        return [j.queue for j in c.turn([], n, time.time(), None, shares)[1]]
+    assert turn(4, (Share("high", 3), Share("low", 1))) == ["high"] * 3 + ["low"]
+    assert turn(2, (Share("low", 2),)) == ["low", "low"]  # "high" paused: left out
+    assert turn(3, (Share("high", 0), Share("low", 3))) == ["low"] * 3
+    # "low" has nothing left: its quota goes to "high" in the same turn
+    assert turn(4, (Share("low", 3), Share("high", 1))) == ["high"] * 3
+    assert turn(2, ()) == []  # every queue paused

@@ -1,0 +1,301 @@
+"""Run queued jobs in the calling process, for tests: ``drain()`` and what it counted.
+
+A test that enqueues work wants it done before it asserts, without starting a
+pool, forking children or sleeping through a poll. ``drain`` claims and settles
+through the store's own claimer (``Store.claimer``, one ``turn`` per job), so
+every transition is the one a pool makes: attempts spent at claim (R8), backoff
+(R13), the attempt budget (R16), deferrals (R17), chains (R12), fenced settles
+and the attempt log. The body runs here, one job at a time, so a debugger,
+``monkeypatch`` and coverage reach it. What that changes, and what a pool does
+that a drain does not:
+
+- timeouts, hard and soft, are not enforced: nothing here may kill the caller,
+  and a soft timeout's SIGALRM would replace the caller's own (pytest-timeout's);
+- periodic jobs are not enqueued (that is a pool's heartbeat, R33); an occurrence
+  enqueued by hand runs like any job;
+- ``on_dead`` hooks run here, synchronously, right after the dead settle (R21),
+  isolated as in a pool: what a hook raises is logged, not raised;
+- ``on_child_start`` hooks do not run (there is no child); middleware does;
+- paused queues (R38) are skipped, as a pool skips them: read once, as the drain
+  starts;
+- ``jobpool.progress()`` writes each report through the store at once (R22).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+import time
+from typing import Any, Callable, NamedTuple
+
+from jobpool import events, jobs, procinfo, protocol, running
+from jobpool.child import run_attempt
+from jobpool.errors import JobpoolError, StoreError
+from jobpool.lifecycle import DEFER, FATAL, RELEASE, RESCHEDULE, Claimed, Outcome, Policy, Settled
+from jobpool.queueplan import QueuePlan
+from jobpool.store.base import Claimer, Store
+from jobpool.store.records import ProgressReport
+
+__all__ = ["drain", "Drained", "DrainError", "DrainLimitError", "SCHEDULED_WAIT_MAX"]
+
+log = logging.getLogger(__name__)
+
+#: A store that dates claims by its own clock (PostgreSQL, R7a) cannot be told to
+#: claim a job before it is due: ``drain(run_scheduled=True)`` waits for such a
+#: job when it is due within this many seconds, and refuses a longer wait.
+SCHEDULED_WAIT_MAX = 10.0
+#: How far the store's clock may lag this host's before a wait is given up, seconds.
+_CLOCK_SLACK = 2.0
+#: How often a waiting drain asks the store again, seconds.
+_WAIT_STEP = 0.05
+
+
+class Drained(NamedTuple):
+    """What one ``drain`` did: its attempts, by how each was settled."""
+
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    deferred: int = 0
+    rescheduled: int = 0
+
+
+class DrainError(JobpoolError):
+    """``drain`` could not run what is queued; ``drained`` is what it did before."""
+
+    def __init__(self, message: str, drained: Drained) -> None:
+        super().__init__(message)
+        self.drained = drained
+
+
+class DrainLimitError(DrainError):
+    """``drain`` ran ``max_jobs`` attempts and jobs were still ready: without the
+    limit, a job that always defers or reschedules would keep it running for ever."""
+
+
+class _Served(NamedTuple):
+    """What the drain claims and how it settles: as a pool started without
+    ``--queues`` or names would (``supervisor/loop.py``)."""
+
+    names: tuple[str, ...]
+    queues: tuple[str, ...]
+    policies: dict[str, Policy]
+    hooks: dict[str, Callable[..., Any]]
+
+
+def drain(store: Store | None = None, *, max_jobs: int = 10_000,
+          run_scheduled: bool = False) -> Drained:
+    """Run ready jobs in this process until none is ready; what happened, counted.
+
+    ``store`` defaults to the one ``job.enqueue()`` writes to (``$JOBPOOL_DB``, else
+    ``./jobpool.db``). Only jobs due now run: a retry in its backoff or a deferred
+    job stays queued, unless ``run_scheduled``, which runs them at once, dated as
+    if their time had come. More than ``max_jobs`` attempts raise
+    ``DrainLimitError``, each attempt settled first, so nothing is left running.
+    """
+    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+        raise ValueError(f"max_jobs must be a positive integer, not {max_jobs!r}")
+    if store is None:
+        from jobpool.store.sqlite import default_store
+        store = default_store()
+    served = _served()
+    owner = procinfo.owner_identity()  # leases look like any pool's (R24 can judge them)
+    claimer = store.claimer(owner, served.names, served.queues, served.policies)
+    try:
+        return _Drain(store, claimer, owner, served).run(max_jobs, run_scheduled)
+    finally:
+        claimer.close()
+
+
+def _served() -> _Served:
+    registered = jobs.registered()
+    if not registered:
+        raise JobpoolError("no jobs are registered: import the module that defines them "
+                           "before drain()")
+    names = tuple(sorted(registered))
+    found = sorted({job.queue for job in registered.values()})
+    queues = (jobs.DEFAULT_QUEUE, *[q for q in found if q != jobs.DEFAULT_QUEUE])
+    return _Served(names, queues, {n: job.policy for n, job in registered.items()},
+                   {n: job.on_dead for n, job in registered.items() if job.on_dead is not None})
+
+
+class _ProgressToStore:
+    """Stands where a child's pipe would: ``jobpool.progress()`` sends its report
+    here, and it is written at once, fenced like a settle (R22). A store that
+    cannot take it loses the report, never the job, as in a pool."""
+
+    def __init__(self, store: Store, owner: str) -> None:
+        self.store = store
+        self.owner = owner
+
+    def send_bytes(self, message: bytes) -> None:
+        _tag, job_id, attempt, percent, stage = protocol.loads(message)
+        try:
+            self.store.set_progress(self.owner, [ProgressReport(job_id, attempt, percent, stage)])
+        except StoreError as exc:
+            log.debug("progress of job %s not written: %s", job_id, exc)
+
+
+class _Drain:
+    """One ``drain`` call: its claimer, clock and counts."""
+
+    def __init__(self, store: Store, claimer: Claimer, owner: str, served: _Served) -> None:
+        self.store = store
+        self.claimer = claimer
+        self.served = served
+        self.progress = _ProgressToStore(store, owner)
+        self.rng = random.Random()
+        self.counts = dict.fromkeys(Drained._fields, 0)
+        #: R38: paused queues are left alone, as every pool leaves them.
+        self.plan = QueuePlan(served.queues)
+        self.plan.set_paused(store.paused_queues())
+        #: Set when a job's body was interrupted (Ctrl-C reaches it here, not a child).
+        self.interrupted: KeyboardInterrupt | None = None
+
+    @property
+    def drained(self) -> Drained:
+        return Drained(**self.counts)
+
+    def run(self, max_jobs: int, run_scheduled: bool) -> Drained:
+        # The time every claim and settle is dated by: this host's, moved forward to
+        # a job's due time when ``run_scheduled`` runs it early, and never back.
+        clock = time.time()
+        pending: list[Outcome] = []
+        ran = 0
+        waiting_until: float | None = None  # monotonic: a wait for the store's clock ends
+        while True:
+            now = clock = max(clock, time.time())
+            # One job a turn, its settle in the same transaction as the next claim,
+            # as a pool with one slot turns (R6).
+            want = 0 if ran >= max_jobs or self.interrupted is not None else 1
+            if not self.plan.active:
+                want = 0
+            settled, claimed, expired = self.claimer.turn(pending, want, now, self.rng,
+                                                          self.plan.shares(want))
+            self._report(settled, pending)
+            self._report(expired, [])
+            pending = []
+            if self.interrupted is not None:
+                raise self.interrupted
+            if claimed:
+                ran += 1
+                waiting_until = None
+                pending = [self._attempt(claimed[0], now)]
+                continue
+            if ran >= max_jobs:
+                due = self._next_due()
+                if due is not None and (run_scheduled or due <= now):
+                    raise DrainLimitError(f"drain ran {ran} attempts (max_jobs) and jobs are "
+                                          f"still ready: does a job always defer or "
+                                          f"reschedule itself?", self.drained)
+                return self.drained
+            if not run_scheduled:
+                return self.drained
+            due = self._next_due()
+            if due is None:
+                return self.drained
+            if due > clock:
+                clock = due  # run it now, as if its time had come
+                continue
+            # Due by this clock, yet not claimed.
+            real = time.time()
+            if waiting_until is None:
+                if due <= real:
+                    # Held back by something other than time: left, as a pool leaves it.
+                    return self.drained
+                # The store dates claims by its own clock (R7a) and cannot run it
+                # early: wait until it is due there.
+                if due - real > SCHEDULED_WAIT_MAX:
+                    raise DrainError(
+                        f"a job is due in {due - real:.0f} s, and this store dates claims by "
+                        f"its own clock: drain(run_scheduled=True) waits at most "
+                        f"{SCHEDULED_WAIT_MAX:g} s for it", self.drained)
+                waiting_until = time.monotonic() + (due - real) + _CLOCK_SLACK
+            elif time.monotonic() > waiting_until:
+                raise DrainError(f"a job due at {due:.3f} was not claimed by that time on the "
+                                 f"store's clock (does it lag this host's?)", self.drained)
+            time.sleep(_WAIT_STEP)
+
+    def _next_due(self) -> float | None:
+        active = self.plan.active
+        return self.store.next_due(self.served.names, active) if active else None
+
+    def _attempt(self, job: Claimed, now: float) -> Outcome:
+        """Run one claimed job here, as a pool's child would, and say how it ended."""
+        cpu_before = time.process_time()
+        previous = running.current
+        running.current = running.Attempt(self.progress, job.job_id, job.attempt)
+        try:
+            kind, error, delay, result = self._body(job)
+        finally:
+            running.current = previous
+        if self.interrupted is not None:
+            # R25: an interrupted attempt gives its lease back; the attempt stays spent.
+            kind, error, delay, result = RELEASE, "interrupted (KeyboardInterrupt)", None, None
+        return Outcome(job.job_id, job.attempt, kind, error, delay, result, pid=os.getpid(),
+                       cpu_s=time.process_time() - cpu_before)
+
+    def _body(self, job: Claimed) -> tuple[int, str | None, float | None, Any]:
+        registered = jobs.lookup(job.name)
+        if registered is None:
+            return FATAL, f"job {job.name!r} is not registered in this worker", None, None
+        # No soft timeout: its SIGALRM would replace the caller's handler and timer.
+        return run_attempt(job.job_id, job.attempt, job.name, job.payload, job.serializer,
+                           soft_timeout=False, job=self._in_process(registered))
+
+    def _in_process(self, job: jobs.Job) -> jobs.Job:
+        """The job as it runs here, with a Ctrl-C noted, since the child's way of
+        classifying outcomes counts it as the job's failure."""
+        here = copy.copy(job)
+        fn = job.fn
+
+        def body(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except KeyboardInterrupt as exc:
+                self.interrupted = exc
+                raise
+        here.fn = body
+        return here
+
+    def _report(self, settled: list[Settled], outcomes: list[Outcome]) -> None:
+        """Count and log what a turn settled (R30), and run the hooks of the dead (R21)."""
+        kinds = {(o.job_id, o.attempt): o.kind for o in outcomes}
+        counts = self.counts
+        for item in settled:
+            fields = dict(job_id=item.job_id, name=item.name, attempt=item.attempt)
+            if item.status == "done":
+                counts["done"] += 1
+                events.emit(events.JOB_COMPLETED, **fields)
+            elif item.status == "ready":
+                kind = kinds.get((item.job_id, item.attempt))
+                if kind == DEFER:
+                    counts["deferred"] += 1
+                    events.emit(events.JOB_DEFERRED, reason=item.reason, **fields)
+                elif kind == RESCHEDULE:
+                    counts["rescheduled"] += 1
+                    events.emit(events.JOB_RESCHEDULED, reason=item.reason, **fields)
+                elif kind == RELEASE:
+                    events.emit(events.JOB_RELEASED, reason=item.reason, **fields)
+                else:
+                    counts["retried"] += 1
+                    events.emit(events.JOB_RETRIED, reason=item.reason, **fields)
+            elif item.status == "dead":
+                counts["dead"] += 1
+                events.emit(events.JOB_DEAD, reason=item.reason, **fields)
+                self._on_dead(item)
+            else:
+                events.emit(events.JOB_LEASE_LOST, **fields)
+
+    def _on_dead(self, item: Settled) -> None:
+        """R21: the job's hook, once: taken in the store first, as a pool takes it,
+        so a pool on the same store never runs it a second time."""
+        hook = self.served.hooks.get(item.name)
+        if hook is None or not self.store.take_hook(item.job_id):
+            return
+        job = self.store.get(item.job_id)
+        try:
+            hook(job, item.reason or job["last_error"] or "")
+        except Exception:  # noqa: BLE001 - isolated as in a pool: the drain goes on
+            log.exception("on_dead hook of job %s failed", item.job_id)

@@ -1,0 +1,381 @@
+"""``jobpool.testing.drain`` and the pytest plugin's ``jobpool_store`` fixture (issue 14).
+
+``drain`` runs queued jobs in the test's own process through the store's claimer,
+so these tests read what the jobs did from a plain list: a forked child's appends
+would never reach it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib.metadata import entry_points
+
+import pytest
+
+import jobpool
+from jobpool import jobs, procinfo, running
+from jobpool.testing import Drained, DrainError, DrainLimitError, drain
+
+pytest_plugins = ["pytester"]
+
+#: What the jobs below did, appended in this process.
+SEEN: list = []
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seen():
+    SEEN.clear()
+    yield
+    SEEN.clear()
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = jobpool.connect(tmp_path / "jobpool.db")
+    yield store
+    store.close()
+
+
+@jobpool.job(name="testing.record")
+def record(value):
+    SEEN.append((value, os.getpid()))
+
+
+@jobpool.job(name="testing.fails", max_attempts=2, backoff_base=3600)
+def fails():
+    raise RuntimeError("upstream said no")
+
+
+@jobpool.job(name="testing.fails_fast", max_attempts=2, backoff_base=0.2)
+def fails_fast():
+    raise RuntimeError("upstream said no")
+
+
+@jobpool.job(name="testing.defers_once")
+def defers_once():
+    if "deferred" not in SEEN:
+        SEEN.append("deferred")
+        raise jobpool.Defer(60)
+    SEEN.append("ran")
+
+
+@jobpool.job(name="testing.always_defers")
+def always_defers():
+    raise jobpool.Defer(0)
+
+
+@jobpool.job(name="testing.defers_a_minute")
+def defers_a_minute():
+    raise jobpool.Defer(60)
+
+
+def _on_dead(job, reason):
+    SEEN.append((job["id"], reason, os.getpid()))
+
+
+def _broken_hook(job, reason):
+    raise RuntimeError("the hook itself is broken")
+
+
+@jobpool.job(name="testing.fatal", on_dead=_on_dead)
+def fatal():
+    raise jobpool.Fatal("bad input")
+
+
+@jobpool.job(name="testing.fatal_broken_hook", on_dead=_broken_hook)
+def fatal_broken_hook():
+    raise jobpool.Fatal("bad input")
+
+
+@jobpool.job(name="testing.reports_progress")
+def reports_progress(db):
+    jobpool.progress(40, "halfway")
+    store = jobpool.connect(db)
+    try:
+        (row,) = store.list_jobs(status="running")
+    finally:
+        store.close()
+    SEEN.append((row["progress"], row["stage"]))
+
+
+@jobpool.job(name="testing.overruns", timeout=0.2, soft_timeout=0.1)
+def overruns():
+    time.sleep(0.3)
+    SEEN.append("finished")
+
+
+@jobpool.job(name="testing.interrupted")
+def interrupted():
+    raise KeyboardInterrupt
+
+
+class WatchedStore:
+    """The store as drain sees it, noting the claimer drain asks for and closes."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.owner: str | None = None
+        self.closed = 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def claimer(self, owner, names, queues, policies):
+        self.owner = owner
+        return WatchedClaimer(self.store.claimer(owner, names, queues, policies), self)
+
+
+class WatchedClaimer:
+    def __init__(self, claimer, watcher: WatchedStore) -> None:
+        self.claimer = claimer
+        self.watcher = watcher
+
+    def turn(self, *args):
+        return self.claimer.turn(*args)
+
+    def close(self) -> None:
+        self.watcher.closed += 1
+        self.claimer.close()
+
+
+# -- drain ---------------------------------------------------------------------------------
+
+
+def test_drain_runs_ready_jobs_here_and_counts_them(store):
+    ids = [store.enqueue("testing.record", n).id for n in range(3)]
+    watched = WatchedStore(store)
+    assert drain(watched) == Drained(done=3)
+    # In this process, in claim order, without a fork
+    assert SEEN == [(0, os.getpid()), (1, os.getpid()), (2, os.getpid())]
+    assert [store.get(i)["status"] for i in ids] == ["done"] * 3
+    # Leased under an owner identity like any pool's, and the claimer closed
+    assert watched.owner == procinfo.owner_identity()
+    assert [a["owner"] for a in store.attempts(ids[0])] == [procinfo.owner_identity()]
+    assert watched.closed == 1
+
+
+@jobpool.job(name="testing.held", queue="held")
+def held_job(value):
+    SEEN.append((value, os.getpid()))
+
+
+def test_drain_leaves_a_paused_queue_alone_as_a_pool_does(store):
+    # R38
+    held = store.enqueue("testing.held", 1).id
+    store.enqueue("testing.record", 2)
+    store.pause("held")
+    assert drain(store) == Drained(done=1)
+    assert store.get(held)["status"] == "ready"
+    store.resume("held")
+    assert drain(store) == Drained(done=1)
+
+
+def test_without_run_scheduled_a_retry_waits_its_backoff(store):
+    job = store.enqueue("testing.fails").id
+    before = time.time()
+    assert drain(store) == Drained(retried=1)
+    row = store.get(job)
+    assert (row["status"], row["attempts"]) == ("ready", 1)
+    assert row["run_at"] > before  # R13: due after its backoff, not yet
+
+
+def test_with_run_scheduled_a_retry_runs_at_once_then_the_job_is_dead(store):
+    job = store.enqueue("testing.fails").id
+    assert drain(store, run_scheduled=True) == Drained(retried=1, dead=1)
+    row = store.get(job)
+    assert (row["status"], row["attempts"]) == ("dead", 2)
+    assert "no attempts left after 2" in row["last_error"]
+    # Without waiting: the retry is dated as if its hour of backoff (jitter -25 % at
+    # most) had passed
+    first, second = store.attempts(job)
+    assert second["started_at"] - first["ended_at"] >= 0.75 * 3600
+
+
+def test_a_deferred_job_waits_unless_run_scheduled(store):
+    job = store.enqueue("testing.defers_once").id
+    assert drain(store) == Drained(deferred=1)
+    assert SEEN == ["deferred"]
+    assert drain(store, run_scheduled=True) == Drained(done=1)
+    assert SEEN == ["deferred", "ran"]
+    row = store.get(job)
+    assert (row["status"], row["attempts"], row["deferrals"]) == ("done", 1, 1)  # R17
+
+
+def test_a_job_that_always_defers_stops_at_max_jobs(store):
+    job = store.enqueue("testing.always_defers").id
+    watched = WatchedStore(store)
+    with pytest.raises(DrainLimitError, match="max_jobs") as caught:
+        drain(watched, max_jobs=3)
+    assert isinstance(caught.value, jobpool.JobpoolError)
+    assert caught.value.drained == Drained(deferred=3)
+    # Every attempt was settled before it gave up: nothing left running
+    row = store.get(job)
+    assert (row["status"], row["attempts"], row["deferrals"]) == ("ready", 0, 3)
+    assert watched.closed == 1
+
+
+def test_run_scheduled_stops_at_max_jobs_for_a_job_deferred_again_and_again(store):
+    store.enqueue("testing.defers_a_minute")
+    with pytest.raises(DrainLimitError) as caught:
+        drain(store, max_jobs=4, run_scheduled=True)
+    assert caught.value.drained == Drained(deferred=4)
+
+
+def test_exactly_max_jobs_jobs_is_no_error(store):
+    for n in range(2):
+        store.enqueue("testing.record", n)
+    assert drain(store, max_jobs=2) == Drained(done=2)
+
+
+def test_a_chains_next_step_runs_in_the_same_drain(store):
+    first = store.enqueue_with("testing.record", args=("first",),
+                               then=record.s("second")).id
+    assert drain(store) == Drained(done=2)
+    assert [value for value, _pid in SEEN] == ["first", "second"]
+    assert [j["status"] for j in store.list_jobs(chain=first)] == ["done", "done"]
+
+
+def test_an_on_dead_hook_runs_here_once_after_the_dead_settle(store):
+    job = store.enqueue("testing.fatal").id
+    assert drain(store) == Drained(dead=1)
+    (hooked,) = SEEN
+    assert hooked == (job, "Fatal: bad input", os.getpid())
+    assert store.pending_hooks(["testing.fatal"]) == []  # R21: taken, so no pool runs it again
+
+
+def test_a_failing_on_dead_hook_is_logged_and_the_drain_goes_on(store, caplog):
+    store.enqueue("testing.fatal_broken_hook")
+    store.enqueue("testing.record", "after")
+    with caplog.at_level(logging.ERROR, logger="jobpool.testing"):
+        assert drain(store) == Drained(done=1, dead=1)
+    assert "the hook itself is broken" in caplog.text
+    assert [value for value, _pid in SEEN] == ["after"]
+
+
+def test_progress_inside_a_job_reaches_the_store(store):
+    job = store.enqueue("testing.reports_progress", store.path).id
+    assert drain(store) == Drained(done=1)
+    assert SEEN == [(40, "halfway")]  # R22: written while the job ran
+    assert store.get(job)["progress"] == 100  # R12: closed at 100 % when done
+    assert running.current is None
+
+
+def test_timeouts_are_not_enforced_and_no_signal_state_is_left_changed(store):
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGALRM, signal.SIGINT, signal.SIGTERM)}
+    timer = signal.getitimer(signal.ITIMER_REAL)
+    store.enqueue("testing.overruns")
+    assert drain(store) == Drained(done=1)
+    assert SEEN == ["finished"]
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+    # A soft timeout's timer would have replaced (then cancelled) pytest-timeout's
+    assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == (timer[0] > 0)
+
+
+def test_ctrl_c_in_a_job_stops_the_drain_and_gives_the_lease_back(store):
+    job = store.enqueue("testing.interrupted").id
+    later = store.enqueue("testing.record", "later").id
+    watched = WatchedStore(store)
+    with pytest.raises(KeyboardInterrupt):
+        drain(watched)
+    row = store.get(job)
+    assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 1, None)  # R25
+    assert [a["outcome"] for a in store.attempts(job)] == ["released"]
+    assert store.get(later)["attempts"] == 0 and SEEN == []
+    assert watched.closed == 1
+
+
+def test_max_jobs_must_be_positive(store):
+    with pytest.raises(ValueError, match="max_jobs"):
+        drain(store, max_jobs=0)
+
+
+def test_drain_runs_jobs_on_postgresql_too(pg_url):
+    store = jobpool.connect(pg_url)
+    try:
+        store.enqueue_with("testing.record", args=("pg",), then=record.s("next"))
+        assert drain(store) == Drained(done=2)
+        assert [value for value, _pid in SEEN] == ["pg", "next"]
+        # The server dates claims (R7a): run_scheduled waits out a short backoff...
+        job = store.enqueue("testing.fails_fast").id
+        assert drain(store, run_scheduled=True) == Drained(retried=1, dead=1)
+        assert store.get(job)["status"] == "dead"
+        # ...and refuses to wait a minute
+        store.enqueue("testing.defers_a_minute")
+        with pytest.raises(DrainError, match="its own clock") as caught:
+            drain(store, run_scheduled=True)
+        assert caught.value.drained == Drained(deferred=1)
+    finally:
+        store.close()
+
+
+# -- the pytest plugin ---------------------------------------------------------------------
+
+FIXTURE_TESTS = '''
+import os
+
+import jobpool
+from jobpool.testing import drain
+
+
+@jobpool.job(name="testing.plugin.bump")
+def bump(path):
+    with open(path, "a") as fh:
+        fh.write("x")
+
+
+def test_enqueue_and_drain_use_a_fresh_store_in_tmp_path(jobpool_store, tmp_path):
+    assert os.path.dirname(jobpool_store.path) == str(tmp_path)
+    assert jobpool_store.list_jobs() == []
+    handle = bump.enqueue(str(tmp_path / "out"))
+    assert jobpool_store.get(handle.id)["status"] == "ready"
+    assert drain().done == 1
+    assert (tmp_path / "out").read_text() == "x"
+
+
+def test_the_next_test_gets_a_store_of_its_own(jobpool_store):
+    assert jobpool_store.list_jobs() == []
+'''
+
+
+def test_the_fixture_makes_a_fresh_store_the_default_and_restores_the_old(pytester, monkeypatch):
+    outer = str(pytester.path / "outer.db")
+    monkeypatch.setenv("JOBPOOL_DB", outer)
+    pytester.makepyfile(test_uses_the_fixture=FIXTURE_TESTS)
+    try:
+        # Loaded by module name, with the entry point (when installed) turned off, so
+        # the plugin is registered once whether or not it is installed
+        result = pytester.runpytest("-p", "no:jobpool", "-p", "jobpool.pytest_plugin")
+    finally:
+        jobs.unregister("testing.plugin.bump")
+    result.assert_outcomes(passed=2)
+    assert os.environ["JOBPOOL_DB"] == outer
+    assert not os.path.exists(outer)  # the tests wrote only to their own stores
+
+
+def _plugin_installed() -> bool:
+    return any(ep.value == "jobpool.pytest_plugin"
+               for ep in entry_points(group="pytest11", name="jobpool"))
+
+
+@pytest.mark.skipif(not _plugin_installed(),
+                    reason="the pytest11 entry point 'jobpool' is not installed")
+def test_the_installed_plugin_serves_the_fixture_and_no_jobpool_turns_it_off(pytester):
+    pytester.makepyfile("def test_it(jobpool_store):\n    assert jobpool_store.list_jobs() == []\n")
+    pytester.runpytest().assert_outcomes(passed=1)
+    off = pytester.runpytest("-p", "no:jobpool")
+    off.assert_outcomes(errors=1)
+    off.stdout.fnmatch_lines(["*fixture 'jobpool_store' not found*"])
+
+
+def test_loading_the_plugin_loads_no_driver_and_no_runner():
+    # pytest loads an installed plugin on every run of every project
+    code = ("import sys, jobpool.pytest_plugin\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('psycopg', 'multiprocess',"
+            " 'jobpool.store', 'jobpool.testing', 'jobpool.child', 'jobpool.supervisor',"
+            " 'prometheus_client'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
