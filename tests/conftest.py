@@ -103,6 +103,7 @@ class App:
         self.db = directory / "jobpool.db"
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(directory), str(ROOT)]),
                         JOBPOOL_POLL_INTERVAL="0.2")
+        self._store = None
 
     def cli(self, *args: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "jobpool", *args]
@@ -125,8 +126,16 @@ class App:
                                 stderr=subprocess.PIPE, text=True)
 
     def store(self):
+        """The app's store, opened once and closed when the test ends (``make_app``)."""
         import jobpool
-        return jobpool.connect(self.db)
+        if self._store is None:
+            self._store = jobpool.connect(self.db)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def rows(self, query: str = "SELECT * FROM jobs ORDER BY id", params=()) -> list[dict]:
         return rows(self.db, query, params)
@@ -137,8 +146,11 @@ def make_app(tmp_path):
     """``make_app(source)`` -> App; stray pools are killed at teardown."""
     procs: list[subprocess.Popen] = []
 
+    apps: list[App] = []
+
     def factory(source: str) -> App:
         app = App(tmp_path, source)
+        apps.append(app)
         original = app.spawn
 
         def spawn(*args):
@@ -156,6 +168,20 @@ def make_app(tmp_path):
         for stream in (proc.stdout, proc.stderr):
             if stream:
                 stream.close()
+    for app in apps:
+        app.close()
+
+
+@pytest.fixture
+def make_any_app(make_app, store_url):
+    """``make_app`` over every store (``store_url``): ``app.db`` is the SQLite file or
+    the PostgreSQL URL, which the CLI and ``app.store()`` take alike; ``app.rows``
+    reads SQLite only, so tests on every store read through the store instead."""
+    def factory(source: str) -> App:
+        app = make_app(source)
+        app.db = store_url
+        return app
+    return factory
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):

@@ -268,3 +268,13 @@ def test_jobpool_metrics_every_below_15_s_is_one_line(tmp_path):
     result = _cli("metrics", "--every", "1", "--db", str(tmp_path / "jobpool.db"))
     assert result.returncode == 1 and result.stderr.strip() == (
         "jobpool: error: --every must be at least 15 seconds, not 1")
+
+
+def test_a_pool_without_metrics_does_not_load_prometheus_client():
+    # its import is a tenth of a second of every `jobpool start`
+    import subprocess
+    import sys
+    code = ("import sys, jobpool.cli, jobpool.supervisor\n"
+            "print([m for m in sys.modules if m.startswith('prometheus_client')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,5 +1,6 @@
-"""Job semantics through real pools (R3, R7, R11, R12, R21, R22, R33); R10, R17 and R18 are
-driven in-process in tests/test_supervisor_inprocess.py, on a clock the test sets."""
+"""Job semantics through real pools (R3, R7, R11, R12, R21, R22, R33), on every store but
+where the rule is SQLite's own (wake-up sockets); R10, R17 and R18 are driven in-process
+in tests/test_supervisor_inprocess.py, on a clock the test sets."""
 from __future__ import annotations
 
 import json
@@ -67,8 +68,8 @@ def tags(app) -> list:
     return [item[0] for item in order(app)]
 
 
-def test_priority_then_age_decides_the_order(make_app):
-    app = make_app(APP)
+def test_priority_then_age_decides_the_order(make_any_app):
+    app = make_any_app(APP)
     store = app.store()
     store.enqueue("t.record", "old")
     store.enqueue_with("t.record", args=["urgent"], priority=10)
@@ -77,8 +78,8 @@ def test_priority_then_age_decides_the_order(make_app):
     assert tags(app) == ["urgent", "old", "new"]
 
 
-def test_queues_are_served_in_the_order_given(make_app):
-    app = make_app(APP)
+def test_queues_are_served_in_the_order_given(make_any_app):
+    app = make_any_app(APP)
     store = app.store()
     store.enqueue_with("t.record", args=["bulk"], queue="bulk", priority=99)
     store.enqueue_with("t.record", args=["interactive"], queue="interactive")
@@ -88,8 +89,8 @@ def test_queues_are_served_in_the_order_given(make_app):
     assert store.stats()["ready"] == 1  # the queue nobody serves is left alone
 
 
-def test_unknown_job_names_stay_queued_untouched(make_app):
-    app = make_app(APP)
+def test_unknown_job_names_stay_queued_untouched(make_any_app):
+    app = make_any_app(APP)
     store = app.store()
     job_id = store.enqueue("a.newer.deployment.job").id
     store.enqueue("t.record", "known")
@@ -98,15 +99,16 @@ def test_unknown_job_names_stay_queued_untouched(make_app):
     assert (job["status"], job["attempts"], job["last_error"]) == ("ready", 0, None)
 
 
-def test_a_chain_runs_its_steps_in_order_and_lists_together(make_app):
-    app = make_app(APP)
+def test_a_chain_runs_its_steps_in_order_and_lists_together(make_any_app):
+    app = make_any_app(APP)
     store = app.store()
     first = store.enqueue_with("t.step", args=["a"], then=[
         _sig("t.step", "b"), _sig("t.step", "c")]).id
     app.start("--procs", "2")
     assert tags(app) == ["a", "b", "c"]
-    chain = app.rows("SELECT id, status, chain_root, result FROM jobs ORDER BY id")
-    assert [(r["status"], r["chain_root"], r["result"]) for r in chain] == [
+    chain = [store.get(j["id"], raw_result=True) for j in store.list_jobs(chain=first)]
+    assert [(r["status"], r["chain_root"], bytes(r["result"]).decode()
+             if not isinstance(r["result"], str) else r["result"]) for r in chain] == [
         ("done", None, '"a"'), ("done", first, '"b"'), ("done", first, '"c"')]
     store.enqueue("t.step", "unrelated")
     listed = json.loads(app.cli("jobs", "list", "--chain", str(first), "--json", "--db",
@@ -114,17 +116,17 @@ def test_a_chain_runs_its_steps_in_order_and_lists_together(make_app):
     assert [j["id"] for j in listed] == [r["id"] for r in chain]
 
 
-def test_a_failed_step_enqueues_nothing_after_it(make_app):
-    app = make_app(APP)
+def test_a_failed_step_enqueues_nothing_after_it(make_any_app):
+    app = make_any_app(APP)
     store = app.store()
     store.enqueue_with("t.fail_step", args=["a"], then=_sig("t.step", "never"))
     app.start("--procs", "1")
     assert tags(app) == ["a"]
-    assert len(app.rows()) == 1
+    assert len(store.list_jobs()) == 1
 
 
-def test_on_dead_runs_exactly_once_per_dead_job(make_app):
-    app = make_app(APP)
+def test_on_dead_runs_exactly_once_per_dead_job(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.dies").id
     app.start("--procs", "1")
     hooks = [o for o in order(app) if o[0] == "on_dead"]
@@ -137,8 +139,8 @@ def test_on_dead_runs_exactly_once_per_dead_job(make_app):
     assert len([o for o in order(app) if o[0] == "on_dead"]) == 1
 
 
-def test_a_failing_on_dead_hook_does_not_hurt_the_pool(make_app):
-    app = make_app(APP)
+def test_a_failing_on_dead_hook_does_not_hurt_the_pool(make_any_app):
+    app = make_any_app(APP)
     app.store().enqueue("t.dies_badly")
     app.store().enqueue("t.record", "after")
     result = app.start("--procs", "1")
@@ -160,19 +162,19 @@ def every_minute():
 """
 
 
-def test_periodic_jobs_are_enqueued_once_per_occurrence_across_pools(make_app):
-    app = make_app(PERIODIC_APP)
+def test_periodic_jobs_are_enqueued_once_per_occurrence_across_pools(make_any_app):
+    app = make_any_app(PERIODIC_APP)
     pools = [app.spawn("--procs", "1") for _ in range(2)]
     time.sleep(2.2)
     for pool in pools:
         pool.terminate()
         assert pool.wait(timeout=20) == 0
-    ticks = app.rows("SELECT key FROM jobs WHERE name = 't.tick'")
-    keys = [r["key"] for r in ticks]
+    store = app.store()
+    keys = [r["key"] for r in store.list_jobs(name="t.tick")]
     assert 3 <= len(keys) <= 6
     assert len(keys) == len(set(keys))  # each occurrence once, though two pools raced
     # The cron job's latest occurrence (this minute) was enqueued once, not per pool.
-    crons = app.rows("SELECT key, status FROM jobs WHERE name = 't.cron'")
+    crons = store.list_jobs(name="t.cron")
     assert 1 <= len(crons) <= 2 and len({r["key"] for r in crons}) == len(crons)
 
 
@@ -189,16 +191,16 @@ def rederive(store):
 """
 
 
-def test_on_start_hooks_run_in_each_supervisor_and_stay_idempotent(make_app):
-    app = make_app(ON_START_APP)
+def test_on_start_hooks_run_in_each_supervisor_and_stay_idempotent(make_any_app):
+    app = make_any_app(ON_START_APP)
     app.start("--procs", "1")
     app.start("--procs", "1")
-    done = app.rows("SELECT * FROM jobs WHERE key = 'rederived'")
+    done = [j for j in app.store().list_jobs(name="t.record") if j["key"] == "rederived"]
     assert len(done) == 2 and all(r["status"] == "done" for r in done)
 
 
-def test_progress_is_stored_and_kept_with_the_error(make_app):
-    app = make_app(APP)
+def test_progress_is_stored_and_kept_with_the_error(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.progress").id
     app.start("--procs", "1")
     job = app.store().get(job_id)
@@ -206,16 +208,16 @@ def test_progress_is_stored_and_kept_with_the_error(make_app):
     assert (job["progress"], job["stage"]) == (60, "writing")
 
 
-def test_progress_closes_at_100_on_success(make_app):
-    app = make_app(APP)
+def test_progress_closes_at_100_on_success(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.record", "x").id
     app.start("--procs", "1")
     assert app.store().get(job_id)["progress"] == 100
 
 
-def test_an_enqueue_wakes_an_idle_pool_at_once(make_app):
+def test_an_enqueue_wakes_an_idle_pool_at_once(make_any_app):
     """R11: pickup without waiting for the poll tick (set to 30 s here)."""
-    app = make_app(APP)
+    app = make_any_app(APP)
     pool = app.spawn("--procs", "1", "--poll-interval", "30")
     store = app.store()
     wait_for(lambda: store.pools())

@@ -112,7 +112,12 @@ def parse_url(url: str) -> Target:
     if pooler not in (None, "transaction"):
         raise StoreError(f"pooler must be 'transaction', not {pooler!r}")
     conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
-    return Target(conninfo, schema, pooler, redact(conninfo), secrets)
+    # What operators see names the very store (its schema and pooler too), so it can
+    # be passed back to --db or connect(); only the password is left out.
+    ours = ([("schema", schema)] if schema != DEFAULT_SCHEMA else []) + (
+        [("pooler", pooler)] if pooler else [])
+    shown = urlunsplit(parts._replace(query=urlencode(kept + ours, quote_via=quote)))
+    return Target(conninfo, schema, pooler, redact(shown), secrets)
 
 
 def _secrets(parts: Any) -> tuple[str, ...]:

@@ -18,9 +18,9 @@ import selectors
 import signal
 import socket
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from jobpool import core, events, jobs, metrics, procinfo, proctree
+from jobpool import core, events, jobs, procinfo, proctree
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import Settled
@@ -30,6 +30,9 @@ from jobpool.store.sqlite import CLAIM_BUSY_TIMEOUT, connect
 from jobpool.supervisor.operations import Operations
 from jobpool.supervisor.slots import Slots
 from jobpool.supervisor.state import Finished, PoolState
+
+if TYPE_CHECKING:
+    from jobpool.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +102,12 @@ class Supervisor:
         self.rng = rng or random.Random()
         self._selector = selectors.DefaultSelector()
         #: --metrics: the pool's series, served from this loop (no thread: it forks).
-        self.metrics_server: metrics.MetricsServer | None = None
-        pool_metrics = metrics.PoolMetrics() if config.metrics else None
+        #: prometheus_client loads only then (its import is a tenth of a second).
+        self.metrics_server: MetricsServer | None = None
+        pool_metrics = None
+        if config.metrics:
+            from jobpool import metrics
+            pool_metrics = metrics.PoolMetrics()
         self.state = PoolState(pool_metrics)
         self._last_turn = time.monotonic()
         self.operations = Operations(config, self.state, self.store, self.owner, names,
@@ -113,6 +120,7 @@ class Supervisor:
         self.operations.slots = self.slots
         if pool_metrics is not None:
             assert config.metrics is not None
+            from jobpool import metrics
             # Bound now: a port in use is a one-line error before any child exists.
             listener = metrics.bind(metrics.parse_address(config.metrics), config.metrics)
             pool_metrics.slot_counts = self._slot_counts
@@ -305,7 +313,8 @@ class Supervisor:
 
     def _healthy(self) -> bool:
         """/healthz: the loop has turned lately (a stuck loop answers nothing at all)."""
-        return time.monotonic() - self._last_turn <= metrics.HEALTHY_WITHIN
+        from jobpool.metrics import HEALTHY_WITHIN
+        return time.monotonic() - self._last_turn <= HEALTHY_WITHIN
 
     def _slot_counts(self) -> tuple[int, int]:
         busy = self.slots.busy_count()

@@ -8,11 +8,13 @@ them reaches into another's attributes.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from jobpool import events
 from jobpool.lifecycle import Outcome
-from jobpool.metrics import PoolMetrics
+
+if TYPE_CHECKING:
+    from jobpool.metrics import PoolMetrics
 
 
 class Finished(NamedTuple):

@@ -16,7 +16,8 @@ def test_jobpool_parameters_are_taken_off_the_url_before_libpq_sees_it():
     target = parse_url("postgresql://u:pw@db:5433/app?sslmode=require&schema=imports")
     assert target.schema == "imports" and target.pooler is None
     assert target.conninfo == "postgresql://u:pw@db:5433/app?sslmode=require"
-    assert target.shown == "postgresql://u:***@db:5433/app?sslmode=require"
+    # what operators see names the store, schema included, never the password
+    assert target.shown == "postgresql://u:***@db:5433/app?sslmode=require&schema=imports"
     assert parse_url("postgres://db/app").schema == "jobpool"
 
 
