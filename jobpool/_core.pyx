@@ -43,6 +43,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)  # the core's API
+from jobpool.queueplan import claim_in_shares
 from jobpool.store import sql
 
 
@@ -1086,7 +1087,9 @@ cdef class Core:
                                 break
                             self._claim_queue(queue, want, now, claimed, expired)
                     else:
-                        self._claim_shares(shares, n, now, claimed, expired)
+                        claim_in_shares(shares, self.queues, n, claimed,
+                                        lambda queue, want: self._claim_queue(
+                                            queue, want, now, claimed, expired))
                     self._commit()
                 except BaseException:
                     self._rollback()
@@ -1101,25 +1104,6 @@ cdef class Core:
         finally:
             self._leave()
         return settled, claimed, expired
-
-    cdef int _claim_shares(self, object shares, Py_ssize_t n, double now, list claimed,
-                           list expired) except -1:
-        # queueplan.claim_in_shares, compiled: each queue up to its quota, then what is
-        # left, in the shares' order, from queues that did not run out.
-        cdef set emptied = set()
-        cdef Py_ssize_t want
-        for queue, quota in shares:
-            want = min(<Py_ssize_t>quota, n - len(claimed))
-            if want > 0 and self._claim_queue(queue, want, now, claimed, expired) < want:
-                emptied.add(queue)
-        for queue, _quota in shares:
-            want = n - len(claimed)
-            if want <= 0:
-                break
-            if queue not in emptied and self._claim_queue(queue, want, now, claimed,
-                                                          expired) < want:
-                emptied.add(queue)
-        return 0
 
     cdef int _settle_all(self, object outcomes, double now, object rng, list settled,
                          list taken) except -1:

@@ -382,12 +382,10 @@ def _with_dashboard(supervisor, db: str) -> int:
     ever copies a lock another thread holds. The pool's log lines (warnings: the
     dashboard shows the rest) go to the dashboard over a pipe and print above its
     frame; closing the pipe tells it the pool is done."""
+    from jobpool import dashboard
     from jobpool.forked import Forked
     read_end, write_end = os.pipe()
-    # The metrics port stays the pool's alone: the viewer closes its copy.
-    server = supervisor.metrics_server
-    viewer = Forked.start(_dashboard_main, server.fds() if server else [], db, read_end,
-                          os.getpid())
+    viewer = Forked.start(dashboard.run_beside_pool, db, read_end, os.getpid())
     supervisor.companions.add(viewer.pid)
     os.close(read_end)
     lines = os.fdopen(write_end, "w", buffering=1, encoding="utf-8", errors="replace")
@@ -405,13 +403,6 @@ def _with_dashboard(supervisor, db: str) -> int:
         except BrokenPipeError:
             pass  # it is gone already
         viewer.stop(5.0)
-
-
-def _dashboard_main(close_fds: list[int], db: str, read_end: int, pool_pid: int) -> None:
-    from jobpool import dashboard
-    for fd in close_fds:
-        os.close(fd)
-    dashboard.run_beside_pool(db, read_end, pool_pid)
 
 
 def _read_items(source: str, out: _Stdout) -> list:

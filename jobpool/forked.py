@@ -18,6 +18,20 @@ import traceback
 from typing import Any, Callable
 
 
+#: Sockets only the forking process may hold (a pool's metrics port and its clients):
+#: every child ``Forked.start`` makes closes them first, so no helper keeps a port
+#: bound or a client waiting after the supervisor let go of it.
+_parent_only: set[Any] = set()
+
+
+def parent_only(sock: Any, held: bool = True) -> None:
+    """Register (``held``) or forget a socket that forked children must not keep."""
+    if held:
+        _parent_only.add(sock)
+    else:
+        _parent_only.discard(sock)
+
+
 class Forked:
     """One forked child: its pid and a ``sentinel`` fd that is readable once it exits."""
 
@@ -50,6 +64,9 @@ class Forked:
             try:
                 if read_end >= 0:
                     os.close(read_end)
+                for sock in list(_parent_only):
+                    sock.close()  # the object's close: nothing closes its number twice
+                _parent_only.clear()
                 target(*args)
                 code = 0
             except BaseException:  # noqa: BLE001 - report, then leave with a status

@@ -143,6 +143,19 @@ class Random(Protocol):
     def random(self) -> float: ...
 
 
+#: How a settled attempt ended, by name (metrics' ``outcome`` label, ``drain``'s
+#: counts): a settle back to ``ready`` is named by the outcome kind that caused it.
+_READY_NAMES = {DEFER: "deferred", RESCHEDULE: "rescheduled", RELEASE: "released"}
+
+
+def settled_as(status: str, kind: int) -> str:
+    """``done``, ``retried``, ``deferred``, ``rescheduled``, ``released``, ``dead`` or
+    ``lease_lost``: what one settled attempt of this pool became."""
+    if status == "ready":
+        return _READY_NAMES.get(kind, "retried")
+    return status if status in ("done", "dead") else "lease_lost"
+
+
 def backoff(attempts: int, base: float, cap: float, u: float) -> float:
     """Delay before retry number ``attempts`` (R13).
 

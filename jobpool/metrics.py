@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from jobpool.errors import JobpoolError
+from jobpool.forked import parent_only
 
 #: Run and wait times, seconds: from 1 ms (a tiny job, an idle pool's wait) to an
 #: hour (imports run for minutes; a backlog waits for hours).
@@ -43,6 +44,11 @@ DEATH_CAUSES = ("crash", "timeout", "memory", "cancel")
 HEALTHY_WITHIN = 5.0
 #: A request's head larger than this is refused (nothing jobpool serves needs more).
 MAX_REQUEST_BYTES = 8192
+#: Connections served at once; more wait in the listen backlog, so a flood of them
+#: cannot take the descriptors a pool needs for its children's pipes.
+MAX_CLIENTS = 32
+#: After ``accept`` failed (out of descriptors), the listener rests this long, seconds.
+ACCEPT_REST = 1.0
 
 
 class PoolMetrics:
@@ -173,7 +179,10 @@ class MetricsServer:
         self.healthy = healthy
         self.monotonic = monotonic
         self.clients: dict[int, _Client] = {}
-        selector.register(listener, selectors.EVENT_READ, ("metrics", None, listener))
+        self._listening = False
+        self._rest_until = 0.0
+        parent_only(listener)
+        self._listen(True)
 
     @property
     def address(self) -> str:
@@ -185,9 +194,15 @@ class MetricsServer:
     def port(self) -> int:
         return self.listener.getsockname()[1]
 
-    def fds(self) -> list[int]:
-        """Descriptors a forked child closes."""
-        return [self.listener.fileno(), *self.clients]
+    def _listen(self, on: bool) -> None:
+        """Watch the listener for connections, or stop (at the client cap, or resting
+        after a failed accept, which would otherwise report it ready at every turn)."""
+        if on and not self._listening:
+            self.selector.register(self.listener, selectors.EVENT_READ,
+                                   ("metrics", None, self.listener))
+        elif not on and self._listening:
+            self.selector.unregister(self.listener)
+        self._listening = on
 
     def ready(self, sock: socket.socket) -> None:
         """The selector reported ``sock`` (the listener or a client) ready."""
@@ -203,7 +218,11 @@ class MetricsServer:
             self._receive(client)
 
     def expire(self) -> None:
-        """Drop clients past their time (called once a turn; cheap when there are none)."""
+        """Drop clients past their time, and listen again after a rest (called once a
+        turn; cheap when there is nothing to do)."""
+        if not self._listening and len(self.clients) < MAX_CLIENTS \
+                and self.monotonic() >= self._rest_until:
+            self._listen(True)
         if not self.clients:
             return
         now = self.monotonic()
@@ -213,18 +232,27 @@ class MetricsServer:
     def close(self) -> None:
         for client in list(self.clients.values()):
             self._close(client)
-        self.selector.unregister(self.listener)
+        self._listen(False)
+        parent_only(self.listener, held=False)
         self.listener.close()
 
     def _accept(self) -> None:
         for _ in range(16):  # a burst of scrapes: at most this many per turn
+            if len(self.clients) >= MAX_CLIENTS:
+                self._listen(False)  # the rest wait in the backlog until one closes
+                return
             try:
                 sock, _peer = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
-                return  # out of descriptors, a reset before accept: the client retries
+                # Out of descriptors (or a reset before accept): rest, as the listener
+                # would otherwise stay ready and turn the loop at full speed.
+                self._rest_until = self.monotonic() + ACCEPT_REST
+                self._listen(False)
+                return
             sock.setblocking(False)
+            parent_only(sock)
             client = _Client(sock, self.monotonic() + self.CLIENT_TIMEOUT)
             self.clients[sock.fileno()] = client
             self.selector.register(sock, selectors.EVENT_READ, ("metrics", None, sock))
@@ -290,4 +318,5 @@ class MetricsServer:
             self.selector.unregister(client.sock)
         except (KeyError, ValueError):
             pass
+        parent_only(client.sock, held=False)
         client.sock.close()

@@ -32,7 +32,7 @@ from typing import Any, Callable, NamedTuple
 from jobpool import events, jobs, procinfo, protocol, running
 from jobpool.child import run_attempt
 from jobpool.errors import JobpoolError, StoreError
-from jobpool.lifecycle import DEFER, FATAL, RELEASE, RESCHEDULE, Claimed, Outcome, Policy, Settled
+from jobpool.lifecycle import ERROR, FATAL, RELEASE, Claimed, Outcome, Policy, Settled, settled_as
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Claimer, Store
 from jobpool.store.records import ProgressReport
@@ -40,6 +40,12 @@ from jobpool.store.records import ProgressReport
 __all__ = ["drain", "Drained", "DrainError", "DrainLimitError", "SCHEDULED_WAIT_MAX"]
 
 log = logging.getLogger(__name__)
+
+#: The event each way a settled attempt ended is logged as (R30).
+_EVENTS = {"done": events.JOB_COMPLETED, "retried": events.JOB_RETRIED,
+           "deferred": events.JOB_DEFERRED, "rescheduled": events.JOB_RESCHEDULED,
+           "released": events.JOB_RELEASED, "dead": events.JOB_DEAD,
+           "lease_lost": events.JOB_LEASE_LOST}
 
 #: A store that dates claims by its own clock (PostgreSQL, R7a) cannot be told to
 #: claim a job before it is due: ``drain(run_scheduled=True)`` waits for such a
@@ -150,8 +156,10 @@ class _Drain:
         #: R38: paused queues are left alone, as every pool leaves them.
         self.plan = QueuePlan(served.queues)
         self.plan.set_paused(store.paused_queues())
-        #: Set when a job's body was interrupted (Ctrl-C reaches it here, not a child).
-        self.interrupted: KeyboardInterrupt | None = None
+        #: Set when the test run interrupted a job's body: Ctrl-C, or what a test
+        #: runner raises to stop a test (pytest-timeout's failure), which reach it
+        #: here rather than in a child.
+        self.interrupted: BaseException | None = None
 
     @property
     def drained(self) -> Drained:
@@ -232,7 +240,8 @@ class _Drain:
             running.current = previous
         if self.interrupted is not None:
             # R25: an interrupted attempt gives its lease back; the attempt stays spent.
-            kind, error, delay, result = RELEASE, "interrupted (KeyboardInterrupt)", None, None
+            kind, error, delay, result = (RELEASE, f"interrupted ({type(self.interrupted).__name__})",
+                                          None, None)
         return Outcome(job.job_id, job.attempt, kind, error, delay, result, pid=os.getpid(),
                        cpu_s=time.process_time() - cpu_before)
 
@@ -245,15 +254,19 @@ class _Drain:
                            soft_timeout=False, job=self._in_process(registered))
 
     def _in_process(self, job: jobs.Job) -> jobs.Job:
-        """The job as it runs here, with a Ctrl-C noted, since the child's way of
-        classifying outcomes counts it as the job's failure."""
+        """The job as it runs here, with an interruption of the test run noted (the
+        child's way of classifying outcomes counts it as the job's failure): Ctrl-C,
+        or any ``BaseException`` that is neither an error nor ``SystemExit`` (which
+        is a job's failure in a pool too)."""
         here = copy.copy(job)
         fn = job.fn
 
         def body(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
-            except KeyboardInterrupt as exc:
+            except (Exception, SystemExit, GeneratorExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - noted, then re-raised
                 self.interrupted = exc
                 raise
         here.fn = body
@@ -264,29 +277,15 @@ class _Drain:
         kinds = {(o.job_id, o.attempt): o.kind for o in outcomes}
         counts = self.counts
         for item in settled:
+            outcome = settled_as(item.status, kinds.get((item.job_id, item.attempt), ERROR))
+            if outcome in counts:  # a release or a lost lease is not counted (nor drained)
+                counts[outcome] += 1
             fields = dict(job_id=item.job_id, name=item.name, attempt=item.attempt)
-            if item.status == "done":
-                counts["done"] += 1
-                events.emit(events.JOB_COMPLETED, **fields)
-            elif item.status == "ready":
-                kind = kinds.get((item.job_id, item.attempt))
-                if kind == DEFER:
-                    counts["deferred"] += 1
-                    events.emit(events.JOB_DEFERRED, reason=item.reason, **fields)
-                elif kind == RESCHEDULE:
-                    counts["rescheduled"] += 1
-                    events.emit(events.JOB_RESCHEDULED, reason=item.reason, **fields)
-                elif kind == RELEASE:
-                    events.emit(events.JOB_RELEASED, reason=item.reason, **fields)
-                else:
-                    counts["retried"] += 1
-                    events.emit(events.JOB_RETRIED, reason=item.reason, **fields)
-            elif item.status == "dead":
-                counts["dead"] += 1
-                events.emit(events.JOB_DEAD, reason=item.reason, **fields)
+            if outcome not in ("done", "lease_lost"):
+                fields["reason"] = item.reason
+            events.emit(_EVENTS[outcome], **fields)
+            if outcome == "dead":
                 self._on_dead(item)
-            else:
-                events.emit(events.JOB_LEASE_LOST, **fields)
 
     def _on_dead(self, item: Settled) -> None:
         """R21: the job's hook, once: taken in the store first, as a pool takes it,

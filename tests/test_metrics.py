@@ -278,3 +278,53 @@ def test_a_pool_without_metrics_does_not_load_prometheus_client():
             "print([m for m in sys.modules if m.startswith('prometheus_client')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_forked_helpers_do_not_keep_the_pools_metrics_sockets():
+    # the checkpointer, on_dead hooks and the dashboard are forked after the port is
+    # bound: none may hold it (nor a client) after the pool lets go of it
+    from jobpool.forked import Forked, parent_only
+    held, other = socket.socketpair()
+    parent_only(held)
+
+    def check(fd: int) -> None:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return  # closed here: exit 0
+        raise SystemExit(3)
+    child = Forked.start(check, held.fileno())
+    code, _usage = child.reap()
+    assert code == 0
+    os.fstat(held.fileno())  # still the parent's
+    parent_only(held, held=False)
+    child = Forked.start(check, held.fileno())
+    assert child.reap()[0] == 1  # not registered: inherited as any fd is
+    held.close()
+    other.close()
+
+
+def test_at_most_max_clients_are_served_at_once_and_the_rest_wait():
+    selector = selectors.DefaultSelector()
+    listener = metrics.bind(metrics.parse_address(":0"), ":0")
+    server = metrics.MetricsServer(listener, selector, metrics.PoolMetrics().exposition,
+                                   lambda: True)
+
+    def pump():
+        for key, _mask in selector.select(0.01):
+            server.ready(key.data[2])
+        server.expire()
+    silent = []
+    for _ in range(metrics.MAX_CLIENTS):
+        silent.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        pump()  # accepted as they come (the listen backlog is small)
+    for _ in range(10):
+        pump()
+    assert len(server.clients) == metrics.MAX_CLIENTS
+    assert listener not in [k.fileobj for k in selector.get_map().values()]
+    silent.pop().close()  # one leaves: the next is served
+    assert _get(server.port, "/healthz", pump) == (200, "ok\n")
+    for sock in silent:
+        sock.close()
+    server.close()
+    selector.close()

@@ -1,4 +1,5 @@
-"""Real pools: ``jobpool start`` with forked children, driven as a user would."""
+"""Real pools: ``jobpool start`` with forked children, driven as a user would; the
+rules of a pool's life (retries, crashes, stops, a killed supervisor) on every store."""
 from __future__ import annotations
 
 import os
@@ -78,23 +79,23 @@ def side_effects(app) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def test_jobs_run_in_forked_children_and_finish_done(make_app):
-    app = make_app(APP)
+def test_jobs_run_in_forked_children_and_finish_done(make_any_app):
+    app = make_any_app(APP)
     store = app.store()
-    store.enqueue_many("t.echo", [(i,) for i in range(20)])
+    handles = store.enqueue_many("t.echo", [(i,) for i in range(20)])
     result = app.start("--procs", "2")
     assert sorted(map(int, side_effects(app))) == list(range(20))
     stats = store.stats()
     assert {k: stats[k] for k in ("ready", "scheduled", "running", "done", "dead")} == {
         "ready": 0, "scheduled": 0, "running": 0, "done": 20, "dead": 0}
     assert stats["supervisors"] == []  # the pool left the pools table as it stopped
-    pids = {r["pid"] for r in app.rows("SELECT pid FROM attempts")}
+    pids = {a["pid"] for h in handles for a in store.attempts(h.id)}
     assert len(pids) == 2 and os.getpid() not in pids
     assert "pool_started" in result.stderr
 
 
-def test_an_exception_is_retried_with_backoff_then_dead_naming_the_budget(make_app):
-    app = make_app(APP)
+def test_an_exception_is_retried_with_backoff_then_dead_naming_the_budget(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.flaky").id
     app.start("--procs", "1")
     job = app.store().get(job_id)
@@ -107,8 +108,8 @@ def test_an_exception_is_retried_with_backoff_then_dead_naming_the_budget(make_a
     assert log[2]["started_at"] - log[1]["ended_at"] >= 0.1 * 0.75
 
 
-def test_fatal_and_listed_fatal_types_are_dead_after_one_attempt(make_app):
-    app = make_app(APP)
+def test_fatal_and_listed_fatal_types_are_dead_after_one_attempt(make_any_app):
+    app = make_any_app(APP)
     a = app.store().enqueue("t.fatal").id
     b = app.store().enqueue("t.listed_fatal").id
     app.start("--procs", "2")
@@ -118,8 +119,8 @@ def test_fatal_and_listed_fatal_types_are_dead_after_one_attempt(make_app):
         assert job["last_error"].startswith(reason)
 
 
-def test_retry_after_overrides_the_backoff(make_app):
-    app = make_app(APP)
+def test_retry_after_overrides_the_backoff(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.retry_after").id
     app.start("--procs", "1")
     log = app.store().attempts(job_id)
@@ -128,8 +129,8 @@ def test_retry_after_overrides_the_backoff(make_app):
     assert "no attempts left after 2" in app.store().get(job_id)["last_error"]
 
 
-def test_a_child_killed_mid_job_is_replaced_and_the_job_rerun(make_app):
-    app = make_app(APP)
+def test_a_child_killed_mid_job_is_replaced_and_the_job_rerun(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.die_once", "marker").id
     app.store().enqueue_many("t.echo", [(i,) for i in range(5)])
     app.start("--procs", "1")
@@ -201,8 +202,8 @@ def test_two_supervisors_on_one_store_never_run_one_job_twice(make_app):
     assert len(owners) == 2  # both pools really took part
 
 
-def test_graceful_stop_releases_leases_of_jobs_still_running(make_app):
-    app = make_app(APP)
+def test_graceful_stop_releases_leases_of_jobs_still_running(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.wait_file", "held").id
     pool = app.spawn("--procs", "1", "--drain", "0.2")
     wait_for(lambda: (app.dir / "held.started").exists())
@@ -217,8 +218,8 @@ def test_graceful_stop_releases_leases_of_jobs_still_running(make_app):
     assert app.store().get(job_id)["status"] == "done"
 
 
-def test_graceful_stop_lets_a_running_job_finish_within_the_drain(make_app):
-    app = make_app(APP)
+def test_graceful_stop_lets_a_running_job_finish_within_the_drain(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.wait_file", "draining").id
     pool = app.spawn("--procs", "1", "--drain", "20")
     wait_for(lambda: (app.dir / "draining.started").exists())
@@ -230,8 +231,8 @@ def test_graceful_stop_lets_a_running_job_finish_within_the_drain(make_app):
     assert app.store().get(job_id)["status"] == "done"
 
 
-def test_a_second_sigint_stops_at_once_and_still_releases(make_app):
-    app = make_app(APP)
+def test_a_second_sigint_stops_at_once_and_still_releases(make_any_app):
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.wait_file", "twice").id
     pool = app.spawn("--procs", "1", "--drain", "60")
     wait_for(lambda: (app.dir / "twice.started").exists())
@@ -242,9 +243,9 @@ def test_a_second_sigint_stops_at_once_and_still_releases(make_app):
     assert app.store().get(job_id)["status"] == "ready"
 
 
-def test_a_new_supervisor_reclaims_a_killed_supervisors_leases_at_once(make_app):
+def test_a_new_supervisor_reclaims_a_killed_supervisors_leases_at_once(make_any_app):
     """R24/R24a: SIGKILL the supervisor; its child dies too; the next start re-runs at once."""
-    app = make_app(APP)
+    app = make_any_app(APP)
     job_id = app.store().enqueue("t.wait_file", "orphan").id
     pool = app.spawn("--procs", "1")
     wait_for(lambda: (app.dir / "orphan.started").exists())

@@ -288,6 +288,25 @@ def test_ctrl_c_in_a_job_stops_the_drain_and_gives_the_lease_back(store):
     assert watched.closed == 1
 
 
+class _RunnerStops(BaseException):
+    """What a test runner raises to stop a test (as pytest-timeout's failure)."""
+
+
+@jobpool.job(name="testing.runner_stops")
+def runner_stops():
+    raise _RunnerStops()
+
+
+def test_what_a_test_runner_raises_stops_the_drain_and_gives_the_lease_back(store):
+    job_id = store.enqueue("testing.runner_stops").id
+    store.enqueue("testing.record", 1)
+    with pytest.raises(_RunnerStops):
+        drain(store)
+    row = store.get(job_id)
+    assert (row["status"], row["attempts"]) == ("ready", 1)
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["released"]
+
+
 def test_max_jobs_must_be_positive(store):
     with pytest.raises(ValueError, match="max_jobs"):
         drain(store, max_jobs=0)

@@ -83,6 +83,8 @@ class PgClaimer:
         #: it was last measured (R7a).
         self._clock_offset = 0.0
         self._clock_read_at = -math.inf
+        #: The pool's clock minus the server's, at this turn (``Claimed.run_at``).
+        self._to_pool_clock = 0.0
         _ = self._connection()
 
     def _connection(self) -> Any:
@@ -132,8 +134,9 @@ class PgClaimer:
              shares: Sequence[Share] | None = None
              ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
         """Settle ``outcomes`` and claim up to ``n`` (shared among queues by ``shares``,
-        as in the SQLite core), in one transaction and two round trips: the settles
-        travel with the claim (pipeline mode), then the commit."""
+        as in the SQLite core), in one transaction: the settles travel with the first
+        claim (pipeline mode), then the commit; two round trips for one queue, one more
+        for each further queue a turn asks."""
         settled: list[Settled] = []
         claimed: list[Claimed] = []
         expired: list[Settled] = []
@@ -160,6 +163,9 @@ class PgClaimer:
                         continue
                     taken[outcome.job_id] = lease
                     sent.append(self._send_settle(conn, lease, outcome, server_now, rng))
+                # Claimed.run_at is handed over on the pool's clock (``now``), where
+                # the pool measures a job's wait; the row has it on the server's (R7a).
+                self._to_pool_clock = now - server_now
                 self._claim_all(conn, n, server_now, claimed, expiring, new_leases, shares)
             settled = [item if isinstance(item, Settled) else item.settled() for item in sent]
             expired = [item.settled() for item in expiring]
@@ -203,7 +209,8 @@ class PgClaimer:
                 continue
             leases[job_id] = lease
             claimed.append(Claimed(job_id, name, bytes(payload), serializer, attempt,
-                                   float(timeout), deadline, queue, run_at))
+                                   float(timeout), deadline, queue,
+                                   run_at + self._to_pool_clock))
         return len(found)
 
     def _send_settle(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,

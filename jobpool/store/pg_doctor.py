@@ -67,7 +67,8 @@ def check(url: str) -> PgReport:
         lines: list[str] = []
         problems: list[str] = []
         version = store.read("reading the schema version", pg_sql.READ_SCHEMA_VERSION)
-        lines.append(f"schema {target.schema}, version {version[0][0] if version else '?'}")
+        revision, floor = version[0] if version else (None, None)
+        lines.append(f"schema {target.schema}, version {revision or floor or '?'}")
         stats = store.stats()
         lines.append("jobs: " + ", ".join(f"{k} {stats[k]}" for k in
                                           ("ready", "scheduled", "running", "done", "dead")))

@@ -18,8 +18,14 @@ from __future__ import annotations
 
 from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
 
-#: The schema ``SCHEMA`` below creates (PostgreSQL counts its own versions).
+#: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
+#: kept under the key ``revision`` of ``jobpool_meta``.
 SCHEMA_VERSION = "2"
+#: Kept under the key ``schema``: the oldest revision whose code can still use a store
+#: of this revision. Every step so far only adds (tables, columns with defaults), so a
+#: release that reads revision 1 keeps working on the upgraded store during a rolling
+#: restart, and its check of ``schema`` (equal to "1") still passes.
+READABLE_FROM = "1"
 
 #: R7a: the server's clock, once per transaction (``now()`` is the transaction's start).
 SERVER_NOW = "SELECT extract(epoch FROM now())::float8"
@@ -227,9 +233,14 @@ SELECT table_name FROM information_schema.tables
  WHERE table_schema = %(schema)s AND table_name = ANY(%(names)s)
 """
 
-READ_SCHEMA_VERSION = "SELECT value FROM jobpool_meta WHERE key = 'schema'"
+#: The store's revision and the oldest revision that can use it (None: not written;
+#: a store made by revision 1 has no ``revision``: it is 1).
+READ_SCHEMA_VERSION = """
+SELECT (SELECT value FROM jobpool_meta WHERE key = 'revision'),
+       (SELECT value FROM jobpool_meta WHERE key = 'schema')
+"""
 WRITE_SCHEMA_VERSION = """
-INSERT INTO jobpool_meta (key, value) VALUES ('schema', %(version)s)
+INSERT INTO jobpool_meta (key, value) VALUES ('revision', %(version)s), ('schema', %(readable_from)s)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value
 """
 #: Whether this schema already holds a jobpool store (its marker table).

@@ -156,9 +156,14 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def ensure_schema(conn: Any, target: Target, *, create: bool) -> None:
-    """Create the store's schema and tables, or check the version of those there;
-    under an advisory lock, so hosts starting together create them once."""
+def ensure_schema(conn: Any, target: Target, *, create: bool, upgrade: bool) -> None:
+    """Create the store's schema and tables (``create``), bring an older revision up to
+    this one (``upgrade``), or check the revision of those there; under an advisory
+    lock, so hosts starting together create and migrate once.
+
+    A store of a newer revision is used as it is, as long as this code is at least
+    the oldest revision it says can use it (``READABLE_FROM``): newer revisions only
+    add what older code never names."""
     with conn.transaction():
         conn.execute(pg_sql.MIGRATION_LOCK, {"schema": target.schema})
         exists = conn.execute(pg_sql.HAS_META).fetchone()[0]
@@ -177,29 +182,39 @@ def ensure_schema(conn: Any, target: Target, *, create: bool) -> None:
                 pgsql.Identifier(target.schema)))
             for statement in pg_sql.SCHEMA:
                 conn.execute(statement)
-            conn.execute(pg_sql.WRITE_SCHEMA_VERSION, {"version": pg_sql.SCHEMA_VERSION})
+            _write_revision(conn)
             return
-        row = conn.execute(pg_sql.READ_SCHEMA_VERSION).fetchone()
+        revision_text, floor_text = conn.execute(pg_sql.READ_SCHEMA_VERSION).fetchone()
         try:
-            version = int(row[0])
+            floor = int(floor_text)
+            revision = int(revision_text) if revision_text is not None else floor
         except (TypeError, ValueError):
             raise NotAStoreError(f"schema {target.schema} at {target.shown} has a jobpool_meta "
                                  f"table without a schema version: not a jobpool store") from None
         current = int(pg_sql.SCHEMA_VERSION)
-        if version == current:
-            return
-        if version > current or not create:
-            newer = version > current
+        if floor > current:
             raise NotAStoreError(
                 f"schema {target.schema} at {target.shown} holds a jobpool store of schema "
-                f"version {version}; this jobpool reads version {current}"
-                + ("" if newer else ": jobpool start, jobpool enqueue or connect() upgrades it"))
+                f"version {revision}, which needs at least version {floor}; this jobpool "
+                f"reads version {current}: upgrade jobpool")
+        if revision >= current:
+            return
+        if not upgrade:
+            raise NotAStoreError(
+                f"schema {target.schema} at {target.shown} holds a jobpool store of schema "
+                f"version {revision}; this jobpool reads version {current}: jobpool start, "
+                f"jobpool enqueue or connect() upgrades it")
         log.warning("upgrading the store in schema %s at %s from jobpool schema %d to %d",
-                    target.schema, target.shown, version, current)
-        for step in range(version + 1, current + 1):
+                    target.schema, target.shown, revision, current)
+        for step in range(revision + 1, current + 1):
             for statement in pg_sql.STEPS[step]:
                 conn.execute(statement)
-        conn.execute(pg_sql.WRITE_SCHEMA_VERSION, {"version": pg_sql.SCHEMA_VERSION})
+        _write_revision(conn)
+
+
+def _write_revision(conn: Any) -> None:
+    conn.execute(pg_sql.WRITE_SCHEMA_VERSION, {"version": pg_sql.SCHEMA_VERSION,
+                                               "readable_from": pg_sql.READABLE_FROM})
 
 
 class PostgresStore:
@@ -212,6 +227,8 @@ class PostgresStore:
         self.path = self.target.shown
         self.max_payload = max_payload
         self._create = create and not readonly
+        #: Every store that may write brings an older schema up to date (as SQLite's).
+        self._upgrade = not readonly
         self._conn: Any = None
         self._pid = 0
         _ = self.conn  # connect now, so a bad URL is reported at connect()
@@ -224,7 +241,7 @@ class PostgresStore:
         if self._conn is None or self._pid != os.getpid() or self._conn.closed:
             conn = open_connection(self.target)
             try:
-                ensure_schema(conn, self.target, create=self._create)
+                ensure_schema(conn, self.target, create=self._create, upgrade=self._upgrade)
             except psycopg.Error as exc:
                 conn.close()
                 raise StoreError(f"opening the store at {self.path} failed: "

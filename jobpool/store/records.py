@@ -78,4 +78,4 @@ class DashboardRows(NamedTuple):
     #: (queue, name, count) of ready jobs, only when some pool is live.
     ready_by_name: list[tuple]
     #: R38: the paused queues.
-    paused: list[str] = []
+    paused: tuple[str, ...] | list[str] = ()

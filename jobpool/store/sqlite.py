@@ -744,3 +744,11 @@ def default_store() -> SQLiteStore:
     if store is None:
         store = _default[key] = connect(path)
     return store
+
+
+def close_default_store() -> None:
+    """Close and forget the default store of the current ``$JOBPOOL_DB`` (the pytest
+    plugin's fixture, at the end of each test); the next use opens it again."""
+    store = _default.pop((os.getpid(), os.path.abspath(resolve_path(None))), None)
+    if store is not None:
+        store.close()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from jobpool import core, events, jobs, procinfo, proctree
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
-from jobpool.lifecycle import Settled
+from jobpool.lifecycle import Settled, settled_as
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.sqlite import CLAIM_BUSY_TIMEOUT, connect
@@ -48,13 +48,6 @@ _READY_BY_KIND = {core.DEFER: (events.JOB_DEFERRED, "deferred"),
                   core.RELEASE: (events.JOB_RELEASED, "released")}
 
 
-def _metric_outcome(status: str, kind: int) -> str:
-    """The ``outcome`` label of ``jobpool_jobs_total`` for one settled attempt."""
-    if status == "ready":
-        return _READY_BY_KIND.get(kind, (None, "retried"))[1]
-    return {"done": "done", "dead": "dead"}.get(status, "lease_lost")
-
-
 class Supervisor:
     """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
 
@@ -62,6 +55,22 @@ class Supervisor:
                  rng: random.Random | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         config.validate()
+        listener = None
+        if config.metrics:
+            # prometheus_client loads only for --metrics (its import is a tenth of a
+            # second); the port is bound first, so one in use is a one-line error
+            # before the store is opened or a child exists.
+            from jobpool import metrics
+            listener = metrics.bind(metrics.parse_address(config.metrics), config.metrics)
+        try:
+            self._setup(config, store, rng, clock, listener)
+        except BaseException:
+            if listener is not None:
+                listener.close()
+            raise
+
+    def _setup(self, config: PoolConfig, store: Store | None, rng: random.Random | None,
+               clock: Callable[[], float], listener: Any) -> None:
         self.config = config
         #: Where "now" comes from (STYLE habit 4): the time every lease, run_at,
         #: deadline and heartbeat this pool writes is read from it, so a test can
@@ -102,10 +111,9 @@ class Supervisor:
         self.rng = rng or random.Random()
         self._selector = selectors.DefaultSelector()
         #: --metrics: the pool's series, served from this loop (no thread: it forks).
-        #: prometheus_client loads only then (its import is a tenth of a second).
         self.metrics_server: MetricsServer | None = None
         pool_metrics = None
-        if config.metrics:
+        if listener is not None:
             from jobpool import metrics
             pool_metrics = metrics.PoolMetrics()
         self.state = PoolState(pool_metrics)
@@ -119,10 +127,7 @@ class Supervisor:
                            write_final_progress=self.operations.write_final_progress)
         self.operations.slots = self.slots
         if pool_metrics is not None:
-            assert config.metrics is not None
-            from jobpool import metrics
-            # Bound now: a port in use is a one-line error before any child exists.
-            listener = metrics.bind(metrics.parse_address(config.metrics), config.metrics)
+            assert listener is not None
             pool_metrics.slot_counts = self._slot_counts
             self.metrics_server = metrics.MetricsServer(listener, self._selector,
                                                         pool_metrics.exposition, self._healthy)
@@ -306,15 +311,16 @@ class Supervisor:
     def _own_fds(self) -> list[int]:
         """The loop's descriptors, which a forked child closes (R6)."""
         socks = (self._signal_r, self._signal_w, self._listener.sock if self._listener else None)
-        fds = [sock.fileno() for sock in socks if sock is not None]
-        if self.metrics_server is not None:
-            fds += self.metrics_server.fds()
-        return fds
+        # The metrics sockets are closed by every Forked child itself (forked.parent_only).
+        return [sock.fileno() for sock in socks if sock is not None]
 
     def _healthy(self) -> bool:
-        """/healthz: the loop has turned lately (a stuck loop answers nothing at all)."""
+        """/healthz: the loop has turned lately. An idle loop waits up to a poll
+        interval in ``select``; a store outage is no reason to restart a pool (R26
+        pauses it), so it does not count."""
         from jobpool.metrics import HEALTHY_WITHIN
-        return time.monotonic() - self._last_turn <= HEALTHY_WITHIN
+        within = max(HEALTHY_WITHIN, 2 * self.config.poll_interval)
+        return time.monotonic() - self._last_turn <= within
 
     def _slot_counts(self) -> tuple[int, int]:
         busy = self.slots.busy_count()
@@ -398,8 +404,7 @@ class Supervisor:
             if series is not None and ran is not None:
                 # An attempt this pool ran, counted once (reclaimed rows were another
                 # pool's; rows retired at claim past their deadline never ran).
-                series.settled(name, ran.queue, _metric_outcome(status, ran.outcome.kind),
-                               duration)
+                series.settled(name, ran.queue, settled_as(status, ran.outcome.kind), duration)
             if status == "done":
                 counters["completed"] += 1
                 events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt,
@@ -437,11 +442,12 @@ class Supervisor:
             limit = self.config.max_jobs
             if limit is not None:
                 want = max(0, min(want, limit - self.counters["claimed"]))
-        # R38: with every queue paused there is nothing to claim (as if a claim found none).
+        # R38: with every queue paused there is nothing to claim (as if a claim found none);
+        # R24b, R38: nor before a heartbeat registered the pool and read the pauses.
         all_paused = want > 0 and not self.plan.active
-        if all_paused:
+        if want and (all_paused or not self.operations.registered):
             want = 0
-            state.want_claim = False
+            state.want_claim = False  # the heartbeat that registers it asks again
         if (not state.pending and not want) or now < self._store_pause_until:
             return all_paused and now >= self._store_pause_until
         pending = state.pending

@@ -111,6 +111,8 @@ class Operations:
             killed = slots.release_all(now, "this pool was judged dead by another; its "
                                             "lease was taken back")
             events.emit(events.POOL_JUDGED_DEAD, owner=self.owner, jobs_killed=killed)
+        if not self._registered:
+            self.state.want_claim = True  # the claims held back until now (R24b, R38)
         self._registered = True
         self._beating_since = self._beating_since or now
         self._obey_pauses(requests.paused)
@@ -140,6 +142,11 @@ class Operations:
             events.emit(events.QUEUE_RESUMED, queue=queue)
         if resumed:
             self.state.want_claim = True
+
+    @property
+    def registered(self) -> bool:
+        """Whether a heartbeat has written this pool's row (and read the pauses)."""
+        return self._registered
 
     def write_final_progress(self, reports: list[ProgressReport]) -> None:
         """A failed attempt's last report, written before its settle (R22). Best
