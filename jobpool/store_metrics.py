@@ -31,10 +31,12 @@ MIN_EVERY = 15.0
 
 
 class _QueueGauges(Collector):
-    """Turns the last ``QueueMetrics`` read into the two gauge families."""
+    """Turns the last ``QueueMetrics`` read into gauge families."""
 
     def __init__(self) -> None:
         self.read: QueueMetrics | None = None
+        #: Whether the last read of the store worked.
+        self.store_answers = True
 
     def collect(self) -> Iterator[Metric]:
         jobs = GaugeMetricFamily("jobpool_queue_jobs", "Jobs in the store by queue and status",
@@ -42,6 +44,11 @@ class _QueueGauges(Collector):
         oldest = GaugeMetricFamily("jobpool_queue_oldest_ready_seconds",
                                    "How long the oldest due ready job of a queue has waited",
                                    labels=("queue",))
+        paused = GaugeMetricFamily("jobpool_queue_paused", "1 while no pool claims from a queue",
+                                   labels=("queue",))
+        up = GaugeMetricFamily("jobpool_store_up", "1 if the last read of the store worked "
+                               "(0: the values shown are from the last read that did)",
+                               value=1 if self.store_answers else 0)
         read = self.read
         if read is not None:
             by_queue: dict[str, dict[str, int]] = {}
@@ -58,8 +65,12 @@ class _QueueGauges(Collector):
                     jobs.add_metric((queue, status), by_queue[queue][status])
                 since = due.get(queue)
                 oldest.add_metric((queue,), max(0.0, read.now - since) if since is not None else 0.0)
+            for queue in sorted(set(by_queue) | set(read.paused)):
+                paused.add_metric((queue,), 1 if queue in read.paused else 0)
         yield jobs
         yield oldest
+        yield paused
+        yield up
 
 
 class StoreGauges:
@@ -76,8 +87,6 @@ class StoreGauges:
         self._gauges = _QueueGauges()
         self.registry.register(self._gauges)
         self._read_at = -float("inf")
-        #: Whether the last read of the store worked (``/healthz``).
-        self.store_answers = True
 
     def refresh(self) -> None:
         """Read the store now; StoreError if it does not answer."""
@@ -85,9 +94,14 @@ class StoreGauges:
         try:
             self._gauges.read = self.store.queue_metrics(self.clock())
         except StoreError:
-            self.store_answers = False
+            self._gauges.store_answers = False
             raise
-        self.store_answers = True
+        self._gauges.store_answers = True
+
+    @property
+    def store_answers(self) -> bool:
+        """Whether the last read of the store worked (``/healthz``, ``jobpool_store_up``)."""
+        return self._gauges.store_answers
 
     def exposition(self) -> bytes:
         """A scrape: the gauges, read afresh only when the last read is ``every`` old

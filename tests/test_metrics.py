@@ -222,6 +222,11 @@ def test_jobpool_metrics_prints_the_queue_gauges_once(any_store, store_url):
     oldest = {dict(lbls)["queue"]: v for (n, lbls), v in seen.items()
               if n == "jobpool_queue_oldest_ready_seconds"}
     assert set(oldest) == {"default", "reports"} and 0 <= oldest["reports"] < 60
+    assert total(seen, "jobpool_queue_paused", queue="reports") == 0
+    assert total(seen, "jobpool_store_up") == 1
+    store.pause("reports")
+    seen = samples(_cli("metrics", "--db", store_url).stdout)
+    assert total(seen, "jobpool_queue_paused", queue="reports") == 1
 
 
 def test_oldest_ready_counts_from_when_the_job_became_due(tmp_path):
@@ -328,3 +333,55 @@ def test_at_most_max_clients_are_served_at_once_and_the_rest_wait():
         sock.close()
     server.close()
     selector.close()
+
+
+def test_jobpool_start_metrics_serves_while_the_pool_runs(make_app):
+    # through the CLI, as an operator runs it: the pool_started event names the port
+    import json as _json
+    app = make_app("from jobpool import job\n\n@job(name='t.x')\ndef x(n):\n    return n\n")
+    app.store().enqueue_many("t.x", [(i,) for i in range(3)])
+    pool = app.spawn("--procs", "1", "--metrics", "127.0.0.1:0", "--log-format", "json")
+    try:
+        address = None
+        for line in pool.stderr:
+            event = _json.loads(line)
+            if event["event"] == "pool_started":
+                address = event["metrics"]
+                break
+        assert address and address.startswith("127.0.0.1:")
+        deadline = time.monotonic() + 20
+        while True:
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+                seen = samples(reply.read().decode())
+            if total(seen, "jobpool_jobs_total", outcome="done") == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert total(seen, "jobpool_jobs_total", name="t.x", queue="default", outcome="done") == 3
+        assert total(seen, "jobpool_slots", state="idle") == 1
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=10) as reply:
+            assert reply.status == 200
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        assert pool.wait(timeout=20) == 0
+
+
+def test_the_exporter_keeps_its_last_values_and_says_when_the_store_stops_answering(tmp_path):
+    from jobpool.errors import StoreError
+    from jobpool.store_metrics import StoreGauges
+    store = jobpool.connect(tmp_path / "jobpool.db")
+    store.enqueue("metrics.ok", 1)
+    ticks = [0.0]
+    gauges = StoreGauges(store, every=15.0, monotonic=lambda: ticks[0])
+    assert total(samples(gauges.exposition().decode()), "jobpool_queue_jobs",
+                 status="ready") == 1
+    store.close()
+
+    def fails(now):
+        raise StoreError("the disk went away")
+    gauges.store.queue_metrics = fails  # type: ignore[method-assign]
+    ticks[0] = 14.0
+    assert gauges.store_answers  # not read again within 15 s
+    ticks[0] = 15.0
+    seen = samples(gauges.exposition().decode())
+    assert total(seen, "jobpool_store_up") == 0 and not gauges.store_answers
+    assert total(seen, "jobpool_queue_jobs", status="ready") == 1  # the last good read

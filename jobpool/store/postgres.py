@@ -509,7 +509,8 @@ class PostgresStore:
             server_now = self.server_now(conn)
             counts = conn.execute(pg_sql.QUEUE_COUNTS, {"now": server_now}).fetchall()
             oldest = conn.execute(pg_sql.OLDEST_DUE, {"now": server_now}).fetchall()
-            return QueueMetrics(now=server_now, counts=counts, oldest_due=oldest)
+            paused = [row[0] for row in conn.execute(pg_sql.PAUSED_QUEUES)]
+            return QueueMetrics(now=server_now, counts=counts, oldest_due=oldest, paused=paused)
         return self.transaction("reading queue metrics", read)
 
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:

@@ -58,6 +58,8 @@ class QueueMetrics(NamedTuple):
     counts: list[tuple]
     #: (queue, run_at of its oldest due ready job).
     oldest_due: list[tuple]
+    #: R38: the paused queues.
+    paused: list[str]
 
 
 class DashboardRows(NamedTuple):

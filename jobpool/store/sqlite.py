@@ -530,11 +530,12 @@ class SQLiteStore:
             try:
                 counts = conn.execute(sql.QUEUE_COUNTS, {"now": now}).fetchall()
                 oldest = conn.execute(sql.OLDEST_DUE, {"now": now}).fetchall()
+                paused = [row[0] for row in conn.execute(sql.PAUSED_QUEUES)]
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StoreError(f"reading queue metrics failed: {exc}") from exc
-        return QueueMetrics(now=now, counts=counts, oldest_due=oldest)
+        return QueueMetrics(now=now, counts=counts, oldest_due=oldest, paused=paused)
 
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
         """Ready jobs that no running pool serves (``liveness.unserved``): a name no
