@@ -26,7 +26,7 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, 
                                decide)
 from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, rows
-from jobpool.store.postgres import Target, _first_line, open_connection
+from jobpool.store.postgres import Target, _first_line, open_connection, scope
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class PgClaimer:
         try:
             conn = self._connection()
             with conn.transaction():
+                scope(conn, self.target)
                 return fn(conn, self._server_now(conn))
         except psycopg.Error as exc:
             raise self._failed(what, exc) from exc
@@ -151,6 +152,7 @@ class PgClaimer:
             conn = self._connection()
             server_now = self._server_now(conn)
             with conn.pipeline(), conn.transaction():
+                scope(conn, self.target)  # behind a pooler: sent with the rest, no round trip
                 if self._in_doubt:
                     released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
                         "owner": self.owner, "held": list(self._inflight)})

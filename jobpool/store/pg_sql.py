@@ -27,6 +27,17 @@ SCHEMA_VERSION = "2"
 #: restart, and its check of ``schema`` (equal to "1") still passes.
 READABLE_FROM = "1"
 
+#: Behind a transaction-mode pooler (``?pooler=transaction``) a session belongs to no
+#: client, and PgBouncer refuses the startup ``options`` that set them for a session:
+#: each transaction sets the store's schema and R26's limits for itself, first.
+SET_LOCAL_SESSION = """
+SELECT set_config('search_path', %(schema)s, true),
+       set_config('statement_timeout', %(statement_timeout)s, true),
+       set_config('lock_timeout', %(lock_timeout)s, true),
+       set_config('idle_in_transaction_session_timeout',
+                  %(idle_in_transaction_session_timeout)s, true)
+"""
+
 #: R7a: the server's clock, once per transaction (``now()`` is the transaction's start).
 SERVER_NOW = "SELECT extract(epoch FROM now())::float8"
 

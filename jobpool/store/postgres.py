@@ -135,21 +135,34 @@ def _require_psycopg() -> None:
 
 
 def open_connection(target: Target, *, application: str = "jobpool") -> Any:
-    """A new autocommit connection whose search_path is the store's schema."""
+    """A new autocommit connection whose search_path is the store's schema (behind a
+    transaction-mode pooler: each transaction sets it, see ``scope``)."""
     _require_psycopg()
     options = " ".join(f"-c {k}={v}" for k, v in SESSION_OPTIONS.items())
     options += f" -c search_path={target.schema}"
     user_options = dict(parse_qsl(urlsplit(target.conninfo).query)).get("options")
-    if user_options:
+    if target.pooler:
+        options = user_options or ""  # PgBouncer refuses startup options it does not know
+    elif user_options:
         options = f"{user_options} {options}"  # the URL's own settings, then ours
+    extra: dict[str, Any] = {"options": options} if options else {}
     try:
-        return psycopg.connect(target.conninfo, autocommit=True, options=options,
+        return psycopg.connect(target.conninfo, autocommit=True, **extra,
                                application_name=application,
                                prepare_threshold=None if target.pooler else 5, **KEEPALIVES)
     except psycopg.Error as exc:
         # Not chained: libpq's message may quote the URL, password and all.
         raise StoreError(f"cannot connect to {target.shown}: "
                          f"{target.scrub(_first_line(exc))}") from None
+
+
+def scope(conn: Any, target: Target) -> None:
+    """The first statement of every transaction behind a transaction-mode pooler: the
+    store's schema and R26's limits, for this transaction alone (elsewhere the
+    connection's own options set them once)."""
+    if target.pooler:
+        conn.execute(pg_sql.SET_LOCAL_SESSION,
+                     dict({k: str(v) for k, v in SESSION_OPTIONS.items()}, schema=target.schema))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -165,6 +178,7 @@ def ensure_schema(conn: Any, target: Target, *, create: bool, upgrade: bool) -> 
     the oldest revision it says can use it (``READABLE_FROM``): newer revisions only
     add what older code never names."""
     with conn.transaction():
+        scope(conn, target)
         conn.execute(pg_sql.MIGRATION_LOCK, {"schema": target.schema})
         exists = conn.execute(pg_sql.HAS_META).fetchone()[0]
         if not exists:
@@ -269,12 +283,16 @@ class PostgresStore:
         try:
             conn = self.conn
             with conn.transaction():
+                scope(conn, self.target)
                 return fn(conn)
         except psycopg.Error as exc:
             self._drop_if_broken()
             raise StoreError(f"{what} failed: {self.target.scrub(_first_line(exc))}") from exc
 
     def read(self, what: str, query: str, params: Any = None) -> list[tuple]:
+        if self.target.pooler:
+            # A statement alone is a transaction of its own: it needs its schema set.
+            return self.transaction(what, lambda conn: conn.execute(query, params).fetchall())
         try:
             return self.conn.execute(query, params).fetchall()
         except psycopg.Error as exc:
@@ -593,6 +611,7 @@ class PostgresStore:
         try:
             conn = self.conn
             with conn.transaction(force_rollback=True):
+                scope(conn, self.target)
                 conn.execute(pg_sql.PROBE_WRITE)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ReadOnlyStoreError(f"{self.path} cannot be written by this role: "

@@ -408,3 +408,23 @@ def test_a_turn_claims_by_shares_and_gives_an_empty_queues_share_away(any_store,
     # "low" has nothing left: its quota goes to "high" in the same turn
     assert turn(4, (Share("low", 3), Share("high", 1))) == ["high"] * 3
     assert turn(2, ()) == []  # every queue paused
+
+
+def test_a_turn_settles_several_successes_together_each_fenced(any_store, claimers):
+    # R8, R12, R19a: one turn with four successes (one a chain's first step) and an
+    # attempt this pool no longer holds: each is settled (or lost) as alone
+    from jobpool.handles import Signature
+    chained = any_store.enqueue_with("c.job", args=(0,), then=Signature("c.next", (9,), {})).id
+    others = [any_store.enqueue("c.job", n).id for n in range(1, 4)]
+    c = claimers(any_store)
+    jobs = claim(c, 4)
+    assert sorted(j.job_id for j in jobs) == sorted([chained, *others])
+    stale = Outcome(jobs[0].job_id, jobs[0].attempt + 1, DONE)  # an attempt it never had
+    outcomes = [Outcome(j.job_id, j.attempt, DONE, result='"ok"') for j in jobs] + [stale]
+    settled, _claimed, _expired = c.turn(outcomes, 0, time.time(), random.Random(1))
+    assert [s.status for s in settled] == ["done"] * 4 + ["lost"]
+    for job_id in (chained, *others):
+        assert any_store.get(job_id)["status"] == "done"
+        assert [a["outcome"] for a in any_store.attempts(job_id)] == ["done"]
+    (step,) = any_store.list_jobs(name="c.next")
+    assert (step["status"], step["chain_root"]) == ("ready", chained)
