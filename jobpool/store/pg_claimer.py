@@ -40,6 +40,37 @@ except ImportError:  # pragma: no cover - PostgresStore refused to open first
 CLOCK_EVERY = 60.0
 
 
+class SentGroup:
+    """One statement that settled several attempts (``pg_sql.SETTLE_DONE_MANY``): the
+    ids it returns are those whose fence held, read once after the commit."""
+
+    __slots__ = ("cursor", "_held")
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+        self._held: set[int] | None = None
+
+    def held(self, job_id: int) -> bool:
+        if self._held is None:
+            self._held = {row[0] for row in self.cursor.fetchall()}
+        return job_id in self._held
+
+
+class GroupedSettle(NamedTuple):
+    """One attempt of a ``SentGroup``."""
+
+    lease: Lease
+    decision: Decision
+    group: SentGroup
+
+    def settled(self) -> Settled:
+        lease = self.lease
+        if not self.group.held(lease.job_id):
+            return Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost")
+        return Settled(lease.job_id, lease.name, lease.attempt, self.decision.status,
+                       self.decision.reason)
+
+
 class SentSettle(NamedTuple):
     """A settle sent to the server, its answer read after the transaction commits."""
 
@@ -145,7 +176,7 @@ class PgClaimer:
             return settled, claimed, expired
         taken: dict[int, Lease] = {}
         new_leases: dict[int, Lease] = {}
-        sent: list[SentSettle | Settled] = []
+        sent: list[SentSettle | GroupedSettle | Settled] = []
         expiring: list[SentSettle] = []
         released: Any = None
         try:
@@ -156,15 +187,17 @@ class PgClaimer:
                 if self._in_doubt:
                     released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
                         "owner": self.owner, "held": list(self._inflight)})
+                decided: list[tuple[Lease, Decision, dict] | Settled] = []
                 for outcome in outcomes:
                     lease = self._inflight.get(outcome.job_id)
                     if lease is None or lease.attempt != outcome.attempt:
-                        sent.append(Settled(outcome.job_id, lease.name if lease else "",
-                                            outcome.attempt, "lost",
-                                            "not leased by this supervisor"))
+                        decided.append(Settled(outcome.job_id, lease.name if lease else "",
+                                               outcome.attempt, "lost",
+                                               "not leased by this supervisor"))
                         continue
                     taken[outcome.job_id] = lease
-                    sent.append(self._send_settle(conn, lease, outcome, server_now, rng))
+                    decided.append((lease, *self._decide(conn, lease, outcome, server_now, rng)))
+                sent = self._send_settles(conn, decided, server_now)
                 # Claimed.run_at is handed over on the pool's clock (``now``), where
                 # the pool measures a job's wait; the row has it on the server's (R7a).
                 self._to_pool_clock = now - server_now
@@ -220,6 +253,46 @@ class PgClaimer:
         """Apply ``lifecycle.decide`` to one attempt and send its statement: the fenced
         change (for a finished job: the row's move, a chain's next step) and its line
         in the attempt log (R19a), as one statement whose answer is read later."""
+        decision, params = self._decide(conn, lease, outcome, now, rng, log_as, owner)
+        return SentSettle(lease, decision, conn.execute(pg_sql.SETTLE[decision.statement], params))
+
+    def _send_settles(self, conn: Any, decided: list[tuple[Lease, Decision, dict] | Settled],
+                      now: float) -> list["SentSettle | GroupedSettle | Settled"]:
+        """Send a turn's settles, answers in the order of its outcomes: its successes as
+        one statement (``pg_sql.SETTLE_DONE_MANY``) when there are several, since the
+        move of a finished row is most of what a settle costs the server, and the
+        others one statement each."""
+        successes = [item for item in decided
+                     if not isinstance(item, Settled) and item[1].statement == "done"]
+        group = self._send_successes(conn, successes, now) if len(successes) > 1 else None
+        sent: list[SentSettle | GroupedSettle | Settled] = []
+        for item in decided:
+            if isinstance(item, Settled):
+                sent.append(item)
+                continue
+            lease, decision, params = item
+            if group is not None and decision.statement == "done":
+                sent.append(GroupedSettle(lease, decision, group))
+            else:
+                sent.append(SentSettle(lease, decision, conn.execute(
+                    pg_sql.SETTLE[decision.statement], params)))
+        return sent
+
+    def _send_successes(self, conn: Any, successes: list[tuple[Lease, Decision, dict]],
+                        now: float) -> "SentGroup":
+        column = {name: [params[key] for _lease, _decision, params in successes]
+                  for name, key in (("ids", "id"), ("attempts", "attempt"), ("results", "result"),
+                                    ("pids", "pid"), ("began", "started_at"),
+                                    ("outcomes", "outcome"), ("log_errors", "log_error"),
+                                    ("exit_statuses", "exit_status"),
+                                    ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
+                                    ("strays", "strays"))}
+        return SentGroup(conn.execute(pg_sql.SETTLE_DONE_MANY,
+                                      dict(column, owner=self.owner, now=now)))
+
+    def _decide(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,
+                log_as: str | None = None, owner: str | None = None) -> tuple[Decision, dict]:
+        """``lifecycle.decide`` for one attempt, and the parameters of its settle."""
         policy = self.policies.get(lease.name, DEFAULT_POLICY)
         decision = decide(lease, outcome, policy, now, rng,
                           lambda job_id: self._crash_causes(conn, job_id))
@@ -229,7 +302,7 @@ class PgClaimer:
         params = dict(logged, log_error=logged["error"], error=decision.reason,
                       result=result.encode() if isinstance(result, str) else result,
                       crashes=decision.crashes, run_at=now + decision.delay)
-        return SentSettle(lease, decision, conn.execute(pg_sql.SETTLE[decision.statement], params))
+        return decision, params
 
     @staticmethod
     def _crash_causes(conn: Any, job_id: int) -> list[str]:

@@ -407,6 +407,46 @@ successor AS (
       FROM moved WHERE chain IS NOT NULL)
 """)
 
+#: The successes of one turn, when it has several, as one statement: the arrays are
+#: unnested side by side, one row per attempt, and each step of ``SETTLE_DONE`` is
+#: applied to all of them (the fence per row; the rows whose fence held are the ids
+#: it returns).
+SETTLE_DONE_MANY = f"""
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::bytea[],
+                         %(pids)s::integer[], %(began)s::float8[], %(outcomes)s::text[],
+                         %(log_errors)s::text[], %(exit_statuses)s::text[],
+                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[])
+        AS i(id, attempt, new_result, pid, began, outcome, log_error, exit_status, peak_rss,
+             cpu_s, strays)),
+moved AS (
+    DELETE FROM jobs AS j USING input AS i
+     WHERE j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt
+       AND j.status = 'running'
+ RETURNING j.*),
+settled AS (
+    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
+                               finished_at)
+    SELECT {_MOVED}, 'done', crashes, last_error, 100, new_result, %(now)s
+      FROM moved JOIN input USING (id)
+    RETURNING id),
+successor AS (
+    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root)
+    SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
+           convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
+           (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
+           (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
+           %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END,
+           COALESCE(chain_root, id)
+      FROM moved WHERE chain IS NOT NULL)
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
+                      exit_status, peak_rss, cpu_s, strays)
+SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_status, peak_rss,
+       cpu_s, strays
+  FROM input JOIN settled USING (id)
+RETURNING job_id
+"""
+
 #: R10/R15/R16/R19a/R31: dead, with the reason; moved to ``finished_jobs``.
 SETTLE_DEAD = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
 settled AS (
