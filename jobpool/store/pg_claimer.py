@@ -41,7 +41,7 @@ CLOCK_EVERY = 60.0
 
 
 class SentGroup:
-    """One statement that settled several attempts (``pg_sql.SETTLE_DONE_MANY``): the
+    """One statement that settled several attempts (``pg_sql.SETTLE_MANY``): the
     ids it returns are those whose fence held, read once after the commit."""
 
     __slots__ = ("cursor", "_held")
@@ -258,36 +258,42 @@ class PgClaimer:
 
     def _send_settles(self, conn: Any, decided: list[tuple[Lease, Decision, dict] | Settled],
                       now: float) -> list["SentSettle | GroupedSettle | Settled"]:
-        """Send a turn's settles, answers in the order of its outcomes: its successes as
-        one statement (``pg_sql.SETTLE_DONE_MANY``) when there are several, since the
-        move of a finished row is most of what a settle costs the server, and the
-        others one statement each."""
-        successes = [item for item in decided
-                     if not isinstance(item, Settled) and item[1].statement == "done"]
-        group = self._send_successes(conn, successes, now) if len(successes) > 1 else None
+        """Send a turn's settles, answers in the order of its outcomes: the outcomes of
+        one kind as one statement (``pg_sql.SETTLE_MANY``) when the turn has several of
+        it, since the statement's round of planning and locking is most of what a
+        settle costs the server; a kind seen once as its single statement."""
+        kinds: dict[str, list[tuple[Lease, Decision, dict]]] = {}
+        for item in decided:
+            if not isinstance(item, Settled):
+                kinds.setdefault(item[1].statement, []).append(item)
+        groups = {kind: self._send_group(conn, kind, items, now)
+                  for kind, items in kinds.items() if len(items) > 1}
         sent: list[SentSettle | GroupedSettle | Settled] = []
         for item in decided:
             if isinstance(item, Settled):
                 sent.append(item)
                 continue
             lease, decision, params = item
-            if group is not None and decision.statement == "done":
+            group = groups.get(decision.statement)
+            if group is not None:
                 sent.append(GroupedSettle(lease, decision, group))
             else:
                 sent.append(SentSettle(lease, decision, conn.execute(
                     pg_sql.SETTLE[decision.statement], params)))
         return sent
 
-    def _send_successes(self, conn: Any, successes: list[tuple[Lease, Decision, dict]],
-                        now: float) -> "SentGroup":
-        column = {name: [params[key] for _lease, _decision, params in successes]
-                  for name, key in (("ids", "id"), ("attempts", "attempt"), ("results", "result"),
+    def _send_group(self, conn: Any, kind: str, items: list[tuple[Lease, Decision, dict]],
+                    now: float) -> "SentGroup":
+        column = {name: [params[key] for _lease, _decision, params in items]
+                  for name, key in (("ids", "id"), ("attempts", "attempt"),
+                                    ("run_ats", "run_at"), ("errors", "error"),
+                                    ("crashes", "crashes"), ("results", "result"),
                                     ("pids", "pid"), ("began", "started_at"),
                                     ("outcomes", "outcome"), ("log_errors", "log_error"),
                                     ("exit_statuses", "exit_status"),
                                     ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
                                     ("strays", "strays"))}
-        return SentGroup(conn.execute(pg_sql.SETTLE_DONE_MANY,
+        return SentGroup(conn.execute(pg_sql.SETTLE_MANY[kind],
                                       dict(column, owner=self.owner, now=now)))
 
     def _decide(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,

@@ -387,6 +387,18 @@ def _settle(steps: str) -> str:
     return f"WITH {steps}{_LOG_ATTEMPT}"
 
 
+#: R12: a chain's next step, from the rows a finishing settle ``moved``.
+_SUCCESSOR = f"""successor AS (
+    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root)
+    SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
+           convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
+           (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
+           (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
+           %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END,
+           COALESCE(chain_root, id)
+      FROM moved WHERE chain IS NOT NULL)
+"""
+
 #: R12: success. The row moves to ``finished_jobs`` (progress closes at 100 %, the
 #: key is freed with it) and, for a chain, its next step is enqueued by the same
 #: statement, so a step is never lost or doubled.
@@ -396,56 +408,7 @@ settled AS (
                                finished_at)
     SELECT {_MOVED}, 'done', crashes, last_error, 100, %(result)s, %(now)s FROM moved
     RETURNING id),
-successor AS (
-    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root)
-    SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
-           convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
-           (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
-           (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
-           %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END,
-           COALESCE(chain_root, id)
-      FROM moved WHERE chain IS NOT NULL)
-""")
-
-#: The successes of one turn, when it has several, as one statement: the arrays are
-#: unnested side by side, one row per attempt, and each step of ``SETTLE_DONE`` is
-#: applied to all of them (the fence per row; the rows whose fence held are the ids
-#: it returns).
-SETTLE_DONE_MANY = f"""
-WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::bytea[],
-                         %(pids)s::integer[], %(began)s::float8[], %(outcomes)s::text[],
-                         %(log_errors)s::text[], %(exit_statuses)s::text[],
-                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[])
-        AS i(id, attempt, new_result, pid, began, outcome, log_error, exit_status, peak_rss,
-             cpu_s, strays)),
-moved AS (
-    DELETE FROM jobs AS j USING input AS i
-     WHERE j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt
-       AND j.status = 'running'
- RETURNING j.*),
-settled AS (
-    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
-                               finished_at)
-    SELECT {_MOVED}, 'done', crashes, last_error, 100, new_result, %(now)s
-      FROM moved JOIN input USING (id)
-    RETURNING id),
-successor AS (
-    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root)
-    SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
-           convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
-           (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
-           (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
-           %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END,
-           COALESCE(chain_root, id)
-      FROM moved WHERE chain IS NOT NULL)
-INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
-                      exit_status, peak_rss, cpu_s, strays)
-SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_status, peak_rss,
-       cpu_s, strays
-  FROM input JOIN settled USING (id)
-RETURNING job_id
-"""
+{_SUCCESSOR}""")
 
 #: R10/R15/R16/R19a/R31: dead, with the reason; moved to ``finished_jobs``.
 SETTLE_DEAD = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
@@ -488,6 +451,73 @@ SETTLE_RELEASE = _settle(f"""settled AS (
                                ELSE max_attempts END
      WHERE {GUARD} RETURNING id)
 """)
+
+# --- the settles of one turn, several of a kind in one statement ------------------------
+# A turn's outcomes of one kind, when it has several, travel as arrays unnested side by
+# side (one row per attempt); each statement applies its single twin above to all of
+# them, fenced row by row, and returns the ids whose fence held.
+
+_INPUT_MANY = """input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(run_ats)s::float8[],
+                         %(errors)s::text[], %(crashes)s::integer[], %(results)s::bytea[],
+                         %(pids)s::integer[], %(began)s::float8[], %(outcomes)s::text[],
+                         %(log_errors)s::text[], %(exit_statuses)s::text[],
+                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[])
+        AS i(id, attempt, new_run_at, new_error, new_crashes, new_result, pid, began,
+             outcome, log_error, exit_status, peak_rss, cpu_s, strays)),
+"""
+_GUARD_MANY = ("j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt "
+               "AND j.status = 'running'")
+_MOVED_MANY = f"moved AS (DELETE FROM jobs AS j USING input AS i WHERE {_GUARD_MANY} RETURNING j.*),"
+_LOG_MANY = """
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
+                      exit_status, peak_rss, cpu_s, strays)
+SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_status, peak_rss,
+       cpu_s, strays
+  FROM input JOIN settled USING (id)
+RETURNING job_id
+"""
+
+
+def _settle_many(steps: str) -> str:
+    return f"WITH {_INPUT_MANY}{steps}{_LOG_MANY}"
+
+
+def _update_many(assignments: str) -> str:
+    return _settle_many(f"""settled AS (
+    UPDATE jobs AS j SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           {assignments}
+      FROM input AS i WHERE {_GUARD_MANY} RETURNING j.id)
+""")
+
+
+#: ``SETTLE``'s statements for several attempts of one kind.
+SETTLE_MANY = {
+    "done": _settle_many(f"""{_MOVED_MANY}
+settled AS (
+    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
+                               finished_at)
+    SELECT {_MOVED}, 'done', crashes, last_error, 100, new_result, %(now)s
+      FROM moved JOIN input USING (id)
+    RETURNING id),
+{_SUCCESSOR}"""),
+    "dead": _settle_many(f"""{_MOVED_MANY}
+settled AS (
+    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
+    SELECT {_MOVED}, 'dead', new_crashes, new_error, progress, %(now)s
+      FROM moved JOIN input USING (id)
+    RETURNING id)
+"""),
+    "retry": _update_many("run_at = i.new_run_at, line_at = i.new_run_at, "
+                          "last_error = i.new_error, crashes = i.new_crashes"),
+    "defer": _update_many("run_at = i.new_run_at, attempts = j.attempts - 1, "
+                          "deferrals = j.deferrals + 1"),
+    "reschedule": _update_many("run_at = i.new_run_at, line_at = i.new_run_at, attempts = 0, "
+                               "crashes = 0, last_error = NULL"),
+    "requeue": _update_many("last_error = i.new_error, crashes = i.new_crashes"),
+    "release": _update_many("max_attempts = CASE WHEN j.attempts >= j.max_attempts "
+                            "THEN j.attempts + 1 ELSE j.max_attempts END"),
+}
 
 #: ``lifecycle.Decision.statement`` -> the fenced statement that applies it and logs
 #: the attempt; it returns a row only when the fence held.

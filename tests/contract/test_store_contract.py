@@ -428,3 +428,31 @@ def test_a_turn_settles_several_successes_together_each_fenced(any_store, claime
         assert [a["outcome"] for a in any_store.attempts(job_id)] == ["done"]
     (step,) = any_store.list_jobs(name="c.next")
     assert (step["status"], step["chain_root"]) == ("ready", chained)
+
+
+def test_a_turn_settles_several_outcomes_of_each_kind_as_if_alone(any_store, claimers):
+    # R8, R13, R15, R17, R18, R25, R19a: two attempts of every kind in one turn (a
+    # store may send each kind as one statement), plus one it does not hold
+    from jobpool.lifecycle import DEFER, FATAL, RELEASE, RESCHEDULE
+    ids = [any_store.enqueue("c.job", n).id for n in range(10)]
+    c = claimers(any_store)
+    jobs = {j.job_id: j for j in claim(c, 10)}
+    kinds = [ERROR, ERROR, DEFER, DEFER, FATAL, FATAL, RELEASE, RELEASE, RESCHEDULE, RESCHEDULE]
+    outcomes = [Outcome(job_id, jobs[job_id].attempt, kind, error="boom" if kind == ERROR
+                        else ("Fatal: no" if kind == FATAL else None), delay=0 if kind in (
+                            DEFER, RESCHEDULE) else None, pid=4242)
+                for job_id, kind in zip(ids, kinds)]
+    outcomes.append(Outcome(ids[0], jobs[ids[0]].attempt + 5, ERROR, error="stale"))
+    settled, _claimed, _expired = c.turn(outcomes, 0, time.time(), random.Random(1))
+    assert [s.status for s in settled] == (["ready"] * 4 + ["dead"] * 2 + ["ready"] * 4
+                                           + ["lost"])
+    rows = [any_store.get(i) for i in ids]
+    assert [(r["status"], r["attempts"]) for r in rows] == [
+        ("ready", 1), ("ready", 1), ("ready", 0), ("ready", 0), ("dead", 1), ("dead", 1),
+        ("ready", 1), ("ready", 1), ("ready", 0), ("ready", 0)]
+    assert rows[0]["last_error"].startswith("boom") and rows[4]["last_error"].startswith("Fatal")
+    assert [r["deferrals"] for r in rows[2:4]] == [1, 1]
+    logged = [[(a["outcome"], a["pid"]) for a in any_store.attempts(i)] for i in ids]
+    assert logged == [[(name, 4242)] for name in ("error", "error", "deferred", "deferred",
+                                                  "fatal", "fatal", "released", "released",
+                                                  "rescheduled", "rescheduled")]
