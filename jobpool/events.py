@@ -42,6 +42,12 @@ POOL_JUDGED_DEAD = "pool_judged_dead"
 QUEUE_PAUSED = "queue_paused"
 QUEUE_RESUMED = "queue_resumed"
 
+#: R30: the event of each way a settled attempt ended (``lifecycle.settled_as``); a
+#: settle back to ``ready`` means different things by the outcome that caused it.
+SETTLED = {"done": JOB_COMPLETED, "retried": JOB_RETRIED, "deferred": JOB_DEFERRED,
+           "rescheduled": JOB_RESCHEDULED, "released": JOB_RELEASED, "dead": JOB_DEAD,
+           "lease_lost": JOB_LEASE_LOST}
+
 _WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED, POOL_DEAD,
              STORE_GAVE_UP, STRAYS_KILLED, UNSERVED_LEFT, POOL_JUDGED_DEAD}
 

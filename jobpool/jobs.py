@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime, timedelta
+from collections.abc import Iterable
 from typing import Any, Callable
 
 from jobpool import options
@@ -210,6 +211,13 @@ def lookup(name: str) -> Job | None:
 def registered() -> dict[str, Job]:
     """A copy of the registry: name -> Job."""
     return dict(_registry)
+
+
+def served_queues(names: Iterable[str]) -> tuple[str, ...]:
+    """The queues a pool (or ``testing.drain``) serves when not told: ``default``
+    first, then every queue one of these registered jobs names."""
+    found = sorted({_registry[n].queue for n in names if n in _registry})
+    return (DEFAULT_QUEUE, *[q for q in found if q != DEFAULT_QUEUE])
 
 
 def unregister(name: str) -> None:

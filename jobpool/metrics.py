@@ -35,8 +35,6 @@ from jobpool.forked import parent_only
 TIME_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
                 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 
-#: What ``jobpool_jobs_total`` counts an attempt as: each attempt once.
-OUTCOMES = ("done", "retried", "dead", "deferred", "rescheduled", "released", "lease_lost")
 #: Why a child died mid-job (``jobpool_child_deaths_total``).
 DEATH_CAUSES = ("crash", "timeout", "memory", "cancel")
 
@@ -193,6 +191,13 @@ class MetricsServer:
     @property
     def port(self) -> int:
         return self.listener.getsockname()[1]
+
+    def serve_once(self, timeout: float) -> None:
+        """One turn of a loop whose selector holds this server's sockets alone (the
+        store exporter's; a pool's loop calls ``ready`` and ``expire`` in its own)."""
+        for key, _mask in self.selector.select(timeout):
+            self.ready(key.data[2])
+        self.expire()
 
     def _listen(self, on: bool) -> None:
         """Watch the listener for connections, or stop (at the client cap, or resting

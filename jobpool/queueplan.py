@@ -87,8 +87,12 @@ class QueuePlan:
         self.weights = tuple(weights) if weights is not None else None
         if self.weights is not None and len(self.weights) != len(self.queues):
             raise ValueError("one weight per queue")
+        self._weight = dict(zip(self.queues, self.weights or ()))
         #: R38: queues no pool claims from, as the last heartbeat read them.
         self.paused: frozenset[str] = frozenset()
+        #: The queues claimed from now, in order: ``queues`` less the paused ones (kept
+        #: as the pauses change, since a turn reads it).
+        self.active = self.queues
         self._credit = dict.fromkeys(self.queues, 0)
 
     def set_paused(self, paused: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
@@ -96,14 +100,11 @@ class QueuePlan:
         pool's own queues."""
         mine = frozenset(paused) & frozenset(self.queues)
         before, self.paused = self.paused, mine
+        self.active = tuple(q for q in self.queues if q not in mine)
         return mine - before, before - mine
 
     def __str__(self) -> str:
         return str(QueueSpec(self.queues, self.weights))
-
-    @property
-    def active(self) -> tuple[str, ...]:
-        return tuple(q for q in self.queues if q not in self.paused)
 
     def shares(self, n: int) -> tuple[Share, ...] | None:
         """How ``n`` free slots are shared this turn, in the order a second pass
@@ -114,7 +115,7 @@ class QueuePlan:
         active = self.active
         if self.weights is None or n <= 0 or len(active) < 2:
             return tuple(Share(q, n) for q in active)
-        weight = dict(zip(self.queues, self.weights))
+        weight = self._weight
         total = sum(weight[q] for q in active)
         credit = self._credit
         quota = dict.fromkeys(active, 0)

@@ -157,7 +157,7 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
     live = liveness.live_pools(rows.pools)
     counts, recent, running = rows.queue_counts, dict(rows.done_since), rows.running
     pools = tuple(_pool_view(p) for p in live)
-    queues = _queue_views(counts, recent, [q for p in pools for q in p.queues], rows.paused)
+    queues = queue_views(counts, recent, [q for p in pools for q in p.queues], rows.paused)
     totals = _totals(queues, rows.done)
     return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
                     slots=tuple(_slot_views(live, running, now)), queues=queues,
@@ -235,7 +235,7 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
                     timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"))
 
 
-def _queue_views(counts: Sequence[tuple], recent: Mapping[str, int],
+def queue_views(counts: Sequence[tuple], recent: Mapping[str, int],
                  served: Sequence[str], paused: Sequence[str] = ()) -> tuple[QueueView, ...]:
     """Queues with live rows, recent completions, a live pool serving them, or
     paused: an empty queue someone serves (or paused) is worth a row saying so."""

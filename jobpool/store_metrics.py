@@ -20,7 +20,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from jobpool import metrics
-from jobpool.errors import StoreError
+from jobpool.errors import JobpoolError, StoreError
+from jobpool.snapshot import queue_views
 from jobpool.store.base import Store
 from jobpool.store.records import QueueMetrics
 
@@ -51,21 +52,16 @@ class _QueueGauges(Collector):
                                value=1 if self.store_answers else 0)
         read = self.read
         if read is not None:
-            by_queue: dict[str, dict[str, int]] = {}
-            for queue, status, count, scheduled in read.counts:
-                row = by_queue.setdefault(queue, dict.fromkeys(STATUSES, 0))
-                if status == "ready":
-                    row["ready"] = int(count) - int(scheduled)
-                    row["scheduled"] = int(scheduled)
-                else:
-                    row[status] = int(count)
+            # The dashboard's reading of the same counts (ready split from scheduled).
+            views = queue_views(read.counts, {}, ())
             due = dict(read.oldest_due)
-            for queue in sorted(by_queue):
+            for view in views:
                 for status in STATUSES:
-                    jobs.add_metric((queue, status), by_queue[queue][status])
-                since = due.get(queue)
-                oldest.add_metric((queue,), max(0.0, read.now - since) if since is not None else 0.0)
-            for queue in sorted(set(by_queue) | set(read.paused)):
+                    jobs.add_metric((view.queue, status), getattr(view, status))
+                since = due.get(view.queue)
+                oldest.add_metric((view.queue,),
+                                  max(0.0, read.now - since) if since is not None else 0.0)
+            for queue in sorted({v.queue for v in views} | set(read.paused)):
                 paused.add_metric((queue,), 1 if queue in read.paused else 0)
         yield jobs
         yield oldest
@@ -79,6 +75,8 @@ class StoreGauges:
     def __init__(self, store: Store, *, every: float = MIN_EVERY,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
+        if every < MIN_EVERY:
+            raise JobpoolError(f"--every must be at least {MIN_EVERY:g} seconds, not {every:g}")
         self.store = store
         self.every = every
         self.clock = clock
@@ -123,9 +121,7 @@ def serve(gauges: StoreGauges, address: str, announce: Callable[[str], None]) ->
     announce(f"serving the store's metrics on http://{server.address}/metrics")
     try:
         while True:
-            for key, _mask in selector.select(1.0):
-                server.ready(key.data[2])
-            server.expire()
+            server.serve_once(1.0)
     finally:
         server.close()
         selector.close()

@@ -32,7 +32,7 @@ from typing import Any, Callable, NamedTuple
 from jobpool import events, jobs, procinfo, protocol, running
 from jobpool.child import run_attempt
 from jobpool.errors import JobpoolError, StoreError
-from jobpool.lifecycle import ERROR, FATAL, RELEASE, Claimed, Outcome, Policy, Settled, settled_as
+from jobpool.lifecycle import ERROR, RELEASE, Claimed, Outcome, Policy, Settled, settled_as
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Claimer, Store
 from jobpool.store.records import ProgressReport
@@ -41,11 +41,6 @@ __all__ = ["drain", "Drained", "DrainError", "DrainLimitError", "SCHEDULED_WAIT_
 
 log = logging.getLogger(__name__)
 
-#: The event each way a settled attempt ended is logged as (R30).
-_EVENTS = {"done": events.JOB_COMPLETED, "retried": events.JOB_RETRIED,
-           "deferred": events.JOB_DEFERRED, "rescheduled": events.JOB_RESCHEDULED,
-           "released": events.JOB_RELEASED, "dead": events.JOB_DEAD,
-           "lease_lost": events.JOB_LEASE_LOST}
 
 #: A store that dates claims by its own clock (PostgreSQL, R7a) cannot be told to
 #: claim a job before it is due: ``drain(run_scheduled=True)`` waits for such a
@@ -120,9 +115,7 @@ def _served() -> _Served:
         raise JobpoolError("no jobs are registered: import the module that defines them "
                            "before drain()")
     names = tuple(sorted(registered))
-    found = sorted({job.queue for job in registered.values()})
-    queues = (jobs.DEFAULT_QUEUE, *[q for q in found if q != jobs.DEFAULT_QUEUE])
-    return _Served(names, queues, {n: job.policy for n, job in registered.items()},
+    return _Served(names, jobs.served_queues(names), {n: job.policy for n, job in registered.items()},
                    {n: job.on_dead for n, job in registered.items() if job.on_dead is not None})
 
 
@@ -177,8 +170,6 @@ class _Drain:
             # One job a turn, its settle in the same transaction as the next claim,
             # as a pool with one slot turns (R6).
             want = 0 if ran >= max_jobs or self.interrupted is not None else 1
-            if not self.plan.active:
-                want = 0
             settled, claimed, expired = self.claimer.turn(pending, want, now, self.rng,
                                                           self.plan.shares(want))
             self._report(settled, pending)
@@ -226,8 +217,7 @@ class _Drain:
             time.sleep(_WAIT_STEP)
 
     def _next_due(self) -> float | None:
-        active = self.plan.active
-        return self.store.next_due(self.served.names, active) if active else None
+        return self.store.next_due(self.served.names, self.plan.active)
 
     def _attempt(self, job: Claimed, now: float) -> Outcome:
         """Run one claimed job here, as a pool's child would, and say how it ended."""
@@ -247,11 +237,10 @@ class _Drain:
 
     def _body(self, job: Claimed) -> tuple[int, str | None, float | None, Any]:
         registered = jobs.lookup(job.name)
-        if registered is None:
-            return FATAL, f"job {job.name!r} is not registered in this worker", None, None
         # No soft timeout: its SIGALRM would replace the caller's handler and timer.
         return run_attempt(job.job_id, job.attempt, job.name, job.payload, job.serializer,
-                           soft_timeout=False, job=self._in_process(registered))
+                           soft_timeout=False,
+                           job=self._in_process(registered) if registered else None)
 
     def _in_process(self, job: jobs.Job) -> jobs.Job:
         """The job as it runs here, with an interruption of the test run noted (the
@@ -283,7 +272,7 @@ class _Drain:
             fields = dict(job_id=item.job_id, name=item.name, attempt=item.attempt)
             if outcome not in ("done", "lease_lost"):
                 fields["reason"] = item.reason
-            events.emit(_EVENTS[outcome], **fields)
+            events.emit(events.SETTLED[outcome], **fields)
             if outcome == "dead":
                 self._on_dead(item)
 

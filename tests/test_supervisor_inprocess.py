@@ -287,3 +287,45 @@ def test_weighted_queues_share_the_claims_by_weight(any_store, store_url, tmp_pa
     pool = burst_pool(store_url, "inproc.record", queues=("high", "low"), weights=(3, 1))
     assert pool.run() == 0
     assert out.read_text().split()[16:] == ["low"] * 8 and pool.counters["claimed"] == 8
+
+
+def test_a_pool_claims_nothing_before_a_heartbeat_registered_it(store, tmp_path):
+    # R24b, R38: the first beat fails (a busy store, say): the pool waits for one that
+    # works, which also reads the pauses, before it claims anything
+    from jobpool.errors import StoreError
+    out = tmp_path / "ran.txt"
+    store.enqueue("inproc.record", str(out), "after a beat")
+    beats: list[bool] = []
+    claims_before_a_beat: list[int] = []
+
+    class FirstBeatFails:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def heartbeat(self, *args, **kwargs):
+            if not beats:
+                beats.append(False)
+                raise StoreError("database is locked")
+            beats.append(True)
+            return store.heartbeat(*args, **kwargs)
+
+        def claimer(self, *args, **kwargs):
+            return WatchedClaimer(store.claimer(*args, **kwargs))
+
+    class WatchedClaimer:
+        def __init__(self, claimer):
+            self.claimer = claimer
+
+        def __getattr__(self, name):
+            return getattr(self.claimer, name)
+
+        def turn(self, outcomes, n, *rest):
+            if n and True not in beats:
+                claims_before_a_beat.append(n)
+            return self.claimer.turn(outcomes, n, *rest)
+    config = PoolConfig(db=store.path, procs=1, burst=True, names=("inproc.record",),
+                        poll_interval=0.05)
+    pool = Supervisor(config, store=FirstBeatFails())
+    assert pool.run() == 0
+    assert beats[:2] == [False, True] and claims_before_a_beat == []
+    assert out.read_text() == "after a beat\n"

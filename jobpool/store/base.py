@@ -141,7 +141,8 @@ class Store(Protocol):
         ...
 
     def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
-        """When the earliest ready job of these names and queues is due (None: none)."""
+        """When the earliest ready job of these names and queues is due (None: none,
+        and for no queues at all)."""
         ...
 
     # -- operators (R25, R27, R31, R32) --------------------------------------------------

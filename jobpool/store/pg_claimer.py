@@ -56,33 +56,22 @@ class SentGroup:
         return job_id in self._held
 
 
-class GroupedSettle(NamedTuple):
-    """One attempt of a ``SentGroup``."""
-
-    lease: Lease
-    decision: Decision
-    group: SentGroup
-
-    def settled(self) -> Settled:
-        lease = self.lease
-        if not self.group.held(lease.job_id):
-            return Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost")
-        return Settled(lease.job_id, lease.name, lease.attempt, self.decision.status,
-                       self.decision.reason)
-
-
 class SentSettle(NamedTuple):
-    """A settle sent to the server, its answer read after the transaction commits."""
+    """A settle sent to the server, its answer read after the transaction commits:
+    from its own statement's cursor, or from the ``SentGroup`` it went with."""
 
     lease: Lease
     decision: Decision
-    cursor: Any
+    answer: Any   # a cursor, or a SentGroup
 
     def settled(self) -> Settled:
         """What became of the attempt: its new status, or ``lost`` when the fence
         matched no row (another pool holds that attempt now, R8)."""
         lease = self.lease
-        if self.cursor.fetchone() is None:
+        answer = self.answer
+        held = (answer.held(lease.job_id) if isinstance(answer, SentGroup)
+                else answer.fetchone() is not None)
+        if not held:
             return Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost")
         return Settled(lease.job_id, lease.name, lease.attempt, self.decision.status,
                        self.decision.reason)
@@ -114,8 +103,6 @@ class PgClaimer:
         #: it was last measured (R7a).
         self._clock_offset = 0.0
         self._clock_read_at = -math.inf
-        #: The pool's clock minus the server's, at this turn (``Claimed.run_at``).
-        self._to_pool_clock = 0.0
         _ = self._connection()
 
     def _connection(self) -> Any:
@@ -176,7 +163,7 @@ class PgClaimer:
             return settled, claimed, expired
         taken: dict[int, Lease] = {}
         new_leases: dict[int, Lease] = {}
-        sent: list[SentSettle | GroupedSettle | Settled] = []
+        sent: list[SentSettle | Settled] = []
         expiring: list[SentSettle] = []
         released: Any = None
         try:
@@ -200,8 +187,8 @@ class PgClaimer:
                 sent = self._send_settles(conn, decided, server_now)
                 # Claimed.run_at is handed over on the pool's clock (``now``), where
                 # the pool measures a job's wait; the row has it on the server's (R7a).
-                self._to_pool_clock = now - server_now
-                self._claim_all(conn, n, server_now, claimed, expiring, new_leases, shares)
+                self._claim_all(conn, n, server_now, now - server_now, claimed, expiring,
+                                new_leases, shares)
             settled = [item if isinstance(item, Settled) else item.settled() for item in sent]
             expired = [item.settled() for item in expiring]
             gave_back = released.fetchall() if released is not None else []
@@ -217,15 +204,17 @@ class PgClaimer:
         self._inflight.update(new_leases)
         return settled, claimed, expired
 
-    def _claim_all(self, conn: Any, n: int, now: float, claimed: list[Claimed],
-                   expiring: list["SentSettle"], leases: dict[int, Lease],
-                   shares: Sequence[Share] | None) -> None:
+    def _claim_all(self, conn: Any, n: int, now: float, to_pool_clock: float,
+                   claimed: list[Claimed], expiring: list["SentSettle"],
+                   leases: dict[int, Lease], shares: Sequence[Share] | None) -> None:
         claim_in_shares(shares, self.queues, n, claimed,
-                        lambda queue, want: self._claim_queue(conn, queue, want, now, claimed,
-                                                              expiring, leases))
+                        lambda queue, want: self._claim_queue(conn, queue, want, now,
+                                                              to_pool_clock, claimed, expiring,
+                                                              leases))
 
-    def _claim_queue(self, conn: Any, queue: str, want: int, now: float, claimed: list[Claimed],
-                     expiring: list["SentSettle"], leases: dict[int, Lease]) -> int:
+    def _claim_queue(self, conn: Any, queue: str, want: int, now: float, to_pool_clock: float,
+                     claimed: list[Claimed], expiring: list["SentSettle"],
+                     leases: dict[int, Lease]) -> int:
         # Reading the claim's rows sends everything queued so far in one go.
         found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
                                                 now=now, slack=LEASE_SLACK, queue=queue,
@@ -245,7 +234,7 @@ class PgClaimer:
             leases[job_id] = lease
             claimed.append(Claimed(job_id, name, bytes(payload), serializer, attempt,
                                    float(timeout), deadline, queue,
-                                   run_at + self._to_pool_clock))
+                                   run_at + to_pool_clock))
         return len(found)
 
     def _send_settle(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,
@@ -257,7 +246,7 @@ class PgClaimer:
         return SentSettle(lease, decision, conn.execute(pg_sql.SETTLE[decision.statement], params))
 
     def _send_settles(self, conn: Any, decided: list[tuple[Lease, Decision, dict] | Settled],
-                      now: float) -> list["SentSettle | GroupedSettle | Settled"]:
+                      now: float) -> list["SentSettle | Settled"]:
         """Send a turn's settles, answers in the order of its outcomes: the outcomes of
         one kind as one statement (``pg_sql.SETTLE_MANY``) when the turn has several of
         it, since the statement's round of planning and locking is most of what a
@@ -268,7 +257,7 @@ class PgClaimer:
                 kinds.setdefault(item[1].statement, []).append(item)
         groups = {kind: self._send_group(conn, kind, items, now)
                   for kind, items in kinds.items() if len(items) > 1}
-        sent: list[SentSettle | GroupedSettle | Settled] = []
+        sent: list[SentSettle | Settled] = []
         for item in decided:
             if isinstance(item, Settled):
                 sent.append(item)
@@ -276,7 +265,7 @@ class PgClaimer:
             lease, decision, params = item
             group = groups.get(decision.statement)
             if group is not None:
-                sent.append(GroupedSettle(lease, decision, group))
+                sent.append(SentSettle(lease, decision, group))
             else:
                 sent.append(SentSettle(lease, decision, conn.execute(
                     pg_sql.SETTLE[decision.statement], params)))

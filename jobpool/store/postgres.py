@@ -538,8 +538,11 @@ class PostgresStore:
         return liveness.unserved(self.read("reading ready jobs", pg_sql.READY_BY_NAME), live)
 
     def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
+        queues = list(queues)
+        if not queues:
+            return None  # every queue paused (R38), say: nothing is due
         found = self.read("reading the queue", pg_sql.NEXT_READY,
-                          {"names": list(names), "queues": list(queues)})
+                          {"names": list(names), "queues": queues})
         return found[0][0] if found else None
 
     # -- operators (R25, R27, R31) -----------------------------------------------------------

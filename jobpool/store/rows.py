@@ -75,12 +75,8 @@ def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeou
         max_attempts = job_options.validate_max_attempts(max_attempts)
     elif job is not None:
         max_attempts = job.max_attempts
-    if queue is None:
-        queue = job.queue if job else job_options.DEFAULT_QUEUE
-    try:
-        job_options.validate_queue(queue)
-    except ValueError as exc:
-        raise EnqueueError(str(exc)) from None
+    queue = queue_name(queue if queue is not None
+                       else job.queue if job else job_options.DEFAULT_QUEUE)
     if timeout is not None:
         timeout = job_options.validate_timeout(timeout)
     elif job is not None:
@@ -91,8 +87,8 @@ def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeou
 
 
 def queue_name(queue: Any) -> str:
-    """A queue an operator named (pause, resume): validated like an enqueue's (R1a),
-    an ``EnqueueError`` naming what is wrong."""
+    """A queue named at enqueue, pause or resume, validated (R1a): an ``EnqueueError``
+    naming what is wrong."""
     try:
         return job_options.validate_queue(queue)
     except ValueError as exc:

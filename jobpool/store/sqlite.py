@@ -404,6 +404,9 @@ class SQLiteStore:
 
     def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
         """When the earliest ready job of these names and queues is due (None: none)."""
+        queues = list(queues)
+        if not queues:
+            return None  # every queue paused (R38), say: nothing is due
         query = sql.NEXT_READY.format(names=", ".join(sql.quote_literal(n) for n in names),
                                       queues=", ".join(sql.quote_literal(q) for q in queues))
         try:

@@ -41,13 +41,6 @@ STORE_PAUSE_MAX = 30.0
 #: The exit code of a --burst pool that gave up on its store.
 EXIT_STORE_GAVE_UP = 3
 
-#: R29a/R30: a settle back to ``ready`` means different things by the outcome
-#: that caused it; each has its own event and counter.
-_READY_BY_KIND = {core.DEFER: (events.JOB_DEFERRED, "deferred"),
-                  core.RESCHEDULE: (events.JOB_RESCHEDULED, "rescheduled"),
-                  core.RELEASE: (events.JOB_RELEASED, "released")}
-
-
 class Supervisor:
     """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
 
@@ -81,13 +74,9 @@ class Supervisor:
         if not names:
             raise JobpoolError("no jobs are registered: pass --app with the module that defines them")
         self.names = names
-        if config.queues:
-            self.queues = tuple(config.queues)
-        else:
-            found = sorted({registered[n].queue for n in names if n in registered})
-            self.queues = tuple(["default"] + [q for q in found if q != "default"])
+        self.queues = tuple(config.queues) if config.queues else jobs.served_queues(names)
         #: R7, R38: which queues each turn claims from, and how it shares the slots.
-        self.plan = QueuePlan(self.queues, config.weights if config.queues else None)
+        self.plan = QueuePlan(self.queues, config.weights)
         self.store = store or connect(config.db, check=True, busy_timeout=CLAIM_BUSY_TIMEOUT,
                                       mode=config.mode)
         # A store this user cannot write is a mistake to report now, in one line, not a
@@ -170,9 +159,7 @@ class Supervisor:
             self.operations.run_start_hooks()
             self.operations.queue_pending_hooks()
             self.slots.spawn_all()
-            # Registered, and the paused queues known, before the first claim (R24b, R38).
-            self.operations.heartbeat_due(self.clock())
-            self.operations.heartbeat(self.clock())
+            self.operations.first_beat(self.clock())
             events.emit(events.POOL_STARTED, owner=self.owner, procs=self.slots.procs,
                         queues=str(self.plan), core=self.core.name,
                         metrics=self.metrics_server.address if self.metrics_server else None)
@@ -297,9 +284,8 @@ class Supervisor:
         if limit is not None and self.counters["claimed"] >= limit:
             return True
         if self.config.burst and claimed_none:
-            active = self.plan.active  # R38: a paused queue's jobs wait for its resume
-            try:
-                due = self.store.next_due(self.names, active) if active else None
+            try:  # R38: a paused queue's jobs wait for its resume
+                due = self.store.next_due(self.names, self.plan.active)
             except StoreError:
                 return False  # cannot tell: keep running; the claim path reports (R26)
             # Due later than this is left in the store: a retry in backoff past
@@ -413,8 +399,9 @@ class Supervisor:
                 if reclaimed:
                     event, counter = events.JOB_RECLAIMED, "reclaimed"
                 else:
-                    kind = ran.outcome.kind if ran is not None else core.ERROR
-                    event, counter = _READY_BY_KIND.get(kind, (events.JOB_RETRIED, "retried"))
+                    # R29a: each way back to ready has its own event and counter
+                    counter = settled_as(status, ran.outcome.kind if ran else core.ERROR)
+                    event = events.SETTLED[counter]
                 counters[counter] += 1
                 events.emit(event, job_id=job_id, name=name, attempt=attempt,
                             duration=duration, reason=reason)

@@ -44,7 +44,6 @@ class Operations:
         self.store = store
         self.owner = owner
         self.names = names
-        self.queues = plan.queues
         self.plan = plan
         self.claimer_name = claimer_name  # the pool row's "core" (R29)
         self.take_back = take_back
@@ -71,6 +70,12 @@ class Operations:
 
     # -- heartbeat (R22, R25, R27, R29, R31) ------------------------------------------------
 
+    def first_beat(self, now: float) -> bool:
+        """The beat a pool makes before its first claim: registered, and the pauses
+        read (R24b, R38); the next one is due a heartbeat later."""
+        self.heartbeat_due(now)
+        return self.heartbeat(now)
+
     def heartbeat_due(self, now: float) -> bool:
         if now < self.next_heartbeat:
             return False
@@ -92,7 +97,7 @@ class Operations:
             counters["stopping"] = {"running": slots.busy_count(),
                                     "drain_ends_at": state.drain_until}
         beat = Heartbeat(owner=self.owner, host=procinfo.host_id(), pid=os.getpid(),
-                         procs=slots.procs, queues=self.queues, names=self.names,
+                         procs=slots.procs, queues=self.plan.queues, names=self.names,
                          core=self.claimer_name, counters_json=json.dumps(counters),
                          slots_json=json.dumps(slots.views()))
         unreported = slots.unreported_progress()

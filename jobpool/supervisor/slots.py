@@ -27,6 +27,10 @@ from jobpool.supervisor.state import Finished, PoolState
 #: How often the RSS of children running memory-limited jobs is sampled, seconds.
 MEMORY_SAMPLE_EVERY = 0.1
 
+#: A death the pool decided, as the metrics count it (``jobpool_child_deaths_total``):
+#: the one kill settled as a crash is the memory limit's; a release is no death.
+_DEATH_BY_KILL = {core.CRASH: "memory", core.TIMEOUT: "timeout", core.CANCEL: "cancel"}
+
 #: Exit codes of a child ended by the signals that stop a pool (SIGTERM, SIGINT).
 _STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGINT)
 
@@ -35,7 +39,7 @@ class Slot:
     """One child process and what it is doing."""
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
-                 "kill_cause", "started", "progress", "stage", "progress_dirty", "retiring")
+                 "started", "progress", "stage", "progress_dirty", "retiring")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -46,8 +50,6 @@ class Slot:
         self.killing: str | None = None  # reason, once we decided to kill it
         self.kill_at = math.inf
         self.kill_kind = core.TIMEOUT
-        #: What the metrics call the death it decided (``metrics.DEATH_CAUSES``), or None.
-        self.kill_cause: str | None = None
         self.started = 0.0       # when its job went to the child
         self.progress: float | None = None
         self.stage: str | None = None
@@ -196,7 +198,8 @@ class Slots:
         if job is not None:
             death: str | None = "crash"
             if slot.killing is not None:
-                kind, error, death = slot.kill_kind, slot.killing, slot.kill_cause
+                kind, error = slot.kill_kind, slot.killing
+                death = _DEATH_BY_KILL.get(kind)
                 if kind == core.CRASH:
                     state.counters["crashes"] += 1
             elif state.stop_requests and code in _STOP_SIGNALS:
@@ -281,25 +284,21 @@ class Slots:
             rss = procinfo.rss_bytes(slot.pid)
             if rss is not None and rss > limit * 2**20:
                 self.kill(slot, f"child killed: memory limit {limit} MiB exceeded "
-                                f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True,
-                          cause="memory")
+                                f"(RSS {rss / 2**20:.0f} MiB)", core.CRASH, now, at_once=True)
 
     def kill_overdue(self, now: float) -> None:
         for index in self.table.overdue(now):
             slot = self.all[index]
             if slot.killing is None and slot.job is not None:
-                self.kill(slot, f"timed out after {slot.job.timeout:g} s", core.TIMEOUT, now,
-                          cause="timeout")
+                self.kill(slot, f"timed out after {slot.job.timeout:g} s", core.TIMEOUT, now)
         for slot in self.all:
             if slot.killing is not None and slot.proc is not None and now >= slot.kill_at:
                 _signal(slot, signal.SIGKILL)
                 slot.kill_at = now + 1.0
 
-    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False,
-             cause: str | None = None) -> None:
-        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once; ``cause``
-        is how the metrics count the death (None: not a death, e.g. a release)."""
-        slot.killing, slot.kill_kind, slot.kill_cause = reason, kind, cause
+    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False) -> None:
+        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once."""
+        slot.killing, slot.kill_kind = reason, kind
         if at_once:
             _signal(slot, signal.SIGKILL)
             slot.kill_at = now + 1.0
@@ -312,7 +311,7 @@ class Slots:
         """R31: kill the child running that attempt, if this pool runs it."""
         for slot in self.all:
             if slot.runs(job_id, attempt) and slot.killing is None:
-                self.kill(slot, reason, core.CANCEL, now, at_once=True, cause="cancel")
+                self.kill(slot, reason, core.CANCEL, now, at_once=True)
 
     def release_all(self, now: float, reason: str = "released at shutdown") -> int:
         """R25: the drain is over (or a second stop came): give every running job back

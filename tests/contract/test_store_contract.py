@@ -383,6 +383,7 @@ def test_a_paused_queue_reaches_every_pool_and_enqueues_still_succeed(any_store)
     assert any_store.pause("reports") is False
     assert any_store.pause("default") is True
     assert any_store.paused_queues() == ["default", "reports"]
+    assert any_store.next_due(NAMES, []) is None  # no queue claimed from: nothing is due
     assert any_store.heartbeat(beat, [], time.time()).paused == {"default", "reports"}
     assert any_store.enqueue_with("c.job", queue="reports").id  # enqueue is never refused
     assert any_store.dashboard(time.time()).paused == ["default", "reports"]
