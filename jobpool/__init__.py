@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from jobpool.errors import (Defer, EnqueueError, Fatal, JobFailed, JobpoolError, Reschedule,
                             Retry, SoftTimeout, StoreError, UnsafeResultError)
 from jobpool.extensions import AttemptInfo, AttemptResult, Middleware, add_middleware, on_child_start
-from jobpool.running import progress
+from jobpool.running import current_batch, progress
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 
 if TYPE_CHECKING:
@@ -23,9 +23,17 @@ def __getattr__(name: str) -> Any:
         return connect
     raise AttributeError(f"module 'jobpool' has no attribute {name!r}")
 
+
+def batch(*, on_success: Any = None, on_complete: Any = None) -> Any:
+    """``jobpool.batch(...)``: ``store.batch(...)`` on the default store (R34)."""
+    from jobpool.store.sqlite import default_store
+    return default_store().batch(on_success=on_success, on_complete=on_complete)
+
+
 __version__ = "0.1.0"
 
-__all__ = ["job", "connect", "Retry", "Fatal", "Defer", "Reschedule", "progress", "on_start",
+__all__ = ["job", "connect", "batch", "current_batch", "Retry", "Fatal", "Defer", "Reschedule",
+           "progress", "on_start",
            "Job", "Handle",
            "Signature", "JobpoolError", "EnqueueError", "StoreError", "JobFailed", "SoftTimeout",
            "UnsafeResultError", "on_child_start", "Middleware", "add_middleware", "AttemptInfo",

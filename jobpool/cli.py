@@ -231,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--from", dest="from_file", metavar="FILE",
                          help="queue one job per line of FILE ('-': stdin): a JSON array of "
                               "arguments, or an object with args and kwargs; all in one transaction")
+    enqueue.add_argument("--on-complete", metavar="NAME",
+                         help="with --from: make the file one batch; job NAME runs once every "
+                              "job of it has ended (given batch=, a summary)")
+    enqueue.add_argument("--on-success", metavar="NAME",
+                         help="with --from: as --on-complete, but only if none of them went dead")
 
     top = sub.add_parser("top", parents=[common], help="live dashboard of a store (read-only)")
     top.add_argument("--refresh", type=_seconds, default=0.5, help="seconds between frames")
@@ -275,6 +280,22 @@ def build_parser() -> argparse.ArgumentParser:
     dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete old dead jobs")
     dead_purge.add_argument("--older-than", type=_duration, required=True,
                             help="age like 7d, 12h or 30m")
+
+    batches = sub.add_parser("batches", help="batches of jobs with callbacks: list, show, cancel")
+    batches_sub = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND",
+                                         parser_class=Parser)
+    batches_list = batches_sub.add_parser("list", parents=[common], help="batches, newest first")
+    batches_list.add_argument("--open", action="store_true",
+                              help="only those whose callbacks have not fired")
+    batches_list.add_argument("--limit", type=_positive_int, default=100)
+    batches_list.add_argument("--json", action="store_true")
+    batches_show = batches_sub.add_parser("show", parents=[common],
+                                          help="a batch: counts, members by status, callbacks")
+    batches_show.add_argument("id", type=_positive_int)
+    batches_show.add_argument("--json", action="store_true")
+    batches_cancel = batches_sub.add_parser(
+        "cancel", parents=[common], help="cancel a batch's unfinished jobs; no callback fires")
+    batches_cancel.add_argument("id", type=_positive_int)
 
     doctor = sub.add_parser("doctor", parents=[common],
                             help="check a store; --salvage copies what is readable to a new one")
@@ -448,20 +469,31 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
     import_app(args.app)
     if args.app and jobs.lookup(args.name) is None:
         raise UserError(f"no job named {args.name!r} is registered by --app {args.app}")
+    batched = args.on_complete or args.on_success
+    if batched and not args.from_file:
+        raise UserError("--on-complete and --on-success make a --from file one batch: add --from")
     store = connect(args.db, mode=args.mode)
     if args.from_file:
         if args.args or args.kwargs or args.key:
             raise UserError("--from takes the arguments from the file; drop --args, --kwargs and --key")
         items = _read_items(args.from_file, out)
+        batch = store.batch(on_success=jobs.Signature(args.on_success) if args.on_success else None,
+                            on_complete=jobs.Signature(args.on_complete) if args.on_complete
+                            else None) if batched else None
         with out.status(f"writing {len(items)} jobs", spinner="dots") if out.is_terminal \
                 else _nothing():
-            handles = store.enqueue_many(args.name, items, delay=args.delay, priority=args.priority,
-                                         queue=args.queue, max_attempts=args.max_attempts)
+            with batch or _nothing():
+                handles = store.enqueue_many(args.name, items, delay=args.delay,
+                                             priority=args.priority, queue=args.queue,
+                                             max_attempts=args.max_attempts,
+                                             batch=batch.id if batch else None)
         if args.json:
-            print(json.dumps({"ids": [h.id for h in handles]}))
+            print(json.dumps({"ids": [h.id for h in handles],
+                              **({"batch": batch.id} if batch else {})}))
         else:
             print(f"queued {len(handles)} jobs"
-                  + (f" ({handles[0].id}-{handles[-1].id})" if handles else ""))
+                  + (f" ({handles[0].id}-{handles[-1].id})" if handles else "")
+                  + (f" in batch {batch.id}" if batch else ""))
         return 0
     handle = store.enqueue_with(args.name, args=args.args, kwargs=args.kwargs, key=args.key,
                                 delay=args.delay, priority=args.priority, queue=args.queue,
@@ -794,6 +826,85 @@ def _no_pool_chosen(store, args: argparse.Namespace) -> str:
     return f"no live pool matches {asked} (live pools: {there})"
 
 
+def _batch_state(status: Any) -> str:
+    if status.cancelled:
+        return "cancelled" + ("" if status.finished else " (ending)")
+    if status.finished:
+        return "finished"
+    return "closed" if status.closed else "open"
+
+
+def cmd_batches_list(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, readonly=True)
+    found = store.batches.list(open_only=args.open, limit=args.limit)
+    if args.json:
+        print(json.dumps([b.as_dict() for b in found]))
+        return 0
+    now = time.time()
+    from jobpool.dashboard import duration
+    table = _table(box=None)
+    for column in ("id", "state", "ended", "dead", "callbacks", "age"):
+        table.add_column(column, overflow="ellipsis", no_wrap=True)
+    for b in found:
+        callbacks = ", ".join(n for n in (b.on_success, b.on_complete) if n)
+        table.add_row(str(b.id), _batch_state(b), f"{b.done + b.dead}/{b.total}", str(b.dead),
+                      callbacks, duration(max(0.0, now - b.created_at)))
+    out.print(table)
+    return 0
+
+
+def cmd_batches_show(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, readonly=True)
+    status = store.batch_status(args.id)
+    members = store.batches.members(args.id)
+    callbacks = {}
+    for which, name, job_id in (("on_success", status.on_success, status.success_job),
+                                ("on_complete", status.on_complete, status.complete_job)):
+        if name is not None:
+            job_status = store.get(job_id)["status"] if job_id is not None else None
+            callbacks[which] = {"name": name, "job": job_id, "status": job_status}
+    if args.json:
+        print(json.dumps(dict(status.as_dict(), members=members, callbacks=callbacks)))
+        return 0
+    now = time.time()
+    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {status.total} jobs, "
+              f"{status.done} done, {status.dead} dead, {status.pending} pending", markup=True,
+              highlight=False)
+    out.print(f"  created {_when(status.created_at, now)}", highlight=False)
+    if status.finished_at is not None:
+        out.print(f"  finished {_when(status.finished_at, now)}", highlight=False)
+    if members:
+        out.print("  members in the store: " + ", ".join(
+            f"{count} {state}" for state, count in sorted(members.items())), highlight=False)
+    for which, callback in callbacks.items():
+        out.print(f"  {which}: {callback['name']}: {_callback_state(status, callback)}",
+                  highlight=False)
+    return 0
+
+
+def _callback_state(status: Any, callback: dict) -> str:
+    if callback["job"] is not None:
+        return f"job {callback['job']} ({callback['status']})"
+    if status.cancelled:
+        return "never: the batch was cancelled"
+    if not status.finished:
+        return "fires when the last job ends" + ("" if status.closed else ", once closed")
+    return "not fired: a job went dead"
+
+
+def cmd_batches_cancel(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, create=False)
+    before = store.batch_status(args.id)
+    if before.finished:
+        raise UserError(f"batch {args.id} is {_batch_state(before)} already: nothing to cancel")
+    status = store.batches.cancel(args.id)
+    running = store.batches.members(args.id).get("running", 0)
+    print(f"batch {args.id} cancelled: {status.dead - before.dead} jobs dead now"
+          + (f", {running} running ones asked to stop" if running else "")
+          + "; no callback will fire")
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
     path = resolve_path(args.db)
     if is_postgres_url(path):
@@ -849,6 +960,9 @@ COMMANDS = {
     ("dead", "retry"): cmd_dead_retry,
     ("dead", "delete"): cmd_dead_delete,
     ("dead", "purge"): cmd_dead_purge,
+    ("batches", "list"): cmd_batches_list,
+    ("batches", "show"): cmd_batches_show,
+    ("batches", "cancel"): cmd_batches_cancel,
     "pools": cmd_pools,
     "stop": cmd_stop,
     "scale": cmd_scale,

@@ -153,6 +153,7 @@ def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> 
         lines.append(_stopping(snapshot))
     if snapshot.unserved:
         lines.append(_unserved(snapshot))
+    lines += _batches(snapshot, width, 3 if wide else 2)
     if problem:
         lines.append(_line(Text(problem, style="bold red")))
     return lines
@@ -180,6 +181,26 @@ def _unserved(snapshot: Snapshot) -> Text:
     groups = ", ".join(f"{u.count} {u.name}" + (f" ({u.queue})" if u.queue != "default" else "")
                        for u in snapshot.unserved)
     return _line(Text(f"ready, no pool serves: {groups}", style="bold yellow"))
+
+
+def _batches(snapshot: Snapshot, width: int, most: int) -> list[Text]:
+    """R34: a line per open batch, oldest first, with a bar of its members' ends."""
+    lines = []
+    for batch in snapshot.batches[:most]:
+        share = 100.0 * batch.ended / batch.total if batch.total else 100.0
+        head = Text(f"batch {batch.id} ")
+        tail = Text(f" {_count(batch.ended)}/{_count(batch.total)}")
+        if batch.dead:
+            tail.append(f" · {_count(batch.dead)} dead", style="red")
+        tail.append("" if batch.closed else " · open", style="dim")
+        if batch.callbacks:
+            tail.append(f" → {batch.callbacks}", style="dim")
+        bar_width = max(8, min(30, width - len(head) - len(tail) - 6))
+        lines.append(_line(head, _bar(share, None, bar_width), tail))
+    hidden = len(snapshot.batches) - most
+    if hidden > 0:
+        lines.append(_more(hidden, "open batches"))
+    return lines
 
 
 def _stopping(snapshot: Snapshot) -> Text:

@@ -55,6 +55,15 @@ class JobNotFound(JobpoolError, LookupError):
     """No job with that id exists in the store."""
 
 
+class BatchNotFound(JobpoolError, LookupError):
+    """No batch has this id (R34): never made, or swept after it finished."""
+
+
+class LeaseLostError(JobpoolError):
+    """A running attempt asked the store for something its lease no longer allows
+    (another pool reclaimed the job); the attempt's work is not this pool's to keep."""
+
+
 class JobFailed(JobpoolError):
     """``Handle.result()`` of a job that went dead; ``reason`` says why."""
 

@@ -10,6 +10,12 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                         (recycled), so nothing more may be sent to it; ``strays``: processes
                         the job left running that the child killed (R40)
                       ``(PROGRESS, job_id, attempt, percent, stage)``
+                      ``(BATCH_ADD, job_id, attempt, first_position, rows)``: the running
+                      member adds ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to its
+                      batch (R34), and waits for the answer
+supervisor -> child:  ``(BATCH_ADDED, answers, error_kind, error)``, only to a child
+                      waiting on a BATCH_ADD: ``(id, duplicate)`` per row, or why none
+                      was written
 """
 from __future__ import annotations
 
@@ -17,6 +23,13 @@ import marshal
 
 OUTCOME = 0
 PROGRESS = 1
+BATCH_ADD = 2
+BATCH_ADDED = 3
+
+#: ``BATCH_ADDED``'s error kinds: the exception the job's ``add`` raises.
+REFUSED = "refused"       # EnqueueError: the add is wrong (no batch, batch finished)
+LEASE_LOST = "lease"      # LeaseLostError: this attempt is no longer the job's
+STORE_FAILED = "store"    # StoreError: the store could not take it now
 
 dumps = marshal.dumps
 loads = marshal.loads
@@ -31,6 +44,15 @@ def outcome_message(job_id: int, attempt: int, kind: int, error: str | None, del
                     retiring: bool = False, strays: int = 0) -> bytes:
     return marshal.dumps((OUTCOME, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s,
                           retiring, strays))
+
+
+def batch_add_message(job_id: int, attempt: int, first_position: int, rows: list[tuple]) -> bytes:
+    return marshal.dumps((BATCH_ADD, job_id, attempt, first_position, tuple(map(tuple, rows))))
+
+
+def batch_added_message(answers: list[tuple[int, bool]], error_kind: str | None = None,
+                        error: str | None = None) -> bytes:
+    return marshal.dumps((BATCH_ADDED, tuple(answers), error_kind, error))
 
 
 def progress_message(job_id: int, attempt: int, percent: float, stage: str | None) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jobpool import core, liveness
+from jobpool.store.records import BatchStatus
 
 if TYPE_CHECKING:
     from jobpool.store.base import Store
@@ -114,6 +115,23 @@ def _zero_totals() -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class BatchView:
+    """An open batch (R34): its members' ends so far, and whether it is closed
+    (its callbacks armed)."""
+
+    id: int
+    total: int
+    done: int
+    dead: int
+    closed: bool
+    callbacks: str   # the callbacks' job names, comma-separated
+
+    @property
+    def ended(self) -> int:
+        return self.done + self.dead
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one dashboard frame shows, read at ``taken_at``.
 
@@ -136,6 +154,7 @@ class Snapshot:
     done_per_min: int = 0
     stale_pools: int = 0
     unserved: tuple[UnservedView, ...] = ()
+    batches: tuple[BatchView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,7 +183,14 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
                     failures=tuple(_failure_view(r) for r in rows.failures), totals=totals,
                     done_per_min=sum(recent.values()), stale_pools=len(rows.pools) - len(live),
                     unserved=tuple(UnservedView(**u)
-                                   for u in liveness.unserved(rows.ready_by_name, live)))
+                                   for u in liveness.unserved(rows.ready_by_name, live)),
+                    batches=tuple(_batch_view(r) for r in rows.batches))
+
+
+def _batch_view(row: tuple) -> BatchView:
+    status = BatchStatus.from_row(row)
+    return BatchView(status.id, status.total, status.done, status.dead, status.closed,
+                     ", ".join(n for n in (status.on_success, status.on_complete) if n))
 
 
 def _pool_view(row: Mapping[str, Any]) -> PoolView:

@@ -29,7 +29,7 @@ import random
 import time
 from typing import Any, Callable, NamedTuple
 
-from jobpool import events, jobs, procinfo, protocol, running
+from jobpool import batches, events, jobs, procinfo, protocol, running
 from jobpool.child import run_attempt
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import ERROR, RELEASE, Claimed, Outcome, Policy, Settled, settled_as
@@ -119,17 +119,31 @@ def _served() -> _Served:
                    {n: job.on_dead for n, job in registered.items() if job.on_dead is not None})
 
 
-class _ProgressToStore:
+class _PipeToStore:
     """Stands where a child's pipe would: ``jobpool.progress()`` sends its report
-    here, and it is written at once, fenced like a settle (R22). A store that
-    cannot take it loses the report, never the job, as in a pool."""
+    here, and it is written at once, fenced like a settle (R22); a store that
+    cannot take it loses the report, never the job, as in a pool. A member's adds
+    to its batch (R34) are written at once too, their answer read back as a child
+    reads its supervisor's."""
 
     def __init__(self, store: Store, owner: str) -> None:
         self.store = store
         self.owner = owner
+        self.answer: bytes | None = None
+
+    def recv_bytes(self) -> bytes:
+        answer, self.answer = self.answer, None
+        assert answer is not None, "a reply is read only after a request"
+        return answer
 
     def send_bytes(self, message: bytes) -> None:
-        _tag, job_id, attempt, percent, stage = protocol.loads(message)
+        request = protocol.loads(message)
+        if request[0] == protocol.BATCH_ADD:
+            _tag, job_id, attempt, first_position, new_rows = request
+            self.answer = batches.answer_member_add(self.store, self.owner, job_id, attempt,
+                                                    first_position, new_rows)
+            return
+        _tag, job_id, attempt, percent, stage = request
         try:
             self.store.set_progress(self.owner, [ProgressReport(job_id, attempt, percent, stage)])
         except StoreError as exc:
@@ -143,7 +157,7 @@ class _Drain:
         self.store = store
         self.claimer = claimer
         self.served = served
-        self.progress = _ProgressToStore(store, owner)
+        self.progress = _PipeToStore(store, owner)
         self.rng = random.Random()
         self.counts = dict.fromkeys(Drained._fields, 0)
         #: R38: paused queues are left alone, as every pool leaves them.

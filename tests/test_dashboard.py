@@ -17,7 +17,7 @@ import jobpool
 from jobpool import dashboard
 from jobpool.dashboard import plain_lines, render, run_top
 from jobpool.errors import StoreError
-from jobpool.snapshot import (DrainView, FailureView, PoolView, QueueView,
+from jobpool.snapshot import (BatchView, DrainView, FailureView, PoolView, QueueView,
                               SlotView, Snapshot, read_snapshot)
 from jobpool.store import sql
 
@@ -157,6 +157,21 @@ def test_the_header_names_store_core_pools_totals_and_throughput():
         assert text in header
 
 
+def with_batches(snap: Snapshot, count: int) -> Snapshot:
+    return replace(snap, batches=tuple(
+        BatchView(id=12 + i, total=200, done=137, dead=3 * i, closed=i > 0,
+                  callbacks="imports.rebuild_index, imports.report") for i in range(count)))
+
+
+def test_open_batches_show_a_bar_of_their_ended_members_and_a_more_line():
+    # R34: oldest first; at 80 columns two of them, then how many more.
+    screen = frame(with_batches(snapshot(), 4))
+    assert line_with(screen, "batch 12 ", "137/200", "open", "imports.rebuild_index")
+    assert line_with(screen, "batch 13 ", "140/200", "3 dead")
+    assert not any("batch 14 " in line for line in screen)
+    assert line_with(screen, "+2 more open batches")
+
+
 def test_a_long_store_path_keeps_its_file_name():
     path = "/very/long/" + "nested/" * 20 + "jobs.db"
     first = frame(snapshot(store=path))[0]
@@ -245,8 +260,9 @@ def crowded(n_slots: int, n_pools: int = 1) -> Snapshot:
 
 @pytest.mark.parametrize("width,height", [(80, 24), (160, 24), (160, 50), (100, 30)])
 @pytest.mark.parametrize("snap", [snapshot(), crowded(30), crowded(8, n_pools=3),
-                                  stopping(crowded(8, n_pools=3), running=8, ends_in=10**6)],
-                         ids=["few", "30 slots", "3 pools", "3 pools stopping"])
+                                  stopping(crowded(8, n_pools=3), running=8, ends_in=10**6),
+                                  with_batches(crowded(30), 5)],
+                         ids=["few", "30 slots", "3 pools", "3 pools stopping", "batches"])
 def test_no_line_is_wider_than_the_terminal_and_the_frame_never_scrolls(snap, width, height):
     lines = frame(snap, width, height)
     assert max(len(line) for line in lines) <= width
@@ -455,6 +471,15 @@ def test_read_snapshot_carries_a_stopping_pools_drain(world):
 
 def test_a_pool_that_is_not_stopping_reads_as_such(world):
     assert [p.stopping for p in read_snapshot(world.store, world.now).pools] == [None]
+
+
+def test_read_snapshot_shows_open_batches_oldest_first(world):
+    first = world.store.batch(on_complete=jobpool.Signature("t.report"))
+    first.add_many("t.job", [(1,), (2,)])
+    world.store.batch().close()  # finished at once: not shown
+    shown = read_snapshot(world.store, world.now).batches
+    assert shown == (BatchView(id=first.id, total=2, done=0, dead=0, closed=False,
+                               callbacks="t.report"),)
 
 
 def test_read_snapshot_leaves_no_transaction_open(world):

@@ -12,7 +12,7 @@ APP = """
 from jobpool import job
 
 @job(name="t.noop")
-def noop(*args):
+def noop(*args, **kwargs):
     pass
 """
 
@@ -120,6 +120,23 @@ def test_doctor_salvages_every_readable_job_of_a_damaged_store(make_app):
     # The salvaged store runs.
     app.cli("start", "--app", app.module, "--db", str(new), "--burst", "-q", check=True)
     assert salvaged.stats()["done"] == copied
+
+
+def test_a_salvage_keeps_the_batches_its_jobs_belong_to(make_app):
+    # R34: the copied members still count in their batch, whose callback still fires.
+    app = make_app(APP)
+    store = jobpool.connect(app.db)
+    with store.batch(on_complete=jobpool.Signature("t.noop")) as batch:
+        batch.add_many("t.noop", [(1,), (2,)])
+    store.close()
+    new = app.dir / "salvaged.db"
+    app.cli("doctor", "--db", str(app.db), "--salvage", str(new), check=True)
+    salvaged = jobpool.connect(new)
+    assert salvaged.batch_status(batch.id).pending == 2
+    app.cli("start", "--app", app.module, "--db", str(new), "--burst", "-q", check=True)
+    status = salvaged.batch_status(batch.id)
+    assert (status.done, status.finished) == (2, True)
+    assert salvaged.get(status.complete_job)["status"] == "done"
 
 
 def page_size(path) -> int:

@@ -1,21 +1,24 @@
-"""End-to-end demo: generate CSV exports, queue one import job per file, run a pool.
+"""End-to-end demo: generate CSV exports, queue one import job per file as one
+batch, run a pool; the batch's callback writes the summary this prints.
 
     python -m jobpool.examples.demo [--dir ./demo] [--files 200] [--rows 20000]
                                     [--procs N] [--bad 0]
 
 Everything lives under ``--dir``: the CSV files in ``csv/``, the jobpool store
-``jobpool.db``, the application's own database ``warehouse.db`` and the pool's log
+``jobpool.db``, the application's own database ``warehouse.db``, the import's
+``summary.json`` (written by the batch's ``on_complete`` callback) and the pool's log
 ``pool.log``. All are replaced on each run, so every run starts clean. The pool is the real
 ``jobpool start --burst`` command in a subprocess; this script only watches the
 store's counts while it runs, then checks the warehouse.
 
-Exit status 0 when every job settled and the warehouse holds exactly the rows of
-the good files; 1 otherwise.
+Exit status 0 when every job settled, the callback summarised the whole batch and
+the warehouse holds exactly the rows of the good files; 1 otherwise.
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -68,9 +71,20 @@ def read_stats(store: SQLiteStore, last: dict[str, int]) -> dict[str, int]:
         return last
 
 
-def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float) -> None:
-    """Show progress, from the store's counts, until the pool exits."""
+def files_ended(store: SQLiteStore, batch_id: int, last: int) -> int:
+    """The batch's members that have ended (R34: the store's own count)."""
+    try:
+        status = store.batch_status(batch_id)
+    except StoreError:
+        return last
+    return status.done + status.dead
+
+
+def watch(pool: subprocess.Popen, store: SQLiteStore, batch_id: int, files: int,
+          started: float) -> None:
+    """Show progress, from the batch's counts and the store's, until the pool exits."""
     counts = dict.fromkeys(("ready", "scheduled", "running", "done", "dead"), 0)
+    ended = 0
     if sys.stdout.isatty():
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn)
@@ -81,15 +95,15 @@ def watch(pool: subprocess.Popen, store: SQLiteStore, files: int, started: float
             while True:
                 exited = _wait(pool)
                 counts = read_stats(store, counts)
-                bar.update(task, completed=counts["done"] + counts["dead"],
-                           detail=_short_detail(counts))
+                ended = files_ended(store, batch_id, ended)
+                bar.update(task, completed=ended, detail=_short_detail(counts))
                 if exited:
                     return
     while True:
         exited = _wait(pool)
         counts = read_stats(store, counts)
-        settled = counts["done"] + counts["dead"]
-        print(f"[{time.monotonic() - started:6.1f} s] {settled}/{files} settled  "
+        ended = files_ended(store, batch_id, ended)
+        print(f"[{time.monotonic() - started:6.1f} s] {ended}/{files} settled  "
               f"{_detail(counts)}", flush=True)
         if exited:
             return
@@ -133,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     csv_dir = os.path.join(directory, "csv")
     store_path = os.path.join(directory, "jobpool.db")
     warehouse = os.path.join(directory, "warehouse.db")
+    summary_path = os.path.join(directory, "summary.json")
 
     # A clean slate: old exports (a previous run may have had more files), store, warehouse.
     os.makedirs(csv_dir, exist_ok=True)
@@ -140,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         os.remove(old)
     remove_database(store_path)
     remove_database(warehouse)
+    if os.path.exists(summary_path):
+        os.remove(summary_path)
 
     began = time.monotonic()
     paths = imports.generate(csv_dir, args.files, args.rows, args.seed, bad=args.bad,
@@ -150,8 +167,11 @@ def run(args: argparse.Namespace) -> int:
 
     imports.prepare_warehouse(warehouse)
     store = jobpool.connect(store_path)
-    store.enqueue_many(imports.load_csv.name, [(path, warehouse) for path in paths])
-    print(f"queued {len(paths)} jobs in {store_path}; starting {args.procs} workers", flush=True)
+    # R34: one batch; its callback runs once, after the last file's last attempt.
+    with store.batch(on_complete=imports.summarize.s(warehouse, summary_path)) as batch:
+        batch.add_many(imports.load_csv.name, [(path, warehouse) for path in paths])
+    print(f"queued {len(paths)} jobs in {store_path} as batch {batch.id}; "
+          f"starting {args.procs} workers", flush=True)
 
     command = [sys.executable, "-m", "jobpool", "start", "--app", "jobpool.examples.imports",
                "--db", store_path, "--procs", str(args.procs), "--burst", "-q"]
@@ -162,39 +182,53 @@ def run(args: argparse.Namespace) -> int:
     with open(log_path, "w") as log:
         pool = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
-            watch(pool, store, args.files, started)
+            watch(pool, store, batch.id, args.files, started)
         finally:
             pool.wait()
     wall = time.monotonic() - started
-    counts = store.stats()
-
-    rows = imports.count_rows(warehouse)
+    summary = _read_summary(summary_path)
+    rows = summary["rows"] if summary else imports.count_rows(warehouse)
     expected = (args.files - args.bad) * args.rows
-    settled = counts["done"] + counts["dead"]
+    settled = summary["imported"] + summary["failed"] if summary else 0
     print()
-    print(f"files           {args.files}")
+    print(f"files           {summary['files'] if summary else '?'} "
+          f"(the batch's summary, written by its callback)")
     print(f"rows imported   {rows:,} (expected {expected:,})")
-    print(f"jobs done/dead  {counts['done']} / {counts['dead']}")
+    if summary:
+        print(f"files ok/failed {summary['imported']} / {summary['failed']}")
     print(f"wall            {wall:.1f} s with {args.procs} workers "
           f"(+ {generating:.1f} s generating the files)")
     print(f"throughput      {settled / wall:.1f} jobs/s, {rows / wall:,.0f} rows/s")
-    if counts["dead"]:
-        print(f"\ndead jobs (see: jobpool jobs list --db {store_path} --status dead):")
-        for row in store.list_jobs(status="dead", limit=5):
-            print(f"  job {row['id']}: {(row['last_error'] or '?').splitlines()[0]}")
+    if summary and summary["failed"]:
+        print(f"\nfailed files (see: jobpool batches show {batch.id} --db {store_path}):")
+        for job_id in summary["failed_jobs"][:5]:
+            row = store.get(job_id)
+            print(f"  job {job_id}: {(row['last_error'] or '?').splitlines()[0]}")
 
     problems = []
     if pool.returncode != 0:
         problems.append(f"the pool exited with status {pool.returncode} (log: {log_path})")
         with open(log_path) as log:
             sys.stderr.writelines(log.readlines()[-20:])
-    if settled != args.files:
-        problems.append(f"{args.files - settled} of {args.files} jobs did not settle")
+    if summary is None:
+        problems.append(f"the batch's callback wrote no summary at {summary_path}")
+    elif settled != args.files or summary["files"] != args.files:
+        problems.append(f"the summary counts {settled} settled of {summary['files']} files, "
+                        f"expected {args.files}")
     if rows != expected:
         problems.append(f"the warehouse has {rows:,} rows, expected {expected:,}")
     for problem in problems:
         print(f"demo: FAILED: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _read_summary(path: str) -> dict | None:
+    """What the batch's callback wrote, or None if it never ran."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
 
 
 if __name__ == "__main__":

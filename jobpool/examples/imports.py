@@ -15,6 +15,9 @@ One job per file, ``imports.load_csv(path, warehouse)``. Things worth copying:
 - A file that is malformed can never succeed, so ``SchemaError`` is listed as fatal:
   the job goes dead at once with the file and line in its reason. Anything else (a
   locked database, a full disk) is an ordinary exception and is retried with backoff.
+- The files of one import are one batch (R34) whose ``on_complete`` callback,
+  ``imports.summarize``, writes the import's summary once every file has ended,
+  however its jobs ended and however many pools ran them: no one polls for "done".
 
 Run it all with ``python -m jobpool.examples.demo``, or by hand::
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import array
 import concurrent.futures
 import csv
+import json
 import functools
 import io
 import os
@@ -123,6 +127,20 @@ def load_csv(path: str, warehouse: str) -> int:
     finally:
         conn.close()
     return len(rows)
+
+
+@job(name="imports.summarize", max_attempts=3)
+def summarize(warehouse: str, summary_path: str, batch: dict) -> dict:
+    """The import batch's ``on_complete`` callback (R34): the summary of the whole
+    import, written as JSON to ``summary_path`` (replaced whole, never half-written).
+    ``batch`` is what the store says of the batch: its counts and dead members."""
+    summary = {"files": batch["total"], "imported": batch["done"], "failed": batch["dead"],
+               "failed_jobs": batch["dead_ids"], "rows": count_rows(warehouse)}
+    partial = summary_path + ".partial"
+    with open(partial, "w", encoding="utf-8") as fh:
+        json.dump(summary, fh)
+    os.replace(partial, summary_path)
+    return summary
 
 
 def report_progress(percent: float, stage: str) -> None:

@@ -85,19 +85,45 @@ class Store(Protocol):
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
-                     now: float | None = None) -> Any:
+                     now: float | None = None, batch: int | None = None) -> Any:
         """Queue one job with per-call options: ``key`` unique among live jobs of the
         name (R3), ``then`` the chain enqueued as each step completes (R12),
-        ``connection`` the caller's own open transaction (R5)."""
+        ``connection`` the caller's own open transaction (R5), ``batch`` the id of
+        an unfinished batch it joins (R34; not with ``key`` or ``connection``)."""
         ...
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
-                     now: float | None = None) -> Sequence[Any]:
+                     now: float | None = None, batch: int | None = None) -> Sequence[Any]:
         """Queue many in one transaction, all or nothing (R4); their handles in order.
         With ``keys``, one per item (R3): an item whose key a live job holds writes
-        nothing and gets that job's handle (``duplicate``; ``Handles.duplicates``)."""
+        nothing and gets that job's handle (``duplicate``; ``Handles.duplicates``).
+        ``batch``: they all join that unfinished batch (R34; not with ``keys``)."""
+        ...
+
+    # -- batches (R34) -------------------------------------------------------------------
+
+    def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
+        """A new ``jobpool.batches.Batch``: its callbacks (``job.s(...)``) are checked
+        now, and fire when the last member of the closed batch ends."""
+        ...
+
+    def batch_status(self, batch_id: int) -> Any:
+        """The batch's ``BatchStatus``; ``BatchNotFound`` if there is none."""
+        ...
+
+    @property
+    def batches(self) -> Any:
+        """``batch_store.StoreBatches``: ``open``, ``close``, ``cancel``, ``status``,
+        ``list(open_only=, limit=)``, ``members`` (counts by status)."""
+        ...
+
+    def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
+                         jobs: list[Any]) -> list[tuple[int, bool]]:
+        """A running member's adds to its batch, fenced by its lease (``LeaseLostError``
+        when it is gone; ``EnqueueError`` when it is in no batch): rows made on a clock
+        of 0, each keyed by (member, position), ``(id, duplicate)`` per row."""
         ...
 
     # -- reading --------------------------------------------------------------------------

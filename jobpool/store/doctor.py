@@ -81,7 +81,10 @@ def salvage(path: str, new_path: str) -> Report:
     target = sqlite_utils.Database(new_path)
     try:
         ids = _readable_ids(source, report)
-        columns = [c.name for c in target["jobs"].columns]
+        # The columns both have: a store of an older schema lacks the newer ones
+        # (its rows take their defaults).
+        known = _columns(source, "jobs")
+        columns = [c.name for c in target["jobs"].columns if not known or c.name in known]
         batch: list[dict] = []
         for job_id in ids:
             try:
@@ -95,7 +98,11 @@ def salvage(path: str, new_path: str) -> Report:
             if len(batch) >= BATCH:
                 report.copied += _flush(target, batch)
         report.copied += _flush(target, batch)
-        _copy_attempts(source, target, report)
+        _copy_table(source, target, "attempts", report)
+        # R34: the batches the copied members count in, with their add keys.
+        for table in ("jobpool_batches", "jobpool_batch_adds"):
+            if _columns(source, table):
+                _copy_table(source, target, table, report)
     finally:
         source.close()
         target.close()
@@ -138,14 +145,22 @@ def _flush(target: sqlite_utils.Database, batch: list[dict]) -> int:
     return count
 
 
-def _copy_attempts(source: sqlite_utils.Database, target: sqlite_utils.Database,
-                   report: Report) -> None:
+def _columns(source: sqlite_utils.Database, table: str) -> set[str]:
+    """The columns of ``table`` in the source (empty: no such table, or unreadable)."""
     try:
-        rows = list(source.query("SELECT * FROM attempts"))
+        return {row[1] for row in source.execute(f"PRAGMA table_info({table})")}
+    except sqlite3.DatabaseError:
+        return set()
+
+
+def _copy_table(source: sqlite_utils.Database, target: sqlite_utils.Database, table: str,
+                report: Report) -> None:
+    try:
+        rows = list(source.query(f"SELECT * FROM {table}"))
     except sqlite3.DatabaseError as exc:
-        report.problems.append(f"attempt log not copied: {exc}")
+        report.problems.append(f"{table} not copied: {exc}")
         return
-    target.table("attempts").insert_all(rows, batch_size=BATCH)
+    target.table(table).insert_all(rows, batch_size=BATCH)
 
 
 __all__ = ["Report", "check", "salvage", "sql"]

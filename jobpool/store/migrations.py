@@ -37,6 +37,8 @@ STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE attempts ADD COLUMN strays INTEGER"),
     # R38: paused queues, obeyed by every pool.
     3: (sql.CREATE_QUEUES,),
+    # R34: batches, their members and callbacks.
+    4: ("ALTER TABLE jobs ADD COLUMN batch_id INTEGER", *sql.BATCH_SCHEMA),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.
@@ -44,7 +46,8 @@ CURRENT = int(sql.SCHEMA_VERSION)
 assert max(STEPS) == CURRENT, "sql.SCHEMA_VERSION and the last migration step disagree"
 
 #: The tables jobpool adds; a foreign file holding any of these names is refused.
-OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic", "jobpool_queues"})
+OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic", "jobpool_queues",
+                        "jobpool_batches", "jobpool_batch_adds"})
 
 UPGRADE_HINT = "jobpool start, jobpool enqueue or connect() upgrades it in place"
 

@@ -27,8 +27,9 @@ from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyS
                             StoreError)
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
+from jobpool.store.batch_store import StoreBatches
 from jobpool.store import pg_sql, rows
-from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
+from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 
 try:
@@ -299,6 +300,10 @@ class PostgresStore:
             self._drop_if_broken()
             raise StoreError(f"{what} failed: {_first_line(exc)}") from exc
 
+    def read_rows(self, what: str, query: str, params: Any = None) -> list[tuple]:
+        """``read`` under the name the stores' shared helpers call (``StoreBatches``)."""
+        return self.read(what, query, params)
+
     def _drop_if_broken(self) -> None:
         conn = self._conn
         if conn is not None and (conn.closed or conn.broken):
@@ -319,13 +324,14 @@ class PostgresStore:
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
-                     now: float | None = None) -> Handle:
+                     now: float | None = None, batch: int | None = None) -> Handle:
         """Queue one job (see ``Store.enqueue_with``). Its run_at is the server's now
         plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
+        rows.check_batch_options(batch, key=key, connection=connection)
         # Validated on a clock of 0: the row takes the server's time when it is written.
         job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
-                           self.max_payload)
+                           self.max_payload)._replace(batch_id=batch)
         if connection is not None:
             # R5: inside the caller's own transaction, on its connection (whose
             # search_path is its own: the table is named with the store's schema).
@@ -334,7 +340,17 @@ class PostgresStore:
             except psycopg.Error as exc:
                 raise StoreError(f"enqueue of {name} on the caller's connection failed: "
                                  f"{_first_line(exc)}") from exc
-        return self.transaction(f"enqueue of {name}", lambda conn: self._insert(conn, job))
+
+        def insert(conn: Any) -> Handle:
+            if batch is not None:
+                self.batches.grow(conn, batch, 1)
+            return self._insert(conn, job)
+        return self.transaction(f"enqueue of {name}", insert)
+
+    def insert_job(self, conn: Any, row: rows.NewJob) -> int:
+        """Write one validated row in ``conn``'s transaction; its id (a batch
+        member's add: it has no key, so it is never a duplicate)."""
+        return self._insert(conn, row).id
 
     def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False) -> Handle:
         if qualified:
@@ -357,11 +373,13 @@ class PostgresStore:
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
-                     now: float | None = None) -> Handles:
+                     now: float | None = None, batch: int | None = None) -> Handles:
         """Queue many in one transaction, all or nothing (R4): JSON arguments as one
         array the server splits, anything else streamed with COPY. The ids come
         back in item order; they need not be consecutive."""
-        options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, 0.0)
+        rows.check_batch_options(batch, key=keys)
+        options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None,
+                                       0.0)._replace(batch_id=batch)
         items = items if isinstance(items, list) else list(items)
         checked_keys = rows.check_keys(keys, len(items))
         if checked_keys is not None:
@@ -370,14 +388,16 @@ class PostgresStore:
                                        lambda conn: [self._insert(conn, job) for job in keyed])
             return Handles([h.id for h in handles], store=self,
                            duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
-        batch = rows.json_batch(items) if options.serializer == "json" else None
-        if batch is not None and len(batch[0].encode()) + 5 <= self.max_payload:
+        as_json = rows.json_batch(items) if options.serializer == "json" else None
+        if as_json is not None and len(as_json[0].encode()) + 5 <= self.max_payload:
             # No element can be longer than the whole: every payload is within the limit.
-            return self._insert_json_batch(options, len(items), *batch)
+            return self._insert_json_batch(options, len(items), *as_json)
         new_jobs = rows.new_jobs(options, items, self.max_payload)
         wait = options.run_at  # the delay, on the validation clock of 0
 
         def insert(conn: Any) -> list[int]:
+            if batch is not None and new_jobs:
+                self.batches.grow(conn, batch, len(new_jobs))
             server_now = self.server_now(conn)
             ids = [r[0] for r in conn.execute(pg_sql.RESERVE_IDS, {"count": len(new_jobs)})]
             with conn.cursor().copy(pg_sql.COPY_JOBS) as copy:
@@ -385,7 +405,7 @@ class PostgresStore:
                     copy.write_row((job_id, job.queue, job.name, None, _bytes(job.payload),
                                     job.serializer, job.priority, "ready", server_now + wait,
                                     server_now + wait, job.max_attempts, None, job.timeout,
-                                    server_now, None))
+                                    server_now, None, batch))
             self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {name}", insert) if new_jobs else []
@@ -394,12 +414,14 @@ class PostgresStore:
     def _insert_json_batch(self, options: rows.EnqueueOptions, count: int, batch: str,
                            args_only: bool) -> Handles:
         def insert(conn: Any) -> list[int]:
+            if options.batch_id is not None:
+                self.batches.grow(conn, options.batch_id, count)
             server_now = self.server_now(conn)
             ids = sorted(r[0] for r in conn.execute(pg_sql.INSERT_BATCH, {
                 "queue": options.queue, "name": options.name, "args_only": args_only,
                 "priority": options.priority, "run_at": server_now + options.run_at,
                 "max_attempts": options.max_attempts, "timeout": options.timeout,
-                "now": server_now, "batch": batch}))
+                "now": server_now, "batch": batch, "batch_id": options.batch_id}))
             if len(ids) != count:
                 raise StoreError(f"enqueue_many of {options.name}: {len(ids)} rows written "
                                  f"for {count} items")  # rolls the batch back
@@ -407,6 +429,30 @@ class PostgresStore:
             return ids
         ids = self.transaction(f"enqueue_many of {options.name}", insert) if count else []
         return Handles(ids, store=self)
+
+    # -- batches (R34) -----------------------------------------------------------------------
+
+    @property
+    def batches(self) -> StoreBatches:
+        """R34: open, close, cancel and read batches (``batch_store.StoreBatches``)."""
+        return StoreBatches(self, pg_sql)
+
+    def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
+        """A new batch whose callbacks fire when its last member ends after
+        ``close()`` (see ``jobpool.batches``)."""
+        from jobpool.batches import open_batch
+        return open_batch(self, on_success, on_complete)
+
+    def batch_status(self, batch_id: int) -> Any:
+        """R34: the batch's counts and state, a ``BatchStatus``."""
+        return self.batches.status(batch_id)
+
+    def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
+                         jobs: list[rows.NewJob]) -> list[tuple[int, bool]]:
+        """R34: a running member's adds to its batch (``StoreBatches.add_from_member``),
+        made on a clock of 0 like every row here (they take the server's time); each
+        insert wakes the listening pools itself."""
+        return self.batches.add_from_member(owner, job_id, attempt, first_position, jobs)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -512,9 +558,10 @@ class PostgresStore:
             failed = conn.execute(pg_sql.RECENT_FAILURES, {"limit": failures}).fetchall()
             running = conn.execute(pg_sql.RUNNING_JOBS).fetchall()
             paused = [row[0] for row in conn.execute(pg_sql.PAUSED_QUEUES)]
+            batches = conn.execute(pg_sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()
             return DashboardRows(queue_counts=counts, done=done, done_since=since,
                                  failures=failed, running=running, pools=[], ready_by_name=[],
-                                 paused=paused)
+                                 paused=paused, batches=batches)
         snapshot = self.transaction("reading the dashboard snapshot", read)
         pools = self.pools(now)
         ready = self.read("reading ready jobs", pg_sql.READY_BY_NAME) \
@@ -690,7 +737,7 @@ class PostgresStore:
             if cutoff is not None:
                 removed += conn.execute(pg_sql.PURGE_FINISHED, {
                     "status": "dead", "before": cutoff[0] + 1e-6, "limit": 500}).fetchone()[0]
-            return removed
+            return removed + self.batches.purge_in(conn, server_now - result_ttl)
         return self.transaction("retention sweep", sweep)
 
     def maintenance(self) -> None:
@@ -824,7 +871,7 @@ def _job_params(job: rows.NewJob) -> dict[str, Any]:
     return {"queue": job.queue, "name": job.name, "key": job.key, "payload": _bytes(job.payload),
             "serializer": job.serializer, "priority": job.priority, "delay": job.run_at,
             "max_attempts": job.max_attempts, "deadline": job.deadline, "timeout": job.timeout,
-            "chain": job.chain}
+            "chain": job.chain, "batch_id": job.batch_id}
 
 
 def _write_progress(conn: Any, owner: str, progress: Iterable[ProgressReport]) -> None:

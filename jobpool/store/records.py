@@ -7,6 +7,7 @@ tuple through an index.
 """
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 
@@ -81,3 +82,54 @@ class DashboardRows(NamedTuple):
     ready_by_name: list[tuple]
     #: R38: the paused queues.
     paused: tuple[str, ...] | list[str] = ()
+    #: R34: the oldest open batches (rows of ``BATCH_COLUMNS``), at most ``OPEN_BATCHES_SHOWN``.
+    batches: list[tuple] | tuple = ()
+
+
+#: How many open batches a dashboard frame reads (it shows fewer on a small terminal).
+OPEN_BATCHES_SHOWN = 5
+
+
+class BatchStatus(NamedTuple):
+    """R34: where a batch stands, as ``store.batch_status(id)`` answers. Counts are
+    the store's own (kept in the transactions that end members); cancelled members
+    count as dead. ``finished``: the callbacks have fired (or, cancelled, the last
+    member ended); ``success_job`` and ``complete_job`` are the jobs they became."""
+
+    id: int
+    total: int
+    pending: int
+    done: int
+    dead: int
+    closed: bool
+    cancelled: bool
+    finished: bool
+    created_at: float
+    closed_at: float | None
+    finished_at: float | None
+    on_success: str | None    # the callback's job name
+    on_complete: str | None
+    success_job: int | None
+    complete_job: int | None
+
+    @classmethod
+    def from_row(cls, row: tuple) -> "BatchStatus":
+        """A row of ``BATCH_COLUMNS`` (both stores select the same columns)."""
+        (batch_id, created_at, total, done, dead, closed_at, cancelled_at, finished_at,
+         on_success, on_complete, success_job, complete_job) = row
+        return cls(batch_id, total, total - done - dead, done, dead, closed_at is not None,
+                   cancelled_at is not None, finished_at is not None, created_at, closed_at,
+                   finished_at, _callback_name(on_success), _callback_name(on_complete),
+                   success_job, complete_job)
+
+    def as_dict(self) -> dict:
+        return self._asdict()
+
+
+def _callback_name(spec: object) -> str | None:
+    """The job name in a stored callback (text in SQLite, already decoded by psycopg)."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        spec = json.loads(spec)
+    return spec["name"] if isinstance(spec, dict) else None

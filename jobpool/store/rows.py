@@ -36,6 +36,7 @@ class EnqueueOptions(NamedTuple):
     deadline: float | None
     timeout: float | None      # None: the claiming pool's registered value
     now: float
+    batch_id: int | None = None  # R34: the batch every row joins
 
 
 class NewJob(NamedTuple):
@@ -54,6 +55,13 @@ class NewJob(NamedTuple):
     timeout: float | None
     created_at: float
     chain: str | None
+    batch_id: int | None = None  # R34: the batch this job is a member of
+
+    def at(self, now: float) -> "NewJob":
+        """A row made on a clock of 0 (in a child, whose clock is not the store's),
+        moved to ``now``."""
+        return self._replace(run_at=self.run_at + now, line_at=self.line_at + now,
+                             created_at=now)
 
 
 def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout,
@@ -100,7 +108,7 @@ def with_payload(options: EnqueueOptions, args, kwargs, key, chain,
     payload = encode_payload(args, kwargs, options.serializer, max_payload)
     return NewJob(options.queue, options.name, key, payload, options.serializer, options.priority,
                   options.run_at, options.run_at, options.max_attempts, options.deadline,
-                  options.timeout, options.now, chain)
+                  options.timeout, options.now, chain, options.batch_id)
 
 
 def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, queue, timeout,
@@ -110,6 +118,20 @@ def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, qu
     if key is not None and (not isinstance(key, str) or not key):
         raise EnqueueError(f"key must be a non-empty string, not {key!r}")
     return with_payload(options, args, kwargs, key, chain, max_payload)
+
+
+def check_batch_options(batch: Any, *, key: Any = None, connection: Any = None) -> None:
+    """R34: a batch id, and none of the options a batch member cannot have: a key
+    (a duplicate would join nothing, yet count), or the caller's own transaction."""
+    if batch is None:
+        return
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise EnqueueError(f"batch must be a batch id (an integer), not {batch!r}")
+    if key is not None:
+        raise EnqueueError("a batch member cannot have a key: batch= and key(s)= together")
+    if connection is not None:
+        raise EnqueueError("a batch member is written in the store's own transaction: "
+                           "batch= and connection= together")
 
 
 def check_keys(keys: Any, count: int) -> list[str | None] | None:
@@ -180,26 +202,41 @@ def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
     if then is None:
         return None
     steps = list(then) if isinstance(then, (list, tuple)) else [then]
-    encoded = []
-    for index, step in enumerate(steps):
-        if not isinstance(step, Signature):
-            raise EnqueueError(f"then[{index}] must be a signature (job.s(...)), "
-                               f"not {type(step).__name__}")
-        job = job_options.options_of(step.name)
-        if job is not None and job.serializer != "json":
-            raise EnqueueError(f"then[{index}]: chained steps carry JSON arguments; "
-                               f"{step.name} uses {job.serializer}")
-        encoded.append({
-            "name": step.name,
-            "payload": encode_payload(step.args, step.kwargs, "json", max_payload),
-            "queue": job.queue if job else job_options.DEFAULT_QUEUE,
-            "priority": job.priority if job else job_options.DEFAULT_PRIORITY,
-            "max_attempts": job.max_attempts if job else None,
-            "timeout": job.timeout if job else None,
-        })
+    encoded = [step_dict(step, f"then[{index}]", "chained steps", max_payload)
+               for index, step in enumerate(steps)]
     if not encoded:
         return None
     return json.dumps(encoded, separators=(",", ":"))
+
+
+def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_BYTES
+              ) -> dict[str, Any]:
+    """A job the store itself enqueues later (a chain's next step, a batch's
+    callback): ``{name, payload, queue, priority, max_attempts, timeout}``, with
+    the options of its registration in this process when it has one. Its
+    arguments travel as JSON: the store writes them into the new row."""
+    if not isinstance(step, Signature):
+        raise EnqueueError(f"{label} must be a signature (job.s(...)), not {type(step).__name__}")
+    try:
+        job_options.validate_name(step.name)
+    except ValueError as exc:
+        raise EnqueueError(f"{label}: {exc}") from None
+    job = job_options.options_of(step.name)
+    if job is not None and job.serializer != "json":
+        raise EnqueueError(f"{label}: {what} carry JSON arguments; "
+                           f"{step.name} uses {job.serializer}")
+    try:
+        payload = encode_payload(step.args, step.kwargs, "json", max_payload)
+    except EnqueueError as exc:
+        raise EnqueueError(f"{label}: {exc}") from None
+    return {
+        "name": step.name,
+        "payload": payload,
+        "queue": job.queue if job else job_options.DEFAULT_QUEUE,
+        "priority": job.priority if job else job_options.DEFAULT_PRIORITY,
+        "max_attempts": job.max_attempts if job else None,
+        "timeout": job.timeout if job else None,
+    }
 
 
 def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:

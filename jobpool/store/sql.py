@@ -5,7 +5,7 @@ a guard changed in one place is changed everywhere. Times are Unix seconds (REAL
 """
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     chain            TEXT,
     chain_root       INTEGER,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    hook_done        INTEGER NOT NULL DEFAULT 0
+    hook_done        INTEGER NOT NULL DEFAULT 0,
+    batch_id         INTEGER
 )
 """
 
@@ -161,6 +162,120 @@ CREATE TABLE IF NOT EXISTS jobpool_queues (
 ) WITHOUT ROWID
 """
 
+#: R34: one row per batch. ``total``, ``done`` and ``dead`` are kept by the store
+#: itself (the triggers below), so no path that ends a member can miss its count:
+#: a settle of either core, a reclaim, an operator's cancel. ``on_success`` and
+#: ``on_complete`` hold the callbacks as ``{name, payload, queue, priority,
+#: max_attempts, timeout}`` (a chain step's shape); ``success_job`` and
+#: ``complete_job`` the ids of the jobs they became. ``changed_at`` is the time of
+#: the last write that moved a count or closed the batch: the callbacks are due then
+#: (triggers have no ``now`` of their own), and keep the batch's place in line
+#: (``created_at``). ``finished_at``: the callbacks fired (or, cancelled, its last
+#: member ended); nothing changes a finished batch again.
+CREATE_BATCHES = """
+CREATE TABLE IF NOT EXISTS jobpool_batches (
+    id           INTEGER PRIMARY KEY,
+    created_at   REAL    NOT NULL,
+    changed_at   REAL    NOT NULL,
+    total        INTEGER NOT NULL DEFAULT 0,
+    done         INTEGER NOT NULL DEFAULT 0,
+    dead         INTEGER NOT NULL DEFAULT 0,
+    closed_at    REAL,
+    cancelled_at REAL,
+    finished_at  REAL,
+    on_success   TEXT,
+    on_complete  TEXT,
+    success_job  INTEGER,
+    complete_job INTEGER
+)
+"""
+
+#: R34: open batches for the dashboard, finished ones by age for the sweep.
+CREATE_BATCHES_INDEX = "CREATE INDEX IF NOT EXISTS batches_finished ON jobpool_batches (finished_at)"
+
+#: R34: a batch's members by status (the dead ids a callback receives, ``batches
+#: show``); only rows of a batch are in it, so other jobs' writes never touch it.
+CREATE_MEMBERS_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_batch ON jobs (batch_id, status) WHERE batch_id IS NOT NULL
+"""
+
+#: R34: what a running member added to its own batch, keyed by the member's id and
+#: the add's position in its attempt, so a retried member's adds are not made twice.
+CREATE_BATCH_ADDS = """
+CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
+    batch_id INTEGER NOT NULL,
+    add_key  TEXT    NOT NULL,
+    job_id   INTEGER NOT NULL,
+    PRIMARY KEY (batch_id, add_key)
+) WITHOUT ROWID
+"""
+
+#: R34: a member's terminal transition counts in its batch, in the transaction that
+#: made it. ``OLD.status`` is live, so a row rewritten while finished never counts twice.
+CREATE_MEMBER_ENDED = """
+CREATE TRIGGER IF NOT EXISTS batch_member_ended AFTER UPDATE OF status ON jobs
+WHEN NEW.batch_id IS NOT NULL AND NEW.status IN ('done', 'dead')
+     AND OLD.status IN ('ready', 'running')
+BEGIN
+    UPDATE jobpool_batches SET done = done + (NEW.status = 'done'), dead = dead + (NEW.status = 'dead'),
+                       changed_at = coalesce(NEW.finished_at, changed_at)
+     WHERE id = NEW.batch_id AND finished_at IS NULL;
+END
+"""
+
+#: R34: ``dead retry`` of a member before the callbacks fired reopens its count;
+#: after, the batch is finished and the retried job runs alone.
+CREATE_MEMBER_REOPENED = """
+CREATE TRIGGER IF NOT EXISTS batch_member_reopened AFTER UPDATE OF status ON jobs
+WHEN NEW.batch_id IS NOT NULL AND OLD.status = 'dead' AND NEW.status IN ('ready', 'running')
+BEGIN
+    UPDATE jobpool_batches SET dead = dead - 1 WHERE id = NEW.batch_id AND finished_at IS NULL;
+END
+"""
+
+#: The ``batch`` keyword argument a callback receives (R34), built from the row.
+_BATCH_INFO = """json_object('id', NEW.id, 'total', NEW.total, 'done', NEW.done, 'dead', NEW.dead,
+    'dead_ids', json(coalesce((SELECT json_group_array(id) FROM (
+        SELECT id FROM jobs INDEXED BY jobs_batch WHERE batch_id = NEW.id AND status = 'dead'
+         ORDER BY id LIMIT 1000)), '[]')),
+    'dead_ids_truncated', json(CASE WHEN NEW.dead > 1000 THEN 'true' ELSE 'false' END))"""
+
+
+def _fire(column: str, condition: str) -> str:
+    """The callback in ``column`` enqueued when ``condition`` holds: due at once, its
+    place in line the batch's creation time."""
+    return f"""
+    INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
+                      max_attempts, deadline, timeout, created_at, chain)
+    SELECT json_extract(NEW.{column}, '$.queue'), json_extract(NEW.{column}, '$.name'), NULL,
+           json_set(json_extract(NEW.{column}, '$.payload'), '$[1].batch', json({_BATCH_INFO})),
+           'json', json_extract(NEW.{column}, '$.priority'), 'ready', NEW.changed_at,
+           NEW.created_at, json_extract(NEW.{column}, '$.max_attempts'), NULL,
+           json_extract(NEW.{column}, '$.timeout'), NEW.changed_at, NULL
+     WHERE {condition};
+    UPDATE jobpool_batches SET {column.replace('on_', '')}_job = last_insert_rowid()
+     WHERE id = NEW.id AND {condition};"""
+
+
+_FIRES_SUCCESS = "NEW.on_success IS NOT NULL AND NEW.dead = 0 AND NEW.cancelled_at IS NULL"
+_FIRES_COMPLETE = "NEW.on_complete IS NOT NULL AND NEW.cancelled_at IS NULL"
+
+#: R34: when the last member of a closed batch ends (or a batch is closed with all its
+#: members ended), the same transaction enqueues its callbacks, once: ``on_success``
+#: only if no member went dead, ``on_complete`` always; a cancelled batch fires none.
+CREATE_BATCH_FINISHED = f"""
+CREATE TRIGGER IF NOT EXISTS batch_finished
+AFTER UPDATE OF done, dead, closed_at, cancelled_at ON jobpool_batches
+WHEN NEW.closed_at IS NOT NULL AND NEW.finished_at IS NULL AND NEW.done + NEW.dead >= NEW.total
+BEGIN{_fire("on_success", _FIRES_SUCCESS)}{_fire("on_complete", _FIRES_COMPLETE)}
+    UPDATE jobpool_batches SET finished_at = NEW.changed_at WHERE id = NEW.id;
+END
+"""
+
+#: Everything batches add to a store (schema 4).
+BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX, CREATE_BATCH_ADDS,
+                CREATE_MEMBER_ENDED, CREATE_MEMBER_REOPENED, CREATE_BATCH_FINISHED)
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -173,6 +288,7 @@ SCHEMA = (
     CREATE_POOLS,
     CREATE_PERIODIC,
     CREATE_QUEUES,
+    *BATCH_SCHEMA,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -181,8 +297,8 @@ SCHEMA = (
 #: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
 INSERT_JOB = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
-                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain)
-VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
+                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id)
+VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 #: R4 at speed: a whole enqueue_many batch as one JSON array, unpacked by SQLite
@@ -192,9 +308,10 @@ VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
 #: the array index, so rows get their ids in the order given.
 INSERT_BATCH = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
-                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain)
+                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id)
 SELECT :queue, :name, NULL, CASE WHEN :args_only THEN '[' || value || ',{}]' ELSE value END,
-       'json', :priority, 'ready', :run_at, :run_at, :max_attempts, NULL, :timeout, :now, NULL
+       'json', :priority, 'ready', :run_at, :run_at, :max_attempts, NULL, :timeout, :now, NULL,
+       :batch_id
   FROM json_each(:batch) ORDER BY key
 """
 
@@ -450,6 +567,72 @@ ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
  WHERE last_occurrence < excluded.last_occurrence
 """
 
+# --- batches (R34) ---------------------------------------------------------------------------
+
+OPEN_BATCH = """
+INSERT INTO jobpool_batches (created_at, changed_at, on_success, on_complete)
+VALUES (:now, :now, :on_success, :on_complete)
+RETURNING id
+"""
+#: R34: members join an unfinished batch, in the transaction that writes them.
+GROW_BATCH = """
+UPDATE jobpool_batches SET total = total + :count
+ WHERE id = :batch_id AND finished_at IS NULL AND cancelled_at IS NULL
+RETURNING id
+"""
+#: R34: arms the callbacks; the batch_finished trigger fires them now if every
+#: member has ended already.
+CLOSE_BATCH = """
+UPDATE jobpool_batches SET closed_at = :now, changed_at = :now WHERE id = :id AND closed_at IS NULL
+"""
+#: R34: a cancelled batch fires no callback; its unfinished members are cancelled
+#: as ``jobs cancel`` cancels one (R31): ready ones dead now, running ones flagged.
+CANCEL_BATCH = """
+UPDATE jobpool_batches SET cancelled_at = :now, closed_at = coalesce(closed_at, :now),
+       changed_at = :now
+ WHERE id = :id AND finished_at IS NULL AND cancelled_at IS NULL
+RETURNING id
+"""
+CANCEL_READY_MEMBERS = """
+UPDATE jobs SET status = 'dead', last_error = :error, finished_at = :now
+ WHERE batch_id = :id AND status = 'ready'
+"""
+REQUEST_CANCEL_MEMBERS = """
+UPDATE jobs SET cancel_requested = 1 WHERE batch_id = :id AND status = 'running'
+"""
+BATCH_COLUMNS = ("id, created_at, total, done, dead, closed_at, cancelled_at, finished_at, "
+                 "on_success, on_complete, success_job, complete_job")
+GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE id = :id"
+LIST_BATCHES = f"""
+SELECT {BATCH_COLUMNS} FROM jobpool_batches {{where}} ORDER BY id DESC LIMIT :limit
+"""
+#: R29: the open batches the dashboard draws, oldest first.
+OPEN_BATCHES = f"""
+SELECT {BATCH_COLUMNS} FROM jobpool_batches INDEXED BY batches_finished
+ WHERE finished_at IS NULL ORDER BY id LIMIT :limit
+"""
+#: ``batches show``: the members still in the store, by status.
+BATCH_MEMBERS = """
+SELECT status, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = :id GROUP BY status
+"""
+#: R34: the batch of a running member, fenced like a settle: a member whose lease
+#: is gone adds nothing.
+MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD}"
+FIND_ADD = """
+SELECT job_id FROM jobpool_batch_adds WHERE batch_id = :batch_id AND add_key = :add_key
+"""
+RECORD_ADD = """
+INSERT INTO jobpool_batch_adds (batch_id, add_key, job_id) VALUES (:batch_id, :add_key, :job_id)
+"""
+#: R34: finished batches are swept with done rows (``--result-ttl``), a bounded batch
+#: per call: first their add keys, then the same rows (oldest first, by the index).
+_SWEPT_BATCHES = """
+SELECT id FROM jobpool_batches INDEXED BY batches_finished
+ WHERE finished_at < :before ORDER BY finished_at, id LIMIT :limit
+"""
+PURGE_BATCH_ADDS = f"DELETE FROM jobpool_batch_adds WHERE batch_id IN ({_SWEPT_BATCHES})"
+PURGE_BATCHES = f"DELETE FROM jobpool_batches WHERE id IN ({_SWEPT_BATCHES})"
+
 # --- dead letters and retention (R32) --------------------------------------------------
 
 #: Newest dead first, through jobs_status.
@@ -498,7 +681,7 @@ JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
     "last_error, progress, stage, result, created_at, started_at, finished_at, chain_root, "
-    "cancel_requested"
+    "cancel_requested, batch_id"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 #: Why an operator action matched no row: the job's status, or no row at all.
@@ -580,4 +763,4 @@ SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
 
 #: Every statement the dashboard reads with, for the test that checks their query plans.
 DASHBOARD_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
-                     READY_BY_NAME)
+                     READY_BY_NAME, OPEN_BATCHES)

@@ -19,7 +19,8 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import migrations, retention, rows, sql
-from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
+from jobpool.store.batch_store import StoreBatches
+from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 from jobpool.store.urls import is_postgres_url
 from jobpool.wakeup import Notifier
@@ -199,7 +200,7 @@ class SQLiteStore:
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None,
                      connection: sqlite3.Connection | None = None,
-                     now: float | None = None) -> Handle:
+                     now: float | None = None, batch: int | None = None) -> Handle:
         """Queue one job with per-call options.
 
         ``then`` is a ``Signature`` (``job.s(...)``) or a list of them: the chain
@@ -207,14 +208,21 @@ class SQLiteStore:
         that completes the one before (R12).
         With ``connection`` (R5) the row is written inside the caller's open
         transaction on that connection, and exists only if the caller commits.
+        ``batch``: the id of an unfinished batch this job joins (R34).
         """
         now = time.time() if now is None else now
+        rows.check_batch_options(batch, key=key, connection=connection)
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload),
-                           self.max_payload)
+                           self.max_payload)._replace(batch_id=batch)
         if connection is not None:
             return self._insert(connection, row)
-        handle = self.transaction(f"enqueue of {name}", lambda conn: self._insert(conn, row))
+
+        def insert(conn: sqlite3.Connection) -> Handle:
+            if batch is not None:
+                self.batches.grow(conn, batch, 1)
+            return self._insert(conn, row)
+        handle = self.transaction(f"enqueue of {name}", insert)
         if not handle.duplicate:
             self._notifier.notify()
         return handle
@@ -222,7 +230,7 @@ class SQLiteStore:
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
-                     now: float | None = None) -> Handles:
+                     now: float | None = None, batch: int | None = None) -> Handles:
         """Queue many calls of one job in one transaction, all or nothing (R4).
 
         Each item is a tuple or list of positional arguments, or a ``Signature``
@@ -230,23 +238,32 @@ class SQLiteStore:
         as a sequence that makes each ``Handle`` when it is read. ``keys`` gives
         each item a key (R3): an item whose key a live job holds is not written,
         its handle is that job's (``Handles.duplicates`` lists their positions).
+        ``batch``: the id of an unfinished batch they all join (R34).
         """
         now = time.time() if now is None else now
-        options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None, now)
+        rows.check_batch_options(batch, key=keys)
+        options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None,
+                                       now)._replace(batch_id=batch)
         items = items if isinstance(items, list) else list(items)
         checked_keys = rows.check_keys(keys, len(items))
         if checked_keys is not None:
             return self._insert_keyed(options, items, checked_keys)
-        batch = rows.json_batch(items) if options.serializer == "json" else None
-        if batch is not None:
-            count = len(items)
-            last = self.transaction(f"enqueue_many of {name}",
-                               lambda conn: self._insert_batch(conn, options, *batch))
+        as_json = rows.json_batch(items) if options.serializer == "json" else None
+        count = len(items)
+
+        def join(conn: sqlite3.Connection) -> None:
+            if batch is not None and count:
+                self.batches.grow(conn, batch, count)
+        if as_json is not None:
+            def insert_json(conn: sqlite3.Connection) -> int:
+                join(conn)
+                return self._insert_batch(conn, options, *as_json)
+            last = self.transaction(f"enqueue_many of {name}", insert_json)
         else:
             new_jobs = rows.new_jobs(options, items, self.max_payload)
-            count = len(new_jobs)
 
-            def insert(conn):
+            def insert(conn: sqlite3.Connection) -> int:
+                join(conn)
                 conn.executemany(sql.INSERT_JOB, new_jobs)
                 return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
             last = self.transaction(f"enqueue_many of {name}", insert)
@@ -270,10 +287,9 @@ class SQLiteStore:
 
     def _insert_batch(self, conn: sqlite3.Connection, options: rows.EnqueueOptions, batch: str,
                       args_only: bool) -> int:
-        (queue, name, _serializer, priority, run_at, max_attempts, deadline_ts, timeout,
-         now) = options
-        params = {"queue": queue, "name": name, "priority": priority, "run_at": run_at,
-                  "max_attempts": max_attempts, "timeout": timeout, "now": now,
+        params = {"queue": options.queue, "name": options.name, "priority": options.priority,
+                  "run_at": options.run_at, "max_attempts": options.max_attempts,
+                  "timeout": options.timeout, "now": options.now, "batch_id": options.batch_id,
                   "batch": batch, "args_only": args_only, "max_bytes": self.max_payload}
         # No payload can be longer than the whole batch: when that fits, skip the scan.
         fits = len(batch) * 4 + 5 <= self.max_payload or len(batch.encode()) + 5 <= self.max_payload
@@ -337,6 +353,39 @@ class SQLiteStore:
         return retention.DeadLetters(self)
 
     # -- for the store's own modules (retention.py): SQL run on this store's connection ----
+
+    # -- batches (R34) ----------------------------------------------------------------------
+
+    @property
+    def batches(self) -> StoreBatches:
+        """R34: open, close, cancel and read batches (``batch_store.StoreBatches``)."""
+        return StoreBatches(self, sql)
+
+    def insert_job(self, conn: sqlite3.Connection, row: rows.NewJob) -> int:
+        """Write one validated row in ``conn``'s transaction; its id (a batch
+        member's add: it has no key, so it is never a duplicate)."""
+        return self._insert(conn, row).id
+
+    def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
+        """A new batch whose callbacks (``job.s(...)``) fire when its last member ends
+        after ``close()`` (see ``jobpool.batches``)."""
+        from jobpool.batches import open_batch
+        return open_batch(self, on_success, on_complete)
+
+    def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
+                         jobs: list[rows.NewJob]) -> list[tuple[int, bool]]:
+        """R34: a running member's adds to its batch (``StoreBatches.add_from_member``),
+        made on a clock of 0 (``NewJob.at``)."""
+        now = time.time()
+        answers = self.batches.add_from_member(owner, job_id, attempt, first_position,
+                                               [job.at(now) for job in jobs])
+        if any(not duplicate for _id, duplicate in answers):
+            self._notifier.notify()
+        return answers
+
+    def batch_status(self, batch_id: int) -> Any:
+        """R34: the batch's counts and state, a ``BatchStatus``."""
+        return self.batches.status(batch_id)
 
     def select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]:
         """Rows of ``jobs`` as dicts, as ``get`` returns them."""
@@ -517,12 +566,14 @@ class SQLiteStore:
                 ready = (conn.execute(sql.READY_BY_NAME).fetchall()
                          if liveness.live_pools(pools) else [])
                 paused = [row[0] for row in conn.execute(sql.PAUSED_QUEUES)]
+                batches = conn.execute(sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()
             finally:
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
         return DashboardRows(queue_counts=counts, done=done, done_since=since, failures=failed,
-                             running=running, pools=pools, ready_by_name=ready, paused=paused)
+                             running=running, pools=pools, ready_by_name=ready, paused=paused,
+                             batches=batches)
 
     def queue_metrics(self, now: float) -> QueueMetrics:
         """Per-queue counts and the oldest due job, in one read transaction (WAL: it
@@ -617,8 +668,9 @@ class SQLiteStore:
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule."""
-        return retention.sweep(self, now, result_ttl=result_ttl,
-                               dead_letter_limit=dead_letter_limit)
+        removed = retention.sweep(self, now, result_ttl=result_ttl,
+                                  dead_letter_limit=dead_letter_limit)
+        return removed + self.batches.purge(now - result_ttl)
 
     def forget_pool(self, owner: str) -> None:
         """Remove a pool's row: its own, as it stops, or a dead one's once its leases

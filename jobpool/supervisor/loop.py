@@ -113,7 +113,8 @@ class Supervisor:
                                      request_stop=self.request_stop)
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            inherited_fds=self._own_fds, other_children=self._other_children,
-                           write_final_progress=self.operations.write_final_progress)
+                           write_final_progress=self.operations.write_final_progress,
+                           add_to_batch=self.operations.add_to_batch)
         self.operations.slots = self.slots
         if pool_metrics is not None:
             assert listener is not None

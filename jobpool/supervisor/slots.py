@@ -69,11 +69,13 @@ class Slots:
                  *, memory_limits: dict[str, int],
                  inherited_fds: Callable[[], list[int]],
                  other_children: Callable[[], set[int]],
-                 write_final_progress: Callable[[list[ProgressReport]], None]) -> None:
+                 write_final_progress: Callable[[list[ProgressReport]], None],
+                 add_to_batch: Callable[[int, int, int, list[tuple]], bytes]) -> None:
         """``inherited_fds``: the loop's descriptors a child closes after fork;
         ``other_children``: the pool's processes that are not slot children (never
         strays, R40); ``write_final_progress``: where a failed attempt's last
-        report goes before its settle (R22)."""
+        report goes before its settle (R22); ``add_to_batch``: writes a running
+        member's adds to its batch and answers its child (R34)."""
         self.config = config
         self.state = state
         self.selector = selector
@@ -81,6 +83,7 @@ class Slots:
         self.inherited_fds = inherited_fds
         self.other_children = other_children
         self.write_final_progress = write_final_progress
+        self.add_to_batch = add_to_batch
         #: How many children this pool runs now: ``--procs`` until a scale says more
         #: or fewer (R27).
         self.procs = config.procs
@@ -129,6 +132,8 @@ class Slots:
                     self._outcome(slot, message, now)
                 elif message[0] == protocol.PROGRESS:
                     self._progress(slot, message)
+                elif message[0] == protocol.BATCH_ADD:
+                    self._batch_add(slot, conn, message)
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
         except (EOFError, OSError, ValueError):
@@ -154,6 +159,17 @@ class Slots:
         _tag, job_id, attempt, percent, stage = message
         if slot.runs(job_id, attempt):
             slot.progress, slot.stage, slot.progress_dirty = percent, stage, True
+
+    def _batch_add(self, slot: Slot, conn: Any, message: tuple) -> None:
+        """R34: the child waits for this answer; its settle comes after it on the
+        pipe, so the adds are committed before the member ends."""
+        _tag, job_id, attempt, first_position, new_rows = message
+        if not slot.runs(job_id, attempt):
+            answer = protocol.batch_added_message([], protocol.LEASE_LOST,
+                                                  f"job {job_id} is no longer run by this slot")
+        else:
+            answer = self.add_to_batch(job_id, attempt, first_position, list(new_rows))
+        conn.send_bytes(answer)
 
     def _finish(self, slot: Slot, outcome: Outcome, now: float) -> None:
         """The slot's attempt ended: queue its settle and free the slot."""

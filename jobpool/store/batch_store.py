@@ -1,0 +1,151 @@
+"""R34 in a store: open, grow, close and cancel batches, read them, and a running
+member's adds to its own batch.
+
+The counts and the callbacks are not here: each store keeps them itself, with
+triggers (``sql.BATCH_SCHEMA``, ``pg_sql.BATCH_SCHEMA``), in the transaction of
+whatever ends a member (a settle of any core, a reclaim, a cancel), so no path can
+miss one. What is here writes the batch rows those triggers read, and checks what a
+caller asked before anything is written. One class serves both stores: their
+statements have the same names and take the same parameters (PostgreSQL's read
+the server's clock instead of ``now``).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, List
+
+from jobpool import lifecycle
+from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
+from jobpool.store.records import BatchStatus
+from jobpool.store.rows import NewJob
+
+#: Finished batches swept per call of the pool's sweep.
+PURGE_BATCH = 500
+
+
+class StoreBatches:
+    """The batches of one store (``store.batches``). ``statements`` is the store's
+    SQL module; the store gives ``transaction(what, fn)``, ``read_rows(what,
+    query, params)`` and ``insert_job(conn, row)``."""
+
+    def __init__(self, store: Any, statements: ModuleType) -> None:
+        self.store = store
+        self.sql = statements
+
+    def open(self, on_success: str | None, on_complete: str | None,
+             now: float | None = None) -> int:
+        """A new, open batch with its callbacks (``rows.step_dict`` JSON); its id."""
+        params = {"now": time.time() if now is None else now, "on_success": on_success,
+                  "on_complete": on_complete}
+        return self.store.transaction("opening a batch", lambda conn: conn.execute(
+            self.sql.OPEN_BATCH, params).fetchone()[0])
+
+    def grow(self, conn: Any, batch_id: int, count: int) -> None:
+        """``count`` members join ``batch_id`` in ``conn``'s transaction; a batch that
+        is finished, cancelled or unknown takes none (``EnqueueError`` naming why)."""
+        if conn.execute(self.sql.GROW_BATCH, {"batch_id": batch_id, "count": count}).fetchone():
+            return
+        row = conn.execute(self.sql.GET_BATCH, {"id": batch_id}).fetchone()
+        if row is None:
+            raise EnqueueError(f"no batch with id {batch_id}")
+        if BatchStatus.from_row(row).cancelled:
+            raise EnqueueError(f"batch {batch_id} is cancelled: it takes no more jobs")
+        raise EnqueueError(f"batch {batch_id} is finished (its callbacks fired): "
+                           f"it takes no more jobs")
+
+    def close(self, batch_id: int, now: float | None = None) -> BatchStatus:
+        """Arm the callbacks (they fire now if every member has ended); closing a
+        closed batch changes nothing."""
+        params = {"id": batch_id, "now": time.time() if now is None else now}
+
+        def close(conn: Any) -> BatchStatus:
+            conn.execute(self.sql.CLOSE_BATCH, params)
+            return self._status(conn, batch_id)
+        return self.store.transaction(f"closing batch {batch_id}", close)
+
+    def cancel(self, batch_id: int, now: float | None = None) -> BatchStatus:
+        """No callback will fire; ready members are dead ("cancelled") now, running
+        ones are cancelled by their pools (R31). A finished batch is left as it is."""
+        params = {"id": batch_id, "now": time.time() if now is None else now,
+                  "error": lifecycle.CANCELLED}
+
+        def cancel(conn: Any) -> BatchStatus:
+            if conn.execute(self.sql.CANCEL_BATCH, params).fetchone():
+                conn.execute(self.sql.CANCEL_READY_MEMBERS, params)
+                conn.execute(self.sql.REQUEST_CANCEL_MEMBERS, params)
+            return self._status(conn, batch_id)
+        return self.store.transaction(f"cancelling batch {batch_id}", cancel)
+
+    def status(self, batch_id: int) -> BatchStatus:
+        rows = self.store.read_rows(f"reading batch {batch_id}", self.sql.GET_BATCH,
+                                    {"id": batch_id})
+        if not rows:
+            raise BatchNotFound(f"no batch with id {batch_id}")
+        return BatchStatus.from_row(rows[0])
+
+    def list(self, *, open_only: bool = False, limit: int = 100) -> List[BatchStatus]:
+        """Newest first; ``open_only``: those whose callbacks have not fired."""
+        query = self.sql.LIST_BATCHES.format(
+            where="WHERE finished_at IS NULL" if open_only else "")
+        return [BatchStatus.from_row(r)
+                for r in self.store.read_rows("listing batches", query, {"limit": limit})]
+
+    def members(self, batch_id: int) -> dict[str, int]:
+        """The members still in the store, counted by status (swept ones are gone)."""
+        counts: dict[str, int] = {}
+        for status, count in self.store.read_rows(f"reading the members of batch {batch_id}",
+                                                  self.sql.BATCH_MEMBERS, {"id": batch_id}):
+            counts[status] = counts.get(status, 0) + count
+        return counts
+
+    def add_from_member(self, owner: str, job_id: int, attempt: int, first_position: int,
+                        jobs: Sequence[NewJob]) -> List[tuple[int, bool]]:
+        """A running member's adds to its own batch, fenced by its lease (R8). Each
+        is keyed by the member's id and its position among the attempt's adds, so a
+        retried member that adds again gets the jobs its earlier attempt made:
+        ``(id, duplicate)`` per job, in order."""
+        def add(conn: Any) -> List[tuple[int, bool]]:
+            row = conn.execute(self.sql.MEMBER_BATCH, {"id": job_id, "owner": owner,
+                                                       "attempt": attempt}).fetchone()
+            if row is None:
+                raise LeaseLostError(f"job {job_id} (attempt {attempt}) no longer holds "
+                                     f"its lease: its adds are not written")
+            batch_id = row[0]
+            if batch_id is None:
+                raise EnqueueError(f"job {job_id} is not a member of a batch")
+            answers: List[tuple[int, bool]] = []
+            fresh = []
+            for position, job in enumerate(jobs, first_position):
+                key = {"batch_id": batch_id, "add_key": f"{job_id}:{position}"}
+                found = conn.execute(self.sql.FIND_ADD, key).fetchone()
+                if found is None:
+                    fresh.append((len(answers), key, job))
+                answers.append((found[0], True) if found else (0, False))
+            if fresh:
+                self.grow(conn, batch_id, len(fresh))
+            for index, key, job in fresh:
+                new_id = self.store.insert_job(conn, job._replace(batch_id=batch_id))
+                conn.execute(self.sql.RECORD_ADD, dict(key, job_id=new_id))
+                answers[index] = (new_id, False)
+            return answers
+        return self.store.transaction(f"adding to the batch of job {job_id}", add)
+
+    def purge(self, before: float, limit: int = PURGE_BATCH) -> int:
+        """R34: batches finished before ``before`` go, with their add keys; one
+        bounded batch per call."""
+        return self.store.transaction("sweeping finished batches",
+                                      lambda conn: self.purge_in(conn, before, limit))
+
+    def purge_in(self, conn: Any, before: float, limit: int = PURGE_BATCH) -> int:
+        """``purge`` inside the caller's transaction (a store's own sweep)."""
+        params = {"before": before, "limit": limit}
+        conn.execute(self.sql.PURGE_BATCH_ADDS, params)
+        return conn.execute(self.sql.PURGE_BATCHES, params).rowcount
+
+    def _status(self, conn: Any, batch_id: int) -> BatchStatus:
+        row = conn.execute(self.sql.GET_BATCH, {"id": batch_id}).fetchone()
+        if row is None:
+            raise BatchNotFound(f"no batch with id {batch_id}")
+        return BatchStatus.from_row(row)

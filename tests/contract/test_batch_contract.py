@@ -1,0 +1,252 @@
+"""R34, the same test for every store: batches count their members' ends in the
+transactions that end them, and enqueue their callbacks exactly once, from the
+transaction that ends the last member of a closed batch."""
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from jobpool import Signature
+from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
+from jobpool.lifecycle import DONE, ERROR, FATAL, Outcome, Policy
+from jobpool.store import rows
+
+MEMBER, SUCCESS, COMPLETE = "c.job", "c.success", "c.complete"
+NAMES = (MEMBER, SUCCESS, COMPLETE)
+
+
+@pytest.fixture
+def claimer(any_store):
+    made = []
+
+    def make(owner="pool-a", policies=None):
+        made.append(any_store.claimer(owner, NAMES, ("default",), policies or {}))
+        return made[-1]
+    yield make
+    for c in made:
+        c.close()
+
+
+def claim(c, n):
+    return c.turn([], n, time.time(), None)[1]
+
+
+def settle(c, *outcomes):
+    return c.turn(list(outcomes), 0, time.time(), random.Random(1))[0]
+
+
+def run_all(c, kind=DONE, error=None):
+    """Claim every due member and settle each as ``kind``; the claimed jobs."""
+    jobs = claim(c, 100)
+    settle(c, *[Outcome(j.job_id, j.attempt, kind, error) for j in jobs])
+    return jobs
+
+
+def callbacks(store):
+    """The callback rows, each as (name, its kwargs)."""
+    found = []
+    for name in (SUCCESS, COMPLETE):
+        for job in store.list_jobs(name=name):
+            found.append((name, json.loads(job["payload"])[1]))
+    return found
+
+
+def new_batch(store):
+    return store.batch(on_success=Signature(SUCCESS, ("s",)),
+                       on_complete=Signature(COMPLETE, (), {"run": "r1"}))
+
+
+def test_callbacks_fire_once_after_close_when_the_last_member_ends(any_store, claimer):
+    batch = new_batch(any_store)
+    first = batch.add(Signature(MEMBER, ("a",)))
+    batch.add_many(MEMBER, [("b",), ("c",)])
+    c = claimer()
+    # Members are claimable at once; their ends count before close() ...
+    assert [j.job_id for j in claim(c, 1)] == [first.id]
+    status = any_store.batch_status(batch.id)
+    assert (status.total, status.pending, status.done, status.closed) == (3, 3, 0, False)
+    settle(c, Outcome(first.id, 1, DONE))
+    run_all(c)
+    status = any_store.batch_status(batch.id)
+    assert (status.pending, status.done, status.dead, status.finished) == (0, 3, 0, False)
+    # ... but nothing fires before close().
+    assert callbacks(any_store) == []
+    status = batch.close()
+    assert status.finished and status.closed
+    fired = callbacks(any_store)
+    info = {"id": batch.id, "total": 3, "done": 3, "dead": 0, "dead_ids": [],
+            "dead_ids_truncated": False}
+    assert fired == [(SUCCESS, {"batch": info}), (COMPLETE, {"run": "r1", "batch": info})]
+    assert {status.success_job, status.complete_job} == {
+        j["id"] for name in (SUCCESS, COMPLETE) for j in any_store.list_jobs(name=name)}
+    # Closing again changes nothing; the callbacks are there once.
+    batch.close()
+    assert len(callbacks(any_store)) == 2
+
+
+def test_a_dead_member_skips_on_success_and_is_named_to_on_complete(any_store, claimer):
+    batch = new_batch(any_store)
+    batch.add_many(MEMBER, [("a",), ("b",), ("c",)])
+    batch.close()
+    c = claimer()
+    good, bad, cancelled = claim(c, 2) + [None]
+    settle(c, Outcome(good.job_id, 1, DONE), Outcome(bad.job_id, 1, FATAL, "Fatal: no"))
+    assert callbacks(any_store) == []
+    # The last one is cancelled while ready: it counts as dead too (R31).
+    (last,) = [j["id"] for j in any_store.list_jobs(name=MEMBER, status="ready")]
+    assert any_store.cancel(last) == "cancelled"
+    ((name, kwargs),) = callbacks(any_store)
+    assert name == COMPLETE
+    assert kwargs["batch"]["dead_ids"] == sorted([bad.job_id, last])
+    assert (kwargs["batch"]["done"], kwargs["batch"]["dead"]) == (1, 2)
+
+
+def test_a_retry_does_not_count_and_the_last_retry_spent_does(any_store, claimer):
+    batch = new_batch(any_store)
+    member = batch.add(Signature(MEMBER)).id
+    batch.close()
+    c = claimer(policies={MEMBER: Policy(max_attempts=2, backoff_base=0.0)})
+    (job,) = claim(c, 1)
+    settle(c, Outcome(member, 1, ERROR, "RuntimeError: once"))
+    assert any_store.batch_status(batch.id).pending == 1
+    assert callbacks(any_store) == []
+    (job,) = claim(c, 1)
+    (settled,) = settle(c, Outcome(member, 2, ERROR, "RuntimeError: twice"))
+    assert settled.status == "dead"
+    assert [name for name, _ in callbacks(any_store)] == [COMPLETE]
+
+
+def test_an_empty_batch_fires_when_it_is_closed(any_store):
+    batch = new_batch(any_store)
+    assert batch.close().finished
+    assert [name for name, _ in callbacks(any_store)] == [SUCCESS, COMPLETE]
+
+
+def one_running_member(store, claimer):
+    """A closed batch of one member, claimed: (batch, the member's id, its claimer)."""
+    batch = new_batch(store)
+    member = batch.add(Signature(MEMBER)).id
+    batch.close()
+    c = claimer()
+    (job,) = claim(c, 1)
+    assert job.job_id == member
+    return batch, member, c
+
+
+def test_a_callback_keeps_the_batchs_place_in_line(any_store, claimer):
+    batch, member, c = one_running_member(any_store, claimer)
+    backlog = any_store.enqueue_many(MEMBER, [()] * 5)  # enqueued after the batch was made
+    settle(c, Outcome(member, 1, DONE))
+    first_two = [j.name for j in claim(c, 2)]
+    assert first_two == [SUCCESS, COMPLETE]
+    assert len(claim(c, 10)) == len(backlog)
+
+
+def test_cancelling_a_batch_cancels_its_members_and_fires_nothing(any_store, claimer):
+    batch = new_batch(any_store)
+    batch.add_many(MEMBER, [("a",), ("b",)])
+    c = claimer()
+    (running,) = claim(c, 1)
+    status = batch.cancel()
+    assert status.cancelled and not status.finished
+    assert (status.dead, status.pending) == (1, 1)   # the ready one is dead now
+    assert any_store.get(running.job_id)["cancel_requested"] == 1
+    settle(c, Outcome(running.job_id, 1, DONE))      # its pool's late success still counts
+    status = any_store.batch_status(batch.id)
+    assert status.finished and status.pending == 0
+    assert callbacks(any_store) == []
+    with pytest.raises(EnqueueError, match=f"batch {batch.id} is cancelled"):
+        batch.add(Signature(MEMBER))
+
+
+def test_a_batch_left_by_an_exception_is_cancelled(any_store):
+    with pytest.raises(RuntimeError):
+        with new_batch(any_store) as batch:
+            batch.add(Signature(MEMBER))
+            raise RuntimeError("the producer failed")
+    status = any_store.batch_status(batch.id)
+    assert (status.cancelled, status.finished, status.dead) == (True, True, 1)
+    assert callbacks(any_store) == []
+
+
+def test_dead_retry_reopens_an_unfired_batch_only(any_store, claimer):
+    batch = new_batch(any_store)
+    first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids
+    batch.close()
+    c = claimer()
+    jobs = claim(c, 1)
+    settle(c, Outcome(jobs[0].job_id, 1, FATAL, "Fatal: no"))
+    dead_one = jobs[0].job_id
+    assert any_store.batch_status(batch.id).dead == 1
+    assert any_store.dead.retry([dead_one]) == {dead_one: "retried"}
+    status = any_store.batch_status(batch.id)
+    assert (status.dead, status.pending) == (0, 2)
+    run_all(c)
+    assert [name for name, _ in callbacks(any_store)] == [SUCCESS, COMPLETE]
+    # After the callbacks fired, a retried member runs alone: the batch stays as it was.
+    any_store.cancel(any_store.enqueue(MEMBER).id)  # (an unrelated dead job)
+    settled_status = any_store.batch_status(batch.id)
+    assert settled_status.finished and settled_status.done == 2
+
+
+def test_a_finished_or_unknown_batch_takes_no_members(any_store):
+    batch = new_batch(any_store)
+    batch.close()
+    with pytest.raises(EnqueueError, match="is finished"):
+        batch.add(Signature(MEMBER))
+    with pytest.raises(EnqueueError, match="no batch with id 999999"):
+        any_store.enqueue_with(MEMBER, batch=999_999)
+    with pytest.raises(EnqueueError, match="key"):
+        any_store.enqueue_with(MEMBER, batch=batch.id, key="k")
+    with pytest.raises(BatchNotFound):
+        any_store.batch_status(999_999)
+    assert any_store.batch_status(batch.id).total == 0
+
+
+def test_a_running_member_adds_to_its_own_batch_once_per_position(any_store, claimer):
+    batch, member, c = one_running_member(any_store, claimer)
+    # As a child makes them: on a clock of 0, which the store moves to its own.
+    options = rows.enqueue_options(MEMBER, None, None, None, None, None, None, 0.0)
+    more = rows.new_jobs(options, [("x",), ("y",)])
+    added = any_store.add_to_own_batch("pool-a", member, 1, 0, more)
+    assert [dup for _id, dup in added] == [False, False]
+    # The same adds again (a retried attempt) are the same jobs; a new position is new.
+    again = any_store.add_to_own_batch("pool-a", member, 1, 0, more[:1])
+    assert again == [(added[0][0], True)]
+    assert any_store.batch_status(batch.id).total == 3
+    with pytest.raises(LeaseLostError):
+        any_store.add_to_own_batch("pool-b", member, 1, 2, more[:1])
+    settle(c, Outcome(member, 1, DONE))
+    assert callbacks(any_store) == []  # its adds are still to run
+    run_all(c)
+    assert [name for name, _ in callbacks(any_store)] == [SUCCESS, COMPLETE]
+    run_all(c)  # the callbacks
+    loner = any_store.enqueue(MEMBER).id
+    (job,) = claim(c, 1)
+    with pytest.raises(EnqueueError, match=f"job {loner} is not a member of a batch"):
+        any_store.add_to_own_batch("pool-a", loner, 1, 0, more[:1])
+
+
+def test_finished_batches_are_swept_with_done_rows(any_store):
+    kept, swept = new_batch(any_store), new_batch(any_store)
+    swept.close()
+    kept.add(Signature(MEMBER))
+    kept.close()
+    any_store.sweep(time.time() + 1, result_ttl=-60, dead_letter_limit=100)
+    with pytest.raises(BatchNotFound):
+        any_store.batch_status(swept.id)
+    assert any_store.batch_status(kept.id).pending == 1
+    assert [b.id for b in any_store.batches.list(open_only=True)] == [kept.id]
+
+
+def test_members_are_listed_by_status(any_store, claimer):
+    batch = new_batch(any_store)
+    batch.add_many(MEMBER, [("a",), ("b",), ("c",)])
+    c = claimer()
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, 1, DONE))
+    (job,) = claim(c, 1)
+    assert any_store.batches.members(batch.id) == {"done": 1, "running": 1, "ready": 1}

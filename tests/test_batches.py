@@ -1,0 +1,161 @@
+"""R34 through real pools and the CLI, on every store: a batch's callback runs once,
+after the last member's last attempt, however many pools share the store; a running
+member adds to its own batch, once however often it is retried."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobpool import Signature
+from jobpool.errors import EnqueueError
+
+APP = """
+import json, os
+from pathlib import Path
+import jobpool
+from jobpool import job, Retry
+
+HERE = Path(__file__).parent
+
+@job(name="b.load", backoff_base=0)
+def load(name):
+    if name == "fan":
+        # Adds two members, then fails its first attempt: the retry adds them again,
+        # which must not make two more.
+        jobpool.current_batch().add_many("b.load", [("fan-1",), ("fan-2",)])
+        marker = HERE / "fan-failed"
+        if not marker.exists():
+            marker.write_text("once")
+            raise Retry("the first attempt fails after its adds")
+    with open(HERE / "loaded.txt", "a") as fh:
+        fh.write(name + "\\n")
+
+@job(name="b.crash", max_attempts=5, max_crashes=2, backoff_base=0)
+def crash():
+    os.kill(os.getpid(), 9)
+
+@job(name="b.report")
+def report(run, batch):
+    with open(HERE / "reports.txt", "a") as fh:
+        fh.write(json.dumps({"run": run, "batch": batch}) + "\\n")
+
+@job(name="b.rebuild")
+def rebuild(batch):
+    with open(HERE / "rebuilt.txt", "a") as fh:
+        fh.write(json.dumps(batch) + "\\n")
+
+@job(name="b.plain")
+def plain():
+    pass
+"""
+
+
+def _lines(app, name):
+    path = app.dir / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_two_pools_run_a_batch_and_its_callback_fires_once(make_any_app):
+    app = make_any_app(APP)
+    store = app.store()
+    with store.batch(on_success=Signature("b.rebuild"),
+                     on_complete=Signature("b.report", (), {"run": "r1"})) as batch:
+        batch.add_many("b.load", [(f"f{i}",) for i in range(10)] + [("fan",)])
+        crashed = batch.add(Signature("b.crash")).id
+    pools = [app.spawn("--burst", "--procs", "2", "--no-dashboard") for _ in range(2)]
+    for pool in pools:
+        assert pool.wait(timeout=120) == 0, pool.stderr.read() if pool.stderr else ""
+    (report,) = [json.loads(line) for line in _lines(app, "reports.txt")]
+    assert report["run"] == "r1"
+    assert report["batch"] == {"id": batch.id, "total": 14, "done": 13, "dead": 1,
+                               "dead_ids": [crashed], "dead_ids_truncated": False}
+    assert _lines(app, "rebuilt.txt") == []  # a member went dead: no on_success
+    assert store.get(crashed)["last_error"].startswith("quarantined: killed its child 2 times")
+    loaded = _lines(app, "loaded.txt")
+    assert sorted(loaded) == sorted([f"f{i}" for i in range(10)] + ["fan", "fan-1", "fan-2"])
+    status = store.batch_status(batch.id)
+    assert (status.finished, status.total, status.complete_job is not None) == (True, 14, True)
+    assert store.get(status.complete_job)["status"] == "done"
+
+
+def test_on_success_fires_when_every_member_succeeds(make_any_app):
+    app = make_any_app(APP)
+    store = app.store()
+    batch = store.batch(on_success=Signature("b.rebuild"))
+    batch.add_many("b.load", [("a",), ("b",)])
+    app.start("--procs", "2")
+    assert _lines(app, "rebuilt.txt") == []  # not closed yet: nothing fires
+    assert store.batch_status(batch.id).done == 2
+    batch.close()
+    app.start("--procs", "1")
+    (rebuilt,) = [json.loads(line) for line in _lines(app, "rebuilt.txt")]
+    assert (rebuilt["total"], rebuilt["done"], rebuilt["dead"]) == (2, 2, 0)
+
+
+def test_a_callback_that_cannot_take_batch_is_refused(make_any_app):
+    app = make_any_app(APP)
+    source = app.dir / "files.jsonl"
+    source.write_text('["a"]\n')
+    result = app.cli("enqueue", "b.load", "--from", str(source), "--on-complete", "b.plain",
+                     "--app", app.module, "--db", str(app.db))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "jobpool: error: on_complete: b.plain cannot take the keyword argument batch= that a "
+        "callback receives; add it to its parameters"]
+    assert app.store().stats()["ready"] == 0  # nothing was written
+
+
+def test_a_batch_from_the_cli_runs_and_is_shown(make_any_app):
+    app = make_any_app(APP)
+    source = app.dir / "files.jsonl"
+    source.write_text('["a"]\n["b"]\n["c"]\n')
+    queued = app.cli("enqueue", "b.load", "--from", str(source), "--on-complete", "b.rebuild",
+                     "--db", str(app.db), "--json", check=True)
+    answer = json.loads(queued.stdout)
+    batch_id = answer["batch"]
+    listed = json.loads(app.cli("batches", "list", "--open", "--json", "--db", str(app.db),
+                                check=True).stdout)
+    assert [(b["id"], b["total"], b["closed"]) for b in listed] == [(batch_id, 3, True)]
+    app.start()
+    # A callback enqueued by name gets no arguments of its own, only batch=.
+    (rebuilt,) = [json.loads(line) for line in _lines(app, "rebuilt.txt")]
+    assert (rebuilt["id"], rebuilt["total"], rebuilt["done"]) == (batch_id, 3, 3)
+    shown = json.loads(app.cli("batches", "show", str(batch_id), "--json", "--db", str(app.db),
+                               check=True).stdout)
+    assert (shown["done"], shown["dead"], shown["finished"]) == (3, 0, True)
+    assert shown["members"] == {"done": 3}
+    assert shown["callbacks"]["on_complete"]["name"] == "b.rebuild"
+    assert shown["callbacks"]["on_complete"]["status"] == "done"
+    assert json.loads(app.cli("batches", "list", "--open", "--json", "--db", str(app.db),
+                              check=True).stdout) == []
+    text = app.cli("batches", "show", str(batch_id), "--db", str(app.db), check=True).stdout
+    assert f"batch {batch_id} finished: 3 jobs, 3 done, 0 dead, 0 pending" in text
+    again = app.cli("batches", "cancel", str(batch_id), "--db", str(app.db))
+    assert again.returncode == 1
+    assert again.stderr.strip() == (f"jobpool: error: batch {batch_id} is finished already: "
+                                    f"nothing to cancel")
+
+
+def test_cancelling_a_batch_from_the_cli_fires_nothing(make_any_app):
+    app = make_any_app(APP)
+    source = app.dir / "files.jsonl"
+    source.write_text('["a"]\n["b"]\n')
+    answer = json.loads(app.cli("enqueue", "b.load", "--from", str(source), "--on-complete",
+                                "b.rebuild", "--db", str(app.db), "--json", check=True).stdout)
+    cancelled = app.cli("batches", "cancel", str(answer["batch"]), "--db", str(app.db),
+                        check=True)
+    assert cancelled.stdout.strip() == (f"batch {answer['batch']} cancelled: 2 jobs dead now; "
+                                        f"no callback will fire")
+    app.start()
+    assert _lines(app, "rebuilt.txt") == [] and _lines(app, "loaded.txt") == []
+    assert app.store().batch_status(answer["batch"]).finished
+
+
+def test_batch_options_are_refused_one_line(make_any_app):
+    app = make_any_app(APP)
+    result = app.cli("enqueue", "b.load", "--on-complete", "b.report", "--db", str(app.db))
+    assert result.returncode == 2 or result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].endswith("add --from")
+    with pytest.raises(EnqueueError, match="cannot have its own"):
+        app.store().batch(on_complete=Signature("b.report", (), {"batch": 1}))
