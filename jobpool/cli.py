@@ -223,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--kwargs", type=_json_value(dict, "--kwargs"), default={},
                          help="JSON object of keyword arguments")
     enqueue.add_argument("--key", help="identity key: no second live job with it")
+    enqueue.add_argument("--key-period", type=_duration, metavar="AGE",
+                         help="with --key: nor one that finished within AGE (like 1d, 12h)")
     enqueue.add_argument("--delay", type=_seconds, help="seconds before it may run")
     enqueue.add_argument("--priority", type=int, help="higher runs first")
     enqueue.add_argument("--queue", help="queue name (default: the job's)")
@@ -497,11 +499,14 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         return 0
     handle = store.enqueue_with(args.name, args=args.args, kwargs=args.kwargs, key=args.key,
                                 delay=args.delay, priority=args.priority, queue=args.queue,
-                                max_attempts=args.max_attempts)
+                                max_attempts=args.max_attempts, key_period=args.key_period)
     if args.json:
         out.print_json(json.dumps({"id": handle.id, "duplicate": handle.duplicate}))
     elif handle.duplicate:
-        out.print(f"job {handle.id} already queued with key {args.key!r}")
+        status = store.get(handle.id)["status"]
+        out.print(f"job {handle.id} with key {args.key!r} "
+                  + (f"is {status} since less than --key-period ago" if status in ("done", "dead")
+                     else "is already queued") + ": nothing queued")
     else:
         out.print(f"queued job {handle.id}")
     return 0

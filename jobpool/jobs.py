@@ -100,11 +100,13 @@ class Job:
                      key: str | None = None, delay: float | timedelta | None = None,
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
-                     then: Any = None, store: Any = None, connection: Any = None) -> Handle:
+                     then: Any = None, store: Any = None, connection: Any = None,
+                     key_period: float | timedelta | None = None) -> Handle:
         """Queue a call with per-call options; ``store`` defaults to ``connect()``.
 
         ``then`` is a signature (``other.s(...)``) or a list of them to run, in
-        order, after this job succeeds (R12).
+        order, after this job succeeds (R12). ``key_period``: a job with ``key``
+        that finished less than this long ago makes this a duplicate too.
         """
         if store is None:
             from jobpool.store.sqlite import default_store
@@ -112,7 +114,7 @@ class Job:
         return store.enqueue_with(self.name, args=args, kwargs=kwargs, key=key, delay=delay,
                                   priority=priority, deadline=deadline,
                                   max_attempts=max_attempts, queue=queue, then=then,
-                                  connection=connection)
+                                  connection=connection, key_period=key_period)
 
 
 def _schedule(name: str, every: float | timedelta | None, cron: str | None, tz: str | None):

@@ -45,6 +45,11 @@ def test_enqueue_start_status_and_jobs_round_trip(make_app):
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
     assert status == {"ready": 0, "scheduled": 1, "running": 0, "done": 2, "dead": 0,
                       "supervisors": [], "unserved": [], "paused": []}
+    # Done, its key is free, unless a period keeps it.
+    out = app.cli("enqueue", "t.hello", "--key", "k1", "--key-period", "1d", "--db", db,
+                  check=True)
+    assert out.stdout.strip() == ("job 2 with key 'k1' is done since less than --key-period "
+                                  "ago: nothing queued")
 
     listed = json.loads(app.cli("jobs", "list", "--status", "done", "--json", "--db", db,
                                 check=True).stdout)

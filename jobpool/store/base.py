@@ -85,11 +85,13 @@ class Store(Protocol):
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
-                     now: float | None = None, batch: int | None = None) -> Any:
+                     now: float | None = None, batch: int | None = None,
+                     key_period: float | timedelta | None = None) -> Any:
         """Queue one job with per-call options: ``key`` unique among live jobs of the
-        name (R3), ``then`` the chain enqueued as each step completes (R12),
-        ``connection`` the caller's own open transaction (R5), ``batch`` the id of
-        an unfinished batch it joins (R34; not with ``key`` or ``connection``)."""
+        name (R3) and, with ``key_period``, among those that finished within it;
+        ``then`` the chain enqueued as each step completes (R12), ``connection`` the
+        caller's own open transaction (R5), ``batch`` the id of an unfinished batch
+        it joins (R34; not with ``key`` or ``connection``)."""
         ...
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,

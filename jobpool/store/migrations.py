@@ -37,8 +37,10 @@ STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE attempts ADD COLUMN strays INTEGER"),
     # R38: paused queues, obeyed by every pool.
     3: (sql.CREATE_QUEUES,),
-    # R34: batches, their members and callbacks.
-    4: ("ALTER TABLE jobs ADD COLUMN batch_id INTEGER", *sql.BATCH_SCHEMA),
+    # R34: batches, their members and callbacks; unique keys over a period (the
+    # finished jobs of a key, found by it).
+    4: ("ALTER TABLE jobs ADD COLUMN batch_id INTEGER", *sql.BATCH_SCHEMA,
+        sql.CREATE_FINISHED_KEY_INDEX),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

@@ -361,6 +361,12 @@ FOR EACH ROW WHEN (NEW.closed_at IS NOT NULL AND NEW.finished_at IS NULL
 EXECUTE FUNCTION jobpool_batch_finished()
 """
 
+#: Unique keys over a period: the finished jobs of a key, newest first.
+CREATE_FINISHED_KEY_INDEX = """
+CREATE INDEX IF NOT EXISTS finished_jobs_key ON finished_jobs (name, key, finished_at)
+ WHERE key IS NOT NULL
+"""
+
 #: Everything batches add to a store (revision 3).
 BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX,
                 CREATE_FINISHED_MEMBERS_INDEX, CREATE_BATCH_ADDS, CREATE_MEMBER_ENDED_FUNCTION,
@@ -370,7 +376,7 @@ BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX,
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
-          CREATE_QUEUES, *BATCH_SCHEMA)
+          CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -379,7 +385,7 @@ STEPS: dict[int, tuple[str, ...]] = {
     2: (CREATE_QUEUES,),  # R38: paused queues
     3: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS batch_id bigint",  # R34: batches
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS batch_id bigint", CREATE_ALL_JOBS,
-        *BATCH_SCHEMA),
+        CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA),  # and unique keys over a period
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -427,6 +433,13 @@ WITH inserted AS (
 SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
 """
 FIND_LIVE_KEY_IN = "SELECT id FROM {jobs} WHERE name = %(name)s AND key = %(key)s"
+#: Unique keys over a period: a job with the key that finished within ``period``
+#: seconds of the server's now.
+FIND_RECENT_KEY_IN = """
+SELECT id FROM {finished} WHERE name = %(name)s AND key = %(key)s
+   AND finished_at >= extract(epoch FROM now()) - %(period)s
+ ORDER BY finished_at DESC LIMIT 1
+"""
 #: On the store's own connections (search_path is the store's schema).
 INSERT_JOB = INSERT_JOB_INTO.format(jobs="jobs")
 

@@ -324,10 +324,12 @@ class PostgresStore:
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
-                     now: float | None = None, batch: int | None = None) -> Handle:
+                     now: float | None = None, batch: int | None = None,
+                     key_period: float | timedelta | None = None) -> Handle:
         """Queue one job (see ``Store.enqueue_with``). Its run_at is the server's now
         plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
         rows.check_batch_options(batch, key=key, connection=connection)
+        period = rows.key_period(key_period, key)
         # Validated on a clock of 0: the row takes the server's time when it is written.
         job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
@@ -336,7 +338,7 @@ class PostgresStore:
             # R5: inside the caller's own transaction, on its connection (whose
             # search_path is its own: the table is named with the store's schema).
             try:
-                return self._insert(connection, job, qualified=True)
+                return self._insert(connection, job, qualified=True, period=period)
             except psycopg.Error as exc:
                 raise StoreError(f"enqueue of {name} on the caller's connection failed: "
                                  f"{_first_line(exc)}") from exc
@@ -344,7 +346,7 @@ class PostgresStore:
         def insert(conn: Any) -> Handle:
             if batch is not None:
                 self.batches.grow(conn, batch, 1)
-            return self._insert(conn, job)
+            return self._insert(conn, job, period=period)
         return self.transaction(f"enqueue of {name}", insert)
 
     def insert_job(self, conn: Any, row: rows.NewJob) -> int:
@@ -352,10 +354,20 @@ class PostgresStore:
         member's add: it has no key, so it is never a duplicate)."""
         return self._insert(conn, row).id
 
-    def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False) -> Handle:
+    def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False,
+                period: float | None = None) -> Handle:
+        """Write one row; a live job with its key (or, with ``period``, one that
+        finished within it: a period reaches no further back than the sweep of
+        done and dead rows) makes it a duplicate of that job."""
         if qualified:
             # The caller's connection may make rows of any shape; read tuples here.
             conn = conn.cursor(row_factory=psycopg.rows.tuple_row)
+        if period is not None:
+            finished = f"{self.target.schema}.finished_jobs" if qualified else "finished_jobs"
+            found = conn.execute(pg_sql.FIND_RECENT_KEY_IN.format(finished=finished), {
+                "name": job.name, "key": job.key, "period": period}).fetchone()
+            if found is not None:
+                return Handle(found[0], duplicate=True, store=self)
         params = dict(_job_params(job), channel=channel_name(self.target.schema))
         jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
         row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs) if qualified

@@ -120,6 +120,20 @@ def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, qu
     return with_payload(options, args, kwargs, key, chain, max_payload)
 
 
+def key_period(period: Any, key: Any) -> float | None:
+    """Unique keys over a period: seconds during which a finished job with the key
+    still makes an enqueue a duplicate; only with a key, more than 0."""
+    if period is None:
+        return None
+    if key is None:
+        raise EnqueueError("key_period needs a key: it says how long a finished job's key "
+                           "keeps making duplicates")
+    value = seconds(period, "key_period")
+    if not value:
+        raise EnqueueError("key_period must be more than 0 seconds")
+    return value
+
+
 def check_batch_options(batch: Any, *, key: Any = None, connection: Any = None) -> None:
     """R34: a batch id, and none of the options a batch member cannot have: a key
     (a duplicate would join nothing, yet count), or the caller's own transaction."""

@@ -200,7 +200,8 @@ class SQLiteStore:
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None,
                      connection: sqlite3.Connection | None = None,
-                     now: float | None = None, batch: int | None = None) -> Handle:
+                     now: float | None = None, batch: int | None = None,
+                     key_period: float | timedelta | None = None) -> Handle:
         """Queue one job with per-call options.
 
         ``then`` is a ``Signature`` (``job.s(...)``) or a list of them: the chain
@@ -209,19 +210,22 @@ class SQLiteStore:
         With ``connection`` (R5) the row is written inside the caller's open
         transaction on that connection, and exists only if the caller commits.
         ``batch``: the id of an unfinished batch this job joins (R34).
+        ``key_period``: a job with the key that finished less than this long ago
+        (seconds or a timedelta) makes this enqueue a duplicate too.
         """
         now = time.time() if now is None else now
         rows.check_batch_options(batch, key=key, connection=connection)
+        period = rows.key_period(key_period, key)
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload),
                            self.max_payload)._replace(batch_id=batch)
         if connection is not None:
-            return self._insert(connection, row)
+            return self._insert_unique(connection, row, period, now)
 
         def insert(conn: sqlite3.Connection) -> Handle:
             if batch is not None:
                 self.batches.grow(conn, batch, 1)
-            return self._insert(conn, row)
+            return self._insert_unique(conn, row, period, now)
         handle = self.transaction(f"enqueue of {name}", insert)
         if not handle.duplicate:
             self._notifier.notify()
@@ -300,6 +304,18 @@ class SQLiteStore:
                                f"{self.max_payload}-byte limit")
         conn.execute(sql.INSERT_BATCH, params)
         return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+
+    def _insert_unique(self, conn: sqlite3.Connection, row: rows.NewJob, period: float | None,
+                       now: float) -> Handle:
+        """``_insert``, unless a job with the row's key finished within ``period``
+        (still kept: a period reaches no further back than the sweep of done and
+        dead rows): that job's handle, ``duplicate``."""
+        if period is not None:
+            found = conn.execute(sql.FIND_RECENT_KEY, {"name": row.name, "key": row.key,
+                                                       "since": now - period}).fetchone()
+            if found is not None:
+                return Handle(found[0], duplicate=True, store=self)
+        return self._insert(conn, row)
 
     def _insert(self, conn: sqlite3.Connection, row: rows.NewJob) -> Handle:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -70,6 +71,28 @@ def test_a_key_is_unique_among_live_jobs_and_free_again_once_done(any_store, cla
     settle(c, Outcome(job.job_id, job.attempt, DONE))
     fresh = any_store.enqueue_with("c.job", key="nightly")
     assert fresh.id != first.id and not fresh.duplicate
+
+
+def test_a_key_period_makes_a_recently_finished_key_a_duplicate(any_store, claimers):
+    # R3 over a period ("import this file once a day"), as Oban's and River's unique periods
+    first = any_store.enqueue_with("c.job", key="daily", key_period=86400).id
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, job.attempt, DONE))
+    again = any_store.enqueue_with("c.job", key="daily", key_period=timedelta(days=1))
+    assert (again.id, again.duplicate) == (first, True)
+    # Without a period, only live jobs count: the key is free again.
+    assert not any_store.enqueue_with("c.job", key="daily").duplicate
+    # A job that finished before the period began does not count either.
+    time.sleep(0.05)
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, job.attempt, DONE))
+    time.sleep(0.1)
+    assert not any_store.enqueue_with("c.job", key="daily", key_period=0.1).duplicate
+    with pytest.raises(EnqueueError, match="key_period needs a key"):
+        any_store.enqueue_with("c.job", key_period=60)
+    with pytest.raises(EnqueueError, match="key_period must be more than 0"):
+        any_store.enqueue_with("c.job", key="k", key_period=0)
 
 
 def test_enqueue_many_is_all_or_nothing_and_keeps_item_order(any_store):
