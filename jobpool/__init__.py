@@ -5,10 +5,10 @@ that claims them and runs each in a forked child process, one per slot.
 """
 from typing import TYPE_CHECKING, Any
 
-from jobpool.errors import (Defer, EnqueueError, Fatal, JobFailed, JobpoolError, Reschedule,
-                            Retry, SoftTimeout, StoreError, UnsafeResultError)
+from jobpool.errors import (Defer, EnqueueError, Fatal, Interrupted, JobFailed, JobpoolError,
+                            Reschedule, Retry, SoftTimeout, StoreError, UnsafeResultError)
 from jobpool.extensions import AttemptInfo, AttemptResult, Middleware, add_middleware, on_child_start
-from jobpool.running import current_batch, progress
+from jobpool.running import current_batch, progress, resume_state, save_state
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ def batch(*, on_success: Any = None, on_complete: Any = None) -> Any:
 
 __version__ = "0.1.0"
 
-__all__ = ["job", "connect", "batch", "current_batch", "Retry", "Fatal", "Defer", "Reschedule",
+__all__ = ["job", "connect", "batch", "current_batch", "save_state", "resume_state", "Interrupted",
+           "Retry", "Fatal", "Defer", "Reschedule",
            "progress", "on_start",
            "Job", "Handle",
            "Signature", "JobpoolError", "EnqueueError", "StoreError", "JobFailed", "SoftTimeout",

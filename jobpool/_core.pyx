@@ -157,6 +157,7 @@ cdef enum:
     S_RECLAIM_OWNER
     S_OWNERS
     S_REQUEUE
+    S_INTERRUPT
     NSTMT
 
 # Named parameters the core supplies; their indices are looked up per statement
@@ -232,7 +233,8 @@ cdef inline object _record(type cls, tuple fields):
 
 #: ``lifecycle.Decision.statement`` -> the statement slot that applies it.
 _SETTLE_STATEMENTS = {"done": S_DONE, "retry": S_RETRY, "dead": S_DEAD, "defer": S_DEFER,
-                      "reschedule": S_RESCHEDULE, "release": S_RELEASE, "requeue": S_REQUEUE}
+                      "reschedule": S_RESCHEDULE, "release": S_RELEASE, "requeue": S_REQUEUE,
+                      "interrupt": S_INTERRUPT}
 if _SETTLE_STATEMENTS.keys() != sql.SETTLE.keys():
     raise ImportError("jobpool._core's settle statements differ from jobpool.store.sql.SETTLE")
 
@@ -756,6 +758,8 @@ cdef class Core:
             return sql.RECLAIMABLE_OWNER
         if s == S_REQUEUE:
             return sql.SETTLE_REQUEUE
+        if s == S_INTERRUPT:
+            return sql.SETTLE_INTERRUPT
         return sql.LEASE_OWNERS
 
     cdef int _map_parameters(self, int s, sqlite3_stmt* st) except -1:

@@ -24,8 +24,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from jobpool import jobs, protocol
-from jobpool.errors import EnqueueError, LeaseLostError, StoreError
+from jobpool import jobs
+from jobpool.errors import EnqueueError
 from jobpool.handles import Handle, Handles, Signature
 from jobpool.store import rows
 from jobpool.store.records import BatchStatus
@@ -93,6 +93,9 @@ def callback_json(signature: Signature | None, label: str, max_payload: int) -> 
     if signature is None:
         return None
     step = rows.step_dict(signature, label, "batch callbacks", max_payload)
+    if "\\u0000" in step["payload"]:
+        raise EnqueueError(f"{label}: a callback's arguments cannot hold a NUL character "
+                           f"(a PostgreSQL store's JSON cannot)")
     if signature.kwargs and BATCH_KWARG in signature.kwargs:
         raise EnqueueError(f"{label}: the callback is given batch= by the store; "
                            f"it cannot have its own")
@@ -111,20 +114,3 @@ def _takes_batch(fn: Any) -> bool:
     return any(p.kind is p.VAR_KEYWORD
                or (p.name == BATCH_KWARG and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
                for p in parameters)
-
-
-def answer_member_add(store: Any, owner: str, job_id: int, attempt: int, first_position: int,
-                      new_rows: Any) -> bytes:
-    """A running member's adds (a child's ``BATCH_ADD``) written to ``store`` for the
-    pool ``owner``, and the answer its child waits for: the ids, or why none was
-    written (the exception its ``add`` raises)."""
-    try:
-        answers = store.add_to_own_batch(owner, job_id, attempt, first_position,
-                                         [rows.NewJob(*row) for row in new_rows])
-    except EnqueueError as exc:
-        return protocol.batch_added_message([], protocol.REFUSED, str(exc))
-    except LeaseLostError as exc:
-        return protocol.batch_added_message([], protocol.LEASE_LOST, str(exc))
-    except StoreError as exc:
-        return protocol.batch_added_message([], protocol.STORE_FAILED, str(exc))
-    return protocol.batch_added_message(answers)

@@ -16,7 +16,7 @@ import traceback
 from typing import Any
 
 from jobpool import core, extensions, jobs, procinfo, proctree, protocol, running
-from jobpool.errors import Defer, Fatal, Reschedule, Retry, SoftTimeout
+from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
 
@@ -171,6 +171,10 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
         return core.DEFER, f"Defer: {exc.reason}", exc.delay, None, None, exc
     except Reschedule as exc:
         return core.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None, None, exc
+    except Interrupted as exc:
+        # R37: stopped at a save point; the pool decides what that means (it asked).
+        return core.INTERRUPTED, f"interrupted at a save point ({exc.reason})", None, None, \
+            None, exc
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are failures too
         kind = core.FATAL if job.fatal and isinstance(exc, job.fatal) else core.ERROR
         return kind, _describe(exc), None, None, None, exc
@@ -267,7 +271,10 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
             message = conn.recv_bytes()
         except (EOFError, OSError):
             return  # the supervisor closed our pipe: it is stopping or gone
-        job_id, attempt, name, payload, serializer = protocol.loads(message)
+        job = protocol.loads(message)
+        if isinstance(job[0], str):
+            continue  # an interrupt for the job just finished (R37): it is over
+        job_id, attempt, name, payload, serializer = job
         running.current = running.Attempt(conn, job_id, attempt)
         done += 1
 

@@ -16,7 +16,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, liveness
-from jobpool.errors import JobpoolError
+from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
@@ -262,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_show.add_argument("--json", action="store_true")
     jobs_cancel = jobs_sub.add_parser("cancel", parents=[common], help="cancel a ready or running job")
     jobs_cancel.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
+    jobs_reset = jobs_sub.add_parser("reset-state", parents=[common],
+                                     help="forget a job's saved state: its next attempt starts afresh")
+    jobs_reset.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
 
     dead = sub.add_parser("dead", help="dead letters: list, show, retry, delete, purge")
     dead_sub = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND",
@@ -277,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     dead_retry.add_argument("ids", type=_positive_int, nargs="*", metavar="ID")
     dead_retry.add_argument("--all", action="store_true", help="every dead job (see --name)")
     dead_retry.add_argument("--name", help="with --all: only jobs of this name")
+    dead_retry.add_argument("--reset-state", action="store_true",
+                            help="start them afresh, not from the state they saved")
     dead_delete = dead_sub.add_parser("delete", parents=[common], help="delete dead jobs")
     dead_delete.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
     dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete old dead jobs")
@@ -479,6 +484,9 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         if args.args or args.kwargs or args.key:
             raise UserError("--from takes the arguments from the file; drop --args, --kwargs and --key")
         items = _read_items(args.from_file, out)
+        if batched and not items:
+            raise UserError(f"--from {args.from_file} has no jobs: a batch of none would "
+                            f"fire its callbacks at once")
         batch = store.batch(on_success=jobs.Signature(args.on_success) if args.on_success else None,
                             on_complete=jobs.Signature(args.on_complete) if args.on_complete
                             else None) if batched else None
@@ -572,7 +580,7 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 #: Columns holding Unix times, shown to people as local times.
-_TIME_FIELDS = frozenset({"run_at", "line_at", "deadline", "lease_expires_at", "created_at",
+_TIME_FIELDS = frozenset({"run_at", "line_at", "deadline", "lease_expires_at", "created_at", "state_at",
                           "started_at", "finished_at"})
 
 
@@ -662,6 +670,18 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
     return _report(results, "cancelled")
 
 
+def cmd_jobs_reset_state(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, create=False)
+    results = {}
+    for job_id in args.ids:
+        if store.reset_state(job_id):
+            results[job_id] = "reset"
+        else:
+            store.get(job_id)  # JobNotFound: one line naming the id
+            results[job_id] = "no saved state"
+    return _report(results, "reset")
+
+
 def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     rows = store.dead.list(name=args.name, limit=args.limit)
@@ -694,7 +714,7 @@ def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
     if args.all and not ids:
         print("no dead jobs to retry")
         return 0
-    return _report(store.dead.retry(ids), "retried")
+    return _report(store.dead.retry(ids, reset_state=args.reset_state), "retried")
 
 
 def cmd_dead_delete(args: argparse.Namespace, out: _Stdout) -> int:
@@ -866,7 +886,12 @@ def cmd_batches_show(args: argparse.Namespace, out: _Stdout) -> int:
     for which, name, job_id in (("on_success", status.on_success, status.success_job),
                                 ("on_complete", status.on_complete, status.complete_job)):
         if name is not None:
-            job_status = store.get(job_id)["status"] if job_id is not None else None
+            job_status = None
+            if job_id is not None:
+                try:
+                    job_status = store.get(job_id)["status"]
+                except JobNotFound:
+                    job_status = "swept"
             callbacks[which] = {"name": name, "job": job_id, "status": job_status}
     if args.json:
         print(json.dumps(dict(status.as_dict(), members=members, callbacks=callbacks)))
@@ -960,6 +985,7 @@ COMMANDS = {
     ("jobs", "list"): cmd_jobs_list,
     ("jobs", "show"): cmd_jobs_show,
     ("jobs", "cancel"): cmd_jobs_cancel,
+    ("jobs", "reset-state"): cmd_jobs_reset_state,
     ("dead", "list"): cmd_dead_list,
     ("dead", "show"): cmd_dead_show,
     ("dead", "retry"): cmd_dead_retry,

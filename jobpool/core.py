@@ -9,8 +9,8 @@ import os
 from typing import TYPE_CHECKING
 
 from jobpool import _core_py
-from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, KIND_NAMES, LEASE_SLACK,
-                               RELEASE, RESCHEDULE, RETRY, TIMEOUT)
+from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRUPTED, KIND_NAMES,
+                               LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
     from jobpool._core_py import Core, SlotTable, backoff
@@ -29,4 +29,5 @@ else:
     backoff = _impl.backoff
 
 __all__ = ["NAME", "Core", "SlotTable", "backoff", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR",
-           "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL"]
+           "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL",
+           "INTERRUPTED"]

@@ -184,7 +184,7 @@ def _unserved(snapshot: Snapshot) -> Text:
 
 
 def _batches(snapshot: Snapshot, width: int, most: int) -> list[Text]:
-    """R34: a line per open batch, oldest first, with a bar of its members' ends."""
+    """R34: a line per open batch, newest first, with a bar of its members' ends."""
     lines = []
     for batch in snapshot.batches[:most]:
         share = 100.0 * batch.ended / batch.total if batch.total else 100.0

@@ -64,6 +64,17 @@ class LeaseLostError(JobpoolError):
     (another pool reclaimed the job); the attempt's work is not this pool's to keep."""
 
 
+class Interrupted(BaseException):
+    """R37: raised by ``save_state()`` when the pool stops the job at this save point
+    (a graceful stop, or a cancel). A ``BaseException``, so ``except Exception`` in a
+    job does not swallow it: let it propagate and the job is back in line with its
+    state, its attempt given back (a cancelled one is dead, "cancelled")."""
+
+    def __init__(self, reason: str = "stop") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class JobFailed(JobpoolError):
     """``Handle.result()`` of a job that went dead; ``reason`` says why."""
 

@@ -33,6 +33,8 @@ RELEASE = 8     # graceful stop: lease given back, attempt stays spent (R25)
 CANCEL = 9      # cancelled while running: dead (R31)
 EXPIRED = 10    # its lease expired (R23): back in line at once, the attempt spent
 OWNER_DIED = 11  # its supervisor died (R24, R24b): as an expired lease, without the wait
+INTERRUPTED = 12  # R37: a checkpointing job stopped at a save point (or released having
+                  # saved one): back in line, its attempt given back and its state kept
 
 #: Reasons the pool itself gives (the rest come from the job, or from ``decide``).
 CANCELLED = "cancelled"               # R31
@@ -40,7 +42,8 @@ DEADLINE_PASSED = "deadline passed"   # R10
 
 #: The attempt log's word for each kind.
 KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
-              "rescheduled", "released", "cancelled", "lease_expired", "owner_died")
+              "rescheduled", "released", "cancelled", "lease_expired", "owner_died",
+              "interrupted")
 
 
 class Policy(NamedTuple):
@@ -118,7 +121,7 @@ class Decision(NamedTuple):
     """Where an attempt goes, and what the store writes.
 
     ``statement``: which transition (``done``, ``retry``, ``defer``, ``reschedule``,
-    ``release``, ``requeue``, ``dead``), each one fenced UPDATE in a store. ``delay``: seconds
+    ``release``, ``interrupt``, ``requeue``, ``dead``), each one fenced UPDATE in a store. ``delay``: seconds
     from the store's now before a ``ready`` row may run. ``reason``: the
     ``last_error`` a retry or a dead row keeps. ``crashes``: the row's new count."""
 
@@ -145,7 +148,8 @@ class Random(Protocol):
 
 #: How a settled attempt ended, by name (metrics' ``outcome`` label, ``drain``'s
 #: counts): a settle back to ``ready`` is named by the outcome kind that caused it.
-_READY_NAMES = {DEFER: "deferred", RESCHEDULE: "rescheduled", RELEASE: "released"}
+_READY_NAMES = {DEFER: "deferred", RESCHEDULE: "rescheduled", RELEASE: "released",
+                INTERRUPTED: "released"}
 
 
 def settled_as(status: str, kind: int) -> str:
@@ -206,6 +210,10 @@ def decide(lease: Lease, outcome: Outcome, policy: Policy, now: float, rng: Rand
         return Decision("reschedule", "ready", error, outcome.delay or 0.0, crashes)
     if kind == RELEASE:
         return Decision("release", "ready", error, 0.0, crashes)
+    if kind == INTERRUPTED:
+        # R37 amending R25: the pool stopped a job that keeps its place by its state;
+        # the attempt it was interrupted in is given back.
+        return Decision("interrupt", "ready", error, 0.0, crashes)
     if kind in (FATAL, CANCEL):
         return Decision("dead", "dead", error, 0.0, crashes)
     if kind in (EXPIRED, OWNER_DIED):

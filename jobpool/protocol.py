@@ -4,30 +4,44 @@ Both ends are this package's own code in processes forked from one parent, so
 messages are ``marshal``-encoded tuples: fast, compact, and no pickling of what
 is already bytes. The store payload travels as the bytes it was stored as.
 
-supervisor -> child:  ``(job_id, attempt, name, payload, serializer)``
+supervisor -> child:  ``(job_id, attempt, name, payload, serializer)``: run this
+                      ``(REPLY, job_id, attempt, seq, answer, error_kind, error)``: the
+                      answer to the running job's request ``seq``
+                      ``(INTERRUPT, job_id, attempt, reason)``: stop at the next save point
+                      (R37; ``reason`` is ``stop`` or ``cancel``)
 child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s,
                         retiring, strays)`` — ``retiring``: the child exits after this reply
                         (recycled), so nothing more may be sent to it; ``strays``: processes
                         the job left running that the child killed (R40)
                       ``(PROGRESS, job_id, attempt, percent, stage)``
-                      ``(BATCH_ADD, job_id, attempt, first_position, rows)``: the running
-                      member adds ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to its
-                      batch (R34), and waits for the answer
-supervisor -> child:  ``(BATCH_ADDED, answers, error_kind, error)``, only to a child
-                      waiting on a BATCH_ADD: ``(id, duplicate)`` per row, or why none
-                      was written
+                      a request, answered by one REPLY the job waits for:
+                      ``(BATCH_ADD, job_id, attempt, seq, first_position, rows)``: add
+                      ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to the job's batch (R34)
+                      ``(SAVE_STATE, job_id, attempt, seq, state)``: store its state (R37)
+                      ``(READ_STATE, job_id, attempt, seq)``: the state it resumes from
+
+The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
+id (a job), so a child tells them apart; one waiting for a job drops the others (an
+interrupt for a job that finished first).
 """
 from __future__ import annotations
 
 import marshal
+from typing import Any
 
 OUTCOME = 0
 PROGRESS = 1
 BATCH_ADD = 2
-BATCH_ADDED = 3
+SAVE_STATE = 4
+READ_STATE = 5
+#: The tags of a child's requests.
+REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE)
 
-#: ``BATCH_ADDED``'s error kinds: the exception the job's ``add`` raises.
-REFUSED = "refused"       # EnqueueError: the add is wrong (no batch, batch finished)
+REPLY = "reply"
+INTERRUPT = "interrupt"
+
+#: A REPLY's error kinds: the exception the job's request raises.
+REFUSED = "refused"       # EnqueueError: the request is wrong (no batch, batch finished)
 LEASE_LOST = "lease"      # LeaseLostError: this attempt is no longer the job's
 STORE_FAILED = "store"    # StoreError: the store could not take it now
 
@@ -46,14 +60,18 @@ def outcome_message(job_id: int, attempt: int, kind: int, error: str | None, del
                           retiring, strays))
 
 
-def batch_add_message(job_id: int, attempt: int, first_position: int, rows: list[tuple]) -> bytes:
-    return marshal.dumps((BATCH_ADD, job_id, attempt, first_position, tuple(map(tuple, rows))))
-
-
-def batch_added_message(answers: list[tuple[int, bool]], error_kind: str | None = None,
-                        error: str | None = None) -> bytes:
-    return marshal.dumps((BATCH_ADDED, tuple(answers), error_kind, error))
-
-
 def progress_message(job_id: int, attempt: int, percent: float, stage: str | None) -> bytes:
     return marshal.dumps((PROGRESS, job_id, attempt, percent, stage))
+
+
+def request_message(tag: int, job_id: int, attempt: int, seq: int, *fields: Any) -> bytes:
+    return marshal.dumps((tag, job_id, attempt, seq, *fields))
+
+
+def reply_message(job_id: int, attempt: int, seq: int, answer: Any,
+                  error_kind: str | None = None, error: str | None = None) -> bytes:
+    return marshal.dumps((REPLY, job_id, attempt, seq, answer, error_kind, error))
+
+
+def interrupt_message(job_id: int, attempt: int, reason: str) -> bytes:
+    return marshal.dumps((INTERRUPT, job_id, attempt, reason))

@@ -1,26 +1,43 @@
 """What a job can ask about its own attempt while it runs: report progress (R22),
-add to its own batch (R34).
+add to its own batch (R34), save and resume its state (R37).
 
 Light on purpose: ``import jobpool`` brings it in for ``jobpool.progress``, and a
 producer that only enqueues should not load the child's machinery or the cores.
 The child sets ``current`` around each job; outside a pool's child (a plain call of
 the job function, a test) there is no attempt and reports go nowhere.
+
+A request the job waits for (an add, a state) goes over the child's pipe and
+its answer comes back on it; SIGALRM (the soft timeout) is held off for that
+round trip, so the answer is never left unread on the pipe. Make them from the
+job's own thread.
 """
 from __future__ import annotations
 
+import json
+import signal
 import time
 from typing import Any
 
 from jobpool import protocol
+from jobpool.errors import EnqueueError, Interrupted, LeaseLostError, StoreError
 
 #: R22: a job reporting progress in a tight loop sends at most one report per interval.
 PROGRESS_INTERVAL = 0.1
+#: R37: a job saving its state in a tight loop writes it at most once per interval
+#: (``force=True`` writes at once).
+STATE_INTERVAL = 1.0
+#: R37: what a saved state may weigh, as JSON text.
+MAX_STATE_BYTES = 64 * 1024
+#: A running member's adds go in requests of at most this many jobs, so none keeps
+#: its supervisor from its other work for long (R34).
+ADDS_PER_REQUEST = 500
 
 
 class Attempt:
-    """The attempt running in this child: where its reports go."""
+    """The attempt running in this child: where its reports and requests go."""
 
-    __slots__ = ("conn", "job_id", "attempt", "last_report", "adds")
+    __slots__ = ("conn", "job_id", "attempt", "last_report", "adds", "seq", "interrupted",
+                 "last_state", "unsaved")
 
     def __init__(self, conn: Any, job_id: int, attempt: int) -> None:
         self.conn = conn            # the child's end of its pipe
@@ -28,6 +45,47 @@ class Attempt:
         self.attempt = attempt
         self.last_report = 0.0      # monotonic time of the last report sent
         self.adds = 0               # jobs this attempt added to its batch so far (R34)
+        self.seq = 0                # requests made so far; a reply names the one it answers
+        self.interrupted: str | None = None   # R37: why the pool asked it to stop
+        self.last_state = -STATE_INTERVAL     # monotonic time of the last state written
+        self.unsaved: str | None = None       # a state the throttle held back
+
+    def request(self, tag: int, *fields: Any) -> Any:
+        """Send one request and wait for its answer; the answer's error is raised."""
+        self.seq += 1
+        seq = self.seq
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            self.conn.send_bytes(protocol.request_message(tag, self.job_id, self.attempt, seq,
+                                                          *fields))
+            while True:
+                message = protocol.loads(self.conn.recv_bytes())
+                if self._is_interrupt(message):
+                    continue
+                if message[0] == protocol.REPLY and message[3] == seq:
+                    break
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        _tag, _job_id, _attempt, _seq, answer, error_kind, error = message
+        if error_kind == protocol.REFUSED:
+            raise EnqueueError(error)
+        if error_kind == protocol.LEASE_LOST:
+            raise LeaseLostError(error)
+        if error_kind is not None:
+            raise StoreError(error)
+        return answer
+
+    def check_interrupt(self) -> None:
+        """Read, without waiting, whether the pool asked this attempt to stop."""
+        while self.conn.poll():
+            self._is_interrupt(protocol.loads(self.conn.recv_bytes()))
+
+    def _is_interrupt(self, message: tuple) -> bool:
+        if message[0] != protocol.INTERRUPT:
+            return False
+        if (message[1], message[2]) == (self.job_id, self.attempt):
+            self.interrupted = message[3]
+        return True
 
 
 #: Set by the child while a job runs.
@@ -55,6 +113,52 @@ def progress(percent: float, stage: str | None = None) -> None:
                                                       float(percent), stage))
 
 
+# -- checkpoints (R37) ----------------------------------------------------------------------
+
+def save_state(state: Any, force: bool = False) -> None:
+    """Store a small JSON state for this attempt: the next attempt of the job (after a
+    stop, a crash, a timeout) starts from it (``resume_state()``).
+
+    Written fenced like a settle, at most once a second unless ``force``. This is
+    also the job's save point: when its pool is stopping (or the job is cancelled)
+    the state is written now and ``jobpool.Interrupted`` is raised, a
+    ``BaseException``; let it propagate. A job stopped so is back in line without
+    spending an attempt (a cancelled one is dead, "cancelled"). Outside a pool's
+    child it does nothing.
+    """
+    try:
+        text = json.dumps(state, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"save_state: the state must be JSON: {exc}") from None
+    size = len(text.encode())
+    if size > MAX_STATE_BYTES:
+        raise ValueError(f"save_state: the state is {size} bytes as JSON, over the "
+                         f"{MAX_STATE_BYTES}-byte limit")
+    attempt = current
+    if attempt is None:
+        return
+    attempt.check_interrupt()
+    now = time.monotonic()
+    if attempt.interrupted is None and not force and now - attempt.last_state < STATE_INTERVAL:
+        attempt.unsaved = text
+        return
+    attempt.request(protocol.SAVE_STATE, text)
+    attempt.last_state, attempt.unsaved = now, None
+    if attempt.interrupted is not None:
+        raise Interrupted(attempt.interrupted)
+
+
+def resume_state() -> Any:
+    """The state this job last saved in an earlier attempt (or this one), or None."""
+    attempt = current
+    if attempt is None:
+        return None
+    text = attempt.request(protocol.READ_STATE)
+    return None if text is None else json.loads(text)
+
+
+# -- batches (R34) --------------------------------------------------------------------------
+
 class MemberBatch:
     """The batch of the running job, from inside it (``jobpool.current_batch()``).
 
@@ -71,8 +175,8 @@ class MemberBatch:
         """One more member (``job.s(...)``); its ``Handle``."""
         from jobpool.handles import Signature
         if not isinstance(signature, Signature):
-            raise _enqueue_error(f"current_batch().add takes a signature (job.s(...)), "
-                                 f"not {type(signature).__name__}")
+            raise EnqueueError(f"current_batch().add takes a signature (job.s(...)), "
+                               f"not {type(signature).__name__}")
         from jobpool.store import rows
         # On a clock of 0: the store puts the rows on its own (rows.NewJob.at).
         row = rows.new_job(signature.name, signature.args, signature.kwargs, None, None, None,
@@ -84,30 +188,20 @@ class MemberBatch:
         from jobpool.store import rows
         items = items if isinstance(items, list) else list(items)
         options = rows.enqueue_options(name, None, None, None, None, None, None, 0.0)
-        return self._send(rows.new_jobs(options, items)) if items else []
+        new_rows = rows.new_jobs(options, items)
+        handles: list[Any] = []
+        for start in range(0, len(new_rows), ADDS_PER_REQUEST):
+            handles += self._send(new_rows[start:start + ADDS_PER_REQUEST])
+        return handles
 
     def _send(self, new_rows: list) -> list[Any]:
-        from jobpool.errors import LeaseLostError, StoreError
         from jobpool.handles import Handle
         attempt = self._attempt
         if current is not attempt:
             raise RuntimeError("a job's current_batch() is used after the job returned")
-        attempt.conn.send_bytes(protocol.batch_add_message(attempt.job_id, attempt.attempt,
-                                                           attempt.adds, new_rows))
-        _tag, answers, error_kind, error = protocol.loads(attempt.conn.recv_bytes())
-        if error_kind == protocol.REFUSED:
-            raise _enqueue_error(error)
-        if error_kind == protocol.LEASE_LOST:
-            raise LeaseLostError(error)
-        if error_kind is not None:
-            raise StoreError(error)
+        answers = attempt.request(protocol.BATCH_ADD, attempt.adds, tuple(map(tuple, new_rows)))
         attempt.adds += len(new_rows)
         return [Handle(job_id, duplicate=duplicate) for job_id, duplicate in answers]
-
-
-def _enqueue_error(message: str) -> Exception:
-    from jobpool.errors import EnqueueError
-    return EnqueueError(message)
 
 
 def current_batch() -> MemberBatch:

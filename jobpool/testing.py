@@ -29,7 +29,7 @@ import random
 import time
 from typing import Any, Callable, NamedTuple
 
-from jobpool import batches, events, jobs, procinfo, protocol, running
+from jobpool import events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import ERROR, RELEASE, Claimed, Outcome, Policy, Settled, settled_as
@@ -122,9 +122,10 @@ def _served() -> _Served:
 class _PipeToStore:
     """Stands where a child's pipe would: ``jobpool.progress()`` sends its report
     here, and it is written at once, fenced like a settle (R22); a store that
-    cannot take it loses the report, never the job, as in a pool. A member's adds
-    to its batch (R34) are written at once too, their answer read back as a child
-    reads its supervisor's."""
+    cannot take it loses the report, never the job, as in a pool. A job's requests
+    (adds to its batch, R34; its state, R37) are carried out at once too, their
+    answer read back as a child reads its supervisor's. Nothing here ever
+    interrupts a job: ``drain`` has no graceful stop."""
 
     def __init__(self, store: Store, owner: str) -> None:
         self.store = store
@@ -136,12 +137,14 @@ class _PipeToStore:
         assert answer is not None, "a reply is read only after a request"
         return answer
 
+    def poll(self) -> bool:
+        return False
+
     def send_bytes(self, message: bytes) -> None:
         request = protocol.loads(message)
-        if request[0] == protocol.BATCH_ADD:
-            _tag, job_id, attempt, first_position, new_rows = request
-            self.answer = batches.answer_member_add(self.store, self.owner, job_id, attempt,
-                                                    first_position, new_rows)
+        if request[0] in protocol.REQUESTS:
+            self.answer = protocol.reply_message(*requests.answer(self.store, self.owner,
+                                                                  request))
             return
         _tag, job_id, attempt, percent, stage = request
         try:

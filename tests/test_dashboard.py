@@ -164,7 +164,7 @@ def with_batches(snap: Snapshot, count: int) -> Snapshot:
 
 
 def test_open_batches_show_a_bar_of_their_ended_members_and_a_more_line():
-    # R34: oldest first; at 80 columns two of them, then how many more.
+    # R34: in the order the store gives (newest first); at 80 columns two, then how many more.
     screen = frame(with_batches(snapshot(), 4))
     assert line_with(screen, "batch 12 ", "137/200", "open", "imports.rebuild_index")
     assert line_with(screen, "batch 13 ", "140/200", "3 dead")

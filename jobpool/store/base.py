@@ -121,6 +121,21 @@ class Store(Protocol):
         ``list(open_only=, limit=)``, ``members`` (counts by status)."""
         ...
 
+    # -- checkpoints (R37) -----------------------------------------------------------------
+
+    def save_state(self, owner: str, job_id: int, attempt: int, state: str) -> bool:
+        """A running attempt's state (JSON text), fenced like a settle: False when the
+        attempt no longer holds its lease. The next attempt resumes from it."""
+        ...
+
+    def read_state(self, owner: str, job_id: int, attempt: int) -> str | None:
+        """The state the running attempt resumes from (fenced; None if none)."""
+        ...
+
+    def reset_state(self, job_id: int) -> bool:
+        """Forget a job's state (``jobs reset-state``); False if it had none."""
+        ...
+
     def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
                          jobs: list[Any]) -> list[tuple[int, bool]]:
         """A running member's adds to its batch, fenced by its lease (``LeaseLostError``

@@ -52,7 +52,7 @@ class StoreBatches:
             raise EnqueueError(f"no batch with id {batch_id}")
         if BatchStatus.from_row(row).cancelled:
             raise EnqueueError(f"batch {batch_id} is cancelled: it takes no more jobs")
-        raise EnqueueError(f"batch {batch_id} is finished (its callbacks fired): "
+        raise EnqueueError(f"batch {batch_id} is finished (closed, and every member ended): "
                            f"it takes no more jobs")
 
     def close(self, batch_id: int, now: float | None = None) -> BatchStatus:

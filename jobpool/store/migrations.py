@@ -38,9 +38,10 @@ STEPS: dict[int, tuple[str, ...]] = {
     # R38: paused queues, obeyed by every pool.
     3: (sql.CREATE_QUEUES,),
     # R34: batches, their members and callbacks; unique keys over a period (the
-    # finished jobs of a key, found by it).
+    # finished jobs of a key, found by it); R37: a running job's saved state.
     4: ("ALTER TABLE jobs ADD COLUMN batch_id INTEGER", *sql.BATCH_SCHEMA,
-        sql.CREATE_FINISHED_KEY_INDEX),
+        sql.CREATE_FINISHED_KEY_INDEX, "ALTER TABLE jobs ADD COLUMN state TEXT",
+        "ALTER TABLE jobs ADD COLUMN state_at REAL"),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

@@ -38,16 +38,19 @@ class PgDeadLetters:
         query = pg_sql.DEAD_IDS.format(name_filter="AND name = %(name)s" if name else "")
         return [r[0] for r in self.store.read("listing dead jobs", query, {"name": name})]
 
-    def retry(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
-        """Put dead jobs back in line with fresh attempts; returns id -> what happened."""
+    def retry(self, ids: Iterable[int], now: float | None = None, *,
+              reset_state: bool = False) -> dict[int, str]:
+        """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
+        unless ``reset_state``; returns id -> what happened."""
         def retry(conn: Any) -> dict[int, str]:
             server_now = self.store.server_now(conn)
             outcome: dict[int, str] = {}
             for job_id in ids:
                 try:
                     with conn.transaction():  # a savepoint: one refusal spoils no other
-                        moved = conn.execute(pg_sql.RETRY_DEAD,
-                                             {"id": job_id, "now": server_now}).fetchone()
+                        moved = conn.execute(pg_sql.RETRY_DEAD, {
+                            "id": job_id, "now": server_now,
+                            "reset_state": reset_state}).fetchone()
                 except psycopg.errors.UniqueViolation:
                     outcome[job_id] = "key held by a live job"
                     continue

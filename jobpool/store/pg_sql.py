@@ -90,7 +90,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     chain            jsonb,
     chain_root       bigint,
     cancel_requested integer NOT NULL DEFAULT 0,
-    batch_id         bigint
+    batch_id         bigint,
+    state            text,
+    state_at         float8
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01,
         autovacuum_analyze_scale_factor = 0.02)
 """
@@ -125,7 +127,9 @@ CREATE TABLE IF NOT EXISTS finished_jobs (
     chain            jsonb,
     chain_root       bigint,
     hook_done        integer NOT NULL DEFAULT 0,
-    batch_id         bigint
+    batch_id         bigint,
+    state            text,
+    state_at         float8
 )
 """
 
@@ -161,12 +165,13 @@ CREATE OR REPLACE VIEW all_jobs AS
 SELECT id, queue, name, key, payload, serializer, priority, status, run_at, attempts,
        max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at,
        last_error, progress, stage, NULL::bytea AS result, created_at, started_at,
-       NULL::float8 AS finished_at, chain_root, cancel_requested, batch_id
+       NULL::float8 AS finished_at, chain_root, cancel_requested, batch_id, state, state_at
   FROM jobs
 UNION ALL
 SELECT id, queue, name, key, payload, serializer, priority, status, run_at, attempts,
        max_attempts, crashes, deferrals, deadline, timeout, NULL, NULL, last_error, progress,
-       stage, result, created_at, started_at, finished_at, chain_root, 0, batch_id
+       stage, result, created_at, started_at, finished_at, chain_root, 0, batch_id, state,
+       state_at
   FROM finished_jobs
 """
 
@@ -295,8 +300,11 @@ BEGIN
 END
 $$
 """
+# Triggers are dropped and made again rather than replaced: CREATE OR REPLACE TRIGGER
+# needs PostgreSQL 14.
+DROP_MEMBER_ENDED = "DROP TRIGGER IF EXISTS jobpool_member_ended ON jobs"
 CREATE_MEMBER_ENDED = """
-CREATE OR REPLACE TRIGGER jobpool_member_ended AFTER DELETE ON jobs
+CREATE TRIGGER jobpool_member_ended AFTER DELETE ON jobs
 FOR EACH ROW WHEN (OLD.batch_id IS NOT NULL) EXECUTE FUNCTION jobpool_member_ended()
 """
 
@@ -354,8 +362,9 @@ BEGIN
 END
 $$
 """
+DROP_BATCH_FINISHED = "DROP TRIGGER IF EXISTS jobpool_batch_finished ON jobpool_batches"
 CREATE_BATCH_FINISHED = """
-CREATE OR REPLACE TRIGGER jobpool_batch_finished BEFORE UPDATE ON jobpool_batches
+CREATE TRIGGER jobpool_batch_finished BEFORE UPDATE ON jobpool_batches
 FOR EACH ROW WHEN (NEW.closed_at IS NOT NULL AND NEW.finished_at IS NULL
                    AND NEW.done + NEW.dead >= NEW.total)
 EXECUTE FUNCTION jobpool_batch_finished()
@@ -370,8 +379,8 @@ CREATE INDEX IF NOT EXISTS finished_jobs_key ON finished_jobs (name, key, finish
 #: Everything batches add to a store (revision 3).
 BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX,
                 CREATE_FINISHED_MEMBERS_INDEX, CREATE_BATCH_ADDS, CREATE_MEMBER_ENDED_FUNCTION,
-                CREATE_MEMBER_ENDED, CREATE_ENQUEUE_CALLBACK_FUNCTION,
-                CREATE_BATCH_FINISHED_FUNCTION, CREATE_BATCH_FINISHED)
+                DROP_MEMBER_ENDED, CREATE_MEMBER_ENDED, CREATE_ENQUEUE_CALLBACK_FUNCTION,
+                CREATE_BATCH_FINISHED_FUNCTION, DROP_BATCH_FINISHED, CREATE_BATCH_FINISHED)
 
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
@@ -384,8 +393,13 @@ SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_
 STEPS: dict[int, tuple[str, ...]] = {
     2: (CREATE_QUEUES,),  # R38: paused queues
     3: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS batch_id bigint",  # R34: batches
-        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS batch_id bigint", CREATE_ALL_JOBS,
-        CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA),  # and unique keys over a period
+        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS batch_id bigint",
+        # R37: a running job's saved state, kept when it finishes (``jobs show``)
+        "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS state text",
+        "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS state_at float8",
+        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS state text",
+        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS state_at float8",
+        CREATE_ALL_JOBS, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA),  # and unique key periods
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -527,7 +541,7 @@ GUARD = ("id = %(id)s::bigint AND lease_owner = %(owner)s AND attempts = %(attem
 #: Columns a finishing settle copies from the live row to ``finished_jobs``.
 _MOVED = ("id, queue, name, key, payload, serializer, priority, run_at, line_at, attempts, "
           "max_attempts, deferrals, deadline, timeout, stage, created_at, started_at, chain, "
-          "chain_root, batch_id")
+          "chain_root, batch_id, state, state_at")
 
 #: R19a: the attempt's line in the log, written by the settle's own statement from
 #: its ``settled`` step, so a settle whose fence failed logs nothing.
@@ -596,7 +610,7 @@ SETTLE_DEFER = _settle(f"""settled AS (
 SETTLE_RESCHEDULE = _settle(f"""settled AS (
     UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
            run_at = %(run_at)s, line_at = %(run_at)s, attempts = 0, crashes = 0,
-           last_error = NULL
+           last_error = NULL, state = NULL, state_at = NULL
      WHERE {GUARD} RETURNING id)
 """)
 #: R23/R24: a lease nobody will settle goes back in line where it was.
@@ -610,6 +624,13 @@ SETTLE_RELEASE = _settle(f"""settled AS (
     UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
            max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1
                                ELSE max_attempts END
+     WHERE {GUARD} RETURNING id)
+""")
+#: R37: a checkpointing job stopped by its pool: ready at once where it was in line,
+#: the attempt given back, its state kept.
+SETTLE_INTERRUPT = _settle(f"""settled AS (
+    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+           attempts = attempts - 1
      WHERE {GUARD} RETURNING id)
 """)
 
@@ -674,7 +695,8 @@ settled AS (
     "defer": _update_many("run_at = i.new_run_at, attempts = j.attempts - 1, "
                           "deferrals = j.deferrals + 1"),
     "reschedule": _update_many("run_at = i.new_run_at, line_at = i.new_run_at, attempts = 0, "
-                               "crashes = 0, last_error = NULL"),
+                               "crashes = 0, last_error = NULL, state = NULL, state_at = NULL"),
+    "interrupt": _update_many("attempts = j.attempts - 1"),
     "requeue": _update_many("last_error = i.new_error, crashes = i.new_crashes"),
     "release": _update_many("max_attempts = CASE WHEN j.attempts >= j.max_attempts "
                             "THEN j.attempts + 1 ELSE j.max_attempts END"),
@@ -683,7 +705,8 @@ settled AS (
 #: ``lifecycle.Decision.statement`` -> the fenced statement that applies it and logs
 #: the attempt; it returns a row only when the fence held.
 SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defer": SETTLE_DEFER,
-          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE}
+          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE,
+          "interrupt": SETTLE_INTERRUPT}
 
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY seq
@@ -749,6 +772,19 @@ SELECT id FROM finished_jobs
 COMMIT_ASYNC = "SET LOCAL synchronous_commit = off"
 
 SET_PROGRESS = f"UPDATE jobs SET progress = %(progress)s, stage = %(stage)s WHERE {GUARD}"
+#: R37: a running attempt's state, fenced like a settle; the one it resumes from; and
+#: ``jobs reset-state``.
+SAVE_STATE = f"""
+UPDATE jobs SET state = %(state)s, state_at = extract(epoch FROM now()) WHERE {GUARD}
+"""
+READ_STATE = f"SELECT state FROM jobs WHERE {GUARD}"
+RESET_STATE = """
+WITH live AS (UPDATE jobs SET state = NULL, state_at = NULL
+               WHERE id = %(id)s AND state IS NOT NULL RETURNING id),
+     finished AS (UPDATE finished_jobs SET state = NULL, state_at = NULL
+                   WHERE id = %(id)s AND state IS NOT NULL RETURNING id)
+SELECT id FROM live UNION ALL SELECT id FROM finished
+"""
 
 #: R24b: the last column says the row was made by this beat (see ``sql.UPSERT_POOL``).
 UPSERT_POOL = """
@@ -834,14 +870,17 @@ LIST_BATCHES = f"""
 SELECT {BATCH_COLUMNS} FROM jobpool_batches {{where}} ORDER BY id DESC LIMIT %(limit)s
 """
 OPEN_BATCHES = f"""
-SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE finished_at IS NULL ORDER BY id LIMIT %(limit)s
+SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE finished_at IS NULL
+ ORDER BY id DESC LIMIT %(limit)s
 """
 BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs WHERE batch_id = %(id)s GROUP BY status
 UNION ALL
 SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY status
 """
-MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD}"
+#: FOR SHARE: a reclaim of the member waits for the adds (or they wait for it, and
+#: find the lease gone).
+MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD} FOR SHARE"
 FIND_ADD = """
 SELECT job_id FROM jobpool_batch_adds WHERE batch_id = %(batch_id)s AND add_key = %(add_key)s
 """
@@ -871,10 +910,11 @@ reopened AS (
      WHERE b.id = moved.batch_id AND b.finished_at IS NULL)
 INSERT INTO jobs (id, queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   attempts, max_attempts, crashes, deferrals, deadline, timeout, last_error,
-                  progress, stage, created_at, chain, chain_root, batch_id)
+                  progress, stage, created_at, chain, chain_root, batch_id, state, state_at)
 SELECT id, queue, name, key, payload, serializer, priority, 'ready', %(now)s, %(now)s, 0,
        max_attempts, 0, 0, deadline, timeout, last_error, progress, stage, created_at, chain,
-       chain_root, batch_id
+       chain_root, batch_id, CASE WHEN %(reset_state)s THEN NULL ELSE state END,
+       CASE WHEN %(reset_state)s THEN NULL ELSE state_at END
   FROM moved
 RETURNING id, queue
 """
@@ -908,7 +948,7 @@ JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
     "last_error, progress, stage, result, created_at, started_at, finished_at, chain_root, "
-    "cancel_requested, batch_id"
+    "cancel_requested, batch_id, state, state_at"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM all_jobs WHERE id = %(id)s"
 LIST_ATTEMPTS = """

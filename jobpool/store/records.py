@@ -82,7 +82,7 @@ class DashboardRows(NamedTuple):
     ready_by_name: list[tuple]
     #: R38: the paused queues.
     paused: tuple[str, ...] | list[str] = ()
-    #: R34: the oldest open batches (rows of ``BATCH_COLUMNS``), at most ``OPEN_BATCHES_SHOWN``.
+    #: R34: the newest open batches (rows of ``BATCH_COLUMNS``), at most ``OPEN_BATCHES_SHOWN``.
     batches: list[tuple] | tuple = ()
 
 

@@ -49,15 +49,18 @@ class DeadLetters:
         query = sql.DEAD_IDS.format(name_filter="AND name = :name" if name else "")
         return [r[0] for r in self.store.read_rows("listing dead jobs", query, {"name": name})]
 
-    def retry(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
-        """Put dead jobs back in line with fresh attempts; returns id -> what happened."""
+    def retry(self, ids: Iterable[int], now: float | None = None, *,
+              reset_state: bool = False) -> dict[int, str]:
+        """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
+        unless ``reset_state``; returns id -> what happened."""
         now = time.time() if now is None else now
         outcome: dict[int, str] = {}
 
         def retry(conn):
             for job_id in ids:
                 try:
-                    changed = conn.execute(sql.RETRY_DEAD, {"id": job_id, "now": now}).rowcount
+                    changed = conn.execute(sql.RETRY_DEAD, {"id": job_id, "now": now,
+                                                            "reset_state": reset_state}).rowcount
                 except sqlite3.IntegrityError:
                     outcome[job_id] = "key held by a live job"
                     continue

@@ -73,7 +73,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     chain_root       INTEGER,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     hook_done        INTEGER NOT NULL DEFAULT 0,
-    batch_id         INTEGER
+    batch_id         INTEGER,
+    state            TEXT,
+    state_at         REAL
 )
 """
 
@@ -450,10 +452,12 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
  WHERE {GUARD}
 """
 
-#: R18: next occurrence of a recurring job; fresh budget, error cleared, key kept.
+#: R18: next occurrence of a recurring job; fresh budget, error cleared, key kept,
+#: and a fresh run: no saved state (R37).
 SETTLE_RESCHEDULE = f"""
 UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = :run_at, line_at = :run_at, attempts = 0, crashes = 0, last_error = NULL
+       run_at = :run_at, line_at = :run_at, attempts = 0, crashes = 0, last_error = NULL,
+       state = NULL, state_at = NULL
  WHERE {GUARD}
 """
 
@@ -475,9 +479,18 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
  WHERE {GUARD}
 """
 
+#: R37: a checkpointing job stopped by its pool: ready at once where it was in line,
+#: the attempt given back; its state stays for the next attempt.
+SETTLE_INTERRUPT = f"""
+UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
+       attempts = attempts - 1
+ WHERE {GUARD}
+"""
+
 #: ``lifecycle.Decision.statement`` -> the fenced UPDATE that applies it.
 SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defer": SETTLE_DEFER,
-          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE}
+          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE,
+          "interrupt": SETTLE_INTERRUPT}
 
 #: Forensics: one row per settled attempt (R19a), written in the settle transaction.
 INSERT_ATTEMPT = """
@@ -530,6 +543,13 @@ SELECT id, attempts FROM jobs
 TAKE_HOOK = "UPDATE jobs SET hook_done = 1 WHERE id = ? AND status = 'dead' AND hook_done = 0"
 #: R21: dead jobs whose hook a previous supervisor did not get to.
 PENDING_HOOKS = "SELECT id FROM jobs WHERE status = 'dead' AND hook_done = 0 AND name IN ({names})"
+
+#: R37: a running attempt's state, fenced like a settle: a stale attempt writes nothing.
+SAVE_STATE = f"UPDATE jobs SET state = :state, state_at = :now WHERE {GUARD}"
+#: R37: the state the running attempt resumes from (fenced: only its own job's).
+READ_STATE = f"SELECT state FROM jobs WHERE {GUARD}"
+#: R37: ``jobs reset-state``: the next attempt starts afresh.
+RESET_STATE = "UPDATE jobs SET state = NULL, state_at = NULL WHERE id = :id AND state IS NOT NULL"
 
 #: R22: progress from a child, written at the heartbeat; fenced like a settle.
 SET_PROGRESS = f"""
@@ -623,10 +643,11 @@ GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE id = :id"
 LIST_BATCHES = f"""
 SELECT {BATCH_COLUMNS} FROM jobpool_batches {{where}} ORDER BY id DESC LIMIT :limit
 """
-#: R29: the open batches the dashboard draws, oldest first.
+#: R29: the open batches the dashboard draws, newest first (one a producer never
+#: closed stays open for ever; it must not keep newer ones off the screen).
 OPEN_BATCHES = f"""
 SELECT {BATCH_COLUMNS} FROM jobpool_batches INDEXED BY batches_finished
- WHERE finished_at IS NULL ORDER BY id LIMIT :limit
+ WHERE finished_at IS NULL ORDER BY id DESC LIMIT :limit
 """
 #: ``batches show``: the members still in the store, by status.
 BATCH_MEMBERS = """
@@ -662,7 +683,9 @@ SELECT {columns} FROM jobs WHERE status = 'dead' {name_filter}
 RETRY_DEAD = """
 UPDATE jobs SET status = 'ready', attempts = 0, crashes = 0, deferrals = 0,
        run_at = :now, line_at = :now, finished_at = NULL, lease_owner = NULL,
-       lease_expires_at = NULL, cancel_requested = 0, hook_done = 0
+       lease_expires_at = NULL, cancel_requested = 0, hook_done = 0,
+       state = CASE WHEN :reset_state THEN NULL ELSE state END,
+       state_at = CASE WHEN :reset_state THEN NULL ELSE state_at END
  WHERE id = :id AND status = 'dead'
 """
 DEAD_IDS = "SELECT id FROM jobs WHERE status = 'dead' {name_filter} ORDER BY id"
@@ -698,7 +721,7 @@ JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
     "last_error, progress, stage, result, created_at, started_at, finished_at, chain_root, "
-    "cancel_requested, batch_id"
+    "cancel_requested, batch_id, state, state_at"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 #: Why an operator action matched no row: the job's status, or no row at all.

@@ -388,6 +388,27 @@ class SQLiteStore:
         from jobpool.batches import open_batch
         return open_batch(self, on_success, on_complete)
 
+    # -- checkpoints (R37) -----------------------------------------------------------------
+
+    def save_state(self, owner: str, job_id: int, attempt: int, state: str) -> bool:
+        """Store a running attempt's state (JSON text), fenced like a settle; False
+        when the attempt no longer holds its lease."""
+        params = {"id": job_id, "owner": owner, "attempt": attempt, "state": state,
+                  "now": time.time()}
+        return bool(self.transaction(f"saving the state of job {job_id}",
+                                     lambda conn: conn.execute(sql.SAVE_STATE, params).rowcount))
+
+    def read_state(self, owner: str, job_id: int, attempt: int) -> str | None:
+        """The state a running attempt resumes from (None: none saved, or not its lease)."""
+        found = self.read_rows(f"reading the state of job {job_id}", sql.READ_STATE,
+                               {"id": job_id, "owner": owner, "attempt": attempt})
+        return found[0][0] if found else None
+
+    def reset_state(self, job_id: int) -> bool:
+        """Forget a job's saved state: its next attempt starts afresh. False if it had none."""
+        return bool(self.transaction(f"resetting the state of job {job_id}", lambda conn: conn.execute(
+            sql.RESET_STATE, {"id": job_id}).rowcount))
+
     def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
                          jobs: list[rows.NewJob]) -> list[tuple[int, bool]]:
         """R34: a running member's adds to its batch (``StoreBatches.add_from_member``),

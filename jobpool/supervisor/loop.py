@@ -114,7 +114,7 @@ class Supervisor:
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            inherited_fds=self._own_fds, other_children=self._other_children,
                            write_final_progress=self.operations.write_final_progress,
-                           add_to_batch=self.operations.add_to_batch)
+                           answer_request=self.operations.answer_request)
         self.operations.slots = self.slots
         if pool_metrics is not None:
             assert listener is not None
@@ -496,6 +496,7 @@ class Supervisor:
             state.drain_until = now + self.config.drain
             self.operations.next_heartbeat = 0.0  # tell the store (and the dashboard) at once
             events.emit(events.POOL_STOPPING, busy=self.slots.busy_count(), drain=self.config.drain)
+            self.slots.interrupt_all()  # R37: checkpointing jobs stop at their next save point
         if not state.stopping:
             return
         if state.stop_requests >= 2 or now >= state.drain_until:

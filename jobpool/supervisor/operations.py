@@ -13,7 +13,7 @@ import math
 import os
 from typing import Any, Callable
 
-from jobpool import batches, events, jobs, lifecycle, liveness, periodic, procinfo
+from jobpool import events, jobs, lifecycle, liveness, periodic, procinfo, protocol, requests
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
@@ -162,14 +162,14 @@ class Operations:
             log.debug("progress of job %s not written: %s",
                       ", ".join(str(r.job_id) for r in reports), exc)
 
-    def add_to_batch(self, job_id: int, attempt: int, first_position: int,
-                     new_rows: list[tuple]) -> bytes:
-        """R34: a running member's adds to its own batch, written now (before its
-        settle, which comes later on the same pipe); the answer for its child."""
-        answer = batches.answer_member_add(self.store, self.owner, job_id, attempt,
-                                           first_position, new_rows)
-        self.state.want_claim = True  # the new members may run in a free slot now
-        return answer
+    def answer_request(self, request: tuple) -> bytes:
+        """A running job's request (an add to its batch, R34; its state, R37), carried
+        out now, before its settle (which comes later on the same pipe); the answer
+        its child waits for."""
+        answer = requests.answer(self.store, self.owner, request)
+        if request[0] == protocol.BATCH_ADD:
+            self.state.want_claim = True  # the new members may run in a free slot now
+        return protocol.reply_message(*answer)
 
     def _bury_dead_pools(self, now: float) -> None:
         """Reclaim the leases of pools that are dead, then remove their rows (R24, R24b).

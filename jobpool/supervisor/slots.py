@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import multiprocess
 
-from jobpool import bounds, core, events, procinfo, proctree, protocol
+from jobpool import bounds, core, events, lifecycle, procinfo, proctree, protocol
 from jobpool.child import child_main
 from jobpool.config import PoolConfig
 from jobpool.forked import Forked
@@ -39,7 +39,8 @@ class Slot:
     """One child process and what it is doing."""
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
-                 "started", "progress", "stage", "progress_dirty", "retiring")
+                 "started", "progress", "stage", "progress_dirty", "retiring", "checkpointed",
+                 "interrupting", "interrupt_until")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -55,6 +56,9 @@ class Slot:
         self.stage: str | None = None
         self.progress_dirty = False
         self.retiring = False
+        self.checkpointed = False   # R37: its job saved a state in this attempt
+        self.interrupting: str | None = None   # R37: asked to stop at a save point: why
+        self.interrupt_until = math.inf        # a cancel's kill follows if none came by then
 
     def runs(self, job_id: int, attempt: int) -> bool:
         """Whether this slot's child runs that very attempt now."""
@@ -70,12 +74,13 @@ class Slots:
                  inherited_fds: Callable[[], list[int]],
                  other_children: Callable[[], set[int]],
                  write_final_progress: Callable[[list[ProgressReport]], None],
-                 add_to_batch: Callable[[int, int, int, list[tuple]], bytes]) -> None:
+                 answer_request: Callable[[tuple], bytes]) -> None:
         """``inherited_fds``: the loop's descriptors a child closes after fork;
         ``other_children``: the pool's processes that are not slot children (never
         strays, R40); ``write_final_progress``: where a failed attempt's last
-        report goes before its settle (R22); ``add_to_batch``: writes a running
-        member's adds to its batch and answers its child (R34)."""
+        report goes before its settle (R22); ``answer_request``: carries out a
+        running job's request (an add to its batch, R34; its state, R37) and makes
+        the answer its child waits for."""
         self.config = config
         self.state = state
         self.selector = selector
@@ -83,7 +88,7 @@ class Slots:
         self.inherited_fds = inherited_fds
         self.other_children = other_children
         self.write_final_progress = write_final_progress
-        self.add_to_batch = add_to_batch
+        self.answer_request = answer_request
         #: How many children this pool runs now: ``--procs`` until a scale says more
         #: or fewer (R27).
         self.procs = config.procs
@@ -132,8 +137,8 @@ class Slots:
                     self._outcome(slot, message, now)
                 elif message[0] == protocol.PROGRESS:
                     self._progress(slot, message)
-                elif message[0] == protocol.BATCH_ADD:
-                    self._batch_add(slot, conn, message)
+                elif message[0] in protocol.REQUESTS:
+                    self._request(slot, conn, message)
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
         except (EOFError, OSError, ValueError):
@@ -148,6 +153,8 @@ class Slots:
         job = slot.job
         if job is None or not slot.runs(job_id, attempt):
             return  # a reply for a job this slot no longer holds (it was killed)
+        if kind == core.INTERRUPTED:
+            kind, error = self._interrupted(slot, error)
         self._finish(slot, Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
                                    peak_rss, cpu_s, strays or None), now)
         if strays:
@@ -155,20 +162,33 @@ class Slots:
         if retiring:
             slot.retiring = True  # it exits now; its exit sentinel brings a fresh child
 
+    @staticmethod
+    def _interrupted(slot: Slot, error: str | None) -> tuple[int, str | None]:
+        """R37: a job that stopped at a save point, as what the pool asked: a cancel is
+        dead ("cancelled"); a stop gives the attempt back. Unasked, the job raised
+        ``Interrupted`` itself: an ordinary error."""
+        if slot.interrupting == "cancel":
+            return core.CANCEL, lifecycle.CANCELLED
+        if slot.interrupting is None:
+            return core.ERROR, "Interrupted raised by the job itself, with no stop or cancel asked"
+        return core.INTERRUPTED, error
+
     def _progress(self, slot: Slot, message: tuple) -> None:
         _tag, job_id, attempt, percent, stage = message
         if slot.runs(job_id, attempt):
             slot.progress, slot.stage, slot.progress_dirty = percent, stage, True
 
-    def _batch_add(self, slot: Slot, conn: Any, message: tuple) -> None:
-        """R34: the child waits for this answer; its settle comes after it on the
-        pipe, so the adds are committed before the member ends."""
-        _tag, job_id, attempt, first_position, new_rows = message
+    def _request(self, slot: Slot, conn: Any, message: tuple) -> None:
+        """A running job's request: its child waits for the answer, and its settle
+        comes after it on the pipe, so what it asked is written before it ends."""
+        tag, job_id, attempt, seq = message[:4]
         if not slot.runs(job_id, attempt):
-            answer = protocol.batch_added_message([], protocol.LEASE_LOST,
-                                                  f"job {job_id} is no longer run by this slot")
+            answer = protocol.reply_message(job_id, attempt, seq, None, protocol.LEASE_LOST,
+                                            f"job {job_id} is no longer run by this slot")
         else:
-            answer = self.add_to_batch(job_id, attempt, first_position, list(new_rows))
+            answer = self.answer_request(message)
+            if tag == protocol.SAVE_STATE:
+                slot.checkpointed = True  # R37: from now on a stop gives its attempt back
         conn.send_bytes(answer)
 
     def _finish(self, slot: Slot, outcome: Outcome, now: float) -> None:
@@ -220,8 +240,10 @@ class Slots:
                     state.counters["crashes"] += 1
             elif state.stop_requests and code in _STOP_SIGNALS:
                 # The stop signal reached the whole process group (systemd stops a
-                # unit's cgroup so): the child did not crash, the pool is stopping (R25).
-                kind, error, death = core.RELEASE, f"released at shutdown ({cause})", None
+                # unit's cgroup so): the child did not crash, the pool is stopping (R25);
+                # a job that saved a state gets its attempt back (R37).
+                kind = core.INTERRUPTED if slot.checkpointed else core.RELEASE
+                error, death = f"released at shutdown ({cause})", None
             else:
                 kind, error = core.CRASH, cause
                 state.counters["crashes"] += 1
@@ -252,6 +274,7 @@ class Slots:
         self.table.assign(slot.index, job.job_id, job.attempt, now + job.timeout)
         slot.job = job
         slot.started = now
+        slot.checkpointed, slot.interrupting, slot.interrupt_until = False, None, math.inf
         self.state.counters["claimed"] += 1
         events.emit(events.JOB_CLAIMED, job_id=job.job_id, name=job.name, attempt=job.attempt,
                     slot=slot.index, pid=slot.pid)
@@ -279,8 +302,10 @@ class Slots:
         for slot in self.all:
             if slot.killing is not None:
                 deadline = min(deadline, slot.kill_at)
-            elif slot.job is not None and slot.job.name in self.memory_limits:
+                continue
+            if slot.job is not None and slot.job.name in self.memory_limits:
                 deadline = min(deadline, self._next_memory_sample)
+            deadline = min(deadline, slot.interrupt_until)
         return deadline
 
     # -- killing (R19, R20, R25, R31) ----------------------------------------------------
@@ -311,6 +336,9 @@ class Slots:
             if slot.killing is not None and slot.proc is not None and now >= slot.kill_at:
                 _signal(slot, signal.SIGKILL)
                 slot.kill_at = now + 1.0
+            elif slot.killing is None and slot.job is not None and now >= slot.interrupt_until:
+                # R37: no save point came within the grace: the cancel kills it.
+                self.kill(slot, lifecycle.CANCELLED, core.CANCEL, now, at_once=True)
 
     def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False) -> None:
         """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once."""
@@ -324,18 +352,43 @@ class Slots:
         self.table.extend_deadline(slot.index, math.inf)
 
     def cancel(self, job_id: int, attempt: int, reason: str, now: float) -> None:
-        """R31: kill the child running that attempt, if this pool runs it."""
+        """R31: kill the child running that attempt, if this pool runs it; a job that
+        saves its state is asked to stop at its next save point first (R37), and
+        killed if none comes within the kill grace."""
         for slot in self.all:
-            if slot.runs(job_id, attempt) and slot.killing is None:
+            if not slot.runs(job_id, attempt) or slot.killing is not None:
+                continue
+            if slot.checkpointed and slot.interrupting != "cancel":
+                self._interrupt(slot, "cancel")
+                slot.interrupt_until = now + self.config.kill_grace
+            elif slot.interrupting != "cancel":
                 self.kill(slot, reason, core.CANCEL, now, at_once=True)
+
+    def interrupt_all(self) -> None:
+        """R25 with R37: a graceful stop asks every running job to stop at its next
+        save point (a job that never saves one runs on, for the drain)."""
+        for slot in self.all:
+            if slot.job is not None and slot.killing is None and slot.interrupting is None:
+                self._interrupt(slot, "stop")
+
+    def _interrupt(self, slot: Slot, reason: str) -> None:
+        assert slot.job is not None
+        slot.interrupting = reason
+        try:
+            slot.conn.send_bytes(protocol.interrupt_message(slot.job.job_id, slot.job.attempt,
+                                                            reason))
+        except (OSError, AttributeError):
+            pass  # the child just died (or its pipe closed): its exit settles the job
 
     def release_all(self, now: float, reason: str = "released at shutdown") -> int:
         """R25: the drain is over (or a second stop came): give every running job back
-        (R24b: or its leases are no longer this pool's). How many were running."""
+        (R24b: or its leases are no longer this pool's); one that saved a state gets
+        its attempt back too (R37). How many were running."""
         killed = 0
         for slot in self.all:
             if slot.job is not None and slot.killing is None:
-                self.kill(slot, reason, core.RELEASE, now, at_once=True)
+                kind = core.INTERRUPTED if slot.checkpointed else core.RELEASE
+                self.kill(slot, reason, kind, now, at_once=True)
                 killed += 1
         return killed
 

@@ -1,0 +1,97 @@
+"""R37 through real pools, on every store: a job that saves its state resumes from it
+after a graceful stop (its attempt given back), after its child is killed, and a
+cancel stops it at its next save point."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from .conftest import wait_for
+
+APP = """
+import os, time
+from pathlib import Path
+import jobpool
+from jobpool import job
+
+HERE = Path(__file__).parent
+
+@job(name="k.count", backoff_base=0, max_attempts=3, timeout=60)
+def count(to, force=False):
+    state = jobpool.resume_state() or {"next": 0}
+    with open(HERE / "starts.txt", "a") as fh:
+        fh.write(f"{state['next']}\\n")
+    (HERE / "pid.txt").write_text(str(os.getpid()))
+    for i in range(state["next"], to):
+        with open(HERE / "done.txt", "a") as fh:
+            fh.write(f"{i}\\n")
+        time.sleep(0.02)
+        # The save point: i is done; a stop here resumes at i + 1.
+        jobpool.save_state({"next": i + 1}, force=force)
+"""
+
+
+def _numbers(app, name):
+    path = app.dir / name
+    return [int(n) for n in path.read_text().split()] if path.exists() else []
+
+
+def test_a_graceful_stop_interrupts_at_a_save_point_and_the_job_resumes(make_any_app):
+    app = make_any_app(APP)
+    store = app.store()
+    job_id = store.enqueue("k.count", 400).id
+    pool = app.spawn("--procs", "1", "--drain", "30", "--no-dashboard")
+    wait_for(lambda: len(_numbers(app, "done.txt")) >= 20, timeout=60)
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=60) == 0
+    row = store.get(job_id)
+    # Back in line at once, the attempt given back, the state kept (R25 amended by R37).
+    assert (row["status"], row["attempts"]) == ("ready", 0)
+    stopped_at = json.loads(row["state"])["next"]
+    assert 20 <= stopped_at < 400
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["interrupted"]
+    app.start("--procs", "1")
+    row = store.get(job_id)
+    assert (row["status"], row["attempts"]) == ("done", 1)
+    # The second attempt started where the first stopped: every step once.
+    assert _numbers(app, "starts.txt") == [0, stopped_at]
+    assert _numbers(app, "done.txt") == list(range(400))
+
+
+def _running_burst_pool(app, steps: int, seen: int):
+    """A job of ``steps`` steps saving its state at every one, run by a ``--burst``
+    pool until ``seen`` steps are done: (store, job id, pool)."""
+    store = app.store()
+    job_id = store.enqueue_with("k.count", args=(steps,), kwargs={"force": True}).id
+    pool = app.spawn("--procs", "1", "--burst", "--no-dashboard")
+    wait_for(lambda: len(_numbers(app, "done.txt")) >= seen, timeout=60)
+    return store, job_id, pool
+
+
+def test_after_its_child_is_killed_the_next_attempt_resumes_from_the_last_state(make_any_app):
+    app = make_any_app(APP)
+    store, job_id, pool = _running_burst_pool(app, 300, 20)
+    assert store.get(job_id)["status"] == "running"
+    os.kill(int((app.dir / "pid.txt").read_text()), signal.SIGKILL)
+    assert pool.wait(timeout=120) == 0
+    row = store.get(job_id)
+    assert (row["status"], row["attempts"]) == ("done", 2)
+    starts = _numbers(app, "starts.txt")
+    # 20 steps were written before the kill: step 18 had saved "next 19" at least.
+    assert starts[0] == 0 and starts[1] >= 19  # not from the beginning
+    done = _numbers(app, "done.txt")
+    # Every step ran; at most the one in flight when the child died ran twice.
+    assert sorted(set(done)) == list(range(300)) and len(done) - 300 <= 1
+
+
+def test_a_cancel_stops_a_checkpointing_job_at_its_next_save_point(make_any_app):
+    app = make_any_app(APP)
+    store, job_id, pool = _running_burst_pool(app, 100_000, 5)
+    assert app.cli("jobs", "cancel", str(job_id), "--db", str(app.db)).returncode == 0
+    assert pool.wait(timeout=60) == 0
+    row = store.get(job_id)
+    assert (row["status"], row["last_error"]) == ("dead", "cancelled")
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["cancelled"]
+    # Stopped at a save point, not killed: its last step is the one its state names.
+    assert json.loads(row["state"])["next"] == _numbers(app, "done.txt")[-1] + 1
