@@ -9,9 +9,13 @@ One job per file, ``imports.load_csv(path, warehouse)``. Things worth copying:
   the warehouse's write lock, so children parse in parallel and only the short
   write is serialised. The write is one transaction per file: a file is imported
   completely or not at all.
-- The job is idempotent per file: it deletes the rows an earlier attempt of the same
-  file wrote, in the same transaction as the new insert. A retry (a child killed
-  just after ``COMMIT``, a lease reclaimed) replaces rows instead of duplicating them.
+- The job is idempotent per file and resumable (R37): it writes a file in chunks, one
+  transaction each, and each chunk's transaction also records in the warehouse how
+  many rows of the file are in; after a chunk it saves its state (the save point,
+  where a graceful stop interrupts it). An attempt that finds a state of its own
+  job goes on from the warehouse's count, so a chunk is never imported twice, even
+  when the child was killed between a chunk's commit and its save; one without a
+  state starts the file afresh, replacing what an earlier run of it wrote.
 - A file that is malformed can never succeed, so ``SchemaError`` is listed as fatal:
   the job goes dead at once with the file and line in its reason. Anything else (a
   locked database, a full disk) is an ordinary exception and is retried with backoff.
@@ -60,6 +64,9 @@ FIRST_DATE, LAST_DATE = date(2000, 1, 1), date(2099, 12, 31)
 BUSY_TIMEOUT = 60.0
 #: Report progress every this many rows (only where ``jobpool.progress`` exists).
 PROGRESS_EVERY = 5000
+#: Rows written per warehouse transaction: a stopped or killed import goes on after
+#: the last chunk committed (R37).
+CHUNK_ROWS = 5000
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS imports (
@@ -97,7 +104,7 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS sales_by_import ON sales (import_id)",
 )
 
-#: The ``sales`` columns in the order ``replace_import`` supplies them.
+#: The ``sales`` columns in the order ``write_chunk`` supplies them.
 SALES_COLUMNS = ("import_id", "line", "order_id", "order_date", "year", "quarter", "month",
                  "iso_week", "weekday", "region", "store", "sku", "quantity", "unit_price",
                  "currency", "discount_pct", "gross", "net", "tax", "total_usd", "price_band",
@@ -120,13 +127,29 @@ class RowError(SchemaError):
 def load_csv(path: str, warehouse: str) -> int:
     """Import one CSV export into the warehouse's ``sales`` table; returns the row count."""
     rows = read_sales(path)  # all the CPU work, before any lock is taken
-    report_progress(90.0, "writing")
+    source = os.path.abspath(path)
     conn = open_warehouse(warehouse)
     try:
-        replace_import(conn, os.path.abspath(path), rows)
+        # A state of this job's own says an import of this file is under way: the
+        # warehouse, which commits each chunk with its count, says how far it got.
+        resuming = jobpool.resume_state() is not None
+        done = rows_imported(conn, source, len(rows)) if resuming else None
+        if done is None:
+            done = start_import(conn, source)
+        for start in range(done, len(rows), CHUNK_ROWS):
+            end = min(start + CHUNK_ROWS, len(rows))
+            write_chunk(conn, source, rows, start, end)
+            report_progress(90.0 + 10.0 * end / len(rows), "writing")
+            checkpoint(end)
     finally:
         conn.close()
     return len(rows)
+
+
+def checkpoint(rows_done: int) -> None:
+    """The save point (R37), after a chunk: a graceful stop interrupts the import here
+    (``jobpool.Interrupted``), and its next attempt goes on from the warehouse."""
+    jobpool.save_state({"rows": rows_done})
 
 
 @job(name="imports.summarize", max_attempts=3)
@@ -270,24 +293,53 @@ def prepare_warehouse(path: str) -> None:
     open_warehouse(path).close()
 
 
-def replace_import(conn: sqlite3.Connection, source: str, rows: list[tuple]) -> None:
-    """Write one file's rows in one transaction, replacing any earlier import of it."""
+def start_import(conn: sqlite3.Connection, source: str) -> int:
+    """A fresh import of ``source``: what an earlier run of it wrote is removed, and its
+    count of rows in starts at 0 (returned)."""
+    def start(import_id: int | None) -> None:
+        if import_id is None:
+            conn.execute("INSERT INTO imports (source, rows, imported_at) VALUES (?, 0, ?)",
+                         (source, time.time()))
+        else:
+            conn.execute("DELETE FROM sales WHERE import_id = ?", (import_id,))
+            conn.execute("UPDATE imports SET rows = 0, imported_at = ? WHERE id = ?",
+                         (time.time(), import_id))
+    _write(conn, lambda: start(_import_id(conn, source)))
+    return 0
+
+
+def write_chunk(conn: sqlite3.Connection, source: str, rows: list[tuple], start: int,
+                end: int) -> None:
+    """Rows ``start:end`` of the file and its new count, in one transaction."""
+    def write() -> None:
+        import_id = _import_id(conn, source)
+        conn.executemany(INSERT_SALE, [(import_id, *row) for row in rows[start:end]])
+        conn.execute("UPDATE imports SET rows = ?, imported_at = ? WHERE id = ?",
+                     (end, time.time(), import_id))
+    _write(conn, write)
+
+
+def rows_imported(conn: sqlite3.Connection, source: str, total: int) -> int | None:
+    """How many rows of ``source`` the warehouse holds, or None if it cannot be trusted
+    to go on from (no import of it, or more rows than the file has now)."""
+    found = conn.execute("SELECT rows FROM imports WHERE source = ?", (source,)).fetchone()
+    if found is None or found[0] > total:
+        return None
+    return found[0]
+
+
+def _import_id(conn: sqlite3.Connection, source: str) -> int | None:
+    found = conn.execute("SELECT id FROM imports WHERE source = ?", (source,)).fetchone()
+    return None if found is None else found[0]
+
+
+def _write(conn: sqlite3.Connection, body: Callable[[], None]) -> None:
+    """``body`` in one write transaction of the warehouse."""
     # BEGIN IMMEDIATE takes the write lock now (waiting up to BUSY_TIMEOUT), instead of
     # failing half-way with "database is locked" when a read would upgrade to a write.
     conn.execute("BEGIN IMMEDIATE")
     try:
-        previous = conn.execute("SELECT id FROM imports WHERE source = ?", (source,)).fetchone()
-        if previous is None:
-            import_id = conn.execute(
-                "INSERT INTO imports (source, rows, imported_at) VALUES (?, ?, ?)",
-                (source, len(rows), time.time())).lastrowid
-        else:
-            # A retry, or a re-run: what the earlier attempt committed is replaced, not added to.
-            import_id = previous[0]
-            conn.execute("DELETE FROM sales WHERE import_id = ?", (import_id,))
-            conn.execute("UPDATE imports SET rows = ?, imported_at = ? WHERE id = ?",
-                         (len(rows), time.time(), import_id))
-        conn.executemany(INSERT_SALE, [(import_id, *row) for row in rows])
+        body()
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
