@@ -158,6 +158,8 @@ cdef enum:
     S_OWNERS
     S_REQUEUE
     S_INTERRUPT
+    S_MEMBER_DONE
+    S_MEMBER_DEAD
     NSTMT
 
 # Named parameters the core supplies; their indices are looked up per statement
@@ -760,6 +762,10 @@ cdef class Core:
             return sql.SETTLE_REQUEUE
         if s == S_INTERRUPT:
             return sql.SETTLE_INTERRUPT
+        if s == S_MEMBER_DONE:
+            return sql.MEMBER_DONE
+        if s == S_MEMBER_DEAD:
+            return sql.MEMBER_DEAD
         return sql.LEASE_OWNERS
 
     cdef int _map_parameters(self, int s, sqlite3_stmt* st) except -1:
@@ -1154,11 +1160,18 @@ cdef class Core:
         if self._exec(stmt) != 1:
             out.append(_record(Settled, (job_id, lease.name, attempt, "lost", "lease lost")))
             return 0
-        if decision.successor and lease.chained:
-            # R12: a chain's next step is enqueued in the transaction that completes this one.
-            self._set_o(P_ID, job_id)
-            self._set_d(P_NOW, now)
-            self._exec(S_SUCCESSOR)
+        if lease.follow_ups:
+            if decision.successor:
+                # R12: a chain's next step is enqueued in the transaction that completes this one.
+                self._set_o(P_ID, job_id)
+                self._set_d(P_NOW, now)
+                self._exec(S_SUCCESSOR)
+            status = decision.status
+            if status == "done" or status == "dead":
+                # R34: its batch counts its end in this transaction.
+                self._set_o(P_ID, job_id)
+                self._set_d(P_NOW, now)
+                self._exec(S_MEMBER_DONE if status == "done" else S_MEMBER_DEAD)
         pid = outcome.pid
         exit_status = outcome.exit_status
         peak_rss = outcome.peak_rss
@@ -1256,8 +1269,9 @@ cdef class Core:
                         self._set_o(P_OWNER, owner)
                     for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
                          held_by) in self._fetch(s):
+                        # Follow-ups always: a reclaim may end a batch member (dead).
                         lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
-                                      started_at, False)
+                                      started_at, True)
                         error = reason if reason is not None else f"lease expired (owner {held_by})"
                         self._settle_one(lease, Outcome(job_id, attempt, kind, error), now, None,
                                          settled, None, held_by)

@@ -141,10 +141,10 @@ class Core:
         # RETURNING has no order; dispatch in claim order (R7).
         rows.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
-             timeout, deadline, _priority, _line_at, chained, run_at) in rows:
+             timeout, deadline, _priority, _line_at, follow_ups, run_at) in rows:
             # The lease: what settling this attempt needs, started now.
             lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                          bool(chained))
+                          bool(follow_ups))
             if deadline is not None and deadline < now:
                 # R10: claimed after its deadline, it is retired without running.
                 self._settle_one(db, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
@@ -226,8 +226,13 @@ class Core:
         if cursor.rowcount != 1:
             out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
             return
-        if decision.successor and lease.chained:
-            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
+        if lease.follow_ups:
+            if decision.successor:
+                db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
+            if decision.status in ("done", "dead"):
+                # R34: its batch counts its end in this transaction.
+                db.execute(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,
+                           {"id": lease.job_id, "now": now})
         db.execute(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
         out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                            decision.reason))
@@ -266,8 +271,10 @@ class Core:
             try:
                 for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
                      owner) in db.execute(query, params).fetchall():
+                    # Follow-ups always: a reclaim may end a batch member (dead), and
+                    # reclaims are rare enough not to ask the row whether it is one.
                     lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
-                                  started_at, False)
+                                  started_at, True)
                     self._settle_one(db, lease, Outcome(job_id, attempt, kind, reason_of(owner)),
                                      now, None, settled, owner=owner)
                 db.execute("COMMIT")

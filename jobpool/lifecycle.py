@@ -87,7 +87,9 @@ class Lease(NamedTuple):
     crashes: int
     deadline: float | None
     started_at: float
-    chained: bool
+    #: Its settle has more to write than the row: a chain's next step (R12), and on
+    #: SQLite its batch's count (R34). Claimed as such, so other jobs pay nothing.
+    follow_ups: bool
 
 
 class Outcome(NamedTuple):

@@ -1,11 +1,12 @@
 """R34 in a store: open, grow, close and cancel batches, read them, and a running
 member's adds to its own batch.
 
-The counts and the callbacks are not here: each store keeps them itself, with
-triggers (``sql.BATCH_SCHEMA``, ``pg_sql.BATCH_SCHEMA``), in the transaction of
-whatever ends a member (a settle of any core, a reclaim, a cancel), so no path can
-miss one. What is here writes the batch rows those triggers read, and checks what a
-caller asked before anything is written. One class serves both stores: their
+The counts are kept in the transaction of whatever ends a member (a settle, a
+reclaim, a cancel): on SQLite by the transition engine of both cores and by the
+cancels (``sql.MEMBER_DONE`` and the rest), on PostgreSQL by a trigger on a row's
+move to ``finished_jobs``; the callbacks are enqueued by a trigger on the batch row
+in both. What is here writes the batch rows, and checks what a caller asked before
+anything is written. One class serves both stores: their
 statements have the same names and take the same parameters (PostgreSQL's read
 the server's clock instead of ``now``).
 """
@@ -73,7 +74,9 @@ class StoreBatches:
 
         def cancel(conn: Any) -> BatchStatus:
             if conn.execute(self.sql.CANCEL_BATCH, params).fetchone():
-                conn.execute(self.sql.CANCEL_READY_MEMBERS, params)
+                cancelled = conn.execute(self.sql.CANCEL_READY_MEMBERS, params).rowcount
+                if self.sql.MEMBERS_CANCELLED is not None and cancelled:
+                    conn.execute(self.sql.MEMBERS_CANCELLED, dict(params, cancelled=cancelled))
                 conn.execute(self.sql.REQUEST_CANCEL_MEMBERS, params)
             return self._status(conn, batch_id)
         return self.store.transaction(f"cancelling batch {batch_id}", cancel)

@@ -223,6 +223,8 @@ class PgClaimer:
         found.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,
              deadline, _priority, _line_at, chained, run_at) in found:
+            # Follow-ups: only a chain's next step here (a batch counts its members by
+            # the store's own trigger on PostgreSQL).
             lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
                           bool(chained))
             if deadline is not None and deadline < now:

@@ -863,6 +863,8 @@ SELECT {_MOVED}, 'dead', crashes, %(error)s, progress, {_NOW} FROM moved
 REQUEST_CANCEL_MEMBERS = """
 UPDATE jobs SET cancel_requested = 1 WHERE batch_id = %(id)s AND status = 'running'
 """
+#: The members a batch cancel ended are counted by the jobpool_member_ended trigger.
+MEMBERS_CANCELLED = None
 BATCH_COLUMNS = ("id, created_at, total, done, dead, closed_at, cancelled_at, finished_at, "
                  "on_success, on_complete, success_job, complete_job")
 GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE id = %(id)s"

@@ -64,6 +64,8 @@ class DeadLetters:
                 except sqlite3.IntegrityError:
                     outcome[job_id] = "key held by a live job"
                     continue
+                if changed:
+                    conn.execute(sql.MEMBER_REOPENED, {"id": job_id})  # R34
                 outcome[job_id] = "retried" if changed else self._why_not(conn, job_id)
             return outcome
         result = self.store.transaction("retrying dead jobs", retry)

@@ -534,6 +534,7 @@ class SQLiteStore:
         def cancel(conn):
             if conn.execute(sql.CANCEL_READY, {"id": job_id, "now": now,
                                                "error": decision.reason}).rowcount:
+                conn.execute(sql.MEMBER_DEAD, {"id": job_id, "now": now})  # R34
                 return "cancelled"
             if conn.execute(sql.REQUEST_CANCEL, {"id": job_id}).rowcount:
                 return "requested"
