@@ -37,7 +37,7 @@ class Attempt:
     """The attempt running in this child: where its reports and requests go."""
 
     __slots__ = ("conn", "job_id", "attempt", "last_report", "adds", "seq", "interrupted",
-                 "last_state", "unsaved")
+                 "told", "last_state")
 
     def __init__(self, conn: Any, job_id: int, attempt: int) -> None:
         self.conn = conn            # the child's end of its pipe
@@ -47,8 +47,8 @@ class Attempt:
         self.adds = 0               # jobs this attempt added to its batch so far (R34)
         self.seq = 0                # requests made so far; a reply names the one it answers
         self.interrupted: str | None = None   # R37: why the pool asked it to stop
+        self.told = False                     # Interrupted raised once already
         self.last_state = -STATE_INTERVAL     # monotonic time of the last state written
-        self.unsaved: str | None = None       # a state the throttle held back
 
     def request(self, tag: int, *fields: Any) -> Any:
         """Send one request and wait for its answer; the answer's error is raised."""
@@ -76,9 +76,14 @@ class Attempt:
         return answer
 
     def check_interrupt(self) -> None:
-        """Read, without waiting, whether the pool asked this attempt to stop."""
-        while self.conn.poll():
-            self._is_interrupt(protocol.loads(self.conn.recv_bytes()))
+        """Read, without waiting, whether the pool asked this attempt to stop (SIGALRM
+        held off, so a message is never left half read)."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            while self.conn.poll():
+                self._is_interrupt(protocol.loads(self.conn.recv_bytes()))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def _is_interrupt(self, message: tuple) -> bool:
         if message[0] != protocol.INTERRUPT:
@@ -139,12 +144,14 @@ def save_state(state: Any, force: bool = False) -> None:
         return
     attempt.check_interrupt()
     now = time.monotonic()
-    if attempt.interrupted is None and not force and now - attempt.last_state < STATE_INTERVAL:
-        attempt.unsaved = text
-        return
-    attempt.request(protocol.SAVE_STATE, text)
-    attempt.last_state, attempt.unsaved = now, None
+    # Written now when forced, when the throttle allows, or at the first save point
+    # after an interrupt (the state the next attempt goes on from).
+    first_stop = attempt.interrupted is not None and not attempt.told
+    if force or first_stop or now - attempt.last_state >= STATE_INTERVAL:
+        attempt.request(protocol.SAVE_STATE, text)
+        attempt.last_state = now
     if attempt.interrupted is not None:
+        attempt.told = True
         raise Interrupted(attempt.interrupted)
 
 

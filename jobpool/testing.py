@@ -31,8 +31,9 @@ from typing import Any, Callable, NamedTuple
 
 from jobpool import events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
-from jobpool.errors import JobpoolError, StoreError
-from jobpool.lifecycle import ERROR, RELEASE, Claimed, Outcome, Policy, Settled, settled_as
+from jobpool.errors import Interrupted, JobpoolError, StoreError
+from jobpool.lifecycle import (ERROR, INTERRUPTED, RELEASE, Claimed, Outcome, Policy, Settled,
+                               settled_as)
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Claimer, Store
 from jobpool.store.records import ProgressReport
@@ -249,6 +250,9 @@ class _Drain:
             # R25: an interrupted attempt gives its lease back; the attempt stays spent.
             kind, error, delay, result = (RELEASE, f"interrupted ({type(self.interrupted).__name__})",
                                           None, None)
+        elif kind == INTERRUPTED:
+            # Nothing here asks a job to stop (R37): it raised Interrupted itself.
+            kind, error = ERROR, "Interrupted raised by the job itself, with no stop or cancel asked"
         return Outcome(job.job_id, job.attempt, kind, error, delay, result, pid=os.getpid(),
                        cpu_s=time.process_time() - cpu_before)
 
@@ -270,8 +274,8 @@ class _Drain:
         def body(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
-            except (Exception, SystemExit, GeneratorExit):
-                raise
+            except (Exception, SystemExit, GeneratorExit, Interrupted):
+                raise  # a job's own failure (Interrupted: it raised it, unasked)
             except BaseException as exc:  # noqa: BLE001 - noted, then re-raised
                 self.interrupted = exc
                 raise

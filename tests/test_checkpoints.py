@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 from .conftest import wait_for
 
@@ -29,6 +30,19 @@ def count(to, force=False):
         time.sleep(0.02)
         # The save point: i is done; a stop here resumes at i + 1.
         jobpool.save_state({"next": i + 1}, force=force)
+
+
+@job(name="k.stubborn", timeout=60)
+def stubborn():
+    # Catches the interrupt and returns as if it had finished.
+    for i in range(100_000):
+        with open(HERE / "done.txt", "a") as fh:
+            fh.write(f"{i}\\n")
+        time.sleep(0.02)
+        try:
+            jobpool.save_state({"next": i + 1}, force=True)
+        except jobpool.Interrupted:
+            return "finished anyway"
 """
 
 
@@ -95,3 +109,29 @@ def test_a_cancel_stops_a_checkpointing_job_at_its_next_save_point(make_any_app)
     assert [a["outcome"] for a in store.attempts(job_id)] == ["cancelled"]
     # Stopped at a save point, not killed: its last step is the one its state names.
     assert json.loads(row["state"])["next"] == _numbers(app, "done.txt")[-1] + 1
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_cancelled_job_that_returns_anyway_is_dead_and_its_pool_goes_idle(make_any_app):
+    # R31 with R37: once a cancel is asked, however the attempt ends it is cancelled;
+    # and the slot's grace ends with it (an idle pool does not spin).
+    app = make_any_app(APP)
+    store = app.store()
+    job_id = store.enqueue("k.stubborn").id
+    pool = app.spawn("--procs", "1", "--no-dashboard")
+    wait_for(lambda: len(_numbers(app, "done.txt")) >= 5, timeout=60)
+    assert app.cli("jobs", "cancel", str(job_id), "--db", str(app.db)).returncode == 0
+    wait_for(lambda: store.get(job_id)["status"] == "dead", timeout=60)
+    row = store.get(job_id)
+    assert row["last_error"] == "cancelled"
+    time.sleep(3.0)  # past the kill grace (2 s): the slot has no deadline left
+    before = _cpu_seconds(pool.pid)
+    time.sleep(2.0)
+    assert _cpu_seconds(pool.pid) - before < 0.5  # a spinning loop burns ~2 s here
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=60) == 0

@@ -6,11 +6,17 @@ from __future__ import annotations
 import sqlite3
 import time
 
+import pytest
+
+import jobpool
 from jobpool.examples import imports
 
 APP = """
 import os
 from pathlib import Path
+import pytest
+
+import jobpool
 from jobpool.examples import imports
 
 HERE = Path(__file__).parent
@@ -56,5 +62,23 @@ def test_a_child_killed_between_a_chunks_commit_and_its_save_imports_nothing_twi
         assert conn.execute("SELECT count(*), count(DISTINCT line) FROM sales").fetchone() == (
             450, 450)
         assert conn.execute("SELECT rows FROM imports").fetchall() == [(450,)]
+    finally:
+        conn.close()
+
+
+def test_a_chunk_is_written_only_where_the_warehouse_count_says(tmp_path):
+    # Two runs of one file (an attempt whose lease was taken back, a second job):
+    # the one behind writes nothing and is retried, to go on from the count.
+    warehouse = str(tmp_path / "warehouse.db")
+    (path,) = imports.generate(str(tmp_path / "csv"), files=1, rows=200, seed=1)
+    rows = imports.read_sales(path)
+    conn = imports.open_warehouse(warehouse)
+    try:
+        imports.start_import(conn, "/data/a.csv")
+        imports.write_chunk(conn, "/data/a.csv", rows, 0, 100)
+        with pytest.raises(jobpool.Retry, match="another run of /data/a.csv moved on"):
+            imports.write_chunk(conn, "/data/a.csv", rows, 0, 100)
+        assert conn.execute("SELECT count(*) FROM sales").fetchone()[0] == 100
+        assert imports.rows_imported(conn, "/data/a.csv", 200) == 100
     finally:
         conn.close()

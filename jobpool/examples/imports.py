@@ -7,8 +7,7 @@ One job per file, ``imports.load_csv(path, warehouse)``. Things worth copying:
   a child never opens the store, it only runs the job.
 - All the CPU work (parsing, validating, converting) happens before the job takes
   the warehouse's write lock, so children parse in parallel and only the short
-  write is serialised. The write is one transaction per file: a file is imported
-  completely or not at all.
+  writes are serialised.
 - The job is idempotent per file and resumable (R37): it writes a file in chunks, one
   transaction each, and each chunk's transaction also records in the warehouse how
   many rows of the file are in; after a chunk it saves its state (the save point,
@@ -48,7 +47,7 @@ from datetime import date, timedelta
 from typing import Any, Callable, TypeVar
 
 import jobpool
-from jobpool import job
+from jobpool import Retry, job
 
 #: The columns of a sales export, in order; the first line of a file must be exactly this.
 HEADER = ("order_id", "order_date", "region", "store", "sku", "quantity", "unit_price",
@@ -310,12 +309,18 @@ def start_import(conn: sqlite3.Connection, source: str) -> int:
 
 def write_chunk(conn: sqlite3.Connection, source: str, rows: list[tuple], start: int,
                 end: int) -> None:
-    """Rows ``start:end`` of the file and its new count, in one transaction."""
+    """Rows ``start:end`` of the file and its new count, in one transaction; only if
+    the warehouse still counts ``start`` rows of it. Otherwise another run of the same
+    file moved on meanwhile (an attempt whose lease was taken back, a second job for
+    the file): this one writes nothing and is retried, to go on from the count."""
     def write() -> None:
         import_id = _import_id(conn, source)
+        moved = conn.execute("UPDATE imports SET rows = ?, imported_at = ? WHERE id = ? AND rows = ?",
+                             (end, time.time(), import_id, start)).rowcount
+        if not moved:
+            raise Retry(f"another run of {source} moved on: going on from the warehouse",
+                        after=0.1)
         conn.executemany(INSERT_SALE, [(import_id, *row) for row in rows[start:end]])
-        conn.execute("UPDATE imports SET rows = ?, imported_at = ? WHERE id = ?",
-                     (end, time.time(), import_id))
     _write(conn, write)
 
 

@@ -749,7 +749,7 @@ FAILURE_WINDOW = 10_000
 
 #: Outcomes that are not failures: success, and the steering outcomes a job or an
 #: operator chose (Defer, Reschedule, a graceful stop's release).
-QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released")
+QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released", "interrupted")
 
 #: R29: per-queue counts of the live statuses. Ready rows are counted from the
 #: claim-order index alone (it carries ``run_at``, so due and scheduled split

@@ -162,14 +162,14 @@ class Operations:
             log.debug("progress of job %s not written: %s",
                       ", ".join(str(r.job_id) for r in reports), exc)
 
-    def answer_request(self, request: tuple) -> bytes:
+    def answer_request(self, request: tuple) -> tuple:
         """A running job's request (an add to its batch, R34; its state, R37), carried
-        out now, before its settle (which comes later on the same pipe); the answer
-        its child waits for."""
+        out now, before its settle (which comes later on the same pipe): the fields
+        of the answer its child waits for (``requests.answer``)."""
         answer = requests.answer(self.store, self.owner, request)
         if request[0] == protocol.BATCH_ADD:
             self.state.want_claim = True  # the new members may run in a free slot now
-        return protocol.reply_message(*answer)
+        return answer
 
     def _bury_dead_pools(self, now: float) -> None:
         """Reclaim the leases of pools that are dead, then remove their rows (R24, R24b).

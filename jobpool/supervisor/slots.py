@@ -74,7 +74,7 @@ class Slots:
                  inherited_fds: Callable[[], list[int]],
                  other_children: Callable[[], set[int]],
                  write_final_progress: Callable[[list[ProgressReport]], None],
-                 answer_request: Callable[[tuple], bytes]) -> None:
+                 answer_request: Callable[[tuple], tuple]) -> None:
         """``inherited_fds``: the loop's descriptors a child closes after fork;
         ``other_children``: the pool's processes that are not slot children (never
         strays, R40); ``write_final_progress``: where a failed attempt's last
@@ -114,6 +114,7 @@ class Slots:
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at = None, math.inf
         slot.retiring = False
+        slot.checkpointed, slot.interrupting, slot.interrupt_until = False, None, math.inf
         self.selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot, parent_conn))
         self.selector.register(proc.sentinel, selectors.EVENT_READ, ("exit", slot, proc))
         self.state.want_claim = True
@@ -183,23 +184,28 @@ class Slots:
         comes after it on the pipe, so what it asked is written before it ends."""
         tag, job_id, attempt, seq = message[:4]
         if not slot.runs(job_id, attempt):
-            answer = protocol.reply_message(job_id, attempt, seq, None, protocol.LEASE_LOST,
-                                            f"job {job_id} is no longer run by this slot")
+            answer = (job_id, attempt, seq, None, protocol.LEASE_LOST,
+                      f"job {job_id} is no longer run by this slot")
         else:
             answer = self.answer_request(message)
-            if tag == protocol.SAVE_STATE:
+            if tag == protocol.SAVE_STATE and answer[4] is None:
                 slot.checkpointed = True  # R37: from now on a stop gives its attempt back
-        conn.send_bytes(answer)
+        conn.send_bytes(protocol.reply_message(*answer))
 
     def _finish(self, slot: Slot, outcome: Outcome, now: float) -> None:
         """The slot's attempt ended: queue its settle and free the slot."""
         assert slot.job is not None
+        if slot.interrupting == "cancel" and outcome.kind != core.CANCEL:
+            # R31 with R37: asked to cancel, however the attempt ended after that
+            # (stopped at a save point, returned, crashed, timed out, released).
+            outcome = outcome._replace(kind=core.CANCEL, error=lifecycle.CANCELLED)
         self.state.pending.append(Finished(outcome, round(now - slot.started, 6), slot.job.queue))
         if slot.progress_dirty:
             # The last report before a failure stays with the error (R22).
             self.write_final_progress(progress_reports([slot]))
         slot.job = None
         slot.progress, slot.stage, slot.progress_dirty = None, None, False
+        slot.checkpointed, slot.interrupting, slot.interrupt_until = False, None, math.inf
         self.table.clear(slot.index)
         self.state.want_claim = True
         if slot.index >= self.procs:
@@ -303,7 +309,9 @@ class Slots:
             if slot.killing is not None:
                 deadline = min(deadline, slot.kill_at)
                 continue
-            if slot.job is not None and slot.job.name in self.memory_limits:
+            if slot.job is None:
+                continue
+            if slot.job.name in self.memory_limits:
                 deadline = min(deadline, self._next_memory_sample)
             deadline = min(deadline, slot.interrupt_until)
         return deadline
