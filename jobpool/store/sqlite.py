@@ -214,11 +214,14 @@ class SQLiteStore:
         (seconds or a timedelta) makes this enqueue a duplicate too.
         """
         now = time.time() if now is None else now
-        rows.check_batch_options(batch, key=key, connection=connection)
-        period = rows.key_period(key_period, key)
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload),
-                           self.max_payload)._replace(batch_id=batch)
+                           self.max_payload)
+        period = None
+        if batch is not None or key_period is not None:  # the per-call path stays short
+            rows.check_batch_options(batch, key=key, connection=connection)
+            period = rows.key_period(key_period, key)
+            row = row._replace(batch_id=batch)
         if connection is not None:
             return self._insert_unique(connection, row, period, now)
 
