@@ -56,6 +56,12 @@ class StoreBatches:
         raise EnqueueError(f"batch {batch_id} is finished (closed, and every member ended): "
                            f"it takes no more jobs")
 
+    def joined(self, conn: Any, batch_id: int, ids: Sequence[int]) -> None:
+        """The members just written with these ids, counted where the store counts
+        them (PostgreSQL: its batch's shards); in ``conn``'s transaction."""
+        if self.sql.MEMBERS_JOINED is not None and ids:
+            conn.execute(self.sql.MEMBERS_JOINED, {"batch_id": batch_id, "ids": list(ids)})
+
     def close(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """Arm the callbacks (they fire now if every member has ended); closing a
         closed batch changes nothing."""
@@ -132,6 +138,7 @@ class StoreBatches:
                 new_id = self.store.insert_job(conn, job._replace(batch_id=batch_id))
                 conn.execute(self.sql.RECORD_ADD, dict(key, job_id=new_id))
                 answers[index] = (new_id, False)
+            self.joined(conn, batch_id, [answers[index][0] for index, _key, _job in fresh])
             return answers
         return self.store.transaction(f"adding to the batch of job {job_id}", add)
 

@@ -254,6 +254,24 @@ CREATE TABLE IF NOT EXISTS jobpool_batches (
 CREATE_BATCHES_INDEX = """
 CREATE INDEX IF NOT EXISTS batches_finished ON jobpool_batches (finished_at)
 """
+#: R34 at scale: a batch's members in ``BATCH_SHARDS`` counters (by member id), so the
+#: settles of one batch's members on several hosts rarely wait on one row: each end
+#: counts down its shard's ``pending``, and only the transaction that empties a shard
+#: takes the batch row's lock, where it sees whether every shard is empty (the
+#: emptying transactions are serialised there, so the last of them sees all the
+#: others committed). One row per batch cost four supervisors 15 % (BENCHMARKS.md).
+BATCH_SHARDS = 16
+CREATE_BATCH_SHARDS = """
+CREATE TABLE IF NOT EXISTS jobpool_batch_shards (
+    batch_id bigint  NOT NULL,
+    shard    integer NOT NULL,
+    pending  integer NOT NULL DEFAULT 0,
+    done     integer NOT NULL DEFAULT 0,
+    dead     integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, shard)
+)
+"""
+
 #: A batch's live members (cancel) and finished ones (dead ids, ``batches show``).
 CREATE_MEMBERS_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_batch ON jobs (batch_id) WHERE batch_id IS NOT NULL
@@ -278,11 +296,12 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 #: a release that does not know batches lost its batch on the way: it is put back.
 #: The functions run with the schema they were made in (``SET search_path FROM
 #: CURRENT``), whoever's connection fires them.
-CREATE_MEMBER_ENDED_FUNCTION = """
+CREATE_MEMBER_ENDED_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION jobpool_member_ended() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     ended record;
+    left_in_shard integer;
 BEGIN
     SELECT status, finished_at, batch_id INTO ended FROM finished_jobs WHERE id = OLD.id;
     IF NOT FOUND THEN
@@ -291,11 +310,17 @@ BEGIN
     IF ended.batch_id IS DISTINCT FROM OLD.batch_id THEN
         UPDATE finished_jobs SET batch_id = OLD.batch_id WHERE id = OLD.id;
     END IF;
-    UPDATE jobpool_batches
-       SET done = done + (ended.status = 'done')::integer,
-           dead = dead + (ended.status = 'dead')::integer,
-           changed_at = ended.finished_at
-     WHERE id = OLD.batch_id AND finished_at IS NULL;
+    UPDATE jobpool_batch_shards
+       SET pending = pending - 1,
+           done = done + (ended.status = 'done')::integer,
+           dead = dead + (ended.status = 'dead')::integer
+     WHERE batch_id = OLD.batch_id AND shard = mod(OLD.id, {BATCH_SHARDS})
+    RETURNING pending INTO left_in_shard;
+    IF left_in_shard IS NULL OR left_in_shard = 0 THEN
+        -- The batch row's lock: jobpool_batch_finished looks at every shard.
+        UPDATE jobpool_batches SET changed_at = ended.finished_at
+         WHERE id = OLD.batch_id AND finished_at IS NULL;
+    END IF;
     RETURN NULL;
 END
 $$
@@ -339,8 +364,15 @@ CREATE OR REPLACE FUNCTION jobpool_batch_finished() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     info jsonb;
+    pending integer;
     channel text := 'jobpool_' || left(encode(sha256(convert_to(TG_TABLE_SCHEMA, 'UTF8')), 'hex'), 24);
 BEGIN
+    SELECT coalesce(sum(s.pending), 0), coalesce(sum(s.done), 0), coalesce(sum(s.dead), 0)
+      INTO pending, NEW.done, NEW.dead
+      FROM jobpool_batch_shards AS s WHERE s.batch_id = NEW.id;
+    IF pending > 0 OR NEW.done + NEW.dead < NEW.total THEN
+        RETURN NEW;  -- members still to end: only the counts are brought up to date
+    END IF;
     IF NEW.cancelled_at IS NULL THEN
         info := jsonb_build_object(
             'id', NEW.id, 'total', NEW.total, 'done', NEW.done, 'dead', NEW.dead,
@@ -365,8 +397,7 @@ $$
 DROP_BATCH_FINISHED = "DROP TRIGGER IF EXISTS jobpool_batch_finished ON jobpool_batches"
 CREATE_BATCH_FINISHED = """
 CREATE TRIGGER jobpool_batch_finished BEFORE UPDATE ON jobpool_batches
-FOR EACH ROW WHEN (NEW.closed_at IS NOT NULL AND NEW.finished_at IS NULL
-                   AND NEW.done + NEW.dead >= NEW.total)
+FOR EACH ROW WHEN (NEW.closed_at IS NOT NULL AND NEW.finished_at IS NULL)
 EXECUTE FUNCTION jobpool_batch_finished()
 """
 
@@ -377,7 +408,7 @@ CREATE INDEX IF NOT EXISTS finished_jobs_key ON finished_jobs (name, key, finish
 """
 
 #: Everything batches add to a store (revision 3).
-BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX,
+BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCH_SHARDS, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX,
                 CREATE_FINISHED_MEMBERS_INDEX, CREATE_BATCH_ADDS, CREATE_MEMBER_ENDED_FUNCTION,
                 DROP_MEMBER_ENDED, CREATE_MEMBER_ENDED, CREATE_ENQUEUE_CALLBACK_FUNCTION,
                 CREATE_BATCH_FINISHED_FUNCTION, DROP_BATCH_FINISHED, CREATE_BATCH_FINISHED)
@@ -405,7 +436,7 @@ STEPS: dict[int, tuple[str, ...]] = {
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
 #: belongs to something else, and is refused rather than written into.
 TABLES = ("jobpool_meta", "jobs", "finished_jobs", "all_jobs", "attempts", "pools", "periodic",
-          "jobpool_queues", "jobpool_batches", "jobpool_batch_adds")
+          "jobpool_queues", "jobpool_batches", "jobpool_batch_adds", "jobpool_batch_shards")
 CLASHING_TABLES = """
 SELECT table_name FROM information_schema.tables
  WHERE table_schema = %(schema)s AND table_name = ANY(%(names)s)
@@ -867,13 +898,24 @@ UPDATE jobs SET cancel_requested = 1 WHERE batch_id = %(id)s AND status = 'runni
 MEMBERS_CANCELLED = None
 BATCH_COLUMNS = ("id, created_at, total, done, dead, closed_at, cancelled_at, finished_at, "
                  "on_success, on_complete, success_job, complete_job")
-GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE id = %(id)s"
-LIST_BATCHES = f"""
-SELECT {BATCH_COLUMNS} FROM jobpool_batches {{where}} ORDER BY id DESC LIMIT %(limit)s
+#: The counts are the sums of the batch's shards (its row's own are brought up to date
+#: only when a shard empties); the columns are ``BATCH_COLUMNS``, as SQLite reads them.
+_BATCHES = """
+SELECT b.id, b.created_at, b.total, coalesce(s.done, 0), coalesce(s.dead, 0), b.closed_at,
+       b.cancelled_at, b.finished_at, b.on_success, b.on_complete, b.success_job, b.complete_job
+  FROM jobpool_batches AS b
+  LEFT JOIN LATERAL (SELECT sum(done) AS done, sum(dead) AS dead FROM jobpool_batch_shards
+                      WHERE batch_id = b.id) AS s ON true
 """
-OPEN_BATCHES = f"""
-SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE finished_at IS NULL
- ORDER BY id DESC LIMIT %(limit)s
+GET_BATCH = _BATCHES + " WHERE b.id = %(id)s"
+LIST_BATCHES = _BATCHES + " {where} ORDER BY b.id DESC LIMIT %(limit)s"
+OPEN_BATCHES = _BATCHES + " WHERE b.finished_at IS NULL ORDER BY b.id DESC LIMIT %(limit)s"
+#: R34: the members a transaction added count in their shards' ``pending``.
+MEMBERS_JOINED = f"""
+INSERT INTO jobpool_batch_shards (batch_id, shard, pending)
+SELECT %(batch_id)s, mod(id, {BATCH_SHARDS}), count(*) FROM unnest(%(ids)s::bigint[]) AS id GROUP BY 2
+ON CONFLICT (batch_id, shard) DO UPDATE
+   SET pending = jobpool_batch_shards.pending + excluded.pending
 """
 BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs WHERE batch_id = %(id)s GROUP BY status
@@ -894,7 +936,10 @@ _SWEPT_BATCHES = """
 SELECT id FROM jobpool_batches
  WHERE finished_at < %(before)s ORDER BY finished_at, id LIMIT %(limit)s
 """
-PURGE_BATCH_ADDS = f"DELETE FROM jobpool_batch_adds WHERE batch_id IN ({_SWEPT_BATCHES})"
+PURGE_BATCH_ADDS = f"""
+WITH shards AS (DELETE FROM jobpool_batch_shards WHERE batch_id IN ({_SWEPT_BATCHES}))
+DELETE FROM jobpool_batch_adds WHERE batch_id IN ({_SWEPT_BATCHES})
+"""
 PURGE_BATCHES = f"DELETE FROM jobpool_batches WHERE id IN ({_SWEPT_BATCHES})"
 
 LIST_DEAD = """
@@ -905,11 +950,13 @@ DEAD_IDS = "SELECT id FROM finished_jobs WHERE status = 'dead' {name_filter} ORD
 #: R32: a dead job back in line with a fresh budget, under its own id; its history
 #: stays in the attempt log. A live job holding its key makes the INSERT fail. A
 #: member of a batch whose callbacks have not fired reopens its count (R34).
-RETRY_DEAD = """
+RETRY_DEAD = f"""
 WITH moved AS (DELETE FROM finished_jobs WHERE id = %(id)s AND status = 'dead' RETURNING *),
 reopened AS (
-    UPDATE jobpool_batches AS b SET dead = b.dead - 1 FROM moved
-     WHERE b.id = moved.batch_id AND b.finished_at IS NULL)
+    UPDATE jobpool_batch_shards AS s SET pending = s.pending + 1, dead = s.dead - 1
+      FROM moved, jobpool_batches AS b
+     WHERE s.batch_id = moved.batch_id AND s.shard = mod(moved.id, {BATCH_SHARDS})
+       AND b.id = moved.batch_id AND b.finished_at IS NULL)
 INSERT INTO jobs (id, queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   attempts, max_attempts, crashes, deferrals, deadline, timeout, last_error,
                   progress, stage, created_at, chain, chain_root, batch_id, state, state_at)

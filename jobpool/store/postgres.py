@@ -344,9 +344,12 @@ class PostgresStore:
                                  f"{_first_line(exc)}") from exc
 
         def insert(conn: Any) -> Handle:
-            if batch is not None:
-                self.batches.grow(conn, batch, 1)
-            return self._insert(conn, job, period=period)
+            if batch is None:
+                return self._insert(conn, job, period=period)
+            self.batches.grow(conn, batch, 1)
+            handle = self._insert(conn, job, period=period)
+            self.batches.joined(conn, batch, [handle.id])
+            return handle
         return self.transaction(f"enqueue of {name}", insert)
 
     def insert_job(self, conn: Any, row: rows.NewJob) -> int:
@@ -418,6 +421,8 @@ class PostgresStore:
                                     job.serializer, job.priority, "ready", server_now + wait,
                                     server_now + wait, job.max_attempts, None, job.timeout,
                                     server_now, None, batch))
+            if batch is not None:
+                self.batches.joined(conn, batch, ids)
             self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {name}", insert) if new_jobs else []
@@ -437,6 +442,8 @@ class PostgresStore:
             if len(ids) != count:
                 raise StoreError(f"enqueue_many of {options.name}: {len(ids)} rows written "
                                  f"for {count} items")  # rolls the batch back
+            if options.batch_id is not None:
+                self.batches.joined(conn, options.batch_id, ids)
             self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {options.name}", insert) if count else []
