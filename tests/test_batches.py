@@ -79,6 +79,23 @@ def test_two_pools_run_a_batch_and_its_callback_fires_once(make_any_app):
     assert store.get(status.complete_job)["status"] == "done"
 
 
+def test_many_members_ended_by_two_pools_fire_the_callback_once(make_any_app):
+    # R34 under contention: on PostgreSQL the last members end in different shards at
+    # once, and only the last emptying transaction may fire.
+    app = make_any_app(APP)
+    store = app.store()
+    with store.batch(on_complete=Signature("b.report", (), {"run": "many"})) as batch:
+        batch.add_many("b.plain", [()] * 300)
+    pools = [app.spawn("--burst", "--procs", "2", "--no-dashboard") for _ in range(2)]
+    for pool in pools:
+        assert pool.wait(timeout=120) == 0, pool.stderr.read() if pool.stderr else ""
+    (report,) = [json.loads(line) for line in _lines(app, "reports.txt")]
+    assert (report["batch"]["total"], report["batch"]["done"], report["batch"]["dead"]) == (
+        300, 300, 0)
+    status = store.batch_status(batch.id)
+    assert (status.done, status.pending, status.finished) == (300, 0, True)
+
+
 def test_on_success_fires_when_every_member_succeeds(make_any_app):
     app = make_any_app(APP)
     store = app.store()
