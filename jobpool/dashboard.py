@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from jobpool.errors import StoreError
+from jobpool.store.records import OPEN_BATCHES_SHOWN
 from jobpool.snapshot import (DrainView, FailureView, QueueView, SlotView, Snapshot,
                               read_snapshot)
 
@@ -400,6 +401,12 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
             f"running={t.get('running', 0)} done={t.get('done', 0)} dead={t.get('dead', 0)} "
             f"done_per_min={snapshot.done_per_min} pools={len(snapshot.pools)} "
             f"slots={len(snapshot.slots)} busy={busy}")
+    if snapshot.batches:
+        # R34: the newest open batch's progress (the frame shows up to three).
+        newest = snapshot.batches[0]
+        count = len(snapshot.batches)
+        more = "+" if count >= OPEN_BATCHES_SHOWN else ""  # the frame reads no more than that
+        line += f" batches_open={count}{more} batch_{newest.id}={newest.ended}/{newest.total}"
     draining = [p.stopping for p in snapshot.pools if p.stopping is not None]
     if draining:
         # Summed over the stopping pools; the drain that ends last is the one to wait for.

@@ -294,6 +294,9 @@ def test_plain_mode_is_one_status_line_with_the_totals():
     for text in ("ready=1237", "scheduled=7", "running=2", "done=98765", "dead=2",
                  "done_per_min=65", "pools=1", "slots=4", "busy=2"):
         assert text in lines[0]
+    assert "batches_open" not in lines[0]
+    (line,) = plain_lines(with_batches(snapshot(), 2))
+    assert line.endswith(" batches_open=2 batch_12=137/200")
 
 
 # -- reading a real store -----------------------------------------------------------------------------
