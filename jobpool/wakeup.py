@@ -17,6 +17,7 @@ that meets it wakes that supervisor at its poll tick instead.
 from __future__ import annotations
 
 import hashlib
+import atexit
 import os
 import socket
 import sys
@@ -37,13 +38,23 @@ _send_pid = 0
 
 
 def _sender() -> socket.socket:
-    """One unbound sending socket per process, shared by every store it opens."""
+    """One unbound sending socket per process, shared by every store it opens (closed
+    at exit, so the interpreter's teardown has no open socket to warn about)."""
     global _send_sock, _send_pid
     if _send_sock is None or _send_pid != os.getpid():
+        if _send_sock is None:
+            atexit.register(_close_sender)
         _send_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         _send_sock.setblocking(False)
         _send_pid = os.getpid()
     return _send_sock
+
+
+def _close_sender() -> None:
+    global _send_sock
+    if _send_sock is not None and _send_pid == os.getpid():
+        _send_sock.close()
+    _send_sock = None
 
 
 class Notifier:
