@@ -56,11 +56,17 @@ class StoreBatches:
         raise EnqueueError(f"batch {batch_id} is finished (closed, and every member ended): "
                            f"it takes no more jobs")
 
-    def joined(self, conn: Any, batch_id: int, ids: Sequence[int]) -> None:
-        """The members just written with these ids, counted where the store counts
-        them (PostgreSQL: its batch's shards); in ``conn``'s transaction."""
-        if self.sql.MEMBERS_JOINED is not None and ids:
+    def join(self, conn: Any, batch_id: int, ids: Sequence[int]) -> None:
+        """The members just written with these ids join ``batch_id``, in ``conn``'s
+        transaction: counted in its shards (PostgreSQL), then in its total, the
+        batch's rows in the order a member's end takes them (shards, then the batch),
+        so the two never wait on each other. A batch that takes no more members
+        raises, and the transaction (the rows with it) is rolled back."""
+        if not ids:
+            return
+        if self.sql.MEMBERS_JOINED is not None:
             conn.execute(self.sql.MEMBERS_JOINED, {"batch_id": batch_id, "ids": list(ids)})
+        self.grow(conn, batch_id, len(ids))
 
     def close(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """Arm the callbacks (they fire now if every member has ended); closing a
@@ -79,6 +85,8 @@ class StoreBatches:
                   "error": lifecycle.CANCELLED}
 
         def cancel(conn: Any) -> BatchStatus:
+            if self.sql.LOCK_SHARDS is not None:
+                conn.execute(self.sql.LOCK_SHARDS, params)  # before the batch row (``join``)
             if conn.execute(self.sql.CANCEL_BATCH, params).fetchone():
                 cancelled = conn.execute(self.sql.CANCEL_READY_MEMBERS, params).rowcount
                 if self.sql.MEMBERS_CANCELLED is not None and cancelled:
@@ -132,13 +140,11 @@ class StoreBatches:
                 if found is None:
                     fresh.append((len(answers), key, job))
                 answers.append((found[0], True) if found else (0, False))
-            if fresh:
-                self.grow(conn, batch_id, len(fresh))
             for index, key, job in fresh:
                 new_id = self.store.insert_job(conn, job._replace(batch_id=batch_id))
                 conn.execute(self.sql.RECORD_ADD, dict(key, job_id=new_id))
                 answers[index] = (new_id, False)
-            self.joined(conn, batch_id, [answers[index][0] for index, _key, _job in fresh])
+            self.join(conn, batch_id, [answers[index][0] for index, _key, _job in fresh])
             return answers
         return self.store.transaction(f"adding to the batch of job {job_id}", add)
 
@@ -151,7 +157,8 @@ class StoreBatches:
     def purge_in(self, conn: Any, before: float, limit: int = PURGE_BATCH) -> int:
         """``purge`` inside the caller's transaction (a store's own sweep)."""
         params = {"before": before, "limit": limit}
-        conn.execute(self.sql.PURGE_BATCH_ADDS, params)
+        if self.sql.PURGE_BATCH_ADDS is not None:
+            conn.execute(self.sql.PURGE_BATCH_ADDS, params)
         return conn.execute(self.sql.PURGE_BATCHES, params).rowcount
 
     def _status(self, conn: Any, batch_id: int) -> BatchStatus:

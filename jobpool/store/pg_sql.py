@@ -315,8 +315,10 @@ BEGIN
            done = done + (ended.status = 'done')::integer,
            dead = dead + (ended.status = 'dead')::integer
      WHERE batch_id = OLD.batch_id AND shard = mod(OLD.id, {BATCH_SHARDS})
+       AND EXISTS (SELECT 1 FROM jobpool_batches
+                    WHERE id = OLD.batch_id AND finished_at IS NULL)
     RETURNING pending INTO left_in_shard;
-    IF left_in_shard IS NULL OR left_in_shard = 0 THEN
+    IF left_in_shard = 0 THEN
         -- The batch row's lock: jobpool_batch_finished looks at every shard.
         UPDATE jobpool_batches SET changed_at = ended.finished_at
          WHERE id = OLD.batch_id AND finished_at IS NULL;
@@ -480,6 +482,8 @@ SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
 FIND_LIVE_KEY_IN = "SELECT id FROM {jobs} WHERE name = %(name)s AND key = %(key)s"
 #: Unique keys over a period: a job with the key that finished within ``period``
 #: seconds of the server's now.
+#: The row an enqueue just wrote, taken back (a key period found a duplicate after all).
+DELETE_NEW_JOB_IN = "DELETE FROM {jobs} WHERE id = %(id)s"
 FIND_RECENT_KEY_IN = """
 SELECT id FROM {finished} WHERE name = %(name)s AND key = %(key)s
    AND finished_at >= extract(epoch FROM now()) - %(period)s
@@ -896,6 +900,12 @@ UPDATE jobs SET cancel_requested = 1 WHERE batch_id = %(id)s AND status = 'runni
 """
 #: The members a batch cancel ended are counted by the jobpool_member_ended trigger.
 MEMBERS_CANCELLED = None
+#: A batch's shards, locked in order before its row: every writer takes them in
+#: that order (a member's end: its shard, then the row), so none waits on another
+#: the other way round.
+LOCK_SHARDS = """
+SELECT shard FROM jobpool_batch_shards WHERE batch_id = %(id)s ORDER BY shard FOR UPDATE
+"""
 BATCH_COLUMNS = ("id, created_at, total, done, dead, closed_at, cancelled_at, finished_at, "
                  "on_success, on_complete, success_job, complete_job")
 #: The counts are the sums of the batch's shards (its row's own are brought up to date
@@ -913,7 +923,8 @@ OPEN_BATCHES = _BATCHES + " WHERE b.finished_at IS NULL ORDER BY b.id DESC LIMIT
 #: R34: the members a transaction added count in their shards' ``pending``.
 MEMBERS_JOINED = f"""
 INSERT INTO jobpool_batch_shards (batch_id, shard, pending)
-SELECT %(batch_id)s, mod(id, {BATCH_SHARDS}), count(*) FROM unnest(%(ids)s::bigint[]) AS id GROUP BY 2
+SELECT %(batch_id)s, mod(id, {BATCH_SHARDS}), count(*) FROM unnest(%(ids)s::bigint[]) AS id
+ GROUP BY 2 ORDER BY 2
 ON CONFLICT (batch_id, shard) DO UPDATE
    SET pending = jobpool_batch_shards.pending + excluded.pending
 """
@@ -932,15 +943,16 @@ RECORD_ADD = """
 INSERT INTO jobpool_batch_adds (batch_id, add_key, job_id)
 VALUES (%(batch_id)s, %(add_key)s, %(job_id)s)
 """
-_SWEPT_BATCHES = """
-SELECT id FROM jobpool_batches
- WHERE finished_at < %(before)s ORDER BY finished_at, id LIMIT %(limit)s
+#: R34: finished batches are swept with done rows, a bounded batch per call, in one
+#: statement (two would each pick their own set under READ COMMITTED).
+PURGE_BATCH_ADDS = None
+PURGE_BATCHES = """
+WITH swept AS (SELECT id FROM jobpool_batches WHERE finished_at < %(before)s
+                ORDER BY finished_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
+     shards AS (DELETE FROM jobpool_batch_shards WHERE batch_id IN (SELECT id FROM swept)),
+     adds AS (DELETE FROM jobpool_batch_adds WHERE batch_id IN (SELECT id FROM swept))
+DELETE FROM jobpool_batches WHERE id IN (SELECT id FROM swept)
 """
-PURGE_BATCH_ADDS = f"""
-WITH shards AS (DELETE FROM jobpool_batch_shards WHERE batch_id IN ({_SWEPT_BATCHES}))
-DELETE FROM jobpool_batch_adds WHERE batch_id IN ({_SWEPT_BATCHES})
-"""
-PURGE_BATCHES = f"DELETE FROM jobpool_batches WHERE id IN ({_SWEPT_BATCHES})"
 
 LIST_DEAD = """
 SELECT {columns} FROM all_jobs WHERE status = 'dead' {name_filter}

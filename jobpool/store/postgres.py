@@ -344,11 +344,9 @@ class PostgresStore:
                                  f"{_first_line(exc)}") from exc
 
         def insert(conn: Any) -> Handle:
-            if batch is None:
-                return self._insert(conn, job, period=period)
-            self.batches.grow(conn, batch, 1)
             handle = self._insert(conn, job, period=period)
-            self.batches.joined(conn, batch, [handle.id])
+            if batch is not None:
+                self.batches.join(conn, batch, [handle.id])
             return handle
         return self.transaction(f"enqueue of {name}", insert)
 
@@ -365,8 +363,8 @@ class PostgresStore:
         if qualified:
             # The caller's connection may make rows of any shape; read tuples here.
             conn = conn.cursor(row_factory=psycopg.rows.tuple_row)
+        finished = f"{self.target.schema}.finished_jobs" if qualified else "finished_jobs"
         if period is not None:
-            finished = f"{self.target.schema}.finished_jobs" if qualified else "finished_jobs"
             found = conn.execute(pg_sql.FIND_RECENT_KEY_IN.format(finished=finished), {
                 "name": job.name, "key": job.key, "period": period}).fetchone()
             if found is not None:
@@ -375,6 +373,14 @@ class PostgresStore:
         jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
         row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs) if qualified
                            else pg_sql.INSERT_JOB, params).fetchone()
+        if row is not None and period is not None:
+            # The live job with the key may have finished since the look above: look
+            # again (a new snapshot sees it), and take the row back if it did.
+            found = conn.execute(pg_sql.FIND_RECENT_KEY_IN.format(finished=finished), {
+                "name": job.name, "key": job.key, "period": period}).fetchone()
+            if found is not None:
+                conn.execute(pg_sql.DELETE_NEW_JOB_IN.format(jobs=jobs), {"id": row[0]})
+                return Handle(found[0], duplicate=True, store=self)
         if row is not None:
             return Handle(row[0], store=self)
         # R3: a live job holds this key; hand back its id and write nothing.
@@ -411,8 +417,6 @@ class PostgresStore:
         wait = options.run_at  # the delay, on the validation clock of 0
 
         def insert(conn: Any) -> list[int]:
-            if batch is not None and new_jobs:
-                self.batches.grow(conn, batch, len(new_jobs))
             server_now = self.server_now(conn)
             ids = [r[0] for r in conn.execute(pg_sql.RESERVE_IDS, {"count": len(new_jobs)})]
             with conn.cursor().copy(pg_sql.COPY_JOBS) as copy:
@@ -422,7 +426,7 @@ class PostgresStore:
                                     server_now + wait, job.max_attempts, None, job.timeout,
                                     server_now, None, batch))
             if batch is not None:
-                self.batches.joined(conn, batch, ids)
+                self.batches.join(conn, batch, ids)
             self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {name}", insert) if new_jobs else []
@@ -431,8 +435,6 @@ class PostgresStore:
     def _insert_json_batch(self, options: rows.EnqueueOptions, count: int, batch: str,
                            args_only: bool) -> Handles:
         def insert(conn: Any) -> list[int]:
-            if options.batch_id is not None:
-                self.batches.grow(conn, options.batch_id, count)
             server_now = self.server_now(conn)
             ids = sorted(r[0] for r in conn.execute(pg_sql.INSERT_BATCH, {
                 "queue": options.queue, "name": options.name, "args_only": args_only,
@@ -443,7 +445,7 @@ class PostgresStore:
                 raise StoreError(f"enqueue_many of {options.name}: {len(ids)} rows written "
                                  f"for {count} items")  # rolls the batch back
             if options.batch_id is not None:
-                self.batches.joined(conn, options.batch_id, ids)
+                self.batches.join(conn, options.batch_id, ids)
             self.notify_ready(conn, options.queue)
             return ids
         ids = self.transaction(f"enqueue_many of {options.name}", insert) if count else []

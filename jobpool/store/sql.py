@@ -418,9 +418,10 @@ MEMBER_REOPENED = """
 UPDATE jobpool_batches SET dead = dead - 1
  WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND finished_at IS NULL
 """
-#: PostgreSQL counts the members a transaction added in its batch's shards; SQLite
-#: needs no shards (one writer at a time).
+#: PostgreSQL counts the members a transaction added in its batch's shards, and locks
+#: them before a batch cancel; SQLite needs no shards (one writer at a time).
 MEMBERS_JOINED = None
+LOCK_SHARDS = None
 
 #: R34: a batch's ready members cancelled at once count as dead together.
 MEMBERS_CANCELLED = """
