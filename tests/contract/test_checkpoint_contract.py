@@ -98,3 +98,25 @@ def test_reset_state_forgets_a_state_once(any_store, claimer):
     assert any_store.get(job_id)["state"] is None
     with pytest.raises(JobNotFound):
         any_store.get(999_999)
+
+
+def test_several_interrupts_and_reschedules_in_one_turn(any_store, claimer):
+    # PostgreSQL settles several of a kind in one statement (SETTLE_MANY): the same rules.
+    ids = [any_store.enqueue(NAME).id for _ in range(2)]
+    c = claimer()
+    jobs = c.turn([], 2, time.time(), None)[1]
+    for job in jobs:
+        any_store.save_state("pool-a", job.job_id, 1, json.dumps({"at": job.job_id}))
+    settled = settle_all(c, [Outcome(j.job_id, 1, INTERRUPTED, "interrupted") for j in jobs])
+    assert [s.status for s in settled] == ["ready", "ready"]
+    for job_id in ids:
+        row = any_store.get(job_id)
+        assert (row["attempts"], json.loads(row["state"])) == (0, {"at": job_id})
+    jobs = c.turn([], 2, time.time(), None)[1]
+    assert sorted((j.job_id, j.attempt) for j in jobs) == [(i, 1) for i in ids]
+    settle_all(c, [Outcome(j.job_id, 1, RESCHEDULE, "Reschedule: later", 3600.0) for j in jobs])
+    assert [any_store.get(i)["state"] for i in ids] == [None, None]
+
+
+def settle_all(c, outcomes):
+    return c.turn(list(outcomes), 0, time.time(), random.Random(1))[0]
