@@ -135,3 +135,32 @@ def test_a_cancelled_job_that_returns_anyway_is_dead_and_its_pool_goes_idle(make
     assert _cpu_seconds(pool.pid) - before < 0.5  # a spinning loop burns ~2 s here
     pool.send_signal(signal.SIGTERM)
     assert pool.wait(timeout=60) == 0
+
+
+def test_the_cli_forgets_a_state_on_reset_and_on_a_retry_that_asks(make_any_app):
+    # R37: `jobs reset-state ID`, and `dead retry --reset-state`.
+    import random
+    from jobpool.lifecycle import FATAL, Outcome
+    app = make_any_app(APP)
+    store = app.store()
+    kept, reset = store.enqueue("k.count", 1).id, store.enqueue("k.count", 1).id
+    claimer = store.claimer("pool-t", ("k.count",), ("default",), {})
+    try:
+        jobs = claimer.turn([], 2, time.time(), None)[1]
+        for job in jobs:
+            store.save_state("pool-t", job.job_id, 1, '{"next": 1}')
+        claimer.turn([Outcome(j.job_id, 1, FATAL, "Fatal: no") for j in jobs], 0, time.time(),
+                     random.Random(1))
+    finally:
+        claimer.close()
+    db = str(app.db)
+    assert app.cli("dead", "retry", str(kept), "--db", db, check=True).stdout.strip() == (
+        f"job {kept}: retried")
+    assert app.cli("dead", "retry", str(reset), "--reset-state", "--db", db,
+                   check=True).stdout.strip() == f"job {reset}: retried"
+    assert (store.get(kept)["state"], store.get(reset)["state"]) == ('{"next": 1}', None)
+    assert app.cli("jobs", "reset-state", str(kept), "--db", db, check=True).stdout.strip() == (
+        f"job {kept}: reset")
+    again = app.cli("jobs", "reset-state", str(kept), "--db", db)
+    assert (again.returncode, again.stderr.strip()) == (1, f"job {kept}: not reset: no saved state")
+    assert store.get(kept)["state"] is None

@@ -556,7 +556,9 @@ SAVE_STATE = f"UPDATE jobs SET state = :state, state_at = :now WHERE {GUARD}"
 #: R37: the state the running attempt resumes from (fenced: only its own job's).
 READ_STATE = f"SELECT state FROM jobs WHERE {GUARD}"
 #: R37: ``jobs reset-state``: the next attempt starts afresh.
-RESET_STATE = "UPDATE jobs SET state = NULL, state_at = NULL WHERE id = :id AND state IS NOT NULL"
+RESET_STATE = """
+UPDATE jobs SET state = NULL, state_at = NULL WHERE id = :id AND state IS NOT NULL RETURNING id
+"""
 
 #: R22: progress from a child, written at the heartbeat; fenced like a settle.
 SET_PROGRESS = f"""

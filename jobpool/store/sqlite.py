@@ -18,7 +18,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import migrations, retention, rows, sql
+from jobpool.store import job_states, migrations, retention, rows, sql
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -394,23 +394,13 @@ class SQLiteStore:
     # -- checkpoints (R37) -----------------------------------------------------------------
 
     def save_state(self, owner: str, job_id: int, attempt: int, state: str) -> bool:
-        """Store a running attempt's state (JSON text), fenced like a settle; False
-        when the attempt no longer holds its lease."""
-        params = {"id": job_id, "owner": owner, "attempt": attempt, "state": state,
-                  "now": time.time()}
-        return bool(self.transaction(f"saving the state of job {job_id}",
-                                     lambda conn: conn.execute(sql.SAVE_STATE, params).rowcount))
+        return job_states.save_state(self, sql, owner, job_id, attempt, state)
 
     def read_state(self, owner: str, job_id: int, attempt: int) -> str | None:
-        """The state a running attempt resumes from (None: none saved, or not its lease)."""
-        found = self.read_rows(f"reading the state of job {job_id}", sql.READ_STATE,
-                               {"id": job_id, "owner": owner, "attempt": attempt})
-        return found[0][0] if found else None
+        return job_states.read_state(self, sql, owner, job_id, attempt)
 
     def reset_state(self, job_id: int) -> bool:
-        """Forget a job's saved state: its next attempt starts afresh. False if it had none."""
-        return bool(self.transaction(f"resetting the state of job {job_id}", lambda conn: conn.execute(
-            sql.RESET_STATE, {"id": job_id}).rowcount))
+        return job_states.reset_state(self, sql, job_id)
 
     def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
                          jobs: list[rows.NewJob]) -> list[tuple[int, bool]]:

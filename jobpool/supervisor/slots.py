@@ -165,11 +165,9 @@ class Slots:
 
     @staticmethod
     def _interrupted(slot: Slot, error: str | None) -> tuple[int, str | None]:
-        """R37: a job that stopped at a save point, as what the pool asked: a cancel is
-        dead ("cancelled"); a stop gives the attempt back. Unasked, the job raised
-        ``Interrupted`` itself: an ordinary error."""
-        if slot.interrupting == "cancel":
-            return core.CANCEL, lifecycle.CANCELLED
+        """R37: a job that stopped at a save point, as the pool asked (a cancel's is
+        made "cancelled" by ``_finish``, as any end of a cancelled attempt). Unasked,
+        the job raised ``Interrupted`` itself: an ordinary error."""
         if slot.interrupting is None:
             return core.ERROR, "Interrupted raised by the job itself, with no stop or cancel asked"
         return core.INTERRUPTED, error
