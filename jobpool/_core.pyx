@@ -32,6 +32,7 @@ from libc.limits cimport INT_MAX
 from libc.math cimport INFINITY
 from libc.stdlib cimport free, qsort, realloc
 
+import json
 import os
 import sqlite3 as _pysqlite  # exception classes and adapters only; same shared libsqlite3
 
@@ -39,12 +40,14 @@ from jobpool.errors import StoreError
 # The transitions are decided in jobpool.lifecycle, written once for both cores and
 # every store; this module applies them to SQLite (claim, statement stepping, slots).
 from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, DEFER, DONE, ERROR,
-                               EXPIRED,
+                               EXPIRED, FOLLOW_ALL, FOLLOW_ENDS, FOLLOW_LANE,
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)  # the core's API
+from jobpool.limits import plan_claim
 from jobpool.queueplan import claim_in_shares
 from jobpool.store import sql
+from jobpool.store.limit_claim import SqlLimitedSource, sqlite_limited_claim
 
 
 cdef extern from "sqlite3.h" nogil:
@@ -160,6 +163,8 @@ cdef enum:
     S_INTERRUPT
     S_MEMBER_DONE
     S_MEMBER_DEAD
+    S_LANE_READY
+    S_CLAIM_IDS
     NSTMT
 
 # Named parameters the core supplies; their indices are looked up per statement
@@ -183,11 +188,12 @@ cdef enum:
     P_PEAK_RSS
     P_CPU_S
     P_STRAYS
+    P_IDS
     NPARAM
 
 _PARAM_NAMES = (":id", ":owner", ":attempt", ":now", ":result", ":error", ":crashes",
                 ":run_at", ":slack", ":queue", ":limit", ":pid", ":started_at", ":outcome",
-                ":exit_status", ":peak_rss", ":cpu_s", ":strays")
+                ":exit_status", ":peak_rss", ":cpu_s", ":strays", ":ids")
 _PARAM_NAMES_UTF8 = tuple(p.encode() for p in _PARAM_NAMES)
 
 cdef enum:
@@ -583,6 +589,10 @@ cdef class Core:
     cdef public object queues
     cdef public object policies
     cdef object _claim_sql
+    cdef object _names
+    cdef object _limits                # R35/R36: a LimitedClaim, or None (the ordinary claim)
+    cdef object _limit_source
+    cdef dict _adhoc                   # query(): statement text -> prepared statement
     cdef object _causes                # self.crash_causes, bound once (decide's reader)
     cdef dict _inflight
 
@@ -611,6 +621,9 @@ cdef class Core:
         self._close_pending = False
         self._inflight = {}
         self._bad = [None] * NSTMT
+        self._adhoc = {}
+        self._limits = None
+        self._limit_source = None
 
     def __init__(self, path, owner, names, queues, policies=None, *,
                  busy_timeout=5.0, synchronous="NORMAL", wal_autocheckpoint=1000):
@@ -618,6 +631,7 @@ cdef class Core:
         self.queues = tuple(queues)
         # Named once here, not per settle (a caller may pass plain 5-tuples).
         self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
+        self._names = tuple(names)
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
         self._causes = self.crash_causes
         self._inflight = {}
@@ -696,16 +710,23 @@ cdef class Core:
     cdef sqlite3_stmt* _stmt(self, int s) except NULL:
         """Statement ``s``, prepared (persistent) on first use."""
         cdef sqlite3_stmt* st = self._st[s]
+        if st != NULL:
+            return st
+        st = self._prepare(self._sql_text(s))
+        self._map_parameters(s, st)
+        self._st[s] = st
+        return st
+
+    cdef sqlite3_stmt* _prepare(self, object text) except NULL:
+        """One statement of ``text``, prepared to be kept; refused as Python's module
+        refuses it (a NUL, nothing, or more than one statement)."""
         cdef sqlite3_stmt* prepared = NULL
         cdef const char* c_text
         cdef const char* tail = NULL
         cdef int nbytes
         cdef int rc
-        if st != NULL:
-            return st
         if self._db == NULL:
             raise _programming_error("Cannot operate on a closed database.")
-        text = self._sql_text(s)
         utf8 = (<str?>text).encode("utf-8")
         if b"\0" in utf8:
             raise _programming_error("the query contains a null character")
@@ -723,8 +744,6 @@ cdef class Core:
         if tail != NULL and not _only_comments(tail):
             sqlite3_finalize(prepared)
             raise _programming_error("You can only execute one statement at a time.")
-        self._map_parameters(s, prepared)
-        self._st[s] = prepared
         return prepared
 
     cdef object _sql_text(self, int s):
@@ -766,6 +785,10 @@ cdef class Core:
             return sql.MEMBER_DONE
         if s == S_MEMBER_DEAD:
             return sql.MEMBER_DEAD
+        if s == S_LANE_READY:
+            return sql.LANE_READY
+        if s == S_CLAIM_IDS:
+            return self._limits.claim_ids
         return sql.LEASE_OWNERS
 
     cdef int _map_parameters(self, int s, sqlite3_stmt* st) except -1:
@@ -802,6 +825,7 @@ cdef class Core:
             if self._st[s] != NULL:
                 sqlite3_finalize(self._st[s])
                 self._st[s] = NULL
+        self._finalize_adhoc()
         if self._db != NULL:
             sqlite3_close_v2(self._db)
             self._db = NULL
@@ -895,26 +919,30 @@ cdef class Core:
     cdef list _fetch(self, int s):
         """Run a statement and return all of its rows as tuples."""
         cdef sqlite3_stmt* st
-        cdef int rc
-        cdef int ncol
-        cdef list rows = []
+        cdef list rows
         st = self._ready(s)
-        ncol = sqlite3_column_count(st)
         try:
-            while True:
-                with nogil:
-                    rc = sqlite3_step(st)
-                if rc == SQLITE_ROW:
-                    rows.append(_row(st, ncol))
-                elif rc == SQLITE_DONE:
-                    break
-                else:
-                    self._fail(st)
+            rows = self._step_all(st)
         except BaseException:
             _reset(st)
             raise
         _reset(st)
         return rows
+
+    cdef list _step_all(self, sqlite3_stmt* st):
+        """Step a bound statement to its end; its rows as tuples (the caller resets it)."""
+        cdef int rc
+        cdef int ncol = sqlite3_column_count(st)
+        cdef list rows = []
+        while True:
+            with nogil:
+                rc = sqlite3_step(st)
+            if rc == SQLITE_ROW:
+                rows.append(_row(st, ncol))
+            elif rc == SQLITE_DONE:
+                return rows
+            else:
+                self._fail(st)
 
     cdef int _begin(self) except -1:
         if self._in_txn:
@@ -971,6 +999,70 @@ cdef class Core:
         self._keys_capacity = capacity
         return 0
 
+    # -- limits (R35, R36) ------------------------------------------------------------
+
+    def set_limits(self, plan):
+        """R35/R36: the part of the store's limits this pool obeys from now on
+        (``limits.LimitPlan.for_pool``); None: the ordinary claim."""
+        if plan == (self._limits.plan if self._limits is not None else None):
+            return
+        if self._depth:
+            raise _programming_error("limits change between turns, not inside one")
+        # The claim of chosen ids names the pool's policies: prepared again when used.
+        if self._st[S_CLAIM_IDS] != NULL:
+            sqlite3_finalize(self._st[S_CLAIM_IDS])
+            self._st[S_CLAIM_IDS] = NULL
+        if plan is None:
+            self._limits = None
+            self._limit_source = None
+            return
+        self._limits = sqlite_limited_claim(plan, self._names, self.policies, DEFAULT_POLICY)
+        self._limit_source = SqlLimitedSource(sql, self.query, self._limits)
+
+    def query(self, text, params):
+        """Run one statement with named parameters (a dict) in the current
+        transaction, and return its rows: the limited claim's reads and writes, which
+        are not on the ordinary claim's path. Statements are prepared once and kept."""
+        cdef sqlite3_stmt* st = self._adhoc_stmt(text)
+        cdef int count = sqlite3_bind_parameter_count(st)
+        cdef int index
+        cdef const char* pname
+        cdef list rows = []
+        try:
+            for index in range(1, count + 1):
+                pname = sqlite3_bind_parameter_name(st, index)
+                if pname == NULL:
+                    raise _programming_error("query() binds named parameters only")
+                key = (<bytes>pname)[1:].decode("utf-8")
+                try:
+                    value = params[key]
+                except KeyError:
+                    raise _programming_error(
+                        f"You did not supply a value for binding parameter :{key}.") from None
+                if _bind_value(st, index, value) != SQLITE_OK:
+                    raise _programming_error(f"Error binding parameter :{key}")
+            rows = self._step_all(st)
+        finally:
+            _reset(st)
+            sqlite3_clear_bindings(st)
+        return rows
+
+    cdef sqlite3_stmt* _adhoc_stmt(self, str text) except NULL:
+        cdef sqlite3_stmt* prepared
+        found = self._adhoc.get(text)
+        if found is not None:
+            return <sqlite3_stmt*><Py_ssize_t>found
+        prepared = self._prepare(text)
+        self._adhoc[text] = <Py_ssize_t>prepared
+        return prepared
+
+    cdef void _finalize_adhoc(self) noexcept:
+        if self._adhoc is None:
+            return
+        for address in self._adhoc.values():
+            sqlite3_finalize(<sqlite3_stmt*><Py_ssize_t>address)
+        self._adhoc.clear()
+
     # -- claiming (R6-R10) ----------------------------------------------------------
 
     def claim(self, Py_ssize_t n, double now):
@@ -993,12 +1085,26 @@ cdef class Core:
         cdef list leases = []
         owner = self.owner
         slack = LEASE_SLACK
-        self._set_o(P_OWNER, owner)
-        self._set_d(P_NOW, now)
-        self._set_o(P_SLACK, slack)
-        self._set_o(P_QUEUE, queue)
-        self._set_i(P_LIMIT, want)
-        st = self._ready(S_CLAIM)
+        limited = self._limits
+        if limited is not None:
+            # R35/R36: the rows the limits let this claim take, chosen in Python.
+            ids = plan_claim(self._limit_source, limited.plan, queue, want, now,
+                             limited.has_unlimited)
+            if not ids:
+                return 0
+            ids_json = json.dumps(ids)
+            self._set_o(P_OWNER, owner)
+            self._set_d(P_NOW, now)
+            self._set_o(P_SLACK, slack)
+            self._set_o(P_IDS, ids_json)
+            st = self._ready(S_CLAIM_IDS)
+        else:
+            self._set_o(P_OWNER, owner)
+            self._set_d(P_NOW, now)
+            self._set_o(P_SLACK, slack)
+            self._set_o(P_QUEUE, queue)
+            self._set_i(P_LIMIT, want)
+            st = self._ready(S_CLAIM)
         ncol = sqlite3_column_count(st)
         try:
             while True:
@@ -1029,7 +1135,7 @@ cdef class Core:
                 leases.append(_record(Lease, (job_id, name, attempt,
                                               sqlite3_column_int64(st, C_MAX_ATTEMPTS),
                                               sqlite3_column_int64(st, C_CRASHES), deadline, now,
-                                              sqlite3_column_int64(st, C_CHAINED) != 0)))
+                                              sqlite3_column_int64(st, C_CHAINED))))
                 rows.append(_record(Claimed, (job_id, name, _column_bytes(st, C_PAYLOAD),
                                               _column(st, C_SERIALIZER), attempt,
                                               sqlite3_column_double(st, C_TIMEOUT), deadline,
@@ -1160,7 +1266,8 @@ cdef class Core:
         if self._exec(stmt) != 1:
             out.append(_record(Settled, (job_id, lease.name, attempt, "lost", "lease lost")))
             return 0
-        if lease.follow_ups:
+        follow = lease.follow_ups
+        if follow & FOLLOW_ENDS:
             if decision.successor:
                 # R12: a chain's next step is enqueued in the transaction that completes this one.
                 self._set_o(P_ID, job_id)
@@ -1172,6 +1279,10 @@ cdef class Core:
                 self._set_o(P_ID, job_id)
                 self._set_d(P_NOW, now)
                 self._exec(S_MEMBER_DONE if status == "done" else S_MEMBER_DEAD)
+        if follow & FOLLOW_LANE and decision.status == "ready":
+            # R35: a limited row back in line is in its lane again.
+            self._set_o(P_ID, job_id)
+            self._exec(S_LANE_READY)
         pid = outcome.pid
         exit_status = outcome.exit_status
         peak_rss = outcome.peak_rss
@@ -1269,9 +1380,10 @@ cdef class Core:
                         self._set_o(P_OWNER, owner)
                     for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
                          held_by) in self._fetch(s):
-                        # Follow-ups always: a reclaim may end a batch member (dead).
+                        # Follow-ups always: a reclaim may end a batch member (dead) or
+                        # put a limited row back in line.
                         lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
-                                      started_at, True)
+                                      started_at, FOLLOW_ALL)
                         error = reason if reason is not None else f"lease expired (owner {held_by})"
                         self._settle_one(lease, Outcome(job_id, attempt, kind, error), now, None,
                                          settled, None, held_by)

@@ -12,18 +12,21 @@ parameters so backoff, leases and deadlines are testable without sleeping.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sqlite3
 
 from jobpool.errors import StoreError
 from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, DEFER, DONE, ERROR,
-                               EXPIRED,
+                               EXPIRED, FOLLOW_ALL, FOLLOW_ENDS, FOLLOW_LANE,
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)
+from jobpool.limits import plan_claim
 from jobpool.queueplan import claim_in_shares
 from jobpool.store import rows, sql
+from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_limited_claim
 
 #: The API the compiled core mirrors name for name (tests/test_core.py).
 __all__ = ["Core", "SlotTable", "backoff", "with_reason", "LEASE_SLACK", "KIND_NAMES",
@@ -102,8 +105,12 @@ class Core:
         self.queues = tuple(queues)
         # Named once here, not per settle (a caller may pass plain 5-tuples).
         self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
+        self._names = tuple(names)
         self._claim_sql = sql.claim_sql(names, self.policies, DEFAULT_POLICY)
         self._inflight: dict[int, Lease] = {}
+        #: R35/R36: the limits this pool obeys (``set_limits``); None: the ordinary claim.
+        self._limits: LimitedClaim | None = None
+        self._limit_source: SqlLimitedSource | None = None
         autocheckpoint = int(wal_autocheckpoint)
         if not os.path.exists(path):
             # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
@@ -129,22 +136,42 @@ class Core:
         _settled, claimed, expired = self.turn((), n, now, None)
         return claimed, expired
 
+    def set_limits(self, plan) -> None:
+        """R35/R36: the part of the store's limits this pool obeys from now on
+        (``limits.LimitPlan.for_pool``); None: the ordinary claim."""
+        if plan == (self._limits.plan if self._limits else None):
+            return
+        if plan is None:
+            self._limits = self._limit_source = None
+            return
+        limited = sqlite_limited_claim(plan, self._names, self.policies, DEFAULT_POLICY)
+        self._limits = limited
+        self._limit_source = SqlLimitedSource(
+            sql, lambda text, params: self._db.execute(text, params).fetchall(), limited)
+
     def _claim_all(self, db, n, now, claimed, expired, shares) -> None:
         claim_in_shares(shares, self.queues, n, claimed,
                         lambda queue, want: self._claim_queue(db, queue, want, now, claimed,
                                                               expired))
 
     def _claim_queue(self, db, queue, want, now, claimed, expired) -> int:
-        rows = db.execute(self._claim_sql, {
-            "owner": self.owner, "now": now, "slack": LEASE_SLACK,
-            "queue": queue, "limit": want}).fetchall()
+        limited, source = self._limits, self._limit_source
+        if limited is None or source is None:
+            rows = db.execute(self._claim_sql, {
+                "owner": self.owner, "now": now, "slack": LEASE_SLACK,
+                "queue": queue, "limit": want}).fetchall()
+        else:
+            ids = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
+            rows = db.execute(limited.claim_ids, {
+                "owner": self.owner, "now": now, "slack": LEASE_SLACK,
+                "ids": json.dumps(ids)}).fetchall() if ids else []
         # RETURNING has no order; dispatch in claim order (R7).
         rows.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
              timeout, deadline, _priority, _line_at, follow_ups, run_at) in rows:
             # The lease: what settling this attempt needs, started now.
             lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                          bool(follow_ups))
+                          int(follow_ups))
             if deadline is not None and deadline < now:
                 # R10: claimed after its deadline, it is retired without running.
                 self._settle_one(db, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
@@ -226,13 +253,16 @@ class Core:
         if cursor.rowcount != 1:
             out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
             return
-        if lease.follow_ups:
+        if lease.follow_ups & FOLLOW_ENDS:
             if decision.successor:
                 db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
             if decision.status in ("done", "dead"):
                 # R34: its batch counts its end in this transaction.
                 db.execute(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,
                            {"id": lease.job_id, "now": now})
+        if lease.follow_ups & FOLLOW_LANE and decision.status == "ready":
+            # R35: a limited row back in line is in its lane again.
+            db.execute(sql.LANE_READY, {"id": lease.job_id})
         db.execute(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
         out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                            decision.reason))
@@ -271,10 +301,11 @@ class Core:
             try:
                 for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
                      owner) in db.execute(query, params).fetchall():
-                    # Follow-ups always: a reclaim may end a batch member (dead), and
-                    # reclaims are rare enough not to ask the row whether it is one.
+                    # Follow-ups always: a reclaim may end a batch member (dead) or put a
+                    # limited row back in line, and reclaims are rare enough not to ask
+                    # the row whether it is either.
                     lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
-                                  started_at, True)
+                                  started_at, FOLLOW_ALL)
                     self._settle_one(db, lease, Outcome(job_id, attempt, kind, reason_of(owner)),
                                      now, None, settled, owner=owner)
                 db.execute("COMMIT")

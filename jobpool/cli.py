@@ -16,7 +16,8 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, liveness
-from jobpool.errors import JobNotFound, JobpoolError
+from jobpool.errors import JobNotFound, JobpoolError, RegistryError
+from jobpool.options import validate_queue
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
@@ -229,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--priority", type=int, help="higher runs first")
     enqueue.add_argument("--queue", help="queue name (default: the job's)")
     enqueue.add_argument("--max-attempts", type=_positive_int)
+    enqueue.add_argument("--group", help="its group for the job's max_running and rate "
+                                         "(default: its group_by keyword argument)")
     enqueue.add_argument("--json", action="store_true", help="print the handle as JSON")
     enqueue.add_argument("--from", dest="from_file", metavar="FILE",
                          help="queue one job per line of FILE ('-': stdin): a JSON array of "
@@ -304,6 +307,18 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel", parents=[common], help="cancel a batch's unfinished jobs; no callback fires")
     batches_cancel.add_argument("id", type=_positive_int)
 
+    limits = sub.add_parser("limits", help="concurrency and rate limits: list, set, clear")
+    limits_sub = limits.add_subparsers(dest="limits_command", required=True, metavar="COMMAND",
+                                       title="commands")
+    limits_list = limits_sub.add_parser(
+        "list", parents=[common], help="every limit, its running jobs, groups and tokens left")
+    limits_list.add_argument("--json", action="store_true")
+    limits_set = limits_sub.add_parser(
+        "set", parents=[common], help="at most N jobs of a queue running at once, on all pools")
+    limits_set.add_argument("--queue", required=True)
+    limits_set.add_argument("--running", type=_positive_int, required=True, metavar="N")
+    limits_clear = limits_sub.add_parser("clear", parents=[common], help="drop a queue's limit")
+    limits_clear.add_argument("--queue", required=True)
     doctor = sub.add_parser("doctor", parents=[common],
                             help="check a store; --salvage copies what is readable to a new one")
     doctor.add_argument("--salvage", metavar="NEW", help="path of a new store to copy into")
@@ -481,8 +496,9 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         raise UserError("--on-complete and --on-success make a --from file one batch: add --from")
     store = connect(args.db, mode=args.mode)
     if args.from_file:
-        if args.args or args.kwargs or args.key:
-            raise UserError("--from takes the arguments from the file; drop --args, --kwargs and --key")
+        if args.args or args.kwargs or args.key or args.group:
+            raise UserError("--from takes the arguments from the file (a job's group from its "
+                            "group_by keyword argument); drop --args, --kwargs, --key and --group")
         items = _read_items(args.from_file, out)
         if batched and not items:
             raise UserError(f"--from {args.from_file} has no jobs: a batch of none would "
@@ -507,7 +523,8 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         return 0
     handle = store.enqueue_with(args.name, args=args.args, kwargs=args.kwargs, key=args.key,
                                 delay=args.delay, priority=args.priority, queue=args.queue,
-                                max_attempts=args.max_attempts, key_period=args.key_period)
+                                max_attempts=args.max_attempts, key_period=args.key_period,
+                                group=args.group)
     if args.json:
         out.print_json(json.dumps({"id": handle.id, "duplicate": handle.duplicate}))
     elif handle.duplicate:
@@ -859,6 +876,65 @@ def _batch_state(status: Any) -> str:
     return "closed" if status.closed else "open"
 
 
+def cmd_limits_list(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, readonly=True)
+    listing = store.limits.listing()
+    if args.json:
+        print(json.dumps(listing))
+        return 0
+    if not listing["limits"]:
+        print("no limits: every job runs as slots free (job limits come from @job(max_running="
+              ", rate=); queue limits from `jobpool limits set`)")
+        return 0
+    table = _table(box=None)
+    for column in ("limit", "of", "max running", "rate", "burst", "per", "running", "set by"):
+        table.add_column(column, overflow="ellipsis", no_wrap=True)
+    for row in listing["limits"]:
+        table.add_row(row["scope"], row["target"], _or_dash(row["max_running"]),
+                      _or_dash(row["rate"]), str(row["burst"]) if row["rate"] else "-",
+                      _or_dash(row["group_by"]), _or_dash(row.get("running")), row["set_by"])
+    out.print(table)
+    if listing["groups"]:
+        groups = _table(box=None)
+        for column in ("job", "group", "running", "max running", "tokens left"):
+            groups.add_column(column, overflow="ellipsis", no_wrap=True)
+        for group in listing["groups"]:
+            groups.add_row(group["name"], group["group"] or "(whole name)", str(group["running"]),
+                           _or_dash(group["max_running"]), _or_dash(group["tokens"]))
+        out.print(groups)
+    return 0
+
+
+def _or_dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, create=False)
+    queue = _queue_arg(args.queue)
+    store.limits.set_queue(queue, args.running)
+    print(f"queue {queue}: at most {args.running} jobs running at once across every pool "
+          f"(from each pool's next heartbeat; running jobs are not stopped)")
+    return 0
+
+
+def cmd_limits_clear(args: argparse.Namespace, out: _Stdout) -> int:
+    store = connect(args.db, create=False)
+    queue = _queue_arg(args.queue)
+    if store.limits.clear_queue(queue):
+        print(f"queue {queue}: no limit")
+    else:
+        print(f"queue {queue} had no limit")
+    return 0
+
+
+def _queue_arg(queue: str) -> str:
+    try:
+        return validate_queue(queue)
+    except RegistryError as exc:
+        raise UserError(f"--queue: {exc}") from None
+
+
 def cmd_batches_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     found = store.batches.list(open_only=args.open, limit=args.limit)
@@ -994,6 +1070,9 @@ COMMANDS = {
     ("batches", "list"): cmd_batches_list,
     ("batches", "show"): cmd_batches_show,
     ("batches", "cancel"): cmd_batches_cancel,
+    ("limits", "list"): cmd_limits_list,
+    ("limits", "set"): cmd_limits_set,
+    ("limits", "clear"): cmd_limits_clear,
     "pools": cmd_pools,
     "stop": cmd_stop,
     "scale": cmd_scale,

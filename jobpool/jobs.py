@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from collections.abc import Iterable
 from typing import Any, Callable
 
-from jobpool import options
+from jobpool import limits, options
 from jobpool.errors import EnqueueError, RegistryError, UnknownJobError
 from jobpool.handles import Handle, Handles, Signature
 from jobpool.lifecycle import DEFAULT_POLICY, Policy
@@ -39,7 +39,9 @@ class Job:
                  backoff_max: float, max_crashes: int | None, store_result: bool,
                  on_dead: Callable | None = None, every: float | timedelta | None = None,
                  cron: str | None = None, soft_timeout: float | None = None,
-                 memory_limit: int | None = None, tz: str | None = None) -> None:
+                 memory_limit: int | None = None, tz: str | None = None,
+                 max_running: int | None = None, group_by: str | None = None,
+                 rate: str | None = None, burst: int = 1) -> None:
         self.fn = fn
         self.name = validate_name(name)
         self.queue = validate_queue(queue)
@@ -74,6 +76,10 @@ class Job:
                                          or not isinstance(memory_limit, int) or memory_limit < 1):
             raise RegistryError(f"job {name}: memory_limit must be a positive number of MiB")
         self.memory_limit = memory_limit
+        #: R35/R36: its concurrency and rate limits, written into the store when a
+        #: pool that serves it starts; None: unlimited.
+        self.limit = limits.declared(self.name, max_running=max_running, rate=rate, burst=burst,
+                                     group_by=group_by)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -101,7 +107,7 @@ class Job:
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
                      then: Any = None, store: Any = None, connection: Any = None,
-                     key_period: float | timedelta | None = None) -> Handle:
+                     key_period: float | timedelta | None = None, group: Any = None) -> Handle:
         """Queue a call with per-call options; ``store`` defaults to ``connect()``.
 
         ``then`` is a signature (``other.s(...)``) or a list of them to run, in
@@ -114,7 +120,7 @@ class Job:
         return store.enqueue_with(self.name, args=args, kwargs=kwargs, key=key, delay=delay,
                                   priority=priority, deadline=deadline,
                                   max_attempts=max_attempts, queue=queue, then=then,
-                                  connection=connection, key_period=key_period)
+                                  connection=connection, key_period=key_period, group=group)
 
 
 def _schedule(name: str, every: float | timedelta | None, cron: str | None, tz: str | None):
@@ -151,7 +157,8 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
         store_result: bool = False, on_dead: Callable | None = None,
         every: float | timedelta | None = None, cron: str | None = None,
         soft_timeout: float | None = None, memory_limit: int | None = None,
-        tz: str | None = None) -> Any:
+        tz: str | None = None, max_running: int | None = None, group_by: str | None = None,
+        limit_by: str | None = None, rate: str | None = None, burst: int = 1) -> Any:
     """Register a function as a job. Usable bare (``@job``) or with options.
 
     ``on_dead(job, reason)`` runs once, in a child of the supervisor, for each of
@@ -162,17 +169,27 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
     ``soft_timeout`` raises ``SoftTimeout`` inside the job before the hard
     ``timeout`` kills it (R20); ``memory_limit`` (MiB) has the supervisor kill a
     child whose RSS passes it during this job.
+    ``max_running``: at most this many of its jobs run at once across every pool on
+    the store, per value of the keyword argument ``group_by`` (``limit_by`` is the
+    same option under the design's name) or per ``enqueue_with(group=...)``; without
+    either, for the name as a whole (R35). ``rate="30/m"`` (``/s``, ``/h``): at most
+    that many starts per window, per group, from a bucket of ``burst`` tokens (R36).
     """
 
     def register(func: Callable) -> Job:
         job_name = name if name is not None else _qualified(func)
+        if group_by is not None and limit_by is not None and group_by != limit_by:
+            raise RegistryError(f"job {job_name}: group_by= and limit_by= name the same option; "
+                                f"give one")
         try:
             new = Job(func, name=job_name, queue=queue, priority=priority,
                       max_attempts=max_attempts, timeout=timeout, fatal=fatal,
                       serializer=serializer, backoff_base=backoff_base,
                       backoff_max=backoff_max, max_crashes=max_crashes,
                       store_result=store_result, on_dead=on_dead, every=every, cron=cron,
-                      soft_timeout=soft_timeout, memory_limit=memory_limit, tz=tz)
+                      soft_timeout=soft_timeout, memory_limit=memory_limit, tz=tz,
+                      max_running=max_running, group_by=group_by or limit_by, rate=rate,
+                      burst=burst)
         except EnqueueError as exc:
             raise RegistryError(f"job {job_name}: {exc}") from None
         existing = _registry.get(job_name)
@@ -193,7 +210,8 @@ def _options_of(name: str) -> JobOptions | None:
     job = _registry.get(name)
     if job is None:
         return None
-    return JobOptions(job.serializer, job.queue, job.priority, job.max_attempts, job.timeout)
+    return JobOptions(job.serializer, job.queue, job.priority, job.max_attempts, job.timeout,
+                      job.limit.group_by if job.limit else None)
 
 
 options.set_resolver(_options_of)

@@ -87,9 +87,18 @@ class Lease(NamedTuple):
     crashes: int
     deadline: float | None
     started_at: float
-    #: Its settle has more to write than the row: a chain's next step (R12), and on
-    #: SQLite its batch's count (R34). Claimed as such, so other jobs pay nothing.
-    follow_ups: bool
+    #: Its settle has more to write than the row, as flags: ``FOLLOW_ENDS``, a chain's
+    #: next step (R12) and, on SQLite, its batch's count (R34); ``FOLLOW_LANE``, on
+    #: SQLite, its limit group's lane when it goes back to ready (R35). Claimed as such,
+    #: so other jobs pay nothing.
+    follow_ups: int
+
+
+#: ``Lease.follow_ups`` flags (a claim computes them; a reclaim, which does not ask the
+#: row, takes ``FOLLOW_ALL``).
+FOLLOW_ENDS = 1
+FOLLOW_LANE = 2
+FOLLOW_ALL = FOLLOW_ENDS | FOLLOW_LANE
 
 
 class Outcome(NamedTuple):

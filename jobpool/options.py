@@ -27,6 +27,7 @@ class JobOptions(NamedTuple):
     priority: int
     max_attempts: int
     timeout: float
+    group_by: str | None = None   # R35/R36: the keyword argument naming a row's group
 
 
 def _nothing_registered(name: str) -> JobOptions | None:

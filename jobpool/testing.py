@@ -105,6 +105,11 @@ def drain(store: Store | None = None, *, max_jobs: int = 10_000,
     owner = procinfo.owner_identity()  # leases look like any pool's (R24 can judge them)
     claimer = store.claimer(owner, served.names, served.queues, served.policies)
     try:
+        # R35/R36: the jobs' declared limits hold here too, as they would in a pool.
+        registered = jobs.registered()
+        store.limits.declare({n: registered[n].limit for n in served.names if n in registered},
+                             owner)
+        claimer.set_limits(store.limits.plan().for_pool(served.names, served.queues))
         return _Drain(store, claimer, owner, served).run(max_jobs, run_scheduled)
     finally:
         claimer.close()

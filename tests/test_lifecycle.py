@@ -25,7 +25,7 @@ class FixedRandom:
 
 
 def lease(attempt=1, max_attempts=3, crashes=0, deadline=None):
-    return L.Lease(7, "t.job", attempt, max_attempts, crashes, deadline, NOW - 1, False)
+    return L.Lease(7, "t.job", attempt, max_attempts, crashes, deadline, NOW - 1, 0)
 
 
 def decide(kind, error=None, delay=None, *, rng=None, causes=(), **lease_fields):

@@ -53,7 +53,8 @@ def make_store(path, seed, njobs):
                                  "max_attempts": rng.choice([2, None]), "timeout": rng.choice([10.0, None])}
                                 for j in range(rng.randint(1, 3))])
         conn.execute(sql.INSERT_JOB, (queue, name, key, payload, serializer, priority, run_at,
-                                      run_at, max_attempts, deadline, timeout, T0 - 100, chain, None))
+                                      run_at, max_attempts, deadline, timeout, T0 - 100, chain, None,
+                                      None))
     conn.execute("COMMIT")
     conn.close()
 

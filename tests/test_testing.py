@@ -137,6 +137,9 @@ class WatchedClaimer:
     def turn(self, *args):
         return self.claimer.turn(*args)
 
+    def set_limits(self, plan):
+        self.claimer.set_limits(plan)
+
     def close(self) -> None:
         self.watcher.closed += 1
         self.claimer.close()

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from jobpool import liveness
 from jobpool.lifecycle import Claimed, Outcome, Policy, Settled
+from jobpool.limits import LimitPlan
 from jobpool.queueplan import Share
 from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -49,6 +50,11 @@ class Claimer(Protocol):
         to run, and jobs found past their deadline (R10), settled dead. On a
         failure nothing is applied and ``StoreError`` is raised; the caller keeps
         its outcomes for the next turn."""
+        ...
+
+    def set_limits(self, plan: LimitPlan | None) -> None:
+        """R35/R36: claim under these limits from the next turn (the store's, as
+        ``LimitPlan.for_pool`` cuts them for this pool); None: the ordinary claim."""
         ...
 
     def reclaim(self, now: float) -> list[Settled]:
@@ -86,12 +92,13 @@ class Store(Protocol):
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
                      now: float | None = None, batch: int | None = None,
-                     key_period: float | timedelta | None = None) -> Any:
+                     key_period: float | timedelta | None = None, group: Any = None) -> Any:
         """Queue one job with per-call options: ``key`` unique among live jobs of the
         name (R3) and, with ``key_period``, among those that finished within it;
         ``then`` the chain enqueued as each step completes (R12), ``connection`` the
         caller's own open transaction (R5), ``batch`` the id of an unfinished batch
-        it joins (R34; not with ``key`` or ``connection``)."""
+        it joins (R34; not with ``key`` or ``connection``), ``group`` the row's group
+        for its name's limits (R35, R36; else its ``group_by`` keyword argument)."""
         ...
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
@@ -105,6 +112,12 @@ class Store(Protocol):
         ...
 
     # -- batches (R34) -------------------------------------------------------------------
+
+    @property
+    def limits(self) -> Any:
+        """R35/R36: the limits every pool obeys (``limit_store.StoreLimits``): declared
+        by pools, set for queues, listed with their groups."""
+        ...
 
     def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
         """A new ``jobpool.batches.Batch``: its callbacks (``job.s(...)``) are checked

@@ -80,6 +80,9 @@ def salvage(path: str, new_path: str) -> Report:
     target_store.close()
     target = sqlite_utils.Database(new_path)
     try:
+        # R35/R36: the limits first, so each copied row of a limited name gets its lane.
+        if _columns(source, "jobpool_limits"):
+            _copy_table(source, target, "jobpool_limits", report)
         ids = _readable_ids(source, report)
         # The columns both have: a store of an older schema lacks the newer ones
         # (its rows take their defaults).

@@ -42,6 +42,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     4: ("ALTER TABLE jobs ADD COLUMN batch_id INTEGER", *sql.BATCH_SCHEMA,
         sql.CREATE_FINISHED_KEY_INDEX, "ALTER TABLE jobs ADD COLUMN state TEXT",
         "ALTER TABLE jobs ADD COLUMN state_at REAL"),
+    # R35/R36: limits, a row's group, the lanes a limited claim rotates through.
+    5: ("ALTER TABLE jobs ADD COLUMN grp TEXT", *sql.LIMIT_SCHEMA),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.
@@ -50,7 +52,8 @@ assert max(STEPS) == CURRENT, "sql.SCHEMA_VERSION and the last migration step di
 
 #: The tables jobpool adds; a foreign file holding any of these names is refused.
 OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic", "jobpool_queues",
-                        "jobpool_batches", "jobpool_batch_adds"})
+                        "jobpool_batches", "jobpool_batch_adds", "jobpool_limits",
+                        "jobpool_groups", "jobpool_lanes"})
 
 UPGRADE_HINT = "jobpool start, jobpool enqueue or connect() upgrades it in place"
 

@@ -21,11 +21,15 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from jobpool.errors import StoreError
-from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, LEASE_SLACK,
+from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, FOLLOW_ENDS,
+                               LEASE_SLACK,
                                OWNER_DIED, Claimed, Decision, Lease, Outcome, Policy, Settled,
                                decide)
+from jobpool.limits import LimitPlan, plan_claim
 from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, rows
+from jobpool.store.limit_claim import (LimitedClaim, PgLimitedSource, pg_limited_claim,
+                                      rows_of)
 from jobpool.store.postgres import Target, _first_line, open_connection, scope
 
 log = logging.getLogger(__name__)
@@ -89,7 +93,10 @@ class PgClaimer:
         self.owner = owner
         self.queues = tuple(queues)
         self.policies = {name: Policy(*policy) for name, policy in (policies or {}).items()}
+        self._names = tuple(names)
         self._claim_params = pg_sql.claim_params(names, self.policies, DEFAULT_POLICY)
+        #: R35/R36: the limits this pool obeys (``set_limits``); None: the ordinary claim.
+        self._limits: LimitedClaim | None = None
         if not psycopg.Pipeline.is_supported():
             raise StoreError("a PostgreSQL pool needs libpq 14 or later (pipeline mode); "
                              "pip install 'jobpool[postgres]' brings one")
@@ -212,13 +219,29 @@ class PgClaimer:
                                                               to_pool_clock, claimed, expiring,
                                                               leases))
 
+    def set_limits(self, plan: LimitPlan | None) -> None:
+        """R35/R36: the part of the store's limits this pool obeys from now on
+        (``LimitPlan.for_pool``); None: the ordinary claim."""
+        if plan == (self._limits.plan if self._limits else None):
+            return
+        self._limits = None if plan is None else pg_limited_claim(plan, self._names)
+
     def _claim_queue(self, conn: Any, queue: str, want: int, now: float, to_pool_clock: float,
                      claimed: list[Claimed], expiring: list["SentSettle"],
                      leases: dict[int, Lease]) -> int:
-        # Reading the claim's rows sends everything queued so far in one go.
-        found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
-                                                now=now, slack=LEASE_SLACK, queue=queue,
-                                                limit=want)).fetchall()
+        limited = self._limits
+        if limited is None:
+            # Reading the claim's rows sends everything queued so far in one go.
+            found = conn.execute(pg_sql.CLAIM, dict(self._claim_params, owner=self.owner,
+                                                    now=now, slack=LEASE_SLACK, queue=queue,
+                                                    limit=want)).fetchall()
+        else:
+            # R35/R36: the groups' locks, counts and buckets decide which rows to take.
+            source = PgLimitedSource(pg_sql, rows_of(conn), limited)
+            ids = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
+            found = conn.execute(limited.claim_ids, dict(
+                self._claim_params, owner=self.owner, now=now, slack=LEASE_SLACK,
+                ids=ids)).fetchall() if ids else []
         # RETURNING has no order; dispatch in claim order (R7).
         found.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,
@@ -226,7 +249,7 @@ class PgClaimer:
             # Follow-ups: only a chain's next step here (a batch counts its members by
             # the store's own trigger on PostgreSQL).
             lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                          bool(chained))
+                          FOLLOW_ENDS if chained else 0)
             if deadline is not None and deadline < now:
                 # R10: claimed after its deadline, it is retired without running.
                 expiring.append(self._send_settle(

@@ -28,6 +28,7 @@ from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyS
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store.batch_store import StoreBatches
+from jobpool.store.limit_store import StoreLimits
 from jobpool.store import job_states, pg_sql, rows
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -325,7 +326,7 @@ class PostgresStore:
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
                      now: float | None = None, batch: int | None = None,
-                     key_period: float | timedelta | None = None) -> Handle:
+                     key_period: float | timedelta | None = None, group: Any = None) -> Handle:
         """Queue one job (see ``Store.enqueue_with``). Its run_at is the server's now
         plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
         rows.check_batch_options(batch, key=key, connection=connection)
@@ -333,7 +334,7 @@ class PostgresStore:
         # Validated on a clock of 0: the row takes the server's time when it is written.
         job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
-                           self.max_payload)._replace(batch_id=batch)
+                           self.max_payload, group)._replace(batch_id=batch)
         if connection is not None:
             # R5: inside the caller's own transaction, on its connection (whose
             # search_path is its own: the table is named with the store's schema).
@@ -409,7 +410,9 @@ class PostgresStore:
                                        lambda conn: [self._insert(conn, job) for job in keyed])
             return Handles([h.id for h in handles], store=self,
                            duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
-        as_json = rows.json_batch(items) if options.serializer == "json" else None
+        # A per-group job's rows each take their group from their own arguments.
+        as_json = (rows.json_batch(items)
+                   if options.serializer == "json" and options.group_by is None else None)
         if as_json is not None and len(as_json[0].encode()) + 5 <= self.max_payload:
             # No element can be longer than the whole: every payload is within the limit.
             return self._insert_json_batch(options, len(items), *as_json)
@@ -424,7 +427,7 @@ class PostgresStore:
                     copy.write_row((job_id, job.queue, job.name, None, _bytes(job.payload),
                                     job.serializer, job.priority, "ready", server_now + wait,
                                     server_now + wait, job.max_attempts, None, job.timeout,
-                                    server_now, None, batch))
+                                    server_now, None, batch, job.grp))
             if batch is not None:
                 self.batches.join(conn, batch, ids)
             self.notify_ready(conn, options.queue)
@@ -452,6 +455,11 @@ class PostgresStore:
         return Handles(ids, store=self)
 
     # -- batches (R34) -----------------------------------------------------------------------
+
+    @property
+    def limits(self) -> StoreLimits:
+        """R35/R36: the limits every pool obeys (``limit_store.StoreLimits``)."""
+        return StoreLimits(self, pg_sql)
 
     @property
     def batches(self) -> StoreBatches:
@@ -722,10 +730,12 @@ class PostgresStore:
             _write_progress(conn, beat.owner, progress)
             cancels = conn.execute(pg_sql.CANCELS_FOR_OWNER, params).fetchall()
             paused = conn.execute(pg_sql.PAUSED_QUEUES).fetchall()
+            limit_rows = conn.execute(pg_sql.READ_LIMITS).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
                             registered_anew=bool(anew),
-                            paused=frozenset(row[0] for row in paused))
+                            paused=frozenset(row[0] for row in paused),
+                            limit_rows=tuple(tuple(row) for row in limit_rows))
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
@@ -769,6 +779,7 @@ class PostgresStore:
             if cutoff is not None:
                 removed += conn.execute(pg_sql.PURGE_FINISHED, {
                     "status": "dead", "before": cutoff[0] + 1e-6, "limit": 500}).fetchone()[0]
+            self.limits.purge_groups(conn, server_now)  # R35/R36: idle groups, not jobs
             return removed + self.batches.purge_in(conn, server_now - result_ttl)
         return self.transaction("retention sweep", sweep)
 
@@ -903,7 +914,7 @@ def _job_params(job: rows.NewJob) -> dict[str, Any]:
     return {"queue": job.queue, "name": job.name, "key": job.key, "payload": _bytes(job.payload),
             "serializer": job.serializer, "priority": job.priority, "delay": job.run_at,
             "max_attempts": job.max_attempts, "deadline": job.deadline, "timeout": job.timeout,
-            "chain": job.chain, "batch_id": job.batch_id}
+            "chain": job.chain, "batch_id": job.batch_id, "grp": job.grp}
 
 
 def _write_progress(conn: Any, owner: str, progress: Iterable[ProgressReport]) -> None:

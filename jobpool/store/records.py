@@ -48,6 +48,8 @@ class Requests(NamedTuple):
     registered_anew: bool = False
     #: R38: every paused queue of the store (a pool claims from none of its own).
     paused: frozenset[str] = frozenset()
+    #: R35/R36: the store's limits (``jobpool_limits`` rows, ``LimitRow`` fields).
+    limit_rows: tuple[tuple, ...] = ()
 
 
 class QueueMetrics(NamedTuple):
@@ -133,3 +135,17 @@ def _callback_name(spec: object) -> str | None:
     if isinstance(spec, str):
         spec = json.loads(spec)
     return spec["name"] if isinstance(spec, dict) else None
+
+
+class LimitRow(NamedTuple):
+    """One row of ``jobpool_limits`` (R35, R36): a job name's declared limits, or a
+    queue's (``scope`` 'queue': ``max_running`` only)."""
+
+    scope: str
+    target: str
+    max_running: int | None
+    rate: str | None
+    burst: int
+    group_by: str | None
+    set_by: str
+    set_at: float

@@ -66,6 +66,7 @@ class DeadLetters:
                     continue
                 if changed:
                     conn.execute(sql.MEMBER_REOPENED, {"id": job_id})  # R34
+                    conn.execute(sql.LANE_READY, {"id": job_id})  # R35: back in its lane
                 outcome[job_id] = "retried" if changed else self._why_not(conn, job_id)
             return outcome
         result = self.store.transaction("retrying dead jobs", retry)

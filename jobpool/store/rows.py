@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from jobpool import liveness
+from jobpool import limits, liveness
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
@@ -37,6 +37,7 @@ class EnqueueOptions(NamedTuple):
     timeout: float | None      # None: the claiming pool's registered value
     now: float
     batch_id: int | None = None  # R34: the batch every row joins
+    group_by: str | None = None  # R35: the keyword argument naming each row's group
 
 
 class NewJob(NamedTuple):
@@ -56,6 +57,7 @@ class NewJob(NamedTuple):
     created_at: float
     chain: str | None
     batch_id: int | None = None  # R34: the batch this job is a member of
+    grp: str | None = None       # R35/R36: the group its name's limits count it in
 
     def at(self, now: float) -> "NewJob":
         """A row made on a clock of 0 (in a child, whose clock is not the store's),
@@ -91,7 +93,7 @@ def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeou
         timeout = job.timeout
     deadline_ts = job_options.to_timestamp(deadline)
     return EnqueueOptions(queue, name, serializer, priority, now + wait, max_attempts, deadline_ts,
-                          timeout, now)
+                          timeout, now, None, job.group_by if job else None)
 
 
 def queue_name(queue: Any) -> str:
@@ -104,20 +106,24 @@ def queue_name(queue: Any) -> str:
 
 
 def with_payload(options: EnqueueOptions, args, kwargs, key, chain,
-                 max_payload: int = MAX_PAYLOAD_BYTES) -> NewJob:
+                 max_payload: int = MAX_PAYLOAD_BYTES, group: Any = None) -> NewJob:
+    grp = limits.group_of(options.name, options.group_by, kwargs, group)
     payload = encode_payload(args, kwargs, options.serializer, max_payload)
     return NewJob(options.queue, options.name, key, payload, options.serializer, options.priority,
                   options.run_at, options.run_at, options.max_attempts, options.deadline,
-                  options.timeout, options.now, chain, options.batch_id)
+                  options.timeout, options.now, chain, options.batch_id, grp)
 
 
 def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, queue, timeout,
-            now: float, chain: str | None, max_payload: int = MAX_PAYLOAD_BYTES) -> NewJob:
-    """One job's row, everything validated before anything is written (R1)."""
+            now: float, chain: str | None, max_payload: int = MAX_PAYLOAD_BYTES,
+            group: Any = None) -> NewJob:
+    """One job's row, everything validated before anything is written (R1).
+    ``group``: the row's group for its name's limits (R35, R36), instead of the
+    value of the job's ``group_by`` keyword argument."""
     options = enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
     if key is not None and (not isinstance(key, str) or not key):
         raise EnqueueError(f"key must be a non-empty string, not {key!r}")
-    return with_payload(options, args, kwargs, key, chain, max_payload)
+    return with_payload(options, args, kwargs, key, chain, max_payload, group)
 
 
 def key_period(period: Any, key: Any) -> float | None:

@@ -3,9 +3,10 @@
 Both cores (compiled and pure) and the store read their statements from here, so
 a guard changed in one place is changed everywhere. Times are Unix seconds (REAL).
 """
+import json
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -75,7 +76,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     hook_done        INTEGER NOT NULL DEFAULT 0,
     batch_id         INTEGER,
     state            TEXT,
-    state_at         REAL
+    state_at         REAL,
+    grp              TEXT
 )
 """
 
@@ -265,6 +267,86 @@ END
 BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX, CREATE_BATCH_ADDS,
                 CREATE_BATCH_FINISHED)
 
+#: R35/R36: the limits every pool obeys. ``scope`` 'name': a job's declared
+#: ``max_running`` (per group), ``rate`` (as written, ``30/m``) and ``burst``, and
+#: the keyword argument that names its rows' groups, written by the last pool that
+#: started with it registered (``set_by``); 'queue': ``jobpool limits set --queue``.
+CREATE_LIMITS = """
+CREATE TABLE IF NOT EXISTS jobpool_limits (
+    scope       TEXT    NOT NULL CHECK (scope IN ('name', 'queue')),
+    target      TEXT    NOT NULL,
+    max_running INTEGER,
+    rate        TEXT,
+    burst       INTEGER NOT NULL DEFAULT 1,
+    group_by    TEXT,
+    set_by      TEXT    NOT NULL,
+    set_at      REAL    NOT NULL,
+    PRIMARY KEY (scope, target)
+) WITHOUT ROWID
+"""
+
+#: R35/R36: one row per (name, group) a limited claim has met: the row a claim locks
+#: (on PostgreSQL) before it counts the group's running jobs, and the group's token
+#: bucket (``tokens`` as of ``refilled_at``; NULL: full).
+CREATE_GROUPS = """
+CREATE TABLE IF NOT EXISTS jobpool_groups (
+    name        TEXT NOT NULL,
+    grp         TEXT NOT NULL,
+    tokens      REAL,
+    refilled_at REAL,
+    PRIMARY KEY (name, grp)
+) WITHOUT ROWID
+"""
+
+#: R35: a lane per (queue, priority, name, group) of a limited name that may have
+#: ready rows, made when such a row is written or goes back to ready, dropped by a
+#: claim that finds it empty. A limited claim visits a queue's lanes by priority,
+#: then the one served longest ago first (``served_at``; NULL, never served, first):
+#: the rotation between groups. ``seq`` counts the writes that (re)made the lane, so
+#: a claim drops only a lane nothing has refilled since it looked (PostgreSQL).
+CREATE_LANES = """
+CREATE TABLE IF NOT EXISTS jobpool_lanes (
+    id        INTEGER PRIMARY KEY,
+    queue     TEXT    NOT NULL,
+    priority  INTEGER NOT NULL,
+    name      TEXT    NOT NULL,
+    grp       TEXT    NOT NULL,
+    served_at REAL,
+    seq       INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (queue, priority, name, grp)
+)
+"""
+CREATE_LANES_INDEX = """
+CREATE INDEX IF NOT EXISTS jobpool_lanes_rotation
+    ON jobpool_lanes (queue, priority DESC, served_at, name, grp)
+"""
+
+#: R35: a group's ready rows in claim order, for a lane's probe. Only rows of limited
+#: names have a group in the store's eyes (``grp``); other rows are not in it.
+CREATE_GROUP_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_group_order
+    ON jobs (queue, name, grp, priority, line_at, id, run_at)
+ WHERE status = 'ready' AND grp IS NOT NULL
+"""
+
+#: R35: a row of a limited name joins the whole name's group (``''``) when its
+#: enqueuer named none (a process that never imported the job), and its lane is made.
+#: Whatever inserts a row (an enqueue, a chain step, a batch callback, a salvage) goes
+#: through here; a row going back to ready is the transition engine's (LANE_READY).
+CREATE_LIMITED_TRIGGER = """
+CREATE TRIGGER IF NOT EXISTS jobpool_limited_row AFTER INSERT ON jobs
+WHEN EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = NEW.name)
+BEGIN
+    UPDATE jobs SET grp = '' WHERE id = NEW.id AND grp IS NULL;
+    INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
+    VALUES (NEW.queue, NEW.priority, NEW.name, COALESCE(NEW.grp, ''));
+END
+"""
+
+#: Everything limits add to a store (schema 5).
+LIMIT_SCHEMA = (CREATE_LIMITS, CREATE_GROUPS, CREATE_LANES, CREATE_LANES_INDEX,
+                CREATE_GROUP_INDEX, CREATE_LIMITED_TRIGGER)
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -279,6 +361,7 @@ SCHEMA = (
     CREATE_QUEUES,
     CREATE_FINISHED_KEY_INDEX,
     *BATCH_SCHEMA,
+    *LIMIT_SCHEMA,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -287,8 +370,9 @@ SCHEMA = (
 #: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
 INSERT_JOB = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
-                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id)
-VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?)
+                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
+                  grp)
+VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 #: R4 at speed: a whole enqueue_many batch as one JSON array, unpacked by SQLite
@@ -349,7 +433,8 @@ UPDATE jobs
                ORDER BY priority DESC, line_at, id
                LIMIT :limit)
 RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
-          timeout, deadline, priority, line_at, chain IS NOT NULL OR batch_id IS NOT NULL, run_at
+          timeout, deadline, priority, line_at,
+          (chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL), run_at
 """
 
 
@@ -813,3 +898,161 @@ SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
 #: Every statement the dashboard reads with, for the test that checks their query plans.
 DASHBOARD_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
                      READY_BY_NAME, OPEN_BATCHES)
+
+# --- limits (R35, R36) ---------------------------------------------------------------
+# A limited claim's reads and writes (``store/limit_claim.py``), inside the claim's
+# transaction; lists travel as one JSON array (``listed``).
+
+
+def listed(values) -> str:
+    """A list parameter as SQLite takes it: one JSON array, unpacked by json_each."""
+    return json.dumps(list(values))
+
+
+#: R35: a lane's row made again when a row of a limited name goes back to ready (a
+#: retry, defer, release, interrupt, reschedule): run by the transition engine after
+#: such a settle of a lease claimed with follow-ups, and by ``dead retry``.
+LANE_READY = """
+INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
+SELECT queue, priority, name, grp FROM jobs
+ WHERE id = :id AND status = 'ready' AND grp IS NOT NULL
+   AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = jobs.name)
+"""
+
+#: The next page of a queue's lanes of these names, in rotation order, each with its
+#: group's bucket, running jobs (few: one per busy slot) and first due row, in one
+#: statement (SQLite needs no lock: one writer at a time).
+LANE_PAGE = """
+WITH running AS (
+    SELECT name, COALESCE(grp, '') AS grp, count(*) AS n FROM jobs INDEXED BY jobs_leases
+     WHERE status = 'running' AND name IN (SELECT value FROM json_each(:names)) GROUP BY 1, 2)
+SELECT c.id, c.queue, c.priority, c.name, c.grp, c.served_at, c.seq, c.tokens,
+       c.refilled_at, COALESCE(r.n, 0), h.id, h.priority, h.line_at
+  FROM (SELECT l.id, l.queue, l.priority, l.name, l.grp, l.served_at, l.seq, g.tokens, g.refilled_at,
+               (SELECT id FROM jobs INDEXED BY jobs_group_order
+                 WHERE status = 'ready' AND grp IS NOT NULL AND queue = l.queue
+                   AND name = l.name AND grp = l.grp AND priority = l.priority
+                   AND run_at <= :now
+                 ORDER BY line_at, id LIMIT 1) AS head
+          FROM jobpool_lanes AS l
+          LEFT JOIN jobpool_groups AS g ON g.name = l.name AND g.grp = l.grp
+         WHERE l.queue = :queue AND l.name IN (SELECT value FROM json_each(:names))
+         ORDER BY l.priority DESC, l.served_at, l.name, l.grp
+         LIMIT :count OFFSET :offset) AS c
+  LEFT JOIN running AS r ON r.name = c.name AND r.grp = c.grp
+  LEFT JOIN jobs AS h ON h.id = c.head
+ ORDER BY c.priority DESC, c.served_at, c.name, c.grp
+"""
+
+#: A lane's due rows in claim order (``jobs_group_order``).
+PROBE_LANE = """
+SELECT id, priority, line_at FROM jobs INDEXED BY jobs_group_order
+ WHERE status = 'ready' AND grp IS NOT NULL AND queue = :queue AND name = :name
+   AND grp = :grp AND priority = :priority AND run_at <= :now
+ ORDER BY line_at, id LIMIT :count
+"""
+
+#: A lane whose group has no ready row left (due or not) goes, unless it was made
+#: again since the claim read it.
+DROP_EMPTY_LANE = """
+DELETE FROM jobpool_lanes
+ WHERE id = :id AND seq = :seq
+   AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_group_order
+                    WHERE status = 'ready' AND grp IS NOT NULL AND queue = :queue
+                      AND name = :name AND grp = :grp AND priority = :priority)
+"""
+
+#: The lanes a claim took rows from go to the back of the rotation (``:ids``, a JSON
+#: array of their ids).
+SERVE_LANES = """
+UPDATE jobpool_lanes SET served_at = :now WHERE id IN (SELECT value FROM json_each(:ids))
+"""
+
+#: A queue's running jobs, for its limit (running rows are few: one per busy slot).
+RUNNING_IN_QUEUE = """
+SELECT count(*) FROM jobs INDEXED BY jobs_leases WHERE status = 'running' AND queue = :queue
+"""
+#: PostgreSQL locks a queue's limit row before it counts; SQLite has one writer.
+LOCK_QUEUE_LIMIT = None
+
+#: A rated group's bucket after a claim took tokens from it (made on first use).
+SET_TOKENS = """
+INSERT INTO jobpool_groups (name, grp, tokens, refilled_at) VALUES (:name, :grp, :tokens, :now)
+ON CONFLICT (name, grp) DO UPDATE SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
+"""
+
+#: The ready, due rows of this pool's unlimited names in a queue, in claim order.
+PROBE_UNLIMITED_TEMPLATE = """
+SELECT id, priority, line_at FROM jobs INDEXED BY jobs_claim_order
+ WHERE status = 'ready' AND queue = :queue AND run_at <= :now AND name IN ({names})
+ ORDER BY priority DESC, line_at, id LIMIT :count
+"""
+
+#: The rows a limited claim chose, claimed as CLAIM_TEMPLATE claims (same columns).
+CLAIM_IDS_TEMPLATE = CLAIM_TEMPLATE.replace(
+    """ WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_claim_order
+               WHERE status = 'ready' AND queue = :queue AND run_at <= :now
+                 AND name IN ({names})
+               ORDER BY priority DESC, line_at, id
+               LIMIT :limit)""",
+    " WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'ready'")
+assert CLAIM_IDS_TEMPLATE != CLAIM_TEMPLATE
+
+
+def limited_claim_sql(names, unlimited, policies, default_policy) -> tuple[str, str | None]:
+    """A limited pool's claim of chosen ids, and its probe of unlimited names (None
+    when every name it serves is limited)."""
+    known = {n: policies[n] for n in sorted(set(names)) if n in policies}
+    by_ids = CLAIM_IDS_TEMPLATE.format(
+        names="", max_attempts=per_name_case(known, "max_attempts",
+                                             int(default_policy.max_attempts)),
+        timeouts=per_name_case(known, "timeout", float(default_policy.timeout)))
+    probe = (PROBE_UNLIMITED_TEMPLATE.format(names=", ".join(quote_literal(n)
+                                                             for n in sorted(unlimited)))
+             if unlimited else None)
+    return by_ids, probe
+
+
+# The limits themselves (``store/limit_store.py``).
+
+PUT_LIMIT = """
+INSERT INTO jobpool_limits (scope, target, max_running, rate, burst, group_by, set_by, set_at)
+VALUES (:scope, :target, :max_running, :rate, :burst, :group_by, :set_by, :now)
+ON CONFLICT (scope, target) DO UPDATE SET
+    max_running = excluded.max_running, rate = excluded.rate, burst = excluded.burst,
+    group_by = excluded.group_by, set_by = excluded.set_by, set_at = excluded.set_at
+"""
+DELETE_LIMIT = "DELETE FROM jobpool_limits WHERE scope = :scope AND target = :target"
+READ_LIMITS = """
+SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
+  FROM jobpool_limits ORDER BY scope, target
+"""
+#: A name that becomes limited: its live rows without a group join the whole name's,
+#: and its ready rows get their lanes.
+ADOPT_LIMITED = """
+UPDATE jobs SET grp = '' WHERE name = :name AND grp IS NULL AND status IN ('ready', 'running')
+"""
+LANES_OF_NAME = """
+INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
+SELECT DISTINCT queue, priority, name, grp FROM jobs
+ WHERE name = :name AND status = 'ready' AND grp IS NOT NULL
+"""
+#: A name no longer limited: its rows are claimed the ordinary way, its lanes go.
+DROP_LANES_OF_NAME = "DELETE FROM jobpool_lanes WHERE name = :name"
+#: ``limits list``: the groups met so far, their running jobs and buckets.
+GROUP_ROWS = """
+SELECT g.name, g.grp, g.tokens, g.refilled_at,
+       (SELECT count(*) FROM jobs INDEXED BY jobs_leases
+         WHERE status = 'running' AND name = g.name AND COALESCE(grp, '') = g.grp)
+  FROM jobpool_groups AS g ORDER BY g.name, g.grp LIMIT :limit
+"""
+RUNNING_BY_QUEUE = """
+SELECT queue, count(*) FROM jobs INDEXED BY jobs_leases WHERE status = 'running' GROUP BY queue
+"""
+#: The sweep: groups with no lane, untouched for a day (a bucket refills long before).
+PURGE_GROUPS = """
+DELETE FROM jobpool_groups
+ WHERE COALESCE(refilled_at, 0) < :before
+   AND NOT EXISTS (SELECT 1 FROM jobpool_lanes AS l
+                    WHERE l.name = jobpool_groups.name AND l.grp = jobpool_groups.grp)
+"""

@@ -20,6 +20,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import job_states, migrations, retention, rows, sql
 from jobpool.store.batch_store import StoreBatches
+from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 from jobpool.store.urls import is_postgres_url
@@ -201,7 +202,7 @@ class SQLiteStore:
                      timeout: float | None = None, then: Any = None,
                      connection: sqlite3.Connection | None = None,
                      now: float | None = None, batch: int | None = None,
-                     key_period: float | timedelta | None = None) -> Handle:
+                     key_period: float | timedelta | None = None, group: Any = None) -> Handle:
         """Queue one job with per-call options.
 
         ``then`` is a ``Signature`` (``job.s(...)``) or a list of them: the chain
@@ -212,11 +213,13 @@ class SQLiteStore:
         ``batch``: the id of an unfinished batch this job joins (R34).
         ``key_period``: a job with the key that finished less than this long ago
         (seconds or a timedelta) makes this enqueue a duplicate too.
+        ``group``: the row's group for its name's limits (R35, R36), instead of the
+        value of the job's ``group_by`` keyword argument.
         """
         now = time.time() if now is None else now
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload),
-                           self.max_payload)
+                           self.max_payload, group)
         period = None
         if batch is not None or key_period is not None:  # the per-call path stays short
             rows.check_batch_options(batch, key=key, connection=connection)
@@ -255,7 +258,9 @@ class SQLiteStore:
         checked_keys = rows.check_keys(keys, len(items))
         if checked_keys is not None:
             return self._insert_keyed(options, items, checked_keys)
-        as_json = rows.json_batch(items) if options.serializer == "json" else None
+        # A per-group job's rows each take their group from their own arguments.
+        as_json = (rows.json_batch(items)
+                   if options.serializer == "json" and options.group_by is None else None)
         count = len(items)
 
         def join(conn: sqlite3.Connection) -> None:
@@ -374,6 +379,11 @@ class SQLiteStore:
     # -- for the store's own modules (retention.py): SQL run on this store's connection ----
 
     # -- batches (R34) ----------------------------------------------------------------------
+
+    @property
+    def limits(self) -> StoreLimits:
+        """R35/R36: the limits every pool obeys (``limit_store.StoreLimits``)."""
+        return StoreLimits(self, sql)
 
     @property
     def batches(self) -> StoreBatches:
@@ -654,10 +664,12 @@ class SQLiteStore:
             _write_progress(conn, beat.owner, progress)
             cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": beat.owner}).fetchall()
             paused = conn.execute(sql.PAUSED_QUEUES).fetchall()
+            limit_rows = conn.execute(sql.READ_LIMITS).fetchall()
             return Requests(stop=bool(stop), procs=desired,
                             cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
                             registered_anew=bool(anew),
-                            paused=frozenset(row[0] for row in paused))
+                            paused=frozenset(row[0] for row in paused),
+                            limit_rows=tuple(tuple(row) for row in limit_rows))
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
@@ -701,6 +713,8 @@ class SQLiteStore:
         """R32: one bounded batch of each retention rule."""
         removed = retention.sweep(self, now, result_ttl=result_ttl,
                                   dead_letter_limit=dead_letter_limit)
+        # R35/R36: groups idle for a day (not jobs: not counted).
+        self.transaction("sweeping limit groups", lambda conn: self.limits.purge_groups(conn, now))
         return removed + self.batches.purge(now - result_ttl)
 
     def forget_pool(self, owner: str) -> None:

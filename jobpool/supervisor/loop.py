@@ -110,7 +110,8 @@ class Supervisor:
         self.operations = Operations(config, self.state, self.store, self.owner, names,
                                      self.plan, claimer_name=self.core.name,
                                      take_back=self._take_back,
-                                     request_stop=self.request_stop)
+                                     request_stop=self.request_stop,
+                                     apply_limits=self.core.set_limits)
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            inherited_fds=self._own_fds, other_children=self._other_children,
                            write_final_progress=self.operations.write_final_progress,

@@ -17,8 +17,10 @@ from jobpool import events, jobs, lifecycle, liveness, periodic, procinfo, proto
 from jobpool.config import HEARTBEAT_EVERY, PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.hooks import HookRunner
+from jobpool.limits import LimitPlan
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
+from jobpool.store.limit_store import describe, plan_from_rows
 from jobpool.store.records import Heartbeat, ProgressReport
 from jobpool.supervisor.slots import Slots, progress_reports
 from jobpool.supervisor.state import PoolState
@@ -35,10 +37,12 @@ class Operations:
     def __init__(self, config: PoolConfig, state: PoolState, store: Store, owner: str,
                  names: tuple[str, ...], plan: QueuePlan, *, claimer_name: str,
                  take_back: Callable[[str, str, float], list | None],
-                 request_stop: Callable[[], None]) -> None:
+                 request_stop: Callable[[], None],
+                 apply_limits: Callable[[LimitPlan | None], None] | None = None) -> None:
         """``take_back(owner, reason, now)`` settles every lease of a dead pool (the
         loop's, since it settles through the claimer); ``request_stop`` is what a
-        ``jobpool stop`` does to this pool."""
+        ``jobpool stop`` does to this pool; ``apply_limits(plan)`` hands the claimer
+        the store's limits each heartbeat reads (R35, R36)."""
         self.config = config
         self.state = state
         self.store = store
@@ -48,6 +52,7 @@ class Operations:
         self.claimer_name = claimer_name  # the pool row's "core" (R29)
         self.take_back = take_back
         self.request_stop = request_stop
+        self.apply_limits = apply_limits
         self.slots: Slots | None = None  # set by the loop once the slots exist
         self.next_heartbeat = 0.0
         self._next_sweep = 0.0
@@ -67,6 +72,13 @@ class Operations:
             if warning:
                 log.warning("%s", warning)
         self._periodic_done: dict[str, float] = {}
+        #: R35/R36: the limits this release declares for the names it serves, written
+        #: into the store before the first claim; what the store says instead, as last
+        #: logged.
+        self._declared = {n: registered[n].limit for n in names if n in registered}
+        self._limits_declared = False
+        self._limit_plan: LimitPlan | None = None
+        self._disagreements: frozenset[str] = frozenset()
 
     # -- heartbeat (R22, R25, R27, R29, R31) ------------------------------------------------
 
@@ -102,6 +114,10 @@ class Operations:
                          slots_json=json.dumps(slots.views()))
         unreported = slots.unreported_progress()
         try:
+            if not self._limits_declared:
+                for change in self.store.limits.declare(self._declared, self.owner):
+                    log.warning("%s", change)
+                self._limits_declared = True
             requests = self.store.heartbeat(beat, progress_reports(unreported), now)
         except StoreError as exc:
             log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
@@ -121,6 +137,7 @@ class Operations:
         self._registered = True
         self._beating_since = self._beating_since or now
         self._obey_pauses(requests.paused)
+        self._obey_limits(requests.limit_rows)
         self._bury_dead_pools(now)
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
@@ -147,6 +164,24 @@ class Operations:
             events.emit(events.QUEUE_RESUMED, queue=queue)
         if resumed:
             self.state.want_claim = True
+
+    def _obey_limits(self, limit_rows: tuple[tuple, ...]) -> None:
+        """R35/R36: claim under the store's limits from now on; say once where they
+        differ from what this release declares (another release wrote them last)."""
+        store_plan = plan_from_rows(list(limit_rows))
+        plan = store_plan.for_pool(self.names, self.plan.queues)
+        if plan != self._limit_plan:
+            self._limit_plan = plan
+            if self.apply_limits is not None:
+                self.apply_limits(plan)
+            self.state.want_claim = True
+        disagreements = frozenset(
+            f"job {name}: this pool declares {describe(limit)}, the store says "
+            f"{describe(store_plan.names.get(name))}; obeying the store"
+            for name, limit in self._declared.items() if store_plan.names.get(name) != limit)
+        for line in sorted(disagreements - self._disagreements):
+            log.warning("%s", line)
+        self._disagreements = disagreements
 
     @property
     def registered(self) -> bool:

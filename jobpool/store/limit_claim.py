@@ -1,0 +1,177 @@
+"""A limited claim's reads and writes (R35, R36) over either store's SQL, inside the
+claim's own transaction.
+
+``limits.plan_claim`` decides which rows a claim takes; this is what it reads
+and writes to decide. One class serves SQLite (both cores) and PostgreSQL: the
+statements have the same names and parameters in ``store/sql.py`` and
+``store/pg_sql.py``, and ``query(text, params)`` runs one on the claim's
+connection. PostgreSQL locks each group's row (``FOR UPDATE SKIP LOCKED``: a
+group another host is claiming is skipped this turn, never waited for) and a
+queue's limit row before it counts their running jobs, so two hosts can never
+both see the last free place; SQLite has one writer at a time.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import Any
+
+from jobpool.limits import Lane, LaneState, LimitPlan
+
+Query = Callable[[str, dict], list]
+
+
+class SqlLimitedSource:
+    """``limits.LimitedSource`` over a store's statements (see the module docstring).
+    This class reads a page of lanes as SQLite does, in one statement; PostgreSQL's
+    subclass locks the groups first."""
+
+    def __init__(self, statements: ModuleType, query: Query, claim: "LimitedClaim") -> None:
+        self.sql = statements
+        self.query = query
+        self._probe_unlimited = claim.probe_unlimited
+        self._probe_params = claim.probe_params
+        self._listed: dict[tuple[str, ...], Any] = {}
+
+    def listed(self, names: Sequence[str]) -> Any:
+        """The limited names as the statements take them, encoded once per set."""
+        key = tuple(names)
+        found = self._listed.get(key)
+        if found is None:
+            found = self._listed[key] = self.sql.listed(key)
+        return found
+
+    def running_in_queue(self, queue: str) -> int:
+        if self.sql.LOCK_QUEUE_LIMIT is not None:
+            self.query(self.sql.LOCK_QUEUE_LIMIT, {"queue": queue})
+        return int(self.query(self.sql.RUNNING_IN_QUEUE, {"queue": queue})[0][0])
+
+    def lane_page(self, queue: str, names: Sequence[str], offset: int, count: int,
+                  now: float) -> list[LaneState]:
+        return [LaneState(Lane(*row[:7]), True, row[7], row[8], int(row[9]),
+                          None if row[10] is None else (row[10], row[11], row[12]))
+                for row in self.query(self.sql.LANE_PAGE, {
+                    "queue": queue, "names": self.listed(names), "count": count,
+                    "offset": offset, "now": now})]
+
+    def probe_lane(self, lane: Lane, now: float, count: int) -> list[tuple[int, int, float]]:
+        return self.query(self.sql.PROBE_LANE, {
+            "queue": lane.queue, "priority": lane.priority, "name": lane.name, "grp": lane.group,
+            "now": now, "count": count})
+
+    def drop_lane_if_empty(self, lane: Lane) -> None:
+        self.query(self.sql.DROP_EMPTY_LANE, {
+            "id": lane.id, "seq": lane.seq, "queue": lane.queue, "priority": lane.priority,
+            "name": lane.name, "grp": lane.group})
+
+    def probe_unlimited(self, queue: str, now: float,
+                        count: int) -> list[tuple[int, int, float]]:
+        if self._probe_unlimited is None:
+            return []
+        return self.query(self._probe_unlimited, dict(self._probe_params, queue=queue, now=now,
+                                                      count=count))
+
+    def served(self, lanes: Iterable[Lane], now: float) -> None:
+        self.query(self.sql.SERVE_LANES, {
+            "now": now, "ids": self.sql.listed(lane.id for lane in lanes)})
+
+    def set_tokens(self, group: tuple[str, str], tokens: float, now: float) -> None:
+        self.query(self.sql.SET_TOKENS, {"name": group[0], "grp": group[1], "tokens": tokens,
+                                         "now": now})
+
+
+class PgLimitedSource(SqlLimitedSource):
+    """PostgreSQL: a page of lanes, then their groups locked (``SKIP LOCKED``: one
+    another host's claim holds is not held here, and is passed over this turn), then
+    the held groups' running jobs counted and their lanes' first due rows read, each
+    after the locks, so what another claim committed is seen."""
+
+    def lane_page(self, queue: str, names: Sequence[str], offset: int, count: int,
+                  now: float) -> list[LaneState]:
+        lanes = [Lane(*row) for row in self.query(self.sql.LANES_PAGE, {
+            "queue": queue, "names": self.listed(names), "count": count, "offset": offset})]
+        if not lanes:
+            return []
+        buckets = self._lock_groups(sorted({(lane.name, lane.group) for lane in lanes}))
+        held = [lane for lane in lanes if (lane.name, lane.group) in buckets]
+        running: dict[tuple[str, str], int] = {}
+        heads: dict[Lane, tuple[int, int, float]] = {}
+        if held:
+            running = {(name, grp): int(n) for name, grp, n in self.query(
+                self.sql.RUNNING_BY_GROUP,
+                {"names": self.sql.listed(sorted({lane.name for lane in held}))})}
+            for index, job_id, priority, line_at in self.query(self.sql.LANE_HEADS, {
+                    "queue": queue, "now": now,
+                    "lanes": json.dumps([[lane.name, lane.group, lane.priority]
+                                         for lane in held])}):
+                heads[held[index]] = (job_id, priority, line_at)
+        states = []
+        for lane in lanes:
+            key = (lane.name, lane.group)
+            if key not in buckets:
+                states.append(LaneState(lane, False, None, None, 0, None))
+                continue
+            tokens, refilled_at = buckets[key]
+            states.append(LaneState(lane, True, tokens, refilled_at, running.get(key, 0),
+                                    heads.get(lane)))
+        return states
+
+    def _lock_groups(self, groups: Sequence[tuple[str, str]]
+                     ) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+        locked = {(name, grp): (tokens, refilled_at) for name, grp, tokens, refilled_at
+                  in self.query(self.sql.LOCK_GROUPS, {"groups": json.dumps(groups)})}
+        missing = [g for g in groups if g not in locked]
+        if missing:
+            # New groups are made (and so held by this transaction); one that exists
+            # but another claim holds is in neither answer.
+            locked.update(((name, grp), (tokens, refilled_at)) for name, grp, tokens, refilled_at
+                          in self.query(self.sql.ENSURE_GROUPS, {"groups": json.dumps(missing)}))
+        return locked
+
+
+class LimitedClaim:
+    """What a claimer holds while its pool obeys limits: the plan, and its two
+    statements (a claim of chosen ids, a probe of its unlimited names)."""
+
+    def __init__(self, plan: LimitPlan, claim_ids: str, probe_unlimited: str | None,
+                 probe_params: dict | None = None) -> None:
+        self.plan = plan
+        self.claim_ids = claim_ids
+        self.probe_unlimited = probe_unlimited
+        self.probe_params = probe_params or {}
+        self.has_unlimited = probe_unlimited is not None
+
+
+def sqlite_limited_claim(plan: LimitPlan, names: Sequence[str], policies: dict,
+                         default_policy: Any) -> LimitedClaim:
+    """A SQLite core's limited claim for a pool serving ``names``."""
+    from jobpool.store import sql
+    unlimited = [n for n in names if n not in plan.names]
+    claim_ids, probe = sql.limited_claim_sql(names, unlimited, policies, default_policy)
+    return LimitedClaim(plan, claim_ids, probe)
+
+
+def rows_of(conn: Any) -> Query:
+    """``query`` over a psycopg connection: a statement's rows, none for a write
+    without RETURNING."""
+    def query(text: str, params: dict) -> list:
+        cursor = conn.execute(text, params)
+        # In pipeline mode a cursor knows it has rows only once they are read: ask by
+        # what the statement is, not by its cursor.
+        return cursor.fetchall() if _returns_rows(text) else []
+    return query
+
+
+def _returns_rows(text: str) -> bool:
+    head = text.lstrip()[:6].upper()
+    return head == "SELECT" or "RETURNING" in text.upper()
+
+
+def pg_limited_claim(plan: LimitPlan, names: Sequence[str]) -> LimitedClaim:
+    """A PostgreSQL claimer's limited claim for a pool serving ``names`` (its
+    per-name defaults travel in the claim's parameters, as its ordinary claim's do)."""
+    from jobpool.store import pg_sql
+    unlimited = sorted({n for n in names if n not in plan.names})
+    return LimitedClaim(plan, pg_sql.CLAIM_IDS, pg_sql.PROBE_UNLIMITED if unlimited else None,
+                        {"unlimited": unlimited})

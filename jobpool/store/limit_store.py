@@ -1,0 +1,148 @@
+"""R35/R36 in a store: the limits every pool obeys, as written by the pools that
+declare them and by ``jobpool limits``, and what ``limits list`` shows.
+
+A name's limits come from its ``@job`` declaration: a pool writes those of the
+names it serves when it starts (``declare``); a change is logged, and from then
+on every pool reads the new numbers at its next heartbeat. A name that becomes
+limited has its live rows put in the whole name's group and its lanes made; one
+that stops being limited has its lanes dropped, and its rows are claimed the
+ordinary way again. A queue's limit is an operator's (``set_queue``). One class
+serves both stores (``statements`` is the store's SQL module).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from jobpool.limits import LimitPlan, NameLimit, parse_rate
+from jobpool.store.records import LimitRow
+
+log = logging.getLogger(__name__)
+
+#: Groups ``limits list`` shows at most.
+GROUPS_SHOWN = 1000
+#: A group without a lane, untouched this long, is swept (its bucket is full again).
+GROUP_IDLE = 86400.0
+
+
+def plan_from_rows(rows: list[tuple]) -> LimitPlan:
+    """The store's ``jobpool_limits`` rows as a ``LimitPlan``."""
+    names: dict[str, NameLimit] = {}
+    queues: dict[str, int] = {}
+    for row in rows:
+        limit = LimitRow(*row)
+        if limit.scope == "queue":
+            if limit.max_running is not None:
+                queues[limit.target] = int(limit.max_running)
+            continue
+        names[limit.target] = NameLimit(limit.target, limit.max_running,
+                                        parse_rate(limit.rate) if limit.rate else None,
+                                        int(limit.burst), limit.group_by)
+    return LimitPlan(names, queues)
+
+
+def describe(limit: NameLimit | None) -> str:
+    """A name's limits as one phrase, for logs and ``limits list``."""
+    if limit is None:
+        return "no limit"
+    parts = []
+    if limit.max_running is not None:
+        parts.append(f"max_running={limit.max_running}")
+    if limit.rate is not None:
+        parts.append(f"rate={limit.rate.text}")
+        parts.append(f"burst={limit.burst}")
+    if limit.group_by is not None:
+        parts.append(f"per {limit.group_by}")
+    return " ".join(parts)
+
+
+class StoreLimits:
+    """The limits of one store (``store.limits``); the store gives
+    ``transaction(what, fn)`` and ``read_rows(what, query, params)``."""
+
+    def __init__(self, store: Any, statements: ModuleType) -> None:
+        self.store = store
+        self.sql = statements
+
+    def plan(self) -> LimitPlan:
+        return plan_from_rows(self.store.read_rows("reading limits", self.sql.READ_LIMITS))
+
+    def declare(self, declared: Mapping[str, NameLimit | None], owner: str,
+                now: float | None = None) -> list[str]:
+        """Write the limits a pool declares for the names it serves, in one
+        transaction; returns what changed, one line each (logged by the pool)."""
+        now = time.time() if now is None else now
+
+        def write(conn: Any) -> list[str]:
+            stored = plan_from_rows(conn.execute(self.sql.READ_LIMITS).fetchall()).names
+            changes = []
+            for name, limit in sorted(declared.items()):
+                before = stored.get(name)
+                if before == limit:
+                    continue
+                changes.append(f"limits of {name}: {describe(before)} -> {describe(limit)} "
+                               f"(declared by pool {owner})")
+                if limit is None:
+                    conn.execute(self.sql.DELETE_LIMIT, {"scope": "name", "target": name})
+                    conn.execute(self.sql.DROP_LANES_OF_NAME, {"name": name})
+                    continue
+                conn.execute(self.sql.PUT_LIMIT, {
+                    "scope": "name", "target": name, "max_running": limit.max_running,
+                    "rate": limit.rate.text if limit.rate else None, "burst": limit.burst,
+                    "group_by": limit.group_by, "set_by": owner, "now": now})
+                if before is None:
+                    conn.execute(self.sql.ADOPT_LIMITED, {"name": name})
+                    conn.execute(self.sql.LANES_OF_NAME, {"name": name})
+            return changes
+        return self.store.transaction("writing declared limits", write)
+
+    def set_queue(self, queue: str, running: int, set_by: str = "cli",
+                  now: float | None = None) -> None:
+        """R35: at most ``running`` jobs of ``queue`` run at once, across all pools."""
+        params = {"scope": "queue", "target": queue, "max_running": running, "rate": None,
+                  "burst": 1, "group_by": None, "set_by": set_by,
+                  "now": time.time() if now is None else now}
+        self.store.transaction("setting a queue limit",
+                               lambda conn: conn.execute(self.sql.PUT_LIMIT, params))
+
+    def clear_queue(self, queue: str) -> bool:
+        """The queue's limit gone; False if it had none."""
+        return self.store.transaction("clearing a queue limit", lambda conn: conn.execute(
+            self.sql.DELETE_LIMIT, {"scope": "queue", "target": queue}).rowcount > 0)
+
+    def listing(self, now: float | None = None) -> dict[str, Any]:
+        """What ``limits list`` shows: every limit with its running jobs, and the
+        groups met so far with their running jobs and tokens left."""
+        now = time.time() if now is None else now
+        read = self.store.read_rows
+        rows = [LimitRow(*row) for row in read("reading limits", self.sql.READ_LIMITS)]
+        plan = plan_from_rows([tuple(row) for row in rows])
+        by_queue = dict(read("counting running jobs", self.sql.RUNNING_BY_QUEUE))
+        groups = []
+        for name, grp, tokens, refilled_at, running in read(
+                "reading limit groups", self.sql.GROUP_ROWS, {"limit": GROUPS_SHOWN}):
+            limit = plan.names.get(name)
+            if limit is None:
+                continue
+            left = None
+            if limit.rate is not None:
+                from jobpool.limits import refill
+                left = refill(tokens, refilled_at, limit.rate, limit.burst, now)
+            groups.append({"name": name, "group": grp, "running": int(running),
+                           "max_running": limit.max_running,
+                           "rate": limit.rate.text if limit.rate else None,
+                           "tokens": None if left is None else round(left, 3)})
+        limits = []
+        for row in rows:
+            entry = row._asdict()
+            if row.scope == "queue":
+                entry["running"] = int(by_queue.get(row.target, 0))
+            limits.append(entry)
+        return {"limits": limits, "groups": groups}
+
+    def purge_groups(self, conn: Any, now: float) -> int:
+        """The sweep: groups with no lane, untouched for a day."""
+        return conn.execute(self.sql.PURGE_GROUPS, {"before": now - GROUP_IDLE}).rowcount

@@ -1,0 +1,245 @@
+"""R35 and R36, the same tests for every claimer: the compiled and pure SQLite cores
+and PostgreSQL. A limit is enforced inside the claim transaction; a held-back row
+keeps its place, spends no attempt and blocks no row behind it; groups with ready
+rows are served in rotation; a rate's bucket is never overdrawn."""
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from jobpool import _core_py, core
+from jobpool.errors import EnqueueError
+from jobpool.lifecycle import DONE, FATAL, RETRY, Outcome
+from jobpool.limits import NameLimit, parse_rate
+
+LOAD, FREE, RATED = "l.load", "l.free", "l.rated"
+NAMES = (LOAD, FREE, RATED)
+
+
+@pytest.fixture(params=["compiled", "pure", "postgres"])
+def store(request, tmp_path, monkeypatch):
+    import jobpool
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+    else:
+        url = str(tmp_path / "jobpool.db")
+        if request.param == "pure":
+            monkeypatch.setattr(core, "Core", _core_py.Core)
+        elif core.NAME != "compiled":
+            pytest.skip("the compiled core is not built")
+    store = jobpool.connect(url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def claimer(store):
+    made = []
+
+    def make(owner="pool-a", queues=("default",)):
+        c = store.claimer(owner, NAMES, queues, {})
+        c.set_limits(store.limits.plan().for_pool(NAMES, queues))
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()
+
+
+def declare(store, *limits: NameLimit) -> None:
+    store.limits.declare({limit.name: limit for limit in limits}, "test")
+
+
+def per_group(n: int) -> NameLimit:
+    return NameLimit(LOAD, n, None, 1, "customer")
+
+
+def claim(c, n):
+    return c.turn([], n, time.time(), None)[1]
+
+
+def finish(c, jobs, kind=DONE):
+    return c.turn([Outcome(j.job_id, j.attempt, kind) for j in jobs], 0, time.time(),
+                  random.Random(1))[0]
+
+
+def groups(store, jobs):
+    return sorted(_kwargs(store, j.job_id)["customer"] for j in jobs)
+
+
+def _kwargs(store, job_id):
+    import json
+    return json.loads(store.get(job_id)["payload"])[1]
+
+
+def enqueue(store, customer, count, name=LOAD, **options):
+    # This process registers no job: the group is named as an enqueuer without the
+    # job's group_by would name it.
+    return [store.enqueue_with(name, kwargs={"customer": customer, "n": i}, group=customer,
+                               **options).id for i in range(count)]
+
+
+def test_a_group_at_its_limit_is_held_and_blocks_no_one_behind_it(store, claimer):
+    declare(store, per_group(2))
+    held = enqueue(store, "big", 10)
+    enqueue(store, "small", 3)
+    free = store.enqueue(FREE, 1).id
+    c = claimer()
+    first = claim(c, 8)
+    # R35: two of each customer, and the unlimited job behind them all, in one turn.
+    assert groups(store, [j for j in first if j.name == LOAD]) == ["big", "big", "small", "small"]
+    assert free in {j.job_id for j in first}
+    assert claim(c, 8) == []  # both groups at their limit: nothing more, however many slots
+    # Held rows keep their place and spend no attempt.
+    waiting = [store.get(i) for i in held[2:]]
+    assert {(j["status"], j["attempts"]) for j in waiting} == {("ready", 0)}
+    finish(c, [j for j in first if j.name == LOAD and _kwargs(store, j.job_id)["customer"] == "big"])
+    # The next in line of the big group, in line order.
+    assert [j.job_id for j in claim(c, 8)] == held[2:4]
+
+
+def test_two_claimers_never_run_more_than_the_limit(store, claimer):
+    declare(store, per_group(3))
+    enqueue(store, "a", 20)
+    one, two = claimer("pool-a"), claimer("pool-b")
+    first, second, third = claim(one, 2), claim(two, 4), claim(one, 4)
+    assert (len(first), len(second), len(third)) == (2, 1, 0)
+    finish(one, first[:1])
+    assert len(claim(two, 4)) == 1
+    assert claim(one, 4) == []
+
+
+def test_groups_are_served_in_rotation(store, claimer):
+    # A customer's 30 files enqueued first do not starve another's 3: with room for
+    # many, each turn's slots alternate between the groups with ready rows.
+    declare(store, per_group(100))
+    big = enqueue(store, "big", 30)
+    small = enqueue(store, "small", 3)
+    c = claimer()
+    taken = claim(c, 4)
+    assert groups(store, taken) == ["big", "big", "small", "small"]
+    assert set(j.job_id for j in taken) == {big[0], big[1], small[0], small[1]}
+
+
+def test_priority_comes_before_rotation(store, claimer):
+    declare(store, per_group(5))
+    enqueue(store, "a", 4)
+    urgent = enqueue(store, "b", 1, priority=10)
+    c = claimer()
+    assert claim(c, 1)[0].job_id == urgent[0]
+
+
+def test_a_retried_row_comes_back_into_its_lane(store, claimer):
+    declare(store, per_group(1))
+    (only,) = enqueue(store, "a", 1)
+    c = claimer()
+    (job,) = claim(c, 1)
+    assert finish(c, [job], RETRY)[0].status == "ready"
+    store_row = store.get(only)
+    assert store_row["status"] == "ready"
+    again = []
+    deadline = time.monotonic() + 10
+    while not again and time.monotonic() < deadline:  # the retry's backoff, then due
+        again = claim(c, 1)
+        time.sleep(0.05)
+    assert [j.job_id for j in again] == [only]
+
+
+def test_a_dead_limited_row_retried_is_claimed_again(store, claimer):
+    declare(store, per_group(1))
+    (only,) = enqueue(store, "a", 1)
+    c = claimer()
+    (job,) = claim(c, 1)
+    finish(c, [job], FATAL)
+    assert claim(c, 1) == []  # the group's lane is found empty and dropped
+    assert store.dead.retry([only]) == {only: "retried"}
+    assert [j.job_id for j in claim(c, 1)] == [only]
+
+
+def test_a_limited_name_enqueued_without_its_group_joins_the_whole_name(store, claimer):
+    # A process that never imported the job writes no group: the store puts the row
+    # in the whole name's group, so the limit still holds.
+    declare(store, NameLimit(LOAD, 1, None, 1, None))
+    first = store.enqueue(LOAD, customer="x").id
+    store.enqueue(LOAD, customer="y")
+    c = claimer()
+    assert [j.job_id for j in claim(c, 4)] == [first]
+    assert claim(c, 4) == []
+
+
+def test_rows_enqueued_before_the_limit_are_limited_too(store, claimer):
+    enqueue(store, "a", 5)
+    declare(store, NameLimit(LOAD, 2, None, 1, None))
+    c = claimer()
+    assert len(claim(c, 5)) == 2
+
+
+def test_a_queue_limit_holds_across_claimers(store, claimer):
+    store.limits.set_queue("default", 3)
+    for i in range(10):
+        store.enqueue(FREE, i)
+    one, two = claimer("pool-a"), claimer("pool-b")
+    taken = claim(one, 2) + claim(two, 5)
+    assert len(taken) == 3
+    finish(one, taken[:1])
+    assert len(claim(two, 5)) == 1
+    assert store.limits.clear_queue("default")
+    fresh = claimer("pool-c")
+    assert len(claim(fresh, 10)) == 6
+
+
+def test_a_rate_never_overdraws_its_bucket(store, claimer):
+    # R36: any window of length w sees at most rate x w + burst starts.
+    rate = parse_rate("10/s")
+    declare(store, NameLimit(RATED, None, rate, 2, None))
+    for i in range(60):
+        store.enqueue(RATED, i)
+    c = claimer()
+    starts = []
+    begun = time.monotonic()
+    while time.monotonic() - begun < 1.5:
+        jobs = claim(c, 8)
+        starts.extend([time.monotonic()] * len(jobs))
+        finish(c, jobs)
+        time.sleep(0.01)
+    assert starts, "a rate of 10/s started nothing in 1.5 s"
+    for i, first in enumerate(starts):
+        for j in range(i, len(starts)):
+            window = starts[j] - first
+            # One token of slack: the store's clock and this one are read apart.
+            assert j - i + 1 <= rate.per_second * window + 2 + 1, (i, j, window)
+    assert len(starts) <= 10 * (starts[-1] - starts[0]) + 3
+    assert len(starts) >= 5  # it refills: more than the burst over 1.5 s
+
+
+def test_enqueue_without_the_group_by_argument_is_refused(store):
+    from jobpool import job, jobs
+
+    @job(name="l.declared", max_running=2, group_by="customer")
+    def declared(customer=None):
+        pass
+    try:
+        with pytest.raises(EnqueueError, match="customer"):
+            store.enqueue("l.declared", "positional")
+        with pytest.raises(EnqueueError, match="customer"):
+            declared.enqueue_with(kwargs={}, store=store)
+        # group= names it instead.
+        handle = declared.enqueue_with(kwargs={}, group="g1", store=store)
+        assert handle.id
+        assert store.list_jobs(name="l.declared")  # nothing half-written before it
+        assert len(store.list_jobs(name="l.declared")) == 1
+    finally:
+        jobs.unregister("l.declared")
+
+
+def test_declaring_changes_are_reported_and_the_last_one_wins(store):
+    changes = store.limits.declare({LOAD: per_group(2)}, "pool-1")
+    assert changes == [f"limits of {LOAD}: no limit -> max_running=2 per customer "
+                       f"(declared by pool pool-1)"]
+    assert store.limits.declare({LOAD: per_group(2)}, "pool-2") == []
+    assert store.limits.declare({LOAD: per_group(3)}, "pool-3") != []
+    assert store.limits.plan().names[LOAD].max_running == 3
+    store.limits.declare({LOAD: None}, "pool-4")
+    assert LOAD not in store.limits.plan().names
