@@ -165,6 +165,7 @@ cdef enum:
     S_MEMBER_DEAD
     S_LANE_READY
     S_CLAIM_IDS
+    S_LANE_OF_LAST
     NSTMT
 
 # Named parameters the core supplies; their indices are looked up per statement
@@ -789,6 +790,8 @@ cdef class Core:
             return sql.LANE_READY
         if s == S_CLAIM_IDS:
             return self._limits.claim_ids
+        if s == S_LANE_OF_LAST:
+            return sql.LANE_OF_LAST_ROW
         return sql.LEASE_OWNERS
 
     cdef int _map_parameters(self, int s, sqlite3_stmt* st) except -1:
@@ -1273,6 +1276,7 @@ cdef class Core:
                 self._set_o(P_ID, job_id)
                 self._set_d(P_NOW, now)
                 self._exec(S_SUCCESSOR)
+                self._exec(S_LANE_OF_LAST)  # R35: the step's lane, if limited
             status = decision.status
             if status == "done" or status == "dead":
                 # R34: its batch counts its end in this transaction.

@@ -256,6 +256,7 @@ class Core:
         if lease.follow_ups & FOLLOW_ENDS:
             if decision.successor:
                 db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
+                db.execute(sql.LANE_OF_LAST_ROW)  # R35: the step's lane, if limited
             if decision.status in ("done", "dead"):
                 # R34: its batch counts its end in this transaction.
                 db.execute(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,

@@ -102,6 +102,10 @@ def salvage(path: str, new_path: str) -> Report:
                 report.copied += _flush(target, batch)
         report.copied += _flush(target, batch)
         _copy_table(source, target, "attempts", report)
+        # R35: the copied rows of limited names in their lanes.
+        with target.conn:
+            for (name,) in target.execute(sql.LIMITED_NAMES).fetchall():
+                target.execute(sql.LANES_OF_NAME, {"name": name})
         # R34: the batches the copied members count in, with their add keys.
         for table in ("jobpool_batches", "jobpool_batch_adds"):
             if _columns(source, table):

@@ -347,11 +347,13 @@ DECLARE
     new_id bigint;
 BEGIN
     INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                      max_attempts, deadline, timeout, created_at, chain)
+                      max_attempts, deadline, timeout, created_at, chain, grp)
     VALUES (spec ->> 'queue', spec ->> 'name', NULL,
             convert_to(jsonb_set((spec ->> 'payload')::jsonb, '{1,batch}', info)::text, 'UTF8'),
             'json', (spec ->> 'priority')::integer, 'ready', due, line_at,
-            (spec ->> 'max_attempts')::integer, NULL, (spec ->> 'timeout')::float8, due, NULL)
+            (spec ->> 'max_attempts')::integer, NULL, (spec ->> 'timeout')::float8, due, NULL,
+            (SELECT ''::text FROM jobpool_limits
+              WHERE scope = 'name' AND target = spec ->> 'name'))
     RETURNING id INTO new_id;
     PERFORM pg_notify(channel, spec ->> 'queue');
     RETURN new_id;
@@ -466,9 +468,12 @@ CREATE_GROUP_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_group_order ON jobs (queue, name, grp, priority, line_at, id)
  WHERE status = 'ready' AND grp IS NOT NULL
 """
-#: R35: a row of a limited name joins the whole name's group when its enqueuer named
-#: none, and its lane is made (or made again), on insert and on every move back to
-#: ready (a retry, defer, release, interrupt, reschedule, reclaim, dead retry).
+#: R35: a grouped row's lane is made (or made again) when it is written and on every
+#: move back to ready (a retry, defer, release, interrupt, reschedule, reclaim, dead
+#: retry). Only rows with a group call it (the triggers' WHEN): a row of a limited name
+#: written without one gets the whole name's group from the statement that writes it
+#: (``limited_group``), since a function called for every row inserted halved the bulk
+#: enqueue.
 CREATE_LIMITED_ROW_FUNCTION = """
 CREATE OR REPLACE FUNCTION jobpool_limited_row() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -476,7 +481,6 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = NEW.name) THEN
         RETURN NEW;
     END IF;
-    NEW.grp := COALESCE(NEW.grp, '');
     INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
     VALUES (NEW.queue, NEW.priority, NEW.name, NEW.grp)
     ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1;
@@ -487,7 +491,7 @@ $$
 DROP_LIMITED_INSERT = "DROP TRIGGER IF EXISTS jobpool_limited_insert ON jobs"
 CREATE_LIMITED_INSERT = """
 CREATE TRIGGER jobpool_limited_insert BEFORE INSERT ON jobs
-FOR EACH ROW EXECUTE FUNCTION jobpool_limited_row()
+FOR EACH ROW WHEN (NEW.grp IS NOT NULL) EXECUTE FUNCTION jobpool_limited_row()
 """
 DROP_LIMITED_READY = "DROP TRIGGER IF EXISTS jobpool_limited_ready ON jobs"
 CREATE_LIMITED_READY = """
@@ -498,7 +502,8 @@ EXECUTE FUNCTION jobpool_limited_row()
 
 #: Everything limits add to a store (revision 4).
 LIMIT_SCHEMA = (CREATE_LIMITS, CREATE_GROUPS, CREATE_LANES, CREATE_LANES_INDEX,
-                CREATE_GROUP_INDEX, CREATE_LIMITED_ROW_FUNCTION, DROP_LIMITED_INSERT,
+                CREATE_GROUP_INDEX, CREATE_ENQUEUE_CALLBACK_FUNCTION,  # a callback's group
+                CREATE_LIMITED_ROW_FUNCTION, DROP_LIMITED_INSERT,
                 CREATE_LIMITED_INSERT, DROP_LIMITED_READY, CREATE_LIMITED_READY)
 
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
@@ -549,6 +554,15 @@ HAS_META = "SELECT to_regclass('jobpool_meta') IS NOT NULL"
 
 # --- enqueue (R1-R5) ------------------------------------------------------------------------
 
+
+def limited_group(name_expr: str, limits: str = "jobpool_limits") -> str:
+    """R35: the group of a row written without one: ``''`` (the whole name's) when its
+    name has a limit, else NULL (an InitPlan, read once, when ``name_expr`` is a
+    parameter). ``limits``: the table, qualified on a caller's own connection (R5)."""
+    return (f"(SELECT ''::text FROM {limits} WHERE scope = 'name' "
+            f"AND target = {name_expr})")
+
+
 _NEW_JOB_COLUMNS = ("queue, name, key, payload, serializer, priority, status, run_at, line_at, "
                     "max_attempts, deadline, timeout, created_at, chain, batch_id")
 
@@ -564,7 +578,7 @@ WITH inserted AS (
     VALUES (%(queue)s, %(name)s, %(key)s, %(payload)s, %(serializer)s, %(priority)s, 'ready',
             extract(epoch FROM now()) + %(delay)s, extract(epoch FROM now()) + %(delay)s,
             %(max_attempts)s, %(deadline)s, %(timeout)s, extract(epoch FROM now()), %(chain)s,
-            %(batch_id)s, %(grp)s)
+            %(batch_id)s, COALESCE(%(grp)s, {limited_group("%(name)s", "{limits}")}))
     ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
@@ -580,7 +594,7 @@ SELECT id FROM {finished} WHERE name = %(name)s AND key = %(key)s
  ORDER BY finished_at DESC LIMIT 1
 """
 #: On the store's own connections (search_path is the store's schema).
-INSERT_JOB = INSERT_JOB_INTO.format(jobs="jobs")
+INSERT_JOB = INSERT_JOB_INTO.format(jobs="jobs", limits="jobpool_limits")
 
 #: R4 at speed: ids for a batch, taken before its rows are copied in, in item order.
 #: Other sessions may take ids in between, so they need not be consecutive.
@@ -593,12 +607,12 @@ SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(c
 #: item order, each taking its id from the sequence as it is inserted, so the ids,
 #: sorted, are in item order (other sessions may take ids in between).
 INSERT_BATCH = f"""
-INSERT INTO jobs ({_NEW_JOB_COLUMNS})
+INSERT INTO jobs ({_NEW_JOB_COLUMNS}, grp)
 SELECT %(queue)s, %(name)s, NULL,
        convert_to(CASE WHEN %(args_only)s THEN '[' || e.value::text || ',{{}}]'
                        ELSE e.value::text END, 'UTF8'),
        'json', %(priority)s, 'ready', %(run_at)s, %(run_at)s, %(max_attempts)s, NULL,
-       %(timeout)s, %(now)s, NULL, %(batch_id)s
+       %(timeout)s, %(now)s, NULL, %(batch_id)s, {limited_group("%(name)s")}
   FROM json_array_elements(%(batch)s::json) WITH ORDINALITY AS e(value, n)
  ORDER BY n
 RETURNING id
@@ -689,13 +703,13 @@ def _settle(steps: str) -> str:
 
 #: R12: a chain's next step, from the rows a finishing settle ``moved``.
 _SUCCESSOR = f"""successor AS (
-    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root)
+    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
            convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
            (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
            (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
-           COALESCE(chain_root, id)
+           COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'")}
       FROM moved WHERE chain IS NOT NULL)
 """
 
@@ -1250,6 +1264,17 @@ SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
   FROM jobpool_limits ORDER BY scope, target
 """
 ADOPT_LIMITED = "UPDATE jobs SET grp = '' WHERE name = %(name)s AND grp IS NULL"
+#: After a COPY (rows whose values SQL did not compute): the rows of a limited name
+#: without a group join the whole name's, and their lanes are made.
+ADOPT_COPIED = """
+WITH adopted AS (
+    UPDATE jobs SET grp = '' WHERE id = ANY(%(ids)s::bigint[]) AND grp IS NULL
+       AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
+    RETURNING queue, priority, name, grp)
+INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+SELECT DISTINCT queue, priority, name, grp FROM adopted
+ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
+"""
 LANES_OF_NAME = """
 INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
 SELECT DISTINCT queue, priority, name, grp FROM jobs

@@ -372,7 +372,8 @@ class PostgresStore:
                 return Handle(found[0], duplicate=True, store=self)
         params = dict(_job_params(job), channel=channel_name(self.target.schema))
         jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
-        row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs) if qualified
+        limits = f"{self.target.schema}.jobpool_limits"
+        row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs, limits=limits) if qualified
                            else pg_sql.INSERT_JOB, params).fetchone()
         if row is not None and period is not None:
             # The live job with the key may have finished since the look above: look
@@ -428,6 +429,8 @@ class PostgresStore:
                                     job.serializer, job.priority, "ready", server_now + wait,
                                     server_now + wait, job.max_attempts, None, job.timeout,
                                     server_now, None, batch, job.grp))
+            # R35: what COPY could not compute: the group of a limited name's rows.
+            conn.execute(pg_sql.ADOPT_COPIED, {"ids": ids, "name": name})
             if batch is not None:
                 self.batches.join(conn, batch, ids)
             self.notify_ready(conn, options.queue)

@@ -224,6 +224,34 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 ) WITHOUT ROWID
 """
 
+def limited_group(name_expr: str) -> str:
+    """R35: the group of a row written without one: ``''`` (the whole name's) when its
+    name has a limit, else NULL. Uncorrelated when ``name_expr`` is a parameter, so a
+    statement that writes many rows of one name looks the name up once."""
+    return f"(SELECT '' FROM jobpool_limits WHERE scope = 'name' AND target = {name_expr})"
+
+
+#: R35: the lanes of rows just written (ids ``:first`` to ``:last``) of limited names.
+#: Run by the writes that insert rows, not by a trigger on ``jobs``: a trigger's program
+#: runs for every row inserted, limited or not, and cost W1's bulk enqueue a third.
+LANES_OF_NEW = """
+INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
+SELECT DISTINCT queue, priority, name, grp FROM jobs
+ WHERE id BETWEEN :first AND :last AND grp IS NOT NULL AND status = 'ready'
+   AND name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
+"""
+#: The same for the one row a chain step or a callback just inserted.
+LANE_OF_LAST_ROW = """
+INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
+SELECT queue, priority, name, grp FROM jobs
+ WHERE id = last_insert_rowid() AND grp IS NOT NULL AND status = 'ready'
+   AND name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
+"""
+#: Whether a name has a limit (one look per enqueue_many, before its lanes are made).
+LIMITED_NAME = "SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = :name"
+LIMITED_NAMES = "SELECT target FROM jobpool_limits WHERE scope = 'name'"
+
+
 #: The ``batch`` keyword argument a callback receives (R34), built from the row.
 _BATCH_INFO = """json_object('id', NEW.id, 'total', NEW.total, 'done', NEW.done, 'dead', NEW.dead,
     'dead_ids', json(coalesce((SELECT json_group_array(id) FROM (
@@ -237,15 +265,17 @@ def _fire(column: str, condition: str) -> str:
     place in line the batch's creation time."""
     return f"""
     INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                      max_attempts, deadline, timeout, created_at, chain)
+                      max_attempts, deadline, timeout, created_at, chain, grp)
     SELECT json_extract(NEW.{column}, '$.queue'), json_extract(NEW.{column}, '$.name'), NULL,
            json_set(json_extract(NEW.{column}, '$.payload'), '$[1].batch', json({_BATCH_INFO})),
            'json', json_extract(NEW.{column}, '$.priority'), 'ready', NEW.changed_at,
            NEW.created_at, json_extract(NEW.{column}, '$.max_attempts'), NULL,
-           json_extract(NEW.{column}, '$.timeout'), NEW.changed_at, NULL
+           json_extract(NEW.{column}, '$.timeout'), NEW.changed_at, NULL,
+           {limited_group(f"json_extract(NEW.{column}, '$.name')")}
      WHERE {condition};
     UPDATE jobpool_batches SET {column.replace('on_', '')}_job = last_insert_rowid()
-     WHERE id = NEW.id AND {condition};"""
+     WHERE id = NEW.id AND {condition};
+    {LANE_OF_LAST_ROW.strip()} AND {condition};"""
 
 
 _FIRES_SUCCESS = "NEW.on_success IS NOT NULL AND NEW.dead = 0 AND NEW.cancelled_at IS NULL"
@@ -329,23 +359,9 @@ CREATE INDEX IF NOT EXISTS jobs_group_order
  WHERE status = 'ready' AND grp IS NOT NULL
 """
 
-#: R35: a row of a limited name joins the whole name's group (``''``) when its
-#: enqueuer named none (a process that never imported the job), and its lane is made.
-#: Whatever inserts a row (an enqueue, a chain step, a batch callback, a salvage) goes
-#: through here; a row going back to ready is the transition engine's (LANE_READY).
-CREATE_LIMITED_TRIGGER = """
-CREATE TRIGGER IF NOT EXISTS jobpool_limited_row AFTER INSERT ON jobs
-WHEN EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = NEW.name)
-BEGIN
-    UPDATE jobs SET grp = '' WHERE id = NEW.id AND grp IS NULL;
-    INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
-    VALUES (NEW.queue, NEW.priority, NEW.name, COALESCE(NEW.grp, ''));
-END
-"""
-
 #: Everything limits add to a store (schema 5).
 LIMIT_SCHEMA = (CREATE_LIMITS, CREATE_GROUPS, CREATE_LANES, CREATE_LANES_INDEX,
-                CREATE_GROUP_INDEX, CREATE_LIMITED_TRIGGER)
+                CREATE_GROUP_INDEX)
 
 SCHEMA = (
     CREATE_META,
@@ -368,12 +384,16 @@ SCHEMA = (
 
 #: R1/R3: the row is written only after validation; a live (name, key) duplicate
 #: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
-INSERT_JOB = """
+#: R35: a row of a limited name written without a group joins the whole name's.
+#: ``INSERT_JOB_RETURNING`` answers the row's id and group (a grouped row needs its lane).
+INSERT_JOB = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
                   run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
                   grp)
-VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+        COALESCE(?15, {limited_group("?2")}))
 """
+INSERT_JOB_RETURNING = INSERT_JOB + "RETURNING id, grp\n"
 
 #: R4 at speed: a whole enqueue_many batch as one JSON array, unpacked by SQLite
 #: itself (one bound value instead of thirteen per row). Its elements are either
@@ -382,10 +402,11 @@ VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?)
 #: the array index, so rows get their ids in the order given.
 INSERT_BATCH = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
-                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id)
+                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
+                  grp)
 SELECT :queue, :name, NULL, CASE WHEN :args_only THEN '[' || value || ',{}]' ELSE value END,
        'json', :priority, 'ready', :run_at, :run_at, :max_attempts, NULL, :timeout, :now, NULL,
-       :batch_id
+       :batch_id, """ + limited_group(":name") + """
   FROM json_each(:batch) ORDER BY key
 """
 
@@ -518,15 +539,15 @@ UPDATE jobpool_batches SET dead = dead + :cancelled, changed_at = :now
 #: predecessor (run right after SETTLE_DONE matched), so a step is never lost or
 #: doubled. The rest of the chain travels with it. Run only for a job whose claim
 #: returned a chain (a job's ``chain`` is written once, at enqueue).
-ENQUEUE_SUCCESSOR = """
+ENQUEUE_SUCCESSOR = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                  max_attempts, deadline, timeout, created_at, chain, chain_root)
+                  max_attempts, deadline, timeout, created_at, chain, chain_root, grp)
 SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL,
        json_extract(chain, '$[0].payload'), 'json', json_extract(chain, '$[0].priority'),
        'ready', :now, :now, json_extract(chain, '$[0].max_attempts'), NULL,
        json_extract(chain, '$[0].timeout'), :now,
        CASE WHEN json_array_length(chain) > 1 THEN json_remove(chain, '$[0]') END,
-       COALESCE(chain_root, id)
+       COALESCE(chain_root, id), {limited_group("json_extract(chain, '$[0].name')")}
   FROM jobs WHERE id = :id AND chain IS NOT NULL
 """
 

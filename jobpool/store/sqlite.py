@@ -269,7 +269,9 @@ class SQLiteStore:
         if as_json is not None:
             def insert_json(conn: sqlite3.Connection) -> int:
                 join(conn)
-                return self._insert_batch(conn, options, *as_json)
+                last = self._insert_batch(conn, options, *as_json)
+                _make_lanes(conn, name, last - count + 1, last)
+                return last
             last = self.transaction(f"enqueue_many of {name}", insert_json)
         else:
             new_jobs = rows.new_jobs(options, items, self.max_payload)
@@ -277,7 +279,9 @@ class SQLiteStore:
             def insert(conn: sqlite3.Connection) -> int:
                 join(conn)
                 conn.executemany(sql.INSERT_JOB, new_jobs)
-                return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                _make_lanes(conn, name, last - count + 1, last)
+                return last
             last = self.transaction(f"enqueue_many of {name}", insert)
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
@@ -327,8 +331,11 @@ class SQLiteStore:
 
     def _insert(self, conn: sqlite3.Connection, row: rows.NewJob) -> Handle:
         try:
-            cursor = conn.execute(sql.INSERT_JOB, row)
-            return Handle(int(cursor.lastrowid or 0), store=self)
+            job_id, grp = conn.execute(sql.INSERT_JOB_RETURNING, row).fetchone()
+            if grp is not None:
+                # R35: a grouped row's lane (a no-op unless its name has a limit).
+                conn.execute(sql.LANES_OF_NEW, {"first": job_id, "last": job_id})
+            return Handle(int(job_id), store=self)
         except sqlite3.IntegrityError:
             name, key = row[1], row[2]
             if key is None:
@@ -810,6 +817,13 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass
+
+
+def _make_lanes(conn: sqlite3.Connection, name: str, first: int, last: int) -> None:
+    """R35: the lanes of the rows ``first`` to ``last`` just written, if ``name`` has a
+    limit (one look for the whole enqueue)."""
+    if conn.execute(sql.LIMITED_NAME, {"name": name}).fetchone() is not None:
+        conn.execute(sql.LANES_OF_NEW, {"first": first, "last": last})
 
 
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,

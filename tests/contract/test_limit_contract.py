@@ -169,6 +169,22 @@ def test_a_limited_name_enqueued_without_its_group_joins_the_whole_name(store, c
     assert claim(c, 4) == []
 
 
+def test_a_chain_step_of_a_limited_name_is_claimed_under_its_limit(store, claimer):
+    from jobpool import Signature
+    declare(store, NameLimit(LOAD, 1, None, 1, None))
+    store.enqueue_with(FREE, args=(1,), then=Signature(LOAD, (), {"customer": "z"}))
+    store.enqueue_with(LOAD, kwargs={"customer": "y"})
+    c = claimer()
+    first = claim(c, 4)
+    assert sorted(j.name for j in first) == [FREE, LOAD]
+    assert claim(c, 4) == []  # the name's lane is found empty, and goes
+    finish(c, [j for j in first if j.name == FREE])  # its next step is enqueued now
+    assert claim(c, 4) == []  # the step waits: its name's one place is taken
+    finish(c, [j for j in first if j.name == LOAD])
+    (step,) = claim(c, 4)
+    assert (step.name, _kwargs(store, step.job_id)["customer"]) == (LOAD, "z")
+
+
 def test_rows_enqueued_before_the_limit_are_limited_too(store, claimer):
     enqueue(store, "a", 5)
     declare(store, NameLimit(LOAD, 2, None, 1, None))
