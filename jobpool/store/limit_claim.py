@@ -82,52 +82,29 @@ class SqlLimitedSource:
 
 
 class PgLimitedSource(SqlLimitedSource):
-    """PostgreSQL: a page of lanes, then their groups locked (``SKIP LOCKED``: one
-    another host's claim holds is not held here, and is passed over this turn), then
-    the held groups' running jobs counted and their lanes' first due rows read, each
-    after the locks, so what another claim committed is seen."""
+    """PostgreSQL: a page of lanes with their groups locked (``SKIP LOCKED``: one
+    another host's claim holds is not held here, and is passed over this turn), then,
+    in a second statement whose snapshot follows the locks, the held groups' running
+    jobs and their lanes' first due rows: two round trips a page."""
 
     def lane_page(self, queue: str, names: Sequence[str], offset: int, count: int,
                   now: float) -> list[LaneState]:
-        lanes = [Lane(*row) for row in self.query(self.sql.LANES_PAGE, {
-            "queue": queue, "names": self.listed(names), "count": count, "offset": offset})]
-        if not lanes:
-            return []
-        buckets = self._lock_groups(sorted({(lane.name, lane.group) for lane in lanes}))
-        held = [lane for lane in lanes if (lane.name, lane.group) in buckets]
-        running: dict[tuple[str, str], int] = {}
-        heads: dict[Lane, tuple[int, int, float]] = {}
+        page = self.query(self.sql.LOCKED_LANE_PAGE, {
+            "queue": queue, "names": self.listed(names), "count": count, "offset": offset})
+        held = [(Lane(*row[:7]), row[8], row[9]) for row in page if row[7]]
+        states = {lane: LaneState(lane, True, tokens, refilled_at, 0, None)
+                  for lane, tokens, refilled_at in held}
         if held:
-            running = {(name, grp): int(n) for name, grp, n in self.query(
-                self.sql.RUNNING_BY_GROUP,
-                {"names": self.sql.listed(sorted({lane.name for lane in held}))})}
-            for index, job_id, priority, line_at in self.query(self.sql.LANE_HEADS, {
+            for index, running, job_id, priority, line_at in self.query(self.sql.LANE_HEADS, {
                     "queue": queue, "now": now,
                     "lanes": json.dumps([[lane.name, lane.group, lane.priority]
-                                         for lane in held])}):
-                heads[held[index]] = (job_id, priority, line_at)
-        states = []
-        for lane in lanes:
-            key = (lane.name, lane.group)
-            if key not in buckets:
-                states.append(LaneState(lane, False, None, None, 0, None))
-                continue
-            tokens, refilled_at = buckets[key]
-            states.append(LaneState(lane, True, tokens, refilled_at, running.get(key, 0),
-                                    heads.get(lane)))
-        return states
-
-    def _lock_groups(self, groups: Sequence[tuple[str, str]]
-                     ) -> dict[tuple[str, str], tuple[float | None, float | None]]:
-        locked = {(name, grp): (tokens, refilled_at) for name, grp, tokens, refilled_at
-                  in self.query(self.sql.LOCK_GROUPS, {"groups": json.dumps(groups)})}
-        missing = [g for g in groups if g not in locked]
-        if missing:
-            # New groups are made (and so held by this transaction); one that exists
-            # but another claim holds is in neither answer.
-            locked.update(((name, grp), (tokens, refilled_at)) for name, grp, tokens, refilled_at
-                          in self.query(self.sql.ENSURE_GROUPS, {"groups": json.dumps(missing)}))
-        return locked
+                                         for lane, _tokens, _at in held])}):
+                lane = held[index][0]
+                states[lane] = states[lane]._replace(
+                    running=int(running),
+                    head=None if job_id is None else (job_id, priority, line_at))
+        return [states.get(Lane(*row[:7]), LaneState(Lane(*row[:7]), False, None, None, 0, None))
+                for row in page]
 
 
 class LimitedClaim:

@@ -1174,11 +1174,49 @@ def listed(values) -> list:
     return list(values)
 
 
-LANES_PAGE = """
-SELECT id, queue, priority, name, grp, served_at, seq FROM jobpool_lanes
- WHERE queue = %(queue)s AND name = ANY(%(names)s::text[])
- ORDER BY priority DESC, served_at NULLS FIRST, name, grp LIMIT %(count)s OFFSET %(offset)s
+#: A limited claim's page of lanes, first of two statements: the next ``count`` lanes of
+#: these names in rotation order, and their groups locked (``SKIP LOCKED``: a group
+#: another host's claim holds is not ``held`` here, and is passed over this turn; a group
+#: met for the first time is made, and so held). The groups' running jobs and the lanes'
+#: heads are read by a second statement (LANE_HEADS), whose snapshot is taken after these
+#: locks: it sees what a claim that held one of them committed.
+LOCKED_LANE_PAGE = """
+WITH page AS (
+    SELECT id, queue, priority, name, grp, served_at, seq FROM jobpool_lanes
+     WHERE queue = %(queue)s AND name = ANY(%(names)s::text[])
+     ORDER BY priority DESC, served_at NULLS FIRST, name, grp
+     LIMIT %(count)s OFFSET %(offset)s),
+made AS (
+    INSERT INTO jobpool_groups (name, grp) SELECT DISTINCT name, grp FROM page
+    ON CONFLICT (name, grp) DO NOTHING
+    RETURNING name, grp, tokens, refilled_at),
+locked AS (
+    SELECT name, grp, tokens, refilled_at FROM jobpool_groups
+     WHERE (name, grp) IN (SELECT name, grp FROM page)
+     ORDER BY name, grp
+       FOR UPDATE SKIP LOCKED),
+held AS (SELECT * FROM made UNION ALL SELECT * FROM locked)
+SELECT p.id, p.queue, p.priority, p.name, p.grp, p.served_at, p.seq,
+       h.name IS NOT NULL, h.tokens, h.refilled_at
+  FROM page AS p LEFT JOIN held AS h ON h.name = p.name AND h.grp = p.grp
+ ORDER BY p.priority DESC, p.served_at NULLS FIRST, p.name, p.grp
 """
+#: The second statement: for each held lane (``:lanes``, a JSON array of ``[name,
+#: group, priority]``), its group's running jobs and its first due row.
+LANE_HEADS = """
+SELECT e.n - 1, r.running, h.id, h.priority, h.line_at
+  FROM jsonb_array_elements(%(lanes)s::jsonb) WITH ORDINALITY AS e(v, n)
+ CROSS JOIN LATERAL (
+       SELECT count(*) AS running FROM jobs
+        WHERE status = 'running' AND name = e.v ->> 0 AND COALESCE(grp, '') = e.v ->> 1) AS r
+  LEFT JOIN LATERAL (
+       SELECT id, priority, line_at FROM jobs
+        WHERE status = 'ready' AND grp IS NOT NULL AND queue = %(queue)s
+          AND name = e.v ->> 0 AND grp = e.v ->> 1 AND priority = (e.v ->> 2)::integer
+          AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
+        ORDER BY line_at, id LIMIT 1) AS h ON true
+"""
+#: A lane's due rows in claim order (a claim's second pass).
 PROBE_LANE = """
 SELECT id, priority, line_at FROM jobs
  WHERE status = 'ready' AND grp IS NOT NULL AND queue = %(queue)s AND name = %(name)s
@@ -1186,16 +1224,6 @@ SELECT id, priority, line_at FROM jobs
    AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
  ORDER BY line_at, id LIMIT %(count)s
    FOR UPDATE SKIP LOCKED
-"""
-LANE_HEADS = """
-SELECT e.n - 1, h.id, h.priority, h.line_at
-  FROM jsonb_array_elements(%(lanes)s::jsonb) WITH ORDINALITY AS e(v, n)
- CROSS JOIN LATERAL (
-       SELECT id, priority, line_at FROM jobs
-        WHERE status = 'ready' AND grp IS NOT NULL AND queue = %(queue)s
-          AND name = e.v ->> 0 AND grp = e.v ->> 1 AND priority = (e.v ->> 2)::integer
-          AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
-        ORDER BY line_at, id LIMIT 1) AS h
 """
 DROP_EMPTY_LANE = """
 DELETE FROM jobpool_lanes
@@ -1205,25 +1233,6 @@ DELETE FROM jobpool_lanes
                       AND name = %(name)s AND grp = %(grp)s AND priority = %(priority)s::integer)
 """
 SERVE_LANES = "UPDATE jobpool_lanes SET served_at = %(now)s WHERE id = ANY(%(ids)s::bigint[])"
-#: Groups met for the first time: made, and so locked by this transaction until it ends
-#: (``RETURNING``: the ones made now; one another transaction holds is not among them).
-ENSURE_GROUPS = """
-INSERT INTO jobpool_groups (name, grp)
-SELECT e ->> 0, e ->> 1 FROM jsonb_array_elements(%(groups)s::jsonb) AS e
-ON CONFLICT (name, grp) DO NOTHING
-RETURNING name, grp, tokens, refilled_at
-"""
-#: A group another host's claim holds is skipped this turn (SKIP LOCKED), never waited for.
-LOCK_GROUPS = """
-SELECT name, grp, tokens, refilled_at FROM jobpool_groups
- WHERE (name, grp) IN (SELECT e ->> 0, e ->> 1 FROM jsonb_array_elements(%(groups)s::jsonb) AS e)
- ORDER BY name, grp
-   FOR UPDATE SKIP LOCKED
-"""
-RUNNING_BY_GROUP = """
-SELECT name, COALESCE(grp, ''), count(*) FROM jobs
- WHERE status = 'running' AND name = ANY(%(names)s::text[]) GROUP BY 1, 2
-"""
 RUNNING_IN_QUEUE = "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = %(queue)s"
 #: A queue's limit row, locked before its running jobs are counted (waited for: the
 #: other claim holding it commits within its turn).
