@@ -311,13 +311,12 @@ def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, names: list[
         page = source.lane_page(queue, names, offset, page_size, now)
         offset += len(page)
         for state in page:
+            if not state.held:
+                continue  # another claim holds its group: it is passed over this turn
             lane = state.lane
             key = (lane.name, lane.group)
             room = groups.room.get(key)
             if room is None:
-                if not state.held:
-                    groups.room[key] = Room(0, None)  # another claim holds it: next turn
-                    continue
                 room = groups.room[key] = _room(plan.names[lane.name], state, groups, now)
             if state.head is None:
                 source.drop_lane_if_empty(lane)

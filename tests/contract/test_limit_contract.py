@@ -259,3 +259,26 @@ def test_declaring_changes_are_reported_and_the_last_one_wins(store):
     assert store.limits.plan().names[LOAD].max_running == 3
     store.limits.declare({LOAD: None}, "pool-4")
     assert LOAD not in store.limits.plan().names
+
+
+def test_a_group_another_claim_holds_is_passed_over(store, claimer):
+    # PostgreSQL: a claim locks each group's row (SKIP LOCKED) before it counts the
+    # group's running jobs; a group another host's claim holds right now is passed over
+    # this turn, never waited for, and the other groups are claimed.
+    if store.__class__.__name__ != "PostgresStore":
+        pytest.skip("SQLite has one writer at a time: no claim holds a group while another runs")
+    declare(store, per_group(5))
+    enqueue(store, "a", 3)
+    enqueue(store, "b", 3)
+    store.transaction("making a's group", lambda conn: conn.execute(
+        "INSERT INTO jobpool_groups (name, grp) VALUES (%s, 'a') ON CONFLICT DO NOTHING",
+        (LOAD,)))
+    c = claimer()
+
+    def claim_while_a_is_held(conn):
+        conn.execute("SELECT 1 FROM jobpool_groups WHERE name = %s AND grp = 'a' FOR UPDATE",
+                     (LOAD,))
+        return claim(c, 8)
+    taken = store.transaction("holding a's group", claim_while_a_is_held)
+    assert groups(store, taken) == ["b", "b", "b"]
+    assert groups(store, claim(c, 8)) == ["a", "a", "a"]  # released: its turn comes
