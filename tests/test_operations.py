@@ -22,7 +22,9 @@ HERE = Path(__file__).parent
 
 @job(name="t.block", timeout=120)
 def block(name):
-    (HERE / f"{name}.started").write_text(str(os.getpid()))
+    # Written whole, then renamed: a test that sees the file reads the pid, never ''.
+    (HERE / f"{name}.pid").write_text(str(os.getpid()))
+    (HERE / f"{name}.pid").replace(HERE / f"{name}.started")
     while not (HERE / f"{name}.go").exists():
         time.sleep(0.01)
 
