@@ -16,8 +16,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, liveness
-from jobpool.errors import JobNotFound, JobpoolError, RegistryError
-from jobpool.options import validate_queue
+from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
@@ -911,8 +910,8 @@ def _or_dash(value: Any) -> str:
 
 def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
-    queue = _queue_arg(args.queue)
-    store.limits.set_queue(queue, args.running)
+    store.limits.set_queue(args.queue, args.running)
+    queue = args.queue
     print(f"queue {queue}: at most {args.running} jobs running at once across every pool "
           f"(from each pool's next heartbeat; running jobs are not stopped)")
     return 0
@@ -920,19 +919,12 @@ def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
 
 def cmd_limits_clear(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
-    queue = _queue_arg(args.queue)
+    queue = args.queue
     if store.limits.clear_queue(queue):
         print(f"queue {queue}: no limit")
     else:
         print(f"queue {queue} had no limit")
     return 0
-
-
-def _queue_arg(queue: str) -> str:
-    try:
-        return validate_queue(queue)
-    except RegistryError as exc:
-        raise UserError(f"--queue: {exc}") from None
 
 
 def cmd_batches_list(args: argparse.Namespace, out: _Stdout) -> int:

@@ -208,18 +208,13 @@ def refill(tokens: float | None, refilled_at: float | None, rate: Rate, burst: i
     return min(float(burst), tokens + max(0.0, now - refilled_at) * rate.per_second)
 
 
-class Room(NamedTuple):
-    """How many more rows of a group this claim may take, and its bucket."""
-
-    rows: int
-    tokens: float | None   # None: no rate limit
-
-
-def room_of(limit: NameLimit, running: int, tokens: float | None) -> Room:
+def room_of(limit: NameLimit, running: int, tokens: float | None) -> int:
+    """How many more rows of a group a claim may take: its limit less its running
+    jobs, and no more than the whole tokens in its bucket (``tokens`` None: no rate)."""
     room = math.inf if limit.max_running is None else max(0, limit.max_running - running)
     if limit.rate is not None and tokens is not None:
         room = min(room, math.floor(tokens))
-    return Room(int(min(room, 1 << 30)), tokens)
+    return int(min(room, 1 << 30))
 
 
 def choose(candidates: Sequence[Candidate], want: int) -> list[Candidate]:
@@ -294,7 +289,7 @@ class _Groups:
     """The groups a claim has locked and sized so far."""
 
     def __init__(self) -> None:
-        self.room: dict[tuple[str, str], Room] = {}
+        self.room: dict[tuple[str, str], int] = {}
         self.tokens_at_lock: dict[tuple[str, str], float] = {}
 
 
@@ -321,7 +316,7 @@ def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, names: list[
             if state.head is None:
                 source.drop_lane_if_empty(lane)
                 continue
-            if room.rows <= 0:
+            if room <= 0:
                 continue
             visited.append(lane)
             _take(lane, [state.head], 0, groups, candidates, taken_by_lane)
@@ -337,10 +332,10 @@ def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, names: list[
     # then takes them round by round, so the slots alternate between the groups.
     for lane in visited:
         room = groups.room[(lane.name, lane.group)]
-        if room.rows <= 0:
+        if room <= 0:
             continue
         have = len(taken_by_lane[lane])
-        rows = source.probe_lane(lane, now, have + min(room.rows, want - 1))[have:]
+        rows = source.probe_lane(lane, now, have + min(room, want - 1))[have:]
         _take(lane, rows, have, groups, candidates, taken_by_lane)
 
 
@@ -349,15 +344,15 @@ def _take(lane: Lane, rows: list[tuple[int, int, float]], first_round: int, grou
     key = (lane.name, lane.group)
     room = groups.room[key]
     taken = taken_by_lane.setdefault(lane, [])
-    rows = rows[:max(0, room.rows)]
+    rows = rows[:max(0, room)]
     for index, (job_id, priority, line_at) in enumerate(rows, first_round):
         candidate = Candidate(job_id, priority, line_at, index, key)
         candidates.append(candidate)
         taken.append(candidate)
-    groups.room[key] = room._replace(rows=room.rows - len(rows))
+    groups.room[key] = room - len(rows)
 
 
-def _room(limit: NameLimit, state: LaneState, groups: _Groups, now: float) -> Room:
+def _room(limit: NameLimit, state: LaneState, groups: _Groups, now: float) -> int:
     """How many rows of a group this claim may take: its limit less its running
     jobs, and no more than the whole tokens in its bucket (noted, to spend)."""
     tokens = None

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from jobpool.limits import LimitPlan, NameLimit, parse_rate
+from jobpool.limits import LimitPlan, NameLimit, parse_rate, refill
+from jobpool.store import rows as store_rows
 from jobpool.store.records import LimitRow
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class StoreLimits:
     def set_queue(self, queue: str, running: int, set_by: str = "cli",
                   now: float | None = None) -> None:
         """R35: at most ``running`` jobs of ``queue`` run at once, across all pools."""
+        queue = store_rows.queue_name(queue)
         params = {"scope": "queue", "target": queue, "max_running": running, "rate": None,
                   "burst": 1, "group_by": None, "set_by": set_by,
                   "now": time.time() if now is None else now}
@@ -110,6 +112,7 @@ class StoreLimits:
 
     def clear_queue(self, queue: str) -> bool:
         """The queue's limit gone; False if it had none."""
+        queue = store_rows.queue_name(queue)
         return self.store.transaction("clearing a queue limit", lambda conn: conn.execute(
             self.sql.DELETE_LIMIT, {"scope": "queue", "target": queue}).rowcount > 0)
 
@@ -129,7 +132,6 @@ class StoreLimits:
                 continue
             left = None
             if limit.rate is not None:
-                from jobpool.limits import refill
                 left = refill(tokens, refilled_at, limit.rate, limit.burst, now)
             groups.append({"name": name, "group": grp, "running": int(running),
                            "max_running": limit.max_running,
