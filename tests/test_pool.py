@@ -66,7 +66,9 @@ def stubborn():
 
 @job(name="t.wait_file")
 def wait_file(name):
-    (HERE / f"{name}.started").write_text(str(os.getpid()))
+    # Written whole, then renamed: a test that sees the file reads the pid, never ''.
+    (HERE / f"{name}.pid").write_text(str(os.getpid()))
+    (HERE / f"{name}.pid").replace(HERE / f"{name}.started")
     while not (HERE / f"{name}.go").exists():
         time.sleep(0.01)
     with open(HERE / "side_effects.txt", "a") as fh:
