@@ -1091,8 +1091,9 @@ cdef class Core:
         limited = self._limits
         if limited is not None:
             # R35/R36: the rows the limits let this claim take, chosen in Python.
+            # The page's counts are exact here (one writer at a time): no caps.
             ids = plan_claim(self._limit_source, limited.plan, queue, want, now,
-                             limited.has_unlimited)
+                             limited.has_unlimited).ids
             if not ids:
                 return 0
             ids_json = json.dumps(ids)

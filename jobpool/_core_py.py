@@ -161,7 +161,8 @@ class Core:
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
                 "queue": queue, "limit": want}).fetchall()
         else:
-            ids = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
+            # The page's counts are exact here (one writer at a time): no caps.
+            ids = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited).ids
             rows = db.execute(limited.claim_ids, {
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
                 "ids": json.dumps(ids)}).fetchall() if ids else []

@@ -256,16 +256,31 @@ class LimitedSource(Protocol):
 LANE_PAGE_EXTRA = 2
 
 
+class Picked(NamedTuple):
+    """The rows a limited claim takes, in claim order, each with its ``cap``: the most
+    running jobs its group may have, counted when the row is taken, for it to be
+    taken (its limit, less the rows of its group this claim takes before it; None
+    without a concurrency limit). SQLite's counts are exact (one writer at a time);
+    PostgreSQL's page counts in a snapshot taken before its locks, so its claim
+    statement counts again and takes a row only under its cap."""
+
+    ids: list[int]
+    caps: list[int | None]
+
+
+NOTHING_PICKED = Picked([], [])
+
+
 def plan_claim(source: LimitedSource, plan: LimitPlan, queue: str, want: int, now: float,
-               has_unlimited: bool) -> list[int]:
-    """The ids a limited claim takes from ``queue`` (at most ``want``), in claim
+               has_unlimited: bool) -> Picked:
+    """The rows a limited claim takes from ``queue`` (at most ``want``), in claim
     order; the lanes it served and the tokens it spent are written through
     ``source`` in the same transaction."""
     queue_limit = plan.queues.get(queue)
     if queue_limit is not None:
         want = min(want, max(0, queue_limit - source.running_in_queue(queue)))
     if want <= 0:
-        return []
+        return NOTHING_PICKED
     candidates: list[Candidate] = []
     if has_unlimited:
         candidates.extend(Candidate(job_id, priority, line_at, 0, None) for job_id, priority,
@@ -282,7 +297,22 @@ def plan_claim(source: LimitedSource, plan: LimitPlan, queue: str, want: int, no
     if served:
         source.served(served, now)
     _spend_tokens(source, plan, groups, chosen, now)
-    return [c.job_id for c in chosen]
+    return Picked([c.job_id for c in chosen], _caps(plan, chosen))
+
+
+def _caps(plan: LimitPlan, chosen: list[Candidate]) -> list[int | None]:
+    caps: list[int | None] = []
+    taken: dict[tuple[str, str], int] = {}
+    for candidate in chosen:
+        key = candidate.group
+        limit = None if key is None else plan.names[key[0]].max_running
+        if key is None or limit is None:
+            caps.append(None)
+            continue
+        before = taken.get(key, 0)
+        caps.append(limit - before)
+        taken[key] = before + 1
+    return caps
 
 
 class _Groups:

@@ -5,14 +5,15 @@ claim's own transaction.
 and writes to decide. One class serves SQLite (both cores) and PostgreSQL: the
 statements have the same names and parameters in ``store/sql.py`` and
 ``store/pg_sql.py``, and ``query(text, params)`` runs one on the claim's
-connection. PostgreSQL locks each group's row (``FOR UPDATE SKIP LOCKED``: a
-group another host is claiming is skipped this turn, never waited for) and a
-queue's limit row before it counts their running jobs, so two hosts can never
-both see the last free place; SQLite has one writer at a time.
+connection. PostgreSQL's page locks each group's row (``FOR UPDATE SKIP LOCKED``:
+a group another host is claiming is skipped this turn, never waited for), and a
+queue's limit row is locked before its running jobs are counted; since the page
+counts a group's running jobs in a snapshot taken before its locks, the claim
+statement counts them again for each chosen row (``limits.Picked.caps``), so two
+hosts can never both take the last free place. SQLite has one writer at a time.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
@@ -23,9 +24,8 @@ Query = Callable[[str, dict], list]
 
 
 class SqlLimitedSource:
-    """``limits.LimitedSource`` over a store's statements (see the module docstring).
-    This class reads a page of lanes as SQLite does, in one statement; PostgreSQL's
-    subclass locks the groups first."""
+    """``limits.LimitedSource`` over a store's statements (see the module docstring):
+    each read and write is one statement, a page of lanes included."""
 
     def __init__(self, statements: ModuleType, query: Query, claim: "LimitedClaim") -> None:
         self.sql = statements
@@ -49,8 +49,8 @@ class SqlLimitedSource:
 
     def lane_page(self, queue: str, names: Sequence[str], offset: int, count: int,
                   now: float) -> list[LaneState]:
-        return [LaneState(Lane(*row[:7]), True, row[7], row[8], int(row[9]),
-                          None if row[10] is None else (row[10], row[11], row[12]))
+        return [LaneState(Lane(*row[:7]), bool(row[7]), row[8], row[9], int(row[10]),
+                          None if row[11] is None else (row[11], row[12], row[13]))
                 for row in self.query(self.sql.LANE_PAGE, {
                     "queue": queue, "names": self.listed(names), "count": count,
                     "offset": offset, "now": now})]
@@ -79,32 +79,6 @@ class SqlLimitedSource:
     def set_tokens(self, group: tuple[str, str], tokens: float, now: float) -> None:
         self.query(self.sql.SET_TOKENS, {"name": group[0], "grp": group[1], "tokens": tokens,
                                          "now": now})
-
-
-class PgLimitedSource(SqlLimitedSource):
-    """PostgreSQL: a page of lanes with their groups locked (``SKIP LOCKED``: one
-    another host's claim holds is not held here, and is passed over this turn), then,
-    in a second statement whose snapshot follows the locks, the held groups' running
-    jobs and their lanes' first due rows: two round trips a page."""
-
-    def lane_page(self, queue: str, names: Sequence[str], offset: int, count: int,
-                  now: float) -> list[LaneState]:
-        page = self.query(self.sql.LOCKED_LANE_PAGE, {
-            "queue": queue, "names": self.listed(names), "count": count, "offset": offset})
-        held = [(Lane(*row[:7]), row[8], row[9]) for row in page if row[7]]
-        states = {lane: LaneState(lane, True, tokens, refilled_at, 0, None)
-                  for lane, tokens, refilled_at in held}
-        if held:
-            for index, running, job_id, priority, line_at in self.query(self.sql.LANE_HEADS, {
-                    "queue": queue, "now": now,
-                    "lanes": json.dumps([[lane.name, lane.group, lane.priority]
-                                         for lane, _tokens, _at in held])}):
-                lane = held[index][0]
-                states[lane] = states[lane]._replace(
-                    running=int(running),
-                    head=None if job_id is None else (job_id, priority, line_at))
-        return [states.get(Lane(*row[:7]), LaneState(Lane(*row[:7]), False, None, None, 0, None))
-                for row in page]
 
 
 class LimitedClaim:

@@ -28,9 +28,10 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, 
 from jobpool.limits import LimitPlan, plan_claim
 from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, rows
-from jobpool.store.limit_claim import (LimitedClaim, PgLimitedSource, pg_limited_claim,
+from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
                                       rows_of)
-from jobpool.store.postgres import Target, _first_line, open_connection, scope
+from jobpool.store.postgres import (CLAIMER_OPTIONS, Target, _first_line,
+                                    open_connection, scope)
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ class PgClaimer:
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = open_connection(self.target, application="jobpool-supervisor")
+            self._conn = open_connection(self.target, application="jobpool-supervisor",
+                                         settings=CLAIMER_OPTIONS)
             self._clock_read_at = -math.inf  # a new connection: read the server's clock again
         return self._conn
 
@@ -237,11 +239,11 @@ class PgClaimer:
                                                     limit=want)).fetchall()
         else:
             # R35/R36: the groups' locks, counts and buckets decide which rows to take.
-            source = PgLimitedSource(pg_sql, rows_of(conn), limited)
-            ids = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
+            source = SqlLimitedSource(pg_sql, rows_of(conn), limited)
+            picked = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
             found = conn.execute(limited.claim_ids, dict(
                 self._claim_params, owner=self.owner, now=now, slack=LEASE_SLACK,
-                ids=ids)).fetchall() if ids else []
+                ids=picked.ids, caps=picked.caps)).fetchall() if picked.ids else []
         # RETURNING has no order; dispatch in claim order (R7).
         found.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,

@@ -1174,47 +1174,56 @@ def listed(values) -> list:
     return list(values)
 
 
-#: A limited claim's page of lanes, first of two statements: the next ``count`` lanes of
-#: these names in rotation order, and their groups locked (``SKIP LOCKED``: a group
-#: another host's claim holds is not ``held`` here, and is passed over this turn; a group
-#: met for the first time is made, and so held). The groups' running jobs and the lanes'
-#: heads are read by a second statement (LANE_HEADS), whose snapshot is taken after these
-#: locks: it sees what a claim that held one of them committed.
-LOCKED_LANE_PAGE = """
+#: A limited claim's page of lanes, in one statement: the next ``count`` lanes of these
+#: names in rotation order (each name's lanes read on their own: with ``name =
+#: ANY(...)`` the index could not give that order, and every lane of the queue would be
+#: sorted each turn), their groups locked (``SKIP LOCKED``: a group another host's claim
+#: holds is not ``held`` here, and is passed over this turn; a group met for the first
+#: time is made, and so held), and each held group's bucket, running jobs and first due
+#: row. The bucket is the locked row's newest version; the running jobs are counted in
+#: the statement's snapshot, taken before the locks, so a claim that held one of these
+#: groups and committed in between is not seen: the count only chooses, and the claim
+#: (CLAIM_IDS) counts again, after the locks, before it takes a row.
+LANE_PAGE = """
 WITH page AS (
-    SELECT id, queue, priority, name, grp, served_at, seq FROM jobpool_lanes
-     WHERE queue = %(queue)s AND name = ANY(%(names)s::text[])
-     ORDER BY priority DESC, served_at NULLS FIRST, name, grp
+    SELECT l.id, l.priority, l.name, l.grp, l.served_at, l.seq
+      FROM unnest(%(names)s::text[]) AS each_name(name)
+     CROSS JOIN LATERAL (
+           SELECT l.id, l.priority, l.name, l.grp, l.served_at, l.seq FROM jobpool_lanes AS l
+            WHERE l.queue = %(queue)s AND l.name = each_name.name
+            ORDER BY l.priority DESC, l.served_at NULLS FIRST, l.name, l.grp
+            LIMIT %(count)s + %(offset)s) AS l
+     ORDER BY l.priority DESC, l.served_at NULLS FIRST, l.name, l.grp
      LIMIT %(count)s OFFSET %(offset)s),
 made AS (
     INSERT INTO jobpool_groups (name, grp) SELECT DISTINCT name, grp FROM page
     ON CONFLICT (name, grp) DO NOTHING
     RETURNING name, grp, tokens, refilled_at),
 locked AS (
-    SELECT name, grp, tokens, refilled_at FROM jobpool_groups
-     WHERE (name, grp) IN (SELECT name, grp FROM page)
-     ORDER BY name, grp
-       FOR UPDATE SKIP LOCKED),
+    SELECT g.name, g.grp, g.tokens, g.refilled_at
+      FROM (SELECT DISTINCT name, grp FROM page) AS p
+     CROSS JOIN LATERAL (
+           SELECT g.name, g.grp, g.tokens, g.refilled_at FROM jobpool_groups AS g
+            WHERE g.name = p.name AND g.grp = p.grp
+              FOR UPDATE SKIP LOCKED) AS g),
 held AS (SELECT * FROM made UNION ALL SELECT * FROM locked)
-SELECT p.id, p.queue, p.priority, p.name, p.grp, p.served_at, p.seq,
-       h.name IS NOT NULL, h.tokens, h.refilled_at
-  FROM page AS p LEFT JOIN held AS h ON h.name = p.name AND h.grp = p.grp
- ORDER BY p.priority DESC, p.served_at NULLS FIRST, p.name, p.grp
-"""
-#: The second statement: for each held lane (``:lanes``, a JSON array of ``[name,
-#: group, priority]``), its group's running jobs and its first due row.
-LANE_HEADS = """
-SELECT e.n - 1, r.running, h.id, h.priority, h.line_at
-  FROM jsonb_array_elements(%(lanes)s::jsonb) WITH ORDINALITY AS e(v, n)
- CROSS JOIN LATERAL (
-       SELECT count(*) AS running FROM jobs
-        WHERE status = 'running' AND name = e.v ->> 0 AND COALESCE(grp, '') = e.v ->> 1) AS r
+SELECT p.id, %(queue)s, p.priority, p.name, p.grp, p.served_at, p.seq,
+       g.name IS NOT NULL, g.tokens, g.refilled_at, COALESCE(r.running, 0),
+       h.id, h.priority, h.line_at
+  FROM page AS p
+  LEFT JOIN held AS g ON g.name = p.name AND g.grp = p.grp
   LEFT JOIN LATERAL (
-       SELECT id, priority, line_at FROM jobs
-        WHERE status = 'ready' AND grp IS NOT NULL AND queue = %(queue)s
-          AND name = e.v ->> 0 AND grp = e.v ->> 1 AND priority = (e.v ->> 2)::integer
-          AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
-        ORDER BY line_at, id LIMIT 1) AS h ON true
+       SELECT count(*) AS running FROM jobs AS j
+        WHERE g.name IS NOT NULL AND j.status = 'running' AND j.name = p.name
+          AND COALESCE(j.grp, '') = p.grp) AS r ON true
+  LEFT JOIN LATERAL (
+       SELECT j.id, j.priority, j.line_at FROM jobs AS j
+        WHERE g.name IS NOT NULL AND j.status = 'ready' AND j.grp IS NOT NULL
+          AND j.queue = %(queue)s AND j.name = p.name AND j.grp = p.grp
+          AND j.priority = p.priority
+          AND j.run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
+        ORDER BY j.line_at, j.id LIMIT 1) AS h ON true
+ ORDER BY p.priority DESC, p.served_at NULLS FIRST, p.name, p.grp
 """
 #: A lane's due rows in claim order (a claim's second pass).
 PROBE_LANE = """
@@ -1253,10 +1262,19 @@ SELECT id, priority, line_at FROM jobs
  LIMIT %(count)s
    FOR UPDATE SKIP LOCKED
 """
-#: The rows a limited claim chose, claimed as CLAIM claims them (same columns).
+#: The rows a limited claim chose, claimed as CLAIM claims them (same columns). A row
+#: with a ``cap`` (a group's limit, less the rows of its group this claim takes before
+#: it) is taken only while its group's running jobs, counted again here, in a snapshot
+#: taken after the page's locks, are fewer: what LANE_PAGE counted may miss a claim
+#: another host committed just before this one locked the group.
 CLAIM_IDS = "UPDATE jobs AS j" + CLAIM.split("UPDATE jobs AS j", 1)[1].replace(
-    "  FROM picked WHERE j.id = picked.id",
-    " WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'ready'")
+    "  FROM picked WHERE j.id = picked.id", """\
+  FROM unnest(%(ids)s::bigint[], %(caps)s::integer[]) AS chosen(id, cap)
+ WHERE j.id = chosen.id AND j.status = 'ready'
+   AND (chosen.cap IS NULL
+        OR (SELECT count(*) FROM jobs AS r
+             WHERE r.status = 'running' AND r.name = j.name
+               AND COALESCE(r.grp, '') = j.grp) < chosen.cap)""")
 assert "picked" not in CLAIM_IDS
 
 PUT_LIMIT = """

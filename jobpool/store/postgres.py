@@ -136,11 +136,22 @@ def _require_psycopg() -> None:
         raise StoreError("PostgreSQL stores need psycopg 3: pip install 'jobpool[postgres]'")
 
 
-def open_connection(target: Target, *, application: str = "jobpool") -> Any:
+#: The claimer's connection keeps one plan per statement (its statements are prepared
+#: after their fifth run): each has one shape whatever its parameters, and the server
+#: otherwise plans the larger ones (a limited claim's page of lanes) anew every turn,
+#: which cost that claim more than running them did. Not behind a pooler, which
+#: prepares nothing.
+CLAIMER_OPTIONS = {"plan_cache_mode": "force_generic_plan"}
+
+
+def open_connection(target: Target, *, application: str = "jobpool",
+                    settings: dict[str, Any] | None = None) -> Any:
     """A new autocommit connection whose search_path is the store's schema (behind a
-    transaction-mode pooler: each transaction sets it, see ``scope``)."""
+    transaction-mode pooler: each transaction sets it, see ``scope``); ``settings``
+    are more session settings (not behind a pooler)."""
     _require_psycopg()
-    options = " ".join(f"-c {k}={v}" for k, v in SESSION_OPTIONS.items())
+    options = " ".join(f"-c {k}={v}"
+                       for k, v in dict(SESSION_OPTIONS, **(settings or {})).items())
     options += f" -c search_path={target.schema}"
     user_options = dict(parse_qsl(urlsplit(target.conninfo).query)).get("options")
     if target.pooler:

@@ -942,12 +942,12 @@ SELECT queue, priority, name, grp FROM jobs
 
 #: The next page of a queue's lanes of these names, in rotation order, each with its
 #: group's bucket, running jobs (few: one per busy slot) and first due row, in one
-#: statement (SQLite needs no lock: one writer at a time).
+#: statement: every group is held (SQLite needs no lock: one writer at a time).
 LANE_PAGE = """
 WITH running AS (
     SELECT name, COALESCE(grp, '') AS grp, count(*) AS n FROM jobs INDEXED BY jobs_leases
      WHERE status = 'running' AND name IN (SELECT value FROM json_each(:names)) GROUP BY 1, 2)
-SELECT c.id, c.queue, c.priority, c.name, c.grp, c.served_at, c.seq, c.tokens,
+SELECT c.id, c.queue, c.priority, c.name, c.grp, c.served_at, c.seq, 1, c.tokens,
        c.refilled_at, COALESCE(r.n, 0), h.id, h.priority, h.line_at
   FROM (SELECT l.id, l.queue, l.priority, l.name, l.grp, l.served_at, l.seq, g.tokens, g.refilled_at,
                (SELECT id FROM jobs INDEXED BY jobs_group_order
