@@ -190,13 +190,14 @@ class LaneState(NamedTuple):
 
 
 class Candidate(NamedTuple):
-    """A row a limited claim may take: where it stands in R7's order."""
+    """A row a limited claim may take: where it stands in R7's order, and the lane
+    it came from (None: a row of an unlimited name)."""
 
     job_id: int
     priority: int
     line_at: float
     round: int      # 0 for its group's first row this turn, 1 for the second, ...
-    group: tuple[str, str] | None   # (name, group); None: a row of an unlimited name
+    lane: Lane | None
 
 
 def refill(tokens: float | None, refilled_at: float | None, rate: Rate, burst: int,
@@ -208,13 +209,17 @@ def refill(tokens: float | None, refilled_at: float | None, rate: Rate, burst: i
     return min(float(burst), tokens + max(0.0, now - refilled_at) * rate.per_second)
 
 
+#: A group's room when nothing but its rate limits it and its bucket is not read.
+UNLIMITED_ROOM = 1 << 30
+
+
 def room_of(limit: NameLimit, running: int, tokens: float | None) -> int:
     """How many more rows of a group a claim may take: its limit less its running
     jobs, and no more than the whole tokens in its bucket (``tokens`` None: no rate)."""
-    room = math.inf if limit.max_running is None else max(0, limit.max_running - running)
+    room = UNLIMITED_ROOM if limit.max_running is None else max(0, limit.max_running - running)
     if limit.rate is not None and tokens is not None:
         room = min(room, math.floor(tokens))
-    return int(min(room, 1 << 30))
+    return room
 
 
 def choose(candidates: Sequence[Candidate], want: int) -> list[Candidate]:
@@ -285,54 +290,35 @@ def plan_claim(source: LimitedSource, plan: LimitPlan, queue: str, want: int, no
     if has_unlimited:
         candidates.extend(Candidate(job_id, priority, line_at, 0, None) for job_id, priority,
                           line_at in source.probe_unlimited(queue, now, want))
-    names = sorted(plan.names)
-    taken_by_lane: dict[Lane, list[Candidate]] = {}
     groups = _Groups()
-    if names:
-        _walk_lanes(source, plan, queue, names, want, now, groups, candidates, taken_by_lane)
+    if plan.names:
+        _walk_lanes(source, plan, queue, want, now, groups, candidates)
     chosen = choose(candidates, want)
-    picked = {c.job_id for c in chosen}
-    served = [lane for lane, rows in taken_by_lane.items()
-              if any(c.job_id in picked for c in rows)]
+    served = list(dict.fromkeys(c.lane for c in chosen if c.lane is not None))
     if served:
         source.served(served, now)
-    _spend_tokens(source, plan, groups, chosen, now)
-    return Picked([c.job_id for c in chosen], _caps(plan, chosen))
-
-
-def _caps(plan: LimitPlan, chosen: list[Candidate]) -> list[int | None]:
-    caps: list[int | None] = []
-    taken: dict[tuple[str, str], int] = {}
-    for candidate in chosen:
-        key = candidate.group
-        limit = None if key is None else plan.names[key[0]].max_running
-        if key is None or limit is None:
-            caps.append(None)
-            continue
-        before = taken.get(key, 0)
-        caps.append(limit - before)
-        taken[key] = before + 1
-    return caps
+    return _take_chosen(source, plan, groups, chosen, now)
 
 
 class _Groups:
-    """The groups a claim has locked and sized so far."""
+    """The groups a claim has sized so far: how many more rows of each it may take,
+    and the tokens each rated one's bucket held when the claim read it."""
 
     def __init__(self) -> None:
         self.room: dict[tuple[str, str], int] = {}
         self.tokens_at_lock: dict[tuple[str, str], float] = {}
 
 
-def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, names: list[str],
-                want: int, now: float, groups: _Groups, candidates: list[Candidate],
-                taken_by_lane: dict[Lane, list[Candidate]]) -> None:
+def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, want: int, now: float,
+                groups: _Groups, candidates: list[Candidate]) -> None:
     """Visit lanes in rotation order: a first pass takes each group's head row, a
     second (only when the first left slots) takes more rows of groups with room."""
+    names = sorted(plan.names)
+    rooms = groups.room
     visited: list[Lane] = []
-    found = 0
     offset = 0
     page_size = want + LANE_PAGE_EXTRA
-    while found < want:
+    while len(visited) < want:
         page = source.lane_page(queue, names, offset, page_size, now)
         offset += len(page)
         for state in page:
@@ -340,46 +326,36 @@ def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, names: list[
                 continue  # another claim holds its group: it is passed over this turn
             lane = state.lane
             key = (lane.name, lane.group)
-            room = groups.room.get(key)
+            room = rooms.get(key)
             if room is None:
-                room = groups.room[key] = _room(plan.names[lane.name], state, groups, now)
+                room = _room(plan.names[lane.name], state, groups, now)
             if state.head is None:
                 source.drop_lane_if_empty(lane)
+                rooms[key] = room
                 continue
             if room <= 0:
+                rooms[key] = room
                 continue
+            job_id, priority, line_at = state.head
+            candidates.append(Candidate(job_id, priority, line_at, 0, lane))
+            rooms[key] = room - 1
             visited.append(lane)
-            _take(lane, [state.head], 0, groups, candidates, taken_by_lane)
-            found += 1
-            if found >= want:
-                break
+            if len(visited) >= want:
+                return
         if len(page) < page_size:
             break
-    if found >= want:
-        return
     # Second pass, over the few lanes the first found rows in (fewer than ``want``):
     # more rows from each group with room, as many as could be wanted; ``choose``
     # then takes them round by round, so the slots alternate between the groups.
     for lane in visited:
-        room = groups.room[(lane.name, lane.group)]
+        key = (lane.name, lane.group)
+        room = rooms[key]
         if room <= 0:
             continue
-        have = len(taken_by_lane[lane])
-        rows = source.probe_lane(lane, now, have + min(room, want - 1))[have:]
-        _take(lane, rows, have, groups, candidates, taken_by_lane)
-
-
-def _take(lane: Lane, rows: list[tuple[int, int, float]], first_round: int, groups: _Groups,
-          candidates: list[Candidate], taken_by_lane: dict[Lane, list[Candidate]]) -> None:
-    key = (lane.name, lane.group)
-    room = groups.room[key]
-    taken = taken_by_lane.setdefault(lane, [])
-    rows = rows[:max(0, room)]
-    for index, (job_id, priority, line_at) in enumerate(rows, first_round):
-        candidate = Candidate(job_id, priority, line_at, index, key)
-        candidates.append(candidate)
-        taken.append(candidate)
-    groups.room[key] = room - len(rows)
+        rows = source.probe_lane(lane, now, 1 + min(room, want - 1))[1:room + 1]
+        candidates.extend(Candidate(job_id, priority, line_at, index, lane)
+                          for index, (job_id, priority, line_at) in enumerate(rows, 1))
+        rooms[key] = room - len(rows)
 
 
 def _room(limit: NameLimit, state: LaneState, groups: _Groups, now: float) -> int:
@@ -392,13 +368,26 @@ def _room(limit: NameLimit, state: LaneState, groups: _Groups, now: float) -> in
     return room_of(limit, state.running, tokens)
 
 
-def _spend_tokens(source: LimitedSource, plan: LimitPlan, groups: _Groups,
-                  chosen: list[Candidate], now: float) -> None:
-    """R36: each claimed row of a rated group takes a token from the bucket as it
-    stood when the claim locked it."""
-    spent: dict[tuple[str, str], int] = {}
+def _take_chosen(source: LimitedSource, plan: LimitPlan, groups: _Groups,
+                 chosen: list[Candidate], now: float) -> Picked:
+    """The chosen rows with their caps; R36: each chosen row of a rated group takes a
+    token from the bucket as it stood when the claim read it."""
+    ids: list[int] = []
+    caps: list[int | None] = []
+    taken: dict[tuple[str, str], int] = {}
     for candidate in chosen:
-        if candidate.group is not None and candidate.group in groups.tokens_at_lock:
-            spent[candidate.group] = spent.get(candidate.group, 0) + 1
-    for key, count in spent.items():
-        source.set_tokens(key, groups.tokens_at_lock[key] - count, now)
+        ids.append(candidate.job_id)
+        lane = candidate.lane
+        if lane is None:
+            caps.append(None)
+            continue
+        key = (lane.name, lane.group)
+        before = taken.get(key, 0)
+        taken[key] = before + 1
+        limit = plan.names[lane.name].max_running
+        caps.append(None if limit is None else limit - before)
+    for key, count in taken.items():
+        tokens = groups.tokens_at_lock.get(key)
+        if tokens is not None:
+            source.set_tokens(key, tokens - count, now)
+    return Picked(ids, caps)
