@@ -10,9 +10,12 @@ numbers (the last pool to start wins, and the others log the disagreement).
 
 **Groups.** A limited job belongs to a group: the value of its ``group_by``
 keyword argument, ``enqueue_with(group=...)``, or ``""`` (the name as a
-whole). ``max_running`` and ``rate`` count per name and group. The store
-fills in ``""`` for a row of a limited name enqueued without one (by a process
-that never imported the job), so a limit can never be dodged by the enqueuer.
+whole). ``max_running`` and ``rate`` count per name and group. A row of a
+limited name written without one (by a process that never imported the job, a
+chain's next step the store enqueues, a row enqueued before the limit existed)
+gets it from the store: the keyword argument the stored limit's ``group_by``
+names, read from the row's JSON payload, or ``""`` when it has none; so a limit
+can never be dodged by the enqueuer.
 
 **The claim.** Rows of limited names are left out of the ordinary claim (it
 names only the unlimited ones); each (queue, priority, name, group) with ready

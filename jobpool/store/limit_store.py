@@ -4,7 +4,7 @@ declare them and by ``jobpool limits``, and what ``limits list`` shows.
 A name's limits come from its ``@job`` declaration: a pool writes those of the
 names it serves when it starts (``declare``); a change is logged, and from then
 on every pool reads the new numbers at its next heartbeat. A name that becomes
-limited has its live rows put in the whole name's group and its lanes made; one
+limited has its live rows put in their groups and its lanes made; one
 that stops being limited has its lanes dropped, and its rows are claimed the
 ordinary way again. A queue's limit is an operator's (``set_queue``). One class
 serves both stores (``statements`` is the store's SQL module).

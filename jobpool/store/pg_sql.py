@@ -16,6 +16,7 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
+from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
@@ -555,12 +556,28 @@ HAS_META = "SELECT to_regclass('jobpool_meta') IS NOT NULL"
 # --- enqueue (R1-R5) ------------------------------------------------------------------------
 
 
-def limited_group(name_expr: str, limits: str = "jobpool_limits") -> str:
-    """R35: the group of a row written without one: ``''`` (the whole name's) when its
-    name has a limit, else NULL (an InitPlan, read once, when ``name_expr`` is a
-    parameter). ``limits``: the table, qualified on a caller's own connection (R5)."""
-    return (f"(SELECT ''::text FROM {limits} WHERE scope = 'name' "
-            f"AND target = {name_expr})")
+def group_argument(payload: str, group_by: str) -> str:
+    """R35: a row's group read by the store from its JSON payload (``payload``, a jsonb
+    ``[args, kwargs]``): the keyword argument ``group_by`` names, as text (at most
+    ``MAX_GROUP_CHARS``), or ``''`` (the whole name's group) when the row has none."""
+    return f"COALESCE(NULLIF(left({payload} -> 1 ->> {group_by}, {MAX_GROUP_CHARS}), ''), '')"
+
+
+def limited_group(name_expr: str, limits: str = "jobpool_limits",
+                  payload: str | None = None) -> str:
+    """R35: the group of a row written without one, by a process that does not know
+    its job (an enqueue by name, a chain's next step): NULL unless its name has a
+    limit; then the keyword argument its ``group_by`` names, read from the jsonb
+    ``payload`` (``group_argument``), or ``''``. Without ``payload`` an InitPlan,
+    read once, when ``name_expr`` is a parameter: a statement that writes many rows
+    of one name (their groups are given afterwards, ``REGROUP_NEW``). ``limits``: the
+    table, qualified on a caller's own connection (R5)."""
+    if payload is None:
+        return (f"(SELECT ''::text FROM {limits} WHERE scope = 'name' "
+                f"AND target = {name_expr})")
+    return (f"(SELECT CASE WHEN group_by IS NULL THEN ''::text ELSE "
+            f"{group_argument(payload, 'group_by')} END "
+            f"FROM {limits} WHERE scope = 'name' AND target = {name_expr})")
 
 
 _NEW_JOB_COLUMNS = ("queue, name, key, payload, serializer, priority, status, run_at, line_at, "
@@ -578,7 +595,10 @@ WITH inserted AS (
     VALUES (%(queue)s, %(name)s, %(key)s, %(payload)s, %(serializer)s, %(priority)s, 'ready',
             extract(epoch FROM now()) + %(delay)s, extract(epoch FROM now()) + %(delay)s,
             %(max_attempts)s, %(deadline)s, %(timeout)s, extract(epoch FROM now()), %(chain)s,
-            %(batch_id)s, COALESCE(%(grp)s, {limited_group("%(name)s", "{limits}")}))
+            %(batch_id)s, COALESCE(%(grp)s, {limited_group(
+                "%(name)s", "{limits}",
+                "CASE WHEN %(serializer)s = 'json' "
+                "THEN convert_from(%(payload)s, 'UTF8')::jsonb END")}))
     ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
@@ -615,7 +635,7 @@ SELECT %(queue)s, %(name)s, NULL,
        %(timeout)s, %(now)s, NULL, %(batch_id)s, {limited_group("%(name)s")}
   FROM json_array_elements(%(batch)s::json) WITH ORDINALITY AS e(value, n)
  ORDER BY n
-RETURNING id
+RETURNING id, grp = ''
 """
 #: Any other batch (pickled arguments, one too large to judge whole), streamed with
 #: COPY row by row (one round trip, no statement per row).
@@ -709,7 +729,8 @@ _SUCCESSOR = f"""successor AS (
            (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
            (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
-           COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'")}
+           COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
+                                                    "(chain -> 0 ->> 'payload')::jsonb")}
       FROM moved WHERE chain IS NOT NULL)
 """
 
@@ -1290,16 +1311,42 @@ READ_LIMITS = """
 SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
   FROM jobpool_limits ORDER BY scope, target
 """
-ADOPT_LIMITED = "UPDATE jobs SET grp = '' WHERE name = %(name)s AND grp IS NULL"
+ADOPT_LIMITED = f"""
+UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits",
+                                     "CASE WHEN serializer = 'json' "
+                                     "THEN convert_from(payload, 'UTF8')::jsonb END")}
+ WHERE name = %(name)s AND grp IS NULL
+"""
 #: After a COPY (rows whose values SQL did not compute): the rows of a limited name
-#: without a group join the whole name's, and their lanes are made.
-ADOPT_COPIED = """
+#: without a group take their groups (``limited_group``), and their lanes are made.
+ADOPT_COPIED = f"""
 WITH adopted AS (
-    UPDATE jobs SET grp = '' WHERE id = ANY(%(ids)s::bigint[]) AND grp IS NULL
+    UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits",
+                                         "CASE WHEN serializer = 'json' "
+                                         "THEN convert_from(payload, 'UTF8')::jsonb END")}
+     WHERE id = ANY(%(ids)s::bigint[]) AND grp IS NULL
        AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
     RETURNING queue, priority, name, grp)
 INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
 SELECT DISTINCT queue, priority, name, grp FROM adopted
+ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
+"""
+#: The keyword argument that names a limited name's rows' groups (no row: no limit
+#: per group), read once by a batch insert, which writes them in the whole name's.
+GROUP_BY_OF_NAME = """
+SELECT group_by FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s
+   AND group_by IS NOT NULL
+"""
+#: R35: a batch insert's rows of a per-group name, each given the group its own
+#: keyword argument ``group_by`` names, and those groups' lanes.
+REGROUP_NEW = f"""
+WITH regrouped AS (
+    UPDATE jobs SET grp = {group_argument("convert_from(payload, 'UTF8')::jsonb",
+                                          "%(group_by)s")}
+     WHERE id = ANY(%(ids)s::bigint[]) AND grp = '' AND serializer = 'json'
+    RETURNING queue, priority, name, grp)
+INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+SELECT DISTINCT queue, priority, name, grp FROM regrouped
 ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
 """
 LANES_OF_NAME = """

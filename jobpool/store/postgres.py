@@ -453,14 +453,22 @@ class PostgresStore:
                            args_only: bool) -> Handles:
         def insert(conn: Any) -> list[int]:
             server_now = self.server_now(conn)
-            ids = sorted(r[0] for r in conn.execute(pg_sql.INSERT_BATCH, {
+            written = conn.execute(pg_sql.INSERT_BATCH, {
                 "queue": options.queue, "name": options.name, "args_only": args_only,
                 "priority": options.priority, "run_at": server_now + options.run_at,
                 "max_attempts": options.max_attempts, "timeout": options.timeout,
-                "now": server_now, "batch": batch, "batch_id": options.batch_id}))
+                "now": server_now, "batch": batch, "batch_id": options.batch_id}).fetchall()
+            ids = sorted(job_id for job_id, _whole_name in written)
             if len(ids) != count:
                 raise StoreError(f"enqueue_many of {options.name}: {len(ids)} rows written "
                                  f"for {count} items")  # rolls the batch back
+            if written and written[0][1]:
+                # R35: a limited name's rows, written in the whole name's group: a
+                # limit per group gives each the group its own argument names.
+                group_by = conn.execute(pg_sql.GROUP_BY_OF_NAME,
+                                        {"name": options.name}).fetchone()
+                if group_by is not None:
+                    conn.execute(pg_sql.REGROUP_NEW, {"ids": ids, "group_by": group_by[0]})
             if options.batch_id is not None:
                 self.batches.join(conn, options.batch_id, ids)
             self.notify_ready(conn, options.queue)

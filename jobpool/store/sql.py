@@ -5,6 +5,8 @@ a guard changed in one place is changed everywhere. Times are Unix seconds (REAL
 """
 import json
 
+from jobpool.limits import MAX_GROUP_CHARS
+
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
 SCHEMA_VERSION = "5"
 
@@ -224,11 +226,28 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 ) WITHOUT ROWID
 """
 
-def limited_group(name_expr: str) -> str:
-    """R35: the group of a row written without one: ``''`` (the whole name's) when its
-    name has a limit, else NULL. Uncorrelated when ``name_expr`` is a parameter, so a
-    statement that writes many rows of one name looks the name up once."""
-    return f"(SELECT '' FROM jobpool_limits WHERE scope = 'name' AND target = {name_expr})"
+def group_argument(payload: str, group_by: str) -> str:
+    """R35: a row's group read by the store from its JSON payload ``[args, kwargs]``:
+    the keyword argument ``group_by`` names, as text (at most ``MAX_GROUP_CHARS``),
+    or ``''`` (the whole name's group) when the row has none."""
+    return (f"COALESCE(NULLIF(substr(CAST(CASE WHEN json_valid({payload}) THEN json_extract("
+            f"{payload}, '$[1].\"' || {group_by} || '\"') END AS TEXT), 1, {MAX_GROUP_CHARS}),"
+            f" ''), '')")
+
+
+def limited_group(name_expr: str, payload: str | None = None) -> str:
+    """R35: the group of a row written without one, by a process that does not know
+    its job (an enqueue by name, a chain's next step): NULL unless its name has a
+    limit; then the keyword argument its ``group_by`` names, read from the JSON
+    ``payload`` (``group_argument``), or ``''``. Uncorrelated when ``name_expr`` is a
+    parameter and there is no ``payload``: a statement that writes many rows of one
+    name looks the name up once (its rows are given their groups afterwards,
+    ``REGROUP_NEW``)."""
+    if payload is None:
+        return f"(SELECT '' FROM jobpool_limits WHERE scope = 'name' AND target = {name_expr})"
+    return (f"(SELECT CASE WHEN group_by IS NULL THEN '' ELSE "
+            f"{group_argument(payload, 'group_by')} END "
+            f"FROM jobpool_limits WHERE scope = 'name' AND target = {name_expr})")
 
 
 #: R35: the lanes of rows just written (ids ``:first`` to ``:last``) of limited names.
@@ -247,8 +266,15 @@ SELECT queue, priority, name, grp FROM jobs
  WHERE id = last_insert_rowid() AND grp IS NOT NULL AND status = 'ready'
    AND name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
 """
-#: Whether a name has a limit (one look per enqueue_many, before its lanes are made).
-LIMITED_NAME = "SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = :name"
+#: Whether a name has a limit, and the keyword argument that names its rows' groups
+#: (one look per enqueue_many, before its lanes are made).
+LIMITED_NAME = "SELECT group_by FROM jobpool_limits WHERE scope = 'name' AND target = :name"
+#: R35: rows ``:first`` to ``:last`` a batch insert wrote in the whole name's group,
+#: each given the group its own keyword argument ``:group_by`` names.
+REGROUP_NEW = f"""
+UPDATE jobs SET grp = {group_argument("CAST(payload AS TEXT)", ":group_by")}
+ WHERE id BETWEEN :first AND :last AND grp = '' AND serializer = 'json'
+"""
 LIMITED_NAMES = "SELECT target FROM jobpool_limits WHERE scope = 'name'"
 
 
@@ -391,7 +417,7 @@ INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
                   run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
                   grp)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-        COALESCE(?15, {limited_group("?2")}))
+        COALESCE(?15, {limited_group("?2", "CASE WHEN ?5 = 'json' THEN CAST(?4 AS TEXT) END")}))
 """
 INSERT_JOB_RETURNING = INSERT_JOB + "RETURNING id, grp\n"
 
@@ -547,7 +573,8 @@ SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL
        'ready', :now, :now, json_extract(chain, '$[0].max_attempts'), NULL,
        json_extract(chain, '$[0].timeout'), :now,
        CASE WHEN json_array_length(chain) > 1 THEN json_remove(chain, '$[0]') END,
-       COALESCE(chain_root, id), {limited_group("json_extract(chain, '$[0].name')")}
+       COALESCE(chain_root, id), {limited_group("json_extract(chain, '$[0].name')",
+                                                "json_extract(chain, '$[0].payload')")}
   FROM jobs WHERE id = :id AND chain IS NOT NULL
 """
 
@@ -1048,10 +1075,13 @@ READ_LIMITS = """
 SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
   FROM jobpool_limits ORDER BY scope, target
 """
-#: A name that becomes limited: its live rows without a group join the whole name's,
-#: and its ready rows get their lanes.
-ADOPT_LIMITED = """
-UPDATE jobs SET grp = '' WHERE name = :name AND grp IS NULL AND status IN ('ready', 'running')
+#: A name that becomes limited: its live rows without a group take the one their
+#: keyword argument names (a limit per group) or the whole name's, and its ready rows
+#: get their lanes.
+ADOPT_LIMITED = f"""
+UPDATE jobs SET grp = {limited_group(":name", "CASE WHEN serializer = 'json' "
+                                              "THEN CAST(payload AS TEXT) END")}
+ WHERE name = :name AND grp IS NULL AND status IN ('ready', 'running')
 """
 LANES_OF_NAME = """
 INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)

@@ -270,7 +270,7 @@ class SQLiteStore:
             def insert_json(conn: sqlite3.Connection) -> int:
                 join(conn)
                 last = self._insert_batch(conn, options, *as_json)
-                _make_lanes(conn, name, last - count + 1, last)
+                _make_lanes(conn, name, last - count + 1, last, regroup=True)
                 return last
             last = self.transaction(f"enqueue_many of {name}", insert_json)
         else:
@@ -819,11 +819,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
             pass
 
 
-def _make_lanes(conn: sqlite3.Connection, name: str, first: int, last: int) -> None:
+def _make_lanes(conn: sqlite3.Connection, name: str, first: int, last: int,
+                regroup: bool = False) -> None:
     """R35: the lanes of the rows ``first`` to ``last`` just written, if ``name`` has a
-    limit (one look for the whole enqueue)."""
-    if conn.execute(sql.LIMITED_NAME, {"name": name}).fetchone() is not None:
-        conn.execute(sql.LANES_OF_NEW, {"first": first, "last": last})
+    limit (one look for the whole enqueue); ``regroup``: a batch insert wrote them in
+    the whole name's group, and a per-group limit's rows first take their own."""
+    limit = conn.execute(sql.LIMITED_NAME, {"name": name}).fetchone()
+    if limit is None:
+        return
+    if regroup and limit[0] is not None:
+        conn.execute(sql.REGROUP_NEW, {"first": first, "last": last, "group_by": limit[0]})
+    conn.execute(sql.LANES_OF_NEW, {"first": first, "last": last})
 
 
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,

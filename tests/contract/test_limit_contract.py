@@ -185,11 +185,54 @@ def test_a_chain_step_of_a_limited_name_is_claimed_under_its_limit(store, claime
     assert (step.name, _kwargs(store, step.job_id)["customer"]) == (LOAD, "z")
 
 
+def test_a_per_group_name_enqueued_by_name_takes_its_group_from_its_argument(store, claimer):
+    # A process that never imported the job passes no group=: the store reads the
+    # group from the keyword argument the stored limit names (one by one and in
+    # bulk); a row without that argument joins the whole name's group.
+    from jobpool import Signature
+    declare(store, per_group(1))
+    store.enqueue(LOAD, customer="x")
+    store.enqueue(LOAD, customer="x")
+    store.enqueue_many(LOAD, [Signature(LOAD, (), {"customer": "y"}),
+                              Signature(LOAD, (), {"customer": 7})])
+    store.enqueue_many(LOAD, [("no customer",)])
+    c = claimer()
+    taken = claim(c, 8)
+    assert sorted(str(_kwargs(store, j.job_id).get("customer", "")) for j in taken) == [
+        "", "7", "x", "y"]
+    assert claim(c, 8) == []  # the second x waits for the first
+
+
+def test_a_chain_step_of_a_per_group_name_is_in_its_own_group(store, claimer):
+    # The store writes a chain's next step itself: its group comes from the step's own
+    # keyword argument, so a step for a customer at its limit waits.
+    from jobpool import Signature
+    declare(store, per_group(1))
+    (running,) = enqueue(store, "z", 1)
+    c = claimer()
+    assert [j.job_id for j in claim(c, 4)] == [running]
+    store.enqueue_with(FREE, args=(1,), then=Signature(LOAD, (), {"customer": "z"}))
+    store.enqueue_with(FREE, args=(2,), then=Signature(LOAD, (), {"customer": "w"}))
+    firsts = claim(c, 4)
+    finish(c, firsts)  # the next steps are enqueued now
+    (step,) = claim(c, 4)  # w's; z's waits for z's running job
+    assert _kwargs(store, step.job_id)["customer"] == "w"
+    assert claim(c, 4) == []
+
+
 def test_rows_enqueued_before_the_limit_are_limited_too(store, claimer):
     enqueue(store, "a", 5)
     declare(store, NameLimit(LOAD, 2, None, 1, None))
     c = claimer()
     assert len(claim(c, 5)) == 2
+
+
+def test_rows_enqueued_before_a_limit_per_group_take_their_groups(store, claimer):
+    for customer in ("a", "a", "b"):
+        store.enqueue(LOAD, customer=customer)  # by name, no group: none is written
+    declare(store, per_group(1))
+    c = claimer()
+    assert groups(store, claim(c, 5)) == ["a", "b"]
 
 
 def test_a_queue_limit_holds_across_claimers(store, claimer):
