@@ -44,7 +44,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)  # the core's API
-from jobpool.limits import plan_claim
+from jobpool.limits import charge, plan_claim
 from jobpool.queueplan import claim_in_shares
 from jobpool.store import sql
 from jobpool.store.limit_claim import SqlLimitedSource, sqlite_limited_claim
@@ -1091,11 +1091,14 @@ cdef class Core:
         limited = self._limits
         if limited is not None:
             # R35/R36: the rows the limits let this claim take, chosen in Python.
-            # The page's counts are exact here (one writer at a time): no caps.
-            ids = plan_claim(self._limit_source, limited.plan, queue, want, now,
-                             limited.has_unlimited).ids
+            # The page's counts are exact here (one writer at a time): no caps, and
+            # the claim takes every row picked.
+            picked = plan_claim(self._limit_source, limited.plan, queue, want, now,
+                                limited.has_unlimited)
+            ids = picked.ids
             if not ids:
                 return 0
+            charge(self._limit_source, picked, None, now)
             ids_json = json.dumps(ids)
             self._set_o(P_OWNER, owner)
             self._set_d(P_NOW, now)

@@ -23,7 +23,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)
-from jobpool.limits import plan_claim
+from jobpool.limits import charge, plan_claim
 from jobpool.queueplan import claim_in_shares
 from jobpool.store import rows, sql
 from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_limited_claim
@@ -161,8 +161,11 @@ class Core:
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
                 "queue": queue, "limit": want}).fetchall()
         else:
-            # The page's counts are exact here (one writer at a time): no caps.
-            ids = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited).ids
+            # The page's counts are exact here (one writer at a time): no caps, and
+            # the claim takes every row picked.
+            picked = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
+            charge(source, picked, None, now)
+            ids = picked.ids
             rows = db.execute(limited.claim_ids, {
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
                 "ids": json.dumps(ids)}).fetchall() if ids else []

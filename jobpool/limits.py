@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from jobpool.errors import EnqueueError, JobpoolError, RegistryError
@@ -243,7 +243,9 @@ class LimitedSource(Protocol):
     def lane_page(self, queue: str, names: Sequence[str], offset: int, count: int,
                   now: float) -> list[LaneState]:
         """The next ``count`` lanes of these names in rotation order, each with its
-        group's state (its group locked first where several hosts claim)."""
+        group's state (where several hosts claim, its group locked, or not ``held``
+        when another claim holds it; the running jobs may be counted before the lock,
+        which is why ``Picked`` carries caps)."""
         ...
 
     def probe_lane(self, lane: Lane, now: float,
@@ -265,25 +267,29 @@ LANE_PAGE_EXTRA = 2
 
 
 class Picked(NamedTuple):
-    """The rows a limited claim takes, in claim order, each with its ``cap``: the most
+    """The rows a limited claim chose, in claim order, each with its ``cap``: the most
     running jobs its group may have, counted when the row is taken, for it to be
     taken (its limit, less the rows of its group this claim takes before it; None
-    without a concurrency limit). SQLite's counts are exact (one writer at a time);
-    PostgreSQL's page counts in a snapshot taken before its locks, so its claim
-    statement counts again and takes a row only under its cap."""
+    without a concurrency limit), and its lane (None: a row of an unlimited name).
+    SQLite's counts are exact (one writer at a time); PostgreSQL's page counts in a
+    snapshot taken before its locks, so its claim statement counts again and takes a
+    row only under its cap. ``tokens``: each rated group's bucket as the claim read
+    it, for ``charge``."""
 
     ids: list[int]
     caps: list[int | None]
+    lanes: list[Lane | None]
+    tokens: dict[tuple[str, str], float]
 
 
-NOTHING_PICKED = Picked([], [])
+NOTHING_PICKED = Picked([], [], [], {})
 
 
 def plan_claim(source: LimitedSource, plan: LimitPlan, queue: str, want: int, now: float,
                has_unlimited: bool) -> Picked:
-    """The rows a limited claim takes from ``queue`` (at most ``want``), in claim
-    order; the lanes it served and the tokens it spent are written through
-    ``source`` in the same transaction."""
+    """The rows a limited claim chooses from ``queue`` (at most ``want``), in claim
+    order. Once the claim statement has taken them, ``charge`` writes what the rows
+    it took cost, in the same transaction."""
     queue_limit = plan.queues.get(queue)
     if queue_limit is not None:
         want = min(want, max(0, queue_limit - source.running_in_queue(queue)))
@@ -296,11 +302,30 @@ def plan_claim(source: LimitedSource, plan: LimitPlan, queue: str, want: int, no
     groups = _Groups()
     if plan.names:
         _walk_lanes(source, plan, queue, want, now, groups, candidates)
-    chosen = choose(candidates, want)
-    served = list(dict.fromkeys(c.lane for c in chosen if c.lane is not None))
+    return _picked(plan, groups, choose(candidates, want))
+
+
+def charge(source: LimitedSource, picked: Picked, claimed: Collection[int] | None,
+           now: float) -> None:
+    """What the rows a claim took cost, written through ``source``: their lanes go to
+    the back of the rotation, and each row of a rated group takes a token from its
+    bucket as the claim read it (R36). ``claimed``: the ids the claim statement took
+    (None: every row picked); a row it refused (PostgreSQL: over its cap, or taken by
+    another host since the page was read) costs nothing."""
+    served: dict[Lane, None] = {}
+    spent: dict[tuple[str, str], int] = {}
+    for job_id, lane in zip(picked.ids, picked.lanes):
+        if lane is None or (claimed is not None and job_id not in claimed):
+            continue
+        served[lane] = None
+        key = (lane.name, lane.group)
+        spent[key] = spent.get(key, 0) + 1
     if served:
         source.served(served, now)
-    return _take_chosen(source, plan, groups, chosen, now)
+    for key, count in spent.items():
+        tokens = picked.tokens.get(key)
+        if tokens is not None:
+            source.set_tokens(key, tokens - count, now)
 
 
 class _Groups:
@@ -371,15 +396,11 @@ def _room(limit: NameLimit, state: LaneState, groups: _Groups, now: float) -> in
     return room_of(limit, state.running, tokens)
 
 
-def _take_chosen(source: LimitedSource, plan: LimitPlan, groups: _Groups,
-                 chosen: list[Candidate], now: float) -> Picked:
-    """The chosen rows with their caps; R36: each chosen row of a rated group takes a
-    token from the bucket as it stood when the claim read it."""
-    ids: list[int] = []
+def _picked(plan: LimitPlan, groups: _Groups, chosen: list[Candidate]) -> Picked:
+    """The chosen rows, each with its cap and lane."""
     caps: list[int | None] = []
     taken: dict[tuple[str, str], int] = {}
     for candidate in chosen:
-        ids.append(candidate.job_id)
         lane = candidate.lane
         if lane is None:
             caps.append(None)
@@ -389,8 +410,5 @@ def _take_chosen(source: LimitedSource, plan: LimitPlan, groups: _Groups,
         taken[key] = before + 1
         limit = plan.names[lane.name].max_running
         caps.append(None if limit is None else limit - before)
-    for key, count in taken.items():
-        tokens = groups.tokens_at_lock.get(key)
-        if tokens is not None:
-            source.set_tokens(key, tokens - count, now)
-    return Picked(ids, caps)
+    return Picked([c.job_id for c in chosen], caps, [c.lane for c in chosen],
+                  groups.tokens_at_lock)

@@ -25,7 +25,7 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, 
                                LEASE_SLACK,
                                OWNER_DIED, Claimed, Decision, Lease, Outcome, Policy, Settled,
                                decide)
-from jobpool.limits import LimitPlan, plan_claim
+from jobpool.limits import LimitPlan, charge, plan_claim
 from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, rows
 from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
@@ -244,6 +244,9 @@ class PgClaimer:
             found = conn.execute(limited.claim_ids, dict(
                 self._claim_params, owner=self.owner, now=now, slack=LEASE_SLACK,
                 ids=picked.ids, caps=picked.caps)).fetchall() if picked.ids else []
+            # Only the rows the statement took (under their caps) cost a token and a
+            # turn of the rotation.
+            charge(source, picked, {row[0] for row in found}, now)
         # RETURNING has no order; dispatch in claim order (R7).
         found.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,

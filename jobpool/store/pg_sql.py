@@ -472,7 +472,7 @@ CREATE INDEX IF NOT EXISTS jobs_group_order ON jobs (queue, name, grp, priority,
 #: R35: a grouped row's lane is made (or made again) when it is written and on every
 #: move back to ready (a retry, defer, release, interrupt, reschedule, reclaim, dead
 #: retry). Only rows with a group call it (the triggers' WHEN): a row of a limited name
-#: written without one gets the whole name's group from the statement that writes it
+#: written without one gets its group from the statement that writes it
 #: (``limited_group``), since a function called for every row inserted halved the bulk
 #: enqueue.
 CREATE_LIMITED_ROW_FUNCTION = """
@@ -563,6 +563,19 @@ def group_argument(payload: str, group_by: str) -> str:
     return f"COALESCE(NULLIF(left({payload} -> 1 ->> {group_by}, {MAX_GROUP_CHARS}), ''), '')"
 
 
+def jsonb_of(text: str) -> str:
+    """A JSON text as jsonb, or NULL when it holds ``\\u0000`` (a NUL character, which
+    jsonb refuses: the cast would fail the whole statement, an enqueue or a settle)."""
+    return f"CASE WHEN strpos({text}, E'\\\\u0000') = 0 THEN ({text})::jsonb END"
+
+
+#: The payload of the row an insert writes, and of a row in the table, as jsonb where
+#: it is JSON (NULL otherwise: pickled arguments are never parsed).
+NEW_PAYLOAD = ("CASE WHEN %(serializer)s = 'json' THEN "
+               + jsonb_of("convert_from(%(payload)s, 'UTF8')") + " END")
+ROW_PAYLOAD = "CASE WHEN serializer = 'json' THEN " + jsonb_of("convert_from(payload, 'UTF8')") + " END"
+
+
 def limited_group(name_expr: str, limits: str = "jobpool_limits",
                   payload: str | None = None) -> str:
     """R35: the group of a row written without one, by a process that does not know
@@ -595,10 +608,7 @@ WITH inserted AS (
     VALUES (%(queue)s, %(name)s, %(key)s, %(payload)s, %(serializer)s, %(priority)s, 'ready',
             extract(epoch FROM now()) + %(delay)s, extract(epoch FROM now()) + %(delay)s,
             %(max_attempts)s, %(deadline)s, %(timeout)s, extract(epoch FROM now()), %(chain)s,
-            %(batch_id)s, COALESCE(%(grp)s, {limited_group(
-                "%(name)s", "{limits}",
-                "CASE WHEN %(serializer)s = 'json' "
-                "THEN convert_from(%(payload)s, 'UTF8')::jsonb END")}))
+            %(batch_id)s, COALESCE(%(grp)s, {limited_group("%(name)s", "{limits}", NEW_PAYLOAD)}))
     ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
@@ -730,7 +740,7 @@ _SUCCESSOR = f"""successor AS (
            (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
-                                                    "(chain -> 0 ->> 'payload')::jsonb")}
+                                                    jsonb_of("chain -> 0 ->> 'payload'"))}
       FROM moved WHERE chain IS NOT NULL)
 """
 
@@ -1312,18 +1322,14 @@ SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
   FROM jobpool_limits ORDER BY scope, target
 """
 ADOPT_LIMITED = f"""
-UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits",
-                                     "CASE WHEN serializer = 'json' "
-                                     "THEN convert_from(payload, 'UTF8')::jsonb END")}
+UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
  WHERE name = %(name)s AND grp IS NULL
 """
 #: After a COPY (rows whose values SQL did not compute): the rows of a limited name
 #: without a group take their groups (``limited_group``), and their lanes are made.
 ADOPT_COPIED = f"""
 WITH adopted AS (
-    UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits",
-                                         "CASE WHEN serializer = 'json' "
-                                         "THEN convert_from(payload, 'UTF8')::jsonb END")}
+    UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
      WHERE id = ANY(%(ids)s::bigint[]) AND grp IS NULL
        AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
     RETURNING queue, priority, name, grp)
@@ -1341,7 +1347,7 @@ SELECT group_by FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s
 #: keyword argument ``group_by`` names, and those groups' lanes.
 REGROUP_NEW = f"""
 WITH regrouped AS (
-    UPDATE jobs SET grp = {group_argument("convert_from(payload, 'UTF8')::jsonb",
+    UPDATE jobs SET grp = {group_argument(jsonb_of("convert_from(payload, 'UTF8')"),
                                           "%(group_by)s")}
      WHERE id = ANY(%(ids)s::bigint[]) AND grp = '' AND serializer = 'json'
     RETURNING queue, priority, name, grp)

@@ -136,12 +136,16 @@ def _require_psycopg() -> None:
         raise StoreError("PostgreSQL stores need psycopg 3: pip install 'jobpool[postgres]'")
 
 
-#: The claimer's connection keeps one plan per statement (its statements are prepared
-#: after their fifth run): each has one shape whatever its parameters, and the server
-#: otherwise plans the larger ones (a limited claim's page of lanes) anew every turn,
-#: which cost that claim more than running them did. Not behind a pooler, which
-#: prepares nothing.
-CLAIMER_OPTIONS = {"plan_cache_mode": "force_generic_plan"}
+#: The claimer's session. Generic plans: each of its statements has one shape whatever
+#: its parameters, and the server otherwise planned the larger ones (a limited claim's
+#: page of lanes) anew every turn, which cost that claim more than running them did
+#: (a plan is kept once psycopg prepares a statement, after its fifth run; PostgreSQL
+#: 12 or later). READ COMMITTED, whatever the database's default: a limited claim's
+#: statement counts a group's running jobs again in a snapshot taken after the page's
+#: locks (``pg_sql.CLAIM_IDS``), which a transaction-wide snapshot would not be. Not
+#: behind a pooler, which refuses startup options (and prepares nothing).
+CLAIMER_OPTIONS = {"plan_cache_mode": "force_generic_plan",
+                   "default_transaction_isolation": "read\\ committed"}
 
 
 def open_connection(target: Target, *, application: str = "jobpool",

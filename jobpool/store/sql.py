@@ -410,7 +410,7 @@ SCHEMA = (
 
 #: R1/R3: the row is written only after validation; a live (name, key) duplicate
 #: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
-#: R35: a row of a limited name written without a group joins the whole name's.
+#: R35: a row of a limited name written without a group gets one (``limited_group``).
 #: ``INSERT_JOB_RETURNING`` answers the row's id and group (a grouped row needs its lane).
 INSERT_JOB = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,

@@ -201,6 +201,10 @@ def test_a_per_group_name_enqueued_by_name_takes_its_group_from_its_argument(sto
     assert sorted(str(_kwargs(store, j.job_id).get("customer", "")) for j in taken) == [
         "", "7", "x", "y"]
     assert claim(c, 8) == []  # the second x waits for the first
+    # Arguments holding a NUL character (which PostgreSQL's jsonb refuses) are written
+    # all the same (PostgreSQL puts the row in the whole name's group).
+    nul = store.enqueue(LOAD, customer="v", note="a\0b").id
+    assert store.get(nul)["status"] == "ready"
 
 
 def test_a_chain_step_of_a_per_group_name_is_in_its_own_group(store, claimer):
@@ -212,7 +216,8 @@ def test_a_chain_step_of_a_per_group_name_is_in_its_own_group(store, claimer):
     c = claimer()
     assert [j.job_id for j in claim(c, 4)] == [running]
     store.enqueue_with(FREE, args=(1,), then=Signature(LOAD, (), {"customer": "z"}))
-    store.enqueue_with(FREE, args=(2,), then=Signature(LOAD, (), {"customer": "w"}))
+    store.enqueue_with(FREE, args=(2,), then=Signature(LOAD, (), {"customer": "w",
+                                                                  "note": "a\0b"}))
     firsts = claim(c, 4)
     finish(c, firsts)  # the next steps are enqueued now
     (step,) = claim(c, 4)  # w's; z's waits for z's running job
@@ -349,3 +354,45 @@ def test_a_page_that_counted_too_few_running_jobs_still_never_exceeds_the_limit(
     assert len(claim(second, 8)) == 1     # the third place, not three more
     assert claim(second, 8) == []
     assert len(store.list_jobs(status="running", name=LOAD)) == 3
+
+
+def test_a_row_the_claim_refuses_costs_no_token(store, claimer, monkeypatch):
+    # PostgreSQL: a row the claim statement refuses (over its group's limit, counted
+    # again) does not start, so it takes no token from its group's bucket (R36).
+    if store.__class__.__name__ != "PostgresStore":
+        pytest.skip("SQLite has one writer at a time: its claim takes every row it picks")
+    from jobpool.store.limit_claim import SqlLimitedSource
+    declare(store, NameLimit(LOAD, 1, parse_rate("1/h"), 3, "customer"))
+    enqueue(store, "a", 3)
+    assert len(claim(claimer("pool-a"), 2)) == 1
+    counted = SqlLimitedSource.lane_page
+
+    def stale(self, *args):
+        return [state._replace(running=0) for state in counted(self, *args)]
+    monkeypatch.setattr(SqlLimitedSource, "lane_page", stale)
+    assert claim(claimer("pool-b"), 2) == []
+    (group,) = store.limits.listing()["groups"]
+    assert group["tokens"] == pytest.approx(2, abs=0.01)  # one spent, by pool-a's start
+
+
+def test_the_claimer_counts_in_read_committed_whatever_the_default(store, request):
+    # PostgreSQL: the claim statement's second count needs a snapshot of its own,
+    # taken after the page's locks; a session that defaulted to REPEATABLE READ would
+    # count in the transaction's first snapshot.
+    if store.__class__.__name__ != "PostgresStore":
+        pytest.skip("SQLite has one writer at a time")
+    from urllib.parse import quote
+
+    import jobpool
+    rr = quote("-c default_transaction_isolation=repeatable\\ read")
+    url = f"{request.getfixturevalue('pg_url')}&options={rr}"
+    other = jobpool.connect(url)
+    try:
+        c = other.claimer("pool-rr", NAMES, ("default",), {})
+        conn = c._connection()
+        assert conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+        c.close()
+        assert other.transaction("reading", lambda conn: conn.execute(
+            "SHOW transaction_isolation").fetchone()[0]) == "repeatable read"  # the URL's own
+    finally:
+        other.close()
