@@ -910,8 +910,8 @@ def _or_dash(value: Any) -> str:
 
 def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
-    store.limits.set_queue(args.queue, args.running)
     queue = args.queue
+    store.limits.set_queue(queue, args.running)
     print(f"queue {queue}: at most {args.running} jobs running at once across every pool "
           f"(from each pool's next heartbeat; running jobs are not stopped)")
     return 0

@@ -356,13 +356,11 @@ def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, want: int, n
             key = (lane.name, lane.group)
             room = rooms.get(key)
             if room is None:
-                room = _room(plan.names[lane.name], state, groups, now)
+                room = rooms[key] = _room(plan.names[lane.name], state, groups, now)
             if state.head is None:
                 source.drop_lane_if_empty(lane)
-                rooms[key] = room
                 continue
             if room <= 0:
-                rooms[key] = room
                 continue
             job_id, priority, line_at = state.head
             candidates.append(Candidate(job_id, priority, line_at, 0, lane))

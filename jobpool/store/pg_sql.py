@@ -556,13 +556,6 @@ HAS_META = "SELECT to_regclass('jobpool_meta') IS NOT NULL"
 # --- enqueue (R1-R5) ------------------------------------------------------------------------
 
 
-def group_argument(payload: str, group_by: str) -> str:
-    """R35: a row's group read by the store from its JSON payload (``payload``, a jsonb
-    ``[args, kwargs]``): the keyword argument ``group_by`` names, as text (at most
-    ``MAX_GROUP_CHARS``), or ``''`` (the whole name's group) when the row has none."""
-    return f"COALESCE(NULLIF(left({payload} -> 1 ->> {group_by}, {MAX_GROUP_CHARS}), ''), '')"
-
-
 def jsonb_of(text: str) -> str:
     """A JSON text as jsonb, or NULL when it holds ``\\u0000`` (a NUL character, which
     jsonb refuses: the cast would fail the whole statement, an enqueue or a settle)."""
@@ -576,20 +569,16 @@ NEW_PAYLOAD = ("CASE WHEN %(serializer)s = 'json' THEN "
 ROW_PAYLOAD = "CASE WHEN serializer = 'json' THEN " + jsonb_of("convert_from(payload, 'UTF8')") + " END"
 
 
-def limited_group(name_expr: str, limits: str = "jobpool_limits",
-                  payload: str | None = None) -> str:
+def limited_group(name_expr: str, limits: str, payload: str) -> str:
     """R35: the group of a row written without one, by a process that does not know
     its job (an enqueue by name, a chain's next step): NULL unless its name has a
     limit; then the keyword argument its ``group_by`` names, read from the jsonb
-    ``payload`` (``group_argument``), or ``''``. Without ``payload`` an InitPlan,
-    read once, when ``name_expr`` is a parameter: a statement that writes many rows
-    of one name (their groups are given afterwards, ``REGROUP_NEW``). ``limits``: the
-    table, qualified on a caller's own connection (R5)."""
-    if payload is None:
-        return (f"(SELECT ''::text FROM {limits} WHERE scope = 'name' "
-                f"AND target = {name_expr})")
+    ``payload`` ``[args, kwargs]`` (as text, at most ``MAX_GROUP_CHARS``), or ``''``
+    (the whole name's group) when the row has none. ``limits``: the table, qualified on a
+    caller's own connection (R5). A bulk insert writes no group, and ``ADOPT_BULK``
+    gives its rows theirs afterwards, only for a limited name."""
     return (f"(SELECT CASE WHEN group_by IS NULL THEN ''::text ELSE "
-            f"{group_argument(payload, 'group_by')} END "
+            f"COALESCE(NULLIF(left({payload} -> 1 ->> group_by, {MAX_GROUP_CHARS}), ''), '') END "
             f"FROM {limits} WHERE scope = 'name' AND target = {name_expr})")
 
 
@@ -642,10 +631,10 @@ SELECT %(queue)s, %(name)s, NULL,
        convert_to(CASE WHEN %(args_only)s THEN '[' || e.value::text || ',{{}}]'
                        ELSE e.value::text END, 'UTF8'),
        'json', %(priority)s, 'ready', %(run_at)s, %(run_at)s, %(max_attempts)s, NULL,
-       %(timeout)s, %(now)s, NULL, %(batch_id)s, {limited_group("%(name)s")}
+       %(timeout)s, %(now)s, NULL, %(batch_id)s, NULL
   FROM json_array_elements(%(batch)s::json) WITH ORDINALITY AS e(value, n)
  ORDER BY n
-RETURNING id, grp = ''
+RETURNING id, EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
 """
 #: Any other batch (pickled arguments, one too large to judge whole), streamed with
 #: COPY row by row (one round trip, no statement per row).
@@ -1325,9 +1314,10 @@ ADOPT_LIMITED = f"""
 UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
  WHERE name = %(name)s AND grp IS NULL
 """
-#: After a COPY (rows whose values SQL did not compute): the rows of a limited name
-#: without a group take their groups (``limited_group``), and their lanes are made.
-ADOPT_COPIED = f"""
+#: After a bulk insert (COPY, or INSERT_BATCH, which write no group): the rows of a
+#: limited name without a group take their groups (``limited_group``), and their lanes
+#: are made.
+ADOPT_BULK = f"""
 WITH adopted AS (
     UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
      WHERE id = ANY(%(ids)s::bigint[]) AND grp IS NULL
@@ -1335,24 +1325,6 @@ WITH adopted AS (
     RETURNING queue, priority, name, grp)
 INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
 SELECT DISTINCT queue, priority, name, grp FROM adopted
-ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
-"""
-#: The keyword argument that names a limited name's rows' groups (no row: no limit
-#: per group), read once by a batch insert, which writes them in the whole name's.
-GROUP_BY_OF_NAME = """
-SELECT group_by FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s
-   AND group_by IS NOT NULL
-"""
-#: R35: a batch insert's rows of a per-group name, each given the group its own
-#: keyword argument ``group_by`` names, and those groups' lanes.
-REGROUP_NEW = f"""
-WITH regrouped AS (
-    UPDATE jobs SET grp = {group_argument(jsonb_of("convert_from(payload, 'UTF8')"),
-                                          "%(group_by)s")}
-     WHERE id = ANY(%(ids)s::bigint[]) AND grp = '' AND serializer = 'json'
-    RETURNING queue, priority, name, grp)
-INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-SELECT DISTINCT queue, priority, name, grp FROM regrouped
 ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
 """
 LANES_OF_NAME = """

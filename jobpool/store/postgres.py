@@ -445,7 +445,7 @@ class PostgresStore:
                                     server_now + wait, job.max_attempts, None, job.timeout,
                                     server_now, None, batch, job.grp))
             # R35: what COPY could not compute: the group of a limited name's rows.
-            conn.execute(pg_sql.ADOPT_COPIED, {"ids": ids, "name": name})
+            conn.execute(pg_sql.ADOPT_BULK, {"ids": ids, "name": name})
             if batch is not None:
                 self.batches.join(conn, batch, ids)
             self.notify_ready(conn, options.queue)
@@ -462,17 +462,13 @@ class PostgresStore:
                 "priority": options.priority, "run_at": server_now + options.run_at,
                 "max_attempts": options.max_attempts, "timeout": options.timeout,
                 "now": server_now, "batch": batch, "batch_id": options.batch_id}).fetchall()
-            ids = sorted(job_id for job_id, _whole_name in written)
+            ids = sorted(job_id for job_id, _limited in written)
             if len(ids) != count:
                 raise StoreError(f"enqueue_many of {options.name}: {len(ids)} rows written "
                                  f"for {count} items")  # rolls the batch back
             if written and written[0][1]:
-                # R35: a limited name's rows, written in the whole name's group: a
-                # limit per group gives each the group its own argument names.
-                group_by = conn.execute(pg_sql.GROUP_BY_OF_NAME,
-                                        {"name": options.name}).fetchone()
-                if group_by is not None:
-                    conn.execute(pg_sql.REGROUP_NEW, {"ids": ids, "group_by": group_by[0]})
+                # R35: a limited name's rows were written without their groups.
+                conn.execute(pg_sql.ADOPT_BULK, {"ids": ids, "name": options.name})
             if options.batch_id is not None:
                 self.batches.join(conn, options.batch_id, ids)
             self.notify_ready(conn, options.queue)

@@ -226,28 +226,27 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 ) WITHOUT ROWID
 """
 
-def group_argument(payload: str, group_by: str) -> str:
-    """R35: a row's group read by the store from its JSON payload ``[args, kwargs]``:
-    the keyword argument ``group_by`` names, as text (at most ``MAX_GROUP_CHARS``),
-    or ``''`` (the whole name's group) when the row has none."""
-    return (f"COALESCE(NULLIF(substr(CAST(CASE WHEN json_valid({payload}) THEN json_extract("
-            f"{payload}, '$[1].\"' || {group_by} || '\"') END AS TEXT), 1, {MAX_GROUP_CHARS}),"
-            f" ''), '')")
-
-
 def limited_group(name_expr: str, payload: str | None = None) -> str:
     """R35: the group of a row written without one, by a process that does not know
     its job (an enqueue by name, a chain's next step): NULL unless its name has a
-    limit; then the keyword argument its ``group_by`` names, read from the JSON
-    ``payload`` (``group_argument``), or ``''``. Uncorrelated when ``name_expr`` is a
-    parameter and there is no ``payload``: a statement that writes many rows of one
-    name looks the name up once (its rows are given their groups afterwards,
-    ``REGROUP_NEW``)."""
+    limit; then the keyword argument its ``group_by`` names, read from the JSON text
+    ``payload`` ``[args, kwargs]`` (as text, at most ``MAX_GROUP_CHARS``), or ``''``
+    (the whole name's group) when the row has none. Uncorrelated when ``name_expr``
+    is a parameter and there is no ``payload``: a statement that writes many rows of
+    one name looks the name up once, puts them in the whole name's group, and
+    ``REGROUP_NEW`` gives those of a limit per group theirs afterwards."""
     if payload is None:
         return f"(SELECT '' FROM jobpool_limits WHERE scope = 'name' AND target = {name_expr})"
-    return (f"(SELECT CASE WHEN group_by IS NULL THEN '' ELSE "
-            f"{group_argument(payload, 'group_by')} END "
+    argument = (f"json_extract({payload}, '$[1].\"' || group_by || '\"')")
+    return (f"(SELECT CASE WHEN group_by IS NULL THEN '' ELSE COALESCE(NULLIF(substr(CAST("
+            f"CASE WHEN json_valid({payload}) THEN {argument} END AS TEXT), 1, "
+            f"{MAX_GROUP_CHARS}), ''), '') END "
             f"FROM jobpool_limits WHERE scope = 'name' AND target = {name_expr})")
+
+
+#: A row's payload as JSON text where it is JSON (NULL otherwise: pickled arguments
+#: are never read).
+ROW_PAYLOAD = "CASE WHEN serializer = 'json' THEN CAST(payload AS TEXT) END"
 
 
 #: R35: the lanes of rows just written (ids ``:first`` to ``:last``) of limited names.
@@ -269,11 +268,11 @@ SELECT queue, priority, name, grp FROM jobs
 #: Whether a name has a limit, and the keyword argument that names its rows' groups
 #: (one look per enqueue_many, before its lanes are made).
 LIMITED_NAME = "SELECT group_by FROM jobpool_limits WHERE scope = 'name' AND target = :name"
-#: R35: rows ``:first`` to ``:last`` a batch insert wrote in the whole name's group,
-#: each given the group its own keyword argument ``:group_by`` names.
+#: R35: rows ``:first`` to ``:last`` a batch insert of ``:name`` (limited per group)
+#: wrote in the whole name's group, each given the group its own arguments name.
 REGROUP_NEW = f"""
-UPDATE jobs SET grp = {group_argument("CAST(payload AS TEXT)", ":group_by")}
- WHERE id BETWEEN :first AND :last AND grp = '' AND serializer = 'json'
+UPDATE jobs SET grp = {limited_group(":name", ROW_PAYLOAD)}
+ WHERE id BETWEEN :first AND :last AND grp = ''
 """
 LIMITED_NAMES = "SELECT target FROM jobpool_limits WHERE scope = 'name'"
 
@@ -1079,8 +1078,7 @@ SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
 #: keyword argument names (a limit per group) or the whole name's, and its ready rows
 #: get their lanes.
 ADOPT_LIMITED = f"""
-UPDATE jobs SET grp = {limited_group(":name", "CASE WHEN serializer = 'json' "
-                                              "THEN CAST(payload AS TEXT) END")}
+UPDATE jobs SET grp = {limited_group(":name", ROW_PAYLOAD)}
  WHERE name = :name AND grp IS NULL AND status IN ('ready', 'running')
 """
 LANES_OF_NAME = """

@@ -828,7 +828,7 @@ def _make_lanes(conn: sqlite3.Connection, name: str, first: int, last: int,
     if limit is None:
         return
     if regroup and limit[0] is not None:
-        conn.execute(sql.REGROUP_NEW, {"first": first, "last": last, "group_by": limit[0]})
+        conn.execute(sql.REGROUP_NEW, {"first": first, "last": last, "name": name})
     conn.execute(sql.LANES_OF_NEW, {"first": first, "last": last})
 
 
