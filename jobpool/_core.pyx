@@ -103,6 +103,7 @@ cdef extern from "sqlite3.h" nogil:
     int sqlite3_errcode(sqlite3* db)
     int sqlite3_extended_errcode(sqlite3* db)
     const char* sqlite3_errmsg(sqlite3* db)
+    const char* sqlite3_libversion()
     int sqlite3_changes(sqlite3* db)
 
     int sqlite3_prepare_v3(sqlite3* db, const char* text, int nbytes, unsigned int flags,
@@ -249,6 +250,25 @@ if _SETTLE_STATEMENTS.keys() != sql.SETTLE.keys():
 
 
 # -- slots (R6, R20) -----------------------------------------------------------------
+
+def _same_sqlite_as_python():
+    """R42: the address of ``sqlite3_libversion`` as this module was linked against
+    it, and as the library Python's ``sqlite3`` module loaded resolves it. Two copies
+    of SQLite in one process keep two tables of POSIX locks, and closing a file in
+    one drops the other's locks: the compiled core refuses to load beside a
+    different copy (the pure core, over Python's module, takes its place)."""
+    import ctypes
+    import _sqlite3
+    ours = <size_t>&sqlite3_libversion
+    theirs = ctypes.cast(ctypes.CDLL(_sqlite3.__file__).sqlite3_libversion, ctypes.c_void_p).value
+    return ours, theirs
+
+
+_ours, _theirs = _same_sqlite_as_python()
+if _ours != _theirs:
+    raise ImportError(f"jobpool._core links a libsqlite3 other than the one Python's sqlite3 "
+                      f"module loaded ({_ours:#x} != {_theirs or 0:#x}); using the pure core")
+
 
 cdef class SlotTable:
     """Which job each slot runs and when its hard timeout falls (R6, R20).
@@ -608,6 +628,9 @@ cdef class Core:
     cdef int _depth                    # operations in progress (nested calls)
     cdef bint _in_txn
     cdef bint _close_pending
+    cdef object _opening               # _open()'s arguments, to reopen after a fork's release
+    cdef bint _released                # closed by release_before_fork: reopen on next use
+    cdef object __weakref__            # fork_safety holds cores weakly
 
     def __cinit__(self, *args, **kwargs):
         cdef int s
@@ -625,6 +648,8 @@ cdef class Core:
         self._adhoc = {}
         self._limits = None
         self._limit_source = None
+        self._opening = None
+        self._released = False
 
     def __init__(self, path, owner, names, queues, policies=None, *,
                  busy_timeout=5.0, synchronous="NORMAL", wal_autocheckpoint=1000):
@@ -637,11 +662,27 @@ cdef class Core:
         self._causes = self.crash_causes
         self._inflight = {}
         self._close_db()
+        self._opening = (path, busy_timeout, synchronous, wal_autocheckpoint)
+        self._reopen()
+
+    cdef int _reopen(self) except -1:
+        self._released = False
         try:
+            path, busy_timeout, synchronous, wal_autocheckpoint = self._opening
             self._open(path, busy_timeout, synchronous, wal_autocheckpoint)
         except _pysqlite.Error as exc:
             self._close_db()
-            raise StoreError(f"cannot open store {path}: {exc}") from exc
+            raise StoreError(f"cannot open store {self._opening[0]}: {exc}") from exc
+        return 0
+
+    def release_before_fork(self):
+        """R42/R43: close the connection before the process forks, so the child
+        inherits no SQLite state of the store; reopened (and its statements prepared
+        again) on next use. Never during an operation or a transaction."""
+        if self._db == NULL or self._depth or self._in_txn:
+            return
+        self._close_db()
+        self._released = True
 
     def __dealloc__(self):
         self._close_db()
@@ -710,7 +751,10 @@ cdef class Core:
 
     cdef sqlite3_stmt* _stmt(self, int s) except NULL:
         """Statement ``s``, prepared (persistent) on first use."""
-        cdef sqlite3_stmt* st = self._st[s]
+        cdef sqlite3_stmt* st
+        if self._released:
+            self._reopen()
+        st = self._st[s]
         if st != NULL:
             return st
         st = self._prepare(self._sql_text(s))
@@ -726,6 +770,8 @@ cdef class Core:
         cdef const char* tail = NULL
         cdef int nbytes
         cdef int rc
+        if self._db == NULL and self._released:
+            self._reopen()
         if self._db == NULL:
             raise _programming_error("Cannot operate on a closed database.")
         utf8 = (<str?>text).encode("utf-8")
@@ -1412,6 +1458,7 @@ cdef class Core:
         return len(self._inflight)
 
     def close(self):
+        self._released = False
         if self._depth > 0:
             self._close_pending = True   # closed when the running operation ends
         else:

@@ -111,23 +111,47 @@ class Core:
         #: R35/R36: the limits this pool obeys (``set_limits``); None: the ordinary claim.
         self._limits: LimitedClaim | None = None
         self._limit_source: SqlLimitedSource | None = None
-        autocheckpoint = int(wal_autocheckpoint)
         if not os.path.exists(path):
             # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
             raise StoreError(f"cannot open store {path}: unable to open database file")
+        self._opening: tuple | None = (path, busy_timeout, synchronous, int(wal_autocheckpoint))
+        self._conn: sqlite3.Connection | None = None
+        self._db  # noqa: B018 - open now, so a bad path is reported here
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened again on first use after ``release_before_fork``."""
+        if self._conn is None:
+            if self._opening is None:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            self._conn = self._connect(*self._opening)
+        return self._conn
+
+    @staticmethod
+    def _connect(path: str, busy_timeout: float, synchronous: str,
+                 autocheckpoint: int) -> sqlite3.Connection:
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                       timeout=busy_timeout)
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
-            self._db.execute("PRAGMA mmap_size=0")
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                 timeout=busy_timeout)
+            db.execute(f"PRAGMA synchronous={synchronous}")
+            db.execute("PRAGMA mmap_size=0")
             # 0 hands checkpoints to the supervisor's checkpointer process, so the
             # fsyncs of a checkpoint never stall a claim or a settle (R26a).
-            self._db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
             # This connection is the one that starts the WAL over after a checkpoint,
             # so its limit is the one that trims a file a burst grew.
-            self._db.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
+            db.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
+        return db
+
+    def release_before_fork(self) -> None:
+        """R42/R43: close the connection before the process forks, so the child
+        inherits no SQLite state of the store; it reopens on next use. Never
+        inside a transaction (a fork happens between turns)."""
+        if self._conn is not None and not self._conn.in_transaction:
+            self._conn.close()
+            self._conn = None
 
     # -- claiming (R6-R10) ----------------------------------------------------------
 
@@ -334,4 +358,7 @@ class Core:
             pass  # no transaction open: the failure happened before BEGIN took hold
 
     def close(self) -> None:
-        self._db.close()
+        self._opening = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -245,8 +245,7 @@ class StandardStreams:
         return True
 
 
-def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
-               max_memory: int = 0) -> None:
+def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> None:
     """Entry point of a forked child; returns (and the process exits) when recycled:
     after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes."""
     proctree.settle_forked(parent_pid, "jobpool-child")
@@ -258,11 +257,6 @@ def child_main(conn, parent_pid: int, inherited_fds: list[int], max_tasks: int,
     except OSError:
         pass
     proctree.become_subreaper()
-    for fd in inherited_fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
     streams = StandardStreams()
     startup_error = run_child_start_hooks()
     done = 0

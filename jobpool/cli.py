@@ -427,7 +427,7 @@ def _with_dashboard(supervisor, db: str) -> int:
     from jobpool import dashboard
     from jobpool.forked import Forked
     read_end, write_end = os.pipe()
-    viewer = Forked.start(dashboard.run_beside_pool, db, read_end, os.getpid())
+    viewer = Forked.start(dashboard.run_beside_pool, db, read_end, os.getpid(), keep=(read_end,))
     supervisor.companions.add(viewer.pid)
     os.close(read_end)
     lines = os.fdopen(write_end, "w", buffering=1, encoding="utf-8", errors="replace")

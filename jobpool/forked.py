@@ -17,6 +17,8 @@ import time
 import traceback
 from typing import Any, Callable
 
+from jobpool import fork_safety
+
 
 #: Sockets only the forking process may hold (a pool's metrics port and its clients):
 #: every child ``Forked.start`` makes closes them first, so no helper keeps a port
@@ -43,9 +45,14 @@ class Forked:
         self.returncode: int | None = None
 
     @classmethod
-    def start(cls, target: Callable[..., Any], *args: Any) -> "Forked":
+    def start(cls, target: Callable[..., Any], *args: Any, keep: tuple[int, ...] = ()) -> "Forked":
         """Fork; the child runs ``target(*args)`` and exits (0, or 1 if it raised),
         never returning into the caller's code.
+
+        R42/R43: every SQLite connection of this process is released first, so the
+        child inherits no SQLite state of a store; the child keeps descriptors 0-2
+        and ``keep`` only (the pipe its target talks over), and no mapping of a
+        store's files. Its target opens whatever else it needs itself.
 
         Only from a process running one thread: a fork copies the forking thread
         alone, and a lock another thread held (SQLite's, malloc's, logging's) would
@@ -58,15 +65,15 @@ class Forked:
         if pidfd_open is None:
             # No pidfds: a pipe whose write end only the child holds reads EOF at its exit.
             read_end, write_end = os.pipe()
+        fork_safety.release_before_fork()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                if read_end >= 0:
-                    os.close(read_end)
                 for sock in list(_parent_only):
                     sock.close()  # the object's close: nothing closes its number twice
                 _parent_only.clear()
+                fork_safety.close_inherited(keep + ((write_end,) if write_end >= 0 else ()))
                 target(*args)
                 code = 0
             except BaseException:  # noqa: BLE001 - report, then leave with a status

@@ -1,6 +1,7 @@
 """The claim/settle core, run against the pure twin and the compiled core."""
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 
@@ -384,3 +385,34 @@ def test_a_failed_turn_applies_nothing_and_keeps_the_lease(core_impl, store_path
     settled, _, _ = core.turn([outcome(job, core_impl.DONE)], 1, NOW, random.Random())
     assert settled[0][3] == "done"
     core.close()
+
+
+# -- forks (R42, R43) -------------------------------------------------------------------------
+
+def _open_descriptors_of(path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+def test_a_core_released_for_a_fork_holds_nothing_of_the_store_and_settles_after(core, core_impl,
+                                                                                   store_path):
+    """R42/R43: before the supervisor forks, its core lets go of every descriptor of
+    the store (so the child inherits no SQLite state); its next operation reopens,
+    and the leases it held are settled as if nothing happened."""
+    job_id = insert_job(store_path)
+    (claimed,), _ = core.claim(1, NOW)
+    core.release_before_fork()
+    assert _open_descriptors_of(store_path) == []
+    settled = core.settle([outcome(claimed, core_impl.DONE)], NOW + 1, random.Random(1))
+    assert [s[3] for s in settled] == ["done"]
+    assert rows(store_path, "SELECT status FROM jobs WHERE id = ?", (job_id,)) == [{"status": "done"}]
+    core.close()
+    with pytest.raises((sqlite3.ProgrammingError, StoreError)):
+        core.claim(1, NOW)

@@ -16,7 +16,7 @@ import sqlite_utils
 
 from jobpool.errors import JobpoolError
 from jobpool.store import sql
-from jobpool.store.sqlite import connect, validate_file
+from jobpool.store.sqlite import check_header, connect
 
 #: Rows copied per insert into the new store.
 BATCH = 1000
@@ -47,13 +47,9 @@ def check(path: str) -> Report:
     report = Report(path)
     if not os.path.exists(path):
         raise JobpoolError(f"no jobpool store at {path}")
-    try:
-        validate_file(path)
-    except JobpoolError as exc:
-        report.problems.append(str(exc))
-        return report
     db = _read_only(path)
     try:
+        check_header(db.conn, path)
         rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
         if rows != ["ok"]:
             report.problems += rows[:20]
@@ -63,6 +59,8 @@ def check(path: str) -> Report:
             report.problems.append(f"missing tables: {', '.join(sorted(missing))}")
         if "jobs" in tables:
             report.counts = dict(db.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+    except JobpoolError as exc:
+        report.problems.append(str(exc))
     except sqlite3.DatabaseError as exc:
         report.problems.append(str(exc))
     finally:

@@ -28,6 +28,7 @@ from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyS
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store.batch_store import StoreBatches
+from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store import job_states, pg_sql, rows
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
@@ -182,6 +183,14 @@ def scope(conn: Any, target: Target) -> None:
                      dict({k: str(v) for k, v in SESSION_OPTIONS.items()}, schema=target.schema))
 
 
+def _close_quietly(conn: Any) -> None:
+    """Close a connection that may be broken already (the server dropped it)."""
+    try:
+        conn.close()
+    except psycopg.Error:
+        pass
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -260,33 +269,36 @@ class PostgresStore:
         self._create = create and not readonly
         #: Every store that may write brings an older schema up to date (as SQLite's).
         self._upgrade = not readonly
-        self._conn: Any = None
-        self._pid = 0
+        self._connections: PerThread[Any] = PerThread(self._open, _close_quietly)
         _ = self.conn  # connect now, so a bad URL is reported at connect()
 
     # -- connections ----------------------------------------------------------------------
 
     @property
     def conn(self) -> Any:
-        """This process's connection; a fork opens its own (none crosses a fork)."""
-        if self._conn is None or self._pid != os.getpid() or self._conn.closed:
-            conn = open_connection(self.target)
-            try:
-                ensure_schema(conn, self.target, create=self._create, upgrade=self._upgrade)
-            except psycopg.Error as exc:
-                conn.close()
-                raise StoreError(f"opening the store at {self.path} failed: "
-                                 f"{_first_line(exc)}") from exc
-            except BaseException:
-                conn.close()
-                raise
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
+        """This thread's connection (R42: a store is used from many threads at once;
+        a connection has one transaction state); a fork opens its own."""
+        conn = self._connections.get()
+        if conn.closed:
+            self._connections.drop_current()
+            conn = self._connections.get()
+        return conn
+
+    def _open(self) -> Any:
+        conn = open_connection(self.target)
+        try:
+            ensure_schema(conn, self.target, create=self._create, upgrade=self._upgrade)
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"opening the store at {self.path} failed: "
+                             f"{_first_line(exc)}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def close(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            self._conn.close()
-        self._conn = None
+        self._connections.close_all()
 
     def __enter__(self) -> "PostgresStore":
         return self
@@ -321,9 +333,9 @@ class PostgresStore:
         return self.read(what, query, params)
 
     def _drop_if_broken(self) -> None:
-        conn = self._conn
+        conn = self._connections.current()
         if conn is not None and (conn.closed or conn.broken):
-            self._conn = None
+            self._connections.drop_current()
 
     @staticmethod
     def server_now(conn: Any) -> float:

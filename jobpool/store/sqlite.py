@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
-from jobpool import bounds, lifecycle, liveness
+from jobpool import bounds, fork_safety, lifecycle, liveness
 from jobpool.handles import Handle, Handles
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
@@ -20,6 +20,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import job_states, migrations, retention, rows, sql
 from jobpool.store.batch_store import StoreBatches
+from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -42,7 +43,10 @@ CLAIM_BUSY_TIMEOUT = 0.5
 #: SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file.
 DEFAULT_MODE = 0o600
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: SQLite's primary result code for "file is not a database".
+_SQLITE_NOTADB = 26
+#: ... and for "unable to open database file" (no permission to read it, say).
+_SQLITE_CANTOPEN = 14
 #: SQLite's primary result code for "attempt to write a readonly database".
 _SQLITE_READONLY = 8
 
@@ -92,17 +96,22 @@ def create_file(path: str, mode: int) -> None:
         os.close(fd)
 
 
-def validate_file(path: str) -> None:
-    """Refuse a file that is not an SQLite database, reading it without writing."""
+def check_header(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a file that is not an SQLite database, asking SQLite to read its header.
+
+    R42: nothing of ours opens the file itself. On POSIX, closing any descriptor of
+    a file drops every lock this process holds on it, the locks of its other SQLite
+    connections included, so a plain ``open()`` and ``close()`` of a live store
+    (another store object on the same file, a pool in this process) lets other
+    processes reset the WAL under connections still reading it."""
     try:
-        with open(path, "rb") as fh:
-            header = fh.read(100)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
-    if header and not header.startswith(_SQLITE_MAGIC):
-        raise NotAStoreError(f"{path} is not a jobpool store (not an SQLite database file)")
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_NOTADB:
+            raise NotAStoreError(f"{path} is not a jobpool store (not an SQLite database file)") from None
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_CANTOPEN:
+            raise StoreError(f"cannot open {path}: {exc}") from None
+        raise
 
 
 def quick_check(conn: sqlite3.Connection, path: str) -> None:
@@ -134,20 +143,25 @@ class SQLiteStore:
         self.max_payload = max_payload
         self._create = create
         self._check = check
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
+        self._connections = PerThread(self._open, sqlite3.Connection.close)
         self._notifier = Notifier(path)
+        fork_safety.hold(self)
         _ = self.conn  # open now so a bad path is reported at connect()
 
     # -- opening (R26a) ---------------------------------------------------------------
 
     @property
     def conn(self) -> sqlite3.Connection:
-        """This process's connection; a fork gets its own (no connection crosses a fork)."""
-        if self._conn is None or self._pid != os.getpid():
-            self._conn = self._open()
-            self._pid = os.getpid()
-        return self._conn
+        """This thread's connection (R42: a store is used from many threads at once);
+        a fork gets its own (no connection crosses a fork)."""
+        return self._connections.get()
+
+    def release_before_fork(self) -> None:
+        """R42/R43: close this process's connections before it forks, so the child
+        inherits no SQLite state of this file; they reopen on next use. Not while
+        one is inside a transaction (then the fork happens with it open)."""
+        if not any(conn.in_transaction for conn in self._connections.open_now()):
+            self._connections.close_all()
 
     def _open(self) -> sqlite3.Connection:
         path = self.path
@@ -156,15 +170,18 @@ class SQLiteStore:
             raise StoreError(f"no jobpool store at {path}")
         if not exists:
             create_file(path, self.mode)
-        validate_file(path)
         try:
+            # check_same_thread=False: close() and a fork's release close every
+            # thread's connection from one thread; each is used by its own thread only.
             conn = sqlite3.connect(path, isolation_level=None, timeout=self.busy_timeout,
                                    check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {path}: {exc}") from exc
         try:
+            check_header(conn, path)
             if self._check and exists:
                 quick_check(conn, path)
+                self._check = False  # once a store, not at every thread's first use
             migrations.ensure(conn, path, create=self._create, upgrade=not self._readonly)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -179,9 +196,7 @@ class SQLiteStore:
         return conn
 
     def close(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            self._conn.close()
-        self._conn = None
+        self._connections.close_all()
 
     def __enter__(self) -> "SQLiteStore":
         return self
@@ -701,8 +716,10 @@ class SQLiteStore:
         connection of its own, with a short busy timeout so a held lock becomes a
         pause (R26), and checkpoints left to ``maintenance()`` (R26a)."""
         from jobpool import core
-        return core.Core(self.path, owner, names, queues, policies,
-                         busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=0)
+        claimer = core.Core(self.path, owner, names, queues, policies,
+                            busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=0)
+        fork_safety.hold(claimer)  # R42/R43: released before the pool forks a child
+        return claimer
 
     def maintenance(self):
         """R26a: the WAL checkpointer, started; ``stop()`` it when the pool exits."""

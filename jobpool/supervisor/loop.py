@@ -113,7 +113,7 @@ class Supervisor:
                                      request_stop=self.request_stop,
                                      apply_limits=self.core.set_limits)
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
-                           inherited_fds=self._own_fds, other_children=self._other_children,
+                           other_children=self._other_children,
                            write_final_progress=self.operations.write_final_progress,
                            answer_request=self.operations.answer_request)
         self.operations.slots = self.slots
@@ -295,12 +295,6 @@ class Supervisor:
             return due is None or due > now + max(self.config.poll_interval,
                                                    self.config.wait_retries)
         return False
-
-    def _own_fds(self) -> list[int]:
-        """The loop's descriptors, which a forked child closes (R6)."""
-        socks = (self._signal_r, self._signal_w, self._listener.sock if self._listener else None)
-        # The metrics sockets are closed by every Forked child itself (forked.parent_only).
-        return [sock.fileno() for sock in socks if sock is not None]
 
     def _healthy(self) -> bool:
         """/healthz: the loop has turned lately. An idle loop waits up to a poll

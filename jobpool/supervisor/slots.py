@@ -71,12 +71,10 @@ class Slots:
 
     def __init__(self, config: PoolConfig, state: PoolState, selector: selectors.BaseSelector,
                  *, memory_limits: dict[str, int],
-                 inherited_fds: Callable[[], list[int]],
                  other_children: Callable[[], set[int]],
                  write_final_progress: Callable[[list[ProgressReport]], None],
                  answer_request: Callable[[tuple], tuple]) -> None:
-        """``inherited_fds``: the loop's descriptors a child closes after fork;
-        ``other_children``: the pool's processes that are not slot children (never
+        """``other_children``: the pool's processes that are not slot children (never
         strays, R40); ``write_final_progress``: where a failed attempt's last
         report goes before its settle (R22); ``answer_request``: carries out a
         running job's request (an add to its batch, R34; its state, R37) and makes
@@ -85,7 +83,6 @@ class Slots:
         self.state = state
         self.selector = selector
         self.memory_limits = memory_limits
-        self.inherited_fds = inherited_fds
         self.other_children = other_children
         self.write_final_progress = write_final_progress
         self.answer_request = answer_request
@@ -103,13 +100,11 @@ class Slots:
 
     def spawn(self, slot: Slot) -> None:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        inherited = [s.conn.fileno() for s in self.all if s.conn is not None]
-        inherited += [s.proc.sentinel for s in self.all if s.proc is not None]
-        inherited.append(parent_conn.fileno())
-        inherited += self.inherited_fds()
-        proc = Forked.start(child_main, child_conn, os.getpid(), inherited,
+        # R43: the child keeps its own end of its pipe and its standard streams only.
+        proc = Forked.start(child_main, child_conn, os.getpid(),
                             self.config.max_tasks_per_child,
-                            (self.config.max_memory_per_child or 0) * 2**20)
+                            (self.config.max_memory_per_child or 0) * 2**20,
+                            keep=(child_conn.fileno(),))
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at = None, math.inf

@@ -1,0 +1,96 @@
+"""A store's connections: one per thread of the process that uses it (R42).
+
+A store object is shared the way applications share one: a module-level store in a
+threaded web server, the default store that ``job.enqueue()`` writes to. A database
+connection has one transaction state, so two threads on one connection would write
+into each other's transactions; each thread therefore gets its own connection,
+opened on its first use, and the store closes all of them. (A lock around each
+transaction was the other choice: it serialises readers too, and a caller's
+``connection=`` transaction cannot be held under it.)
+
+Across a fork the parent's connections are the parent's: the child opens its own
+and abandons the inherited ones unfinalised (``fork_safety.abandon``), since closing
+them would close descriptor numbers the child may have reused.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Generic, TypeVar
+
+from jobpool import fork_safety
+
+C = TypeVar("C")
+
+
+class PerThread(Generic[C]):
+    """The connections of one store: ``get()`` is the calling thread's."""
+
+    def __init__(self, open_connection: Callable[[], C], close_connection: Callable[[C], None]) -> None:
+        self._open = open_connection
+        self._close = close_connection
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open_now: list[C] = []
+        #: (pid, generation): a thread's connection is current while its stamp matches.
+        self._stamp = (os.getpid(), 0)
+
+    def get(self) -> C:
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is not None and local.stamp == self._stamp and self._stamp[0] == os.getpid():
+            return conn
+        return self._new(local)
+
+    def _new(self, local: Any) -> C:
+        pid = os.getpid()
+        with self._lock:
+            if self._stamp[0] != pid:
+                # Forked: what was open belongs to the parent (R43), never closed here.
+                for inherited in self._open_now:
+                    fork_safety.abandon(inherited)
+                self._open_now = []
+                self._stamp = (pid, self._stamp[1] + 1)
+            stamp = self._stamp
+        conn = self._open()
+        with self._lock:
+            self._open_now.append(conn)
+        local.conn, local.stamp = conn, stamp
+        return conn
+
+    def current(self) -> C | None:
+        """The calling thread's connection if it has an open one, else None."""
+        local = self._local
+        if getattr(local, "conn", None) is not None and local.stamp == self._stamp \
+                and self._stamp[0] == os.getpid():
+            return local.conn
+        return None
+
+    def drop_current(self) -> None:
+        """Forget the calling thread's connection (it broke); the next ``get`` opens anew."""
+        conn = self.current()
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._lock:
+            if conn in self._open_now:
+                self._open_now.remove(conn)
+        try:
+            self._close(conn)
+        except Exception:  # noqa: BLE001 - it is broken already; dropping it is the point
+            pass
+
+    def open_now(self) -> list[C]:
+        """The connections this process has open now, every thread's."""
+        return list(self._open_now) if self._stamp[0] == os.getpid() else []
+
+    def close_all(self) -> None:
+        """Close every connection this process opened, other threads' too; each
+        thread opens a new one on its next use."""
+        if self._stamp[0] != os.getpid():
+            return  # nothing here is ours (forked, and not used since)
+        with self._lock:
+            closing, self._open_now = self._open_now, []
+            self._stamp = (self._stamp[0], self._stamp[1] + 1)
+        for conn in closing:
+            self._close(conn)

@@ -1,0 +1,330 @@
+"""Integrity of the store under the ways applications and jobs really use it (R42, R43).
+
+Each test counts every job against what was enqueued and asks SQLite's own
+``integrity_check``: nothing lost, nothing run twice, the file sound.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import jobpool
+from jobpool.store import sqlite as sqlite_store
+from tests.conftest import wait_for
+
+NOOP_APP = """
+from jobpool import job
+
+@job(name="t.noop")
+def noop(i):
+    return i
+"""
+
+
+def integrity(path) -> list:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA integrity_check").fetchall()
+    finally:
+        conn.close()
+
+
+def statuses(store) -> dict:
+    return {status: count for status, count in store.stats().items()
+            if status != "supervisors" and count}
+
+
+def _enqueue_around_a_pool(app, first, second_store):
+    """The issue's sequence: 20 jobs, a second store on the file, a pool drains,
+    20 more through the first store."""
+    for i in range(20):
+        first.enqueue("t.noop", i)
+    second_store().stats()
+    app.start("--procs", "2", "-q")
+    for i in range(20):
+        first.enqueue("t.noop", 100 + i)
+
+
+def test_two_stores_on_one_file_in_one_process_leave_it_intact(make_app):
+    """R42: a second connect() of the same file in the same process used to open and
+    close the file itself, dropping the first store's POSIX locks: the pool's exit
+    then reset the WAL under it ("disk I/O error", "malformed")."""
+    app = make_app(NOOP_APP)
+    first = jobpool.connect(app.db)
+    seconds = []
+    try:
+        _enqueue_around_a_pool(app, first, lambda: seconds.append(jobpool.connect(app.db)) or seconds[-1])
+        assert integrity(app.db) == [("ok",)]
+        assert statuses(first) == {"done": 20, "ready": 20}
+    finally:
+        first.close()
+        for store in seconds:
+            store.close()
+
+
+def test_the_default_store_beside_an_explicit_one_leaves_the_file_intact(make_app, monkeypatch):
+    """R42: the default store (``job.enqueue()``'s) on the file an explicit store has open."""
+    app = make_app(NOOP_APP)
+    monkeypatch.setenv("JOBPOOL_DB", str(app.db))
+    first = jobpool.connect(app.db)
+    try:
+        _enqueue_around_a_pool(app, first, sqlite_store.default_store)
+        assert integrity(app.db) == [("ok",)]
+        assert statuses(first) == {"done": 20, "ready": 20}
+    finally:
+        sqlite_store.close_default_store()
+        first.close()
+
+
+def test_a_store_opened_by_another_thread_leaves_the_file_intact(make_app):
+    app = make_app(NOOP_APP)
+    first = jobpool.connect(app.db)
+    opened = []
+
+    def second():
+        thread = threading.Thread(target=lambda: opened.append(jobpool.connect(app.db)))
+        thread.start()
+        thread.join()
+        return opened[-1]
+    try:
+        _enqueue_around_a_pool(app, first, second)
+        assert integrity(app.db) == [("ok",)]
+        assert statuses(first) == {"done": 20, "ready": 20}
+    finally:
+        first.close()
+        for store in opened:
+            store.close()
+
+
+def test_a_forked_childs_store_leaves_the_parents_intact(make_app):
+    """R42/R43: a forked process (a web server's worker) opens the store its parent
+    has open, enqueues and exits; the parent's store and the file stay sound."""
+    app = make_app(NOOP_APP)
+    first = jobpool.connect(app.db)
+    try:
+        def in_child():
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    child_store = jobpool.connect(app.db)
+                    child_store.enqueue("t.noop", -1)
+                    child_store.stats()
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            return first
+        _enqueue_around_a_pool(app, first, in_child)
+        assert integrity(app.db) == [("ok",)]
+        assert statuses(first) == {"done": 21, "ready": 20}
+    finally:
+        first.close()
+
+
+# -- many threads (R42) ------------------------------------------------------------------
+
+THREADS, PER_THREAD = 8, 500
+
+COUNTING_APP = """
+import os
+from jobpool import job
+
+@job(name="t.count")
+def count(i):
+    # O_APPEND: one line per run, whole, whatever the other children write.
+    fd = os.open(os.environ["RUNS_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, b"%d\\n" % i)
+    finally:
+        os.close(fd)
+"""
+
+
+def _caller_connection(store_url):
+    """A connection of the application's own, for ``enqueue_with(connection=...)``."""
+    if store_url.startswith("postgresql"):
+        import psycopg
+        from jobpool.store.postgres import parse_url
+        target = parse_url(store_url)
+        conn = psycopg.connect(target.conninfo, autocommit=True)
+        conn.execute(f"SET search_path TO {target.schema}")
+        return conn
+    return sqlite3.connect(store_url, isolation_level=None)
+
+
+def _enqueue_in_own_transaction(conn, store, value):
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("BEGIN IMMEDIATE")
+        store.enqueue_with("t.count", args=(value,), connection=conn)
+        conn.execute("COMMIT")
+    else:
+        with conn.transaction():
+            store.enqueue_with("t.count", args=(value,), connection=conn)
+
+
+@pytest.mark.slow
+def test_eight_threads_enqueue_on_one_store_while_a_pool_drains(make_any_app, store_url, tmp_path):
+    """R42: one store object shared by 8 threads (a threaded web server), some of the
+    enqueues inside the caller's own transaction: every job present once, run once."""
+    app = make_any_app(COUNTING_APP)
+    runs = tmp_path / "runs.txt"
+    app.env["RUNS_FILE"] = str(runs)
+    store = jobpool.connect(store_url)
+    pool = app.spawn("--procs", "2", "-q")
+    errors: list[BaseException] = []
+
+    def producer(t: int) -> None:
+        own = _caller_connection(store_url)
+        try:
+            for i in range(PER_THREAD):
+                value = t * PER_THREAD + i
+                if i % 10 == 0:
+                    _enqueue_in_own_transaction(own, store, value)
+                else:
+                    store.enqueue("t.count", value)
+                if i % 50 == 0:
+                    store.stats()  # reads interleave with the other threads' writes
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=producer, args=(t,)) for t in range(THREADS)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors[0]
+        total = THREADS * PER_THREAD
+        wait_for(lambda: store.stats()["done"] == total, timeout=240, interval=0.5)
+        ran = [int(line) for line in runs.read_text().split()]
+        assert sorted(ran) == list(range(total))
+        assert statuses(store) == {"done": total}
+        if not store_url.startswith("postgresql"):
+            assert integrity(store_url) == [("ok",)]
+    finally:
+        pool.terminate()
+        pool.wait(timeout=60)
+        store.close()
+
+
+# -- what a job can reach (R43) ----------------------------------------------------------
+
+HOSTILE_APP = """
+import json, os
+from jobpool import job
+
+@job(name="t.noop")
+def noop(i):
+    return i
+
+@job(name="t.look", store_result=True)
+def look():
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            pass  # the descriptor listdir itself held
+    with open("/proc/self/maps") as maps:
+        mapped = sorted({line.split(None, 5)[5].strip() for line in maps
+                         if len(line.split(None, 5)) == 6})
+    return {"fds": fds, "mapped": mapped}
+
+@job(name="t.vandal", max_attempts=1)
+def vandal():
+    # What a buggy C extension might do: write over, then close, every descriptor
+    # it inherited that is not a standard stream.
+    for fd in range(3, 4096):
+        try:
+            os.write(fd, b"\\x00\\xffgarbage" * 100)
+        except OSError:
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+"""
+
+
+def test_a_job_holds_no_descriptor_or_mapping_of_the_store(make_any_app, store_url):
+    """R43: besides 0-2 (and copies of them, kept to put them back after a job) a
+    job's process holds its own pipe alone, and maps none of the store's files."""
+    app = make_any_app(HOSTILE_APP)
+    store = app.store()
+    for i in range(3):
+        store.enqueue("t.noop", i)  # the pool is busy with its store when it forks
+    handle = store.enqueue("t.look")
+    app.start("--procs", "2", "-q")
+    seen = handle.result(timeout=30)
+    fds = seen["fds"]
+    standard = {fds[fd] for fd in ("0", "1", "2") if fd in fds}
+    others = [target for fd, target in fds.items() if fd not in ("0", "1", "2")
+              and target not in standard]
+    assert len(others) == 1 and others[0].startswith("socket:"), fds  # its pipe
+    base = os.path.basename(str(app.db))
+    assert not [m for m in seen["mapped"] if base in m], seen["mapped"]
+
+
+def test_a_job_that_writes_over_and_closes_every_descriptor_harms_nothing_else(make_any_app, store_url):
+    """R43: before, such a job made the next turn fail with "database disk image is
+    malformed" and the queue was gone. Now its own attempt dies with it, and every
+    other job is done once."""
+    app = make_any_app(HOSTILE_APP)
+    store = app.store()
+    ids = [store.enqueue("t.noop", i).id for i in range(30)]
+    vandals = [store.enqueue("t.vandal").id for _ in range(3)]
+    ids += [store.enqueue("t.noop", i).id for i in range(30, 60)]
+    # The vandals write garbage to their copies of stdout too: read the pool's output as bytes.
+    pool = subprocess.run([sys.executable, "-m", "jobpool", "start", "--app", app.module, "--db",
+                           str(app.db), "--burst", "--procs", "2", "-q"], cwd=app.dir, env=app.env,
+                          capture_output=True, timeout=120)
+    assert pool.returncode == 0, pool.stderr[-2000:]
+    for job_id in ids:
+        assert store.get(job_id)["status"] == "done"
+    for job_id in vandals:
+        assert store.get(job_id)["status"] == "dead"
+    assert statuses(store) == {"done": 60, "dead": 3}
+    if not store_url.startswith("postgresql"):
+        assert integrity(app.db) == [("ok",)]
+        doctor = app.cli("doctor", "--db", str(app.db))
+        assert doctor.returncode == 0, doctor.stderr
+
+
+FAN_OUT_APP = """
+import os
+import jobpool
+from jobpool import job
+
+@job(name="t.noop")
+def noop(i):
+    return i
+
+@job(name="t.fan")
+def fan(n):
+    # A job that enqueues more work into the store its pool serves, from its child.
+    store = jobpool.connect(os.environ["STORE"])
+    store.enqueue_many("t.noop", [(i,) for i in range(n)])
+    store.close()
+"""
+
+
+def test_a_job_enqueues_into_its_own_pools_store_from_its_child(make_app):
+    """R42/R43: the child opens the store afresh; since the supervisor released its
+    connections before forking, no SQLite state of its own is inherited to build on."""
+    app = make_app(FAN_OUT_APP)
+    app.env["STORE"] = str(app.db)
+    store = app.store()
+    for _ in range(10):
+        store.enqueue("t.fan", 20)
+    app.start("--procs", "2", "-q")
+    assert statuses(store) == {"done": 210}
+    assert integrity(app.db) == [("ok",)]
