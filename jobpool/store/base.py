@@ -293,5 +293,10 @@ class Store(Protocol):
         ``sock`` (selectable, or None), ``drain()``, ``move_down()`` and ``close()``."""
         ...
 
+    def replaced(self) -> str | None:
+        """R45: what the store's path names now, in words, if no longer the file this
+        store opened (None: it still does, or the store is no file)."""
+        ...
+
     def close(self) -> None:
         ...

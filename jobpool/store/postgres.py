@@ -821,6 +821,10 @@ class PostgresStore:
         """PostgreSQL keeps itself (autovacuum); no helper process."""
         return None
 
+    def replaced(self) -> str | None:
+        """R45 is about files: a database is not moved under a running pool."""
+        return None
+
     def listener(self) -> "Listener | PollOnly":
         """R11a: a LISTEN on the store's channel, so an enqueue on any host wakes the
         pool; behind a transaction-mode pooler (``?pooler=transaction``) LISTEN

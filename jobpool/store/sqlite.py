@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import time
+import weakref
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
@@ -18,7 +19,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import job_states, migrations, retention, rows, sql
+from jobpool.store import file_identity, job_states, migrations, retention, rows, sql
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
@@ -145,8 +146,12 @@ class SQLiteStore:
         self._check = check
         self._connections = PerThread(self._open, sqlite3.Connection.close)
         self._notifier = Notifier(path)
+        #: The claimers made over this store's file, released with it before a fork.
+        self._claimers: weakref.WeakSet[Any] = weakref.WeakSet()
         fork_safety.hold(self)
         _ = self.conn  # open now so a bad path is reported at connect()
+        #: R45: the file the path named when this store opened it.
+        self.opened = file_identity.identity(path)
 
     # -- opening (R26a) ---------------------------------------------------------------
 
@@ -157,11 +162,21 @@ class SQLiteStore:
         return self._connections.get()
 
     def release_before_fork(self) -> None:
-        """R42/R43: close this process's connections before it forks, so the child
-        inherits no SQLite state of this file; they reopen on next use. Not while
-        one is inside a transaction (then the fork happens with it open)."""
+        """R42/R43: close this process's connections (and its claimers') before it
+        forks, so the child inherits no SQLite state of this file; they reopen on
+        next use. Not while one is inside a transaction (then the fork happens with
+        it open), nor once the path names another file (R45: they reopen by path,
+        and the leases a claimer holds are in the file it has open)."""
+        if self.replaced() is not None:
+            return
         if not any(conn.in_transaction for conn in self._connections.open_now()):
             self._connections.close_all()
+        for claimer in list(self._claimers):
+            claimer.release_before_fork()
+
+    def replaced(self) -> str | None:
+        """R45: what the path names now, in words, if not the file this store opened."""
+        return file_identity.change(self.path, self.opened)
 
     def _open(self) -> sqlite3.Connection:
         path = self.path
@@ -196,7 +211,22 @@ class SQLiteStore:
         return conn
 
     def close(self) -> None:
+        if self.replaced() is not None:
+            self._empty_moved_wal()
         self._connections.close_all()
+
+    def _empty_moved_wal(self) -> None:
+        """R45: the path names another file (or none) now, yet the ``-wal`` beside
+        it is still this file's: the next process to open the path would read our
+        pages as the new file's. SQLite itself does not checkpoint a moved file at
+        close, so fold the WAL into the file we hold and empty it first (through a
+        connection already open: a new one would open the path's file)."""
+        for conn in self._connections.open_now():
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                return
+            except sqlite3.Error:
+                continue  # busy or refused: another connection may manage
 
     def __enter__(self) -> "SQLiteStore":
         return self
@@ -718,7 +748,7 @@ class SQLiteStore:
         from jobpool import core
         claimer = core.Core(self.path, owner, names, queues, policies,
                             busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=0)
-        fork_safety.hold(claimer)  # R42/R43: released before the pool forks a child
+        self._claimers.add(claimer)  # R42/R43: released with this store before each fork
         return claimer
 
     def maintenance(self):
