@@ -6,6 +6,7 @@ connection. This module is what applications and the CLI use.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -21,6 +22,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import file_identity, job_states, migrations, retention, rows, sql
 from jobpool.store.batch_store import StoreBatches
+from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
@@ -28,6 +30,8 @@ from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat,
 from jobpool.store.urls import is_postgres_url
 from jobpool.wakeup import Notifier
 
+
+log = logging.getLogger(__name__)
 
 #: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
 DEFAULT_DB = "jobpool.db"
@@ -44,12 +48,24 @@ CLAIM_BUSY_TIMEOUT = 0.5
 #: SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file.
 DEFAULT_MODE = 0o600
 
+#: SQLite's primary result code for "database or disk is full".
+_SQLITE_FULL = 13
 #: SQLite's primary result code for "file is not a database".
 _SQLITE_NOTADB = 26
 #: ... and for "unable to open database file" (no permission to read it, say).
 _SQLITE_CANTOPEN = 14
 #: SQLite's primary result code for "attempt to write a readonly database".
 _SQLITE_READONLY = 8
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what it was raised from) is SQLite's SQLITE_FULL."""
+    while error is not None:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == _SQLITE_FULL:
+            return True
+        error = error.__cause__
+    return False
 
 
 def resolve_path(db: str | os.PathLike | None = None) -> str:
@@ -174,6 +190,17 @@ class SQLiteStore:
         for claimer in list(self._claimers):
             claimer.release_before_fork()
 
+    def on_store_error(self, error: BaseException) -> None:
+        """R26 on a full disk: before the pool pauses and retries, give the WAL's
+        space back (a TRUNCATE checkpoint copies its pages into the store and empties
+        it), since what fills a store's disk is most often its own WAL."""
+        if not _disk_full(error) or self.replaced() is not None:
+            return
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (sqlite3.Error, StoreError) as exc:
+            log.debug("checkpoint after a full disk failed: %s", exc)
+
     def replaced(self) -> str | None:
         """R45: what the path names now, in words, if not the file this store opened."""
         return file_identity.change(self.path, self.opened)
@@ -201,7 +228,9 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA mmap_size=0")
-            conn.execute(f"PRAGMA journal_size_limit={sql.WAL_PRODUCER_LIMIT}")
+            autocheckpoint, journal_limit = wal_settings(path, 1000, sql.WAL_PRODUCER_LIMIT)
+            conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            conn.execute(f"PRAGMA journal_size_limit={journal_limit}")
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise CorruptStoreError(f"{path} cannot be used as a store: {exc}") from exc
@@ -746,8 +775,12 @@ class SQLiteStore:
         connection of its own, with a short busy timeout so a held lock becomes a
         pause (R26), and checkpoints left to ``maintenance()`` (R26a)."""
         from jobpool import core
+        # On a disk with little room the claimer checkpoints its own commits, since
+        # the checkpointer's interval lets a busy pool's WAL grow megabytes (R26a).
+        autocheckpoint, journal_limit = wal_settings(self.path, 0, sql.WAL_KEEP_BYTES)
         claimer = core.Core(self.path, owner, names, queues, policies,
-                            busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=0)
+                            busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=autocheckpoint,
+                            journal_size_limit=journal_limit)
         self._claimers.add(claimer)  # R42/R43: released with this store before each fork
         return claimer
 

@@ -350,6 +350,7 @@ class Supervisor:
         try:
             result = what(*args)
         except StoreError as exc:
+            self.store.on_store_error(exc)
             first = self._store_pause == 0.0  # log once per episode, not once per try
             if first:
                 self._store_down_since = self.clock()
