@@ -1,11 +1,19 @@
 """Coroutine jobs (R20's amendment): an ``async def`` job runs to completion in its
 child's own event loop, under every limit and with every outcome a plain job has,
 and a job that hands back an awaitable nobody awaited is an error naming it, never
-``done``. Real pools through the CLI.
+``done``. Real pools through the CLI, and ``jobpool.testing.drain`` in-process.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+
+import pytest
+
+import jobpool
+from jobpool.testing import Drained, drain
 
 APP = """
 import asyncio, json, os
@@ -292,3 +300,85 @@ def test_middleware_wraps_the_whole_coroutine_run(make_app):
         ["before", "t.async_fails"], ["body", "t.async_fails"],
         ["after", "t.async_fails", "error", None, "ValueError"],
     ]
+
+
+# -- in-process: jobpool.testing.drain ---------------------------------------------------
+
+SEEN: list = []
+
+
+@pytest.fixture
+def store(tmp_path):
+    SEEN.clear()
+    store = jobpool.connect(tmp_path / "jobpool.db")
+    yield store
+    store.close()
+    SEEN.clear()
+
+
+@jobpool.job(name="coro.record", store_result=True)
+async def record_async(value):
+    await asyncio.sleep(0)
+    jobpool.progress(50, "halfway")
+    SEEN.append(value)
+    return value * 2
+
+
+@jobpool.job(name="coro.ctrl_c")
+async def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.sleep(60)
+    SEEN.append("slept through it")
+
+
+async def _never_awaited_body():
+    SEEN.append("helper ran")
+
+
+@jobpool.job(name="coro.returns_coroutine")
+def returns_coroutine_here():
+    return _never_awaited_body()
+
+
+def test_drain_runs_an_async_job(store):
+    handle = store.enqueue("coro.record", 21)
+    assert drain(store) == Drained(done=1)
+    assert SEEN == [21]
+    assert handle.result(timeout=5) == 42
+    # Called directly, the job is the coroutine function it decorates.
+    assert asyncio.run(record_async(5)) == 10 and SEEN == [21, 5]
+
+
+def test_drain_called_from_a_running_event_loop_runs_an_async_job(store):
+    """An async test calls ``drain()`` (a plain function) with its own loop running:
+    the job still gets a loop of its own."""
+    handle = store.enqueue("coro.record", 4)
+
+    async def an_async_test():
+        return drain(store)
+
+    assert asyncio.run(an_async_test()) == Drained(done=1)
+    assert SEEN == [4] and handle.result(timeout=5) == 8
+
+
+def test_drain_settles_a_returned_coroutine_dead_naming_the_job(store):
+    """No "never awaited" warning either: this suite turns warnings into errors."""
+    job_id = store.enqueue("coro.returns_coroutine").id
+    assert drain(store) == Drained(dead=1)
+    job = store.get(job_id)
+    assert job["status"] == "dead"
+    assert "coro.returns_coroutine" in job["last_error"]
+    assert "never awaited" in job["last_error"]
+    assert SEEN == []
+
+
+def test_ctrl_c_in_an_async_job_stops_the_drain_and_gives_the_lease_back(store):
+    """R25, as for a plain job: asyncio turns the Ctrl-C into a cancellation of the
+    coroutine, then raises it again as its loop closes; the drain sees it either way."""
+    job_id = store.enqueue("coro.ctrl_c").id
+    with pytest.raises(KeyboardInterrupt):
+        drain(store)
+    row = store.get(job_id)
+    assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 1, None)
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["released"]
+    assert SEEN == []
