@@ -51,6 +51,11 @@ class Job:
         #: the coroutine it returns to completion (R20's amendment). Judged once,
         #: here, not on every run of a plain job.
         self.is_coroutine = _is_coroutine_function(fn)
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            # Calling it only makes a generator: its body would never run, and the
+            # attempt would be settled done (the sibling of an un-awaited coroutine).
+            raise RegistryError(f"job {self.name}: {getattr(fn, '__qualname__', fn)!s} is a "
+                                f"generator function; a job's body must run when it is called")
         if self.is_coroutine:
             # Loaded now, as the app is imported: once in the supervisor before it
             # forks, not again in every child.

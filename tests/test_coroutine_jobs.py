@@ -382,3 +382,18 @@ def test_ctrl_c_in_an_async_job_stops_the_drain_and_gives_the_lease_back(store):
     assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 1, None)
     assert [a["outcome"] for a in store.attempts(job_id)] == ["released"]
     assert SEEN == []
+
+
+@pytest.mark.parametrize("kind", ["generator", "async generator"])
+def test_a_generator_function_is_refused_as_a_job(kind):
+    """R20's sibling: calling a generator function runs none of its body, so such a
+    job would be settled done without running; it is refused at registration."""
+    from jobpool.errors import JobpoolError
+    if kind == "generator":
+        def produce():
+            yield 1
+    else:
+        async def produce():
+            yield 1
+    with pytest.raises(JobpoolError, match="t.gen.*generator function"):
+        jobpool.job(name="t.gen")(produce)
