@@ -652,7 +652,8 @@ cdef class Core:
         self._released = False
 
     def __init__(self, path, owner, names, queues, policies=None, *,
-                 busy_timeout=5.0, synchronous="NORMAL", wal_autocheckpoint=1000):
+                 busy_timeout=5.0, synchronous="NORMAL", wal_autocheckpoint=1000,
+                 journal_size_limit=sql.WAL_KEEP_BYTES):
         self.owner = owner
         self.queues = tuple(queues)
         # Named once here, not per settle (a caller may pass plain 5-tuples).
@@ -662,14 +663,14 @@ cdef class Core:
         self._causes = self.crash_causes
         self._inflight = {}
         self._close_db()
-        self._opening = (path, busy_timeout, synchronous, wal_autocheckpoint)
+        self._opening = (path, busy_timeout, synchronous, wal_autocheckpoint, journal_size_limit)
         self._reopen()
 
     cdef int _reopen(self) except -1:
         self._released = False
         try:
-            path, busy_timeout, synchronous, wal_autocheckpoint = self._opening
-            self._open(path, busy_timeout, synchronous, wal_autocheckpoint)
+            path, busy_timeout, synchronous, wal_autocheckpoint, journal_size_limit = self._opening
+            self._open(path, busy_timeout, synchronous, wal_autocheckpoint, journal_size_limit)
         except _pysqlite.Error as exc:
             self._close_db()
             raise StoreError(f"cannot open store {self._opening[0]}: {exc}") from exc
@@ -691,7 +692,8 @@ cdef class Core:
 
     # -- connection ---------------------------------------------------------------
 
-    cdef int _open(self, path, busy_timeout, synchronous, wal_autocheckpoint) except -1:
+    cdef int _open(self, path, busy_timeout, synchronous, wal_autocheckpoint,
+                   journal_size_limit) except -1:
         cdef bytes filename = os.fsencode(path)
         cdef const char* c_filename
         cdef sqlite3* db = NULL
@@ -718,7 +720,7 @@ cdef class Core:
         self._pragma(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint)}")
         # This connection is the one that starts the WAL over after a checkpoint,
         # so its limit is the one that trims a file a burst grew.
-        self._pragma(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
+        self._pragma(f"PRAGMA journal_size_limit={int(journal_size_limit)}")
         for s in (S_BEGIN, S_COMMIT, S_ROLLBACK):
             self._stmt(s)
         return 0

@@ -100,7 +100,7 @@ class Core:
 
     def __init__(self, path: str, owner: str, names, queues, policies=None, *,
                  busy_timeout: float = 5.0, synchronous: str = "NORMAL",
-                 wal_autocheckpoint: int = 1000) -> None:
+                 wal_autocheckpoint: int = 1000, journal_size_limit: int = sql.WAL_KEEP_BYTES) -> None:
         self.owner = owner
         self.queues = tuple(queues)
         # Named once here, not per settle (a caller may pass plain 5-tuples).
@@ -114,7 +114,8 @@ class Core:
         if not os.path.exists(path):
             # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
             raise StoreError(f"cannot open store {path}: unable to open database file")
-        self._opening: tuple | None = (path, busy_timeout, synchronous, int(wal_autocheckpoint))
+        self._opening: tuple | None = (path, busy_timeout, synchronous, int(wal_autocheckpoint),
+                                       int(journal_size_limit))
         self._conn: sqlite3.Connection | None = None
         self._db  # noqa: B018 - open now, so a bad path is reported here
 
@@ -129,7 +130,7 @@ class Core:
 
     @staticmethod
     def _connect(path: str, busy_timeout: float, synchronous: str,
-                 autocheckpoint: int) -> sqlite3.Connection:
+                 autocheckpoint: int, journal_size_limit: int) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                  timeout=busy_timeout)
@@ -140,7 +141,7 @@ class Core:
             db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
             # This connection is the one that starts the WAL over after a checkpoint,
             # so its limit is the one that trims a file a burst grew.
-            db.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
+            db.execute(f"PRAGMA journal_size_limit={journal_size_limit}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
         return db

@@ -15,7 +15,8 @@ import time
 import traceback
 from typing import Any
 
-from jobpool import core, extensions, jobs, procinfo, proctree, protocol, running
+from jobpool import core, coroutines, extensions, jobs, procinfo, proctree, protocol, running
+from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
@@ -136,7 +137,7 @@ def run_child_start_hooks() -> str | None:
 
 
 def _soft_timeout(signum, frame) -> None:
-    raise SoftTimeout(f"soft timeout after {_soft_limit:g} s")
+    raise SoftTimeout.after(_soft_limit)
 
 
 _soft_limit = 0.0
@@ -145,6 +146,10 @@ _soft_limit = 0.0
 def _call(job: jobs.Job, args: tuple, kwargs: dict, soft_timeout: bool = True):
     global _soft_limit
     limit = job.soft_timeout if soft_timeout else None
+    if job.is_coroutine:
+        # Its loop's timer cancels it instead: a SIGALRM would raise wherever the
+        # loop happens to be, mostly in its own machinery, not in the job.
+        return _outcome_of(job, args, kwargs, limit)
     armed = bool(limit)
     if limit:
         # R20: SIGALRM raises SoftTimeout in the job's own frame so it can clean up;
@@ -159,10 +164,16 @@ def _call(job: jobs.Job, args: tuple, kwargs: dict, soft_timeout: bool = True):
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
-    """``(kind, error, delay, stored result, returned value, raised exception)``."""
+def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict, soft_limit: float | None = None):
+    """``(kind, error, delay, stored result, returned value, raised exception)``.
+
+    A coroutine job's coroutine is run to completion here (``coroutines.run``,
+    R20), inside the same classification, so it ends in every way a plain call
+    does. ``soft_limit`` is a coroutine job's soft timeout."""
     try:
         value = job.fn(*args, **kwargs)
+        if job.is_coroutine:
+            value = coroutines.run(value, soft_limit)
     except Retry as exc:
         return core.RETRY, f"Retry: {exc.reason}", exc.after, None, None, exc
     except Fatal as exc:
@@ -178,6 +189,12 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict):
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are failures too
         kind = core.FATAL if job.fatal and isinstance(exc, job.fatal) else core.ERROR
         return kind, _describe(exc), None, None, None, exc
+    # An awaitable that nobody awaited: the body it stands for never ran, so the
+    # attempt is not done. Dead at once (FATAL): every attempt would return one.
+    # Only the type is looked at, and not for None or JSON's types: a plain job's
+    # run stays as cheap as it was.
+    if value is not None and type(value) not in _PLAIN_RESULTS and _awaitable(value):
+        return core.FATAL, coroutines.unawaited_error(job.name, value), None, None, value, None
     if not job.store_result:
         return core.DONE, None, None, None, value, None
     # The body has done its work: a result that cannot be stored is dead at once

@@ -115,6 +115,11 @@ class SoftTimeout(Exception):
     killed when it comes.
     """
 
+    @classmethod
+    def after(cls, limit: float) -> "SoftTimeout":
+        """The one wording of a soft timeout, for plain and coroutine jobs alike."""
+        return cls(f"soft timeout after {limit:g} s")
+
 
 class JobOutcome(Exception):
     """Base of the exceptions a job raises to choose its outcome."""

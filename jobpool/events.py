@@ -35,6 +35,7 @@ POOL_SCALED = "pool_scaled"
 SCALE_REFUSED = "scale_refused"
 POOL_DEAD = "pool_dead"
 STORE_GAVE_UP = "store_gave_up"
+STORE_REPLACED = "store_replaced"
 STRAYS_KILLED = "strays_killed"
 UNSERVED_LEFT = "unserved_left"
 JOB_SCHEDULED = "job_scheduled"
@@ -49,7 +50,7 @@ SETTLED = {"done": JOB_COMPLETED, "retried": JOB_RETRIED, "deferred": JOB_DEFERR
            "lease_lost": JOB_LEASE_LOST}
 
 _WARNINGS = {JOB_DEAD, JOB_LEASE_LOST, CHILD_DIED, STORE_ERROR, SCALE_REFUSED, POOL_DEAD,
-             STORE_GAVE_UP, STRAYS_KILLED, UNSERVED_LEFT, POOL_JUDGED_DEAD}
+             STORE_GAVE_UP, STORE_REPLACED, STRAYS_KILLED, UNSERVED_LEFT, POOL_JUDGED_DEAD}
 
 
 def emit(event: str, **fields: Any) -> None:

@@ -6,6 +6,7 @@ inherits the registry filled by these decorators.
 from __future__ import annotations
 
 import functools
+import inspect
 from datetime import datetime, timedelta
 from collections.abc import Iterable
 from typing import Any, Callable
@@ -32,7 +33,9 @@ _registry: dict[str, "Job"] = {}
 
 
 class Job:
-    """A registered job function. Calling it runs it in-process; ``enqueue`` queues it."""
+    """A registered job function. Calling it runs it in-process, as calling the
+    function would (an ``async def`` job returns its coroutine, to await);
+    ``enqueue`` queues it."""
 
     def __init__(self, fn: Callable, *, name: str, queue: str, priority: int, max_attempts: int,
                  timeout: float, fatal: tuple, serializer: str, backoff_base: float,
@@ -44,6 +47,19 @@ class Job:
                  rate: str | None = None, burst: int = 1) -> None:
         self.fn = fn
         self.name = validate_name(name)
+        #: An ``async def`` job (or an object whose ``__call__`` is one): a child runs
+        #: the coroutine it returns to completion (R20's amendment). Judged once,
+        #: here, not on every run of a plain job.
+        self.is_coroutine = _is_coroutine_function(fn)
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            # Calling it only makes a generator: its body would never run, and the
+            # attempt would be settled done (the sibling of an un-awaited coroutine).
+            raise RegistryError(f"job {self.name}: {getattr(fn, '__qualname__', fn)!s} is a "
+                                f"generator function; a job's body must run when it is called")
+        if self.is_coroutine:
+            # Loaded now, as the app is imported: once in the supervisor before it
+            # forks, not again in every child.
+            import asyncio  # noqa: F401
         self.queue = validate_queue(queue)
         self.priority = validate_priority(priority)
         self.max_attempts = validate_max_attempts(max_attempts)
@@ -121,6 +137,13 @@ class Job:
                                   priority=priority, deadline=deadline,
                                   max_attempts=max_attempts, queue=queue, then=then,
                                   connection=connection, key_period=key_period, group=group)
+
+
+def _is_coroutine_function(fn: Callable) -> bool:
+    """Whether calling ``fn`` starts a coroutine: an ``async def`` function, a
+    ``functools.partial`` of one, or an object with an ``async def __call__``."""
+    return inspect.iscoroutinefunction(fn) or (
+        not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
 
 
 def _schedule(name: str, every: float | timedelta | None, cron: str | None, tz: str | None):

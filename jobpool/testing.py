@@ -18,7 +18,10 @@ that a drain does not:
 - ``on_child_start`` hooks do not run (there is no child); middleware does;
 - paused queues (R38) are skipped, as a pool skips them: read once, as the drain
   starts;
-- ``jobpool.progress()`` writes each report through the store at once (R22).
+- ``jobpool.progress()`` writes each report through the store at once (R22);
+- a coroutine job runs in a new event loop, as in a pool's child (R20); a drain
+  called from async code (an async test), whose loop is running, runs it in a
+  thread of its own while the drain waits.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import random
 import time
 from typing import Any, Callable, NamedTuple
 
-from jobpool import events, jobs, procinfo, protocol, requests, running
+from jobpool import coroutines, events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
 from jobpool.errors import Interrupted, JobpoolError, StoreError
 from jobpool.lifecycle import (ERROR, INTERRUPTED, RELEASE, Claimed, Outcome, Policy, Settled,
@@ -113,6 +116,14 @@ def drain(store: Store | None = None, *, max_jobs: int = 10_000,
         return _Drain(store, claimer, owner, served).run(max_jobs, run_scheduled)
     finally:
         claimer.close()
+
+
+def _to_completion(coroutine_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A coroutine function as a plain one that runs its coroutine to completion,
+    as a child does, with no soft timeout: a drain enforces none."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return coroutines.run(coroutine_fn(*args, **kwargs))
+    return run
 
 
 def _served() -> _Served:
@@ -275,6 +286,12 @@ class _Drain:
         is a job's failure in a pool too)."""
         here = copy.copy(job)
         fn = job.fn
+        if job.is_coroutine:
+            # The body runs the coroutine to completion itself (R20), so what its
+            # loop lets out (asyncio turns a Ctrl-C into a cancellation of the job,
+            # then raises it again as the loop closes) is noted here too.
+            fn = _to_completion(fn)
+            here.is_coroutine = False
 
         def body(*args: Any, **kwargs: Any) -> Any:
             try:

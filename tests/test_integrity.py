@@ -328,3 +328,69 @@ def test_a_job_enqueues_into_its_own_pools_store_from_its_child(make_app):
     app.start("--procs", "2", "-q")
     assert statuses(store) == {"done": 210}
     assert integrity(app.db) == [("ok",)]
+
+
+# -- the store moved, replaced or deleted under a pool (R45) ---------------------------
+
+WAITING_APP = """
+import os, time
+from jobpool import job
+
+@job(name="t.noop")
+def noop(i):
+    return i
+
+@job(name="t.wait", timeout=120)
+def wait(flag):
+    open(flag + ".started", "w").close()
+    while not os.path.exists(flag):
+        time.sleep(0.05)
+"""
+
+
+def _pool_with_a_running_job(app, tmp_path):
+    flag = tmp_path / "go"
+    store = jobpool.connect(app.db)
+    store.enqueue("t.wait", str(flag))
+    store.close()
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: (tmp_path / "go.started").exists(), timeout=60)
+    return pool, flag
+
+
+def test_a_pool_whose_store_is_deleted_stops_and_says_so(make_app, tmp_path):
+    """R45: ``rm store.db*`` under a running pool: it used to work on, unseen, while
+    new enqueues made a fresh file it never served."""
+    app = make_app(WAITING_APP)
+    pool, flag = _pool_with_a_running_job(app, tmp_path)
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(str(app.db) + suffix)
+        except FileNotFoundError:
+            pass
+    flag.touch()  # the running job may finish now; the pool settles it and leaves
+    _out, err = pool.communicate(timeout=60)
+    assert pool.returncode == 4, err
+    assert "store_replaced" in err and "deleted" in err, err
+
+
+def test_a_pool_whose_store_is_replaced_by_another_file_stops_and_leaves_it_alone(make_app, tmp_path):
+    """R45: ``mv other.db store.db``: the pool stops claiming (the other file's jobs are
+    not its to run from the file it holds), exits non-zero, and a new pool serves the
+    file the path names now."""
+    app = make_app(WAITING_APP)
+    other_path = tmp_path / "other.db"
+    other = jobpool.connect(other_path)
+    waiting = [other.enqueue("t.noop", i).id for i in range(5)]
+    other.close()  # the last connection out folds the WAL into the file
+    pool, flag = _pool_with_a_running_job(app, tmp_path)
+    os.replace(other_path, app.db)
+    _out, err = pool.communicate(timeout=60)
+    flag.touch()
+    assert pool.returncode == 4, err
+    assert "store_replaced" in err and "another file" in err, err
+    assert integrity(app.db) == [("ok",)]
+    store = app.store()
+    assert [store.get(job_id)["status"] for job_id in waiting] == ["ready"] * 5
+    app.start("-q")
+    assert statuses(store) == {"done": 5}

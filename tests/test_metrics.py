@@ -303,7 +303,9 @@ def test_forked_helpers_do_not_keep_the_pools_metrics_sockets():
     os.fstat(held.fileno())  # still the parent's
     parent_only(held, held=False)
     child = Forked.start(check, held.fileno())
-    assert child.reap()[0] == 1  # not registered: inherited as any fd is
+    assert child.reap()[0] == 0  # R43: not registered, closed all the same
+    child = Forked.start(check, held.fileno(), keep=(held.fileno(),))
+    assert child.reap()[0] == 1  # kept when asked (a child's own pipe)
     held.close()
     other.close()
 

@@ -293,5 +293,15 @@ class Store(Protocol):
         ``sock`` (selectable, or None), ``drain()``, ``move_down()`` and ``close()``."""
         ...
 
+    def on_store_error(self, error: BaseException) -> None:
+        """R26: a claimer call failed with ``error``; the store's chance to act on it
+        before the pool pauses and retries (SQLite: a full disk)."""
+        ...
+
+    def replaced(self) -> str | None:
+        """R45: what the store's path names now, in words, if no longer the file this
+        store opened (None: it still does, or the store is no file)."""
+        ...
+
     def close(self) -> None:
         ...

@@ -37,6 +37,13 @@ log = logging.getLogger(__name__)
 INTERVAL = 0.1
 #: WAL size past which the checkpoint also starts the file over, bytes.
 RESTART_BYTES = sql.WAL_RESTART_BYTES
+#: Below this many times ``RESTART_BYTES`` of room, the disk counts as tight (R26a).
+TIGHT_ROOM_FACTOR = 8
+#: The least a WAL is let grow to on a tight disk before it is emptied, bytes.
+MIN_WAL_BYTES = 64 * 1024
+#: The page size wal_settings counts in (a store's own may be smaller: then it
+#: checkpoints sooner, never later, than the bound).
+PAGE_BYTES = 4096
 
 
 class Checkpointer:
@@ -76,14 +83,57 @@ def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
     try:
         conn.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
         wal = path + "-wal"
+        folder = os.path.dirname(os.path.abspath(path))
         while True:
             time.sleep(interval)
             try:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                if os.path.exists(wal) and os.path.getsize(wal) > RESTART_BYTES:
-                    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                size = wal_size(wal)
+                bound, tight = wal_bound(folder, size)
+                if size > bound:
+                    # On a tight disk the WAL's space goes back to the file system
+                    # (TRUNCATE), so the store itself has room to grow into.
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if tight
+                                 else "PRAGMA wal_checkpoint(RESTART)").fetchone()
             except sqlite3.Error as exc:
                 # A busy or failing store is the main loop's to report (R26).
                 log.debug("checkpoint skipped: %s", exc)
     finally:
         conn.close()
+
+
+def wal_size(wal: str) -> int:
+    try:
+        return os.path.getsize(wal)
+    except OSError:
+        return 0
+
+
+def wal_bound(folder: str, wal_bytes: int) -> tuple[int, bool]:
+    """How large the WAL may grow before it starts over, and whether space is tight.
+
+    ``RESTART_BYTES`` while the disk has room; on a disk with little room (its free
+    space plus what the WAL holds under ``TIGHT_ROOM_FACTOR`` times that), a quarter of
+    that room: a checkpoint copies the WAL's pages into the store, which may have to
+    grow by as much, so the WAL must never take the space the store needs to take it
+    back (a WAL that filled the disk could then never be checkpointed)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return RESTART_BYTES, False
+    room = st.f_bavail * st.f_frsize + wal_bytes
+    if room >= TIGHT_ROOM_FACTOR * RESTART_BYTES:
+        return RESTART_BYTES, False
+    return max(MIN_WAL_BYTES, room // 4), True
+
+
+def wal_settings(path: str, autocheckpoint: int, journal_limit: int) -> tuple[int, int]:
+    """A connection's ``wal_autocheckpoint`` (pages) and ``journal_size_limit`` (bytes)
+    for the store at ``path``: the defaults given while its disk has room; on a tight
+    disk (``wal_bound``) a connection checkpoints its own commits once the WAL holds
+    half the bound, and the WAL is trimmed to the bound when it starts over."""
+    folder = os.path.dirname(os.path.abspath(path))
+    bound, tight = wal_bound(folder, wal_size(path + "-wal"))
+    if not tight:
+        return autocheckpoint, journal_limit
+    return max(8, bound // 2 // PAGE_BYTES), bound

@@ -821,6 +821,13 @@ class PostgresStore:
         """PostgreSQL keeps itself (autovacuum); no helper process."""
         return None
 
+    def replaced(self) -> str | None:
+        """R45 is about files: a database is not moved under a running pool."""
+        return None
+
+    def on_store_error(self, error: BaseException) -> None:
+        """Nothing to do here: the server keeps its own disk (R26 pauses and retries)."""
+
     def listener(self) -> "Listener | PollOnly":
         """R11a: a LISTEN on the store's channel, so an enqueue on any host wakes the
         pool; behind a transaction-mode pooler (``?pooler=transaction``) LISTEN

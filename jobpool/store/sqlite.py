@@ -6,9 +6,11 @@ connection. This module is what applications and the CLI use.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
+import weakref
 from datetime import datetime, timedelta
 from typing import Any, Iterable
 
@@ -18,8 +20,9 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import job_states, migrations, retention, rows, sql
+from jobpool.store import file_identity, job_states, migrations, retention, rows, sql
 from jobpool.store.batch_store import StoreBatches
+from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
@@ -27,6 +30,8 @@ from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat,
 from jobpool.store.urls import is_postgres_url
 from jobpool.wakeup import Notifier
 
+
+log = logging.getLogger(__name__)
 
 #: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
 DEFAULT_DB = "jobpool.db"
@@ -43,12 +48,24 @@ CLAIM_BUSY_TIMEOUT = 0.5
 #: SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file.
 DEFAULT_MODE = 0o600
 
+#: SQLite's primary result code for "database or disk is full".
+_SQLITE_FULL = 13
 #: SQLite's primary result code for "file is not a database".
 _SQLITE_NOTADB = 26
 #: ... and for "unable to open database file" (no permission to read it, say).
 _SQLITE_CANTOPEN = 14
 #: SQLite's primary result code for "attempt to write a readonly database".
 _SQLITE_READONLY = 8
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what it was raised from) is SQLite's SQLITE_FULL."""
+    while error is not None:
+        code = getattr(error, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == _SQLITE_FULL:
+            return True
+        error = error.__cause__
+    return False
 
 
 def resolve_path(db: str | os.PathLike | None = None) -> str:
@@ -145,8 +162,12 @@ class SQLiteStore:
         self._check = check
         self._connections = PerThread(self._open, sqlite3.Connection.close)
         self._notifier = Notifier(path)
+        #: The claimers made over this store's file, released with it before a fork.
+        self._claimers: weakref.WeakSet[Any] = weakref.WeakSet()
         fork_safety.hold(self)
         _ = self.conn  # open now so a bad path is reported at connect()
+        #: R45: the file the path named when this store opened it.
+        self.opened = file_identity.identity(path)
 
     # -- opening (R26a) ---------------------------------------------------------------
 
@@ -157,11 +178,32 @@ class SQLiteStore:
         return self._connections.get()
 
     def release_before_fork(self) -> None:
-        """R42/R43: close this process's connections before it forks, so the child
-        inherits no SQLite state of this file; they reopen on next use. Not while
-        one is inside a transaction (then the fork happens with it open)."""
+        """R42/R43: close this process's connections (and its claimers') before it
+        forks, so the child inherits no SQLite state of this file; they reopen on
+        next use. Not while one is inside a transaction (then the fork happens with
+        it open), nor once the path names another file (R45: they reopen by path,
+        and the leases a claimer holds are in the file it has open)."""
+        if self.replaced() is not None:
+            return
         if not any(conn.in_transaction for conn in self._connections.open_now()):
             self._connections.close_all()
+        for claimer in list(self._claimers):
+            claimer.release_before_fork()
+
+    def on_store_error(self, error: BaseException) -> None:
+        """R26 on a full disk: before the pool pauses and retries, give the WAL's
+        space back (a TRUNCATE checkpoint copies its pages into the store and empties
+        it), since what fills a store's disk is most often its own WAL."""
+        if not _disk_full(error) or self.replaced() is not None:
+            return
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (sqlite3.Error, StoreError) as exc:
+            log.debug("checkpoint after a full disk failed: %s", exc)
+
+    def replaced(self) -> str | None:
+        """R45: what the path names now, in words, if not the file this store opened."""
+        return file_identity.change(self.path, self.opened)
 
     def _open(self) -> sqlite3.Connection:
         path = self.path
@@ -186,7 +228,9 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA mmap_size=0")
-            conn.execute(f"PRAGMA journal_size_limit={sql.WAL_PRODUCER_LIMIT}")
+            autocheckpoint, journal_limit = wal_settings(path, 1000, sql.WAL_PRODUCER_LIMIT)
+            conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            conn.execute(f"PRAGMA journal_size_limit={journal_limit}")
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise CorruptStoreError(f"{path} cannot be used as a store: {exc}") from exc
@@ -196,7 +240,22 @@ class SQLiteStore:
         return conn
 
     def close(self) -> None:
+        if self.replaced() is not None:
+            self._empty_moved_wal()
         self._connections.close_all()
+
+    def _empty_moved_wal(self) -> None:
+        """R45: the path names another file (or none) now, yet the ``-wal`` beside
+        it is still this file's: the next process to open the path would read our
+        pages as the new file's. SQLite itself does not checkpoint a moved file at
+        close, so fold the WAL into the file we hold and empty it first (through a
+        connection already open: a new one would open the path's file)."""
+        for conn in self._connections.open_now():
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                return
+            except sqlite3.Error:
+                continue  # busy or refused: another connection may manage
 
     def __enter__(self) -> "SQLiteStore":
         return self
@@ -716,9 +775,13 @@ class SQLiteStore:
         connection of its own, with a short busy timeout so a held lock becomes a
         pause (R26), and checkpoints left to ``maintenance()`` (R26a)."""
         from jobpool import core
+        # On a disk with little room the claimer checkpoints its own commits, since
+        # the checkpointer's interval lets a busy pool's WAL grow megabytes (R26a).
+        autocheckpoint, journal_limit = wal_settings(self.path, 0, sql.WAL_KEEP_BYTES)
         claimer = core.Core(self.path, owner, names, queues, policies,
-                            busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=0)
-        fork_safety.hold(claimer)  # R42/R43: released before the pool forks a child
+                            busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=autocheckpoint,
+                            journal_size_limit=journal_limit)
+        self._claimers.add(claimer)  # R42/R43: released with this store before each fork
         return claimer
 
     def maintenance(self):

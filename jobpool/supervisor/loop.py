@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 STORE_PAUSE_MAX = 30.0
 #: The exit code of a --burst pool that gave up on its store.
 EXIT_STORE_GAVE_UP = 3
+#: R45: the pool stopped because its store's path no longer names the file it opened.
+EXIT_STORE_REPLACED = 4
 
 class Supervisor:
     """Runs one pool until it is stopped, drained (``--burst``) or done (``--max-jobs``)."""
@@ -237,6 +239,7 @@ class Supervisor:
             claimed_none = self._turn(now)
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
+                self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()
             if store_up and operations.periodic and not state.stopping:
@@ -251,6 +254,21 @@ class Supervisor:
                 self.metrics_server.expire()
             if self._finished(now, claimed_none):
                 return
+
+    def _watch_store_file(self) -> None:
+        """R45: the store's path names another file, or none: producers write where
+        this pool no longer claims. Stop claiming, let what runs finish and settle
+        into the file still open, and exit non-zero saying so (once)."""
+        if self.exit_code == EXIT_STORE_REPLACED:
+            return
+        found = self.store.replaced()
+        if found is None:
+            return
+        events.emit(events.STORE_REPLACED, path=self.store.path, found=found)
+        log.error("the store %s now names %s; this pool stops claiming, settles what runs "
+                  "into the file it has open, and exits", self.store.path, found)
+        self.exit_code = EXIT_STORE_REPLACED
+        self.request_stop()
 
     def _wait_time(self, now: float) -> float:
         state = self.state
@@ -332,6 +350,7 @@ class Supervisor:
         try:
             result = what(*args)
         except StoreError as exc:
+            self.store.on_store_error(exc)
             first = self._store_pause == 0.0  # log once per episode, not once per try
             if first:
                 self._store_down_since = self.clock()
