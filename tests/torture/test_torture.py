@@ -405,7 +405,10 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @invariant()
         def store_is_intact(self):
-            totals.operations += 1
+            totals.operations += 1  # once after __init__ and once after every step
+            self._integrity()
+
+        def _integrity(self):
             if kind == "sqlite":
                 conn = sqlite3.connect(self.db, timeout=60)
                 try:
@@ -439,7 +442,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
             final = self.app.spawn_pool(*self._pool_args(2), "--burst", "--wait-retries", "30")
             code = final.wait(timeout=300)
             assert code == 0, f"the final --burst pool exited {code}:\n{self.app.log_of(final)}"
-            self.store_is_intact()
+            self._integrity()
             self._account()
 
         def _account(self):
