@@ -16,6 +16,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, liveness
+from jobpool.display import markup_escape, shown
 from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
@@ -59,8 +60,8 @@ class _Stdout:
     @property
     def console(self) -> Console:
         if self._console is None:
-            from rich.console import Console
-            self._console = Console()
+            from jobpool.display import console
+            self._console = console()  # R46: what comes from jobs prints as text
         return self._console
 
     def __getattr__(self, name: str) -> Any:
@@ -631,10 +632,10 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
             continue
         if key in _TIME_FIELDS and isinstance(value, (int, float)):
             value = _when(value, now)
-        out.print(f"[bold]{key:>16}[/] {value}", highlight=False, markup=True)
+        out.print(f"[bold]{key:>16}[/] {markup_escape(value)}", highlight=False, markup=True)
     if row["last_error"]:
-        out.print("[bold]      last_error[/]", highlight=False)
-        out.print(row["last_error"], markup=False, highlight=False)
+        out.print("[bold]      last_error[/]", highlight=False, markup=True)
+        out.print(row["last_error"], highlight=False)
     if attempt_log:
         table = _table(title="attempts", title_justify="left", box=None)
         # R40: only when some attempt left processes behind, to spare the 80 columns.
@@ -1087,7 +1088,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (JobpoolError, ValueError) as exc:
         if _debug():
             traceback.print_exc()
-        print(f"jobpool: error: {exc}", file=sys.stderr)
+        print(f"jobpool: error: {shown(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
