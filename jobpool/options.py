@@ -59,6 +59,9 @@ def validate_name(name: Any, field: str = "job name") -> str:
         return name
     if not isinstance(name, str) or not name:
         raise RegistryError(f"{field} must be a non-empty string, not {name!r}")
+    if len(name) > bounds.MAX_NAME_CHARS:
+        raise RegistryError(f"{field} {name[:40]!r}... is {len(name)} characters, over the "
+                            f"{bounds.MAX_NAME_CHARS} allowed (R41)")
     if not name.isprintable() or any(ch.isspace() for ch in name):
         raise RegistryError(f"{field} {name!r} must be printable text without spaces")
     if len(_valid_names) < 4096:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from jobpool import limits, liveness
+from jobpool import bounds, limits, liveness
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
@@ -121,9 +121,19 @@ def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, qu
     ``group``: the row's group for its name's limits (R35, R36), instead of the
     value of the job's ``group_by`` keyword argument."""
     options = enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
-    if key is not None and (not isinstance(key, str) or not key):
-        raise EnqueueError(f"key must be a non-empty string, not {key!r}")
+    if key is not None:
+        check_key(key, "key")
     return with_payload(options, args, kwargs, key, chain, max_payload, group)
+
+
+def check_key(key: Any, what: str) -> str:
+    """R3/R41: a key is a non-empty string of at most ``bounds.MAX_KEY_BYTES``."""
+    if not isinstance(key, str) or not key:
+        raise EnqueueError(f"{what} must be a non-empty string, not {key!r}")
+    size = bounds.utf8_size(key)
+    if size > bounds.MAX_KEY_BYTES:
+        raise EnqueueError(f"{what} is {size} bytes, over the {bounds.MAX_KEY_BYTES} allowed (R41)")
+    return key
 
 
 def key_period(period: Any, key: Any) -> float | None:
@@ -164,6 +174,8 @@ def check_keys(keys: Any, count: int) -> list[str | None] | None:
     for index, key in enumerate(keys):
         if key is not None and (not isinstance(key, str) or not key):
             raise EnqueueError(f"keys[{index}] must be a non-empty string or None, not {key!r}")
+        if key is not None:
+            check_key(key, f"keys[{index}]")
     return keys
 
 
