@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import jobpool
 from jobpool import bounds
 from jobpool.errors import EnqueueError
 
