@@ -28,6 +28,9 @@ class JobOptions(NamedTuple):
     max_attempts: int
     timeout: float
     group_by: str | None = None   # R35/R36: the keyword argument naming a row's group
+    #: R1: the job's ``jobs.Arguments`` (``problem(args, kwargs)`` says why a call
+    #: would not bind to its function, ``refusal`` words it); None: not checked.
+    arguments: Any = None
 
 
 def _nothing_registered(name: str) -> JobOptions | None:

@@ -336,6 +336,8 @@ class SQLiteStore:
         as_json = (rows.json_batch(items)
                    if options.serializer == "json" and options.group_by is None else None)
         count = len(items)
+        if as_json is not None:
+            rows.check_items(options, items)  # R1: new_jobs checks each row it makes
 
         def join(conn: sqlite3.Connection) -> None:
             if batch is not None and count:
