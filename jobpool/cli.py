@@ -20,7 +20,7 @@ from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
-from jobpool.store.urls import is_postgres_url
+from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
 
 
@@ -1088,6 +1088,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if hasattr(args, "mode"):
         _store_mode(parser, args)
+    if getattr(args, "db", None) is not None:
+        try:
+            check_store_name(args.db, "--db")
+        except ValueError as exc:
+            parser.error(str(exc))
     global _verbose
     _verbose = bool(getattr(args, "verbose", False))
     sub = getattr(args, f"{args.command}_command", None)

@@ -27,7 +27,7 @@ from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
-from jobpool.store.urls import is_postgres_url
+from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.wakeup import Notifier
 
 
@@ -69,9 +69,19 @@ def _disk_full(error: BaseException | None) -> bool:
 
 
 def resolve_path(db: str | os.PathLike | None = None) -> str:
-    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``."""
+    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``.
+
+    A string that starts with a URL scheme jobpool does not open (``mysql://…``,
+    ``sqlite:jobs.db``) is refused (``ValueError``) rather than taken for a file
+    name (``urls.check_store_name``); a ``PathLike`` is a path whatever it says."""
     if db is None:
-        db = os.environ.get("JOBPOOL_DB") or DEFAULT_DB
+        env = os.environ.get("JOBPOOL_DB")
+        if not env:
+            return DEFAULT_DB
+        check_store_name(env, "$JOBPOOL_DB")
+        return env
+    if isinstance(db, str):
+        check_store_name(db)
     return os.fspath(db)
 
 
