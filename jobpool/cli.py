@@ -158,7 +158,8 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
-    common.add_argument("--db", help="store path (default $JOBPOOL_DB or ./jobpool.db)")
+    common.add_argument("--db", help="the store: an SQLite file path or a postgresql:// URL "
+                                     "(default $JOBPOOL_DB or ./jobpool.db)")
     common.add_argument("--app", help="module whose import registers the jobs")
     common.add_argument("-v", "--verbose", action="store_true",
                         help="print the full traceback of an error (also JOBPOOL_DEBUG=1)")
