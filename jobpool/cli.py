@@ -21,7 +21,7 @@ from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
-from jobpool.store.urls import is_postgres_url
+from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
 
 
@@ -118,18 +118,23 @@ def _duration(text: str) -> float:
     return value
 
 
-def _file_mode(text: str) -> int:
-    """``600``, ``660`` or ``0o660``: permission bits in octal, as chmod takes them."""
+def _store_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """R39: ``--mode 600``, ``660`` or ``0o660`` (octal, as chmod takes it) as an int,
+    checked with ``--allow-world-writable`` in view; a refusal quotes what was typed."""
+    text = args.mode
+    if text is None:
+        args.mode = DEFAULT_MODE
+        return
     digits = text[2:] if text.lower().startswith("0o") else text
     try:
         mode = int(digits, 8)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected octal permission bits like 600 or 660, not {text!r}") from None
+        parser.error(f"--mode {text}: expected octal permission bits like 600 or 660")
     try:
-        return validate_mode(mode)
+        args.mode = validate_mode(mode, allow_world_writable=args.allow_world_writable,
+                                  typed=f"--mode {text}", allow_with="--allow-world-writable")
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        parser.error(str(exc))
 
 
 def _json_value(kind: type, flag: str):
@@ -154,15 +159,19 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
-    common.add_argument("--db", help="store path (default $JOBPOOL_DB or ./jobpool.db)")
+    common.add_argument("--db", help="the store: an SQLite file path or a postgresql:// URL "
+                                     "(default $JOBPOOL_DB or ./jobpool.db)")
     common.add_argument("--app", help="module whose import registers the jobs")
     common.add_argument("-v", "--verbose", action="store_true",
                         help="print the full traceback of an error (also JOBPOOL_DEBUG=1)")
     # Only the commands that may create a store take --mode (R39).
     creating = Parser(add_help=False)
-    creating.add_argument("--mode", type=_file_mode, default=DEFAULT_MODE,
-                          help="file mode of a store this command creates, in octal "
-                               "(default 600: only its owner reads it; 660 shares it with the group)")
+    creating.add_argument("--mode", help="file mode of a store this command creates, in octal "
+                                        "(default 600: only its owner reads it; 660 shares it "
+                                        "with the group; never execute or special bits)")
+    creating.add_argument("--allow-world-writable", action="store_true",
+                          help="let --mode give others write access (anyone who can write "
+                               "a store can run any registered job)")
 
     parser = Parser(prog="jobpool", description="Run and inspect a jobpool store.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -409,7 +418,8 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         max_tasks_per_child=args.max_tasks_per_child, result_ttl=args.result_ttl,
         dead_letter_limit=args.dead_letter_limit, memory_limit=args.memory_limit,
         max_crashes=args.max_crashes, max_memory_per_child=args.max_memory_per_child,
-        mode=args.mode, max_procs=args.max_procs, dead_after=args.dead_after,
+        mode=args.mode, allow_world_writable=args.allow_world_writable,
+        max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet)
@@ -494,7 +504,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
     batched = args.on_complete or args.on_success
     if batched and not args.from_file:
         raise UserError("--on-complete and --on-success make a --from file one batch: add --from")
-    store = connect(args.db, mode=args.mode)
+    store = connect(args.db, mode=args.mode, allow_world_writable=args.allow_world_writable)
     if args.from_file:
         if args.args or args.kwargs or args.key or args.group:
             raise UserError("--from takes the arguments from the file (a job's group from its "
@@ -1078,6 +1088,13 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "mode"):
+        _store_mode(parser, args)
+    if getattr(args, "db", None) is not None:
+        try:
+            check_store_name(args.db, "--db")
+        except ValueError as exc:
+            parser.error(str(exc))
     global _verbose
     _verbose = bool(getattr(args, "verbose", False))
     sub = getattr(args, f"{args.command}_command", None)
