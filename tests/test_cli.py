@@ -246,6 +246,6 @@ def test_jobpool_db_of_an_unknown_scheme_is_refused_too(make_app):
 
 def test_a_db_path_with_a_colon_after_a_slash_is_a_path(make_app):
     app = make_app(APP)
-    app.cli("enqueue", "t.hello", "--app", app.module, "--db", "./a:b.db", check=True)
+    app.cli("enqueue", "t.hello", "--app", app.module, "--db", "./a:b.db", "--args", "[\"x\"]", check=True)
     app.cli("start", "--burst", "--app", app.module, "--db", str(app.dir / "x:y.db"), check=True)
     assert (app.dir / "a:b.db").exists() and (app.dir / "x:y.db").exists()
