@@ -80,6 +80,7 @@ JOBPOOL_PG = "jobpool-pg"
 JOBPOOL_POOLS = ("jobpool", JOBPOOL_PG)
 
 sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(ROOT))  # this checkout's jobpool, as the pools it starts import
 from bench_jobs import common  # noqa: E402
 
 FULL = dict(drain=10_000, cpu_jobs=400, cpu_ms=20.0, stamps=200, gap_ms=20.0, idle_s=1.0,
@@ -411,7 +412,10 @@ class Harness:
         self.counter = WORK / "counter.bin"
         self.job_cpu_s = job_cpu_s
         self.env = dict(os.environ)
-        self.env.update(PYTHONPATH=str(BENCH), BENCH_COUNTER=str(self.counter),
+        # ROOT too: the systems' processes import this checkout's jobpool, not whatever
+        # copy the interpreter has installed (an editable install of another checkout).
+        self.env.update(PYTHONPATH=os.pathsep.join((str(BENCH), str(ROOT))),
+                        BENCH_COUNTER=str(self.counter),
                         BENCH_DB=str(self.db), BENCH_HUEY_DB=str(self.huey_db),
                         BENCH_LOOPS_PER_MS=str(loops_per_ms), PYTHONDONTWRITEBYTECODE="1")
         self.env.pop("JOBPOOL_DB", None)

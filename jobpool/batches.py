@@ -92,10 +92,8 @@ def callback_json(signature: Signature | None, label: str, max_payload: int) -> 
     process that takes no ``batch`` keyword. Its arguments travel as JSON."""
     if signature is None:
         return None
-    step = rows.step_dict(signature, label, "batch callbacks", max_payload)
-    if "\\u0000" in step["payload"]:
-        raise EnqueueError(f"{label}: a callback's arguments cannot hold a NUL character "
-                           f"(a PostgreSQL store's JSON cannot)")
+    if not isinstance(signature, Signature):
+        rows.step_dict(signature, label, "batch callbacks", max_payload)  # refuses it
     if signature.kwargs and BATCH_KWARG in signature.kwargs:
         raise EnqueueError(f"{label}: the callback is given batch= by the store; "
                            f"it cannot have its own")
@@ -103,6 +101,12 @@ def callback_json(signature: Signature | None, label: str, max_payload: int) -> 
     if job is not None and not _takes_batch(job.fn):
         raise EnqueueError(f"{label}: {signature.name} cannot take the keyword argument "
                            f"batch= that a callback receives; add it to its parameters")
+    # R1: its arguments, with the batch= the store adds, bind to its function.
+    step = rows.step_dict(signature, label, "batch callbacks", max_payload,
+                          given={BATCH_KWARG: {}})
+    if "\\u0000" in step["payload"]:
+        raise EnqueueError(f"{label}: a callback's arguments cannot hold a NUL character "
+                           f"(a PostgreSQL store's JSON cannot)")
     return json.dumps(step, separators=(",", ":"))
 
 

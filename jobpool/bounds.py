@@ -20,6 +20,32 @@ PRIORITY_MAX = INT32_MAX
 MAX_DELAY = 10 * 365.25 * 86400
 
 
+#: R41: the longest job, queue or group name, in characters.
+MAX_NAME_CHARS = 200
+#: R41: the longest key (R3), in UTF-8 bytes.
+MAX_KEY_BYTES = 1024
+#: R41: a progress stage (R22) is cut past this many UTF-8 bytes...
+MAX_STAGE_BYTES = 1024
+#: ... and an error text (an attempt's message and traceback) past this many.
+MAX_ERROR_BYTES = 64 * 1024
+
+
+def utf8_size(text: str) -> int:
+    """``len(text.encode())`` without encoding short text (at most 4 bytes a character)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def clip(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` UTF-8 bytes, with a marker saying how much went."""
+    if text is None or len(text) * 4 <= limit:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    marker = f" [... {len(data) - limit} more bytes cut]"
+    return data[:max(0, limit - len(marker))].decode("utf-8", "ignore") + marker
+
+
 def check_priority(value: int) -> str | None:
     """What is wrong with an integer priority, or None."""
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:

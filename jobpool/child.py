@@ -169,7 +169,15 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict, soft_limit: float | No
 
     A coroutine job's coroutine is run to completion here (``coroutines.run``,
     R20), inside the same classification, so it ends in every way a plain call
-    does. ``soft_limit`` is a coroutine job's soft timeout."""
+    does. ``soft_limit`` is a coroutine job's soft timeout.
+
+    Arguments that do not bind to the function (a row written by a name its
+    writer had not registered, or by an older release) are dead at once (FATAL,
+    R1): every attempt would fail alike. Bound first, apart from the call, so a
+    ``TypeError`` raised inside the body stays an ordinary error, retried."""
+    problem = job.arguments.problem(args, kwargs)
+    if problem is not None:
+        return core.FATAL, job.arguments.refusal(job.name, problem), None, None, None, None
     try:
         value = job.fn(*args, **kwargs)
         if job.is_coroutine:

@@ -16,11 +16,12 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, liveness
+from jobpool.display import markup_escape, shown
 from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
-from jobpool.store.urls import is_postgres_url
+from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
 
 
@@ -59,8 +60,8 @@ class _Stdout:
     @property
     def console(self) -> Console:
         if self._console is None:
-            from rich.console import Console
-            self._console = Console()
+            from jobpool.display import console
+            self._console = console()  # R46: what comes from jobs prints as text
         return self._console
 
     def __getattr__(self, name: str) -> Any:
@@ -117,18 +118,23 @@ def _duration(text: str) -> float:
     return value
 
 
-def _file_mode(text: str) -> int:
-    """``600``, ``660`` or ``0o660``: permission bits in octal, as chmod takes them."""
+def _store_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """R39: ``--mode 600``, ``660`` or ``0o660`` (octal, as chmod takes it) as an int,
+    checked with ``--allow-world-writable`` in view; a refusal quotes what was typed."""
+    text = args.mode
+    if text is None:
+        args.mode = DEFAULT_MODE
+        return
     digits = text[2:] if text.lower().startswith("0o") else text
     try:
         mode = int(digits, 8)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected octal permission bits like 600 or 660, not {text!r}") from None
+        parser.error(f"--mode {text}: expected octal permission bits like 600 or 660")
     try:
-        return validate_mode(mode)
+        args.mode = validate_mode(mode, allow_world_writable=args.allow_world_writable,
+                                  typed=f"--mode {text}", allow_with="--allow-world-writable")
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        parser.error(str(exc))
 
 
 def _json_value(kind: type, flag: str):
@@ -153,15 +159,19 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
-    common.add_argument("--db", help="store path (default $JOBPOOL_DB or ./jobpool.db)")
+    common.add_argument("--db", help="the store: an SQLite file path or a postgresql:// URL "
+                                     "(default $JOBPOOL_DB or ./jobpool.db)")
     common.add_argument("--app", help="module whose import registers the jobs")
     common.add_argument("-v", "--verbose", action="store_true",
                         help="print the full traceback of an error (also JOBPOOL_DEBUG=1)")
     # Only the commands that may create a store take --mode (R39).
     creating = Parser(add_help=False)
-    creating.add_argument("--mode", type=_file_mode, default=DEFAULT_MODE,
-                          help="file mode of a store this command creates, in octal "
-                               "(default 600: only its owner reads it; 660 shares it with the group)")
+    creating.add_argument("--mode", help="file mode of a store this command creates, in octal "
+                                        "(default 600: only its owner reads it; 660 shares it "
+                                        "with the group; never execute or special bits)")
+    creating.add_argument("--allow-world-writable", action="store_true",
+                          help="let --mode give others write access (anyone who can write "
+                               "a store can run any registered job)")
 
     parser = Parser(prog="jobpool", description="Run and inspect a jobpool store.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -408,7 +418,8 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         max_tasks_per_child=args.max_tasks_per_child, result_ttl=args.result_ttl,
         dead_letter_limit=args.dead_letter_limit, memory_limit=args.memory_limit,
         max_crashes=args.max_crashes, max_memory_per_child=args.max_memory_per_child,
-        mode=args.mode, max_procs=args.max_procs, dead_after=args.dead_after,
+        mode=args.mode, allow_world_writable=args.allow_world_writable,
+        max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet)
@@ -493,7 +504,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
     batched = args.on_complete or args.on_success
     if batched and not args.from_file:
         raise UserError("--on-complete and --on-success make a --from file one batch: add --from")
-    store = connect(args.db, mode=args.mode)
+    store = connect(args.db, mode=args.mode, allow_world_writable=args.allow_world_writable)
     if args.from_file:
         if args.args or args.kwargs or args.key or args.group:
             raise UserError("--from takes the arguments from the file (a job's group from its "
@@ -631,10 +642,10 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
             continue
         if key in _TIME_FIELDS and isinstance(value, (int, float)):
             value = _when(value, now)
-        out.print(f"[bold]{key:>16}[/] {value}", highlight=False, markup=True)
+        out.print(f"[bold]{key:>16}[/] {markup_escape(value)}", highlight=False, markup=True)
     if row["last_error"]:
-        out.print("[bold]      last_error[/]", highlight=False)
-        out.print(row["last_error"], markup=False, highlight=False)
+        out.print("[bold]      last_error[/]", highlight=False, markup=True)
+        out.print(row["last_error"], highlight=False)
     if attempt_log:
         table = _table(title="attempts", title_justify="left", box=None)
         # R40: only when some attempt left processes behind, to spare the 80 columns.
@@ -1077,6 +1088,13 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "mode"):
+        _store_mode(parser, args)
+    if getattr(args, "db", None) is not None:
+        try:
+            check_store_name(args.db, "--db")
+        except ValueError as exc:
+            parser.error(str(exc))
     global _verbose
     _verbose = bool(getattr(args, "verbose", False))
     sub = getattr(args, f"{args.command}_command", None)
@@ -1087,7 +1105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (JobpoolError, ValueError) as exc:
         if _debug():
             traceback.print_exc()
-        print(f"jobpool: error: {exc}", file=sys.stderr)
+        print(f"jobpool: error: {shown(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -63,6 +63,7 @@ class PoolConfig:
     max_crashes: int | None = None           # R19a, for jobs that set none
     max_memory_per_child: int | None = None  # MiB; a child past it is recycled after its job
     mode: int = DEFAULT_MODE                 # R39: file mode if the pool creates the store
+    allow_world_writable: bool = False       # R39: may that mode let others write it
     max_procs: int | None = None             # R41: raises the bound on procs (and scale)
     dead_after: float = liveness.DEAD_AFTER  # R24b: a pool silent this long is dead
     store_timeout: float = STORE_TIMEOUT     # --burst gives up after this long of store errors

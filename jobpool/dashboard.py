@@ -24,6 +24,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from jobpool import display
+from jobpool.display import shown
 from jobpool.errors import StoreError
 from jobpool.store.records import OPEN_BATCHES_SHOWN
 from jobpool.snapshot import (DrainView, FailureView, QueueView, SlotView, Snapshot,
@@ -179,7 +181,7 @@ def _where(snapshot: Snapshot, width: int) -> Text:
 def _unserved(snapshot: Snapshot) -> Text:
     """R28: ready jobs no live pool serves (a name nobody registers, a queue nobody
     reads) wait for ever; one line names them, largest first."""
-    groups = ", ".join(f"{u.count} {u.name}" + (f" ({u.queue})" if u.queue != "default" else "")
+    groups = ", ".join(f"{u.count} {shown(u.name)}" + (f" ({shown(u.queue)})" if u.queue != "default" else "")
                        for u in snapshot.unserved)
     return _line(Text(f"ready, no pool serves: {groups}", style="bold yellow"))
 
@@ -195,7 +197,7 @@ def _batches(snapshot: Snapshot, width: int, most: int) -> list[Text]:
             tail.append(f" · {_count(batch.dead)} dead", style="red")
         tail.append("" if batch.closed else " · open", style="dim")
         if batch.callbacks:
-            tail.append(f" → {batch.callbacks}", style="dim")
+            tail.append(f" → {shown(batch.callbacks)}", style="dim")
         bar_width = max(8, min(30, width - len(head) - len(tail) - 6))
         lines.append(_line(head, _bar(share, None, bar_width), tail))
     hidden = len(snapshot.batches) - most
@@ -255,7 +257,7 @@ def _bar(progress: float | None, stage: str | None, bar_width: int) -> Text:
         text.append(_BAR * (bar_width - filled), style="bar.back")
         text.append(f" {pct:3.0f}%")
     if stage:
-        text.append((" " if progress is not None else "") + stage, style="italic")
+        text.append((" " if progress is not None else "") + shown(stage), style="italic")
     return text
 
 
@@ -271,9 +273,9 @@ def _elapsed(slot: SlotView) -> Text:
 
 def _shown_slots(slots: Sequence[SlotView], lines: int) -> tuple[list[SlotView], int]:
     """The slots that fit; when some must be hidden, busy ones are shown first."""
-    shown, hidden = _fit(len(slots), lines)
+    fitting, hidden = _fit(len(slots), lines)
     if hidden:
-        return sorted(slots, key=lambda s: not s.busy)[:shown], hidden
+        return sorted(slots, key=lambda s: not s.busy)[:fitting], hidden
     return list(slots), 0
 
 
@@ -296,12 +298,12 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool) -> li
     table.add_column("time", min_width=8, justify="right", no_wrap=True)
     table.add_column("progress", ratio=1, no_wrap=True, overflow="ellipsis")
     table.add_column("rss", min_width=4, justify="right", no_wrap=True)
-    shown, hidden = _shown_slots(snapshot.slots, lines)
-    for slot in shown:
+    visible, hidden = _shown_slots(snapshot.slots, lines)
+    for slot in visible:
         table.add_row(*_slot_cells(snapshot, slot, wide))
     if not hidden:
         return [table]
-    busy = sum(1 for s in snapshot.slots if s.busy) - sum(1 for s in shown if s.busy)
+    busy = sum(1 for s in snapshot.slots if s.busy) - sum(1 for s in visible if s.busy)
     return [table, _more(hidden, f"slots ({busy} busy, {hidden - busy} idle)")]
 
 
@@ -309,7 +311,7 @@ def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool) -> list[Renderab
     label = str(slot.slot) if len(snapshot.pools) <= 1 else f"{slot.pool + 1}/{slot.slot}"
     pid = "" if slot.pid is None else str(slot.pid)
     if slot.busy:
-        cells: list[RenderableType] = [label, pid, str(slot.job_id), Text(slot.name or "?")]
+        cells: list[RenderableType] = [label, pid, str(slot.job_id), Text(shown(slot.name or "?"))]
         rest: list[RenderableType] = [_elapsed(slot), _bar(slot.progress, slot.stage, 20 if wide else 8)]
     else:
         cells = [label, pid, Text("-", style="dim"), Text("idle", style="dim")]
@@ -329,9 +331,9 @@ def _queues_section(queues: Sequence[QueueView], width: int, lines: int) -> list
     if not queues:
         table.add_row(Text("no jobs", style="dim"), "", "", "", "", "")
         return [table]
-    shown, hidden = _fit(len(queues), lines)
-    for q in queues[:shown]:
-        name = Text(f"{q.queue} (paused)", style="yellow") if q.paused else q.queue
+    fitting, hidden = _fit(len(queues), lines)
+    for q in queues[:fitting]:
+        name = Text(f"{shown(q.queue)} (paused)", style="yellow") if q.paused else Text(shown(q.queue))
         table.add_row(name, _count(q.ready), _count(q.scheduled), _count(q.running),
                       Text(_count(q.dead), style="red" if q.dead else ""), _count(q.done_per_min))
     return [table, _more(hidden, "queues")] if hidden else [table]
@@ -350,18 +352,18 @@ def _failures_section(snapshot: Snapshot, width: int, lines: int,
         table.add_column("outcome", width=9, no_wrap=True, overflow="ellipsis")
     table.add_column("ago", width=4, justify="right", no_wrap=True)
     table.add_column("reason", ratio=1, no_wrap=True, overflow="ellipsis")
-    shown, hidden = _fit(len(failures), lines)
-    for f in failures[:shown]:
+    fitting, hidden = _fit(len(failures), lines)
+    for f in failures[:fitting]:
         table.add_row(*_failure_cells(snapshot, f, wide))
     return [table, _more(hidden, "failures")] if hidden else [table]
 
 
 def _failure_cells(snapshot: Snapshot, f: FailureView, wide: bool) -> list[RenderableType]:
     ago = duration(max(0.0, snapshot.taken_at - f.ended_at))
-    cells: list[RenderableType] = [str(f.job_id), Text(f.name or "?")]
+    cells: list[RenderableType] = [str(f.job_id), Text(shown(f.name or "?"))]
     if wide:
         cells += [str(f.attempt), f.outcome]
-    return cells + [ago, Text(f.reason, style="red")]
+    return cells + [ago, Text(shown(f.reason), style="red")]
 
 
 # -- the frame ------------------------------------------------------------------------------------
@@ -469,14 +471,12 @@ def run_beside_pool(db: str, logs: int, parent_pid: int, refresh: float = 0.5) -
     ``logs`` is a pipe of the pool's log lines, printed above the frame; its end
     (the pool closed it) ends the dashboard with its last frame left on screen.
     Ctrl-C is the pool's to act on: a graceful stop shows here as the drain."""
-    from rich.console import Console
-
     from jobpool import proctree
     from jobpool.store.sqlite import connect
     proctree.settle_forked(parent_pid, "jobpool-top")
     store = connect(db, readonly=True)
     try:
-        _live(store, Console(), refresh, threading.Event(), logs=logs)
+        _live(store, display.console(), refresh, threading.Event(), logs=logs)
     finally:
         store.close()
 

@@ -11,6 +11,8 @@ import logging
 import time
 from typing import Any
 
+from jobpool.display import shown, shown_line
+
 logger = logging.getLogger("jobpool.events")
 
 JOB_CLAIMED = "job_claimed"
@@ -67,13 +69,14 @@ class PlainFormatter(logging.Formatter):
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
         event = getattr(record, "event", None)
         if event is None:
-            return f"{stamp} {record.levelname.lower()} {record.getMessage()}"
+            return f"{stamp} {record.levelname.lower()} {shown(record.getMessage())}"
         fields = getattr(record, "fields", {})
         parts = []
         for key, value in fields.items():
             if value is None or key == "duration":
                 continue
-            text = str(value).splitlines()[0] if isinstance(value, str) else value
+            # R46: a job's error, name or stage reaches a terminal or a journal as text.
+            text = shown_line(value) if isinstance(value, str) else value
             parts.append(f"{key}={text}")
         return f"{stamp} {event} " + " ".join(parts)
 

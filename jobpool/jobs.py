@@ -9,7 +9,7 @@ import functools
 import inspect
 from datetime import datetime, timedelta
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Any, Callable, Generic, ParamSpec, TypeVar, overload
 
 from jobpool import limits, options
 from jobpool.errors import EnqueueError, RegistryError, UnknownJobError
@@ -29,15 +29,90 @@ DEFAULT_TIMEOUT = DEFAULT_POLICY.timeout
 #: R19a: child deaths before a job is quarantined, unless the job or the pool says.
 DEFAULT_MAX_CRASHES = DEFAULT_POLICY.max_crashes
 
-_registry: dict[str, "Job"] = {}
+_registry: dict[str, "Job[..., Any]"] = {}
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class Job:
+class Arguments:
+    """R1: whether a call's arguments fit a job's function, judged as calling it
+    would judge them (``inspect.Signature.bind``). The signature is read once, when
+    the job is registered; a positional call whose count fits a function with no
+    required keyword-only parameter (most enqueues) is answered without binding,
+    and so is a call of a shape (count of positional arguments, keyword names)
+    that fitted before: binding looks at nothing else."""
+
+    __slots__ = ("signature", "fewest", "most", "label", "_fitted")
+
+    def __init__(self, fn: Callable) -> None:
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):  # nothing to judge by (some builtins): let it run
+            self.signature = None
+        self.label = getattr(fn, "__qualname__", None) or repr(fn)
+        self._fitted: set[tuple] = set()
+        #: The fast path's bounds on the count of positional arguments; None: always bind.
+        self.fewest: int | None = None
+        self.most = 0.0
+        if self.signature is None:
+            return
+        kinds = inspect.Parameter
+        parameters = self.signature.parameters.values()
+        if any(p.kind is kinds.KEYWORD_ONLY and p.default is p.empty for p in parameters):
+            return
+        positional = [p for p in parameters
+                      if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+        self.fewest = sum(1 for p in positional if p.default is p.empty)
+        self.most = (float("inf") if any(p.kind is kinds.VAR_POSITIONAL for p in parameters)
+                     else len(positional))
+
+    def problem(self, args: tuple | list, kwargs: dict | None) -> str | None:
+        """Why ``fn(*args, **kwargs)`` would not bind (the ``TypeError``'s text:
+        "missing a required argument: 'x'"), or None when it fits."""
+        if not kwargs and self.fewest is not None and self.fewest <= len(args) <= self.most:
+            return None
+        if self.signature is None:
+            return None
+        shape = (len(args), *kwargs) if kwargs else (len(args),)
+        if shape in self._fitted:
+            return None
+        try:
+            self.signature.bind(*args, **(kwargs or {}))
+        except TypeError as exc:
+            return str(exc)
+        if len(self._fitted) < 256:
+            self._fitted.add(shape)
+        return None
+
+    def partial_problem(self, args: tuple | list, kwargs: dict | None) -> str | None:
+        """As ``problem``, with arguments allowed to be missing (``bind_partial``):
+        what a signature can be refused for before it is known what it will be
+        given (a batch callback gets ``batch=`` from the store)."""
+        if self.signature is None:
+            return None
+        try:
+            self.signature.bind_partial(*args, **(kwargs or {}))
+        except TypeError as exc:
+            return str(exc)
+        return None
+
+    def refusal(self, name: str, problem: str) -> str:
+        """The words of an ``EnqueueError`` (or a dead row's reason) naming the job,
+        its function and what did not fit."""
+        return f"job {name}: the arguments do not fit {self.label}{self.signature}: {problem}"
+
+
+class Job(Generic[P, R]):
     """A registered job function. Calling it runs it in-process, as calling the
     function would (an ``async def`` job returns its coroutine, to await);
-    ``enqueue`` queues it."""
+    ``enqueue`` queues it.
 
-    def __init__(self, fn: Callable, *, name: str, queue: str, priority: int, max_attempts: int,
+    Generic over the function's parameters and return type, so a type checker
+    holds ``fn(...)``, ``fn.enqueue(...)`` and ``fn.s(...)`` to the function's
+    signature (``enqueue_with(args=...)`` takes a tuple, which it cannot)."""
+
+    def __init__(self, fn: Callable[P, R], *, name: str, queue: str, priority: int, max_attempts: int,
                  timeout: float, fatal: tuple, serializer: str, backoff_base: float,
                  backoff_max: float, max_crashes: int | None, store_result: bool,
                  on_dead: Callable | None = None, every: float | timedelta | None = None,
@@ -47,6 +122,8 @@ class Job:
                  rate: str | None = None, burst: int = 1) -> None:
         self.fn = fn
         self.name = validate_name(name)
+        #: R1: the function's signature, read once; every enqueue and every run binds to it.
+        self.arguments = Arguments(fn)
         #: An ``async def`` job (or an object whose ``__call__`` is one): a child runs
         #: the coroutine it returns to completion (R20's amendment). Judged once,
         #: here, not on every run of a plain job.
@@ -82,6 +159,11 @@ class Job:
             raise RegistryError(f"job {name}: on_dead must be callable")
         self.on_dead = on_dead
         self.schedule = _schedule(name, every, cron, tz)
+        if self.schedule is not None:
+            problem = self.arguments.problem((), None)
+            if problem is not None:  # R33 enqueues it with no arguments (R1)
+                raise RegistryError(f"job {name}: a periodic job is called with no arguments; "
+                                    f"{self.arguments.label}{self.arguments.signature}: {problem}")
         if soft_timeout is not None:
             soft_timeout = validate_timeout(soft_timeout)
             if soft_timeout >= self.timeout:
@@ -98,7 +180,7 @@ class Job:
                                      group_by=group_by)
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -111,10 +193,17 @@ class Job:
         return Policy(self.backoff_base, self.backoff_max,
                       self.max_crashes or DEFAULT_MAX_CRASHES, self.max_attempts, self.timeout)
 
-    def s(self, *args: Any, **kwargs: Any) -> Signature:
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """A call to make later (a chain step, a batch member or callback). What can
+        never fit is refused now (too many arguments, an unknown keyword: R1); a
+        missing one is checked where the signature is used, since a batch callback
+        is given ``batch=`` by the store."""
+        problem = self.arguments.partial_problem(args, kwargs)
+        if problem is not None:
+            raise EnqueueError(self.arguments.refusal(self.name, problem))
         return Signature(self.name, args, kwargs)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Handle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle:
         """Queue a call with these arguments on the default store (``connect()``)."""
         return self.enqueue_with(args=args, kwargs=kwargs)
 
@@ -172,6 +261,33 @@ def _qualified(fn: Callable) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+# Bare (``@job``), it makes a Job of the function; with options, a decorator that
+# does. Either way the Job keeps the function's parameters and return type.
+@overload
+def job(fn: Callable[P, R], *, name: str | None = ..., queue: str = ..., priority: int = ...,
+        max_attempts: int = ..., timeout: float = ..., fatal: tuple = ...,
+        serializer: str = ..., backoff_base: float = ..., backoff_max: float = ...,
+        max_crashes: int | None = ..., store_result: bool = ...,
+        on_dead: Callable | None = ..., every: float | timedelta | None = ...,
+        cron: str | None = ..., soft_timeout: float | None = ...,
+        memory_limit: int | None = ..., tz: str | None = ..., max_running: int | None = ...,
+        group_by: str | None = ..., limit_by: str | None = ..., rate: str | None = ...,
+        burst: int = ...) -> Job[P, R]: ...
+
+
+@overload
+def job(fn: None = None, *, name: str | None = ..., queue: str = ..., priority: int = ...,
+        max_attempts: int = ..., timeout: float = ..., fatal: tuple = ...,
+        serializer: str = ..., backoff_base: float = ..., backoff_max: float = ...,
+        max_crashes: int | None = ..., store_result: bool = ...,
+        on_dead: Callable | None = ..., every: float | timedelta | None = ...,
+        cron: str | None = ..., soft_timeout: float | None = ...,
+        memory_limit: int | None = ..., tz: str | None = ..., max_running: int | None = ...,
+        group_by: str | None = ..., limit_by: str | None = ..., rate: str | None = ...,
+        burst: int = ...,
+        ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
+
+
 def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEFAULT_QUEUE,
         priority: int = DEFAULT_PRIORITY, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float = DEFAULT_TIMEOUT, fatal: tuple = (), serializer: str = "json",
@@ -199,7 +315,7 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
     that many starts per window, per group, from a bucket of ``burst`` tokens (R36).
     """
 
-    def register(func: Callable) -> Job:
+    def register(func: Callable[P, R]) -> Job[P, R]:
         job_name = name if name is not None else _qualified(func)
         if group_by is not None and limit_by is not None and group_by != limit_by:
             raise RegistryError(f"job {job_name}: group_by= and limit_by= name the same option; "
@@ -234,24 +350,24 @@ def _options_of(name: str) -> JobOptions | None:
     if job is None:
         return None
     return JobOptions(job.serializer, job.queue, job.priority, job.max_attempts, job.timeout,
-                      job.limit.group_by if job.limit else None)
+                      job.limit.group_by if job.limit else None, job.arguments)
 
 
 options.set_resolver(_options_of)
 
 
-def get(name: str) -> Job:
+def get(name: str) -> Job[..., Any]:
     try:
         return _registry[name]
     except KeyError:
         raise UnknownJobError(f"no job named {name!r} is registered") from None
 
 
-def lookup(name: str) -> Job | None:
+def lookup(name: str) -> Job[..., Any] | None:
     return _registry.get(name)
 
 
-def registered() -> dict[str, Job]:
+def registered() -> dict[str, Job[..., Any]]:
     """A copy of the registry: name -> Job."""
     return dict(_registry)
 

@@ -28,6 +28,9 @@ class JobOptions(NamedTuple):
     max_attempts: int
     timeout: float
     group_by: str | None = None   # R35/R36: the keyword argument naming a row's group
+    #: R1: the job's ``jobs.Arguments`` (``problem(args, kwargs)`` says why a call
+    #: would not bind to its function, ``refusal`` words it); None: not checked.
+    arguments: Any = None
 
 
 def _nothing_registered(name: str) -> JobOptions | None:
@@ -59,6 +62,9 @@ def validate_name(name: Any, field: str = "job name") -> str:
         return name
     if not isinstance(name, str) or not name:
         raise RegistryError(f"{field} must be a non-empty string, not {name!r}")
+    if len(name) > bounds.MAX_NAME_CHARS:
+        raise RegistryError(f"{field} {name[:40]!r}... is {len(name)} characters, over the "
+                            f"{bounds.MAX_NAME_CHARS} allowed (R41)")
     if not name.isprintable() or any(ch.isspace() for ch in name):
         raise RegistryError(f"{field} {name!r} must be printable text without spaces")
     if len(_valid_names) < 4096:

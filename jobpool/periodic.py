@@ -20,6 +20,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 #: The zone of a cron expression whose job names none.
 DEFAULT_TZ = "UTC"
 
+#: How far ahead registration looks for a cron expression's next occurrence. The
+#: rarest date a five-field expression can name, 29 February, comes back within 8
+#: years (2096, then 2104); an expression with no occurrence this far ahead never
+#: fires (30 February, 31 April, a seventh-field year that is over) and is refused.
+LOOK_AHEAD_YEARS = 10
+
 
 class Every:
     """Every ``seconds``, on multiples of the interval since the Unix epoch."""
@@ -49,6 +55,18 @@ class Cron:
         self.tz = tz or DEFAULT_TZ
         #: False when the job named no zone (it runs on UTC; see ``zone_warning``).
         self.named_zone = tz is not None
+        self._check_fires()
+
+    def _check_fires(self) -> None:
+        """Refuse an expression with no occurrence in the next ``LOOK_AHEAD_YEARS``."""
+        from croniter import CroniterError, croniter
+        wall = datetime.now(self.zone).replace(tzinfo=None)
+        try:
+            croniter(self.expression, wall,
+                     max_years_between_matches=LOOK_AHEAD_YEARS).get_next(datetime)
+        except CroniterError:
+            raise ValueError(f"it never fires (no occurrence in the next "
+                             f"{LOOK_AHEAD_YEARS} years)") from None
 
     def occurrence(self, now: float) -> float:
         """The latest occurrence at or before ``now`` (Unix seconds)."""

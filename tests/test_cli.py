@@ -218,3 +218,34 @@ def test_pause_and_resume_a_queue_shown_by_status_pools_and_top(make_app):
         "queue default was not paused")
     app.start("--procs", "1")
     assert store.stats()["done"] == 1
+
+
+@pytest.mark.parametrize("db, words", [
+    ("sqlite:jobs.db", "--db sqlite:…: name an SQLite store by its path"),
+    ("postgresq://u:s3cret@db/app", "--db postgresq://…: no store jobpool knows has the scheme"),
+    ("mysql://u:s3cret@db/app", "--db mysql://…: no store jobpool knows has the scheme"),
+])
+@pytest.mark.parametrize("command", [["enqueue", "t.hello"], ["status"], ["start", "--burst"]])
+def test_a_db_url_of_an_unknown_scheme_is_a_usage_mistake_naming_the_known_ones(
+        make_app, db, words, command):
+    app = make_app(APP)
+    before = sorted(app.dir.iterdir())
+    line = one_line_error(app.cli(*command, "--app", app.module, "--db", db), code=2)
+    assert line.startswith("jobpool: error: ") and words in line
+    assert "postgresql://… and postgres://…" in line and "s3cret" not in line
+    assert sorted(app.dir.iterdir()) == before
+
+
+def test_jobpool_db_of_an_unknown_scheme_is_refused_too(make_app):
+    app = make_app(APP)
+    app.env["JOBPOOL_DB"] = "sqlite:jobs.db"
+    line = one_line_error(app.cli("enqueue", "t.hello", "--app", app.module))
+    assert "$JOBPOOL_DB sqlite:…: name an SQLite store by its path" in line
+    assert not (app.dir / "sqlite:jobs.db").exists()
+
+
+def test_a_db_path_with_a_colon_after_a_slash_is_a_path(make_app):
+    app = make_app(APP)
+    app.cli("enqueue", "t.hello", "--app", app.module, "--db", "./a:b.db", "--args", "[\"x\"]", check=True)
+    app.cli("start", "--burst", "--app", app.module, "--db", str(app.dir / "x:y.db"), check=True)
+    assert (app.dir / "a:b.db").exists() and (app.dir / "x:y.db").exists()

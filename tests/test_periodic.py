@@ -92,3 +92,69 @@ def test_a_cron_without_a_zone_runs_on_utc_whatever_the_hosts_zone(store, monkey
 def test_a_zone_that_cannot_apply_is_refused_at_import(options, words):
     with pytest.raises(RegistryError, match=words):
         jobpool.job(name="periodic.bad", **options)(lambda: None)
+
+
+@pytest.mark.parametrize("expression", [
+    "0 3 30 2 *",        # 30 February
+    "0 0 31 4 *",        # 31 April
+    "0 0 1 1 * 0 2020",  # a year (seventh field) that is over
+])
+def test_a_cron_expression_that_never_fires_is_refused_at_import_naming_job_and_expression(
+        expression):
+    # R33: refused where it is written, not by every pool start that meets it
+    with pytest.raises(RegistryError) as refused:
+        jobpool.job(name="periodic.never", cron=expression)(lambda: None)
+    message = str(refused.value)
+    assert "periodic.never" in message and repr(expression) in message
+    assert "never fires" in message
+    assert "periodic.never" not in jobpool.jobs.registered()
+
+
+def test_a_cron_expression_that_fires_once_in_years_is_accepted():
+    # 29 February comes every 4 years, sometimes 8 (2096, then 2104)
+    leap = jobpool.job(name="periodic.leap_day", cron="0 0 29 2 *")(lambda: None)
+    try:
+        assert leap.schedule is not None
+    finally:
+        jobpool.jobs.unregister("periodic.leap_day")
+
+
+class _Unschedulable:
+    """A schedule whose every question fails, as croniter does for an expression
+    it cannot place ("failed to find prev date")."""
+
+    def occurrence(self, now: float) -> float:
+        raise ValueError("failed to find prev date")
+
+    def __repr__(self) -> str:
+        return "cron '0 0 1 1 * 0 2999' in UTC"
+
+
+@jobpool.job(name="periodic.hourly", every=3600)
+def hourly():
+    pass
+
+
+@jobpool.job(name="periodic.plain")
+def plain():
+    pass
+
+
+def test_a_schedule_failing_at_run_time_is_logged_for_its_job_and_the_pool_runs_on(
+        store, monkeypatch, caplog):
+    # R33: one job's schedule failing when the pool asks it stops neither the pool
+    # nor any other job, and spends no attempt of a job the pool had claimed
+    monkeypatch.setattr(jobpool.jobs.registered()["periodic.noon_utc"], "schedule",
+                        _Unschedulable())
+    other = store.enqueue_with("periodic.plain")
+    config = PoolConfig(db=str(store.path), procs=1, burst=True, poll_interval=0.05,
+                        names=("periodic.noon_utc", "periodic.hourly", "periodic.plain"))
+    with caplog.at_level(logging.WARNING, logger="jobpool.supervisor"):
+        assert Supervisor(config).run() == 0
+    row = store.get(other.id)
+    assert row["status"] == "done" and row["attempts"] == 1
+    assert [job["status"] for job in store.list_jobs(name="periodic.hourly")] == ["done"]
+    assert store.list_jobs(name="periodic.noon_utc") == []
+    (logged,) = [r for r in caplog.records if "failed to find prev date" in r.getMessage()]
+    assert logged.levelno == logging.ERROR
+    assert "periodic.noon_utc" in logged.getMessage() and "0 0 1 1 * 0 2999" in logged.getMessage()

@@ -198,3 +198,43 @@ def test_no_store_module_imports_the_job_registry():
             offenders += [f"{path.name}: {n}" for n in names
                           if n == "jobpool.jobs" or n.startswith("jobpool.jobs.")]
     assert offenders == []
+
+
+KNOWN = "jobpool opens postgresql://… and postgres://… URLs (PostgreSQL) and plain paths (SQLite)"
+
+
+@pytest.mark.parametrize("db, words", [
+    ("sqlite:jobs.db", "name an SQLite store by its path"),
+    ("sqlite:///jobs.db", "name an SQLite store by its path"),
+    ("file:jobs.db?mode=ro", "name an SQLite store by its path"),
+    ("postgresq://u:s3cret@db/app", "no store jobpool knows has the scheme 'postgresq'"),
+    ("mysql://u:s3cret@db/app", "no store jobpool knows has the scheme 'mysql'"),
+    ("postgresql:app", "a PostgreSQL URL starts postgresql:// or postgres://"),
+])
+def test_a_url_of_a_scheme_jobpool_does_not_open_is_refused_naming_the_ones_it_does(
+        tmp_path, monkeypatch, db, words):
+    # section 7, R26a: a URL is never taken for a file name, and never quoted whole
+    # (it may hold a password)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        jobpool.connect(db)
+    message = str(refused.value)
+    assert words in message and KNOWN in message and "s3cret" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("db", ["./a:b.db", "x:y/../plain.db", "C:\\jobs.db", "a:b.db"])
+def test_a_path_with_a_colon_is_still_a_path(tmp_path, monkeypatch, db):
+    # only a leading scheme of two characters or more, before any slash, is a URL;
+    # one letter is a drive
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x:y").mkdir()
+    store = jobpool.connect(db)
+    try:
+        store.enqueue("t.noop")
+    finally:
+        store.close()
+    assert (tmp_path / db).exists()
+    absolute = jobpool.connect(tmp_path / "x:y" / "abs:olute.db")
+    absolute.close()
+    assert (tmp_path / "x:y" / "abs:olute.db").exists()

@@ -169,3 +169,58 @@ def test_the_cli_creates_stores_with_the_mode_it_is_given(tmp_path):
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1 and "--mode" in bad.stderr
     assert not (tmp_path / "bad.db").exists()
+
+
+@pytest.mark.parametrize("typed, words", [
+    ("777", "others could write"),           # world-writable (and executable)
+    ("0o666", "others could write"),         # world-writable
+    ("4777", "setuid"),                      # was refused as "2559"
+    ("1600", "sticky"),
+    ("700", "execute"),
+    ("670", "execute"),
+])
+def test_the_cli_refuses_a_mode_that_opens_the_store_quoting_what_was_typed(tmp_path, typed, words):
+    # R39: write access to a store means running any registered job; a store is
+    # data, never a program, and the special bits mean nothing for it
+    bad = _cli("enqueue", "t.anything", "--db", "bad.db", "--mode", typed, cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stdout == ""
+    (line,) = bad.stderr.strip().splitlines()
+    assert line.startswith(f"jobpool: error: --mode {typed}: ") and words in line
+    assert "2559" not in line
+    assert not (tmp_path / "bad.db").exists()
+
+
+def test_a_world_writable_store_needs_to_be_asked_for_by_name(tmp_path):
+    done = _cli("enqueue", "t.anything", "--db", "open.db", "--mode", "666",
+                "--allow-world-writable", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _mode(tmp_path / "open.db") == 0o666
+    # execute and special bits stay refused even then
+    bad = _cli("start", "--burst", "--db", "exec.db", "--mode", "777",
+               "--allow-world-writable", cwd=tmp_path)
+    assert bad.returncode == 2 and "--mode 777: " in bad.stderr and "execute" in bad.stderr
+    assert not (tmp_path / "exec.db").exists()
+
+
+@pytest.mark.parametrize("mode, words", [
+    (0o777, "others could write"),
+    (0o666, "others could write"),
+    (0o4600, "setuid"),
+    (0o700, "execute"),
+])
+def test_connect_refuses_a_mode_that_opens_the_store(tmp_path, mode, words):
+    with pytest.raises(ValueError, match=words) as refused:
+        jobpool.connect(tmp_path / "bad.db", mode=mode)
+    assert f"mode {mode:#o}: " in str(refused.value)
+    assert not (tmp_path / "bad.db").exists()
+
+
+def test_connect_makes_a_world_writable_store_only_when_asked(tmp_path):
+    store = jobpool.connect(tmp_path / "open.db", mode=0o666, allow_world_writable=True)
+    store.close()
+    assert _mode(tmp_path / "open.db") == 0o666
+    with pytest.raises(ValueError, match="execute"):
+        jobpool.connect(tmp_path / "exec.db", mode=0o777, allow_world_writable=True)
+    # a group-writable store stays the documented way to share one (README)
+    jobpool.connect(tmp_path / "group.db", mode=0o660).close()
+    assert _mode(tmp_path / "group.db") == 0o660

@@ -441,6 +441,8 @@ class PostgresStore:
         # A per-group job's rows each take their group from their own arguments.
         as_json = (rows.json_batch(items)
                    if options.serializer == "json" and options.group_by is None else None)
+        if as_json is not None:
+            rows.check_items(options, items)  # R1: new_jobs checks each row it makes
         if as_json is not None and len(as_json[0].encode()) + 5 <= self.max_payload:
             # No element can be longer than the whole: every payload is within the limit.
             return self._insert_json_batch(options, len(items), *as_json)

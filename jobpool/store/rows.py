@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from jobpool import limits, liveness
+from jobpool import bounds, limits, liveness
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
@@ -38,6 +38,7 @@ class EnqueueOptions(NamedTuple):
     now: float
     batch_id: int | None = None  # R34: the batch every row joins
     group_by: str | None = None  # R35: the keyword argument naming each row's group
+    arguments: Any = None        # R1: the registered job's argument check; None: by name
 
 
 class NewJob(NamedTuple):
@@ -93,7 +94,8 @@ def enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeou
         timeout = job.timeout
     deadline_ts = job_options.to_timestamp(deadline)
     return EnqueueOptions(queue, name, serializer, priority, now + wait, max_attempts, deadline_ts,
-                          timeout, now, None, job.group_by if job else None)
+                          timeout, now, None, job.group_by if job else None,
+                          job.arguments if job else None)
 
 
 def queue_name(queue: Any) -> str:
@@ -109,6 +111,8 @@ def with_payload(options: EnqueueOptions, args, kwargs, key, chain,
                  max_payload: int = MAX_PAYLOAD_BYTES, group: Any = None) -> NewJob:
     grp = limits.group_of(options.name, options.group_by, kwargs, group)
     payload = encode_payload(args, kwargs, options.serializer, max_payload)
+    if options.arguments is not None:
+        check_arguments(options.arguments, options.name, args, kwargs)
     return NewJob(options.queue, options.name, key, payload, options.serializer, options.priority,
                   options.run_at, options.run_at, options.max_attempts, options.deadline,
                   options.timeout, options.now, chain, options.batch_id, grp)
@@ -121,9 +125,47 @@ def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, qu
     ``group``: the row's group for its name's limits (R35, R36), instead of the
     value of the job's ``group_by`` keyword argument."""
     options = enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
-    if key is not None and (not isinstance(key, str) or not key):
-        raise EnqueueError(f"key must be a non-empty string, not {key!r}")
+    if key is not None:
+        check_key(key, "key")
     return with_payload(options, args, kwargs, key, chain, max_payload, group)
+
+
+def check_key(key: Any, what: str) -> str:
+    """R3/R41: a key is a non-empty string of at most ``bounds.MAX_KEY_BYTES``."""
+    if not isinstance(key, str) or not key:
+        raise EnqueueError(f"{what} must be a non-empty string, not {key!r}")
+    size = bounds.utf8_size(key)
+    if size > bounds.MAX_KEY_BYTES:
+        raise EnqueueError(f"{what} is {size} bytes, over the {bounds.MAX_KEY_BYTES} allowed (R41)")
+    return key
+
+
+def check_arguments(arguments: Any, name: str, args: Any, kwargs: Any) -> None:
+    """R1: a call of a job registered in this process binds to its function, or is
+    an ``EnqueueError`` naming the job and what did not fit. (A job enqueued by a
+    name this process never registered cannot be checked here; its pool refuses
+    the row at its first attempt.)"""
+    problem = arguments.problem(args, kwargs)
+    if problem is not None:
+        raise EnqueueError(arguments.refusal(name, problem))
+
+
+def check_items(options: EnqueueOptions, items: list) -> None:
+    """R1 for an enqueue_many written as one JSON batch (``json_batch``): every item
+    binds, or an ``EnqueueError`` names the first that does not, and nothing is
+    written. Items of other shapes are refused by ``new_jobs``, which checks its own."""
+    arguments = options.arguments
+    if arguments is None:
+        return
+    for index, item in enumerate(items):
+        if isinstance(item, Signature):
+            problem = arguments.problem(item.args, item.kwargs)
+        elif isinstance(item, (tuple, list)):
+            problem = arguments.problem(item, None)
+        else:
+            continue
+        if problem is not None:
+            raise EnqueueError(f"item {index}: {arguments.refusal(options.name, problem)}")
 
 
 def key_period(period: Any, key: Any) -> float | None:
@@ -164,6 +206,8 @@ def check_keys(keys: Any, count: int) -> list[str | None] | None:
     for index, key in enumerate(keys):
         if key is not None and (not isinstance(key, str) or not key):
             raise EnqueueError(f"keys[{index}] must be a non-empty string or None, not {key!r}")
+        if key is not None:
+            check_key(key, f"keys[{index}]")
     return keys
 
 
@@ -229,12 +273,14 @@ def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
     return json.dumps(encoded, separators=(",", ":"))
 
 
-def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_BYTES
-              ) -> dict[str, Any]:
+def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_BYTES,
+              given: dict[str, Any] | None = None) -> dict[str, Any]:
     """A job the store itself enqueues later (a chain's next step, a batch's
     callback): ``{name, payload, queue, priority, max_attempts, timeout}``, with
     the options of its registration in this process when it has one. Its
-    arguments travel as JSON: the store writes them into the new row."""
+    arguments travel as JSON: the store writes them into the new row. When the
+    job is registered here its arguments, with the keyword arguments ``given``
+    that the store adds when it enqueues it, must bind to its function (R1)."""
     if not isinstance(step, Signature):
         raise EnqueueError(f"{label} must be a signature (job.s(...)), not {type(step).__name__}")
     try:
@@ -247,6 +293,9 @@ def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_B
                            f"{step.name} uses {job.serializer}")
     try:
         payload = encode_payload(step.args, step.kwargs, "json", max_payload)
+        if job is not None and job.arguments is not None:
+            check_arguments(job.arguments, step.name, step.args,
+                            {**(step.kwargs or {}), **given} if given else step.kwargs)
     except EnqueueError as exc:
         raise EnqueueError(f"{label}: {exc}") from None
     return {

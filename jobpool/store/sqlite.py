@@ -27,7 +27,7 @@ from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
-from jobpool.store.urls import is_postgres_url
+from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.wakeup import Notifier
 
 
@@ -69,9 +69,19 @@ def _disk_full(error: BaseException | None) -> bool:
 
 
 def resolve_path(db: str | os.PathLike | None = None) -> str:
-    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``."""
+    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``.
+
+    A string that starts with a URL scheme jobpool does not open (``mysql://…``,
+    ``sqlite:jobs.db``) is refused (``ValueError``) rather than taken for a file
+    name (``urls.check_store_name``); a ``PathLike`` is a path whatever it says."""
     if db is None:
-        db = os.environ.get("JOBPOOL_DB") or DEFAULT_DB
+        env = os.environ.get("JOBPOOL_DB")
+        if not env:
+            return DEFAULT_DB
+        check_store_name(env, "$JOBPOOL_DB")
+        return env
+    if isinstance(db, str):
+        check_store_name(db)
     return os.fspath(db)
 
 
@@ -84,12 +94,35 @@ def durability_setting(durability: str | None) -> str:
     return durability.upper()
 
 
-def validate_mode(mode: Any) -> int:
-    """A file mode for a new store: permission bits only (``0o600``, ``0o660``)."""
-    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
-        raise ValueError(f"mode must be permission bits from 0o000 to 0o777, not {mode!r}")
-    if not mode & 0o600 == 0o600:
-        raise ValueError(f"mode {mode:#o} must let the owner read and write the store")
+def validate_mode(mode: Any, *, allow_world_writable: bool = False,
+                  typed: str | None = None,
+                  allow_with: str = "allow_world_writable=True") -> int:
+    """R39: a file mode for a new store: read and write bits only (``0o600``, ``0o660``).
+
+    Whoever can write a store can run any registered job with arguments of their
+    choosing, so a mode that lets others (not the owner, not the group) write is
+    refused unless ``allow_world_writable``; a store is data, never a program, so
+    execute bits are refused, and so are the setuid, setgid and sticky bits, which
+    mean nothing for it. ``typed`` is how the caller wrote the mode (``--mode 4777``),
+    quoted in the refusal (by default ``mode 0o4777``), and ``allow_with`` how
+    it asks for a world-writable store."""
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise ValueError(f"mode must be permission bits such as 0o600 or 0o660, not {mode!r}")
+    shown = typed or (f"mode {mode:#o}" if mode >= 0 else f"mode {mode}")
+    if not 0 <= mode <= 0o7777:
+        raise ValueError(f"{shown}: not permission bits (0o600 or 0o660, say)")
+    problems = []
+    if mode & 0o7000:
+        problems.append("the setuid, setgid and sticky bits mean nothing for a store file")
+    if mode & 0o002 and not allow_world_writable:
+        problems.append("others could write the store, and writing it means running any "
+                        f"registered job (share it with a group, 660, or give {allow_with})")
+    if mode & 0o111:
+        problems.append("a store is never a program: no execute bits")
+    if mode & 0o600 != 0o600:
+        problems.append("the owner must be able to read and write the store")
+    if problems:
+        raise ValueError(f"{shown}: " + "; ".join(problems))
     return mode
 
 
@@ -150,11 +183,11 @@ class SQLiteStore:
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
                  check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
                  busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, allow_world_writable: bool = False) -> None:
         self.path = path
         #: Read-only commands never write the file: no new tables, no upgrade (R26a).
         self._readonly = readonly
-        self.mode = validate_mode(mode)
+        self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
         self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
         self.max_payload = max_payload
@@ -336,6 +369,8 @@ class SQLiteStore:
         as_json = (rows.json_batch(items)
                    if options.serializer == "json" and options.group_by is None else None)
         count = len(items)
+        if as_json is not None:
+            rows.check_items(options, items)  # R1: new_jobs checks each row it makes
 
         def join(conn: sqlite3.Connection) -> None:
             if batch is not None and count:
@@ -915,11 +950,13 @@ def _make_lanes(conn: sqlite3.Connection, name: str, first: int, last: int,
 def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
             create: bool = True, check: bool = False,
             busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
-            readonly: bool = False) -> SQLiteStore:
+            readonly: bool = False, allow_world_writable: bool = False) -> SQLiteStore:
     """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db).
 
     A store this call creates gets file mode ``mode`` (default 0600, R39), whatever
-    the umask; an existing file keeps its own. With ``create`` a SQLite file that
+    the umask; an existing file keeps its own. A mode that lets others write the
+    store is refused unless ``allow_world_writable``; execute, setuid, setgid and
+    sticky bits always are (``validate_mode``). With ``create`` a SQLite file that
     has no jobpool tables (an application's own database) gets them. A store of an
     older schema is upgraded in place, unless ``readonly``: then nothing is ever
     written, and an older store is refused naming what upgrades it (R26a)."""
@@ -931,7 +968,8 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
     if readonly:
         create = False
     return SQLiteStore(path, durability=durability, create=create, check=check,
-                       busy_timeout=busy_timeout, mode=mode, readonly=readonly)
+                       busy_timeout=busy_timeout, mode=mode, readonly=readonly,
+                       allow_world_writable=allow_world_writable)
 
 
 _default: dict[tuple[int, str], SQLiteStore] = {}

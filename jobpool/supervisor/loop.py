@@ -80,7 +80,8 @@ class Supervisor:
         #: R7, R38: which queues each turn claims from, and how it shares the slots.
         self.plan = QueuePlan(self.queues, config.weights)
         self.store = store or connect(config.db, check=True, busy_timeout=CLAIM_BUSY_TIMEOUT,
-                                      mode=config.mode)
+                                      mode=config.mode,
+                                      allow_world_writable=config.allow_world_writable)
         # A store this user cannot write is a mistake to report now, in one line, not a
         # pool that idles for ever (a store that *becomes* unwritable later is R26's).
         self.store.check_writable()

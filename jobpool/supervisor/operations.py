@@ -27,6 +27,9 @@ from jobpool.supervisor.state import PoolState
 
 log = logging.getLogger(__name__)
 
+#: R33: how long a periodic job whose schedule failed waits before it is asked again.
+PERIODIC_RETRY = 60.0
+
 #: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
 SWEEP_EVERY = 10.0
 
@@ -72,6 +75,8 @@ class Operations:
             if warning:
                 log.warning("%s", warning)
         self._periodic_done: dict[str, float] = {}
+        #: R33: the periodic jobs whose schedule failed: when to ask it again, and why.
+        self._periodic_failed: dict[str, tuple[float, str]] = {}
         #: R35/R36: the limits this release declares for the names it serves, written
         #: into the store before the first claim; what the store says instead, as last
         #: logged.
@@ -304,9 +309,27 @@ class Operations:
 
     # -- periodic jobs (R33) -------------------------------------------------------------------
 
+    def _schedule_failed(self, name: str, schedule: object, exc: Exception, now: float) -> None:
+        """R33: a schedule that cannot say when its job is due is logged, naming the
+        job and the schedule (once per distinct error), and asked again a minute
+        later; the pool and its other jobs go on."""
+        reason = f"{type(exc).__name__}: {exc}"
+        if self._periodic_failed.get(name, (0.0, ""))[1] != reason:
+            log.error("periodic job %s (%r) is not enqueued: its schedule failed (%s); "
+                      "asking it again every %g s", name, schedule, reason, PERIODIC_RETRY)
+        self._periodic_failed[name] = (now + PERIODIC_RETRY, reason)
+
     def enqueue_periodic(self, now: float) -> None:
         for name, schedule in self.periodic.items():
-            occurrence = schedule.occurrence(now)
+            if now < self._periodic_failed.get(name, (-math.inf, ""))[0]:
+                continue
+            try:
+                occurrence = schedule.occurrence(now)
+            except Exception as exc:  # R33: one job's schedule, never the pool's end
+                self._schedule_failed(name, schedule, exc, now)
+                continue
+            if self._periodic_failed.pop(name, None) is not None:
+                log.info("periodic job %s (%r) is scheduled again", name, schedule)
             if occurrence <= self._periodic_done.get(name, -math.inf):
                 continue
             try:

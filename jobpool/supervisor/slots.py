@@ -149,6 +149,8 @@ class Slots:
         job = slot.job
         if job is None or not slot.runs(job_id, attempt):
             return  # a reply for a job this slot no longer holds (it was killed)
+        if error is not None:  # R41: whatever the child sent
+            error = bounds.clip(error if isinstance(error, str) else repr(error), bounds.MAX_ERROR_BYTES)
         if kind == core.INTERRUPTED:
             kind, error = self._interrupted(slot, error)
         self._finish(slot, Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
@@ -170,7 +172,8 @@ class Slots:
     def _progress(self, slot: Slot, message: tuple) -> None:
         _tag, job_id, attempt, percent, stage = message
         if slot.runs(job_id, attempt):
-            slot.progress, slot.stage, slot.progress_dirty = percent, stage, True
+            slot.progress, slot.progress_dirty = percent, True
+            slot.stage = bounds.clip(stage, bounds.MAX_STAGE_BYTES) if isinstance(stage, str) else None
 
     def _request(self, slot: Slot, conn: Any, message: tuple) -> None:
         """A running job's request: its child waits for the answer, and its settle

@@ -39,8 +39,10 @@ def test_bad_payloads_and_results_have_clear_reasons_and_no_pipe_stalls(fault_ap
     assert store.get(bad["wrong shape"])["attempts"] == 1
     assert reasons["wrong shape"].startswith(
         "payload cannot be decoded: ValueError: payload is not a JSON [args, kwargs] pair")
-    assert reasons["wrong arity"].startswith("TypeError: ")
-    assert [a["outcome"] for a in store.attempts(bad["wrong arity"])] == ["error", "error"]
+    # R1 (issue 23): arguments that do not bind to the function are dead at once.
+    assert reasons["wrong arity"].startswith("job f.one_arg: the arguments do not fit")
+    assert reasons["wrong arity"].endswith("too many positional arguments")
+    assert [a["outcome"] for a in store.attempts(bad["wrong arity"])] == ["fatal"]
 
     # The body ran and did its work: a result that cannot be stored is dead at once,
     # never a retry that runs the body again.

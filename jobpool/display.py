@@ -1,0 +1,61 @@
+"""Text from jobs and rows, made safe to show an operator (R46).
+
+An error message, a progress stage, a job or queue name is whatever a job (or anyone
+who can write the store) put there. Printed as it is it could be taken for rich's
+markup (``[/var/data/in]`` crashed the listings with a ``MarkupError``; ``[link=…]``
+would be obeyed) or reach the terminal as escape sequences (a window title, a
+clipboard write, a cleared screen). So everything shown goes through ``shown``,
+which makes control characters visible (``\\x1b``), and every console jobpool prints
+through is made by ``console``: markup is off unless a call asks for it, and every
+string it renders is passed through ``shown`` first. JSON output keeps the exact text.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: C0 controls but tab and newline, DEL, C1 controls, and the bidirectional
+#: overrides that reorder what a terminal shows.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def shown(text: Any) -> str:
+    """``text`` with every control character written out visibly (``\\x1b``)."""
+    value = text if isinstance(text, str) else str(text)
+    return _UNSAFE.sub(_escaped, value) if _UNSAFE.search(value) else value
+
+
+def shown_line(text: Any) -> str:
+    """The first line of ``text``, shown (a list's cell)."""
+    return shown(str(text).split("\n", 1)[0])
+
+
+_console_class: Any = None
+
+
+def console(**options: Any) -> Any:
+    """A rich ``Console`` that prints text as text: markup off unless a call asks
+    (``markup=True``, for jobpool's own format strings, which escape what they embed),
+    and every string it renders shown (``shown``) first, table cells included."""
+    global _console_class
+    if _console_class is None:
+        from rich.console import Console
+
+        class SafeConsole(Console):
+            def render_str(self, text: str, **kwargs: Any) -> Any:  # type: ignore[override]
+                return super().render_str(shown(text), **kwargs)
+
+        _console_class = SafeConsole
+    options.setdefault("markup", False)
+    return _console_class(**options)
+
+
+def markup_escape(text: Any) -> str:
+    """``text`` shown, with rich's markup characters escaped, to embed in markup."""
+    from rich.markup import escape
+    return escape(shown(text))

@@ -1,0 +1,291 @@
+"""R6-R8 on PostgreSQL at scale: the hot statements read ``jobs``, ``finished_jobs`` and
+``attempts`` by an index, never the whole table, under the plans they really run with.
+
+The claimer's session forces generic plans (``postgres.CLAIMER_OPTIONS``), and the
+store's own sessions come to them too (psycopg prepares a statement after its fifth
+run; the server then keeps a generic plan unless custom ones look cheaper). A generic
+plan is made without the parameters' values: it guesses that ``LIMIT $n`` keeps a
+tenth of the rows it limits, and an ``unnest`` of an array a hundred rows, so a
+statement that joins the rows it picked back to ``jobs`` can read the whole table
+each run (a hash join over a sequential scan, a merge join along the primary key),
+once the table has statistics. A fresh schema has none, and every other test runs on
+one: here the tables hold 100 000 rows each and are ANALYZEd, and each statement's
+generic plan, as psycopg prepares it with the parameters the store binds, is read
+with ``EXPLAIN EXECUTE``; what triggers run, EXPLAIN does not show, and auto_explain
+does.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import psycopg
+import pytest
+
+import jobpool
+from jobpool.lifecycle import DEFAULT_POLICY, LEASE_SLACK
+from jobpool.store import pg_sql
+from jobpool.store.postgres import CLAIMER_OPTIONS, channel_name, open_connection, parse_url
+
+ROWS = 100_000
+#: The tables a hot statement must never read whole.
+BIG = {"jobs", "finished_jobs", "attempts"}
+#: Partial indexes of running rows only: as many as the pools have slots, so a walk of
+#: one without a condition is no walk of the backlog (``pg_sql.CREATE_LEASE_INDEX``).
+RUNNING_ONLY = {"jobs_leases", "jobs_owners"}
+OWNER = "plans-pool-0"
+#: The batch of 1 000 of the filled rows (an id clear of those the store gives).
+BATCH = 900_000
+#: Running rows: the first 200 ids, four owners (``OWNER`` holds ids 4, 8, 12, ...).
+RUNNING = 200
+
+#: A backlog as production has one: 200 running rows, 4 800 ready in the pools' queue
+#: (a name per kind of claim, some keyed, some batch members, some grouped by a
+#: limit), the rest ready in another queue; as many finished rows and attempt lines.
+FILL_JOBS = f"""
+INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
+                  attempts, max_attempts, timeout, lease_owner, lease_expires_at, created_at,
+                  started_at, batch_id, grp)
+SELECT CASE WHEN i <= 5000 THEN 'default' ELSE 'backlog' END,
+       CASE WHEN i <= 3000 THEN 'plans.job' WHEN i <= 5000 THEN 'plans.limited'
+            ELSE 'plans.backlog' END,
+       CASE WHEN i % 7 = 0 THEN 'key-' || i END, '[[],{{}}]', 'json', i % 3,
+       CASE WHEN i <= {RUNNING} THEN 'running' ELSE 'ready' END, i, i,
+       (i <= {RUNNING})::integer, 3, 60,
+       CASE WHEN i <= {RUNNING} THEN 'plans-pool-' || i % 4 END,
+       CASE WHEN i <= {RUNNING} THEN 1e12 END, 0, CASE WHEN i <= {RUNNING} THEN 0 END,
+       CASE WHEN i BETWEEN 2000 AND 2999 THEN {BATCH} END,
+       CASE WHEN i > 3000 AND i <= 5000 THEN 'g' || i % 100 END
+  FROM generate_series(1, {ROWS}) AS i
+"""
+FILL_FINISHED = f"""
+INSERT INTO finished_jobs (id, queue, name, key, payload, serializer, priority, status, run_at,
+                           line_at, attempts, crashes, deferrals, created_at, finished_at,
+                           batch_id)
+SELECT 1000000 + i, 'default', 'plans.job', CASE WHEN i % 7 = 0 THEN 'key-f' || i END,
+       '[[],{{}}]', 'json', 0, CASE WHEN i % 10 = 0 THEN 'dead' ELSE 'done' END, i, i, 1, 0, 0,
+       i, i, CASE WHEN i % 50 = 0 THEN {BATCH} END
+  FROM generate_series(1, {ROWS}) AS i
+"""
+FILL_ATTEMPTS = f"""
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome)
+SELECT 1000000 + i, 1, 'plans-pool-old', 1, i, i, 'done' FROM generate_series(1, {ROWS}) AS i
+"""
+
+#: One batch member running, for the settle that ends it.
+MEMBER_RUNS = """
+UPDATE jobs SET status = 'running', lease_owner = 'plans-pool-member', attempts = 1,
+       lease_expires_at = 1e12, started_at = 0
+ WHERE id = 2000
+"""
+
+
+@pytest.fixture
+def filled(pg_url):
+    """The URL of a store whose tables hold ``ROWS`` rows each, with statistics."""
+    jobpool.connect(pg_url).close()  # makes the schema
+    target = parse_url(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {target.schema}")
+        for fill in (FILL_JOBS, FILL_FINISHED, FILL_ATTEMPTS):
+            conn.execute(fill)
+        conn.execute("INSERT INTO jobpool_batches (id, created_at, changed_at, total)"
+                     f" OVERRIDING SYSTEM VALUE VALUES ({BATCH}, 0, 0, 1000)")
+        conn.execute(MEMBER_RUNS)
+        conn.execute("ANALYZE")
+    return pg_url
+
+
+def _placeholders(statement: str) -> list[str]:
+    """The statement's parameters in the order psycopg numbers them ($1 for the first
+    name met, a name met again keeps its number)."""
+    return list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+
+
+def generic_plan(conn, statement: str, params: dict) -> dict:
+    """The generic plan of ``statement`` prepared as psycopg prepares it for
+    ``params`` (their Python types choose the parameters' types), read by ``EXPLAIN
+    EXECUTE``; the statement's one run, needed to prepare it, is rolled back."""
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        known = {row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")}
+        conn.execute(statement, params, prepare=True)
+        (name, types), = [row for row in conn.execute(
+            "SELECT name, parameter_types FROM pg_prepared_statements") if row[0] not in known]
+        values = [params[key] for key in _placeholders(statement)]
+        assert len(values) == len(types), (statement, types)
+        arguments = f"({', '.join(['%s'] * len(values))})" if values else ""
+        explain = f"EXPLAIN (FORMAT JSON) EXECUTE {name}{arguments}"
+        return psycopg.ClientCursor(conn).execute(explain, values).fetchone()[0][0]["Plan"]
+
+
+def whole_reads(plan: dict) -> list[str]:
+    """The nodes of ``plan`` that read one of the ``BIG`` tables whole: a sequential
+    scan, or a walk of an index with no condition to start it (the whole table in
+    the index's order), unless that index holds running rows only."""
+    found = []
+    table = plan.get("Relation Name")
+    if table in BIG:
+        node = plan["Node Type"]
+        if node == "Seq Scan" or (node in ("Index Scan", "Index Only Scan")
+                                  and "Index Cond" not in plan
+                                  and plan["Index Name"] not in RUNNING_ONLY):
+            found.append(f"{node} on {table}" + (f" using {plan['Index Name']}"
+                                                 if "Index Name" in plan else ""))
+    for child in plan.get("Plans", ()):
+        found.extend(whole_reads(child))
+    return found
+
+
+def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
+    """Every statement a pool's turns, heartbeats and reclaims and an enqueue run,
+    with parameters of the types the store binds (``pg_claimer``, ``postgres``,
+    ``limit_claim``, ``batch_store``)."""
+    now = time.time()
+    claim = dict(pg_sql.claim_params(["plans.job", "plans.limited"], {}, DEFAULT_POLICY),
+                 owner=OWNER, now=now, slack=LEASE_SLACK, queue="default", limit=2)
+    # One attempt's settle, as PgClaimer._decide binds it (id 4 is OWNER's, attempt 1).
+    one = {"id": 4, "attempt": 1, "owner": OWNER, "pid": 4321, "started_at": now - 1.0,
+           "now": now, "outcome": "done", "error": None, "log_error": None,
+           "exit_status": None, "peak_rss": 30_000_000, "cpu_s": 0.01, "strays": 0,
+           "result": b"null", "crashes": 0, "run_at": now + 5.0}
+    ids = [4, 8, 12]
+    many = {"ids": ids, "attempts": [1] * 3, "run_ats": [now + 5.0] * 3,
+            "errors": ["boom"] * 3, "crashes": [0] * 3, "results": [b"null"] * 3,
+            "pids": [4321] * 3, "began": [now - 1.0] * 3, "outcomes": ["done"] * 3,
+            "log_errors": [None] * 3, "exit_statuses": [None] * 3,
+            "peak_rsses": [30_000_000] * 3, "cpus": [0.01] * 3, "strays": [0] * 3,
+            "owner": OWNER, "now": now}
+    lane = {"queue": "default", "name": "plans.limited", "grp": "g7", "priority": 1,
+            "now": now, "count": 2, "id": 1, "seq": 0}
+    new_job = {"queue": "default", "name": "plans.job", "key": "key-new", "payload": b"[[1],{}]",
+               "serializer": "json", "priority": 0, "delay": 0.0, "max_attempts": None,
+               "deadline": None, "timeout": None, "chain": None, "batch_id": None, "grp": None,
+               "channel": channel_name(schema)}
+    tables = {"jobs": "jobs", "finished": "finished_jobs"}
+    statements = {
+        "CLAIM": (pg_sql.CLAIM, claim),
+        "CLAIM_IDS": (pg_sql.CLAIM_IDS, dict(claim, ids=[3001, 3002], caps=[None, 2])),
+        "LANE_PAGE": (pg_sql.LANE_PAGE, {"names": ["plans.limited"], "queue": "default",
+                                         "count": 4, "offset": 0, "now": now}),
+        "PROBE_LANE": (pg_sql.PROBE_LANE, lane),
+        "DROP_EMPTY_LANE": (pg_sql.DROP_EMPTY_LANE, lane),
+        "SERVE_LANES": (pg_sql.SERVE_LANES, {"now": now, "ids": [1, 2]}),
+        "RUNNING_IN_QUEUE": (pg_sql.RUNNING_IN_QUEUE, {"queue": "default"}),
+        "SET_TOKENS": (pg_sql.SET_TOKENS, dict(lane, tokens=1.0)),
+        "PROBE_UNLIMITED": (pg_sql.PROBE_UNLIMITED, {"queue": "default", "now": now,
+                                                     "unlimited": ["plans.job"], "count": 2}),
+        "CRASH_CAUSES": (pg_sql.CRASH_CAUSES, {"id": 4}),
+        "RELEASE_IN_DOUBT": (pg_sql.RELEASE_IN_DOUBT, {"owner": OWNER, "held": ids}),
+        "RECLAIMABLE_EXPIRED": (pg_sql.RECLAIMABLE_EXPIRED, {"now": now}),
+        "RECLAIMABLE_OWNER": (pg_sql.RECLAIMABLE_OWNER, {"now": now, "owner": OWNER}),
+        "LEASE_OWNERS": (pg_sql.LEASE_OWNERS, {}),
+        "SET_PROGRESS": (pg_sql.SET_PROGRESS, dict(one, progress=50.0, stage="half")),
+        "CANCELS_FOR_OWNER": (pg_sql.CANCELS_FOR_OWNER, {"owner": OWNER}),
+        "SAVE_STATE": (pg_sql.SAVE_STATE, dict(one, state="{}")),
+        "READ_STATE": (pg_sql.READ_STATE, one),
+        "MEMBER_BATCH": (pg_sql.MEMBER_BATCH, one),
+        "INSERT_JOB": (pg_sql.INSERT_JOB, new_job),
+        "FIND_LIVE_KEY": (pg_sql.FIND_LIVE_KEY_IN.format(**tables), new_job),
+        "FIND_RECENT_KEY": (pg_sql.FIND_RECENT_KEY_IN.format(**tables),
+                            dict(new_job, period=3600.0)),
+        "DELETE_NEW_JOB": (pg_sql.DELETE_NEW_JOB_IN.format(**tables), {"id": 4000}),
+        "INSERT_BATCH": (pg_sql.INSERT_BATCH, {
+            "queue": "default", "name": "plans.job", "args_only": True, "priority": 0,
+            "run_at": now, "max_attempts": None, "timeout": None, "now": now,
+            "batch_id": None, "batch": "[[1], [2]]"}),
+        "ADOPT_BULK": (pg_sql.ADOPT_BULK, {"name": "plans.limited", "ids": [3001, 3002]}),
+        "MEMBERS_JOINED": (pg_sql.MEMBERS_JOINED, {"batch_id": BATCH, "ids": [2000, 2001]}),
+    }
+    for kind, statement in pg_sql.SETTLE.items():
+        statements[f"SETTLE[{kind}]"] = (statement, one)
+    for kind, statement in pg_sql.SETTLE_MANY.items():
+        statements[f"SETTLE_MANY[{kind}]"] = (statement, many)
+    # A batch member's end (its row moved by the settle; the batch counts it in a trigger).
+    member = dict(one, id=2000, owner="plans-pool-member")
+    statements["SETTLE[done] of a batch member"] = (pg_sql.SETTLE["done"], member)
+    return statements
+
+
+def test_no_hot_statement_reads_a_whole_table_under_its_generic_plan(filled):
+    target = parse_url(filled)
+    conn = open_connection(target)
+    try:
+        read_whole = {}
+        for what, (statement, params) in hot_statements(target.schema).items():
+            whole = whole_reads(generic_plan(conn, statement, params))
+            if whole:
+                read_whole[what] = whole
+    finally:
+        conn.close()
+    assert read_whole == {}
+
+
+def _nested_plans(conn) -> list[dict]:
+    """Turn on auto_explain for this session: every statement's plan, those that
+    triggers and functions run included, comes back as a notice, gathered in the list
+    returned. Skips where the server has no auto_explain (it ships with PostgreSQL's
+    contrib modules; loading it takes a superuser, as this suite's server is)."""
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as exc:
+        pytest.skip(f"auto_explain cannot be loaded here: {exc}")
+    for setting, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
+                           ("log_format", "json"), ("log_level", "notice")):
+        conn.execute(f"SET auto_explain.{setting} = {value}")
+    plans: list[dict] = []
+
+    def gather(notice) -> None:
+        text = notice.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1])["Plan"])
+    conn.add_notice_handler(gather)
+    return plans
+
+
+def test_a_batch_members_end_reads_by_index_in_its_triggers(filled):
+    """R34: a member's settle counts it in its batch, and the last one enqueues the
+    callbacks, in triggers whose statements EXPLAIN does not show: their plans are read
+    from auto_explain while the settle runs, under the claimer's generic plans."""
+    store = jobpool.connect(filled)
+    try:
+        # Given a closed batch of one member, claimed by a pool.
+        with store.batch(on_complete=jobpool.Signature("plans.callback")) as members:
+            (member,) = members.add_many("plans.member", [(1,)])
+        claimer = store.claimer("plans-pool-members", ["plans.member"], ["default"], {})
+        try:
+            (claimed,) = claimer.turn([], 1, time.time(), None)[1]
+        finally:
+            claimer.close()
+    finally:
+        store.close()
+    assert claimed.job_id == member.id
+    conn = open_connection(parse_url(filled), settings=CLAIMER_OPTIONS)
+    try:
+        plans = _nested_plans(conn)
+        now = time.time()
+        settle = {"id": member.id, "attempt": claimed.attempt, "owner": "plans-pool-members",
+                  "pid": 4321, "started_at": now - 1.0, "now": now, "outcome": "done",
+                  "error": None, "log_error": None, "exit_status": None, "peak_rss": None,
+                  "cpu_s": None, "strays": None, "result": b"null"}
+        # When its settle runs (rolled back: the plans are what is asked).
+        with conn.transaction(force_rollback=True):
+            assert conn.execute(pg_sql.SETTLE["done"], settle, prepare=True).fetchone()
+            plans = plans[:]  # the settle's, not those of the check below
+            called = conn.execute("SELECT count(*) FROM jobs WHERE name = 'plans.callback'"
+                                  ).fetchone()[0]
+    finally:
+        conn.close()
+    # Then the batch finished (its callback was enqueued), and nothing read a table whole.
+    assert called == 1
+    relations = [table for plan in plans for table in _relations(plan)]
+    assert {"jobs", "finished_jobs", "jobpool_batch_shards", "jobpool_batches"} <= set(relations)
+    assert [read for plan in plans for read in whole_reads(plan)] == []
+
+
+def _relations(plan: dict) -> list[str]:
+    found = [plan["Relation Name"]] if "Relation Name" in plan else []
+    for child in plan.get("Plans", ()):
+        found.extend(_relations(child))
+    return found
