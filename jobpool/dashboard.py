@@ -147,11 +147,14 @@ def _lower(queues: int, failures: int, n_failures: int, wide: bool) -> int:
 
 # -- header -----------------------------------------------------------------------------------
 
-def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> list[Text]:
-    if wide:
-        lines = [_line(_where(snapshot, width // 2), "   ", _totals(snapshot))]
+def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None,
+            phase: str | None = None) -> list[Text]:
+    where, totals = _where(snapshot, width, phase), _totals(snapshot)
+    # Wide, the totals follow on the same line when the whole line fits; never cut.
+    if wide and len(where) + 3 + len(totals) <= width:
+        lines = [_line(where, "   ", totals)]
     else:
-        lines = [_where(snapshot, width), _totals(snapshot)]
+        lines = [where, totals]
     if any(p.stopping for p in snapshot.pools):
         lines.append(_stopping(snapshot))
     if snapshot.unserved:
@@ -162,12 +165,19 @@ def _header(snapshot: Snapshot, width: int, wide: bool, problem: str | None) -> 
     return lines
 
 
-def _where(snapshot: Snapshot, width: int) -> Text:
+#: Beside its own pool (``jobpool start``), what the frame says while the store shows
+#: no live pool: the pool has not registered yet, or has left (``render``'s ``phase``).
+_PHASE_HEADER = {"starting": "pool starting", "stopped": "pool stopped"}
+_PHASE_SLOTS = {"starting": "the pool is starting: its slots show here once it has registered",
+                "stopped": "the pool has stopped"}
+
+
+def _where(snapshot: Snapshot, width: int, phase: str | None = None) -> Text:
     """Store, core, pools and the clock; the store path gives way first."""
     busy = sum(1 for s in snapshot.slots if s.busy)
     n = len(snapshot.pools)
     live = (Text(f"{n} pool{'s' * (n != 1)} · {len(snapshot.slots)} slots · {busy} busy")
-            if n else Text("no live pool", style="yellow"))
+            if n else Text(_PHASE_HEADER.get(phase or "", "no live pool"), style="yellow"))
     if snapshot.stale_pools:
         live.append(f" ({snapshot.stale_pools} stale)", style="yellow")
     clock = time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at))
@@ -279,10 +289,14 @@ def _shown_slots(slots: Sequence[SlotView], lines: int) -> tuple[list[SlotView],
     return list(slots), 0
 
 
-def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool) -> list[RenderableType]:
+def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool,
+                   phase: str | None = None) -> list[RenderableType]:
     if not snapshot.slots:
-        idle = ("no live pool on this store: start one with `jobpool start`" if not snapshot.pools
-                else "the live pools report no slots yet")
+        if snapshot.pools:
+            idle = "the live pools report no slots yet"
+        else:
+            idle = _PHASE_SLOTS.get(phase or "",
+                                    "no live pool on this store: start one with `jobpool start`")
         return [_line(Text(idle, style="dim"))]
     table = _table(width)
     table.add_column("slot", width=5 if wide else 4, no_wrap=True)
@@ -321,6 +335,23 @@ def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool) -> list[Renderab
         cells.insert(1, f"{pool.host}:{pool.pid}" if pool else "")
         cells.append("" if slot.attempt is None or not slot.busy else str(slot.attempt))
     return cells + rest + [_mib(slot.rss)]
+
+
+#: Beside the queues, the failure reasons keep at least this many columns; else the two
+#: sections are stacked, each the frame's width (a reason is what a person reads).
+FAILURE_REASON_MIN = 60
+#: Columns of a wide failure row before its reason: failed, name, try, outcome, ago, gaps.
+_FAILURE_FIXED = 8 + 22 + 3 + 9 + 4 + 5
+#: The queue section's columns: the widest name shown in full up to this, then counts.
+_QUEUE_NAME_MAX = 24
+_QUEUE_COUNTS = 5 * 9
+
+
+def _queues_width(queues: Sequence[QueueView]) -> int:
+    """What the queue section needs beside the failures: its longest name (bounded)
+    and five counts, no more, so the failures get the rest of the line."""
+    longest = max((len(shown(q.queue)) + (9 if q.paused else 0) for q in queues), default=7)
+    return min(max(longest, len("queue"), len("no jobs")), _QUEUE_NAME_MAX) + _QUEUE_COUNTS
 
 
 def _queues_section(queues: Sequence[QueueView], width: int, lines: int) -> list[RenderableType]:
@@ -369,23 +400,25 @@ def _failure_cells(snapshot: Snapshot, f: FailureView, wide: bool) -> list[Rende
 # -- the frame ------------------------------------------------------------------------------------
 
 def render(snapshot: Snapshot, width: int = 80, height: int = 24, *,
-           problem: str | None = None) -> RenderableType:
+           problem: str | None = None, phase: str | None = None) -> RenderableType:
     """One dashboard frame, at most ``width`` columns and ``height - 1`` lines.
 
     ``problem`` is a line shown under the header, for a read that failed while
-    an older snapshot is still on screen.
+    an older snapshot is still on screen. ``phase`` ("starting", "stopped"): the
+    frame is drawn beside its own pool, which has not registered yet or has left.
     """
     wide = width >= WIDE
-    header = _header(snapshot, width, wide, problem)
-    budget = _budget(snapshot, height - 1 - len(header), wide)
-    slots = _slots_section(snapshot, width, budget.slots, wide)
-    if not wide:
+    header = _header(snapshot, width, wide, problem, phase)
+    left = _queues_width(snapshot.queues)
+    right = width - left - 2
+    side_by_side = wide and right - _FAILURE_FIXED >= FAILURE_REASON_MIN
+    budget = _budget(snapshot, height - 1 - len(header), side_by_side)
+    slots = _slots_section(snapshot, width, budget.slots, wide, phase)
+    if not side_by_side:
         lower = _queues_section(snapshot.queues, width, budget.queues)
         if snapshot.failures:
             lower += _failures_section(snapshot, width, budget.failures, wide)
         return Group(*header, *slots, *lower)
-    left = width * 45 // 100
-    right = width - left - 2
     grid = Table.grid(padding=(0, 2, 0, 0))
     grid.add_column(width=left, no_wrap=True)
     grid.add_column(width=right, no_wrap=True)
@@ -483,28 +516,59 @@ def run_beside_pool(db: str, logs: int, parent_pid: int, refresh: float = 0.5) -
 
 def _live(store: Store, console: Console, refresh: float, stop: threading.Event,
           logs: int | None = None) -> None:
+    """Redraw until ``stop`` is set, or (``logs``: beside a pool) the pool closes its
+    pipe. Beside its pool the frame never says "no live pool": before the pool's
+    first beat it is starting, after its row is gone it has stopped."""
+    phase = _Phase(beside=logs is not None)
     started = time.monotonic()
     snapshot, problem = read_snapshot(store), None
     took = time.monotonic() - started
     with Live(console=console, screen=False, auto_refresh=False, transient=False) as live:
-        frame = render(snapshot, console.width, console.height, problem=problem)
+        frame = render(snapshot, console.width, console.height, problem=problem,
+                       phase=phase.of(snapshot))
         try:
             while True:
                 live.update(Group(frame, _CURSOR_LINE), refresh=True)
                 pause = max(refresh, READ_PACING * took)
                 if stop.wait(pause) if logs is None else not _print_logs(console, logs, pause):
-                    return
+                    break
                 started = time.monotonic()
                 try:
                     snapshot, problem = read_snapshot(store), None
                 except StoreError as exc:
                     problem = f"{exc} (showing the last frame)"
                 took = time.monotonic() - started
-                frame = render(snapshot, console.width, console.height, problem=problem)
+                frame = render(snapshot, console.width, console.height, problem=problem,
+                               phase=phase.of(snapshot))
+            if logs is not None:
+                # The pool is done: the last frame holds its final counts, said stopped.
+                try:
+                    snapshot, problem = read_snapshot(store), None
+                except StoreError:
+                    pass
+                frame = render(snapshot, console.width, console.height, problem=problem,
+                               phase="stopped")
         finally:
             # Live draws the last frame once more as it stops, from the cursor line
             # up, then ends the line: the frame alone, so nothing trails it.
             live.update(frame, refresh=False)
+
+
+class _Phase:
+    """Where the pool beside this dashboard is, judged from the snapshots: None away
+    from a pool (``top``), "starting" until its row first shows, "stopped" after."""
+
+    def __init__(self, beside: bool) -> None:
+        self.beside = beside
+        self.seen = False
+
+    def of(self, snapshot: Snapshot) -> str | None:
+        if not self.beside:
+            return None
+        if snapshot.pools:
+            self.seen = True
+            return None
+        return "stopped" if self.seen else "starting"
 
 
 def _print_logs(console: Console, logs: int, wait: float) -> bool:

@@ -184,6 +184,41 @@ def test_without_live_pools_the_frame_says_so():
     assert any("no live pool on this store" in line for line in lines)
 
 
+@pytest.mark.parametrize("phase, header, slots", [
+    ("starting", "pool starting", "the pool is starting"),
+    ("stopped", "pool stopped", "the pool has stopped")])
+def test_beside_its_own_pool_the_frame_says_starting_or_stopped_not_no_pool(phase, header, slots):
+    lines = frame_with(snapshot(pools=(), slots=()), phase=phase)
+    assert header in lines[0]
+    line_with(lines, slots)
+    assert not any("no live pool" in line for line in lines)
+
+
+def frame_with(snap: Snapshot, width: int = 80, height: int = 24, **options) -> list[str]:
+    console = Console(record=True, width=width, height=height, file=io.StringIO())
+    console.print(render(snap, console.width, console.height, **options))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 132, 160, 200])
+def test_the_header_is_never_cut_and_failure_reasons_keep_their_room(width):
+    reason = "FileNotFoundError: no input under /var/data/in/2026-12-01/sales-0007.csv"
+    snap = snapshot(failures=(FailureView(job_id=77, name="imports.load", attempt=5,
+                                          outcome="error", ended_at=NOW - 42, reason=reason),))
+    lines = frame(snap, width)
+    header = " ".join(lines[:2])
+    for text in ("/srv/app/jobpool.db", "65 done/min", "dead 2"):
+        assert text in header, (width, lines[:2])
+    assert not any("…" in line for line in lines[:2]), lines[:2]
+    row = line_with(lines, "77", "imports.load")
+    # The reason is cut, if at all, by the frame's edge, never half-way across it; wide,
+    # it keeps at least FAILURE_REASON_MIN columns (else the sections are stacked).
+    assert reason in row or len(row.rstrip()) >= width - 1, row
+    if width >= dashboard.WIDE:
+        shown_reason = row[row.index("FileNotFoundError"):].rstrip()
+        assert len(shown_reason) >= min(len(reason), dashboard.FAILURE_REASON_MIN - 1), row
+
+
 def stopping(snap: Snapshot, running: int = 2, ends_in: float | None = 25.0) -> Snapshot:
     drain = DrainView(running=running, drain_ends_at=None if ends_in is None else NOW + ends_in)
     return replace(snap, pools=tuple(replace(p, stopping=drain) for p in snap.pools))
@@ -280,7 +315,8 @@ def test_thirty_slots_at_80x24_show_as_many_as_fit_and_a_more_line():
 
 
 def test_a_wide_terminal_adds_pool_and_attempt_columns_and_puts_failures_beside_queues():
-    lines = frame(crowded(4, n_pools=2), 160, 40)
+    # Beside the queues when the failure reasons keep FAILURE_REASON_MIN columns there.
+    lines = frame(crowded(4, n_pools=2), 200, 40)
     header = line_with(lines, "slot", "pool", "pid", "try")
     assert header.index("pool") < header.index("pid")
     assert line_with(lines, "2/1", "worker-1:901", "1001")

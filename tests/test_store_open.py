@@ -122,6 +122,22 @@ def test_doctor_salvages_every_readable_job_of_a_damaged_store(make_app):
     assert salvaged.stats()["done"] == copied
 
 
+@pytest.mark.parametrize("target, says", [
+    ("postgresql://localhost/test", "the path of a new SQLite file"),
+    ("sqlite:salvaged.db", "by its path"),
+    ("mysql://db/app", "no store jobpool knows has the scheme 'mysql'")])
+def test_doctor_salvage_refuses_a_target_that_is_not_a_new_sqlite_path(make_app, target, says):
+    app = make_app(APP)
+    filled_store(app.db)
+    result = app.cli("doctor", "--db", str(app.db), "--salvage", target)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    # Nothing was written under a name made of the URL.
+    assert not list(app.dir.glob("sqlite:*")) and not list(app.dir.glob("mysql*"))
+    assert not list(app.dir.glob("postgresql*"))
+
+
 def test_a_salvage_keeps_the_batches_its_jobs_belong_to(make_app):
     # R34: the copied members still count in their batch, whose callback still fires.
     app = make_app(APP)

@@ -17,6 +17,7 @@ import sqlite_utils
 from jobpool.errors import JobpoolError
 from jobpool.store import sql
 from jobpool.store.sqlite import check_header, connect
+from jobpool.store.urls import check_store_name, is_postgres_url
 
 #: Rows copied per insert into the new store.
 BATCH = 1000
@@ -70,6 +71,13 @@ def check(path: str) -> Report:
 
 def salvage(path: str, new_path: str) -> Report:
     """Copy every readable job (and its attempt log) of ``path`` into a new store."""
+    if is_postgres_url(new_path):
+        raise JobpoolError("--salvage NEW is the path of a new SQLite file; to move the jobs "
+                           "into PostgreSQL, salvage into a file, then enqueue from it")
+    try:
+        check_store_name(new_path, "--salvage")
+    except ValueError as exc:
+        raise JobpoolError(str(exc)) from None
     if os.path.exists(new_path) and os.path.getsize(new_path) > 0:
         raise JobpoolError(f"{new_path} exists; salvage writes only to a new file")
     report = Report(path)
