@@ -49,9 +49,11 @@ nothing is left running, even after Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import random
 import secrets
 import shutil
 import signal
@@ -394,6 +396,20 @@ def drop_schema(url: str, schema: str) -> None:
     """Drop ``schema`` and every table in it, so no run leaves a store behind."""
     from psycopg import sql
     postgres_execute(url, sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextlib.contextmanager
+def scratch_store(db: str | None, tag: str, work: Path):
+    """A store URL for one benchmark run: a schema of its own in the PostgreSQL database
+    ``db`` (dropped after), or an SQLite file in ``work`` when ``db`` is None."""
+    if not db:
+        yield str(work / f"{tag}.db")
+        return
+    schema = f"bench_{tag}_{random.randrange(1 << 30):x}"
+    try:
+        yield with_schema(db, schema)
+    finally:
+        drop_schema(db, schema)
 
 
 # -- the harness ----------------------------------------------------------------------

@@ -44,7 +44,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)  # the core's API
-from jobpool.limits import charge, plan_claim
+from jobpool.limits import charge, plan_claim, sooner
 from jobpool.queueplan import claim_in_shares
 from jobpool.store import sql
 from jobpool.store.limit_claim import SqlLimitedSource, sqlite_limited_claim
@@ -613,6 +613,9 @@ cdef class Core:
     cdef object _names
     cdef object _limits                # R35/R36: a LimitedClaim, or None (the ordinary claim)
     cdef object _limit_source
+    #: R36: after a turn, the seconds until a group its claim passed over for want of
+    #: a token has one (the Claimer protocol); None: no such group.
+    cdef public object token_wait
     cdef dict _adhoc                   # query(): statement text -> prepared statement
     cdef object _causes                # self.crash_causes, bound once (decide's reader)
     cdef dict _inflight
@@ -1143,6 +1146,7 @@ cdef class Core:
             # the claim takes every row picked.
             picked = plan_claim(self._limit_source, limited.plan, queue, want, now,
                                 limited.has_unlimited)
+            self.token_wait = sooner(self.token_wait, picked.token_wait)
             ids = picked.ids
             if not ids:
                 return 0
@@ -1239,6 +1243,7 @@ cdef class Core:
         cdef list expired = []
         cdef dict dropped = {}
         cdef Py_ssize_t want
+        self.token_wait = None
         if not outcomes and n <= 0:
             return settled, claimed, expired
         self._enter()

@@ -23,7 +23,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
                                RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)
-from jobpool.limits import charge, plan_claim
+from jobpool.limits import charge, plan_claim, sooner
 from jobpool.queueplan import claim_in_shares
 from jobpool.store import rows, sql
 from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_limited_claim
@@ -111,6 +111,9 @@ class Core:
         #: R35/R36: the limits this pool obeys (``set_limits``); None: the ordinary claim.
         self._limits: LimitedClaim | None = None
         self._limit_source: SqlLimitedSource | None = None
+        #: R36: after a turn, the seconds until a group its claim passed over for want
+        #: of a token has one (the Claimer protocol); None: no such group.
+        self.token_wait: float | None = None
         if not os.path.exists(path):
             # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
             raise StoreError(f"cannot open store {path}: unable to open database file")
@@ -190,6 +193,7 @@ class Core:
             # the claim takes every row picked.
             picked = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
             charge(source, picked, None, now)
+            self.token_wait = sooner(self.token_wait, picked.token_wait)
             ids = picked.ids
             rows = db.execute(limited.claim_ids, {
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
@@ -232,6 +236,7 @@ class Core:
         taken: list[int] = []
         claimed: list[tuple] = []
         expired: list[tuple] = []
+        self.token_wait = None
         if not outcomes and n <= 0:
             return settled, claimed, expired
         dropped: dict[int, Lease | None] = {}

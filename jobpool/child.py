@@ -11,11 +11,11 @@ import os
 import resource
 import signal
 import sys
-import time
 import traceback
 from typing import Any
 
-from jobpool import core, coroutines, extensions, jobs, procinfo, proctree, protocol, running
+from jobpool import (core, coroutines, extensions, jobs, procinfo, proctree, protocol, running,
+                     terminal)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
@@ -59,7 +59,7 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     ``retire()`` is asked after the job: True means this child exits after replying.
     ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
     not run in it (its error is the attempt's), and the child is replaced."""
-    cpu_before = time.process_time()
+    cpu_before = _cpu_seconds()
     error: str | None
     if startup_error is not None:
         kind, error, delay, result = core.ERROR, startup_error, None, None
@@ -69,10 +69,18 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     strays = proctree.kill_strays()
     if strays:
         log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
-    cpu_s = time.process_time() - cpu_before
+    cpu_s = _cpu_seconds() - cpu_before
     retiring = retire() or startup_error is not None
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
                                     _peak_rss_bytes(), cpu_s, retiring, strays), retiring
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time and its reaped processes' (a job's subprocesses), as
+    the kernel counts a child at its exit: an attempt's CPU is the difference, and
+    the supervisor can tell a killed attempt's from the child's total (R19a)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer: str, *,
@@ -246,6 +254,29 @@ class StandardStreams:
             except OSError:
                 pass  # forked without it: nothing to restore
 
+    def detach_terminal(self, fds: tuple[int, ...]) -> None:
+        """The terminal hung up (R27): ``fds`` (on it when forked) and the copies kept
+        of them now write to ``/dev/null``, so neither the running job's output nor
+        a later job's fails with EIO, and ``restore`` never puts the dead terminal
+        back. A descriptor the job has pointed elsewhere is left to the job."""
+        for fd in fds:
+            saved = self._saved.get(fd)
+            if saved is None:
+                continue
+            copy, identity = saved
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == identity:
+                    terminal.point_at_null((fd,))
+            except OSError:
+                pass
+            terminal.point_at_null((copy,))
+            try:
+                st = os.fstat(copy)
+            except OSError:
+                continue
+            self._saved[fd] = (copy, (st.st_dev, st.st_ino))
+
     def restore(self) -> bool:
         """Put back what the job changed; False if that failed (recycle the child)."""
         for fd, (copy, identity) in self._saved.items():
@@ -283,6 +314,10 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> No
         pass
     proctree.become_subreaper()
     streams = StandardStreams()
+    on_terminal = terminal.terminal_fds()
+    if on_terminal:
+        # The supervisor forwards its terminal's hang-up (R27): see terminal.py.
+        signal.signal(signal.SIGHUP, lambda signum, frame: streams.detach_terminal(on_terminal))
     startup_error = run_child_start_hooks()
     done = 0
     while True:

@@ -274,15 +274,26 @@ class Picked(NamedTuple):
     SQLite's counts are exact (one writer at a time); PostgreSQL's page counts in a
     snapshot taken before its locks, so its claim statement counts again and takes a
     row only under its cap. ``tokens``: each rated group's bucket as the claim read
-    it, for ``charge``."""
+    it, for ``charge``. ``token_wait``: the seconds until the first group passed over
+    for want of a token (with a due row and room under its concurrency limit) has a
+    whole one; None when none was (R36: the pool claims again then, not at its
+    poll)."""
 
     ids: list[int]
     caps: list[int | None]
     lanes: list[Lane | None]
     tokens: dict[tuple[str, str], float]
+    token_wait: float | None = None
 
 
 NOTHING_PICKED = Picked([], [], [], {})
+
+
+def sooner(wait: float | None, other: float | None) -> float | None:
+    """The earlier of two token waits (None: no wait)."""
+    if wait is None:
+        return other
+    return wait if other is None else min(wait, other)
 
 
 def plan_claim(source: LimitedSource, plan: LimitPlan, queue: str, want: int, now: float,
@@ -335,6 +346,26 @@ class _Groups:
     def __init__(self) -> None:
         self.room: dict[tuple[str, str], int] = {}
         self.tokens_at_lock: dict[tuple[str, str], float] = {}
+        #: rated groups: (tokens, rate per second, room under the concurrency limit).
+        self.rated: dict[tuple[str, str], tuple[float, float, int]] = {}
+        #: the groups found with a due row (taken or passed over).
+        self.with_rows: set[tuple[str, str]] = set()
+
+    def token_wait(self, taken: Mapping[tuple[str, str], int]) -> float | None:
+        """R36: the seconds until the first rated group with a due row, left without a
+        whole token once this claim takes ``taken`` rows of each, has one again (its
+        concurrency limit leaving room). A group whose rows this claim took all is
+        counted too: the wake-up it costs finds its lane empty, once."""
+        wait = None
+        for key in self.with_rows:
+            found = self.rated.get(key)
+            if found is None:
+                continue
+            tokens, per_second, room = found
+            spent = taken.get(key, 0)
+            if tokens - spent < 1.0 and room - spent > 0:
+                wait = sooner(wait, (1.0 - (tokens - spent)) / per_second)
+        return wait
 
 
 def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, want: int, now: float,
@@ -360,6 +391,7 @@ def _walk_lanes(source: LimitedSource, plan: LimitPlan, queue: str, want: int, n
             if state.head is None:
                 source.drop_lane_if_empty(lane)
                 continue
+            groups.with_rows.add(key)
             if room <= 0:
                 continue
             job_id, priority, line_at = state.head
@@ -389,8 +421,11 @@ def _room(limit: NameLimit, state: LaneState, groups: _Groups, now: float) -> in
     jobs, and no more than the whole tokens in its bucket (noted, to spend)."""
     tokens = None
     if limit.rate is not None:
+        key = (state.lane.name, state.lane.group)
         tokens = refill(state.tokens, state.refilled_at, limit.rate, limit.burst, now)
-        groups.tokens_at_lock[(state.lane.name, state.lane.group)] = tokens
+        groups.tokens_at_lock[key] = tokens
+        groups.rated[key] = (tokens, limit.rate.per_second,
+                             room_of(limit, state.running, None))
     return room_of(limit, state.running, tokens)
 
 
@@ -409,4 +444,4 @@ def _picked(plan: LimitPlan, groups: _Groups, chosen: list[Candidate]) -> Picked
         limit = plan.names[lane.name].max_running
         caps.append(None if limit is None else limit - before)
     return Picked([c.job_id for c in chosen], caps, [c.lane for c in chosen],
-                  groups.tokens_at_lock)
+                  groups.tokens_at_lock, groups.token_wait(taken))

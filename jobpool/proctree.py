@@ -24,6 +24,8 @@ import signal
 import sys
 import time
 
+from jobpool import terminal
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -50,13 +52,16 @@ def settle_forked(parent_pid: int, name: str) -> None:
     (R24a), take its name, and drop the supervisor's signal set-up that came with
     the fork. Its handlers only set the supervisor's flags, and its wake-up fd may
     be closed and reused here; a stop is SIGTERM's default, and Ctrl-C, which
-    reaches the whole process group, is the supervisor's to act on (R25)."""
+    reaches the whole process group, is the supervisor's to act on (R25), as is a
+    terminal's hang-up: here it only moves the process off the dead terminal
+    (``terminal.detach_on_hangup``)."""
     die_with_parent(parent_pid)
     set_name(name)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    terminal.detach_on_hangup()
 
 
 def set_name(name: str) -> None:

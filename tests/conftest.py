@@ -122,8 +122,10 @@ class App:
         """Start a pool in the background (no --burst unless given)."""
         cmd = [sys.executable, "-m", "jobpool", "start", "--app", self.module, "--db",
                str(self.db), *args]
+        # A session of its own: no controlling terminal, as under a service manager,
+        # whatever terminal runs the tests (a pool on one stops when it hangs up, R27).
         return subprocess.Popen(cmd, cwd=self.dir, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def store(self):
         """The app's store, opened once and closed when the test ends (``make_app``)."""

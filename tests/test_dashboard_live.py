@@ -31,13 +31,15 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]"
 class Terminal:
     """A jobpool command on an 80x24 pseudo-terminal, and all it wrote there."""
 
-    def __init__(self, app, *args: str) -> None:
+    def __init__(self, app, *args: str, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: a command the jobpool command runs under (``("nohup",)``)."""
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: the command on the terminal
             os.chdir(app.dir)
             env = dict(app.env, TERM="xterm-256color", COLUMNS="80", LINES="24",
                        JOBPOOL_HEARTBEAT="0.2", PYTHONFAULTHANDLER="1")
-            os.execve(sys.executable, [sys.executable, "-m", "jobpool", *args], env)
+            argv = [*prefix, sys.executable, "-m", "jobpool", *args]
+            os.execvpe(argv[0], argv, env)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.output: list[str] = []
         self.status: int | None = None
@@ -152,7 +154,10 @@ def test_ctrl_c_on_start_shows_the_drain_and_leaves_the_last_frame_once(make_app
     finally:
         term.close()
     # Then the terminal holds the last frame once: the echoed ^C moved no redraw down
-    _last_frame_once(term)
+    screen = _last_frame_once(term)
+    # Beside its own pool the frame never says there is none: starting, then stopped.
+    assert "no live pool" not in term.text
+    assert "pool stopped" in header_lines(screen)[0]
 
 
 def test_ctrl_c_on_top_leaves_the_last_frame_once(make_app):

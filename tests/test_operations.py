@@ -166,13 +166,15 @@ def test_scale_grows_at_once_and_shrinks_without_cancelling(make_any_app):
     assert pool.wait(timeout=20) == 0
 
 
-def test_sighup_applies_a_scale_request_at_once(make_any_app):
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGHUP])
+def test_reload_applies_a_scale_request_at_once(make_any_app, signum):
+    # R27: SIGUSR1 always; SIGHUP for a pool with no terminal (spawn starts a session).
     app = make_any_app(APP)
     store = app.store()
     env_pool = app.spawn("--procs", "1")
     wait_for(lambda: store.pools())
     store.request_scale(2)
-    env_pool.send_signal(signal.SIGHUP)
+    env_pool.send_signal(signum)
     wait_for(lambda: store.pools()[0]["procs"] == 2, timeout=5)
     env_pool.send_signal(signal.SIGTERM)
     assert env_pool.wait(timeout=20) == 0

@@ -240,7 +240,7 @@ def pauses_its_queue(store_url, path):
     store = jobpool.connect(store_url)
     asked = time.time()
     assert store.pause("default")
-    os.kill(os.getppid(), signal.SIGHUP)  # R27's hang-up: beat now
+    os.kill(os.getppid(), signal.SIGUSR1)  # R27's reload: beat now
     for _ in range(3000):
         if any(p["heartbeat_at"] > asked for p in store.pools()):
             break

@@ -137,6 +137,10 @@ class WatchedClaimer:
     def turn(self, *args):
         return self.claimer.turn(*args)
 
+    @property
+    def token_wait(self):
+        return self.claimer.token_wait
+
     def set_limits(self, plan):
         self.claimer.set_limits(plan)
 

@@ -39,6 +39,11 @@ class Claimer(Protocol):
     #: (the SQLite cores), ``postgres``.
     name: str
 
+    #: R36: after a turn, the seconds until a rate-limited group its claim passed over
+    #: for want of a token (or left without one) has a whole token again; None when
+    #: there was none. The pool claims again then rather than at its next poll.
+    token_wait: float | None
+
     def turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: random.Random,
              shares: Sequence[Share] | None = None
              ) -> tuple[list[Settled], list[Claimed], list[Settled]]:

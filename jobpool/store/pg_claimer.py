@@ -25,7 +25,7 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, 
                                LEASE_SLACK,
                                OWNER_DIED, Claimed, Decision, Lease, Outcome, Policy, Settled,
                                decide)
-from jobpool.limits import LimitPlan, charge, plan_claim
+from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, rows
 from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
@@ -98,6 +98,9 @@ class PgClaimer:
         self._claim_params = pg_sql.claim_params(names, self.policies, DEFAULT_POLICY)
         #: R35/R36: the limits this pool obeys (``set_limits``); None: the ordinary claim.
         self._limits: LimitedClaim | None = None
+        #: R36: after a turn, the seconds until a group its claim passed over for want
+        #: of a token has one (the Claimer protocol); None: no such group.
+        self.token_wait: float | None = None
         if not psycopg.Pipeline.is_supported():
             raise StoreError("a PostgreSQL pool needs libpq 14 or later (pipeline mode); "
                              "pip install 'jobpool[postgres]' brings one")
@@ -168,6 +171,7 @@ class PgClaimer:
         settled: list[Settled] = []
         claimed: list[Claimed] = []
         expired: list[Settled] = []
+        self.token_wait = None
         if not outcomes and n <= 0:
             return settled, claimed, expired
         taken: dict[int, Lease] = {}
@@ -247,6 +251,7 @@ class PgClaimer:
             # Only the rows the statement took (under their caps) cost a token and a
             # turn of the rotation.
             charge(source, picked, {row[0] for row in found}, now)
+            self.token_wait = sooner(self.token_wait, picked.token_wait)
         # RETURNING has no order; dispatch in claim order (R7).
         found.sort(key=lambda r: (-r[9], r[10], r[0]))
         for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,

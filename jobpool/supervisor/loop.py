@@ -13,6 +13,7 @@ The children are ``slots.py``'s, the heartbeat and what rides on it are
 from __future__ import annotations
 
 import logging
+import os
 import random
 import selectors
 import signal
@@ -20,7 +21,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from jobpool import core, events, jobs, procinfo, proctree
+from jobpool import core, events, jobs, procinfo, proctree, terminal
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import Settled, settled_as
@@ -129,11 +130,20 @@ class Supervisor:
         self._store_pause_until = 0.0
         self._store_pause = 0.0
         self._next_poll = 0.0
+        #: R36: when a rate-limited group held back by its bucket has a token again
+        #: (the claimer's ``token_wait``); the pool claims then. None: no such group.
+        self._next_token: float | None = None
         self._next_status = 0.0
         self._old_handlers: dict[int, Any] = {}
         self._signal_r: Any = None  # the signal wake-up socket pair, once running
         self._signal_w: Any = None
         self._old_wakeup_fd = -1
+        #: R27: the descriptors this pool had on its controlling terminal, when SIGHUP
+        #: means that terminal hung up (None: SIGHUP reloads, or stays ignored).
+        self._terminal_fds: tuple[int, ...] | None = None
+        self._hung_up = False  # set by the signal handler; acted on by the loop
+        #: R25: the jobs this pool gave back at its stop, named once as it exits.
+        self._released: list[int] = []
         self._listener: Any = None  # a Listener once running
         self._listening: Any = None  # the listener's socket the selector watches
         #: Processes started beside the pool by its caller (the dashboard of
@@ -188,8 +198,19 @@ class Supervisor:
             self._selector.close()
             self.core.close()
             self.store.close()  # the last connection out checkpoints and removes the WAL
+        if self._released:
+            self._say_released()
         events.emit(events.POOL_STOPPED, **self.counters)
         return self.exit_code
+
+    def _say_released(self) -> None:
+        """R25: what the stop gave back, once, where the operator reads warnings."""
+        ids = self._released
+        shown = ", ".join(str(i) for i in ids[:10]) + (f" and {len(ids) - 10} more"
+                                                        if len(ids) > 10 else "")
+        log.warning("stopped with %d job(s) still running, given back to the queue (%s): "
+                    "the next start runs them at once (R25)",
+                    len(ids), shown)
 
     def request_stop(self) -> None:
         """Ask for a graceful stop (what SIGTERM and SIGINT do); twice means at once."""
@@ -201,7 +222,6 @@ class Supervisor:
                 pass
 
     def _loop(self) -> None:
-        config = self.config
         state = self.state
         slots = self.slots
         operations = self.operations
@@ -232,11 +252,7 @@ class Supervisor:
             self._handle_stop(now)
             slots.kill_overdue(now)
             slots.check_memory(now)
-            if now >= self._next_poll:
-                self._next_poll = now + config.poll_interval
-                state.want_claim = True
-                if not state.stopping:
-                    self._reclaim(now)
+            self._timers(now)
             claimed_none = self._turn(now)
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
@@ -255,6 +271,20 @@ class Supervisor:
                 self.metrics_server.expire()
             if self._finished(now, claimed_none):
                 return
+
+    def _timers(self, now: float) -> None:
+        """What comes due with time rather than with an event: the poll (a claim, and
+        R23's reclaim of expired leases), and R36's next token for a group held back
+        by its rate."""
+        state = self.state
+        if now >= self._next_poll:
+            self._next_poll = now + self.config.poll_interval
+            state.want_claim = True
+            if not state.stopping:
+                self._reclaim(now)
+        if self._next_token is not None and now >= self._next_token:
+            self._next_token = None
+            state.want_claim = True
 
     def _watch_store_file(self) -> None:
         """R45: the store's path names another file, or none: producers write where
@@ -278,6 +308,8 @@ class Supervisor:
             return 0.0
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat)
+        if self._next_token is not None:
+            deadline = min(deadline, self._next_token)
         if state.pending:
             deadline = min(deadline, self._store_pause_until)
         return max(0.0, min(deadline - now, self.config.poll_interval))
@@ -421,6 +453,8 @@ class Supervisor:
                 counters[counter] += 1
                 events.emit(event, job_id=job_id, name=name, attempt=attempt,
                             duration=duration, reason=reason)
+                if counter == "released":
+                    self._released.append(job_id)
             elif status == "dead":
                 counters["dead"] += 1
                 events.emit(events.JOB_DEAD, job_id=job_id, name=name, attempt=attempt,
@@ -473,6 +507,8 @@ class Supervisor:
                 series.claimed(job.name, job.queue, now - job.run_at)
         if not want:
             return all_paused
+        wait = self.core.token_wait
+        self._next_token = None if wait is None else now + wait
         state.want_claim = len(claimed) + len(expired) >= want
         return not claimed and not expired
 
@@ -506,6 +542,8 @@ class Supervisor:
 
     def _handle_stop(self, now: float) -> None:
         state = self.state
+        if self._hung_up and self._terminal_fds is not None:
+            self._terminal_closed()
         if state.stop_requests and not state.stopping:
             state.stopping = True
             state.drain_until = now + self.config.drain
@@ -515,7 +553,11 @@ class Supervisor:
         if not state.stopping:
             return
         if state.stop_requests >= 2 or now >= state.drain_until:
-            self.slots.release_all(now)
+            if state.stop_requests >= 2:
+                self.slots.release_all(now, "released at shutdown: a second stop came")
+            else:
+                self.slots.release_all(now, f"released at shutdown: still running when the "
+                                            f"{self.config.drain:g} s drain ended")
 
     def _install_signals(self) -> None:
         self._signal_r, self._signal_w = socket.socketpair()
@@ -527,7 +569,14 @@ class Supervisor:
                                                        warn_on_full_buffer=False)
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._old_handlers[signum] = signal.signal(signum, self._on_signal)
-            self._old_handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
+            self._old_handlers[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_reload)
+            # R27 (terminal.py): a hang-up of the terminal this pool runs on stops it;
+            # without a terminal SIGHUP reloads; under nohup it stays ignored.
+            if not terminal.hangup_ignored():
+                on_terminal = terminal.has_controlling_terminal()
+                self._terminal_fds = terminal.terminal_fds() if on_terminal else None
+                self._old_handlers[signal.SIGHUP] = signal.signal(
+                    signal.SIGHUP, self._on_hangup if on_terminal else self._on_reload)
         except ValueError:
             pass  # not the main thread: stop with request_stop()
 
@@ -535,9 +584,29 @@ class Supervisor:
         # Handlers only count; the loop acts (STYLE habit 7).
         self.state.stop_requests += 1
 
-    def _on_hangup(self, signum, frame) -> None:
+    def _on_reload(self, signum, frame) -> None:
         # R27: re-read the operators' requests (scale, stop) at once.
         self.operations.next_heartbeat = 0.0
+
+    def _on_hangup(self, signum, frame) -> None:
+        # R27: the terminal went away: a graceful stop, the loop does the rest.
+        self._hung_up = True
+        self.state.stop_requests += 1
+
+    def _terminal_closed(self) -> None:
+        """The terminal hung up: this pool and every process it forked stop writing
+        to it (each write would fail with EIO), and the graceful stop that the
+        hang-up counted drains the pool (R25). Once."""
+        fds, self._terminal_fds = self._terminal_fds, None
+        events.emit(events.TERMINAL_CLOSED, busy=self.slots.busy_count(), drain=self.config.drain)
+        terminal.point_at_null(fds or ())
+        # The children lead process groups of their own: the kernel told only this
+        # one (and the dashboard beside it). Each moves off the terminal itself.
+        for pid in self.slots.known_children():
+            try:
+                os.kill(pid, signal.SIGHUP)
+            except OSError:
+                pass
 
     def _drain_signal_pipe(self) -> None:
         try:

@@ -40,7 +40,7 @@ class Slot:
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
                  "started", "progress", "stage", "progress_dirty", "retiring", "checkpointed",
-                 "interrupting", "interrupt_until")
+                 "interrupting", "interrupt_until", "cpu_reported")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -59,6 +59,9 @@ class Slot:
         self.checkpointed = False   # R37: its job saved a state in this attempt
         self.interrupting: str | None = None   # R37: asked to stop at a save point: why
         self.interrupt_until = math.inf        # a cancel's kill follows if none came by then
+        #: CPU seconds its child's finished attempts reported: what the kernel's total
+        #: for the child (at its exit) held before the attempt it died in.
+        self.cpu_reported = 0.0
 
     def runs(self, job_id: int, attempt: int) -> bool:
         """Whether this slot's child runs that very attempt now."""
@@ -108,6 +111,7 @@ class Slots:
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at = None, math.inf
+        slot.cpu_reported = 0.0
         slot.retiring = False
         slot.checkpointed, slot.interrupting, slot.interrupt_until = False, None, math.inf
         self.selector.register(parent_conn.fileno(), selectors.EVENT_READ, ("conn", slot, parent_conn))
@@ -153,6 +157,8 @@ class Slots:
             error = bounds.clip(error if isinstance(error, str) else repr(error), bounds.MAX_ERROR_BYTES)
         if kind == core.INTERRUPTED:
             kind, error = self._interrupted(slot, error)
+        if isinstance(cpu_s, (int, float)):
+            slot.cpu_reported += cpu_s
         self._finish(slot, Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
                                    peak_rss, cpu_s, strays or None), now)
         if strays:
@@ -249,12 +255,18 @@ class Slots:
             else:
                 kind, error = core.CRASH, cause
                 state.counters["crashes"] += 1
-            events.emit(events.CHILD_DIED, slot=slot.index, pid=slot.pid, job_id=job.job_id,
-                        name=job.name, attempt=job.attempt, cause=cause)
+            if kind not in (core.RELEASE, core.INTERRUPTED):
+                # A child the pool itself ended to give its job back (R25) did not die:
+                # ``job_released`` says what happened, with why.
+                events.emit(events.CHILD_DIED, slot=slot.index, pid=slot.pid,
+                            job_id=job.job_id, name=job.name, attempt=job.attempt, cause=cause)
             if death is not None and state.metrics is not None:
                 state.metrics.child_died(death)
             peak = usage.ru_maxrss * 1024 if usage else None
-            cpu = usage.ru_utime + usage.ru_stime if usage else None
+            # The kernel's CPU total is the child's lifetime (and its reaped processes'):
+            # less what its earlier attempts reported, the attempt it died in.
+            cpu = max(0.0, usage.ru_utime + usage.ru_stime - slot.cpu_reported) \
+                if usage else None
             self._finish(slot, Outcome(job.job_id, job.attempt, kind, error, None, None, slot.pid,
                                        procinfo.exit_status_text(code), peak, cpu,
                                        strays or None), now)

@@ -278,6 +278,33 @@ def test_a_rate_never_overdraws_its_bucket(store, claimer):
     assert len(starts) >= 5  # it refills: more than the burst over 1.5 s
 
 
+def test_a_claim_held_back_by_a_rate_says_when_the_next_token_is_due(store, claimer):
+    # R36: the claim knows when the bucket it emptied has a token again; the pool
+    # wakes then (tests/test_rate_wakeup.py), not at its poll interval.
+    declare(store, NameLimit(RATED, None, parse_rate("10/s"), 1, None))
+    for i in range(3):
+        store.enqueue(RATED, i)
+    c = claimer()
+    assert len(claim(c, 4)) == 1
+    assert c.token_wait == pytest.approx(0.1, abs=0.01)
+    time.sleep(0.12)
+    assert len(claim(c, 4)) == 1  # the token came when it said
+    assert 0 < c.token_wait <= 0.1 + 0.01
+
+
+def test_a_group_at_its_concurrency_limit_waits_for_no_token(store, claimer):
+    # Tokens to spare, but one running at most: a finish, not time, frees the next.
+    declare(store, NameLimit(RATED, 1, parse_rate("10/s"), 5, None))
+    for i in range(3):
+        store.enqueue(RATED, i)
+    c = claimer()
+    assert len(claim(c, 4)) == 1
+    assert c.token_wait is None
+    store.enqueue(FREE, 1)
+    assert [j.name for j in claim(c, 4)] == [FREE]
+    assert c.token_wait is None
+
+
 def test_enqueue_without_the_group_by_argument_is_refused(store):
     from jobpool import job, jobs
 
