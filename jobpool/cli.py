@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import bounds, config, core, jobs, liveness
+from jobpool import bounds, config, core, jobs, liveness, procinfo
 from jobpool.display import markup_escape, shown
 from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
@@ -754,7 +754,12 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
         what = store.cancel(job_id)
         results[job_id] = {"cancelled": "cancelled", "requested": "cancelled"}.get(what, f"already {what}")
         if what == "requested":
-            print(f"job {job_id}: running; its pool will kill it and settle it dead")
+            # R31: the pool reads the request at its next heartbeat. An attempt that
+            # ends before that is settled as it ended; the request stays on the row,
+            # so a retry (or a later run the job booked) is cancelled once it runs.
+            print(f"job {job_id}: running: its pool stops it within about a second and "
+                  f"settles it dead (cancelled); if the job ends first, that end stands "
+                  f"(done stays done), and a retry it earns is cancelled when it starts")
             results.pop(job_id)
     return _report(results, "cancelled")
 
@@ -910,17 +915,40 @@ def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
             raise UserError(_no_pool_chosen(store, args))
         print("no pools are running on this store")
         return 0
-    print(f"asked {count} pool(s) to stop")
+    print(f"asked {count} pool(s) to stop", flush=True)
+    if not args.wait:
+        return 0
+    asked = liveness.chosen(store.pools(), owner=args.pool, host=args.host)
     end = time.monotonic() + args.wait
-    while args.wait and time.monotonic() < end:
-        if not liveness.chosen(store.pools(), owner=args.pool, host=args.host):
-            print("all pools stopped" if not (args.pool or args.host) else "the pools asked stopped")
-            return 0
-        time.sleep(0.2)
-    if args.wait:
-        print("pools still running after --wait", file=sys.stderr)
-        return 1
+    while True:
+        running = _still_running(store, asked)
+        if not running:
+            break
+        if time.monotonic() >= end:
+            print(f"{len(running)} of {len(asked)} pool(s) still running after --wait "
+                  f"{args.wait:g}: {', '.join(p['owner'] for p in running)}", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    away = sum(1 for pool in asked if not _on_this_host(pool))
+    print(("all pools stopped" if not (args.pool or args.host) else "the pools asked stopped")
+          + f": {len(asked)} pool(s), "
+          + (f"{away} of them on other hosts (gone from the store)" if away
+             else "every process exited"))
     return 0
+
+
+def _still_running(store, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """R25: those of ``pools`` not stopped yet. A pool on this host has stopped once its
+    process has exited: it leaves the store's pools table before it closes the store
+    (an SQLite file's last checkpoint) and exits. Elsewhere, once its row is gone."""
+    listed = {pool["owner"] for pool in liveness.live_pools(store.pools())}
+    return [pool for pool in pools
+            if (not procinfo.owner_exited(pool["owner"]) if _on_this_host(pool)
+                else pool["owner"] in listed)]
+
+
+def _on_this_host(pool: dict[str, Any]) -> bool:
+    return pool["owner"].partition(":")[0] == procinfo.host_id()
 
 
 def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:

@@ -348,3 +348,38 @@ def test_pools_keeps_every_value_whole_at_80_and_120_columns(make_app, columns, 
         assert ("compiled" in cells) == (columns == 120)
     assert lines[3:] == ([f"(core: left out at {columns} columns; --json has every field)"]
                          if left_out else [])
+
+
+def test_cancel_of_a_running_job_says_what_a_pool_does_and_what_if_it_ends_first(make_any_app):
+    # R31: the pool acts at its next heartbeat; an attempt that ends before that keeps
+    # its end, and a retry it earned is cancelled when it runs
+    import random
+    import time as _time
+
+    from jobpool.lifecycle import DONE, ERROR, Outcome, Policy
+    from jobpool.store.records import Heartbeat
+    app = make_any_app(APP)
+    store = app.store()
+    finishes, fails = (store.enqueue("t.hello", who).id for who in ("a", "b"))
+    claimer = store.claimer("pool-a", ["t.hello"], ["default"],
+                            {"t.hello": Policy(backoff_base=0.0)})  # a retry is due at once
+    try:
+        assert [j.job_id for j in claimer.turn([], 2, _time.time(), None)[1]] == [finishes, fails]
+        out = app.cli("jobs", "cancel", str(finishes), str(fails), "--db", str(app.db),
+                      check=True).stdout.splitlines()
+        assert out == [f"job {job}: running: its pool stops it within about a second and "
+                       f"settles it dead (cancelled); if the job ends first, that end stands "
+                       f"(done stays done), and a retry it earns is cancelled when it starts"
+                       for job in (finishes, fails)]
+        # Both end before the pool's heartbeat: one done, one failed with attempts left.
+        claimer.turn([Outcome(finishes, 1, DONE, result="null"), Outcome(fails, 1, ERROR, "boom")],
+                     0, _time.time(), random.Random(1))
+        assert (store.get(finishes)["status"], store.get(finishes)["last_error"]) == ("done", None)
+        assert store.get(fails)["status"] == "ready"
+        # The failed one's retry runs, and the pool's next heartbeat cancels that attempt.
+        assert [j.attempt for j in claimer.turn([], 1, _time.time(), None)[1]] == [2]
+        beat = Heartbeat(owner="pool-a", host="h", pid=1, procs=1, queues=("default",),
+                         names=("t.hello",), core="test", counters_json="{}", slots_json="[]")
+        assert store.heartbeat(beat, [], _time.time()).cancels == ((fails, 2),)
+    finally:
+        claimer.close()
