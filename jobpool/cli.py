@@ -9,13 +9,15 @@ import argparse
 import importlib
 import json
 import logging
+import math
 import os
+import re
 import sys
 import time
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import bounds, config, core, jobs, liveness
+from jobpool import bounds, config, core, jobs, liveness, procinfo
 from jobpool.display import markup_escape, shown
 from jobpool.errors import JobNotFound, JobpoolError
 from jobpool.events import JsonFormatter, PlainFormatter
@@ -64,6 +66,12 @@ class _Stdout:
             self._console = console()  # R46: what comes from jobs prints as text
         return self._console
 
+    def line(self, text: str) -> None:
+        """One line of jobpool's own words, as text (no markup, no highlighting). Off a
+        terminal it is never wrapped, whatever the width (``COLUMNS``, else 80): a
+        reader of a log or a pipe gets each statement on one line, as it greps it."""
+        self.console.print(text, markup=False, highlight=False, soft_wrap=not self.is_terminal)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.console, name)
 
@@ -76,29 +84,32 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, not {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
     return value
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number of seconds, not {text}")
-    problem = bounds.check_delay(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
+    return _checked_seconds(text, positive=False)
 
 
 def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text}")
+    return _checked_seconds(text, positive=True)
+
+
+def _checked_seconds(text: str, *, positive: bool) -> float:
+    """A flag's number of seconds: 0 (or more than 0) to R41's 10 years. Whatever is
+    wrong with it (negative, zero, not a number, too large), the refusal says the
+    same: what is allowed and what was typed."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not ((value > 0 if positive else value >= 0) and bounds.check_delay(value) is None):
+        allowed = "above 0, at most 10 years" if positive else "from 0 to 10 years"
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds {allowed} (like 30 or 0.5), not {text!r}")
     return value
 
 
@@ -112,10 +123,33 @@ def _duration(text: str) -> float:
     try:
         value = float(number) * _UNITS.get(unit, 1)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a duration like 7d, 12h or 30m, not {text!r}") from None
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"expected a non-negative duration, not {text}")
+        value = math.nan
+    if not (value >= 0 and bounds.check_delay(value) is None):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration from 0 to 10 years, like 90, 45s, 30m, 12h, 7d or 2w, "
+            f"not {text!r}")
     return value
+
+
+#: The options that take a value (``Parser.add_argument`` notes them), and what of a
+#: value argparse would take for an option instead: a leading dash and a digit or dot.
+_VALUE_FLAGS: set[str] = set()
+_DASHED_NUMBER = re.compile(r"-[\d.]")
+
+
+def _attached(argv: Sequence[str]) -> list[str]:
+    """``--result-ttl -1h`` as ``--result-ttl=-1h``. argparse takes a value that starts
+    with a dash for an option unless it reads as a negative number ("expected one
+    argument"); attached, it reaches the flag's own check, which says what is allowed."""
+    attached: list[str] = []
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            return attached + list(argv[index:])
+        if attached and attached[-1] in _VALUE_FLAGS and _DASHED_NUMBER.match(arg):
+            attached[-1] = f"{attached[-1]}={arg}"
+        else:
+            attached.append(arg)
+    return attached
 
 
 def _store_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -152,6 +186,12 @@ def _json_value(kind: type, flag: str):
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line (and exit 2), not a usage dump."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if action.option_strings and action.nargs is None:
+            _VALUE_FLAGS.update(action.option_strings)
+        return action
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -261,13 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_cmd = sub.add_parser("jobs", help="list, show and cancel jobs")
     jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND",
                                        parser_class=Parser)
-    jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs")
+    jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs, newest first")
     jobs_list.add_argument("--status", choices=LISTED_STATUSES,
                            help="ready means due now; scheduled, due later")
-    jobs_list.add_argument("--name")
+    jobs_list.add_argument("--name", help="only jobs of this name")
+    jobs_list.add_argument("--queue", help="only jobs in this queue")
     jobs_list.add_argument("--chain", type=_positive_int, metavar="ID",
                            help="the chain started by job ID")
-    jobs_list.add_argument("--limit", type=_positive_int, default=100)
+    jobs_list.add_argument("--limit", type=_positive_int, default=_LISTED, metavar="N",
+                           help=f"list the newest N jobs (default {_LISTED}); a last line "
+                                f"says how many more there are")
     jobs_list.add_argument("--json", action="store_true")
     jobs_show = jobs_sub.add_parser("show", parents=[common], help="one job and its attempts")
     jobs_show.add_argument("id", type=_positive_int)
@@ -562,22 +605,21 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
     table.add_row(*(str(v) for v in counts.values()))
     out.print(table)
     for pool in supervisors:
-        out.print(f"pool {pool['owner']}: {pool['procs']} procs, {pool.get('completed', 0)} completed, "
-                  f"{pool.get('retried', 0)} retried, {pool.get('dead', 0)} dead, "
-                  f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle failures",
-                  highlight=False)
+        out.line(f"pool {pool['owner']}: {pool['procs']} procs, {pool.get('completed', 0)} "
+                 f"completed, {pool.get('retried', 0)} retried, {pool.get('dead', 0)} dead, "
+                 f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle "
+                 f"failures")
     _print_unserved(out, unserved)
     _print_paused(out, paused)
     # The claims run in the server on PostgreSQL; this install's core serves SQLite.
-    out.print("claims: postgres" if is_postgres_url(store.path) else f"core: {core.NAME}")
+    out.line("claims: postgres" if is_postgres_url(store.path) else f"core: {core.NAME}")
     return 0
 
 
 def _print_unserved(out: _Stdout, unserved: list[dict[str, Any]]) -> None:
     """R28: ready jobs that no running pool serves would wait for ever unseen."""
     for group in unserved:
-        out.print(f"ready, no running pool serves it: {liveness.describe_unserved(group)}",
-                  markup=False, highlight=False)
+        out.line(f"ready, no running pool serves it: {liveness.describe_unserved(group)}")
 
 
 _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "key", "priority",
@@ -586,7 +628,8 @@ _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "ke
 
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
-    rows = store.list_jobs(status=args.status, name=args.name, chain=args.chain, limit=args.limit)
+    chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain)
+    rows = store.list_jobs(**chosen, limit=args.limit, newest_first=True)
     if args.json:
         print(json.dumps([{k: row[k] for k in _LIST_FIELDS} for row in rows]))
         return 0
@@ -603,7 +646,26 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     for row, cell in zip(rows, cells):
         table.add_row(*cell, (row["last_error"] or "").split("\n", 1)[0])
     out.print(table)
+    if len(rows) == args.limit:
+        counted = store.count_jobs(**chosen, at_most=args.limit + _MORE_COUNTED)
+        more = counted - len(rows)
+        if more >= _MORE_COUNTED:
+            out.line(f"… at least {_spaced(more)} more (a larger --limit lists more)")
+        elif more > 0:
+            out.line(f"… {_spaced(more)} more (--limit {counted} lists them all)")
     return 0
+
+
+#: ``jobs list`` lists this many jobs unless --limit says otherwise...
+_LISTED = 100
+#: ... and counts those it left out up to this many (a count reads an index entry for
+#: each row it counts).
+_MORE_COUNTED = 100_000
+
+
+def _spaced(number: int) -> str:
+    """``1 234 567``: thousands apart, as a count reads at a glance."""
+    return f"{number:,}".replace(",", " ")
 
 
 #: Columns holding Unix times, shown to people as local times.
@@ -692,7 +754,12 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
         what = store.cancel(job_id)
         results[job_id] = {"cancelled": "cancelled", "requested": "cancelled"}.get(what, f"already {what}")
         if what == "requested":
-            print(f"job {job_id}: running; its pool will kill it and settle it dead")
+            # R31: the pool reads the request at its next heartbeat. An attempt that
+            # ends before that is settled as it ended; the request stays on the row,
+            # so a retry (or a later run the job booked) is cancelled once it runs.
+            print(f"job {job_id}: running: its pool stops it within about a second and "
+                  f"settles it dead (cancelled); if the job ends first, that end stands "
+                  f"(done stays done), and a retry it earns is cancelled when it starts")
             results.pop(job_id)
     return _report(results, "cancelled")
 
@@ -774,33 +841,73 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
         return 0
 
     now = time.time()
-    table = _table(box=None)
-    for column in ("host", "pid", "state", "procs", "queues", "core", "up", "heartbeat", "done",
-                   "dead"):
-        table.add_column(column, no_wrap=True)
     refusals = []
+    cells = []
     for pool in pools:
         counters = pool["counters"]
         # R24/R24b: a row whose supervisor is gone is shown as such until a running
         # pool reclaims its leases and removes it.
         state = f"dead: {pool['dead']}" if pool["dead"] else "running"
-        table.add_row(pool["host"], str(pool["pid"]), state, str(pool["procs"]), pool["queues"],
+        cells.append((pool["host"], str(pool["pid"]), state, str(pool["procs"]), pool["queues"],
                       pool["core"], f"{now - pool['started_at']:.0f}s",
                       f"{now - pool['heartbeat_at']:.1f}s ago",
-                      str(counters.get("completed", 0)), str(counters.get("dead", 0)))
+                      str(counters.get("completed", 0)), str(counters.get("dead", 0))))
         if counters.get("scale_refused"):
             refusals.append(f"pool {pool['host']}:{pool['pid']} refused a scale: "
                             f"{counters['scale_refused']}")
+    table, left_out = _fitted(out.width, _POOL_COLUMNS, cells, _POOLS_FIT)
     out.print(table)
+    if left_out:
+        out.line(f"({', '.join(left_out)}: left out at {out.width} columns; --json has every "
+                 f"field)")
     for line in refusals:
-        out.print(line, markup=False, highlight=False)
+        out.line(line)
     _print_unserved(out, store.unserved())
     _print_paused(out, store.paused_queues())
     return 0
 
 
-def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
+_POOL_COLUMNS = ("host", "pid", "state", "procs", "queues", "core", "up", "heartbeat", "done",
+                 "dead")
 
+
+def _fitted(width: int, columns: Sequence[str], cells: list[tuple[str, ...]],
+            steps: Sequence[tuple[str, str]]) -> tuple[Table, list[str]]:
+    """A table of ``cells`` that keeps every value whole within ``width``: until the
+    columns fit, ``steps`` are taken in turn, each ``("drop", column)`` (left out) or
+    ``("fold", column)`` (its values wrap onto more lines, down to ``_FOLDED`` wide);
+    a column neither dropped nor folded never shrinks. Also the columns left out."""
+    natural = {name: max(len(name), *(len(row[index]) for row in cells))
+               for index, name in enumerate(columns)}
+    shown, folded = list(columns), set()
+
+    def room() -> int:
+        return sum(min(natural[name], _FOLDED) if name in folded else natural[name]
+                   for name in shown) + 2 * (len(shown) - 1)
+    for step, name in steps:
+        if room() <= width:
+            break
+        if step == "drop":
+            shown.remove(name)
+        else:
+            folded.add(name)
+    table = _table(box=None, pad_edge=False, padding=(0, 1))
+    for name in shown:
+        table.add_column(name, no_wrap=name not in folded, overflow="fold")
+    for row in cells:
+        table.add_row(*(row[columns.index(name)] for name in shown))
+    return table, [name for name in columns if name not in shown]
+
+
+#: How narrow ``_fitted`` may fold a column.
+_FOLDED = 10
+#: ``pools`` at a width too small for all its columns: a dead pool's reason wraps
+#: first, then the core and the uptime go, then queues and host names wrap.
+_POOLS_FIT = (("fold", "state"), ("drop", "core"), ("drop", "up"), ("fold", "queues"),
+              ("fold", "host"))
+
+
+def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     count = store.request_stop(owner=args.pool, host=args.host)
     if not count:
@@ -808,17 +915,40 @@ def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
             raise UserError(_no_pool_chosen(store, args))
         print("no pools are running on this store")
         return 0
-    print(f"asked {count} pool(s) to stop")
+    print(f"asked {count} pool(s) to stop", flush=True)
+    if not args.wait:
+        return 0
+    asked = liveness.chosen(store.pools(), owner=args.pool, host=args.host)
     end = time.monotonic() + args.wait
-    while args.wait and time.monotonic() < end:
-        if not liveness.chosen(store.pools(), owner=args.pool, host=args.host):
-            print("all pools stopped" if not (args.pool or args.host) else "the pools asked stopped")
-            return 0
-        time.sleep(0.2)
-    if args.wait:
-        print("pools still running after --wait", file=sys.stderr)
-        return 1
+    while True:
+        running = _still_running(store, asked)
+        if not running:
+            break
+        if time.monotonic() >= end:
+            print(f"{len(running)} of {len(asked)} pool(s) still running after --wait "
+                  f"{args.wait:g}: {', '.join(p['owner'] for p in running)}", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    away = sum(1 for pool in asked if not _on_this_host(pool))
+    print(("all pools stopped" if not (args.pool or args.host) else "the pools asked stopped")
+          + f": {len(asked)} pool(s), "
+          + (f"{away} of them on other hosts (gone from the store)" if away
+             else "every process exited"))
     return 0
+
+
+def _still_running(store, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """R25: those of ``pools`` not stopped yet. A pool on this host has stopped once its
+    process has exited: it leaves the store's pools table before it closes the store
+    (an SQLite file's last checkpoint) and exits. Elsewhere, once its row is gone."""
+    listed = {pool["owner"] for pool in liveness.live_pools(store.pools())}
+    return [pool for pool in pools
+            if (not procinfo.owner_exited(pool["owner"]) if _on_this_host(pool)
+                else pool["owner"] in listed)]
+
+
+def _on_this_host(pool: dict[str, Any]) -> bool:
+    return pool["owner"].partition(":")[0] == procinfo.host_id()
 
 
 def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
@@ -865,8 +995,7 @@ def cmd_metrics(args: argparse.Namespace, out: _Stdout) -> int:
 def _print_paused(out: _Stdout, paused: list[str]) -> None:
     """R38: a paused queue explains ready jobs that nobody claims."""
     if paused:
-        out.print(f"paused queues: {', '.join(paused)} (jobpool resume QUEUE)", markup=False,
-                  highlight=False)
+        out.line(f"paused queues: {', '.join(paused)} (jobpool resume QUEUE)")
 
 
 def _no_pool_chosen(store, args: argparse.Namespace) -> str:
@@ -1087,7 +1216,7 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attached(sys.argv[1:] if argv is None else argv))
     if hasattr(args, "mode"):
         _store_mode(parser, args)
     if getattr(args, "db", None) is not None:

@@ -56,6 +56,23 @@ def owner_is_dead(owner: str) -> bool:
     return bool(start) and bool(current) and current != start
 
 
+def owner_exited(owner: str) -> bool:
+    """True when ``owner`` was a supervisor on this host that has exited: its process
+    is gone or reused (``owner_is_dead``), or a zombie its parent has not reaped yet."""
+    if owner_is_dead(owner):
+        return True
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != host_id() or not pid_text.isdigit():
+        return False
+    try:
+        with open(f"/proc/{pid_text}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False  # no /proc here: alive as far as anyone can tell
+    return stat.rsplit(b")", 1)[1].split()[0] == b"Z"
+
+
 def exit_cause(code: int) -> str:
     """How a child ended, in words for ``last_error`` (R19); ``code`` as Process.exitcode."""
     if code < 0:

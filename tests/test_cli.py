@@ -53,11 +53,11 @@ def test_enqueue_start_status_and_jobs_round_trip(make_app):
 
     listed = json.loads(app.cli("jobs", "list", "--status", "done", "--json", "--db", db,
                                 check=True).stdout)
-    assert [j["id"] for j in listed] == [1, 2]
+    assert [j["id"] for j in listed] == [2, 1]  # newest first
     for field in ("id", "name", "queue", "status", "attempts", "max_attempts", "key", "priority",
                   "last_error"):
         assert field in listed[0]
-    assert (listed[1]["key"], listed[1]["priority"], listed[1]["max_attempts"]) == ("k1", 5, 2)
+    assert (listed[0]["key"], listed[0]["priority"], listed[0]["max_attempts"]) == ("k1", 5, 2)
 
     shown = json.loads(app.cli("jobs", "show", "1", "--json", "--db", db, check=True).stdout)
     assert shown["status"] == "done" and shown["attempt_log"][0]["outcome"] == "done"
@@ -75,6 +75,26 @@ def test_jobs_list_filters_by_name(make_app):
     listed = json.loads(app.cli("jobs", "list", "--name", "other.job", "--json", "--db",
                                 str(app.db), check=True).stdout)
     assert [j["name"] for j in listed] == ["other.job"]
+
+
+def test_jobs_list_shows_the_newest_first_and_says_how_many_it_left_out(make_any_app):
+    # R28: the newest jobs, and a last line counting the rest (none when none is left)
+    app = make_any_app(APP)
+    store = app.store()
+    first = store.enqueue_many("t.hello", [(n,) for n in range(1240)]).ids[0]
+    reports = list(store.enqueue_many("t.report", [(n,) for n in range(5)], queue="reports").ids)
+    db = str(app.db)
+    listed = app.cli("jobs", "list", "--limit", "3", "--db", db, check=True).stdout.splitlines()
+    assert [line.split()[0] for line in listed[1:4]] == [str(i) for i in reports[:-4:-1]]
+    assert listed[4:] == ["… 1 242 more (--limit 1245 lists them all)"]
+    by_queue = app.cli("jobs", "list", "--queue", "reports", "--limit", "2", "--json", "--db", db,
+                       check=True).stdout
+    assert [j["id"] for j in json.loads(by_queue)] == reports[:-3:-1]  # JSON: the rows only
+    by_name = app.cli("jobs", "list", "--name", "t.hello", "--limit", "1240", "--db", db,
+                      check=True).stdout.splitlines()
+    assert by_name[1].split()[0] == str(first + 1239) and by_name[-1].split()[0] == str(first)
+    assert "more" not in by_name[-1]  # every job of the name is listed
+    assert "--limit N" in app.cli("jobs", "list", "--help", check=True).stdout
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -107,14 +127,49 @@ def test_user_mistakes_are_one_line_and_a_nonzero_exit(make_app, args, needle):
     (["enqueue", "t.hello", "--args", "{not json"], "--args is not valid JSON"),
     (["enqueue", "t.hello", "--args", '{"a": 1}'], "--args must be a JSON array"),
     (["enqueue", "t.hello", "--kwargs", "[1]"], "--kwargs must be a JSON object"),
-    (["enqueue", "t.hello", "--delay", "-5"], "non-negative"),
-    (["start", "--procs", "0"], "at least 1"),
+    (["enqueue", "t.hello", "--delay", "-5"],
+     "argument --delay: expected a number of seconds from 0 to 10 years (like 30 or 0.5), "
+     "not '-5'"),
+    (["start", "--procs", "0"], "argument --procs: expected a whole number of 1 or more, not '0'"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_usage_mistakes_are_one_line_and_exit_2(make_app, args, needle):
     app = make_app(APP)
     line = one_line_error(app.cli(*args), code=2)
     assert needle in line
+
+
+#: R41: each kind of number a flag takes, what it allows, in the words of its refusal.
+SECONDS_ABOVE_0 = "a number of seconds above 0, at most 10 years (like 30 or 0.5)"
+SECONDS = "a number of seconds from 0 to 10 years (like 30 or 0.5)"
+DURATION = "a duration from 0 to 10 years, like 90, 45s, 30m, 12h, 7d or 2w"
+WHOLE = "a whole number of 1 or more"
+
+
+@pytest.mark.parametrize("command, flag, allowed, values", [
+    (["start", "--burst"], "--poll-interval", SECONDS_ABOVE_0, ["0", "-1", "-0.5", "x"]),
+    (["start", "--burst"], "--dead-after", SECONDS_ABOVE_0, ["0", "-3"]),
+    (["start", "--burst"], "--store-timeout", SECONDS_ABOVE_0, ["0", "-1e3"]),
+    (["start", "--burst"], "--drain", SECONDS, ["-1", "1e300"]),
+    (["start", "--burst"], "--wait-retries", SECONDS, ["-.5", "nan"]),
+    (["start", "--burst"], "--result-ttl", DURATION, ["-1h", "-1", "1h30", "600w"]),
+    (["dead", "purge"], "--older-than", DURATION, ["-7d"]),
+    (["enqueue", "t.hello", "--key", "k"], "--key-period", DURATION, ["-1d"]),
+    (["start", "--burst"], "--memory-limit", WHOLE, ["0", "-1", "1.5"]),
+    (["start", "--burst"], "--procs", WHOLE, ["-2"]),
+    (["stop"], "--wait", SECONDS, ["-1"]),
+])
+def test_a_number_a_flag_refuses_is_named_with_the_flag_and_what_it_allows(
+        make_app, command, flag, allowed, values):
+    # R28/R41: every out-of-range value of a flag gets the same words (zero and
+    # negative alike, `-1h` too, which argparse took for an option), naming the flag,
+    # what it allows and what was typed.
+    app = make_app(APP)
+    for value in values:
+        line = one_line_error(app.cli(*command, flag, value, "--db", str(app.db)), code=2)
+        assert line.endswith(f"error: argument {flag}: expected {allowed}, not '{value}' "
+                             f"(see --help)"), line
+    assert not app.db.exists()
 
 
 def test_a_read_only_command_refuses_another_applications_file_and_leaves_it_alone(make_app):
@@ -249,3 +304,82 @@ def test_a_db_path_with_a_colon_after_a_slash_is_a_path(make_app):
     app.cli("enqueue", "t.hello", "--app", app.module, "--db", "./a:b.db", "--args", "[\"x\"]", check=True)
     app.cli("start", "--burst", "--app", app.module, "--db", str(app.dir / "x:y.db"), check=True)
     assert (app.dir / "a:b.db").exists() and (app.dir / "x:y.db").exists()
+
+
+def _beat(store, host: str, pid: int, **counters) -> None:
+    """A live pool's row, as a supervisor on ``host`` heartbeats it."""
+    import time as _time
+
+    from jobpool.store.records import Heartbeat
+    store.heartbeat(Heartbeat(owner=f"{host}:{pid}:1", host=host, pid=pid, procs=8,
+                              queues=("high", "default"), names=("t.hello",), core="compiled",
+                              counters_json=json.dumps(counters), slots_json="[]"),
+                    [], _time.time())
+
+
+def test_status_off_a_terminal_keeps_each_pool_on_one_line(make_app):
+    # R29a: piped, each statement is one line whatever the width: none is broken
+    # inside a phrase ("0 settle" / "failures")
+    app = make_app(APP)
+    _beat(app.store(), "worker-0042.example.internal", 123456, completed=1234567, retried=12,
+          dead=3, crashes=1, settle_failures=0)
+    app.env["COLUMNS"] = "80"
+    lines = app.cli("status", "--db", str(app.db), check=True).stdout.splitlines()
+    assert ("pool worker-0042.example.internal:123456:1: 8 procs, 1234567 completed, 12 retried, "
+            "3 dead, 1 crashes, 0 settle failures") in lines
+
+
+@pytest.mark.parametrize("columns, left_out", [(80, ["core"]), (120, [])])
+def test_pools_keeps_every_value_whole_at_80_and_120_columns(make_app, columns, left_out):
+    # R29: at 80 columns the core gives way (and it says so), not every
+    # column down to a letter
+    app = make_app(APP)
+    for pid in (4242, 4243):
+        _beat(app.store(), "web-01.prod", pid, completed=123456, dead=7)
+    app.env["COLUMNS"] = str(columns)
+    lines = app.cli("pools", "--db", str(app.db), check=True).stdout.splitlines()
+    assert max(map(len, lines)) <= columns
+    headers = ["host", "pid", "state", "procs", "queues", "core", "up", "heartbeat", "done", "dead"]
+    assert lines[0].split() == [h for h in headers if h not in left_out]
+    for line, pid in zip(lines[1:3], ("4242", "4243")):
+        cells = line.split()
+        assert cells[:5] == ["web-01.prod", pid, "running", "8", "high,default"]
+        assert cells[-2:] == ["123456", "7"]
+        assert ("compiled" in cells) == (columns == 120)
+    assert lines[3:] == ([f"(core: left out at {columns} columns; --json has every field)"]
+                         if left_out else [])
+
+
+def test_cancel_of_a_running_job_says_what_a_pool_does_and_what_if_it_ends_first(make_any_app):
+    # R31: the pool acts at its next heartbeat; an attempt that ends before that keeps
+    # its end, and a retry it earned is cancelled when it runs
+    import random
+    import time as _time
+
+    from jobpool.lifecycle import DONE, ERROR, Outcome, Policy
+    from jobpool.store.records import Heartbeat
+    app = make_any_app(APP)
+    store = app.store()
+    finishes, fails = (store.enqueue("t.hello", who).id for who in ("a", "b"))
+    claimer = store.claimer("pool-a", ["t.hello"], ["default"],
+                            {"t.hello": Policy(backoff_base=0.0)})  # a retry is due at once
+    try:
+        assert [j.job_id for j in claimer.turn([], 2, _time.time(), None)[1]] == [finishes, fails]
+        out = app.cli("jobs", "cancel", str(finishes), str(fails), "--db", str(app.db),
+                      check=True).stdout.splitlines()
+        assert out == [f"job {job}: running: its pool stops it within about a second and "
+                       f"settles it dead (cancelled); if the job ends first, that end stands "
+                       f"(done stays done), and a retry it earns is cancelled when it starts"
+                       for job in (finishes, fails)]
+        # Both end before the pool's heartbeat: one done, one failed with attempts left.
+        claimer.turn([Outcome(finishes, 1, DONE, result="null"), Outcome(fails, 1, ERROR, "boom")],
+                     0, _time.time(), random.Random(1))
+        assert (store.get(finishes)["status"], store.get(finishes)["last_error"]) == ("done", None)
+        assert store.get(fails)["status"] == "ready"
+        # The failed one's retry runs, and the pool's next heartbeat cancels that attempt.
+        assert [j.attempt for j in claimer.turn([], 1, _time.time(), None)[1]] == [2]
+        beat = Heartbeat(owner="pool-a", host="h", pid=1, procs=1, queues=("default",),
+                         names=("t.hello",), core="test", counters_json="{}", slots_json="[]")
+        assert store.heartbeat(beat, [], _time.time()).cancels == ((fails, 2),)
+    finally:
+        claimer.close()

@@ -129,6 +129,33 @@ def test_pools_lists_live_supervisors_and_stop_stops_them(make_any_app):
     assert pool.wait(timeout=5) == 0
 
 
+def test_stop_wait_says_the_pools_stopped_only_once_their_processes_have_exited(make_any_app):
+    # R25: a pool leaves the pools table before it closes its store and exits; `stop
+    # --wait` says "stopped" when the processes are gone, not when the rows are.
+    app = make_any_app(APP)
+    app.store()
+    pools = [app.spawn("--procs", "1") for _ in range(2)]
+    wait_for(lambda: len(app.store().pools()) == 2)
+    out = app.cli("stop", "--wait", "20", "--db", str(app.db), check=True)
+    assert [pool.poll() for pool in pools] == [0, 0]  # exited, reaped here only now
+    assert out.stdout.splitlines() == ["asked 2 pool(s) to stop",
+                                       "all pools stopped: 2 pool(s), every process exited"]
+
+
+def test_stop_wait_that_runs_out_names_the_pools_still_running(make_any_app):
+    app = make_any_app(APP)
+    job_id = app.store().enqueue("t.block", "slow").id
+    pool = app.spawn("--procs", "1", "--drain", "30")
+    wait_for(lambda: (app.dir / "slow.started").exists())
+    (owner,) = [p["owner"] for p in app.store().pools()]
+    out = app.cli("stop", "--wait", "0.5", "--db", str(app.db))
+    assert (out.returncode, out.stdout) == (1, "asked 1 pool(s) to stop\n")
+    assert out.stderr == f"1 of 1 pool(s) still running after --wait 0.5: {owner}\n"
+    (app.dir / "slow.go").write_text("go")
+    assert pool.wait(timeout=20) == 0
+    assert app.store().get(job_id)["status"] == "done"
+
+
 def test_stats_carry_the_counters_of_running_supervisors(make_any_app):
     app = make_any_app(APP)
     store = app.store()

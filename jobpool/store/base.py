@@ -168,8 +168,18 @@ class Store(Protocol):
         ...
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
-                  chain: int | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Jobs in id order; ``status`` ``scheduled`` means ready but not yet due."""
+                  queue: str | None = None, chain: int | None = None, limit: int = 100,
+                  newest_first: bool = False) -> list[dict[str, Any]]:
+        """At most ``limit`` jobs in id order, or the newest first; ``status``
+        ``scheduled`` means ready but not yet due. Each filter is read through an
+        index (R28)."""
+        ...
+
+    def count_jobs(self, *, status: str | None = None, name: str | None = None,
+                   queue: str | None = None, chain: int | None = None,
+                   at_most: int) -> int:
+        """How many jobs ``list_jobs`` with these filters could list, counting no
+        further than ``at_most``."""
         ...
 
     def attempts(self, job_id: int) -> list[dict[str, Any]]:

@@ -44,6 +44,8 @@ STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN state_at REAL"),
     # R35/R36: limits, a row's group, the lanes a limited claim rotates through.
     5: ("ALTER TABLE jobs ADD COLUMN grp TEXT", *sql.LIMIT_SCHEMA),
+    # R28: listings of one name or one queue, newest first, through an index.
+    6: sql.LISTING_SCHEMA,
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

@@ -21,7 +21,7 @@ from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no 
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -162,21 +162,21 @@ CREATE INDEX IF NOT EXISTS finished_jobs_hooks ON finished_jobs (name)
  WHERE status = 'dead' AND hook_done = 0
 """
 
-#: Every job, live or finished, as ``get`` and ``list_jobs`` read them.
-CREATE_ALL_JOBS = """
-CREATE OR REPLACE VIEW all_jobs AS
+#: A job's columns as ``get`` and ``list_jobs`` read them, from each of its tables.
+SELECT_JOB_FROM = {"jobs": """
 SELECT id, queue, name, key, payload, serializer, priority, status, run_at, attempts,
        max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at,
        last_error, progress, stage, NULL::bytea AS result, created_at, started_at,
        NULL::float8 AS finished_at, chain_root, cancel_requested, batch_id, state, state_at
-  FROM jobs
-UNION ALL
+""", "finished_jobs": """
 SELECT id, queue, name, key, payload, serializer, priority, status, run_at, attempts,
-       max_attempts, crashes, deferrals, deadline, timeout, NULL, NULL, last_error, progress,
-       stage, result, created_at, started_at, finished_at, chain_root, 0, batch_id, state,
-       state_at
-  FROM finished_jobs
-"""
+       max_attempts, crashes, deferrals, deadline, timeout, NULL::text, NULL::float8,
+       last_error, progress, stage, result, created_at, started_at, finished_at, chain_root,
+       0, batch_id, state, state_at
+"""}
+#: Every job, live or finished, as ``get`` reads them.
+CREATE_ALL_JOBS = "CREATE OR REPLACE VIEW all_jobs AS " + " UNION ALL ".join(
+    f"{columns} FROM {table}" for table, columns in SELECT_JOB_FROM.items())
 
 #: R19a: one row per attempt; ``seq`` orders them (the attempt number repeats after a Defer).
 CREATE_ATTEMPTS = """
@@ -507,10 +507,28 @@ LIMIT_SCHEMA = (CREATE_LIMITS, CREATE_GROUPS, CREATE_LANES, CREATE_LANES_INDEX,
                 CREATE_LIMITED_ROW_FUNCTION, DROP_LIMITED_INSERT,
                 CREATE_LIMITED_INSERT, DROP_LIMITED_READY, CREATE_LIMITED_READY)
 
+#: R28: ``jobs list --name`` and ``--queue``, newest first, through these: the ready rows
+#: of ``jobs`` (a claim's move to running writes no entry to them; running rows are
+#: found through the running-only indexes, as many as the pools have slots) and every
+#: row of ``finished_jobs``, written once.
+CREATE_READY_NAME_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_ready_name ON jobs (name, id) WHERE status = 'ready'
+"""
+CREATE_READY_QUEUE_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_ready_queue ON jobs (queue, id) WHERE status = 'ready'
+"""
+CREATE_FINISHED_NAME_INDEX = "CREATE INDEX IF NOT EXISTS finished_jobs_name ON finished_jobs (name, id)"
+CREATE_FINISHED_QUEUE_INDEX = """
+CREATE INDEX IF NOT EXISTS finished_jobs_queue ON finished_jobs (queue, id)
+"""
+#: Everything listings add to a store (revision 5).
+LISTING_SCHEMA = (CREATE_READY_NAME_INDEX, CREATE_READY_QUEUE_INDEX, CREATE_FINISHED_NAME_INDEX,
+                  CREATE_FINISHED_QUEUE_INDEX)
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
-          CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA)
+          CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -528,6 +546,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     # R35/R36: limits, a row's group (kept when it finishes, for a dead retry), lanes.
     4: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS grp text",
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS grp text", *LIMIT_SCHEMA),
+    # R28: listings of one name or one queue, newest first, through an index.
+    5: LISTING_SCHEMA,
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -1142,6 +1162,44 @@ JOB_COLUMNS = (
     "cancel_requested, batch_id, state, state_at"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM all_jobs WHERE id = %(id)s"
+
+#: R28: a listing reads its rows through an index in its order, so it stops at its
+#: limit; a sequential scan stops there only when the rows it wants are dense (a
+#: count capped at 100 000 rows, a rare name). ``jobs list`` reads in a transaction
+#: of its own with this set: the planner then takes an index wherever there is one.
+LISTING_PLANS = "SET LOCAL enable_seqscan = off"
+#: R28: where ``jobs list`` finds the rows of each status it lists, as (table,
+#: condition): ready and running rows in ``jobs`` (apart, each status through its own
+#: partial indexes), done and dead ones in ``finished_jobs``. A ready row is due by
+#: the server's clock (R7a).
+LISTED_PARTS = {
+    "ready": (("jobs", "status = 'ready' AND run_at <= extract(epoch FROM now())"),),
+    "scheduled": (("jobs", "status = 'ready' AND run_at > extract(epoch FROM now())"),),
+    "running": (("jobs", "status = 'running'"),),
+    "done": (("finished_jobs", "status = 'done'"),),
+    "dead": (("finished_jobs", "status = 'dead'"),),
+    None: (("jobs", "status = 'ready'"), ("jobs", "status = 'running'"),
+           ("finished_jobs", "TRUE")),
+}
+
+
+def list_jobs(status: str | None, where: list[str], *, newest_first: bool) -> str:
+    """R28: ``jobs list``: each part's first ``%(limit)s`` rows, then the first of them
+    all, with the server's clock (a ready row not due yet is listed ``scheduled``)."""
+    order = "id DESC" if newest_first else "id"
+    parts = " UNION ALL ".join(
+        f"({SELECT_JOB_FROM[table]} FROM {table} WHERE {' AND '.join([condition, *where])}"
+        f" ORDER BY {order} LIMIT %(limit)s)" for table, condition in LISTED_PARTS[status])
+    return (f"SELECT *, extract(epoch FROM now())::float8 FROM ({parts}) AS listed "
+            f"ORDER BY {order} LIMIT %(limit)s")
+
+
+def count_jobs(status: str | None, where: list[str]) -> str:
+    """How many rows ``list_jobs`` could list, counting at most ``%(most)s``."""
+    parts = " UNION ALL ".join(
+        f"(SELECT 1 FROM {table} WHERE {' AND '.join([condition, *where])} LIMIT %(most)s)"
+        for table, condition in LISTED_PARTS[status])
+    return f"SELECT count(*) FROM (SELECT 1 FROM ({parts}) AS found LIMIT %(most)s) AS counted"
 LIST_ATTEMPTS = """
 SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s,
        strays

@@ -549,35 +549,37 @@ class PostgresStore:
         return job
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
-                  chain: int | None = None, limit: int = 100,
-                  now: float | None = None) -> list[dict[str, Any]]:
-        """Jobs in id order (see ``Store.list_jobs``), scheduled judged on the server's clock."""
-        if status is not None and status not in rows.LISTED_STATUSES:
-            raise EnqueueError(f"status must be one of {', '.join(rows.LISTED_STATUSES)}, "
-                               f"not {status!r}")
-        where: list[str] = []
-        params: dict[str, Any] = {"limit": limit}
-        if status in ("ready", "scheduled"):
-            where.append("status = 'ready' AND run_at " + ("<=" if status == "ready" else ">")
-                         + " extract(epoch FROM now())")
-        elif status is not None:
-            where.append("status = %(status)s")
-            params["status"] = status
-        if name is not None:
-            where.append("name = %(name)s")
-            params["name"] = name
-        if chain is not None:
-            where.append("(id = %(chain)s OR chain_root = %(chain)s)")
-            params["chain"] = chain
-        query = (f"SELECT {pg_sql.JOB_COLUMNS}, extract(epoch FROM now())::float8 FROM all_jobs"
-                 + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id LIMIT %(limit)s")
+                  queue: str | None = None, chain: int | None = None, limit: int = 100,
+                  newest_first: bool = False, now: float | None = None) -> list[dict[str, Any]]:
+        """Jobs in id order, or the newest first (see ``Store.list_jobs``), scheduled
+        judged on the server's clock."""
+        rows.check_listed_status(status)
+        where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s")
+        query = pg_sql.list_jobs(status, where, newest_first=newest_first)
         jobs = []
-        for row in self.read("listing jobs", query, params):
+        for row in self._list("listing jobs", query, dict(params, limit=limit)):
             job = self.job(row[:-1])
             if job["status"] == "ready" and job["run_at"] > row[-1]:
                 job["status"] = "scheduled"
             jobs.append(job)
         return jobs
+
+    def count_jobs(self, *, status: str | None = None, name: str | None = None,
+                   queue: str | None = None, chain: int | None = None, at_most: int,
+                   now: float | None = None) -> int:
+        """How many jobs ``list_jobs`` with these filters could list, counting at most
+        ``at_most`` (R28)."""
+        rows.check_listed_status(status)
+        where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s")
+        ((count,),) = self._list("counting jobs", pg_sql.count_jobs(status, where),
+                                 dict(params, most=at_most))
+        return count
+
+    def _list(self, what: str, query: str, params: dict[str, Any]) -> list[tuple]:
+        def read(conn: Any) -> list[tuple]:
+            conn.execute(pg_sql.LISTING_PLANS)
+            return conn.execute(query, params).fetchall()
+        return self.transaction(what, read)
 
     @property
     def dead(self) -> Any:

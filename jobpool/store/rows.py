@@ -8,7 +8,7 @@ same words when they refuse something; only the SQL differs.
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from jobpool import bounds, limits, liveness
 from jobpool import options as job_options
@@ -306,6 +306,32 @@ def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_B
         "max_attempts": job.max_attempts if job else None,
         "timeout": job.timeout if job else None,
     }
+
+
+def check_listed_status(status: str | None) -> None:
+    if status is not None and status not in LISTED_STATUSES:
+        raise EnqueueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
+
+
+def listing_filters(name: str | None, queue: str | None, chain: int | None,
+                    mark: Callable[[str], str]) -> tuple[list[str], dict[str, Any]]:
+    """The conditions of a listing of jobs of ``name``, in ``queue`` and of the chain
+    started by job ``chain`` (each None: any), with their parameters; ``mark`` makes
+    a parameter's placeholder. A chain's steps are written after its first job, so
+    they are found from its id on, not in the whole table (R12)."""
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    if name is not None:
+        where.append(f"name = {mark('name')}")
+        params["name"] = name
+    if queue is not None:
+        where.append(f"queue = {mark('queue')}")
+        params["queue"] = queue
+    if chain is not None:
+        where.append(f"id >= {mark('chain')} AND (id = {mark('chain')} OR chain_root = "
+                     f"{mark('chain')})")
+        params["chain"] = chain
+    return where, params
 
 
 def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:

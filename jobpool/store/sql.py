@@ -8,7 +8,7 @@ import json
 from jobpool.limits import MAX_GROUP_CHARS
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -388,6 +388,14 @@ CREATE INDEX IF NOT EXISTS jobs_group_order
 LIMIT_SCHEMA = (CREATE_LIMITS, CREATE_GROUPS, CREATE_LANES, CREATE_LANES_INDEX,
                 CREATE_GROUP_INDEX)
 
+#: R28: ``jobs list --name`` and ``--queue`` find their rows here, newest first: an
+#: SQLite index ends in the rowid, so each one holds its value's rows in id order.
+#: Neither column changes after the insert: claims and settles never write to them.
+CREATE_NAME_INDEX = "CREATE INDEX IF NOT EXISTS jobs_name ON jobs (name)"
+CREATE_QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (queue)"
+#: Everything listings add to a store (schema 6).
+LISTING_SCHEMA = (CREATE_NAME_INDEX, CREATE_QUEUE_INDEX)
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -403,6 +411,7 @@ SCHEMA = (
     CREATE_FINISHED_KEY_INDEX,
     *BATCH_SCHEMA,
     *LIMIT_SCHEMA,
+    *LISTING_SCHEMA,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -865,6 +874,25 @@ JOB_COLUMNS = (
     "cancel_requested, batch_id, state, state_at"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+
+
+def list_jobs(where: list[str], *, newest_first: bool) -> str:
+    """R28: ``jobs list``: the ids through an index alone (``jobs_name``, ``jobs_queue``,
+    ``jobs_status``, or the table's id order with no filter), then those rows.
+    ``where`` are conditions of named parameters; ``:limit`` bounds the rows."""
+    order = "id DESC" if newest_first else "id"
+    return (f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ("
+            f"SELECT id FROM jobs{_where(where)} ORDER BY {order} LIMIT :limit) ORDER BY {order}")
+
+
+def count_jobs(where: list[str]) -> str:
+    """How many rows ``list_jobs(where)`` could list, counting at most ``:most``."""
+    return f"SELECT count(*) FROM (SELECT 1 FROM jobs{_where(where)} LIMIT :most)"
+
+
+def _where(conditions: list[str]) -> str:
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
+
 #: Why an operator action matched no row: the job's status, or no row at all.
 JOB_STATUS = "SELECT status FROM jobs WHERE id = ?"
 LIST_ATTEMPTS = """

@@ -564,39 +564,46 @@ class SQLiteStore:
         self._notifier.notify()
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
-                  chain: int | None = None, limit: int = 100,
-                  now: float | None = None) -> list[dict[str, Any]]:
-        """Jobs in id order; ``chain`` lists a chain's first job and its successors (R12).
+                  queue: str | None = None, chain: int | None = None, limit: int = 100,
+                  newest_first: bool = False, now: float | None = None) -> list[dict[str, Any]]:
+        """Jobs in id order, or the newest first; ``chain`` lists a chain's first job
+        and its successors (R12).
 
         A ready job that is not due yet is listed, and filtered, as ``scheduled``
         (as ``stats()`` counts it): ``ready`` means it may run now."""
-        if status is not None and status not in rows.LISTED_STATUSES:
-            raise EnqueueError(f"status must be one of {', '.join(rows.LISTED_STATUSES)}, not {status!r}")
         now = time.time() if now is None else now
-        where: list[str] = []
-        params: list[Any] = []
-        if status in ("ready", "scheduled"):
-            where.append("status = 'ready' AND " + ("run_at <= ?" if status == "ready" else "run_at > ?"))
-            params.append(now)
-        elif status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if name is not None:
-            where.append("name = ?")
-            params.append(name)
-        if chain is not None:
-            where.append("(id = ? OR chain_root = ?)")
-            params += [chain, chain]
-        query = f"SELECT {sql.JOB_COLUMNS} FROM jobs"
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY id LIMIT ?"
-        params.append(limit)
-        jobs = self.select_jobs(query, params)
+        where, params = self._listing(status, name, queue, chain, now)
+        jobs = self.select_jobs(sql.list_jobs(where, newest_first=newest_first),
+                                dict(params, limit=limit))
         for job in jobs:
             if job["status"] == "ready" and job["run_at"] > now:
                 job["status"] = "scheduled"
         return jobs
+
+    def count_jobs(self, *, status: str | None = None, name: str | None = None,
+                   queue: str | None = None, chain: int | None = None, at_most: int,
+                   now: float | None = None) -> int:
+        """How many jobs ``list_jobs`` with these filters could list, counting at most
+        ``at_most`` (R28: ``jobs list`` says how many it left out)."""
+        where, params = self._listing(status, name, queue, chain,
+                                      time.time() if now is None else now)
+        ((count,),) = self.read_rows("counting jobs", sql.count_jobs(where),
+                                     dict(params, most=at_most))
+        return count
+
+    @staticmethod
+    def _listing(status: str | None, name: str | None, queue: str | None, chain: int | None,
+                 now: float) -> tuple[list[str], dict[str, Any]]:
+        rows.check_listed_status(status)
+        where, params = rows.listing_filters(name, queue, chain, lambda key: f":{key}")
+        if status in ("ready", "scheduled"):
+            where.append("status = 'ready' AND run_at " + ("<=" if status == "ready" else ">")
+                         + " :now")
+            params["now"] = now
+        elif status is not None:
+            where.append("status = :status")
+            params["status"] = status
+        return where, params
 
     def attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempt log of one job, oldest first (R19a)."""

@@ -16,6 +16,7 @@ does.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -103,12 +104,15 @@ def _placeholders(statement: str) -> list[str]:
     return list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
 
 
-def generic_plan(conn, statement: str, params: dict) -> dict:
+def generic_plan(conn, statement: str, params: dict, settings: tuple[str, ...] = ()) -> dict:
     """The generic plan of ``statement`` prepared as psycopg prepares it for
     ``params`` (their Python types choose the parameters' types), read by ``EXPLAIN
-    EXECUTE``; the statement's one run, needed to prepare it, is rolled back."""
+    EXECUTE`` after ``settings`` (what the store sets in that transaction); the
+    statement's one run, needed to prepare it, is rolled back."""
     with conn.transaction(force_rollback=True):
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        for setting in settings:
+            conn.execute(setting)
         known = {row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")}
         conn.execute(statement, params, prepare=True)
         (name, types), = [row for row in conn.execute(
@@ -289,3 +293,74 @@ def _relations(plan: dict) -> list[str]:
     for child in plan.get("Plans", ()):
         found.extend(_relations(child))
     return found
+
+
+#: R28: what ``jobs list`` reads: 100 000 live rows and as many finished ones, of 500
+#: names in 50 queues (one live row in 500 running, one in 100 not due yet, a tenth of
+#: the finished ones dead).
+FILL_LISTED_JOBS = """
+INSERT INTO jobs (queue, name, payload, serializer, priority, status, run_at, line_at,
+                  attempts, max_attempts, lease_owner, lease_expires_at, created_at, started_at)
+SELECT 'q' || i % 50, 'list.n' || i % 500, '[[],{}]', 'json', 0,
+       CASE WHEN i % 500 = 7 THEN 'running' ELSE 'ready' END,
+       CASE WHEN i % 100 = 3 THEN 1e12 ELSE i END, i, 0, 3,
+       CASE WHEN i % 500 = 7 THEN 'plans-pool-0' END, CASE WHEN i % 500 = 7 THEN 1e12 END, 0, 0
+  FROM generate_series(1, 100000) AS i
+"""
+FILL_LISTED_FINISHED = """
+INSERT INTO finished_jobs (id, queue, name, payload, serializer, priority, status, run_at,
+                           line_at, attempts, crashes, deferrals, created_at, finished_at)
+SELECT 1000000 + i, 'q' || i % 50, 'list.n' || i % 500, '[[],{}]', 'json', 0,
+       CASE WHEN i % 10 = 0 THEN 'dead' ELSE 'done' END, i, i, 1, 0, 0, i, i
+  FROM generate_series(1, 100000) AS i
+"""
+
+
+@pytest.fixture
+def listed(pg_url):
+    """The URL of a store holding ``FILL_LISTED_*``, with statistics."""
+    jobpool.connect(pg_url).close()
+    target = parse_url(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {target.schema}")
+        conn.execute(FILL_LISTED_JOBS)
+        conn.execute(FILL_LISTED_FINISHED)
+        conn.execute("ANALYZE")
+    return pg_url
+
+
+def seq_scans(plan: dict) -> list[str]:
+    found = [f"Seq Scan on {plan['Relation Name']}"] if (
+        plan["Node Type"] == "Seq Scan" and plan.get("Relation Name") in BIG) else []
+    for child in plan.get("Plans", ()):
+        found.extend(seq_scans(child))
+    return found
+
+
+def test_jobs_list_reads_every_filter_through_an_index(listed):
+    """R28: no listing or count of ``jobs list`` (any status, name, queue, chain) reads a
+    table sequentially, under the settings the store reads them with; of one name, or
+    of one chain, each table is read from an index condition, not walked whole."""
+    from jobpool.store import rows as store_rows
+    conn = open_connection(parse_url(listed))
+    try:
+        sequential, walked = {}, {}
+        for status, name, queue, chain in itertools.product(
+                [None, "ready", "scheduled", "running", "done", "dead"], [None, "list.n7"],
+                [None, "q7"], [None, 3]):
+            where, params = store_rows.listing_filters(name, queue, chain,
+                                                       lambda key: f"%({key})s")
+            for kind, statement, bound in (
+                    ("list", pg_sql.list_jobs(status, where, newest_first=True), {"limit": 100}),
+                    ("count", pg_sql.count_jobs(status, where), {"most": 100_100})):
+                plan = generic_plan(conn, statement, dict(params, **bound),
+                                    (pg_sql.LISTING_PLANS,))
+                what = (kind, status, name, queue, chain)
+                if seq_scans(plan):
+                    sequential[what] = seq_scans(plan)
+                if (name or chain) and whole_reads(plan):
+                    walked[what] = whole_reads(plan)
+    finally:
+        conn.close()
+    assert sequential == {}
+    assert walked == {}

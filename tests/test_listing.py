@@ -1,0 +1,74 @@
+"""R28: ``list_jobs`` and ``count_jobs``, what ``jobpool jobs list`` shows: the newest
+first, by name, queue, status and chain, each read through an index (PostgreSQL's
+plans are read over 100 000 analyzed rows in tests/contract/test_pg_plans.py)."""
+from __future__ import annotations
+
+import itertools
+import time
+
+import jobpool
+from jobpool.store import sql
+from jobpool.store.rows import LISTED_STATUSES
+from jobpool.store.sqlite import SQLiteStore
+
+
+def test_list_jobs_newest_first_by_queue_and_name_and_count_them(any_store):
+    old = list(any_store.enqueue_many("l.one", [(n,) for n in range(5)]).ids)
+    reports = list(any_store.enqueue_many("l.two", [(n,) for n in range(3)], queue="reports").ids)
+    later = any_store.enqueue_with("l.one", args=[9], delay=3600).id
+    assert [j["id"] for j in any_store.list_jobs(limit=3, newest_first=True)] == [
+        later, reports[2], reports[1]]
+    assert [j["id"] for j in any_store.list_jobs(limit=3)] == old[:3]  # the library's default
+    assert [j["id"] for j in any_store.list_jobs(queue="reports", newest_first=True)] == \
+        reports[::-1]
+    assert [j["id"] for j in any_store.list_jobs(name="l.one", status="ready", limit=2,
+                                                 newest_first=True)] == old[:-3:-1]
+    assert [j["id"] for j in any_store.list_jobs(name="l.one", status="scheduled")] == [later]
+    assert any_store.count_jobs(at_most=100) == 9
+    assert any_store.count_jobs(at_most=4) == 4  # counting stops there
+    assert any_store.count_jobs(name="l.one", at_most=100) == 6
+    assert any_store.count_jobs(queue="reports", name="l.one", at_most=100) == 0
+    assert any_store.count_jobs(status="scheduled", at_most=100) == 1
+
+
+def test_every_listing_of_sqlite_reads_through_an_index(tmp_path):
+    """Any filter (a status, a name, a queue, a chain, or several) is served by an
+    index: the plan has no ``SCAN jobs``. With no filter at all, the listing walks the
+    table's own id order and stops at its limit, and the count stops at its cap."""
+    store = jobpool.connect(tmp_path / "jobs.db")
+    try:
+        for status, name, queue, chain in itertools.product(
+                [None, *LISTED_STATUSES], [None, "l.one"], [None, "reports"], [None, 7]):
+            where, params = SQLiteStore._listing(status, name, queue, chain, time.time())
+            for statement, bound in ((sql.list_jobs(where, newest_first=True), {"limit": 100}),
+                                     (sql.count_jobs(where), {"most": 1000})):
+                plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + statement,
+                                                             dict(params, **bound))]
+                scans = [step for step in plan if step.startswith("SCAN jobs")]
+                if (status, name, queue, chain) == (None, None, None, None):
+                    assert all(step == "SCAN jobs" or "COVERING INDEX" in step and "LIMIT" in
+                               statement for step in scans), plan
+                else:
+                    assert not scans, (status, name, queue, chain, plan)
+    finally:
+        store.close()
+
+
+def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
+    import sqlite3
+    path = tmp_path / "old.db"
+    jobpool.connect(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP INDEX jobs_name")
+    conn.execute("DROP INDEX jobs_queue")
+    conn.execute("UPDATE jobpool_meta SET value = '5' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+    jobpool.connect(path).close()
+    conn = sqlite3.connect(path)
+    try:
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"jobs_name", "jobs_queue"} <= indexes
+        assert conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone() == ("6",)
+    finally:
+        conn.close()
