@@ -278,6 +278,8 @@ class Supervisor:
             return 0.0
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat)
+        if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
+            deadline = min(deadline, now + self.metrics_server.wait_time())
         if state.pending:
             deadline = min(deadline, self._store_pause_until)
         return max(0.0, min(deadline - now, self.config.poll_interval))
