@@ -11,12 +11,16 @@ The server runs inside the supervisor's loop, on its ``select``: the process
 that forks children must not start a thread (a fork copies the locks a thread
 holds, never the thread), so neither ``start_http_server`` nor a WSGI server
 thread will do. Connections are non-blocking and read and written as the
-selector reports them ready, so a slow or silent client can delay no turn.
+selector reports them ready, so a slow or silent client can delay no turn; nor
+can a crowd of them keep ``/healthz`` from an orchestrator's probe (R28a: a
+request has about a second to arrive, and at the cap of open connections the
+oldest one still arriving makes room for the newcomer).
 """
 from __future__ import annotations
 
 import errno
 import ipaddress
+import math
 import selectors
 import socket
 import time
@@ -42,9 +46,20 @@ DEATH_CAUSES = ("crash", "timeout", "memory", "cancel")
 HEALTHY_WITHIN = 5.0
 #: A request's head larger than this is refused (nothing jobpool serves needs more).
 MAX_REQUEST_BYTES = 8192
-#: Connections served at once; more wait in the listen backlog, so a flood of them
-#: cannot take the descriptors a pool needs for its children's pipes.
+#: A client's whole request head must have come this soon after its accept, seconds,
+#: or it is closed (R28a): a scraper or a probe sends its few bytes with the connection,
+#: so only a stalled or hostile client is slower, and each holds a place of MAX_CLIENTS.
+REQUEST_WITHIN = 1.0
+#: Its reply must have been read this soon after its request came, seconds (a large
+#: exposition to a scraper that reads slowly).
+REPLY_WITHIN = 10.0
+#: Connections open at once, so a flood of them cannot take the descriptors a pool needs
+#: for its children's pipes. Reaching it never stops accepts: a newcomer takes the place
+#: of the oldest client still sending its request, else of the oldest of all (R28a).
 MAX_CLIENTS = 32
+#: Connections the kernel queues until the loop's next turn accepts them: a burst of
+#: them fits, where a full queue would drop a probe's SYN for a second's retransmit.
+LISTEN_BACKLOG = 128
 #: After ``accept`` failed (out of descriptors), the listener rests this long, seconds.
 ACCEPT_REST = 1.0
 
@@ -133,7 +148,7 @@ def bind(address: Address, text: str) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(sockaddr)
-        sock.listen(16)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         sock.close()
         why = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
@@ -143,7 +158,8 @@ def bind(address: Address, text: str) -> socket.socket:
 
 
 class _Client:
-    """One connection: the request head read so far, then the reply left to send."""
+    """One connection: the request head read so far, then the reply left to send
+    (empty until the request is whole), and when it is dropped if not done by then."""
 
     __slots__ = ("sock", "received", "reply", "deadline")
 
@@ -163,10 +179,15 @@ def _response(status: HTTPStatus, body: bytes, content_type: str) -> bytes:
 class MetricsServer:
     """``/metrics`` and ``/healthz`` on a caller's selector, with no thread: the
     supervisor's (its pool's series) or ``jobpool metrics --serve``'s (the store's).
-    ``exposition()`` makes the body of a scrape."""
+    ``exposition()`` makes the body of a scrape.
 
-    #: A client that has neither sent its request nor read its reply by then is dropped.
-    CLIENT_TIMEOUT = 10.0
+    A loop that waits in ``select`` waits at most ``wait_time()``, and calls
+    ``expire()`` each turn: a client past its deadline is closed then, however long
+    the loop's own work would let it sleep. Clients that hold a connection without
+    finishing their request are the only ones that could fill it, so at
+    ``MAX_CLIENTS`` the oldest of them (the one that has had the longest to send)
+    is dropped for each newcomer: a probe, which sends its request at once, is
+    answered while any number of such clients come and go."""
 
     def __init__(self, listener: socket.socket, selector: selectors.BaseSelector,
                  exposition: Callable[[], bytes], healthy: Callable[[], bool],
@@ -195,13 +216,21 @@ class MetricsServer:
     def serve_once(self, timeout: float) -> None:
         """One turn of a loop whose selector holds this server's sockets alone (the
         store exporter's; a pool's loop calls ``ready`` and ``expire`` in its own)."""
-        for key, _mask in self.selector.select(timeout):
+        for key, _mask in self.selector.select(min(timeout, self.wait_time())):
             self.ready(key.data[2])
         self.expire()
 
+    def wait_time(self) -> float:
+        """Seconds until ``expire`` has work: a client's deadline, or the end of the
+        listener's rest (``math.inf`` when neither)."""
+        due = min((c.deadline for c in self.clients.values()), default=math.inf)
+        if not self._listening:
+            due = min(due, self._rest_until)
+        return max(0.0, due - self.monotonic()) if due < math.inf else math.inf
+
     def _listen(self, on: bool) -> None:
-        """Watch the listener for connections, or stop (at the client cap, or resting
-        after a failed accept, which would otherwise report it ready at every turn)."""
+        """Watch the listener for connections, or stop (resting after a failed
+        accept, which would otherwise report it ready at every turn)."""
         if on and not self._listening:
             self.selector.register(self.listener, selectors.EVENT_READ,
                                    ("metrics", None, self.listener))
@@ -225,13 +254,12 @@ class MetricsServer:
     def expire(self) -> None:
         """Drop clients past their time, and listen again after a rest (called once a
         turn; cheap when there is nothing to do)."""
-        if not self._listening and len(self.clients) < MAX_CLIENTS \
-                and self.monotonic() >= self._rest_until:
+        if not self._listening and self.monotonic() >= self._rest_until:
             self._listen(True)
         if not self.clients:
             return
         now = self.monotonic()
-        for client in [c for c in self.clients.values() if now > c.deadline]:
+        for client in [c for c in self.clients.values() if now >= c.deadline]:
             self._close(client)
 
     def close(self) -> None:
@@ -243,9 +271,6 @@ class MetricsServer:
 
     def _accept(self) -> None:
         for _ in range(16):  # a burst of scrapes: at most this many per turn
-            if len(self.clients) >= MAX_CLIENTS:
-                self._listen(False)  # the rest wait in the backlog until one closes
-                return
             try:
                 sock, _peer = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -256,11 +281,20 @@ class MetricsServer:
                 self._rest_until = self.monotonic() + ACCEPT_REST
                 self._listen(False)
                 return
+            if len(self.clients) >= MAX_CLIENTS:
+                self._close(self._room_maker())
             sock.setblocking(False)
             parent_only(sock)
-            client = _Client(sock, self.monotonic() + self.CLIENT_TIMEOUT)
+            client = _Client(sock, self.monotonic() + REQUEST_WITHIN)
             self.clients[sock.fileno()] = client
             self.selector.register(sock, selectors.EVENT_READ, ("metrics", None, sock))
+            self._receive(client)  # a probe's request mostly came with its connection
+
+    def _room_maker(self) -> _Client:
+        """The client a newcomer replaces at the cap: the oldest still sending its
+        request, else the oldest of all (``clients`` is in order of accept)."""
+        clients = self.clients.values()
+        return next((c for c in clients if not c.reply), next(iter(clients)))
 
     def _receive(self, client: _Client) -> None:
         try:
@@ -302,6 +336,7 @@ class MetricsServer:
 
     def _reply(self, client: _Client, reply: bytes) -> None:
         client.reply = reply
+        client.deadline = self.monotonic() + REPLY_WITHIN
         self.selector.modify(client.sock, selectors.EVENT_WRITE, ("metrics", None, client.sock))
         self._send(client)
 

@@ -3,6 +3,7 @@ runs, parsed with prometheus_client's own parser, and checked against the store.
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import signal
 import socket
@@ -310,44 +311,82 @@ def test_forked_helpers_do_not_keep_the_pools_metrics_sockets():
     other.close()
 
 
-def test_at_most_max_clients_are_served_at_once_and_the_rest_wait():
+def test_at_the_cap_the_oldest_half_open_client_makes_room_and_each_has_its_time():
+    # R28a: the cap never stops accepts; it drops the oldest client still sending its
+    # request, not one being answered; a request takes at most REQUEST_WITHIN
     selector = selectors.DefaultSelector()
     listener = metrics.bind(metrics.parse_address(":0"), ":0")
-    server = metrics.MetricsServer(listener, selector, metrics.PoolMetrics().exposition,
-                                   lambda: True)
+    big = b"x" * (16 << 20)  # more than loopback's buffers hold: its reply stays pending
+    clock = [0.0]  # the server's own: no deadline passes unless the test says so
+    server = metrics.MetricsServer(listener, selector, lambda: big, lambda: True,
+                                   monotonic=lambda: clock[0])
 
     def pump():
         server.serve_once(0.01)
-    silent = []
-    for _ in range(metrics.MAX_CLIENTS):
-        silent.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
-        pump()  # accepted as they come (the listen backlog is small)
-    for _ in range(10):
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", server.port))
+    reader.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # and never reads
+    half_open = []
+    for _ in range(metrics.MAX_CLIENTS - 1):
+        half_open.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        half_open[-1].sendall(b"GET /metr")
+        pump()  # accepted as they come
+    for _ in range(20):
         pump()
     assert len(server.clients) == metrics.MAX_CLIENTS
-    assert listener not in [k.fileobj for k in selector.get_map().values()]
-    silent.pop().close()  # one leaves: the next is served
-    assert _get(server.port, "/healthz", pump) == (200, "ok\n")
-    for sock in silent:
+    assert [bool(c.reply) for c in server.clients.values()].count(True) == 1
+    late = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    for _ in range(5):
+        pump()
+    assert len(server.clients) == metrics.MAX_CLIENTS
+    assert listener in [k.fileobj for k in selector.get_map().values()]
+    half_open[0].settimeout(5)
+    assert half_open[0].recv(1) == b""  # the oldest half-open one made room
+    assert _get(server.port, "/healthz", pump) == (200, "ok\n")  # at the cap still
+    assert any(c.reply for c in server.clients.values())  # the reader is still answered
+    assert server.wait_time() == metrics.REQUEST_WITHIN
+    clock[0] = metrics.REQUEST_WITHIN  # due: every one that has not sent its request
+    server.expire()
+    assert len(server.clients) == 1 and next(iter(server.clients.values())).reply
+    clock[0] = metrics.REPLY_WITHIN
+    server.expire()
+    assert not server.clients and server.wait_time() == float("inf")
+    for sock in [reader, late, *half_open]:
         sock.close()
     server.close()
     selector.close()
 
 
+IDLE_APP = "from jobpool import job\n\n@job(name='t.x')\ndef x(n):\n    return n\n"
+
+
+def _metrics_pool(app, *args: str):
+    """``jobpool start --metrics 127.0.0.1:0`` as an operator runs it, and the
+    address its ``pool_started`` event names."""
+    import json as _json
+    pool = app.spawn("--procs", "1", "--metrics", "127.0.0.1:0", "--log-format", "json", *args)
+    for line in pool.stderr:
+        event = _json.loads(line)
+        if event["event"] == "pool_started":
+            address = event["metrics"]
+            assert address.startswith("127.0.0.1:")
+            host, port = address.rsplit(":", 1)
+            return pool, address, (host, int(port))
+    raise AssertionError(f"the pool exited {pool.wait(timeout=20)} before it started")
+
+
+def _stop(pool) -> None:
+    pool.send_signal(signal.SIGTERM)
+    assert pool.wait(timeout=20) == 0
+
+
 def test_jobpool_start_metrics_serves_while_the_pool_runs(make_app):
     # through the CLI, as an operator runs it: the pool_started event names the port
-    import json as _json
-    app = make_app("from jobpool import job\n\n@job(name='t.x')\ndef x(n):\n    return n\n")
+    app = make_app(IDLE_APP)
     app.store().enqueue_many("t.x", [(i,) for i in range(3)])
-    pool = app.spawn("--procs", "1", "--metrics", "127.0.0.1:0", "--log-format", "json")
+    pool, address, _ = _metrics_pool(app)
     try:
-        address = None
-        for line in pool.stderr:
-            event = _json.loads(line)
-            if event["event"] == "pool_started":
-                address = event["metrics"]
-                break
-        assert address and address.startswith("127.0.0.1:")
         deadline = time.monotonic() + 20
         while True:
             with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
@@ -360,8 +399,51 @@ def test_jobpool_start_metrics_serves_while_the_pool_runs(make_app):
         with urllib.request.urlopen(f"http://{address}/healthz", timeout=10) as reply:
             assert reply.status == 200
     finally:
-        pool.send_signal(signal.SIGTERM)
-        assert pool.wait(timeout=20) == 0
+        _stop(pool)
+
+
+def test_half_open_clients_never_keep_healthz_waiting(make_app):
+    # R28a, issue 23 item 10: 80 clients each send part of a request line and hold it,
+    # more than the cap and the listen backlog together; /healthz answers all the same
+    pool, address, peer = _metrics_pool(make_app(IDLE_APP))
+    held = [socket.socket() for _ in range(80)]
+    try:
+        for sock in held:
+            sock.setblocking(False)
+            sock.connect_ex(peer)
+        unsent = list(held)
+        deadline = time.monotonic() + 3
+        while unsent and time.monotonic() < deadline:
+            for sock in select.select([], unsent, [], 0.1)[1]:
+                unsent.remove(sock)
+                try:
+                    sock.send(b"GET /metr")
+                except OSError:
+                    pass  # already dropped by the pool: as held as it can be
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=2) as reply:
+            assert reply.status == 200 and reply.read() == b"ok\n"
+    finally:
+        for sock in held:
+            sock.close()
+        _stop(pool)
+
+
+def test_a_client_slow_to_send_its_request_is_closed_however_long_the_loop_would_wait(make_app):
+    # R28a: the request must be whole within about a second of the accept; the pool's
+    # loop, which would wait here 30 s for its next poll and heartbeat, wakes for it
+    app = make_app(IDLE_APP)
+    app.env["JOBPOOL_HEARTBEAT"] = "30"
+    pool, _address, peer = _metrics_pool(app, "--poll-interval", "30", "--dead-after", "90")
+    silent = socket.create_connection(peer, timeout=5)
+    partial = socket.create_connection(peer, timeout=5)
+    partial.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    try:
+        for sock in (silent, partial):
+            assert sock.recv(1) == b""  # closed by the pool (a socket.timeout otherwise)
+    finally:
+        silent.close()
+        partial.close()
+        _stop(pool)
 
 
 def test_the_exporter_keeps_its_last_values_and_says_when_the_store_stops_answering(tmp_path):

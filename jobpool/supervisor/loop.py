@@ -310,6 +310,8 @@ class Supervisor:
                        self.operations.next_heartbeat)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)
+        if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
+            deadline = min(deadline, now + self.metrics_server.wait_time())
         if state.pending:
             deadline = min(deadline, self._store_pause_until)
         return max(0.0, min(deadline - now, self.config.poll_interval))
