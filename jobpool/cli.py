@@ -629,7 +629,8 @@ _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "ke
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain)
-    rows = store.list_jobs(**chosen, limit=args.limit, newest_first=True)
+    # Newest first, but a chain's steps in the order they run.
+    rows = store.list_jobs(**chosen, limit=args.limit, newest_first=args.chain is None)
     if args.json:
         print(json.dumps([{k: row[k] for k in _LIST_FIELDS} for row in rows]))
         return 0
@@ -901,9 +902,10 @@ def _fitted(width: int, columns: Sequence[str], cells: list[tuple[str, ...]],
 
 #: How narrow ``_fitted`` may fold a column.
 _FOLDED = 10
-#: ``pools`` at a width too small for all its columns: a dead pool's reason wraps
-#: first, then the core and the uptime go, then queues and host names wrap.
-_POOLS_FIT = (("fold", "state"), ("drop", "core"), ("drop", "up"), ("fold", "queues"),
+#: ``pools`` at a width too small for all its columns: the core and the uptime go
+#: first, then a dead pool's reason wraps (it is what an operator looks for), then
+#: queues and host names wrap.
+_POOLS_FIT = (("drop", "core"), ("drop", "up"), ("fold", "state"), ("fold", "queues"),
               ("fold", "host"))
 
 
