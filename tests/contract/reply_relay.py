@@ -73,8 +73,8 @@ class CommitReplyLost:
                     if (message[:1] == b"C" and message[5:-1] == b"COMMIT"
                             and finishing.is_set() and self._lose_one()):
                         self._terminate(pid)
+                        self.lost.write_text(f"{pid}\n")  # before the client can know
                         _hang_up(client, server)
-                        self.lost.write_text(f"{pid}\n")
                         return
                     client.sendall(message)
         except OSError:
