@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, liveness, procinfo
 from jobpool.display import markup_escape, shown
-from jobpool.errors import JobNotFound, JobpoolError
+from jobpool.errors import JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
@@ -421,11 +421,14 @@ def _debug() -> bool:
 
 
 def _where(exc: BaseException, module: str) -> str:
-    """The error and where it arose: the file and line of a syntax error, else the
-    deepest frame of the traceback (the line in the user's code that raised)."""
+    """The error and where it arose: the file and line of a syntax error or of a
+    refused job's declaration (R1a), else the deepest frame of the traceback (the
+    line in the user's code that raised)."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}, line {exc.lineno}: SyntaxError: {exc.msg}"
+    if isinstance(exc, RegistryError) and exc.filename:
+        return f"{exc.filename}, line {exc.lineno}: RegistryError: {exc.msg}"
     if isinstance(exc, ModuleNotFoundError) and exc.name and module.startswith(exc.name):
         return text  # the module itself is missing: there is no line to name
     frames = traceback.extract_tb(exc.__traceback__)

@@ -24,7 +24,25 @@ class EnqueueError(JobpoolError, ValueError):
 
 
 class RegistryError(JobpoolError, ValueError):
-    """A job definition is invalid, e.g. two functions under one name (R1a)."""
+    """A job definition is invalid, e.g. two functions under one name (R1a).
+
+    Raised by whichever of jobpool's checks refused it, so its traceback ends in
+    jobpool; ``@job`` then records where the job was declared (``filename``,
+    ``lineno``: the user's decorator line), which the message ends with, as a
+    ``SyntaxError``'s does, and which the CLI's one line names (R28)."""
+
+    filename: str | None = None
+    lineno: int | None = None
+
+    @property
+    def msg(self) -> str:
+        """The message without the place."""
+        return super().__str__()
+
+    def __str__(self) -> str:
+        if self.filename is None:
+            return self.msg
+        return f"{self.msg} ({self.filename}, line {self.lineno})"
 
 
 class UnknownJobError(JobpoolError, LookupError):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
 from datetime import datetime, timedelta
 from collections.abc import Iterable
 from typing import Any, Callable, Generic, ParamSpec, TypeVar, overload
@@ -261,6 +263,31 @@ def _qualified(fn: Callable) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+#: jobpool's own source files start so; a frame outside them is the user's.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _declared_where(register: Callable) -> Callable:
+    """``register``, its ``RegistryError`` naming the line that declared the job: the
+    first frame outside jobpool, the decorator's line for ``@job(...)`` and for a
+    bare ``@job`` alike. The check that refused it may be anywhere in jobpool (here,
+    in ``limits``, in ``options``), where the traceback then ends: the user's own
+    mistake is on that line, not there."""
+
+    @functools.wraps(register)
+    def registering(func: Callable) -> Any:
+        try:
+            return register(func)
+        except RegistryError as exc:
+            frame = sys._getframe(1)
+            while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+                frame = frame.f_back
+            if exc.filename is None:
+                exc.filename, exc.lineno = frame.f_code.co_filename, frame.f_lineno
+            raise
+    return registering
+
+
 # Bare (``@job``), it makes a Job of the function; with options, a decorator that
 # does. Either way the Job keeps the function's parameters and return type.
 @overload
@@ -315,6 +342,7 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
     that many starts per window, per group, from a bucket of ``burst`` tokens (R36).
     """
 
+    @_declared_where
     def register(func: Callable[P, R]) -> Job[P, R]:
         job_name = name if name is not None else _qualified(func)
         if group_by is not None and limit_by is not None and group_by != limit_by:

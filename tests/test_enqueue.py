@@ -2,6 +2,7 @@
 the caller's transaction (R5), and job registration (R1a, R2)."""
 from __future__ import annotations
 
+import inspect
 import sqlite3
 from datetime import datetime, timedelta, timezone
 
@@ -9,6 +10,7 @@ import pytest
 
 import jobpool
 from jobpool import jobs
+from jobpool.cli import UserError, import_app
 from jobpool.errors import EnqueueError, RegistryError
 
 
@@ -191,6 +193,33 @@ def test_two_functions_under_one_name_fail_at_registration_naming_both(registere
         pass
     with pytest.raises(RegistryError, match=r"t\.dup.*registered twice.*test_enqueue.*other"):
         jobpool.job(name="t.dup")(other)
+
+
+@pytest.mark.parametrize("options", [dict(cron="bad"), dict(max_running=0),
+                                     dict(queue="a:b")], ids=["cron", "max_running", "queue"])
+def test_a_refused_job_names_the_line_that_declared_it(options):
+    # R1a amended: the decorator's line, wherever in jobpool the check is made
+    declared_at = inspect.currentframe().f_lineno + 2
+    with pytest.raises(RegistryError) as refused:
+        @jobpool.job(name="t.refused", **options)
+        def refused_job():
+            pass
+    assert str(refused.value).endswith(f" ({__file__}, line {declared_at})"), refused.value
+    assert "t.refused" not in jobs.registered()
+
+
+def test_the_cli_names_the_apps_line_for_a_refused_job(tmp_path, monkeypatch):
+    # R1a amended, R28: `--app`'s one line points at the app's decorator, not at jobpool
+    app = tmp_path / "refused_job_app.py"
+    app.write_text("import jobpool\n\n\n@jobpool.job(name='t.cli_refused', cron='bad')\n"
+                   "def tick():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError) as refused:
+        import_app("refused_job_app")
+    assert str(refused.value).startswith(
+        f"cannot import --app refused_job_app: {app}, line 4: RegistryError: job t.cli_refused:"
+        " bad cron= 'bad'"), refused.value
+    assert "jobs.py" not in str(refused.value)
 
 
 @pytest.mark.parametrize("name", ["", "has space", "new\nline"])

@@ -10,7 +10,8 @@ also takes the server's own statement time when that is later.
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
 broke is replaced at the next call, whose turn first gives back the claims that
-committed on the server while their reply was lost (in doubt).
+committed on the server while their reply was lost (in doubt), and tells a settle
+whose fence its own lost commit closed from one lost to another pool.
 """
 from __future__ import annotations
 
@@ -110,6 +111,9 @@ class PgClaimer:
         #: The connection dropped since the last turn that committed: claims may be
         #: in doubt (see ``pg_sql.RELEASE_IN_DOUBT``).
         self._in_doubt = False
+        #: R26: the settles sent by turns whose connection dropped, each perhaps committed:
+        #: (job id, attempt, claimed at, the turn's server time) -> its decision.
+        self._doubted: dict[tuple[int, int, float, float], Decision] = {}
         #: The server's clock minus this host's monotonic one, and when (monotonic)
         #: it was last measured (R7a).
         self._clock_offset = 0.0
@@ -179,6 +183,8 @@ class PgClaimer:
         sent: list[SentSettle | Settled] = []
         expiring: list[SentSettle] = []
         released: Any = None
+        decided: list[tuple[Lease, Decision, dict] | Settled] = []
+        committed: Any = None
         try:
             conn = self._connection()
             server_now = self._server_now(conn)
@@ -187,7 +193,8 @@ class PgClaimer:
                 if self._in_doubt:
                     released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
                         "owner": self.owner, "held": list(self._inflight)})
-                decided: list[tuple[Lease, Decision, dict] | Settled] = []
+                if self._doubted:
+                    committed = conn.execute(pg_sql.SETTLED_IN_DOUBT, self._doubt_params())
                 for outcome in outcomes:
                     lease = self._inflight.get(outcome.job_id)
                     if lease is None or lease.attempt != outcome.attempt:
@@ -203,19 +210,57 @@ class PgClaimer:
                 self._claim_all(conn, n, server_now, now - server_now, claimed, expiring,
                                 new_leases, shares)
             settled = [item if isinstance(item, Settled) else item.settled() for item in sent]
+            if committed is not None:
+                settled = self._settled_before(settled, committed.fetchall())
             expired = [item.settled() for item in expiring]
             gave_back = released.fetchall() if released is not None else []
         except psycopg.Error as exc:
-            # Nothing was applied: the leases stay as they were.
-            raise self._failed("turn", exc) from exc
+            # Nothing was applied, or (the connection dropped) perhaps all of it: the
+            # leases stay as they were until a turn commits.
+            error = self._failed("turn", exc)
+            if self._conn is None:
+                self._doubt(decided)
+            raise error from exc
         if gave_back:
             log.warning("gave back %d claim(s) left in doubt by a dropped connection: jobs %s",
                         len(gave_back), ", ".join(str(r[0]) for r in gave_back))
         self._in_doubt = False
+        self._doubted.clear()
         for job_id in taken:
             self._inflight.pop(job_id, None)
         self._inflight.update(new_leases)
         return settled, claimed, expired
+
+    def _doubt(self, decided: list[tuple[Lease, Decision, dict] | Settled]) -> None:
+        """R26: remember what a turn whose connection dropped meant to settle. Its
+        commit may have reached the server with only the reply lost; the supervisor
+        then sends the same outcomes again, and their fence, closed by that commit,
+        matches no row."""
+        for item in decided:
+            if not isinstance(item, Settled):
+                lease, decision, params = item
+                self._doubted[(lease.job_id, lease.attempt, lease.started_at,
+                               params["now"])] = decision
+
+    def _doubt_params(self) -> dict[str, Any]:
+        ids, attempts, began, ended = zip(*self._doubted)
+        return {"owner": self.owner, "ids": list(ids), "attempts": list(attempts),
+                "began": list(began), "ended": list(ended)}
+
+    def _settled_before(self, settled: list[Settled], lines: list[tuple]) -> list[Settled]:
+        """R26: a settle the fence refused is lost only if no earlier turn of this
+        claimer settled that attempt. ``lines`` are the attempt log's lines (R19a) that
+        a settle sent before a dropped connection wrote, so its commit went through:
+        the attempt is reported as what that settle made it, with its reason."""
+        before = {(job_id, attempt): self._doubted[(job_id, attempt, began, ended)]
+                  for job_id, attempt, began, ended in lines}
+        out = []
+        for item in settled:
+            decision = before.get((item.job_id, item.attempt))
+            if item.status == "lost" and decision is not None:
+                item = item._replace(status=decision.status, reason=decision.reason)
+            out.append(item)
+        return out
 
     def _claim_all(self, conn: Any, n: int, now: float, to_pool_clock: float,
                    claimed: list[Claimed], expiring: list["SentSettle"],

@@ -907,6 +907,18 @@ UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
 RETURNING id
 """
 
+#: R26: which of the settles sent by turns whose connection dropped did commit, each
+#: known by the attempt log's line it wrote (R19a): this owner's, for that claim of the
+#: attempt (its start), dated by that turn's clock (no other settle has the same).
+SETTLED_IN_DOUBT = """
+SELECT job_id, attempt, started_at, ended_at
+  FROM attempts
+ WHERE owner = %(owner)s
+   AND (job_id, attempt, started_at, ended_at) IN (
+       SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(began)s::float8[],
+                            %(ended)s::float8[]))
+"""
+
 # --- recovery (R23, R24) ------------------------------------------------------------------
 
 RECLAIMABLE_EXPIRED = """

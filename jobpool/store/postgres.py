@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import select
+import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable, NamedTuple
@@ -137,6 +138,39 @@ def _require_psycopg() -> None:
         raise StoreError("PostgreSQL stores need psycopg 3: pip install 'jobpool[postgres]'")
 
 
+#: Every connection jobpool opened (``open_connection``), for ``_RepeatedByUs``.
+_OURS: weakref.WeakSet = weakref.WeakSet()
+
+
+class _RepeatedByUs(logging.Filter):
+    """R26, R30: psycopg's warnings that it ignored an error while it ended a pipeline,
+    a transaction or a COPY on one of jobpool's connections ("error ignored
+    terminating <psycopg.Pipeline [BAD] ...>", twice for the claimer's pipeline, which
+    its transaction nests). psycopg logs them, as they are, only while another error
+    leaves that block: the one that broke the connection, which reaches jobpool and
+    is reported in jobpool's own words (a ``StoreError``, a pool's ``store_error``
+    line), so they would only repeat it, unformatted. They go to jobpool's log at
+    debug level instead; psycopg's warnings about other connections pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (isinstance(record.msg, str) and record.msg.startswith("error ignored")
+                and isinstance(record.args, tuple) and record.args):
+            return True
+        subject = record.args[0]
+        conn = subject if isinstance(subject, psycopg.Connection) else (
+            getattr(subject, "connection", None) or getattr(subject, "_conn", None))
+        if conn is None or conn not in _OURS:
+            return True
+        log.debug("psycopg: %s", record.getMessage())
+        return False
+
+
+if psycopg is not None:
+    # A logger's filters see only the records logged to it, not its children's.
+    for _name in ("psycopg", "psycopg.transaction"):
+        logging.getLogger(_name).addFilter(_RepeatedByUs())
+
+
 #: The claimer's session. Generic plans: each of its statements has one shape whatever
 #: its parameters, and the server otherwise planned the larger ones (a limited claim's
 #: page of lanes) anew every turn, which cost that claim more than running them did
@@ -165,13 +199,15 @@ def open_connection(target: Target, *, application: str = "jobpool",
         options = f"{user_options} {options}"  # the URL's own settings, then ours
     extra: dict[str, Any] = {"options": options} if options else {}
     try:
-        return psycopg.connect(target.conninfo, autocommit=True, **extra,
+        conn = psycopg.connect(target.conninfo, autocommit=True, **extra,
                                application_name=application,
                                prepare_threshold=None if target.pooler else 5, **KEEPALIVES)
     except psycopg.Error as exc:
         # Not chained: libpq's message may quote the URL, password and all.
         raise StoreError(f"cannot connect to {target.shown}: "
                          f"{target.scrub(_first_line(exc))}") from None
+    _OURS.add(conn)
+    return conn
 
 
 def scope(conn: Any, target: Target) -> None:

@@ -1,17 +1,60 @@
-"""In-doubt claims on PostgreSQL: a claim that committed while its reply was lost
-leaves rows running under the pool that no child runs; after its connection comes
-back, the pool gives them back without spending their attempt (R6, R9)."""
+"""In doubt on PostgreSQL: a transaction that committed while its reply was lost.
+A claim so leaves rows running under the pool that no child runs; after its
+connection comes back, the pool gives them back without spending their attempt
+(R6, R9). A settle so is sent again, and its fence, closed by its own first commit,
+matches no row: the attempt is what that commit made it, not lost (R26)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 
 import jobpool
+from jobpool.config import PoolConfig
 from jobpool.errors import StoreError
 from jobpool.lifecycle import DONE, Outcome
+from jobpool.supervisor import Supervisor
 
 from ..conftest import PG_URL
+
+
+@jobpool.job(name="doubt.noop")
+def noop():
+    return None
+
+
+@pytest.fixture
+def lost_reply(pg_url, tmp_path):
+    """A ``reply_relay`` in front of ``pg_url``'s server, in a process of its own (its
+    threads would otherwise be in this process when a supervisor here forks); the
+    file ``lost`` appears once it lost its reply."""
+    lost = tmp_path / "lost"
+    target = urlsplit(pg_url)
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "tests.contract.reply_relay", target.hostname,
+         str(target.port or 5432), PG_URL, str(lost)],
+        cwd=Path(__file__).parents[2], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(relay.stdout.readline())
+        user, at, _server = target.netloc.rpartition("@")
+        query = parse_qsl(target.query) + [("sslmode", "disable"), ("gssencmode", "disable")]
+        yield LostReply(target._replace(netloc=f"{user}{at}127.0.0.1:{port}",
+                                        query=urlencode(query)).geturl(), lost, relay.pid)
+    finally:
+        relay.terminate()
+        relay.wait()
+        relay.stdout.close()
+
+
+class LostReply(NamedTuple):
+    url: str    # the store through the relay (no SSL or GSS encryption: it reads messages)
+    lost: Path  # there once the relay lost its reply
+    pid: int    # the relay's process: a supervisor in this process must not kill it (R40)
 
 
 def test_after_a_dropped_connection_a_pool_gives_back_claims_it_does_not_hold(pg_url):
@@ -44,4 +87,48 @@ def test_after_a_dropped_connection_a_pool_gives_back_claims_it_does_not_hold(pg
         ghost.close()
     row = store.get(lost_id)
     assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
+    store.close()
+
+
+def test_a_done_settle_whose_commit_reply_was_lost_is_done_not_lost(pg_url, lost_reply):
+    # R26, R8: the done settle committed; the turn only saw its connection drop
+    store = jobpool.connect(pg_url)
+    job_id = store.enqueue("doubt.noop").id
+    relayed = jobpool.connect(lost_reply.url)
+    pool = relayed.claimer("host-a:1:1", ("doubt.noop",), ("default",), {})
+    try:
+        (claimed,) = pool.turn([], 1, time.time(), None)[1]
+        outcome = Outcome(job_id, claimed.attempt, DONE)
+        with pytest.raises(StoreError):
+            pool.turn([outcome], 0, time.time(), None)
+        assert lost_reply.lost.exists()
+        assert store.get(job_id)["status"] == "done"  # the server did commit it
+        # The supervisor sends the outcome again (R26): the fence matches no row now,
+        # and the attempt is reported done, as that first commit made it.
+        (settled,), claimed_now, _expired = pool.turn([outcome], 0, time.time(), None)
+        assert (settled.job_id, settled.attempt, settled.status) == (job_id, 1, "done")
+        assert claimed_now == []
+    finally:
+        pool.close()
+        relayed.close()
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["done"]
+    store.close()
+
+
+def test_a_pool_counts_a_job_done_once_when_its_settles_commit_reply_was_lost(pg_url,
+                                                                              lost_reply):
+    # R26, R29a: through a supervisor, the counters say done, not lost
+    store = jobpool.connect(pg_url)
+    job_id = store.enqueue("doubt.noop").id
+    pool = Supervisor(PoolConfig(db=lost_reply.url, procs=1, burst=True, names=("doubt.noop",),
+                                 poll_interval=0.05))
+    pool.companions.add(lost_reply.pid)
+    assert pool.run() == 0
+    assert lost_reply.lost.exists()
+    counters = pool.counters
+    assert (counters["completed"], counters["lost"]) == (1, 0), counters
+    assert counters["settle_failures"] == 1  # the settle in doubt, sent again
+    row = store.get(job_id)
+    assert (row["status"], row["attempts"]) == ("done", 1)
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["done"]
     store.close()

@@ -151,3 +151,26 @@ def test_a_frozen_host_comes_back_to_find_its_job_done_by_another(fault_app, pg_
     store.close()
     record_figure("P4. A host frozen past dead_after, thawed after another finished its job",
                   done_settles=outcomes.count("done"), attempts=row["attempts"])
+
+
+def test_a_dropped_connection_is_told_in_the_pools_own_lines_only(fault_app, pg_url):
+    # R26, R30: a turn on a terminated connection is one store_error of the pool's;
+    # psycopg's own "error ignored terminating <psycopg.Pipeline [BAD] ...>" stays out
+    store = jobpool.connect(pg_url)
+    job_id = store.enqueue("f.fence", "held").id
+    pool = fault_app.spawn_pool("--procs", "1", "--burst", "--poll-interval", "0.2",
+                                "--store-timeout", "600", db=pg_url)
+    wait_for(lambda: list(fault_app.dir.glob("held.*.started")), timeout=60)
+    with _admin() as admin:
+        # The claimer's connection, idle while the job runs: the turn that settles
+        # the job is the first to find it gone.
+        assert admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'jobpool-supervisor'").fetchone()[0] == 1
+    (fault_app.dir / "held.go").write_text("")
+    assert pool.wait(timeout=120) == 0, fault_app.log_of(pool)
+    log = fault_app.log_of(pool)
+    assert store.get(job_id)["status"] == "done"
+    assert log.count("store_error") == 1, log
+    assert "error ignored" not in log and "psycopg" not in log, log
+    store.close()
