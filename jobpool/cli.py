@@ -394,6 +394,17 @@ def build_parser() -> argparse.ArgumentParser:
                                     "[::1]:PORT) instead of printing them once")
     store_metrics.add_argument("--every", type=_seconds, default=15.0,
                                help="read the store at most this often (seconds, at least 15)")
+    web = sub.add_parser("web", parents=[common],
+                         help="the web dashboard and its JSON API (needs the web extra)")
+    web.add_argument("--bind", default="127.0.0.1:8700", metavar="ADDR",
+                     help="HOST:PORT to listen on (default 127.0.0.1:8700; port 0: any free "
+                          "port); beyond loopback only with a token")
+    web.add_argument("--token", default=os.environ.get("JOBPOOL_WEB_TOKEN") or None,
+                     help="the token pages and the API ask for (default $JOBPOOL_WEB_TOKEN)")
+    web.add_argument("--token-label", default="token", metavar="LABEL",
+                     help="who acted, as web_action events name the token's holder")
+    web.add_argument("--read-only", action="store_true", help="no forms; every action refused")
+    web.add_argument("--log-format", choices=("plain", "json"), default="plain")
     for fleet_command in (stop, scale):
         fleet_command.add_argument("--pool", metavar="OWNER",
                                    help="only this pool (its owner, as `jobpool pools` shows it)")
@@ -1189,6 +1200,19 @@ def cmd_top(args: argparse.Namespace, out: _Stdout) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace, out: _Stdout) -> int:
+    try:
+        import starlette  # noqa: F401 - the web extra's one check
+    except ImportError:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        raise UserError(f"the web extra is not installed: pip install '{root}[web]'") from None
+    from jobpool.web.server import serve
+    _configure_logging(args.log_format, False)
+    serve(args.db, args.bind, token=args.token, token_label=args.token_label,
+          read_only=args.read_only, announce=lambda line: print(line, flush=True))
+    return 0
+
+
 COMMANDS = {
     "top": cmd_top,
     "doctor": cmd_doctor,
@@ -1216,6 +1240,7 @@ COMMANDS = {
     "pause": cmd_pause,
     "metrics": cmd_metrics,
     "resume": cmd_resume,
+    "web": cmd_web,
 }
 
 

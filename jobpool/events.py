@@ -45,6 +45,8 @@ JOB_SCHEDULED = "job_scheduled"
 POOL_JUDGED_DEAD = "pool_judged_dead"
 QUEUE_PAUSED = "queue_paused"
 QUEUE_RESUMED = "queue_resumed"
+#: R47: an action taken from the web dashboard or its API (who, what, which job or queue).
+WEB_ACTION = "web_action"
 
 #: R30: the event of each way a settled attempt ended (``lifecycle.settled_as``); a
 #: settle back to ``ready`` means different things by the outcome that caused it.

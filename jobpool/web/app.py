@@ -1,0 +1,135 @@
+"""The web dashboard's Starlette application (DESIGN section 13, R47).
+
+``create_app`` opens the store through ``jobpool.connect`` (read-only with
+``read_only``: then even a mistake here cannot write) and serves the pages
+(``pages``) and the JSON API (``api``). It is an API user like any other: every read
+and write is a ``Store`` method, never SQL. Store calls run in Starlette's thread
+pool; a store gives each thread its own connection.
+"""
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import markupsafe
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+import jobpool
+from jobpool.display import shown
+from jobpool.web import api, pages
+from jobpool.web.auth import Access
+
+HERE = Path(__file__).parent
+
+#: Sent with every answer: no page of ours runs a script it did not serve, none is
+#: framed by another site (a framed button is a click taken), no address leaks on.
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; "
+                               "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; "
+                               "form-action 'self'",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _shown(value: Any) -> Any:
+    """Every ``{{ }}`` of a template: text with its control characters written out
+    (R46); autoescape then makes it HTML text, so no row can add markup."""
+    if isinstance(value, markupsafe.Markup):
+        return value  # a macro's output: its own ``{{ }}`` were shown and escaped already
+    return shown(value) if isinstance(value, str) else value
+
+
+def templates() -> Jinja2Templates:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                             autoescape=True, finalize=_shown, undefined=jinja2.StrictUndefined)
+    return Jinja2Templates(env=env)
+
+
+class _Guard:
+    """Security headers on every answer, and, given ``hosts``, a refusal of any other
+    Host header: a site whose name an attacker points at 127.0.0.1 (DNS rebinding)
+    would otherwise read an open loopback dashboard from the victim's browser."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str] | None) -> None:
+        self.app = app
+        self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.hosts is not None:
+            host = Request(scope).headers.get("host", "")
+            if _hostname(host) not in self.hosts:
+                await PlainTextResponse("unknown host", status_code=421)(scope, receive, send)
+                return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = message.setdefault("headers", [])
+                present = {k.lower() for k, _ in headers}
+                for key, value in SECURITY_HEADERS.items():
+                    if key.encode() not in present:
+                        headers.append((key.encode(), value.encode()))
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _hostname(host: str) -> str:
+    """``127.0.0.1:8700`` -> ``127.0.0.1``; ``[::1]:8700`` -> ``::1``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def create_app(store_url: str, *, token: str | None = None, read_only: bool = False,
+               token_label: str = "token", allowed_hosts: Sequence[str] | None = None,
+               store: Any = None) -> Starlette:
+    """The dashboard over the store at ``store_url``.
+
+    ``token``: pages need a login (or the bearer token) and the API the bearer token;
+    None serves everyone who reaches it (bind to loopback only). ``read_only``: no
+    forms, and every action is refused with 403. ``allowed_hosts``: the Host headers
+    answered (None: any). ``store``: an open store to use instead of opening one."""
+    if token is not None and not token:
+        raise ValueError("the web token is empty")
+    opened = store is None
+    if store is None:
+        store = jobpool.connect(store_url, readonly=True) if read_only \
+            else jobpool.connect(store_url, create=False)
+    access = Access(token=token, label=token_label, read_only=read_only)
+
+    @contextlib.asynccontextmanager
+    async def closing(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if opened:
+            store.close()
+
+    app = Starlette(routes=[*pages.routes(), *api.routes(),
+                            Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
+                    middleware=[Middleware(_Guard, hosts=allowed_hosts),
+                                Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32),
+                                           session_cookie="jobpool_session", same_site="strict",
+                                           max_age=12 * 3600)],
+                    lifespan=closing)
+    app.state.store = store
+    app.state.access = access
+    app.state.templates = templates()
+    return app

@@ -1,0 +1,53 @@
+"""The job list's filters and page, shared by ``/jobs`` and ``/api/jobs``.
+
+``Store.list_jobs`` reads each filter through an index (R28) and has no keyset
+("after this id"), so a page is the newest ``limit`` jobs and a count line says how
+many more there are, counted no further than ``MORE_COUNTED`` (``count_jobs``'
+bound), as ``jobpool jobs list`` does.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jobpool.store.rows import LISTED_STATUSES
+
+#: Jobs on a page unless ``limit`` says otherwise, and the most one page lists.
+PAGE = 50
+MAX_PAGE = 1000
+#: How far past a page the count line counts (each counted row is an index entry read).
+MORE_COUNTED = 10_000
+
+
+def page_size(text: str | None) -> int:
+    if text is None or text == "":
+        return PAGE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE:
+        raise ValueError(f"limit must be a number from 1 to {MAX_PAGE}, not {text!r}")
+    return int(text)
+
+
+def filters(query: Mapping[str, str]) -> tuple[dict[str, str | None], int]:
+    """The filters a query names (``status``, ``name``, ``queue``) and the page size;
+    ``ValueError`` with a one-line reason for a status or limit that is not one."""
+    status = query.get("status") or None
+    if status is not None and status not in LISTED_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
+    chosen = {"status": status, "name": query.get("name") or None,
+              "queue": query.get("queue") or None}
+    return chosen, page_size(query.get("limit"))
+
+
+def page(store: Any, chosen: dict[str, str | None], limit: int) -> tuple[list[dict[str, Any]], int]:
+    """The newest ``limit`` jobs matching ``chosen`` and how many more match (0 when
+    the page holds them all; at most ``MORE_COUNTED``)."""
+    rows = store.list_jobs(**chosen, limit=limit, newest_first=True)
+    more = 0
+    if len(rows) == limit:
+        more = store.count_jobs(**chosen, at_most=limit + MORE_COUNTED) - len(rows)
+    return rows, more
+
+
+def larger(limit: int) -> int | None:
+    """The next page size a "show more" link asks for (None: the largest already)."""
+    return None if limit >= MAX_PAGE else min(MAX_PAGE, limit * 4)

@@ -1,0 +1,213 @@
+"""The dashboard's HTML pages and their forms (R47).
+
+Every page is a template over what one or two ``Store`` calls return; every form
+POSTs with the session's CSRF token and lands back on a page (post/redirect/get),
+with what happened in a one-time notice. In read-only mode no form is drawn and every
+POST is refused with 403.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from jobpool.errors import JobNotFound
+from jobpool.snapshot import read_snapshot
+from jobpool.store.rows import LISTED_STATUSES
+from jobpool.web import actions, auth, listing
+
+#: Fields of a job's row that hold what a job was given or made (its arguments, its
+#: result, its saved state): shown only on a "reveal" click, not to whoever glances.
+HIDDEN_FIELDS = ("payload", "result", "state")
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/", overview),
+        Route("/jobs", jobs_page),
+        Route("/jobs/{job_id:int}", job_page),
+        Route("/jobs/{job_id:int}/data", job_data),
+        Route("/dead", dead_page),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/jobs/{job_id:int}/{action:str}", job_action, methods=["POST"]),
+        Route("/queues/{queue:path}/{action:str}", queue_action, methods=["POST"]),
+    ]
+
+
+def _store(request: Request) -> Any:
+    return request.app.state.store
+
+
+def _render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    access: auth.Access = request.app.state.access
+    context.update(request=request, read_only=access.read_only, csrf=auth.csrf_token(request),
+                   csrf_field=auth.CSRF_FIELD, logged_in=access.token is not None
+                   and bool(request.session.get(auth.LOGGED_IN_KEY)),
+                   notice=request.session.pop("notice", None))
+    return request.app.state.templates.TemplateResponse(request, template, context,
+                                                        status_code=status_code)
+
+
+def _login_needed(request: Request) -> Response | None:
+    if request.app.state.access.page_ok(request):
+        return None
+    return RedirectResponse(f"/login?next={_quoted(request.url.path)}", status_code=303)
+
+
+def _quoted(path: str) -> str:
+    from urllib.parse import quote
+    return quote(path, safe="/")
+
+
+async def overview(request: Request) -> Response:
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    store = _store(request)
+    snapshot, paused = await run_in_threadpool(lambda: (read_snapshot(store), store.paused_queues()))
+    return _render(request, "overview.html", snap=snapshot, paused=paused)
+
+
+async def jobs_page(request: Request) -> Response:
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    try:
+        chosen, limit = listing.filters(request.query_params)
+    except ValueError as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    rows, more = await run_in_threadpool(listing.page, _store(request), chosen, limit)
+    return _render(request, "jobs.html", rows=rows, more=more, chosen=chosen, limit=limit,
+                   statuses=LISTED_STATUSES, larger=listing.larger(limit))
+
+
+async def job_page(request: Request) -> Response:
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    job_id = request.path_params["job_id"]
+    store = _store(request)
+    try:
+        row, attempt_log = await run_in_threadpool(lambda: (store.get(job_id), store.attempts(job_id)))
+    except JobNotFound:
+        return _render(request, "missing.html", status_code=404, job_id=job_id)
+    reveal = request.query_params.get("reveal") == "1"
+    shown_fields = {k: v for k, v in row.items()
+                    if k not in HIDDEN_FIELDS and k != "last_error" and v is not None}
+    return _render(request, "job.html", row=row, fields=shown_fields, attempts=attempt_log,
+                   reveal=reveal, data=_data(row) if reveal else None)
+
+
+async def job_data(request: Request) -> Response:
+    """The hidden fields alone: what the "reveal" button's htmx request swaps in."""
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    job_id = request.path_params["job_id"]
+    try:
+        row = await run_in_threadpool(_store(request).get, job_id)
+    except JobNotFound:
+        return PlainTextResponse(f"no job with id {job_id}", status_code=404)
+    return _render(request, "_data.html", data=_data(row))
+
+
+def _data(row: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key in HIDDEN_FIELDS:
+        value = row.get(key)
+        if value is None:
+            continue
+        out[key] = value if isinstance(value, str) else json.dumps(value, default=str)
+    return out
+
+
+async def dead_page(request: Request) -> Response:
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    name = request.query_params.get("name") or None
+    try:
+        limit = listing.page_size(request.query_params.get("limit"))
+    except ValueError as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    rows = await run_in_threadpool(lambda: _store(request).dead.list(name=name, limit=limit))
+    return _render(request, "dead.html", rows=rows, name=name, limit=limit,
+                   larger=listing.larger(limit) if len(rows) == limit else None)
+
+
+async def login_page(request: Request) -> Response:
+    if request.app.state.access.token is None:
+        return RedirectResponse("/", status_code=303)
+    return _render(request, "login.html", next=auth.safe_next(request.query_params.get("next")),
+                   wrong=False)
+
+
+async def login(request: Request) -> Response:
+    access: auth.Access = request.app.state.access
+    form = await request.form()
+    if not auth.csrf_ok(request, form.get(auth.CSRF_FIELD)):
+        return PlainTextResponse("the form's CSRF token is missing or stale: reload the page",
+                                 status_code=403)
+    target = auth.safe_next(form.get("next"))
+    offered = form.get("token")
+    if access.token is None or not access.matches(offered if isinstance(offered, str) else None):
+        return _render(request, "login.html", status_code=401, next=target, wrong=True)
+    auth.log_in(request)
+    return RedirectResponse(target, status_code=303)
+
+
+async def logout(request: Request) -> Response:
+    form = await request.form()
+    if not auth.csrf_ok(request, form.get(auth.CSRF_FIELD)):
+        return PlainTextResponse("the form's CSRF token is missing or stale", status_code=403)
+    request.session.clear()
+    return RedirectResponse("/login" if request.app.state.access.token else "/", status_code=303)
+
+
+_JOB_ACTIONS: dict[str, Callable[..., actions.Done]] = {
+    "retry": actions.retry, "cancel": actions.cancel, "delete": actions.delete}
+_QUEUE_ACTIONS: dict[str, Callable[..., actions.Done]] = {
+    "pause": actions.pause, "resume": actions.resume}
+
+
+async def _checked_form(request: Request) -> tuple[Any, Response | None]:
+    """The POSTed form, or why it is refused: no login (401), read-only or no CSRF
+    token matching the session's (403)."""
+    access: auth.Access = request.app.state.access
+    if not access.page_ok(request):
+        return None, PlainTextResponse("log in first", status_code=401)
+    if access.read_only:
+        return None, PlainTextResponse("this dashboard is read-only", status_code=403)
+    form = await request.form()
+    if not auth.csrf_ok(request, form.get(auth.CSRF_FIELD)):
+        return None, PlainTextResponse("the form's CSRF token is missing or stale: reload the "
+                                       "page", status_code=403)
+    return form, None
+
+
+async def job_action(request: Request) -> Response:
+    act = _JOB_ACTIONS.get(request.path_params["action"])
+    if act is None:
+        return PlainTextResponse("no such action", status_code=404)
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    job_id = request.path_params["job_id"]
+    done = await run_in_threadpool(act, _store(request), request.app.state.access.who, job_id)
+    request.session["notice"] = f"job {job_id}: {done.what}"
+    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+
+
+async def queue_action(request: Request) -> Response:
+    act = _QUEUE_ACTIONS.get(request.path_params["action"])
+    if act is None:
+        return PlainTextResponse("no such action", status_code=404)
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    queue = request.path_params["queue"]
+    done = await run_in_threadpool(act, _store(request), request.app.state.access.who, queue)
+    request.session["notice"] = f"queue {queue}: {done.what}"
+    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
