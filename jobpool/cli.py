@@ -396,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                                help="read the store at most this often (seconds, at least 15)")
     web = sub.add_parser("web", parents=[common],
                          help="the web dashboard and its JSON API (needs the web extra)")
-    web.add_argument("--bind", default="127.0.0.1:8700", metavar="ADDR",
+    web.add_argument("--bind", metavar="ADDR",
                      help="HOST:PORT to listen on (default 127.0.0.1:8700; port 0: any free "
                           "port); beyond loopback only with a token")
     web.add_argument("--token", default=os.environ.get("JOBPOOL_WEB_TOKEN") or None,

@@ -111,10 +111,10 @@ class Address(NamedTuple):
     port: int
 
 
-def parse_address(text: str) -> Address:
+def parse_address(text: str, what: str = "metrics address") -> Address:
     """``PORT`` or ``:PORT`` (loopback), ``HOST:PORT``, ``[IPv6]:PORT``; one-line
-    ``JobpoolError`` naming what is wrong. Port 0 takes any free port (the
-    ``pool_started`` event names the one taken)."""
+    ``JobpoolError`` naming what is wrong (``what``: the address's name in it). Port 0
+    takes any free port (the ``pool_started`` event names the one taken)."""
     raw = text.strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep:
@@ -124,24 +124,24 @@ def parse_address(text: str) -> Address:
         try:
             ipaddress.IPv6Address(host)
         except ValueError:
-            raise JobpoolError(f"metrics address {text!r}: {host!r} is not an IPv6 address") from None
+            raise JobpoolError(f"{what} {text!r}: {host!r} is not an IPv6 address") from None
     elif ":" in host:
-        raise JobpoolError(f"metrics address {text!r}: write an IPv6 host in brackets, "
+        raise JobpoolError(f"{what} {text!r}: write an IPv6 host in brackets, "
                            f"as [::1]:9100")
     if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise JobpoolError(f"metrics address {text!r}: the port must be a number from 0 to "
+        raise JobpoolError(f"{what} {text!r}: the port must be a number from 0 to "
                            f"65535, not {port_text!r}")
     return Address(host or "127.0.0.1", int(port_text))
 
 
-def bind(address: Address, text: str) -> socket.socket:
+def bind(address: Address, text: str, what: str = "metrics address") -> socket.socket:
     """A listening, non-blocking socket; a port in use or an address this host
     does not have is one line naming it."""
     try:
         infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise JobpoolError(f"metrics address {text!r}: cannot resolve {address.host!r} "
+        raise JobpoolError(f"{what} {text!r}: cannot resolve {address.host!r} "
                            f"({exc.strerror})") from None
     family, kind, proto, _name, sockaddr = infos[0]
     sock = socket.socket(family, kind, proto)
@@ -152,7 +152,7 @@ def bind(address: Address, text: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         why = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-        raise JobpoolError(f"metrics address {text!r}: cannot listen there: {why}") from None
+        raise JobpoolError(f"{what} {text!r}: cannot listen there: {why}") from None
     sock.setblocking(False)
     return sock
 

@@ -188,26 +188,23 @@ async def _checked_form(request: Request) -> tuple[Any, Response | None]:
 
 
 async def job_action(request: Request) -> Response:
-    act = _JOB_ACTIONS.get(request.path_params["action"])
-    if act is None:
-        return PlainTextResponse("no such action", status_code=404)
-    form, refused = await _checked_form(request)
-    if refused is not None:
-        return refused
     job_id = request.path_params["job_id"]
-    done = await run_in_threadpool(act, _store(request), request.app.state.access.who, job_id)
-    request.session["notice"] = f"job {job_id}: {done.what}"
-    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+    return await _act(request, _JOB_ACTIONS, job_id, f"job {job_id}")
 
 
 async def queue_action(request: Request) -> Response:
-    act = _QUEUE_ACTIONS.get(request.path_params["action"])
+    queue = request.path_params["queue"]
+    return await _act(request, _QUEUE_ACTIONS, queue, f"queue {queue}")
+
+
+async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], target: Any,
+               said: str) -> Response:
+    act = known.get(request.path_params["action"])
     if act is None:
         return PlainTextResponse("no such action", status_code=404)
     form, refused = await _checked_form(request)
     if refused is not None:
         return refused
-    queue = request.path_params["queue"]
-    done = await run_in_threadpool(act, _store(request), request.app.state.access.who, queue)
-    request.session["notice"] = f"queue {queue}: {done.what}"
+    done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
+    request.session["notice"] = f"{said}: {done.what}"
     return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
