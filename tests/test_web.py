@@ -309,3 +309,25 @@ def test_an_open_dashboard_answers_loopback_host_names_only(any_store, store_url
         assert client.get("/", headers={"host": "[::1]:8700"}).status_code == 200
         assert client.get("/", headers={"host": "attacker.example:8700"}).status_code == 421
 
+
+
+def test_without_the_web_extra_jobpool_web_says_how_to_install_it():
+    # ``None`` in sys.modules makes ``import starlette`` fail as if it were not installed.
+    code = ("import sys; sys.modules['starlette'] = None; from jobpool.cli import main; "
+            "sys.exit(main(['web']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, env=_env())
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "the web extra is not installed: pip install '" in result.stderr
+    assert "[web]'" in result.stderr
+
+
+def test_after_a_login_or_an_action_it_never_lands_on_another_site(any_store, store_url):
+    with _client(store_url, token="s3cret") as client:
+        token = _csrf(client.get("/login").text)
+        answer = client.post("/login", data={"csrf": token, "token": "s3cret",
+                                             "next": "//evil.example/"})
+        assert answer.status_code == 303 and answer.headers["location"] == "/"
+        token = _csrf(client.get("/").text)
+        answer = client.post("/queues/q1/pause", data={"csrf": token, "next": "https://evil.example/"})
+        assert answer.headers["location"] == "/"

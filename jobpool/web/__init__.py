@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def create_app(store_url: str, **options: Any) -> Any:
+def create_app(store_url: str | None, **options: Any) -> Any:
     from jobpool.web.app import create_app as create
     return create(store_url, **options)
 

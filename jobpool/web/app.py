@@ -99,7 +99,7 @@ def _hostname(host: str) -> str:
     return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
-def create_app(store_url: str, *, token: str | None = None, read_only: bool = False,
+def create_app(store_url: str | None, *, token: str | None = None, read_only: bool = False,
                token_label: str = "token", allowed_hosts: Sequence[str] | None = None,
                store: Any = None) -> Starlette:
     """The dashboard over the store at ``store_url``.
