@@ -20,7 +20,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import file_identity, job_states, migrations, retention, rows, sql
+from jobpool.store import file_identity, job_states, migrations, retention, row_codec, rows, sql
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
@@ -622,9 +622,12 @@ class SQLiteStore:
         query = sql.NEXT_READY.format(names=", ".join(sql.quote_literal(n) for n in names),
                                       queues=", ".join(sql.quote_literal(q) for q in queues))
         try:
-            return self.conn.execute(query).fetchone()[0]
+            due = self.conn.execute(query).fetchone()[0]
         except sqlite3.Error as exc:
             raise StoreError(f"reading the queue failed: {exc}") from exc
+        # R44: a due time that is not a number is never due (the claim's ``run_at <=
+        # :now`` never holds for text): no job to wait for.
+        return due if row_codec.is_time(due) else None
 
     # -- operating (R21, R29, R31, R33) ---------------------------------------------------
 

@@ -1,0 +1,297 @@
+"""R44: a row is data, never a crash (issue 24).
+
+A store is written by whoever can write its file or schema, by hand or by an older
+release. Each test here writes one row wrong with raw SQL (``sqlite3`` on the file,
+``psycopg`` on the schema) and runs a real pool over it, on both stores: the row is
+settled dead at once naming its column, its job never runs, and every other job runs
+once, in the turn it shares with the bad row. SQLite keeps any value in any column;
+PostgreSQL's columns are typed, so a text ``deadline`` cannot be written there, and
+what it can hold wrong is a value (NaN, a count below zero) or a ``chain`` of the
+wrong shape: each case says what it writes on each store, or why a store cannot hold
+that column wrong.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from jobpool.handles import Signature
+from tests.conftest import insert_job
+
+APP = """
+import os
+from jobpool import job
+
+RAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log")
+
+
+def _ran(what):
+    with open(RAN, "a") as log:
+        log.write(what + "\\n")
+
+
+@job(name="r.work")
+def work(tag):
+    _ran(f"work {tag}")
+    return tag
+
+
+@job(name="r.step")
+def step(tag):
+    _ran(f"step {tag}")
+
+
+@job(name="r.rewrite")
+def rewrite(tag):
+    # A hand edit while the job runs: its own row's chain made unreadable.
+    _ran(f"rewrite {tag}")
+    db = os.environ["ROWDATA_DB"]
+    if db.startswith("postgresql"):
+        import psycopg
+        from jobpool.store.postgres import parse_url
+        target = parse_url(db)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {target.schema}")
+            conn.execute("UPDATE jobs SET chain = '5' WHERE name = 'r.rewrite'")
+    else:
+        import sqlite3
+        conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+        conn.execute("UPDATE jobs SET chain = 'not json' WHERE name = 'r.rewrite'")
+        conn.close()
+    return tag
+"""
+
+
+def is_pg(store_url: str) -> bool:
+    return store_url.startswith("postgresql")
+
+
+def raw(store_url: str, statement: str, params: tuple = ()) -> None:
+    """``statement`` (``%s`` placeholders) on the store's own tables, by hand."""
+    if is_pg(store_url):
+        import psycopg
+
+        from jobpool.store.postgres import parse_url
+        target = parse_url(store_url)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {target.schema}")
+            conn.execute(statement, params)
+        return
+    conn = sqlite3.connect(store_url, isolation_level=None)
+    try:
+        conn.execute(statement.replace("%s", "?"), params)
+    finally:
+        conn.close()
+
+
+def ran(app) -> list[str]:
+    log = app.dir / "ran.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def app(make_any_app, store_url):
+    app = make_any_app(APP)
+    app.env["ROWDATA_DB"] = store_url
+    return app
+
+
+#: One case per column a claim reads: (what SQLite holds, what PostgreSQL holds, what
+#: the reason says it holds). None: the store cannot hold that column wrong, as the
+#: note beside it says. ``id`` and ``name`` are not here: the claim matches the name
+#: as text, so a row whose name is not text is never claimed (doctor names it).
+CLAIMED = {
+    # PostgreSQL's bytea holds any bytes: decoding them is the child's
+    # (tests/faults/test_payloads.py), by the job's own serializer (R39).
+    "payload": ("5", None, "the integer 5, not text or bytes"),
+    # PostgreSQL's text holds text: a serializer the job does not use is R39's.
+    "serializer": ("x'6a736f6e'", None, "4 bytes, not text"),
+    "attempts": ("2.5", "-3", "not an attempt number"),
+    "max_attempts": ("'five'", "0", "not a number of attempts"),
+    "crashes": ("'many'", "-1", "not a count"),
+    "timeout": ("'long'", "'NaN'", "not seconds"),
+    "deadline": ("'tomorrow'", "'NaN'", "not a Unix time"),
+    # PostgreSQL's integer holds a priority whatever its value.
+    "priority": ("'high'", None, "not a priority"),
+    "line_at": ("'first'", "'NaN'", "not a Unix time"),
+    # The issue's row: 'malformed JSON' on SQLite, 'cannot get array length of a
+    # scalar' on PostgreSQL, at every turn.
+    "chain": ("'not json'", "'5'", "column chain:"),
+}
+
+
+def on_store(make_app, request, kind: str):
+    """An app whose pools run on ``kind``'s store (a fresh file, or a fresh schema)."""
+    app = make_app(APP)
+    if kind == "postgres":
+        app.db = request.getfixturevalue("pg_url")
+    app.env["ROWDATA_DB"] = str(app.db)
+    return app
+
+
+@pytest.mark.parametrize("kind, column", [
+    pytest.param(kind, column, id=f"{kind}-{column}")
+    for kind in ("sqlite", "postgres") for column, case in CLAIMED.items()
+    if case[kind == "postgres"] is not None])
+def test_a_claimed_row_wrong_in_one_column_is_dead_at_claim_and_every_other_job_runs_once(
+        make_app, request, kind, column):
+    app = on_store(make_app, request, kind)
+    value, says = CLAIMED[column][kind == "postgres"], CLAIMED[column][2]
+    store = app.store()
+    before = store.enqueue("r.work", "before").id
+    then = [Signature("r.step", ("next",))] if column == "chain" else None
+    victim = store.enqueue_with("r.work", args=("victim",), then=then).id
+    after = store.enqueue("r.work", "after").id
+    raw(str(app.db), f"UPDATE jobs SET {column} = {value} WHERE id = %s", (victim,))
+
+    app.start("--procs", "1", timeout=60)   # exits 0: the pool never stopped
+
+    job = store.get(victim)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith(f"malformed row: column {column}: ")
+    assert says in job["last_error"]
+    # Refused at claim: logged as such, and no child ever ran it.
+    assert [a["outcome"] for a in store.attempts(victim)] == ["malformed"]
+    assert sorted(ran(app)) == ["work after", "work before"]
+    assert [store.get(i)["status"] for i in (before, after)] == ["done", "done"]
+    assert [len(store.attempts(i)) for i in (before, after)] == [1, 1]
+    # A chain that was never read enqueued nothing.
+    assert {j["name"] for j in store.list_jobs()} == {"r.work"}
+
+
+#: Chains of the wrong shape (R12), each refused at claim naming what is wrong; the
+#: same text on both stores (PostgreSQL's ``jsonb`` keeps it as JSON).
+CHAINS = {
+    "an object": ('{"a": 1}', "a JSON object, not a list of steps"),
+    "no steps": ("[]", "an empty JSON list, not a list of steps"),
+    "a number for a step": ("[1]", "step 0: the integer 1, not a step"),
+    "a step without a queue": ('[{"name": "r.step", "payload": "[[1],{}]", "priority": 0}]',
+                               "step 0: no queue"),
+    "a text priority": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
+                        '"priority": "high"}]', "step 0: priority: text 'high'"),
+    "a budget past 32 bits": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
+                              '"priority": 0, "max_attempts": 1099511627776}]',
+                              "step 0: max_attempts: the integer 1099511627776"),
+    "a later step wrong": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
+                           '"priority": 0}, 7]', "step 1: the integer 7, not a step"),
+}
+
+
+@pytest.mark.parametrize("shape", CHAINS)
+def test_a_chain_of_the_wrong_shape_is_dead_at_claim_naming_the_step(app, store_url, shape):
+    chain, says = CHAINS[shape]
+    store = app.store()
+    victim = store.enqueue_with("r.work", args=("victim",),
+                                then=[Signature("r.step", ("next",))]).id
+    after = store.enqueue("r.work", "after").id
+    raw(store_url, "UPDATE jobs SET chain = %s WHERE id = %s", (chain, victim))
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(victim)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith(f"malformed row: column chain: {says}")
+    assert ran(app) == ["work after"]
+    assert store.get(after)["status"] == "done"
+    assert {j["name"] for j in store.list_jobs()} == {"r.work"}
+
+
+def test_a_chain_made_unreadable_while_its_job_runs_stops_there_and_the_turn_commits(
+        app, store_url):
+    """The claim read the chain sound; the job's row is edited while it runs. Its
+    settle cannot enqueue the next step: the job's end stands (it ran), its row says
+    why the chain stopped, and the rest of the turn commits."""
+    store = app.store()
+    first = store.enqueue_with("r.rewrite", args=("first",),
+                               then=[Signature("r.step", ("never",))]).id
+    after = store.enqueue("r.work", "after").id
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(first)
+    assert job["status"] == "done"
+    assert job["last_error"].startswith(
+        "malformed row: column chain: the next step could not be enqueued; the chain stops here")
+    assert sorted(ran(app)) == ["rewrite first", "work after"]
+    assert store.get(after)["status"] == "done"
+    assert [len(store.attempts(i)) for i in (first, after)] == [1, 1]
+    assert "r.step" not in {j["name"] for j in store.list_jobs()}
+
+
+def test_a_lease_taken_back_from_a_wrong_row_is_dead_naming_the_column(app, store_url):
+    """R23: a reclaim reads running rows too. A budget that is not a number (SQLite)
+    or not a positive count (PostgreSQL) crashed the supervisor, or was read as
+    'no attempts left after 0'."""
+    store = app.store()
+    held = store.enqueue("r.work", "held").id
+    other = store.enqueue("r.work", "other").id
+    budget = "0" if is_pg(store_url) else "'five'"
+    raw(store_url, "UPDATE jobs SET status = 'running', lease_owner = 'elsewhere:1:1', "
+        f"lease_expires_at = 1, started_at = 1, attempts = 1, max_attempts = {budget} "
+        "WHERE id = %s", (held,))
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(held)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith("malformed row: column max_attempts: ")
+    assert [a["outcome"] for a in store.attempts(held)] == ["malformed"]
+    assert ran(app) == ["work other"]
+    assert store.get(other)["status"] == "done"
+
+
+# -- both SQLite cores, one turn at a time ----------------------------------------------
+
+OWNER = "host:1:1"
+NOW = 10_000.0
+
+
+@pytest.mark.parametrize("column", [c for c, case in CLAIMED.items() if case[0]])
+def test_both_cores_refuse_the_same_row_with_the_same_words(core_impl, store_path, column):
+    """The compiled core vouches for a row in C (column types and bounds) and hands
+    any other row to the codec: its answers are the pure core's, word for word."""
+    good = insert_job(store_path, "t.job", run_at=NOW - 10)
+    victim = insert_job(store_path, "t.job", run_at=NOW - 5)
+    late = insert_job(store_path, "t.job", run_at=NOW - 1)
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    conn.execute(f"UPDATE jobs SET {column} = {CLAIMED[column][0]} WHERE id = ?", (victim,))
+    conn.close()
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"])
+    try:
+        claimed, expired = core.claim(3, NOW)
+    finally:
+        core.close()
+    assert [job.job_id for job in claimed] == [good, late]
+    assert [(s.job_id, s.status) for s in expired] == [(victim, "dead")]
+    assert expired[0].reason.startswith(f"malformed row: column {column}: ")
+    assert CLAIMED[column][2] in expired[0].reason
+
+
+def test_both_cores_settle_a_wrong_lease_they_take_back_whatever_its_owner_holds(core_impl,
+                                                                                store_path):
+    """R23 on a running row whose budget is text and whose owner's bytes are not UTF-8:
+    the reclaim names both columns and settles the row dead, fenced by those bytes."""
+    held = insert_job(store_path, "t.job", run_at=NOW - 10)
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    conn.execute("UPDATE jobs SET status = 'running', lease_owner = CAST(x'6f776e6572ff' AS TEXT), "
+                 "lease_expires_at = 1, started_at = 1, attempts = 1, max_attempts = 'five' "
+                 "WHERE id = ?", (held,))
+    conn.close()
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"])
+    try:
+        [settled] = core.reclaim(NOW)
+    finally:
+        core.close()
+    assert (settled.job_id, settled.status) == (held, "dead")
+    assert settled.reason == ("malformed row: column max_attempts: text 'five', not a number of "
+                              "attempts (an integer, 1 or more); column lease_owner: text that is "
+                              "not UTF-8")
+    conn = sqlite3.connect(store_path)
+    try:
+        assert conn.execute("SELECT status, last_error FROM jobs WHERE id = ?",
+                            (held,)).fetchone() == ("dead", settled.reason)
+        assert conn.execute("SELECT outcome FROM attempts WHERE job_id = ?",
+                            (held,)).fetchall() == [("malformed",)]
+    finally:
+        conn.close()
