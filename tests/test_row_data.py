@@ -12,12 +12,15 @@ that column wrong.
 """
 from __future__ import annotations
 
+import json
 import sqlite3
+import time
 
 import pytest
 
 from jobpool.handles import Signature
-from tests.conftest import insert_job
+from jobpool.snapshot import read_snapshot
+from tests.conftest import insert_job, wait_for
 
 APP = """
 import os
@@ -241,6 +244,25 @@ def test_a_lease_taken_back_from_a_wrong_row_is_dead_naming_the_column(app, stor
     assert store.get(other)["status"] == "done"
 
 
+def test_text_that_is_not_utf8_is_named_instead_of_failing_every_turn(make_app):
+    """SQLite only (PostgreSQL's text is always in the database's encoding): a
+    serializer whose bytes are not UTF-8 failed the claim's read, so every turn."""
+    app = make_app(APP)
+    store = app.store()
+    victim = store.enqueue("r.work", "victim").id
+    after = store.enqueue("r.work", "after").id
+    raw(str(app.db), "UPDATE jobs SET serializer = CAST(x'6a736f6eff' AS TEXT) WHERE id = %s",
+        (victim,))
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(victim)
+    assert (job["status"], job["last_error"]) == (
+        "dead", "malformed row: column serializer: text that is not UTF-8")
+    assert ran(app) == ["work after"]
+    assert store.get(after)["status"] == "done"
+
+
 # -- both SQLite cores, one turn at a time ----------------------------------------------
 
 OWNER = "host:1:1"
@@ -266,6 +288,104 @@ def test_both_cores_refuse_the_same_row_with_the_same_words(core_impl, store_pat
     assert [(s.job_id, s.status) for s in expired] == [(victim, "dead")]
     assert expired[0].reason.startswith(f"malformed row: column {column}: ")
     assert CLAIMED[column][2] in expired[0].reason
+
+
+# -- read paths: a row is shown flagged, never a failure --------------------------------
+
+#: A value each store can hold in a time column that is not a time.
+NOT_A_TIME = {"sqlite": ("'soon'", "text 'soon', not a Unix time (a finite number)"),
+              "postgres": ("'NaN'", "the number nan, not a Unix time (a finite number)")}
+
+
+def test_reads_show_a_malformed_row_flagged_and_a_pool_never_waits_for_it(app, store_url):
+    """The issue's third row: a text run_at crashed `jobs list` while `doctor` said
+    'ok' (on PostgreSQL a NaN run_at kept a `--burst` pool waiting for ever). Such a
+    row is never due; every read shows it flagged, the bad column None."""
+    kind = "postgres" if is_pg(store_url) else "sqlite"
+    value, holds = NOT_A_TIME[kind]
+    store = app.store()
+    never = store.enqueue("r.work", "never").id
+    other = store.enqueue("r.work", "other").id
+    gone = store.enqueue("r.work", "gone").id
+    store.cancel(gone)
+    raw(store_url, f"UPDATE jobs SET run_at = {value} WHERE id = %s", (never,))
+    finished = "finished_jobs" if kind == "postgres" else "jobs"
+    raw(store_url, f"UPDATE {finished} SET deadline = 'NaN'::float8 WHERE id = %s"
+        if kind == "postgres" else f"UPDATE {finished} SET deadline = 'x' WHERE id = %s", (gone,))
+
+    app.start("--procs", "1", timeout=60)
+
+    assert ran(app) == ["work other"]
+    job = store.get(never)
+    assert (job["status"], job["run_at"]) == ("ready", None)
+    assert job["malformed"] == {"run_at": holds}
+    assert "malformed" not in store.get(other)
+    assert store.get(gone)["malformed"].keys() == {"deadline"}
+    assert {j["id"]: j.get("malformed", {}).keys() for j in store.list_jobs()} == {
+        never: {"run_at"}, other: set(), gone: {"deadline"}}
+    assert [j["id"] for j in store.dead.list()] == [gone]
+
+    listed = app.cli("jobs", "list", "--db", store_url, check=True)
+    line = next(x for x in listed.stdout.splitlines() if x.split()[:1] == [str(never)])
+    assert "[malformed: run_at]" in line
+    as_json = json.loads(app.cli("jobs", "list", "--db", store_url, "--json", check=True).stdout)
+    assert {j["id"]: j.get("malformed") for j in as_json}[never] == {"run_at": holds}
+    shown = app.cli("jobs", "show", str(never), "--db", store_url, check=True).stdout
+    assert f"run_at malformed: {holds}" in shown
+    dead = app.cli("dead", "list", "--db", store_url, check=True).stdout
+    assert "[malformed: deadline]" in dead
+
+
+HOLD_APP = APP + """
+
+@job(name="r.hold", timeout=120)
+def hold(tag):
+    import time
+    _ran(f"hold {tag}")
+    while not os.path.exists(RAN + ".go"):
+        time.sleep(0.05)
+"""
+
+
+def test_the_dashboard_shows_a_running_row_flagged(make_any_app, store_url):
+    """A running row whose start is not a time: the dashboard's slot says so, where
+    it computed `now - started_at` and failed (SQLite) or showed nothing (a NaN)."""
+    app = make_any_app(HOLD_APP)
+    store = app.store()
+    held = store.enqueue("r.hold", "held").id
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: "hold held" in ran(app), timeout=60)
+    value = "'NaN'" if is_pg(store_url) else "'early'"
+    raw(store_url, f"UPDATE jobs SET started_at = {value} WHERE id = %s", (held,))
+    wait_for(lambda: any(s.job_id == held for s in read_snapshot(store).slots), timeout=30)
+
+    top = app.cli("top", "--once", "--db", store_url, check=True).stdout
+    assert "malformed row: started_at" in top
+    slot = next(s for s in read_snapshot(store).slots if s.job_id == held)
+    assert (slot.started, slot.elapsed, slot.stage) == (None, None, "malformed row: started_at")
+
+    (app.dir / "ran.log.go").touch()
+    wait_for(lambda: store.get(held)["status"] == "done", timeout=60)
+    pool.terminate()
+    pool.wait(timeout=60)
+
+
+def test_queue_names_that_are_not_text_are_shown_flagged_by_the_dashboard_and_metrics(make_app):
+    """SQLite only: PostgreSQL's text columns hold text. A done row whose queue is
+    bytes made the dashboard and `jobpool metrics` fail sorting the queues."""
+    app = make_app(APP)
+    store = app.store()
+    done = store.enqueue("r.work", "done").id
+    app.start("--procs", "1", timeout=60)
+    raw(str(app.db), "UPDATE jobs SET queue = x'42', finished_at = %s WHERE id = %s",
+        (time.time(), done))
+    store.enqueue("r.work", "waits")
+
+    top = app.cli("top", "--once", "--db", str(app.db), check=True).stdout
+    assert "[malformed row: 1 bytes]" in top
+    metrics = app.cli("metrics", "--db", str(app.db), check=True).stdout
+    assert 'jobpool_queue_jobs{queue="default",status="ready"} 1.0' in metrics
+    assert store.get(done)["malformed"] == {"queue": "1 bytes, not text"}
 
 
 def test_both_cores_settle_a_wrong_lease_they_take_back_whatever_its_owner_holds(core_impl,

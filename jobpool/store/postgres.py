@@ -559,7 +559,7 @@ class PostgresStore:
         jobs = []
         for row in self._list("listing jobs", query, dict(params, limit=limit)):
             job = self.job(row[:-1])
-            if job["status"] == "ready" and job["run_at"] > row[-1]:
+            if job["status"] == "ready" and job["run_at"] is not None and job["run_at"] > row[-1]:
                 job["status"] = "scheduled"
             jobs.append(job)
         return jobs

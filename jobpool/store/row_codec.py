@@ -1,6 +1,7 @@
-"""R44: a row is data, never a crash. Every row a claimer reads passes through here
-before anything uses it: the claim's rows and the rows a reclaim takes back (the
-compiled core, its pure twin and the PostgreSQL claimer).
+"""R44: a row is data, never a crash. Every store's rows pass through here before
+anything uses them: the claim's rows and the rows a reclaim takes back (the three
+claimers), the rows ``get``, ``list_jobs`` and the dead letters show, and the
+dashboard's running rows.
 
 A store is written by anyone who can write its file or schema (a group-writable
 SQLite file, a PostgreSQL role), by hand or by an older release, and SQLite keeps
@@ -8,13 +9,15 @@ whatever it is given: text in a ``REAL`` column, a float in an ``INTEGER`` one, 
 ``chain`` that is not JSON. PostgreSQL's columns are typed, so what it can hold
 wrong is narrower (a ``NaN`` time, a count below zero, a ``chain`` of the wrong
 shape), and the same checks cover it. One place decides what each column may
-hold, so the claimers agree on what is malformed and say it in the same words:
-``malformed row: column deadline: text 'tomorrow', not a Unix time (a number)``.
+hold, so the claimers and the read paths agree on what is malformed
+and say it in the same words: ``malformed row: column deadline: text 'tomorrow',
+not a Unix time (a number)``.
 
 A claimed row that fails is settled dead at once by the claimer, in a statement
 of its own that reads none of the row's columns (``settle_malformed``), so the rest
-of the turn commits and the job never reaches a child. This module imports no
-store, so a child may use it too.
+of the turn commits and the job never reaches a child. A read path shows the row
+with the bad columns set to None and listed in ``malformed`` (column: what it
+holds). This module imports no store, so a child may use it too.
 """
 from __future__ import annotations
 
@@ -247,9 +250,57 @@ def _chain(value: Any) -> str | None:
 chain = Rule(_chain)
 
 
+#: Every column of ``jobs`` (and PostgreSQL's ``finished_jobs``) a read path or the
+#: engine uses, and what it may hold. NOT NULL columns are refused NULL by the schema.
+COLUMNS: dict[str, Rule] = {
+    "id": ID, "queue": text, "name": text, "key": optional(text), "payload": payload,
+    "serializer": text, "priority": PRIORITY, "status": text, "run_at": TIME, "line_at": TIME,
+    "attempts": COUNT, "max_attempts": optional(BUDGET), "crashes": COUNT, "deferrals": COUNT,
+    "deadline": optional(DEADLINE), "timeout": optional(SECONDS), "lease_owner": optional(text),
+    "lease_expires_at": optional(TIME), "last_error": optional(text),
+    "progress": optional(PERCENT), "stage": optional(text), "result": optional(payload),
+    "created_at": TIME, "started_at": optional(TIME), "finished_at": optional(TIME),
+    "chain": optional(chain), "chain_root": optional(ID), "cancel_requested": FLAG,
+    "hook_done": FLAG, "batch_id": optional(ID), "state": optional(text),
+    "state_at": optional(TIME), "grp": optional(text),
+}
+
+
+def problems(row: Mapping[str, Any]) -> dict[str, str]:
+    """What is wrong with each column of ``row`` (a dict of some of ``COLUMNS``)."""
+    found = {}
+    for column, value in row.items():
+        check = COLUMNS.get(column)
+        if check is not None:
+            why = check(value)
+            if why is not None:
+                found[column] = why
+    return found
+
+
+def flagged(job: dict[str, Any]) -> dict[str, Any]:
+    """A row as a read path returns it: each malformed column set to None (nothing
+    downstream does sums with text) and named in ``malformed`` with what it holds.
+    A sound row comes back as it was, without the key."""
+    found = problems(job)
+    if found:
+        for column in found:
+            job[column] = None
+        job["malformed"] = found
+    return job
+
+
 def reason(found: Mapping[str, str]) -> str:
     """``malformed row: column a: why; column b: why``."""
     return f"{MALFORMED}: " + "; ".join(f"column {c}: {why}" for c, why in found.items())
+
+
+def readable(text: str) -> str:
+    """Stored text as a reader shows it: bytes that are not UTF-8 (kept by
+    ``lenient_text``) replaced, as a JSON payload stored as bytes is shown."""
+    if _utf8(text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def is_time(value: Any) -> bool:
