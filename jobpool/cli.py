@@ -1198,11 +1198,24 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())) or "no jobs"
         print(f"{path}: ok ({counts})")
         return 0
-    print(f"{path}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` copies "
-          f"what is readable into a new store", file=sys.stderr)
-    for problem in report.problems:
-        print(f"  {problem}", file=sys.stderr)
+    if report.problems:
+        print(f"{path}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` "
+              f"copies what is readable into a new store", file=sys.stderr)
+        for problem in report.problems:
+            print(f"  {problem}", file=sys.stderr)
+    if report.malformed_count:
+        _print_malformed(path, report.malformed, report.malformed_count)
     return 1
+
+
+def _print_malformed(path: str, named: list[str], count: int) -> None:
+    """R44: the rows doctor found malformed, by id and column (stderr)."""
+    from jobpool.store.row_codec import DOCTOR_NOTE
+    print(f"{path}: {count} malformed row(s): {DOCTOR_NOTE}", file=sys.stderr)
+    for line in named:
+        print(f"  {shown(line)}", file=sys.stderr)
+    if count > len(named):
+        print(f"  … and {count - len(named)} more", file=sys.stderr)
 
 
 def cmd_top(args: argparse.Namespace, out: _Stdout) -> int:

@@ -388,6 +388,40 @@ def test_queue_names_that_are_not_text_are_shown_flagged_by_the_dashboard_and_me
     assert store.get(done)["malformed"] == {"queue": "1 bytes, not text"}
 
 
+# -- doctor: every malformed row, by id and column, whatever its status ----------------------
+
+def test_doctor_names_each_malformed_row_by_id_and_column_whatever_its_status(app, store_url):
+    """A row whose run_at is not a number is never claimed, so doctor is where it shows;
+    it names finished rows too (typeof on SQLite; values and chains on PostgreSQL)."""
+    pg = is_pg(store_url)
+    store = app.store()
+    never = store.enqueue("r.work", "never").id
+    finished = store.enqueue("r.work", "finished").id
+    gone = store.enqueue_with("r.work", args=("gone",), then=[Signature("r.step", ("x",))]).id
+    store.cancel(gone)
+    fine = store.enqueue("r.work", "fine").id
+    raw(store_url, f"UPDATE jobs SET run_at = {NOT_A_TIME['postgres' if pg else 'sqlite'][0]} "
+        "WHERE id = %s", (never,))
+    app.start("--procs", "1", timeout=60)
+    table = "finished_jobs" if pg else "jobs"
+    raw(store_url, f"UPDATE {table} SET crashes = {'-1' if pg else chr(39) + 'many' + chr(39)} "
+        "WHERE id = %s", (finished,))
+    raw(store_url, f"UPDATE {table} SET chain = %s WHERE id = %s",
+        ("5" if pg else "not json", gone))
+
+    report = app.cli("doctor", "--db", store_url)
+
+    assert report.returncode == 1
+    assert "3 malformed row(s)" in report.stderr
+    holds = NOT_A_TIME["postgres" if pg else "sqlite"][1]
+    assert f"job {never} (ready): column run_at: {holds}" in report.stderr
+    crashes = "the integer -1" if pg else "text 'many'"
+    assert f"job {finished} (done): column crashes: {crashes}, not a count" in report.stderr
+    chain = "the integer 5, not a list of steps" if pg else "not JSON ("
+    assert f"job {gone} (dead): column chain: {chain}" in report.stderr
+    assert f"job {fine} " not in report.stderr
+
+
 def test_both_cores_settle_a_wrong_lease_they_take_back_whatever_its_owner_holds(core_impl,
                                                                                 store_path):
     """R23 on a running row whose budget is text and whose owner's bytes are not UTF-8:

@@ -1,7 +1,7 @@
 """R44: a row is data, never a crash. Every store's rows pass through here before
 anything uses them: the claim's rows and the rows a reclaim takes back (the three
-claimers), the rows ``get``, ``list_jobs`` and the dead letters show, and the
-dashboard's running rows.
+claimers), the rows ``get``, ``list_jobs`` and the dead letters show, the dashboard's
+running rows, and ``doctor``'s walk of the table.
 
 A store is written by anyone who can write its file or schema (a group-writable
 SQLite file, a PostgreSQL role), by hand or by an older release, and SQLite keeps
@@ -9,7 +9,7 @@ whatever it is given: text in a ``REAL`` column, a float in an ``INTEGER`` one, 
 ``chain`` that is not JSON. PostgreSQL's columns are typed, so what it can hold
 wrong is narrower (a ``NaN`` time, a count below zero, a ``chain`` of the wrong
 shape), and the same checks cover it. One place decides what each column may
-hold, so the claimers and the read paths agree on what is malformed
+hold, so the claimers, the read paths and ``doctor`` agree on what is malformed
 and say it in the same words: ``malformed row: column deadline: text 'tomorrow',
 not a Unix time (a number)``.
 
@@ -44,13 +44,19 @@ Check = Callable[[Any], "str | None"]
 
 class Rule:
     """What one column may hold. Called with a value, it says what is wrong with it
-    (None: nothing)."""
+    (None: nothing). ``sound(column, dialect)`` is an SQL condition that holds only
+    for values the rule accepts (it may be stricter, never looser), so ``doctor``
+    reads through the rule just the rows where it does not hold."""
 
-    def __init__(self, check: Check) -> None:
+    def __init__(self, check: Check, sqlite: str = "1", postgres: str = "TRUE") -> None:
         self._check = check
+        self._sql = {"sqlite": sqlite, "postgres": postgres}
 
     def __call__(self, value: Any) -> str | None:
         return self._check(value)
+
+    def sound(self, column: str, dialect: str) -> str:
+        return self._sql[dialect].format(c=column)
 
 
 def shown(value: Any) -> str:
@@ -93,7 +99,10 @@ def integer(what: str, least: int | None = None, most: int | None = None) -> Rul
                 or (most is not None and value > most)):
             return _not(value, what)
         return None
-    return Rule(check)
+    bounds_sql = "".join(f" AND {{c}} {op} {limit}" for op, limit in ((">=", least), ("<=", most))
+                         if limit is not None)
+    return Rule(check, "typeof({c}) = 'integer'" + bounds_sql,
+                bounds_sql[len(" AND "):] or "TRUE")
 
 
 def number(what: str, *, finite: bool = True, above: float | None = None) -> Rule:
@@ -103,7 +112,12 @@ def number(what: str, *, finite: bool = True, above: float | None = None) -> Rul
                 or (above is not None and not value > above)):
             return _not(value, what)
         return None
-    return Rule(check)
+    more = f" AND {{c}} > {above!r}" if above is not None else ""
+    return Rule(check,
+                "typeof({c}) IN ('integer', 'real')"
+                + (" AND abs({c}) <= 1.7976931348623157e308" if finite else "") + more,
+                "{c} <> 'NaN'::float8"
+                + (" AND abs({c}) < 'Infinity'::float8" if finite else "") + more)
 
 
 def _utf8(text: str) -> bool:
@@ -132,18 +146,20 @@ def _payload(value: Any) -> str | None:
     return _not(value, "text or bytes")
 
 
-#: Text.
-text = Rule(_text)
+#: Text. (``typeof`` says 'text' of text that is not UTF-8: ``doctor`` names such a
+#: column only in a row it reads for another, and a pool or a reader when it meets it.)
+text = Rule(_text, "typeof({c}) = 'text'")
 #: Arguments (or a result) as stored: JSON text or bytes; decoding them is the
 #: child's (``payload cannot be decoded``), by the job's own serializer (R39).
-payload = Rule(_payload)
+payload = Rule(_payload, "typeof({c}) IN ('text', 'blob')")
 
 
 def optional(rule: Rule) -> Rule:
     """``rule``, or NULL."""
     def nullable(value: Any) -> str | None:
         return None if value is None else rule(value)
-    return Rule(nullable)
+    return Rule(nullable, f"({{c}} IS NULL OR ({rule.sound('{c}', 'sqlite')}))",
+                f"({{c}} IS NULL OR ({rule.sound('{c}', 'postgres')}))")
 
 
 ID = integer("an id (an integer)")
@@ -246,8 +262,8 @@ def _chain(value: Any) -> str | None:
 
 #: R12: the steps still to enqueue, a JSON list of step objects, as text (PostgreSQL's
 #: ``jsonb`` is read as ``chain::text``). Every step is checked, not only the next: the
-#: rest travel with it.
-chain = Rule(_chain)
+#: rest travel with it. Only Python reads JSON here, so ``doctor`` reads every chain.
+chain = Rule(_chain, "0", "FALSE")
 
 
 #: Every column of ``jobs`` (and PostgreSQL's ``finished_jobs``) a read path or the
@@ -443,3 +459,29 @@ def settle_malformed(query: Callable[[str, dict], list], statements: Any, bad: M
             query(follow_up, params)
     return malformed_settled(bad, held)
 
+
+# -- doctor: every row, whatever its status -------------------------------------------------
+
+#: How many malformed rows ``doctor`` names one by one (it counts the rest).
+DOCTOR_NAMES = 100
+#: What ``doctor`` says such rows mean, after how many there are.
+DOCTOR_NOTE = ("a pool settles such a row dead when it claims it; one whose run_at is not "
+               "a number is never claimed")
+
+
+def suspects(columns: Iterable[str], dialect: str) -> str:
+    """The condition ``doctor`` reads rows by: one of ``columns`` (of ``COLUMNS``) is
+    not plainly sound, as its rule's ``sound`` says; the codec then says why."""
+    return " OR ".join(f"NOT COALESCE(({COLUMNS[c].sound(c, dialect)}), "
+                       f"{'0' if dialect == 'sqlite' else 'FALSE'})"
+                       for c in columns if c in COLUMNS)
+
+
+def described(job: Mapping[str, Any]) -> str | None:
+    """A malformed row as ``doctor`` names it (by id, status and each column), or None
+    when nothing is wrong with it."""
+    found = problems(job)
+    if not found:
+        return None
+    return f"job {job.get('id')} ({job.get('status')}): " + "; ".join(
+        f"column {c}: {why}" for c, why in found.items())
