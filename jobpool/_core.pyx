@@ -29,7 +29,7 @@ from cpython.ref cimport Py_INCREF, PyObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.limits cimport INT_MAX
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, isfinite
 from libc.stdlib cimport free, qsort, realloc
 
 import json
@@ -46,7 +46,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                decide, with_reason)  # the core's API
 from jobpool.limits import charge, plan_claim, sooner
 from jobpool.queueplan import claim_in_shares
-from jobpool.store import sql
+from jobpool.store import row_codec, sql
 from jobpool.store.limit_claim import SqlLimitedSource, sqlite_limited_claim
 
 
@@ -105,6 +105,7 @@ cdef extern from "sqlite3.h" nogil:
     const char* sqlite3_errmsg(sqlite3* db)
     const char* sqlite3_libversion()
     int sqlite3_changes(sqlite3* db)
+    int sqlite3_get_autocommit(sqlite3* db)
 
     int sqlite3_prepare_v3(sqlite3* db, const char* text, int nbytes, unsigned int flags,
                            sqlite3_stmt** stmt, const char** tail)
@@ -233,6 +234,7 @@ cdef enum:
     C_LINE_AT
     C_CHAINED
     C_RUN_AT
+    C_CHAIN
     NCLAIMCOLS
 
 cdef inline object _record(type cls, tuple fields):
@@ -561,14 +563,93 @@ cdef object _column_bytes(sqlite3_stmt* st, int col):
     return PyBytes_FromStringAndSize(<char*>data, sqlite3_column_bytes(st, col))
 
 
-cdef tuple _row(sqlite3_stmt* st, int ncol):
+cdef tuple _row(sqlite3_stmt* st, int ncol, bint lenient=False):
+    """A row as Python's module returns it (``lenient``: text that is not UTF-8 kept
+    for the codec, R44)."""
     cdef tuple row = PyTuple_New(ncol)
     cdef int i
     for i in range(ncol):
-        value = _column(st, i)
+        value = _column_lenient(st, i) if lenient else _column(st, i)
         Py_INCREF(value)
         PyTuple_SET_ITEM(row, i, value)
     return row
+
+
+cdef object _column_lenient(sqlite3_stmt* st, int col):
+    """R44: one column as ``_column`` reads it, except text that is not UTF-8, kept
+    as lone surrogates (``row_codec.lenient_text``) for the codec to name."""
+    cdef const char* text
+    if sqlite3_column_type(st, col) != SQLITE_TEXT:
+        return _column(st, col)
+    text = <const char*>sqlite3_column_text(st, col)
+    if text == NULL:
+        raise MemoryError()
+    return PyUnicode_DecodeUTF8(<char*>text, sqlite3_column_bytes(st, col), "surrogateescape")
+
+
+cdef object _utf8_or_none(sqlite3_stmt* st, int col):
+    """A TEXT column as str, or None when it is not UTF-8 (the codec then names it)."""
+    cdef const char* text = <const char*>sqlite3_column_text(st, col)
+    if text == NULL:
+        raise MemoryError()
+    try:
+        return PyUnicode_DecodeUTF8(<char*>text, sqlite3_column_bytes(st, col), NULL)
+    except UnicodeDecodeError:
+        return None
+
+
+cdef inline bint _numeric(int t) noexcept nogil:
+    return t == SQLITE_INTEGER or t == SQLITE_FLOAT
+
+
+cdef inline double _number(sqlite3_stmt* st, int col, int t) noexcept nogil:
+    # Read as stored (no conversion of the value SQLite holds).
+    if t == SQLITE_INTEGER:
+        return <double>sqlite3_column_int64(st, col)
+    return sqlite3_column_double(st, col)
+
+
+cdef bint _plain_claim_row(sqlite3_stmt* st) noexcept nogil:
+    """R44's hot path: whether every claimed column is of a type and within the bounds
+    ``row_codec.CLAIM_COLUMNS`` accepts, read in C from the column types. Never true
+    of a row the codec would refuse; false for some it accepts (a chained row: only
+    the codec reads JSON), which then go through it. Types are read before any value
+    (a read may convert what SQLite holds)."""
+    cdef int t_payload, t_timeout, t_deadline, t_line, t_run
+    cdef double d
+    cdef sqlite3_int64 i
+    if (sqlite3_column_type(st, C_ID) != SQLITE_INTEGER
+            or sqlite3_column_type(st, C_NAME) != SQLITE_TEXT
+            or sqlite3_column_type(st, C_SERIALIZER) != SQLITE_TEXT
+            or sqlite3_column_type(st, C_ATTEMPTS) != SQLITE_INTEGER
+            or sqlite3_column_type(st, C_MAX_ATTEMPTS) != SQLITE_INTEGER
+            or sqlite3_column_type(st, C_CRASHES) != SQLITE_INTEGER
+            or sqlite3_column_type(st, C_PRIORITY) != SQLITE_INTEGER
+            or sqlite3_column_type(st, C_CHAINED) != SQLITE_INTEGER
+            or sqlite3_column_type(st, C_CHAIN) != SQLITE_NULL):
+        return False
+    t_payload = sqlite3_column_type(st, C_PAYLOAD)
+    t_timeout = sqlite3_column_type(st, C_TIMEOUT)
+    t_deadline = sqlite3_column_type(st, C_DEADLINE)
+    t_line = sqlite3_column_type(st, C_LINE_AT)
+    t_run = sqlite3_column_type(st, C_RUN_AT)
+    if (not (t_payload == SQLITE_TEXT or t_payload == SQLITE_BLOB) or not _numeric(t_timeout)
+            or not (t_deadline == SQLITE_NULL or _numeric(t_deadline))
+            or not _numeric(t_line) or not _numeric(t_run)):
+        return False
+    if (sqlite3_column_int64(st, C_ATTEMPTS) < 1 or sqlite3_column_int64(st, C_MAX_ATTEMPTS) < 1
+            or sqlite3_column_int64(st, C_CRASHES) < 0):
+        return False
+    i = sqlite3_column_int64(st, C_PRIORITY)
+    if i < -2147483648 or i > 2147483647:
+        return False
+    d = _number(st, C_TIMEOUT, t_timeout)
+    if not (d > 0.0 and isfinite(d)):
+        return False
+    if t_deadline != SQLITE_NULL and _number(st, C_DEADLINE, t_deadline) != _number(
+            st, C_DEADLINE, t_deadline):
+        return False    # NaN (SQLite stores none; kept in step with the codec)
+    return isfinite(_number(st, C_LINE_AT, t_line)) and isfinite(_number(st, C_RUN_AT, t_run))
 
 
 cdef inline void _reset(sqlite3_stmt* st) noexcept:
@@ -970,20 +1051,21 @@ cdef class Core:
         _reset(st)
         return changes
 
-    cdef list _fetch(self, int s):
-        """Run a statement and return all of its rows as tuples."""
+    cdef list _fetch(self, int s, bint lenient=False):
+        """Run a statement and return all of its rows as tuples (``lenient``: text
+        that is not UTF-8 kept for the codec, R44)."""
         cdef sqlite3_stmt* st
         cdef list rows
         st = self._ready(s)
         try:
-            rows = self._step_all(st)
+            rows = self._step_all(st, lenient)
         except BaseException:
             _reset(st)
             raise
         _reset(st)
         return rows
 
-    cdef list _step_all(self, sqlite3_stmt* st):
+    cdef list _step_all(self, sqlite3_stmt* st, bint lenient=False):
         """Step a bound statement to its end; its rows as tuples (the caller resets it)."""
         cdef int rc
         cdef int ncol = sqlite3_column_count(st)
@@ -992,7 +1074,7 @@ cdef class Core:
             with nogil:
                 rc = sqlite3_step(st)
             if rc == SQLITE_ROW:
-                rows.append(_row(st, ncol))
+                rows.append(_row(st, ncol, lenient))
             elif rc == SQLITE_DONE:
                 return rows
             else:
@@ -1131,12 +1213,12 @@ cdef class Core:
         cdef sqlite3_stmt* st
         cdef int rc
         cdef int ncol
-        cdef int t
         cdef Py_ssize_t count = 0
         cdef Py_ssize_t i
         cdef RowKey* key
         cdef list rows = []
         cdef list leases = []
+        cdef list refused = []
         owner = self.owner
         slack = LEASE_SLACK
         limited = self._limits
@@ -1177,12 +1259,31 @@ cdef class Core:
                     if ncol > NCLAIMCOLS:
                         raise ValueError(f"too many values to unpack (expected {NCLAIMCOLS})")
                     raise ValueError(f"not enough values to unpack (expected {NCLAIMCOLS}, got {ncol})")
+                serializer = _utf8_or_none(st, C_SERIALIZER) if _plain_claim_row(st) else None
+                if serializer is None:
+                    # R44: a row C could not vouch for: the codec decides, and names what
+                    # is wrong with it, if anything.
+                    item = row_codec.decode_claim(_row(st, ncol, True), queue, now)
+                    if isinstance(item, row_codec.Malformed):
+                        refused.append(item)
+                        continue
+                    self._reserve_keys(count + 1)
+                    key = &self._keys[count]
+                    key.id = item.job.job_id
+                    key.index = count
+                    key.int_priority = True
+                    key.ipriority = item.priority
+                    key.priority = <double>item.priority
+                    key.line_at = item.line_at
+                    leases.append(item.lease)
+                    rows.append(item.job)
+                    count += 1
+                    continue
                 self._reserve_keys(count + 1)
                 key = &self._keys[count]
                 key.id = sqlite3_column_int64(st, C_ID)
                 key.index = count
-                t = sqlite3_column_type(st, C_PRIORITY)
-                key.int_priority = t == SQLITE_INTEGER
+                key.int_priority = True     # an INTEGER (_plain_claim_row)
                 key.ipriority = sqlite3_column_int64(st, C_PRIORITY)
                 key.priority = sqlite3_column_double(st, C_PRIORITY)
                 key.line_at = sqlite3_column_double(st, C_LINE_AT)
@@ -1196,7 +1297,7 @@ cdef class Core:
                                               sqlite3_column_int64(st, C_CRASHES), deadline, now,
                                               sqlite3_column_int64(st, C_CHAINED))))
                 rows.append(_record(Claimed, (job_id, name, _column_bytes(st, C_PAYLOAD),
-                                              _column(st, C_SERIALIZER), attempt,
+                                              serializer, attempt,
                                               sqlite3_column_double(st, C_TIMEOUT), deadline,
                                               queue, sqlite3_column_double(st, C_RUN_AT))))
                 count += 1
@@ -1204,6 +1305,9 @@ cdef class Core:
             _reset(st)
             raise
         _reset(st)
+        # R44: a refused row is dead at once, in a statement of its own.
+        for bad in refused:
+            expired.append(row_codec.settle_malformed(self.query, sql, bad, owner, now))
         # RETURNING has no order; dispatch in claim order (R7).
         if count > 1:
             qsort(self._keys, count, sizeof(RowKey), _cmp_rows)
@@ -1220,7 +1324,7 @@ cdef class Core:
                 continue
             self._inflight[lease.job_id] = lease
             claimed.append(row)
-        return count
+        return count + len(refused)
 
     # -- settling (section 4) --------------------------------------------------------
 
@@ -1328,11 +1432,7 @@ cdef class Core:
             return 0
         follow = lease.follow_ups
         if follow & FOLLOW_ENDS:
-            if decision.successor:
-                # R12: a chain's next step is enqueued in the transaction that completes this one.
-                self._set_o(P_ID, job_id)
-                self._set_d(P_NOW, now)
-                self._exec(S_SUCCESSOR)
+            if decision.successor and self._enqueue_successor(job_id, now):
                 self._exec(S_LANE_OF_LAST)  # R35: the step's lane, if limited
             status = decision.status
             if status == "done" or status == "dead":
@@ -1367,6 +1467,24 @@ cdef class Core:
         self._exec(S_ATTEMPT)
         out.append(_record(Settled, (job_id, lease.name, attempt, decision.status, reason)))
         return 0
+
+    cdef int _enqueue_successor(self, object job_id, double now) except -1:
+        """R12: a chain's next step, enqueued in the transaction that completes this
+        one; 1 when the insert ran. R44: should the row's chain have changed since the
+        claim checked it and its step not fit, the insert fails alone (SQLite rolls
+        back that statement, not the transaction): 0, the job's end stands and its row
+        says why the chain stopped, so the turn commits."""
+        self._set_o(P_ID, job_id)
+        self._set_d(P_NOW, now)
+        try:
+            self._exec(S_SUCCESSOR)
+        except _pysqlite.Error as exc:
+            if not sql.statement_failed_alone(exc, not sqlite3_get_autocommit(self._db)):
+                raise
+            self.query(sql.CHAIN_STOPPED, {"id": job_id,
+                                           "error": f"{row_codec.CHAIN_STOPPED} ({exc})"})
+            return 0
+        return 1
 
     def crash_causes(self, job_id):
         """R19a: the errors of this job's earlier child deaths, oldest first."""
@@ -1439,15 +1557,18 @@ cdef class Core:
                     self._set_d(P_NOW, now)
                     if s == S_RECLAIM_OWNER:
                         self._set_o(P_OWNER, owner)
-                    for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
-                         held_by) in self._fetch(s):
+                    for row in self._fetch(s, True):
+                        held_by = row[7]
                         # Follow-ups always: a reclaim may end a batch member (dead) or
                         # put a limited row back in line.
-                        lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
-                                      started_at, FOLLOW_ALL)
+                        lease = row_codec.decode_lease(row, FOLLOW_ALL)
+                        if isinstance(lease, row_codec.Malformed):  # R44
+                            settled.append(row_codec.settle_malformed(self.query, sql, lease,
+                                                                      held_by, now))
+                            continue
                         error = reason if reason is not None else f"lease expired (owner {held_by})"
-                        self._settle_one(lease, Outcome(job_id, attempt, kind, error), now, None,
-                                         settled, None, held_by)
+                        self._settle_one(lease, Outcome(lease.job_id, lease.attempt, kind, error),
+                                         now, None, settled, None, held_by)
                     self._commit()
                 except BaseException:
                     self._rollback()

@@ -21,11 +21,11 @@ from jobpool.errors import StoreError
 from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, DEFER, DONE, ERROR,
                                EXPIRED, FOLLOW_ALL, FOLLOW_ENDS, FOLLOW_LANE,
                                FATAL, KIND_NAMES, LEASE_SLACK, OWNER_DIED, RELEASE, RESCHEDULE,
-                               RETRY, TIMEOUT, Claimed, Lease, Outcome, Policy, Settled, backoff,
+                               RETRY, TIMEOUT, Lease, Outcome, Policy, Settled, backoff,
                                decide, with_reason)
 from jobpool.limits import charge, plan_claim, sooner
 from jobpool.queueplan import claim_in_shares
-from jobpool.store import rows, sql
+from jobpool.store import row_codec, rows, sql
 from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_limited_claim
 
 #: The API the compiled core mirrors name for name (tests/test_core.py).
@@ -185,9 +185,9 @@ class Core:
     def _claim_queue(self, db, queue, want, now, claimed, expired) -> int:
         limited, source = self._limits, self._limit_source
         if limited is None or source is None:
-            rows = db.execute(self._claim_sql, {
+            found = self._fetch_rows(db, self._claim_sql, {
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
-                "queue": queue, "limit": want}).fetchall()
+                "queue": queue, "limit": want})
         else:
             # The page's counts are exact here (one writer at a time): no caps, and
             # the claim takes every row picked.
@@ -195,27 +195,37 @@ class Core:
             charge(source, picked, None, now)
             self.token_wait = sooner(self.token_wait, picked.token_wait)
             ids = picked.ids
-            rows = db.execute(limited.claim_ids, {
+            found = self._fetch_rows(db, limited.claim_ids, {
                 "owner": self.owner, "now": now, "slack": LEASE_SLACK,
-                "ids": json.dumps(ids)}).fetchall() if ids else []
-        # RETURNING has no order; dispatch in claim order (R7).
-        rows.sort(key=lambda r: (-r[9], r[10], r[0]))
-        for (job_id, name, payload, serializer, attempt, max_attempts, crashes,
-             timeout, deadline, _priority, _line_at, follow_ups, run_at) in rows:
-            # The lease: what settling this attempt needs, started now.
-            lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                          int(follow_ups))
-            if deadline is not None and deadline < now:
+                "ids": json.dumps(ids)}) if ids else []
+        # R44: every row through the codec; those it refuses are dead at once. The
+        # rest in claim order (R7): RETURNING has none.
+        decoded, refused = row_codec.decode_claims(found, queue, now)
+        for bad in refused:
+            expired.append(row_codec.settle_malformed(self._query, sql, bad, self.owner, now))
+        for lease, job, _priority, _line_at in decoded:
+            if job.deadline is not None and job.deadline < now:
                 # R10: claimed after its deadline, it is retired without running.
-                self._settle_one(db, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED),
+                self._settle_one(db, lease, Outcome(job.job_id, job.attempt, FATAL,
+                                                    DEADLINE_PASSED),
                                  now, None, expired, log_as="deadline")
                 continue
-            self._inflight[job_id] = lease
-            if isinstance(payload, str):
-                payload = payload.encode()
-            claimed.append(Claimed(job_id, name, payload, serializer, attempt, float(timeout),
-                                   deadline, queue, float(run_at)))
-        return len(rows)
+            self._inflight[job.job_id] = lease
+            claimed.append(job)
+        return len(found)
+
+    @staticmethod
+    def _fetch_rows(db, text, params) -> list:
+        """R44: a claim's (or reclaim's) rows with text that is not UTF-8 kept as it is
+        (``row_codec.lenient_text``), for the codec to name, instead of failing the turn."""
+        db.text_factory = row_codec.lenient_text
+        try:
+            return db.execute(text, params).fetchall()
+        finally:
+            db.text_factory = str
+
+    def _query(self, text, params) -> list:
+        return self._db.execute(text, params).fetchall()
 
     # -- settling (section 4) --------------------------------------------------------
 
@@ -289,8 +299,7 @@ class Core:
             return
         if lease.follow_ups & FOLLOW_ENDS:
             if decision.successor:
-                db.execute(sql.ENQUEUE_SUCCESSOR, {"id": lease.job_id, "now": now})
-                db.execute(sql.LANE_OF_LAST_ROW)  # R35: the step's lane, if limited
+                self._enqueue_successor(db, lease.job_id, now)
             if decision.status in ("done", "dead"):
                 # R34: its batch counts its end in this transaction.
                 db.execute(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,
@@ -301,6 +310,24 @@ class Core:
         db.execute(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
         out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                            decision.reason))
+
+    @staticmethod
+    def _enqueue_successor(db, job_id, now) -> None:
+        """R12: the chain's next step, with its lane (R35) when its name is limited.
+
+        R44: the claim checked the chain; should the row's chain have changed since,
+        and its step not fit the row it makes, the insert fails alone (SQLite rolls
+        back that statement, not the transaction): the job's end stands and its row
+        says why the chain stopped, so the turn commits."""
+        try:
+            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
+        except sqlite3.Error as exc:
+            if not sql.statement_failed_alone(exc, db.in_transaction):
+                raise
+            db.execute(sql.CHAIN_STOPPED, {"id": job_id,
+                                           "error": f"{row_codec.CHAIN_STOPPED} ({exc})"})
+            return
+        db.execute(sql.LANE_OF_LAST_ROW)  # R35: the step's lane, if limited
 
     def crash_causes(self, job_id: int) -> list[str]:
         """R19a: the errors of this job's earlier child deaths, oldest first."""
@@ -334,14 +361,18 @@ class Core:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
-                     owner) in db.execute(query, params).fetchall():
+                for row in self._fetch_rows(db, query, params):
                     # Follow-ups always: a reclaim may end a batch member (dead) or put a
                     # limited row back in line, and reclaims are rare enough not to ask
                     # the row whether it is either.
-                    lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline,
-                                  started_at, FOLLOW_ALL)
-                    self._settle_one(db, lease, Outcome(job_id, attempt, kind, reason_of(owner)),
+                    lease = row_codec.decode_lease(row, FOLLOW_ALL)
+                    owner = row[7]
+                    if isinstance(lease, row_codec.Malformed):  # R44
+                        settled.append(row_codec.settle_malformed(self._query, sql, lease, owner,
+                                                                  now))
+                        continue
+                    self._settle_one(db, lease, Outcome(lease.job_id, lease.attempt, kind,
+                                                        reason_of(owner)),
                                      now, None, settled, owner=owner)
                 db.execute("COMMIT")
             except BaseException:

@@ -640,17 +640,40 @@ _LIST_FIELDS = ("id", "name", "queue", "status", "attempts", "max_attempts", "ke
                 "last_error", "run_at", "progress")
 
 
+def _listed(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """A row as ``--json`` lists it; R44: with ``malformed`` when it has columns that
+    hold what they should not (each one's stored value is described there)."""
+    listed = {k: row[k] for k in fields}
+    if "malformed" in row:
+        listed["malformed"] = row["malformed"]
+    return listed
+
+
+def _cell(value: str | None) -> str:
+    """A text column's cell; R44: None where the row's value was malformed."""
+    return "?" if value is None else value
+
+
+def _error_cell(row: dict[str, Any]) -> str:
+    """The first line of a row's error; R44: a malformed row says so first."""
+    error = (row["last_error"] or "").split("\n", 1)[0]
+    if "malformed" in row:
+        flag = f"[malformed: {', '.join(row['malformed'])}]"
+        return f"{flag} {error}" if error else flag
+    return error
+
+
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain)
     # Newest first, but a chain's steps in the order they run.
     rows = store.list_jobs(**chosen, limit=args.limit, newest_first=args.chain is None)
     if args.json:
-        print(json.dumps([{k: row[k] for k in _LIST_FIELDS} for row in rows]))
+        print(json.dumps([_listed(row, _LIST_FIELDS) for row in rows]))
         return 0
     table = _table(box=None)
-    cells = [(str(row["id"]), row["name"], row["queue"], row["status"], _attempts_text(row),
-              row["key"] or "") for row in rows]
+    cells = [(str(row["id"]), _cell(row["name"]), _cell(row["queue"]), row["status"],
+              _attempts_text(row), row["key"] or "") for row in rows]
     widths = []
     for index, column in enumerate(("id", "name", "queue", "status", "attempts", "key")):
         # These keep their width; the error column is the one that gives way.
@@ -659,7 +682,7 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     room = out.width - sum(widths) - 2 * len(widths) - 1
     table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=max(room, 10))
     for row, cell in zip(rows, cells):
-        table.add_row(*cell, (row["last_error"] or "").split("\n", 1)[0])
+        table.add_row(*cell, _error_cell(row))
     out.print(table)
     if len(rows) == args.limit:
         counted = store.count_jobs(**chosen, at_most=args.limit + _MORE_COUNTED)
@@ -713,6 +736,7 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps(row, default=str))
         return 0
     attempt_log = row.pop("attempt_log")
+    malformed = row.pop("malformed", {})
     now = time.time()
     for key, value in row.items():
         if value is None or key == "last_error":
@@ -720,6 +744,10 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
         if key in _TIME_FIELDS and isinstance(value, (int, float)):
             value = _when(value, now)
         out.print(f"[bold]{key:>16}[/] {markup_escape(value)}", highlight=False, markup=True)
+    for key, why in malformed.items():
+        # R44: a column that holds what it should not, named with what it holds.
+        out.print(f"[bold]{key:>16}[/] malformed: {markup_escape(why)}", highlight=False,
+                  markup=True)
     if row["last_error"]:
         out.print("[bold]      last_error[/]", highlight=False, markup=True)
         out.print(row["last_error"], highlight=False)
@@ -795,14 +823,14 @@ def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     rows = store.dead.list(name=args.name, limit=args.limit)
     if args.json:
-        print(json.dumps([{k: row[k] for k in _LIST_FIELDS + ("finished_at",)} for row in rows]))
+        print(json.dumps([_listed(row, _LIST_FIELDS + ("finished_at",)) for row in rows]))
         return 0
     table = _table(box=None)
     for column in ("id", "name", "attempts", "reason"):
         table.add_column(column, overflow="ellipsis", no_wrap=column != "reason")
     for row in rows:
-        table.add_row(str(row["id"]), row["name"], f"{row['attempts']}/{row['max_attempts']}",
-                      (row["last_error"] or "").split("\n", 1)[0])
+        table.add_row(str(row["id"]), _cell(row["name"]), f"{row['attempts']}/{row['max_attempts']}",
+                      _error_cell(row))
     out.print(table)
     return 0
 
@@ -1186,11 +1214,24 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())) or "no jobs"
         print(f"{path}: ok ({counts})")
         return 0
-    print(f"{path}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` copies "
-          f"what is readable into a new store", file=sys.stderr)
-    for problem in report.problems:
-        print(f"  {problem}", file=sys.stderr)
+    if report.problems:
+        print(f"{path}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` "
+              f"copies what is readable into a new store", file=sys.stderr)
+        for problem in report.problems:
+            print(f"  {problem}", file=sys.stderr)
+    if report.malformed_count:
+        _print_malformed(path, report.malformed, report.malformed_count)
     return 1
+
+
+def _print_malformed(path: str, named: list[str], count: int) -> None:
+    """R44: the rows doctor found malformed, by id and column (stderr)."""
+    from jobpool.store.row_codec import DOCTOR_NOTE
+    print(f"{path}: {count} malformed row(s): {DOCTOR_NOTE}", file=sys.stderr)
+    for line in named:
+        print(f"  {shown(line)}", file=sys.stderr)
+    if count > len(named):
+        print(f"  … and {count - len(named)} more", file=sys.stderr)
 
 
 def cmd_top(args: argparse.Namespace, out: _Stdout) -> int:

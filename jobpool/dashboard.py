@@ -390,10 +390,10 @@ def _failures_section(snapshot: Snapshot, width: int, lines: int,
 
 
 def _failure_cells(snapshot: Snapshot, f: FailureView, wide: bool) -> list[RenderableType]:
-    ago = duration(max(0.0, snapshot.taken_at - f.ended_at))
+    ago = "?" if f.ended_at is None else duration(max(0.0, snapshot.taken_at - f.ended_at))
     cells: list[RenderableType] = [str(f.job_id), Text(shown(f.name or "?"))]
     if wide:
-        cells += [str(f.attempt), f.outcome]
+        cells += ["?" if f.attempt is None else str(f.attempt), Text(shown(f.outcome))]
     return cells + [ago, Text(shown(f.reason), style="red")]
 
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: C0 controls but tab and newline, DEL, C1 controls, and the bidirectional
-#: overrides that reorder what a terminal shows.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: C0 controls but tab and newline, DEL, C1 controls, the bidirectional overrides
+#: that reorder what a terminal shows, and lone surrogates (a row's bytes that are
+#: not UTF-8, as a reader keeps them, R44: no terminal can be sent them).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def _escaped(match: re.Match) -> str:

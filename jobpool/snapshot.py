@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jobpool import core, liveness
+from jobpool.store import row_codec
 from jobpool.store.records import BatchStatus
 
 if TYPE_CHECKING:
@@ -70,9 +71,9 @@ class FailureView:
 
     job_id: int
     name: str | None
-    attempt: int
+    attempt: int | None
     outcome: str
-    ended_at: float
+    ended_at: float | None   # None: the attempt's row holds no time (R44)
     reason: str
 
 
@@ -226,7 +227,7 @@ def _slot_views(pools: Sequence[Mapping[str, Any]], running: Sequence[tuple],
     job finished since the heartbeat and that has no new row is idle.
     """
     by_owner: dict[str, dict[int, tuple]] = {}
-    for job in running:
+    for job in map(_running_row, running):
         by_owner.setdefault(job[2], {})[job[0]] = job
     for index, pool in enumerate(pools):
         rows = by_owner.get(pool["owner"], {})
@@ -246,15 +247,33 @@ def _slot_views(pools: Sequence[Mapping[str, Any]], running: Sequence[tuple],
             yield _slot_view(index, extra, {}, left, now)
 
 
+#: The columns of a running row (``RUNNING_JOBS``), in order.
+_RUNNING_COLUMNS = ("id", "name", "lease_owner", "attempts", "started_at", "timeout", "progress",
+                    "stage")
+
+
+def _running_row(row: tuple) -> tuple:
+    """R44: a running row with each column that holds what it should not set to None,
+    and last a flag naming them (the slot shows it for its stage), or None."""
+    job = dict(zip(_RUNNING_COLUMNS, row))
+    found = row_codec.problems(job)
+    if not found:
+        return (*row, None)
+    for column in found:
+        job[column] = None
+    return (*(job[c] for c in _RUNNING_COLUMNS), f"{row_codec.MALFORMED}: {', '.join(found)}")
+
+
 def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
                now: float) -> SlotView:
     if row is None:
         return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), rss=beat.get("rss"))
-    job_id, name, _owner, attempt, started, timeout, progress, stage = row
+    job_id, name, _owner, attempt, started, timeout, progress, stage, malformed = row
     if (beat.get("job_id"), beat.get("attempt")) != (job_id, attempt):
         # Progress reaches the row at a heartbeat; this attempt has had none yet,
         # so what the row holds is the last report of an earlier attempt (R22).
         progress = stage = None
+    stage = malformed or stage
     return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), job_id=job_id, name=name,
                     attempt=attempt, started=started,
                     elapsed=None if started is None else max(0.0, now - started),
@@ -265,16 +284,27 @@ def queue_views(counts: Sequence[tuple], recent: Mapping[str, int],
                  served: Sequence[str], paused: Sequence[str] = ()) -> tuple[QueueView, ...]:
     """Queues with live rows, recent completions, a live pool serving them, or
     paused: an empty queue someone serves (or paused) is worth a row saying so."""
-    fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *recent, *paused)}
+    fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *map(_queue_name, recent),
+                                                           *paused)}
     for queue, status, count, scheduled in counts:
-        row = fields.setdefault(queue, {})
+        row = fields.setdefault(_queue_name(queue), {})
         if status == "ready":
             row["ready"], row["scheduled"] = count - int(scheduled), int(scheduled)
         else:
             row[status] = count
-    return tuple(QueueView(queue=q, done_per_min=recent.get(q, 0), paused=q in paused,
+    done = {}
+    for queue, count in recent.items():
+        done[_queue_name(queue)] = done.get(_queue_name(queue), 0) + count
+    return tuple(QueueView(queue=q, done_per_min=done.get(q, 0), paused=q in paused,
                            **fields[q])
                  for q in sorted(fields))
+
+
+def _queue_name(queue: Any) -> str:
+    """R44: a queue as a row names it; one that is not text is shown flagged."""
+    if row_codec.text(queue) is None:
+        return queue
+    return f"[{row_codec.MALFORMED}: {row_codec.shown(queue)}]"
 
 
 def _totals(queues: tuple[QueueView, ...], done: int) -> dict[str, int]:
@@ -285,9 +315,16 @@ def _totals(queues: tuple[QueueView, ...], done: int) -> dict[str, int]:
 
 def _failure_view(row: tuple) -> FailureView:
     job_id, name, attempt, outcome, ended_at, error = row
+    # R44: an attempt's row is data too: what is not what it should be shows as unknown.
+    name = name if row_codec.text(name) is None else None
+    outcome = outcome if row_codec.text(outcome) is None else "?"
+    error = error if row_codec.text(error) is None else None
     lines = (error or "").strip().splitlines()
-    return FailureView(job_id=job_id, name=name, attempt=attempt, outcome=outcome,
-                       ended_at=ended_at, reason=lines[0] if lines else outcome)
+    return FailureView(job_id=job_id, name=name,
+                       attempt=attempt if row_codec.COUNT(attempt) is None else None,
+                       outcome=outcome,
+                       ended_at=ended_at if row_codec.is_time(ended_at) else None,
+                       reason=lines[0] if lines else outcome)
 
 
 def _core_name(pools: tuple[PoolView, ...]) -> str:

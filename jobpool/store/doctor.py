@@ -15,7 +15,7 @@ from pathlib import Path
 import sqlite_utils
 
 from jobpool.errors import JobpoolError
-from jobpool.store import sql
+from jobpool.store import row_codec, sql
 from jobpool.store.sqlite import check_header, connect
 from jobpool.store.urls import check_store_name, is_postgres_url
 
@@ -32,10 +32,14 @@ class Report:
     counts: dict[str, int] = field(default_factory=dict)
     copied: int = 0
     unreadable: list[int] = field(default_factory=list)
+    #: R44: the malformed rows, named (the first ``row_codec.DOCTOR_NAMES``), and how
+    #: many there are in all.
+    malformed: list[str] = field(default_factory=list)
+    malformed_count: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.malformed_count
 
 
 def _read_only(path: str) -> sqlite_utils.Database:
@@ -60,6 +64,7 @@ def check(path: str) -> Report:
             report.problems.append(f"missing tables: {', '.join(sorted(missing))}")
         if "jobs" in tables:
             report.counts = dict(db.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+            _malformed_rows(db, report)
     except JobpoolError as exc:
         report.problems.append(str(exc))
     except sqlite3.DatabaseError as exc:
@@ -67,6 +72,27 @@ def check(path: str) -> Report:
     finally:
         db.close()
     return report
+
+
+def _malformed_rows(db: sqlite_utils.Database, report: Report) -> None:
+    """R44: each row, whatever its status, with a column of a type or value the codec
+    refuses (``typeof`` finds the suspects; ``row_codec`` says what is wrong). A row
+    whose ``run_at`` is not a number is never claimed, so this is where it shows."""
+    columns = [c for c in _columns(db, "jobs") if c in row_codec.COLUMNS]
+    if not columns:
+        return
+    db.conn.text_factory = row_codec.lenient_text
+    try:
+        cursor = db.execute(f"SELECT {', '.join(columns)} FROM jobs "
+                            f"WHERE {row_codec.suspects(columns, 'sqlite')} ORDER BY id")
+        for row in cursor:
+            line = row_codec.described(dict(zip(columns, row)))
+            if line is not None:
+                report.malformed_count += 1
+                if len(report.malformed) < row_codec.DOCTOR_NAMES:
+                    report.malformed.append(line)
+    finally:
+        db.conn.text_factory = str
 
 
 def salvage(path: str, new_path: str) -> Report:

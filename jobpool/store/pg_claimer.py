@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from jobpool.errors import StoreError
-from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, FOLLOW_ENDS,
-                               LEASE_SLACK,
+from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, LEASE_SLACK,
                                OWNER_DIED, Claimed, Decision, Lease, Outcome, Policy, Settled,
                                decide)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, claim_in_shares
-from jobpool.store import pg_sql, rows
+from jobpool.store import pg_sql, row_codec, rows
 from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
                                       rows_of)
 from jobpool.store.postgres import (CLAIMER_OPTIONS, Target, _first_line,
@@ -81,6 +80,16 @@ class SentSettle(NamedTuple):
             return Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost")
         return Settled(lease.job_id, lease.name, lease.attempt, self.decision.status,
                        self.decision.reason)
+
+
+class SentMalformed(NamedTuple):
+    """R44: a refused row's settle, sent; its answer read after the transaction commits."""
+
+    malformed: row_codec.Malformed
+    answer: Any   # a cursor
+
+    def settled(self) -> Settled:
+        return row_codec.malformed_settled(self.malformed, self.answer.fetchone() is not None)
 
 
 class PgClaimer:
@@ -297,25 +306,30 @@ class PgClaimer:
             # turn of the rotation.
             charge(source, picked, {row[0] for row in found}, now)
             self.token_wait = sooner(self.token_wait, picked.token_wait)
-        # RETURNING has no order; dispatch in claim order (R7).
-        found.sort(key=lambda r: (-r[9], r[10], r[0]))
-        for (job_id, name, payload, serializer, attempt, max_attempts, crashes, timeout,
-             deadline, _priority, _line_at, chained, run_at) in found:
-            # Follow-ups: only a chain's next step here (a batch counts its members by
-            # the store's own trigger on PostgreSQL).
-            lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, now,
-                          FOLLOW_ENDS if chained else 0)
-            if deadline is not None and deadline < now:
+        # R44: every row through the codec, in claim order (R7: RETURNING has none);
+        # a row it refuses is dead at once, in a statement of its own. Follow-ups:
+        # only a chain's next step here (a batch counts its members by the store's
+        # own trigger on PostgreSQL).
+        decoded, refused = row_codec.decode_claims(found, queue, now, to_pool_clock)
+        expiring.extend(self._send_malformed(conn, bad, self.owner, now) for bad in refused)
+        for lease, job, _priority, _line_at in decoded:
+            if job.deadline is not None and job.deadline < now:
                 # R10: claimed after its deadline, it is retired without running.
                 expiring.append(self._send_settle(
-                    conn, lease, Outcome(job_id, attempt, FATAL, DEADLINE_PASSED), now, None,
-                    log_as="deadline"))
+                    conn, lease, Outcome(job.job_id, job.attempt, FATAL, DEADLINE_PASSED), now,
+                    None, log_as="deadline"))
                 continue
-            leases[job_id] = lease
-            claimed.append(Claimed(job_id, name, bytes(payload), serializer, attempt,
-                                   float(timeout), deadline, queue,
-                                   run_at + to_pool_clock))
+            leases[job.job_id] = lease
+            claimed.append(job)
         return len(found)
+
+    @staticmethod
+    def _send_malformed(conn: Any, bad: row_codec.Malformed, owner: str,
+                        now: float) -> "SentMalformed":
+        """R44: settle dead a row the codec refused (``pg_sql.SETTLE_MALFORMED``, its
+        answer read after the commit, as a settle's is)."""
+        return SentMalformed(bad, conn.execute(pg_sql.SETTLE_MALFORMED,
+                                               row_codec.malformed_params(bad, owner, now)))
 
     def _send_settle(self, conn: Any, lease: Lease, outcome: Outcome, now: float, rng: Any,
                      log_as: str | None = None, owner: str | None = None) -> "SentSettle":
@@ -403,13 +417,16 @@ class PgClaimer:
 
     def _recover(self, query: str, params: dict, kind: int, reason_of) -> list[Settled]:
         def recover(conn: Any, now: float) -> list[Settled]:
-            sent = []
-            for (job_id, name, attempt, max_attempts, crashes, deadline, started_at,
-                 owner) in conn.execute(query, dict(params, now=now)).fetchall():
-                lease = Lease(job_id, name, attempt, max_attempts, crashes, deadline, started_at,
-                              False)
+            sent: list[SentSettle | SentMalformed] = []
+            for row in conn.execute(query, dict(params, now=now)).fetchall():
+                owner = row[7]
+                lease = row_codec.decode_lease(row, 0)
+                if isinstance(lease, row_codec.Malformed):  # R44
+                    sent.append(self._send_malformed(conn, lease, owner, now))
+                    continue
                 sent.append(self._send_settle(conn, lease,
-                                              Outcome(job_id, attempt, kind, reason_of(owner)),
+                                              Outcome(lease.job_id, lease.attempt, kind,
+                                                      reason_of(owner)),
                                               now, None, owner=owner))
             return [item.settled() for item in sent]
         return self._run("reclaim", recover)

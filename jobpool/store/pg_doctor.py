@@ -18,7 +18,7 @@ import uuid
 from typing import NamedTuple
 
 from jobpool.errors import StoreError
-from jobpool.store import pg_sql
+from jobpool.store import pg_sql, row_codec
 from jobpool.store.postgres import PostgresStore, Target, open_connection
 
 try:
@@ -48,6 +48,15 @@ SELECT extract(epoch FROM now() - xact_start)::float8, pid, application_name, st
 """
 
 
+#: R44: the columns of a table of the store, for the walk that finds malformed rows.
+TABLE_COLUMNS = """
+SELECT column_name FROM information_schema.columns
+ WHERE table_schema = %(schema)s AND table_name = %(table)s ORDER BY ordinal_position
+"""
+#: The tables a job's row lives in: ready and running, then done and dead.
+JOB_TABLES = ("jobs", "finished_jobs")
+
+
 class PgReport(NamedTuple):
     """What doctor found on a PostgreSQL store; ``problems`` empty means healthy."""
 
@@ -72,6 +81,10 @@ def check(url: str) -> PgReport:
         stats = store.stats()
         lines.append("jobs: " + ", ".join(f"{k} {stats[k]}" for k in
                                           ("ready", "scheduled", "running", "done", "dead")))
+        count, named = _malformed_rows(store, target.schema)
+        if count:
+            lines.append(f"{count} malformed row(s): {row_codec.DOCTOR_NOTE}")
+            problems += named
         hot = store.read("reading the hot table's statistics", HOT_TABLE, {"schema": target.schema})
         if hot:
             live, dead, since_vacuum = hot[0]
@@ -100,6 +113,35 @@ def check(url: str) -> PgReport:
         return PgReport(store.path, lines, problems)
     finally:
         store.close()
+
+
+def _malformed_rows(store: PostgresStore, schema: str) -> tuple[int, list[str]]:
+    """R44: each row, whatever its status, that the codec refuses, named by id and
+    column. The columns are typed here, so what can be wrong is a value (a NaN or
+    infinite time, a count below zero) or a ``chain`` of the wrong shape: the
+    conditions of ``row_codec`` find the suspects, and every chain is read. How many
+    there are, and the first ``row_codec.DOCTOR_NAMES`` of them named."""
+    named: list[str] = []
+    count = 0
+    for table in JOB_TABLES:
+        columns = [r[0] for r in store.read("reading the columns of " + table, TABLE_COLUMNS,
+                                            {"schema": schema, "table": table})
+                   if r[0] in row_codec.COLUMNS]
+        if not columns:
+            continue
+        # The chain as JSON text, as the claim reads it (the codec reads one form).
+        listed = ", ".join(f"{c}::text" if c == "chain" else c for c in columns)
+        query = (f"SELECT {listed} FROM {table} "
+                 f"WHERE {row_codec.suspects(columns, 'postgres')} ORDER BY id")
+        for row in store.read(f"reading the rows of {table}", query):
+            line = row_codec.described(dict(zip(columns, row)))
+            if line is not None:
+                count += 1
+                if len(named) < row_codec.DOCTOR_NAMES:
+                    named.append(f"malformed row: {line}")
+    if count > len(named):
+        named.append(f"malformed rows: {count - len(named)} more")
+    return count, named
 
 
 def _notify_round_trip(target: Target) -> float | None:

@@ -16,8 +16,11 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
+from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
+from jobpool.store.row_codec import CHAIN_STOPPED
 from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
+from jobpool.store.sql import quote_literal
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
@@ -677,6 +680,10 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 #: and once the table has statistics the join's plan read all of ``jobs`` each claim
 #: (a hash join over a sequential scan, or a merge join walking the whole primary key:
 #: 34 ms a claim at 50 000 ready rows, against 0.5 ms; ``tests/contract/test_pg_plans.py``).
+#: It returns ``row_codec.CLAIM_COLUMNS``, as SQLite's does: the follow-ups as flags
+#: (1, ``FOLLOW_ENDS``, for a chain; a batch counts its members by trigger here), and
+#: the chain itself as JSON text (as SQLite has it: the codec reads one form), which
+#: the codec checks before the job runs (R44).
 CLAIM = """
 WITH picked AS (
     SELECT id FROM jobs
@@ -699,7 +706,8 @@ UPDATE jobs AS j
        started_at = %(now)s
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
-          j.timeout, j.deadline, j.priority, j.line_at, j.chain IS NOT NULL, j.run_at
+          j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
+          j.chain::text
 """
 
 
@@ -745,6 +753,41 @@ def _settle(steps: str) -> str:
     return f"WITH {steps}{_LOG_ATTEMPT}"
 
 
+def _json_number_within(value: str, test: str) -> str:
+    """Whether the jsonb ``value`` is a number for which ``test`` (over ``{n}``, the
+    number as ``numeric``) holds; never an error: the cast runs only on a number."""
+    number = f"({value})::numeric"
+    return (f"(CASE WHEN jsonb_typeof({value}) = 'number' THEN {test.format(n=number)} "
+            "ELSE false END)")
+
+
+def _json_integer(value: str, least: int, most: int) -> str:
+    return _json_number_within(value, f"{{n}} = trunc({{n}}) AND {{n}} BETWEEN {least} AND {most}")
+
+
+def chain_step_fits(chain: str) -> str:
+    """R44: whether the next step of the jsonb ``chain`` can be enqueued by
+    ``_SUCCESSOR`` (every column it fills has its type, every cast succeeds), as a
+    condition that is never an error itself. The claim checked the whole chain
+    (``row_codec.chain``); this guards a settle against a chain changed since, so one
+    row's chain can never fail the statement, and with it the turn."""
+    step = f"({chain} -> 0)"
+    optional = "({v} IS NULL OR jsonb_typeof({v}) = 'null' OR {test})"
+    return " ".join(f"""(CASE WHEN jsonb_typeof({chain}) = 'array' AND jsonb_typeof({step}) = 'object'
+    THEN jsonb_typeof({step} -> 'name') = 'string' AND jsonb_typeof({step} -> 'queue') = 'string'
+     AND jsonb_typeof({step} -> 'payload') = 'string'
+     AND {_json_integer(f"{step} -> 'priority'", PRIORITY_MIN, INT32_MAX)}
+     AND {optional.format(v=f"{step} -> 'max_attempts'",
+                          test=_json_integer(f"{step} -> 'max_attempts'", 1, INT32_MAX))}
+     AND {optional.format(v=f"{step} -> 'timeout'",
+                          test=_json_number_within(f"{step} -> 'timeout'", "{n} > 0 AND {n} < 1e300"))}
+    ELSE false END)""".split())
+
+
+#: R44: a finished row whose chain could not go on keeps its end, and says why.
+_DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} "
+               f"THEN {quote_literal(CHAIN_STOPPED)} ELSE last_error END")
+
 #: R12: a chain's next step, from the rows a finishing settle ``moved``.
 _SUCCESSOR = f"""successor AS (
     INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp)
@@ -755,7 +798,7 @@ _SUCCESSOR = f"""successor AS (
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
                                                     jsonb_of("chain -> 0 ->> 'payload'"))}
-      FROM moved WHERE chain IS NOT NULL)
+      FROM moved WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
 """
 
 #: R12: success. The row moves to ``finished_jobs`` (progress closes at 100 %, the
@@ -765,7 +808,7 @@ SETTLE_DONE = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
 settled AS (
     INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
                                finished_at)
-    SELECT {_MOVED}, 'done', crashes, last_error, 100, %(result)s, %(now)s FROM moved
+    SELECT {_MOVED}, 'done', crashes, {_DONE_ERROR}, 100, %(result)s, %(now)s FROM moved
     RETURNING id),
 {_SUCCESSOR}""")
 
@@ -776,6 +819,21 @@ settled AS (
     SELECT {_MOVED}, 'dead', %(crashes)s, %(error)s, progress, %(now)s FROM moved
     RETURNING id)
 """)
+
+#: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
+#: at once with the reason naming the column, fenced by id, owner and status; the
+#: columns move as they are (the schema's types held them), the batch's trigger
+#: counts the member, and the attempt's line says ``malformed``.
+SETTLE_MALFORMED = _settle(f"""moved AS (
+    DELETE FROM jobs WHERE id = %(id)s::bigint AND lease_owner = %(owner)s AND status = 'running'
+    RETURNING *),
+settled AS (
+    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
+    SELECT {_MOVED}, 'dead', crashes, %(error)s, progress, %(now)s FROM moved
+    RETURNING id)
+""")
+#: Nothing follows it: its one statement does it all.
+MALFORMED_FOLLOW_UPS: tuple[str, ...] = ()
 
 #: R13/R14/R19: back to ready after a backoff; the attempt stays spent.
 SETTLE_RETRY = _settle(f"""settled AS (
@@ -863,7 +921,7 @@ SETTLE_MANY = {
 settled AS (
     INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
                                finished_at)
-    SELECT {_MOVED}, 'done', crashes, last_error, 100, new_result, %(now)s
+    SELECT {_MOVED}, 'done', crashes, {_DONE_ERROR}, 100, new_result, %(now)s
       FROM moved JOIN input USING (id)
     RETURNING id),
 {_SUCCESSOR}"""),

@@ -31,7 +31,7 @@ from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
-from jobpool.store import job_states, pg_sql, rows
+from jobpool.store import job_states, pg_sql, row_codec, rows
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 
@@ -595,7 +595,7 @@ class PostgresStore:
         jobs = []
         for row in self._list("listing jobs", query, dict(params, limit=limit)):
             job = self.job(row[:-1])
-            if job["status"] == "ready" and job["run_at"] > row[-1]:
+            if job["status"] == "ready" and job["run_at"] is not None and job["run_at"] > row[-1]:
                 job["status"] = "scheduled"
             jobs.append(job)
         return jobs
@@ -704,7 +704,8 @@ class PostgresStore:
             return None  # every queue paused (R38), say: nothing is due
         found = self.read("reading the queue", pg_sql.NEXT_READY,
                           {"names": list(names), "queues": queues})
-        return found[0][0] if found else None
+        # R44: a NaN or infinite due time is never due: no job to wait for.
+        return found[0][0] if found and row_codec.is_time(found[0][0]) else None
 
     # -- operators (R25, R27, R31) -----------------------------------------------------------
 

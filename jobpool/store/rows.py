@@ -17,6 +17,7 @@ from jobpool.handles import Signature
 from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
+from jobpool.store import row_codec
 
 #: The statuses a row can have in any store.
 STATUSES = ("ready", "running", "done", "dead")
@@ -336,17 +337,23 @@ def listing_filters(name: str | None, queue: str | None, chain: int | None,
 
 def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     """A row as ``get`` returns it: a JSON payload as text, binary payloads and
-    results as a size (unless ``raw_result``)."""
-    job = dict(zip(columns, row))
+    results as a size (unless ``raw_result``). R44: a column that holds what it
+    should not is None, and named in ``malformed`` with what it holds
+    (``row_codec.flagged``), so no reader fails on the row."""
+    job = row_codec.flagged(dict(zip(columns, row)))
     if raw_result:
         return job
     payload = job.get("payload")
-    if isinstance(payload, (bytes, memoryview)) and job.get("serializer") == "json":
+    if isinstance(payload, str):
+        job["payload"] = row_codec.readable(payload)
+    elif isinstance(payload, (bytes, memoryview)) and job.get("serializer") == "json":
         job["payload"] = bytes(payload).decode("utf-8", "replace")
     elif isinstance(payload, (bytes, memoryview)):
         job["payload"] = f"<{len(payload)} bytes, {job.get('serializer')}>"
     result = job.get("result")
-    if isinstance(result, (bytes, memoryview)):
+    if isinstance(result, str):
+        job["result"] = row_codec.readable(result)
+    elif isinstance(result, (bytes, memoryview)):
         job["result"] = f"<{len(result)} bytes>"
     return job
 

@@ -489,7 +489,7 @@ UPDATE jobs
                LIMIT :limit)
 RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
           timeout, deadline, priority, line_at,
-          (chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL), run_at
+          (chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL), run_at, chain
 """
 
 
@@ -586,6 +586,38 @@ SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL
   FROM jobs WHERE id = :id AND chain IS NOT NULL
 """
 
+#: SQLite's primary result codes for a statement refused for what it computed (a
+#: function's error such as "malformed JSON", a constraint, a type, a size): SQLite
+#: rolls back that statement alone and the transaction goes on. Other failures (I/O,
+#: a full disk, a lock) may end the transaction, and end the turn with it.
+_STATEMENT_ALONE = frozenset({1, 18, 19, 20})
+
+
+def statement_failed_alone(exc: BaseException, in_transaction: bool) -> bool:
+    """R44: whether a failed statement left its transaction whole (and a caller may
+    go on with what the row's data made impossible), as ``exc`` and the connection's
+    state after it say."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return bool(in_transaction) and code is not None and (code & 0xFF) in _STATEMENT_ALONE
+
+
+#: R44: a chain whose next step could not be enqueued (the row's ``chain`` changed
+#: since its claim checked it): the job's own end stands, and its row says why the
+#: chain stopped there. Run in the settle's transaction, after the failed insert.
+CHAIN_STOPPED = "UPDATE jobs SET last_error = :error WHERE id = :id"
+
+#: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
+#: at once with the reason naming the column. Fenced by id, owner and status alone
+#: and naming no other column of the row, so the column that is wrong cannot fail it
+#: (the owner compared as the bytes it holds: a reclaimed row's may not be UTF-8); its
+#: batch's count and the attempt's line follow (``MALFORMED_FOLLOW_UPS``).
+SETTLE_MALFORMED = """
+UPDATE jobs SET status = 'dead', lease_owner = NULL, lease_expires_at = NULL,
+       finished_at = :now, last_error = :error
+ WHERE id = :id AND CAST(lease_owner AS BLOB) = CAST(:owner AS BLOB) AND status = 'running'
+RETURNING id
+"""
+
 #: R10/R15/R16/R19a/R31: dead, with the reason.
 SETTLE_DEAD = f"""
 UPDATE jobs SET status = 'dead', lease_owner = NULL, lease_expires_at = NULL,
@@ -647,6 +679,10 @@ INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome
 VALUES (:id, :attempt, :owner, :pid, :started_at, :now, :outcome,
         :error, :exit_status, :peak_rss, :cpu_s, :strays)
 """
+
+#: R44: what follows ``SETTLE_MALFORMED`` in its transaction: the batch counts its
+#: member dead (R34), and the attempt log says the row was refused (R19a).
+MALFORMED_FOLLOW_UPS = (MEMBER_DEAD, INSERT_ATTEMPT)
 
 #: R19a: the causes of earlier child deaths, for a quarantine reason.
 CRASH_CAUSES = """

@@ -11,8 +11,9 @@ import os
 import sqlite3
 import time
 import weakref
+from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from jobpool import bounds, fork_safety, lifecycle, liveness
 from jobpool.handles import Handle, Handles
@@ -20,7 +21,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import file_identity, job_states, migrations, retention, rows, sql
+from jobpool.store import file_identity, job_states, migrations, retention, row_codec, rows, sql
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
@@ -478,14 +479,31 @@ class SQLiteStore:
         """One job as a dict (payload decoded to text where it is JSON; the result
         as stored when ``raw_result``, else as text or a size for binary)."""
         try:
-            cursor = self.conn.execute(sql.GET_JOB, (job_id,))
-            row = cursor.fetchone()
+            columns, found = self._job_rows(sql.GET_JOB, (job_id,))
         except sqlite3.Error as exc:
             raise StoreError(f"reading job {job_id} failed: {exc}") from exc
-        if row is None:
+        if not found:
             raise JobNotFound(f"no job with id {job_id}")
-        job = rows.job_dict([d[0] for d in cursor.description], row, raw_result=raw_result)
-        return job
+        return rows.job_dict(columns, found[0], raw_result=raw_result)
+
+    def _job_rows(self, query: str, params: Any) -> tuple[list[str], list[tuple]]:
+        """Rows of ``jobs`` and their column names, read leniently (``_lenient``)."""
+        conn = self.conn
+        with self._lenient(conn):
+            cursor = conn.execute(query, params)
+            return [d[0] for d in cursor.description], cursor.fetchall()
+
+    @staticmethod
+    @contextmanager
+    def _lenient(conn: sqlite3.Connection) -> Iterator[None]:
+        """R44: rows of ``jobs`` read with their text as it is, bytes that are not
+        UTF-8 kept (``row_codec.lenient_text``) for the reader to show flagged, where
+        Python's module would fail the whole read."""
+        conn.text_factory = row_codec.lenient_text
+        try:
+            yield
+        finally:
+            conn.text_factory = str
 
     @property
     def dead(self) -> retention.DeadLetters:
@@ -546,9 +564,8 @@ class SQLiteStore:
     def select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]:
         """Rows of ``jobs`` as dicts, as ``get`` returns them."""
         try:
-            cursor = self.conn.execute(query, params)
-            columns = [d[0] for d in cursor.description]
-            return [rows.job_dict(columns, row) for row in cursor.fetchall()]
+            columns, found = self._job_rows(query, params)
+            return [rows.job_dict(columns, row) for row in found]
         except sqlite3.Error as exc:
             raise StoreError(f"listing jobs failed: {exc}") from exc
 
@@ -576,7 +593,7 @@ class SQLiteStore:
         jobs = self.select_jobs(sql.list_jobs(where, newest_first=newest_first),
                                 dict(params, limit=limit))
         for job in jobs:
-            if job["status"] == "ready" and job["run_at"] > now:
+            if job["status"] == "ready" and job["run_at"] is not None and job["run_at"] > now:
                 job["status"] = "scheduled"
         return jobs
 
@@ -622,9 +639,12 @@ class SQLiteStore:
         query = sql.NEXT_READY.format(names=", ".join(sql.quote_literal(n) for n in names),
                                       queues=", ".join(sql.quote_literal(q) for q in queues))
         try:
-            return self.conn.execute(query).fetchone()[0]
+            due = self.conn.execute(query).fetchone()[0]
         except sqlite3.Error as exc:
             raise StoreError(f"reading the queue failed: {exc}") from exc
+        # R44: a due time that is not a number is never due (the claim's ``run_at <=
+        # :now`` never holds for text): no job to wait for.
+        return due if row_codec.is_time(due) else None
 
     # -- operating (R21, R29, R31, R33) ---------------------------------------------------
 
@@ -719,16 +739,18 @@ class SQLiteStore:
         try:
             conn.execute("BEGIN")
             try:
-                counts = conn.execute(sql.QUEUE_COUNTS, {"now": now}).fetchall()
-                done = conn.execute(sql.DONE_COUNT).fetchone()[0]
-                since = conn.execute(sql.DONE_SINCE, {"since": now - 60.0}).fetchall()
-                failed = conn.execute(sql.RECENT_FAILURES, {"window": sql.FAILURE_WINDOW,
-                                                            "limit": failures}).fetchall()
-                running = conn.execute(sql.RUNNING_JOBS).fetchall()
+                with self._lenient(conn):   # R44: the snapshot shows such text flagged
+                    counts = conn.execute(sql.QUEUE_COUNTS, {"now": now}).fetchall()
+                    done = conn.execute(sql.DONE_COUNT).fetchone()[0]
+                    since = conn.execute(sql.DONE_SINCE, {"since": now - 60.0}).fetchall()
+                    failed = conn.execute(sql.RECENT_FAILURES, {"window": sql.FAILURE_WINDOW,
+                                                                "limit": failures}).fetchall()
+                    running = conn.execute(sql.RUNNING_JOBS).fetchall()
                 pools = self.pools(now)
                 # Only with a live pool: with none, nothing is served and the header says so.
-                ready = (conn.execute(sql.READY_BY_NAME).fetchall()
-                         if liveness.live_pools(pools) else [])
+                with self._lenient(conn):
+                    ready = (conn.execute(sql.READY_BY_NAME).fetchall()
+                             if liveness.live_pools(pools) else [])
                 paused = [row[0] for row in conn.execute(sql.PAUSED_QUEUES)]
                 batches = conn.execute(sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()
             finally:
@@ -746,8 +768,9 @@ class SQLiteStore:
         try:
             conn.execute("BEGIN")
             try:
-                counts = conn.execute(sql.QUEUE_COUNTS, {"now": now}).fetchall()
-                oldest = conn.execute(sql.OLDEST_DUE, {"now": now}).fetchall()
+                with self._lenient(conn):
+                    counts = conn.execute(sql.QUEUE_COUNTS, {"now": now}).fetchall()
+                    oldest = conn.execute(sql.OLDEST_DUE, {"now": now}).fetchall()
                 paused = [row[0] for row in conn.execute(sql.PAUSED_QUEUES)]
             finally:
                 conn.execute("COMMIT")

@@ -1,0 +1,451 @@
+"""R44: a row is data, never a crash (issue 24).
+
+A store is written by whoever can write its file or schema, by hand or by an older
+release. Each test here writes one row wrong with raw SQL (``sqlite3`` on the file,
+``psycopg`` on the schema) and runs a real pool over it, on both stores: the row is
+settled dead at once naming its column, its job never runs, and every other job runs
+once, in the turn it shares with the bad row. SQLite keeps any value in any column;
+PostgreSQL's columns are typed, so a text ``deadline`` cannot be written there, and
+what it can hold wrong is a value (NaN, a count below zero) or a ``chain`` of the
+wrong shape: each case says what it writes on each store, or why a store cannot hold
+that column wrong.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from jobpool.handles import Signature
+from jobpool.snapshot import read_snapshot
+from tests.conftest import insert_job, wait_for
+
+APP = """
+import os
+from jobpool import job
+
+RAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ran.log")
+
+
+def _ran(what):
+    with open(RAN, "a") as log:
+        log.write(what + "\\n")
+
+
+@job(name="r.work")
+def work(tag):
+    _ran(f"work {tag}")
+    return tag
+
+
+@job(name="r.step")
+def step(tag):
+    _ran(f"step {tag}")
+
+
+@job(name="r.rewrite")
+def rewrite(tag):
+    # A hand edit while the job runs: its own row's chain made unreadable.
+    _ran(f"rewrite {tag}")
+    db = os.environ["ROWDATA_DB"]
+    if db.startswith("postgresql"):
+        import psycopg
+        from jobpool.store.postgres import parse_url
+        target = parse_url(db)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {target.schema}")
+            conn.execute("UPDATE jobs SET chain = '5' WHERE name = 'r.rewrite'")
+    else:
+        import sqlite3
+        conn = sqlite3.connect(db, timeout=30, isolation_level=None)
+        conn.execute("UPDATE jobs SET chain = 'not json' WHERE name = 'r.rewrite'")
+        conn.close()
+    return tag
+"""
+
+
+def is_pg(store_url: str) -> bool:
+    return store_url.startswith("postgresql")
+
+
+def raw(store_url: str, statement: str, params: tuple = ()) -> None:
+    """``statement`` (``%s`` placeholders) on the store's own tables, by hand."""
+    if is_pg(store_url):
+        import psycopg
+
+        from jobpool.store.postgres import parse_url
+        target = parse_url(store_url)
+        with psycopg.connect(target.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {target.schema}")
+            conn.execute(statement, params)
+        return
+    conn = sqlite3.connect(store_url, isolation_level=None)
+    try:
+        conn.execute(statement.replace("%s", "?"), params)
+    finally:
+        conn.close()
+
+
+def ran(app) -> list[str]:
+    log = app.dir / "ran.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def app(make_any_app, store_url):
+    app = make_any_app(APP)
+    app.env["ROWDATA_DB"] = store_url
+    return app
+
+
+#: One case per column a claim reads: (what SQLite holds, what PostgreSQL holds, what
+#: the reason says it holds). None: the store cannot hold that column wrong, as the
+#: note beside it says. ``id`` and ``name`` are not here: the claim matches the name
+#: as text, so a row whose name is not text is never claimed (doctor names it).
+CLAIMED = {
+    # PostgreSQL's bytea holds any bytes: decoding them is the child's
+    # (tests/faults/test_payloads.py), by the job's own serializer (R39).
+    "payload": ("5", None, "the integer 5, not text or bytes"),
+    # PostgreSQL's text holds text: a serializer the job does not use is R39's.
+    "serializer": ("x'6a736f6e'", None, "4 bytes, not text"),
+    "attempts": ("2.5", "-3", "not an attempt number"),
+    "max_attempts": ("'five'", "0", "not a number of attempts"),
+    "crashes": ("'many'", "-1", "not a count"),
+    "timeout": ("'long'", "'NaN'", "not seconds"),
+    "deadline": ("'tomorrow'", "'NaN'", "not a Unix time"),
+    # PostgreSQL's integer holds a priority whatever its value.
+    "priority": ("'high'", None, "not a priority"),
+    "line_at": ("'first'", "'NaN'", "not a Unix time"),
+    # The issue's row: 'malformed JSON' on SQLite, 'cannot get array length of a
+    # scalar' on PostgreSQL, at every turn.
+    "chain": ("'not json'", "'5'", "column chain:"),
+}
+
+
+def on_store(make_app, request, kind: str):
+    """An app whose pools run on ``kind``'s store (a fresh file, or a fresh schema)."""
+    app = make_app(APP)
+    if kind == "postgres":
+        app.db = request.getfixturevalue("pg_url")
+    app.env["ROWDATA_DB"] = str(app.db)
+    return app
+
+
+@pytest.mark.parametrize("kind, column", [
+    pytest.param(kind, column, id=f"{kind}-{column}")
+    for kind in ("sqlite", "postgres") for column, case in CLAIMED.items()
+    if case[kind == "postgres"] is not None])
+def test_a_claimed_row_wrong_in_one_column_is_dead_at_claim_and_every_other_job_runs_once(
+        make_app, request, kind, column):
+    app = on_store(make_app, request, kind)
+    value, says = CLAIMED[column][kind == "postgres"], CLAIMED[column][2]
+    store = app.store()
+    before = store.enqueue("r.work", "before").id
+    then = [Signature("r.step", ("next",))] if column == "chain" else None
+    victim = store.enqueue_with("r.work", args=("victim",), then=then).id
+    after = store.enqueue("r.work", "after").id
+    raw(str(app.db), f"UPDATE jobs SET {column} = {value} WHERE id = %s", (victim,))
+
+    app.start("--procs", "1", timeout=60)   # exits 0: the pool never stopped
+
+    job = store.get(victim)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith(f"malformed row: column {column}: ")
+    assert says in job["last_error"]
+    # Refused at claim: logged as such, and no child ever ran it.
+    assert [a["outcome"] for a in store.attempts(victim)] == ["malformed"]
+    assert sorted(ran(app)) == ["work after", "work before"]
+    assert [store.get(i)["status"] for i in (before, after)] == ["done", "done"]
+    assert [len(store.attempts(i)) for i in (before, after)] == [1, 1]
+    # A chain that was never read enqueued nothing.
+    assert {j["name"] for j in store.list_jobs()} == {"r.work"}
+
+
+#: Chains of the wrong shape (R12), each refused at claim naming what is wrong; the
+#: same text on both stores (PostgreSQL's ``jsonb`` keeps it as JSON).
+CHAINS = {
+    "an object": ('{"a": 1}', "a JSON object, not a list of steps"),
+    "no steps": ("[]", "an empty JSON list, not a list of steps"),
+    "a number for a step": ("[1]", "step 0: the integer 1, not a step"),
+    "a step without a queue": ('[{"name": "r.step", "payload": "[[1],{}]", "priority": 0}]',
+                               "step 0: no queue"),
+    "a text priority": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
+                        '"priority": "high"}]', "step 0: priority: text 'high'"),
+    "a budget past 32 bits": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
+                              '"priority": 0, "max_attempts": 1099511627776}]',
+                              "step 0: max_attempts: the integer 1099511627776"),
+    "a later step wrong": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
+                           '"priority": 0}, 7]', "step 1: the integer 7, not a step"),
+}
+
+
+@pytest.mark.parametrize("shape", CHAINS)
+def test_a_chain_of_the_wrong_shape_is_dead_at_claim_naming_the_step(app, store_url, shape):
+    chain, says = CHAINS[shape]
+    store = app.store()
+    victim = store.enqueue_with("r.work", args=("victim",),
+                                then=[Signature("r.step", ("next",))]).id
+    after = store.enqueue("r.work", "after").id
+    raw(store_url, "UPDATE jobs SET chain = %s WHERE id = %s", (chain, victim))
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(victim)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith(f"malformed row: column chain: {says}")
+    assert ran(app) == ["work after"]
+    assert store.get(after)["status"] == "done"
+    assert {j["name"] for j in store.list_jobs()} == {"r.work"}
+
+
+def test_a_chain_made_unreadable_while_its_job_runs_stops_there_and_the_turn_commits(
+        app, store_url):
+    """The claim read the chain sound; the job's row is edited while it runs. Its
+    settle cannot enqueue the next step: the job's end stands (it ran), its row says
+    why the chain stopped, and the rest of the turn commits."""
+    store = app.store()
+    first = store.enqueue_with("r.rewrite", args=("first",),
+                               then=[Signature("r.step", ("never",))]).id
+    after = store.enqueue("r.work", "after").id
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(first)
+    assert job["status"] == "done"
+    assert job["last_error"].startswith(
+        "malformed row: column chain: the next step could not be enqueued; the chain stops here")
+    assert sorted(ran(app)) == ["rewrite first", "work after"]
+    assert store.get(after)["status"] == "done"
+    assert [len(store.attempts(i)) for i in (first, after)] == [1, 1]
+    assert "r.step" not in {j["name"] for j in store.list_jobs()}
+
+
+def test_a_lease_taken_back_from_a_wrong_row_is_dead_naming_the_column(app, store_url):
+    """R23: a reclaim reads running rows too. A budget that is not a number (SQLite)
+    or not a positive count (PostgreSQL) crashed the supervisor, or was read as
+    'no attempts left after 0'."""
+    store = app.store()
+    held = store.enqueue("r.work", "held").id
+    other = store.enqueue("r.work", "other").id
+    budget = "0" if is_pg(store_url) else "'five'"
+    raw(store_url, "UPDATE jobs SET status = 'running', lease_owner = 'elsewhere:1:1', "
+        f"lease_expires_at = 1, started_at = 1, attempts = 1, max_attempts = {budget} "
+        "WHERE id = %s", (held,))
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(held)
+    assert job["status"] == "dead"
+    assert job["last_error"].startswith("malformed row: column max_attempts: ")
+    assert [a["outcome"] for a in store.attempts(held)] == ["malformed"]
+    assert ran(app) == ["work other"]
+    assert store.get(other)["status"] == "done"
+
+
+def test_text_that_is_not_utf8_is_named_instead_of_failing_every_turn(make_app):
+    """SQLite only (PostgreSQL's text is always in the database's encoding): a
+    serializer whose bytes are not UTF-8 failed the claim's read, so every turn."""
+    app = make_app(APP)
+    store = app.store()
+    victim = store.enqueue("r.work", "victim").id
+    after = store.enqueue("r.work", "after").id
+    raw(str(app.db), "UPDATE jobs SET serializer = CAST(x'6a736f6eff' AS TEXT) WHERE id = %s",
+        (victim,))
+
+    app.start("--procs", "1", timeout=60)
+
+    job = store.get(victim)
+    assert (job["status"], job["last_error"]) == (
+        "dead", "malformed row: column serializer: text that is not UTF-8")
+    assert ran(app) == ["work after"]
+    assert store.get(after)["status"] == "done"
+
+
+# -- both SQLite cores, one turn at a time ----------------------------------------------
+
+OWNER = "host:1:1"
+NOW = 10_000.0
+
+
+@pytest.mark.parametrize("column", [c for c, case in CLAIMED.items() if case[0]])
+def test_both_cores_refuse_the_same_row_with_the_same_words(core_impl, store_path, column):
+    """The compiled core vouches for a row in C (column types and bounds) and hands
+    any other row to the codec: its answers are the pure core's, word for word."""
+    good = insert_job(store_path, "t.job", run_at=NOW - 10)
+    victim = insert_job(store_path, "t.job", run_at=NOW - 5)
+    late = insert_job(store_path, "t.job", run_at=NOW - 1)
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    conn.execute(f"UPDATE jobs SET {column} = {CLAIMED[column][0]} WHERE id = ?", (victim,))
+    conn.close()
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"])
+    try:
+        claimed, expired = core.claim(3, NOW)
+    finally:
+        core.close()
+    assert [job.job_id for job in claimed] == [good, late]
+    assert [(s.job_id, s.status) for s in expired] == [(victim, "dead")]
+    assert expired[0].reason.startswith(f"malformed row: column {column}: ")
+    assert CLAIMED[column][2] in expired[0].reason
+
+
+# -- read paths: a row is shown flagged, never a failure --------------------------------
+
+#: A value each store can hold in a time column that is not a time.
+NOT_A_TIME = {"sqlite": ("'soon'", "text 'soon', not a Unix time (a finite number)"),
+              "postgres": ("'NaN'", "the number nan, not a Unix time (a finite number)")}
+
+
+def test_reads_show_a_malformed_row_flagged_and_a_pool_never_waits_for_it(app, store_url):
+    """The issue's third row: a text run_at crashed `jobs list` while `doctor` said
+    'ok' (on PostgreSQL a NaN run_at kept a `--burst` pool waiting for ever). Such a
+    row is never due; every read shows it flagged, the bad column None."""
+    kind = "postgres" if is_pg(store_url) else "sqlite"
+    value, holds = NOT_A_TIME[kind]
+    store = app.store()
+    never = store.enqueue("r.work", "never").id
+    other = store.enqueue("r.work", "other").id
+    gone = store.enqueue("r.work", "gone").id
+    store.cancel(gone)
+    raw(store_url, f"UPDATE jobs SET run_at = {value} WHERE id = %s", (never,))
+    finished = "finished_jobs" if kind == "postgres" else "jobs"
+    raw(store_url, f"UPDATE {finished} SET deadline = 'NaN'::float8 WHERE id = %s"
+        if kind == "postgres" else f"UPDATE {finished} SET deadline = 'x' WHERE id = %s", (gone,))
+
+    app.start("--procs", "1", timeout=60)
+
+    assert ran(app) == ["work other"]
+    job = store.get(never)
+    assert (job["status"], job["run_at"]) == ("ready", None)
+    assert job["malformed"] == {"run_at": holds}
+    assert "malformed" not in store.get(other)
+    assert store.get(gone)["malformed"].keys() == {"deadline"}
+    assert {j["id"]: j.get("malformed", {}).keys() for j in store.list_jobs()} == {
+        never: {"run_at"}, other: set(), gone: {"deadline"}}
+    assert [j["id"] for j in store.dead.list()] == [gone]
+
+    listed = app.cli("jobs", "list", "--db", store_url, check=True)
+    line = next(x for x in listed.stdout.splitlines() if x.split()[:1] == [str(never)])
+    assert "[malformed: run_at]" in line
+    as_json = json.loads(app.cli("jobs", "list", "--db", store_url, "--json", check=True).stdout)
+    assert {j["id"]: j.get("malformed") for j in as_json}[never] == {"run_at": holds}
+    shown = app.cli("jobs", "show", str(never), "--db", store_url, check=True).stdout
+    assert f"run_at malformed: {holds}" in shown
+    dead = app.cli("dead", "list", "--db", store_url, check=True).stdout
+    assert "[malformed: deadline]" in dead
+
+
+HOLD_APP = APP + """
+
+@job(name="r.hold", timeout=120)
+def hold(tag):
+    import time
+    _ran(f"hold {tag}")
+    while not os.path.exists(RAN + ".go"):
+        time.sleep(0.05)
+"""
+
+
+def test_the_dashboard_shows_a_running_row_flagged(make_any_app, store_url):
+    """A running row whose start is not a time: the dashboard's slot says so, where
+    it computed `now - started_at` and failed (SQLite) or showed nothing (a NaN)."""
+    app = make_any_app(HOLD_APP)
+    store = app.store()
+    held = store.enqueue("r.hold", "held").id
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: "hold held" in ran(app), timeout=60)
+    value = "'NaN'" if is_pg(store_url) else "'early'"
+    raw(store_url, f"UPDATE jobs SET started_at = {value} WHERE id = %s", (held,))
+    wait_for(lambda: any(s.job_id == held for s in read_snapshot(store).slots), timeout=30)
+
+    top = app.cli("top", "--once", "--db", store_url, check=True).stdout
+    assert "malformed row: started_at" in top
+    slot = next(s for s in read_snapshot(store).slots if s.job_id == held)
+    assert (slot.started, slot.elapsed, slot.stage) == (None, None, "malformed row: started_at")
+
+    (app.dir / "ran.log.go").touch()
+    wait_for(lambda: store.get(held)["status"] == "done", timeout=60)
+    pool.terminate()
+    pool.wait(timeout=60)
+
+
+def test_queue_names_that_are_not_text_are_shown_flagged_by_the_dashboard_and_metrics(make_app):
+    """SQLite only: PostgreSQL's text columns hold text. A done row whose queue is
+    bytes made the dashboard and `jobpool metrics` fail sorting the queues."""
+    app = make_app(APP)
+    store = app.store()
+    done = store.enqueue("r.work", "done").id
+    app.start("--procs", "1", timeout=60)
+    raw(str(app.db), "UPDATE jobs SET queue = x'42', finished_at = %s WHERE id = %s",
+        (time.time(), done))
+    store.enqueue("r.work", "waits")
+
+    top = app.cli("top", "--once", "--db", str(app.db), check=True).stdout
+    assert "[malformed row: 1 bytes]" in top
+    metrics = app.cli("metrics", "--db", str(app.db), check=True).stdout
+    assert 'jobpool_queue_jobs{queue="default",status="ready"} 1.0' in metrics
+    assert store.get(done)["malformed"] == {"queue": "1 bytes, not text"}
+
+
+# -- doctor: every malformed row, by id and column, whatever its status ----------------------
+
+def test_doctor_names_each_malformed_row_by_id_and_column_whatever_its_status(app, store_url):
+    """A row whose run_at is not a number is never claimed, so doctor is where it shows;
+    it names finished rows too (typeof on SQLite; values and chains on PostgreSQL)."""
+    pg = is_pg(store_url)
+    store = app.store()
+    never = store.enqueue("r.work", "never").id
+    finished = store.enqueue("r.work", "finished").id
+    gone = store.enqueue_with("r.work", args=("gone",), then=[Signature("r.step", ("x",))]).id
+    store.cancel(gone)
+    fine = store.enqueue("r.work", "fine").id
+    raw(store_url, f"UPDATE jobs SET run_at = {NOT_A_TIME['postgres' if pg else 'sqlite'][0]} "
+        "WHERE id = %s", (never,))
+    app.start("--procs", "1", timeout=60)
+    table = "finished_jobs" if pg else "jobs"
+    raw(store_url, f"UPDATE {table} SET crashes = {'-1' if pg else chr(39) + 'many' + chr(39)} "
+        "WHERE id = %s", (finished,))
+    raw(store_url, f"UPDATE {table} SET chain = %s WHERE id = %s",
+        ("5" if pg else "not json", gone))
+
+    report = app.cli("doctor", "--db", store_url)
+
+    assert report.returncode == 1
+    assert "3 malformed row(s)" in report.stderr
+    holds = NOT_A_TIME["postgres" if pg else "sqlite"][1]
+    assert f"job {never} (ready): column run_at: {holds}" in report.stderr
+    crashes = "the integer -1" if pg else "text 'many'"
+    assert f"job {finished} (done): column crashes: {crashes}, not a count" in report.stderr
+    chain = "the integer 5, not a list of steps" if pg else "not JSON ("
+    assert f"job {gone} (dead): column chain: {chain}" in report.stderr
+    assert f"job {fine} " not in report.stderr
+
+
+def test_both_cores_settle_a_wrong_lease_they_take_back_whatever_its_owner_holds(core_impl,
+                                                                                store_path):
+    """R23 on a running row whose budget is text and whose owner's bytes are not UTF-8:
+    the reclaim names both columns and settles the row dead, fenced by those bytes."""
+    held = insert_job(store_path, "t.job", run_at=NOW - 10)
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    conn.execute("UPDATE jobs SET status = 'running', lease_owner = CAST(x'6f776e6572ff' AS TEXT), "
+                 "lease_expires_at = 1, started_at = 1, attempts = 1, max_attempts = 'five' "
+                 "WHERE id = ?", (held,))
+    conn.close()
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"])
+    try:
+        [settled] = core.reclaim(NOW)
+    finally:
+        core.close()
+    assert (settled.job_id, settled.status) == (held, "dead")
+    assert settled.reason == ("malformed row: column max_attempts: text 'five', not a number of "
+                              "attempts (an integer, 1 or more); column lease_owner: text that is "
+                              "not UTF-8")
+    conn = sqlite3.connect(store_path)
+    try:
+        assert conn.execute("SELECT status, last_error FROM jobs WHERE id = ?",
+                            (held,)).fetchone() == ("dead", settled.reason)
+        assert conn.execute("SELECT outcome FROM attempts WHERE job_id = ?",
+                            (held,)).fetchall() == [("malformed",)]
+    finally:
+        conn.close()
