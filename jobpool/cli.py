@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import bounds, config, core, jobs, liveness, procinfo
+from jobpool import bounds, config, core, jobs, listing, liveness, procinfo
 from jobpool.display import markup_escape, shown
 from jobpool.errors import JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
@@ -666,8 +666,7 @@ def _error_cell(row: dict[str, Any]) -> str:
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain)
-    # Newest first, but a chain's steps in the order they run.
-    rows = store.list_jobs(**chosen, limit=args.limit, newest_first=args.chain is None)
+    rows, more = listing.page(store, chosen, args.limit, _MORE_COUNTED)
     if args.json:
         print(json.dumps([_listed(row, _LIST_FIELDS) for row in rows]))
         return 0
@@ -684,13 +683,10 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     for row, cell in zip(rows, cells):
         table.add_row(*cell, _error_cell(row))
     out.print(table)
-    if len(rows) == args.limit:
-        counted = store.count_jobs(**chosen, at_most=args.limit + _MORE_COUNTED)
-        more = counted - len(rows)
-        if more >= _MORE_COUNTED:
-            out.line(f"… at least {_spaced(more)} more (a larger --limit lists more)")
-        elif more > 0:
-            out.line(f"… {_spaced(more)} more (--limit {counted} lists them all)")
+    if more >= _MORE_COUNTED:
+        out.line(f"… at least {_spaced(more)} more (a larger --limit lists more)")
+    elif more > 0:
+        out.line(f"… {_spaced(more)} more (--limit {len(rows) + more} lists them all)")
     return 0
 
 

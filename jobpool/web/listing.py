@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from jobpool import listing as job_pages
 from jobpool.store.rows import LISTED_STATUSES
 
 #: Jobs on a page unless ``limit`` says otherwise, and the most one page lists.
@@ -41,11 +42,7 @@ def filters(query: Mapping[str, str]) -> tuple[dict[str, str | None], int]:
 def page(store: Any, chosen: dict[str, str | None], limit: int) -> tuple[list[dict[str, Any]], int]:
     """The newest ``limit`` jobs matching ``chosen`` and how many more match (0 when
     the page holds them all; at most ``MORE_COUNTED``)."""
-    rows = store.list_jobs(**chosen, limit=limit, newest_first=True)
-    more = 0
-    if len(rows) == limit:
-        more = store.count_jobs(**chosen, at_most=limit + MORE_COUNTED) - len(rows)
-    return rows, more
+    return job_pages.page(store, chosen, limit, MORE_COUNTED)
 
 
 def larger(limit: int) -> int | None:
