@@ -12,6 +12,8 @@ import resource
 #: Priorities are stored and compared as SQLite integers; a signed 32-bit range is
 #: more than any ordering needs and the same on every store.
 INT32_MAX = 2**31 - 1
+#: The largest row id either store holds (SQLite's INTEGER, PostgreSQL's bigint).
+INT64_MAX = 2**63 - 1
 PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = INT32_MAX
 

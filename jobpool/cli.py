@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", parents=[common], help="counts by status")
     status.add_argument("--json", action="store_true")
 
-    jobs_cmd = sub.add_parser("jobs", help="list, show and cancel jobs")
+    jobs_cmd = sub.add_parser("jobs", help="list, show, cancel and run jobs now")
     jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND",
                                        parser_class=Parser)
     jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs, newest first")
@@ -317,6 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_show.add_argument("--json", action="store_true")
     jobs_cancel = jobs_sub.add_parser("cancel", parents=[common], help="cancel a ready or running job")
     jobs_cancel.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
+    jobs_run_now = jobs_sub.add_parser(
+        "run-now", parents=[common],
+        help="make waiting jobs (scheduled, or out a retry's backoff) due now")
+    jobs_run_now.add_argument("ids", type=_positive_int, nargs="*", metavar="ID")
+    jobs_run_now.add_argument("--all-scheduled", action="store_true",
+                              help="every waiting job (with --name and --queue, only those)")
+    jobs_run_now.add_argument("--name", help="with --all-scheduled: only jobs of this name")
+    jobs_run_now.add_argument("--queue", help="with --all-scheduled: only jobs in this queue")
     jobs_reset = jobs_sub.add_parser("reset-state", parents=[common],
                                      help="forget a job's saved state: its next attempt starts afresh")
     jobs_reset.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
@@ -803,6 +811,26 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
     return _report(results, "cancelled")
 
 
+def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
+    """R48: ``jobs run-now``: by id (one line each; exit 1 if any was refused), or every
+    waiting job matching ``--name``/``--queue``."""
+    if args.all_scheduled == bool(args.ids):
+        raise UserError("jobs run-now takes job ids or --all-scheduled, not "
+                        + ("both" if args.ids else "neither"))
+    if (args.name or args.queue) and not args.all_scheduled:
+        raise UserError("--name and --queue choose jobs for --all-scheduled; with ids, leave them out")
+    store = connect(args.db, create=False)
+    if args.all_scheduled:
+        moved = store.run_now_matching(name=args.name, queue=args.queue)
+        print(f"{moved} waiting job{'' if moved == 1 else 's'} due now")
+        return 0
+    answers = store.run_now(args.ids)
+    return _report({job_id: "due now" if what == "due now" else
+                    "ready and due already" if what == "due already" else
+                    what if what == "not found" else f"it is {what}"
+                    for job_id, what in answers.items()}, "due now")
+
+
 def cmd_jobs_reset_state(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     results = {}
@@ -1259,6 +1287,7 @@ COMMANDS = {
     ("jobs", "list"): cmd_jobs_list,
     ("jobs", "show"): cmd_jobs_show,
     ("jobs", "cancel"): cmd_jobs_cancel,
+    ("jobs", "run-now"): cmd_jobs_run_now,
     ("jobs", "reset-state"): cmd_jobs_reset_state,
     ("dead", "list"): cmd_dead_list,
     ("dead", "show"): cmd_dead_show,

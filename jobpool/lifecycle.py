@@ -252,3 +252,163 @@ def decide(lease: Lease, outcome: Outcome, policy: Policy, now: float, rng: Rand
         return Decision("dead", "dead", with_reason(error, "retry would fall past its deadline"),
                         0.0, crashes)
     return Decision("retry", "ready", error, delay, crashes)
+
+
+# -- job statuses, named once -------------------------------------------------------------
+
+#: A row's status: ``ready`` (waiting, due or not), ``running`` (a pool holds its lease),
+#: ``done`` and ``dead``. The first two are *live* (PostgreSQL keeps them in ``jobs``),
+#: the last two *finished* (in ``finished_jobs`` there; one table on SQLite).
+READY, RUNNING, DONE_STATUS, DEAD = "ready", "running", "done", "dead"
+LIVE_STATUSES = (READY, RUNNING)
+FINISHED_STATUSES = (DONE_STATUS, DEAD)
+STATUSES = LIVE_STATUSES + FINISHED_STATUSES
+
+
+# -- what every transition does to a row, as values ----------------------------------------
+# Each dialect renders its statements from these (``store/effects_sql.py``): no SQL
+# states by hand what a transition does to a row's fields. A transition's ``sets``
+# pairs a column with one of the values below, or with a constant (None is NULL).
+
+class Given(NamedTuple):
+    """A value the transition is applied with: ``now`` (the store's clock), ``owner``
+    (the claiming pool) or what a decision carries (``run_at``, ``error``, ``crashes``,
+    ``result``)."""
+
+    name: str
+
+
+class Shifted(NamedTuple):
+    """The column's own value plus ``by``."""
+
+    column: str
+    by: int
+
+
+class Earliest(NamedTuple):
+    """The earlier of the column's value and a given value."""
+
+    column: str
+    given: str
+
+
+class ClearedIf(NamedTuple):
+    """NULL when the given flag is true, else the column's own value."""
+
+    column: str
+    flag: str
+
+
+class OneMoreAttempt(NamedTuple):
+    """R25: ``max_attempts`` raised to ``attempts + 1`` when the attempts are spent (a
+    job stopped by its pool in its last attempt gets the one its next claim spends),
+    else kept."""
+
+
+class Defaulted(NamedTuple):
+    """R8: the column, or the job's policy's value when the row has none (a row
+    enqueued by name)."""
+
+    column: str
+
+
+class LeaseEnd(NamedTuple):
+    """R8: the claim's lease: now plus the job's timeout (``Defaulted``) plus
+    ``LEASE_SLACK``."""
+
+
+class Transition(NamedTuple):
+    """One transition of a row: from status ``source`` to ``status``, with ``sets``
+    (column, value) for every other field it changes. A row leaving ``running`` gives
+    its lease back in ``sets`` too, so the table says all of it."""
+
+    name: str
+    source: str
+    status: str
+    sets: tuple[tuple[str, object], ...]
+
+    @property
+    def finishes(self) -> bool:
+        """It ends the job's life: on PostgreSQL the row moves to ``finished_jobs``."""
+        return self.status in FINISHED_STATUSES
+
+    def columns(self) -> tuple[str, ...]:
+        return tuple(column for column, _ in self.sets)
+
+
+_LEASE_BACK = (("lease_owner", None), ("lease_expires_at", None))
+_NOW = Given("now")
+
+#: R8: the claim: a ready row runs under this pool's lease; the attempt is spent here.
+CLAIM = Transition("claim", READY, RUNNING, (
+    ("lease_owner", Given("owner")), ("lease_expires_at", LeaseEnd()),
+    ("max_attempts", Defaulted("max_attempts")), ("timeout", Defaulted("timeout")),
+    ("attempts", Shifted("attempts", 1)), ("started_at", _NOW)))
+
+#: The settles, by ``Decision.statement``; each is fenced by the attempt's lease
+#: (section 4) and writes the attempt's line in the log (R19a).
+SETTLES = {t.name: t for t in (
+    # R12: success; progress closes at 100 %, the key is freed by the status change.
+    Transition("done", RUNNING, DONE_STATUS, _LEASE_BACK + (
+        ("finished_at", _NOW), ("progress", 100), ("result", Given("result")))),
+    # R13/R14/R19: back in line after a backoff; the attempt stays spent.
+    Transition("retry", RUNNING, READY, _LEASE_BACK + (
+        ("run_at", Given("run_at")), ("line_at", Given("run_at")),
+        ("last_error", Given("error")), ("crashes", Given("crashes")))),
+    # R10/R15/R16/R19a/R31: dead, with the reason.
+    Transition("dead", RUNNING, DEAD, _LEASE_BACK + (
+        ("finished_at", _NOW), ("last_error", Given("error")), ("crashes", Given("crashes")))),
+    # R17: not yet; the attempt is given back and the place in line kept.
+    Transition("defer", RUNNING, READY, _LEASE_BACK + (
+        ("run_at", Given("run_at")), ("attempts", Shifted("attempts", -1)),
+        ("deferrals", Shifted("deferrals", 1)))),
+    # R18: the next occurrence of a recurring job: a fresh budget, the error cleared,
+    # the key kept, and a fresh run without saved state (R37).
+    Transition("reschedule", RUNNING, READY, _LEASE_BACK + (
+        ("run_at", Given("run_at")), ("line_at", Given("run_at")), ("attempts", 0),
+        ("crashes", 0), ("last_error", None), ("state", None), ("state_at", None))),
+    # R23/R24: a lease nobody will settle (expired, or its owner died) goes back in
+    # line where it was, the attempt spent and the reason kept.
+    Transition("requeue", RUNNING, READY, _LEASE_BACK + (
+        ("last_error", Given("error")), ("crashes", Given("crashes")))),
+    # R25: a graceful stop gives the lease back; ready at once, the attempt spent.
+    Transition("release", RUNNING, READY, _LEASE_BACK + (
+        ("max_attempts", OneMoreAttempt()),)),
+    # R37: a checkpointing job stopped by its pool: ready at once where it was in
+    # line, the attempt given back, its state kept.
+    Transition("interrupt", RUNNING, READY, _LEASE_BACK + (
+        ("attempts", Shifted("attempts", -1)),)),
+)}
+
+#: R44: a claimed row the row codec refused: dead at once with the reason naming the
+#: column, changing no column the codec may have found wrong.
+MALFORMED = Transition("malformed", RUNNING, DEAD, _LEASE_BACK + (
+    ("finished_at", _NOW), ("last_error", Given("error"))))
+
+#: R31: a ready job cancelled (alone, or as a member of a cancelled batch, R34).
+CANCEL_READY = Transition("cancel", READY, DEAD, (
+    ("finished_at", _NOW), ("last_error", Given("error"))))
+
+#: R32: a dead job back in line now with a fresh budget; its history stays in the
+#: attempt log, its reason on the row until it runs; its saved state kept unless the
+#: operator asked for a fresh start (``reset_state``).
+RETRY_DEAD = Transition("retry_dead", DEAD, READY, _LEASE_BACK + (
+    ("attempts", 0), ("crashes", 0), ("deferrals", 0), ("run_at", _NOW), ("line_at", _NOW),
+    ("finished_at", None), ("cancel_requested", 0), ("hook_done", 0),
+    ("state", ClearedIf("state", "reset_state")),
+    ("state_at", ClearedIf("state_at", "reset_state"))))
+
+#: R26: a claim that committed while its answer was lost: by R6 the job never ran, so
+#: its lease and its attempt are given back.
+RELEASE_IN_DOUBT = Transition("release_in_doubt", RUNNING, READY, _LEASE_BACK + (
+    ("attempts", Shifted("attempts", -1)), ("started_at", None)))
+
+#: R48: ``run_now``: a job waiting for its time (scheduled, or a retry's backoff) is due
+#: now, keeping its attempts; in line from now, or from its earlier place (a deferred
+#: job's, R17), whichever is first.
+RUN_NOW = Transition("run_now", READY, READY, (
+    ("run_at", _NOW), ("line_at", Earliest("line_at", "now"))))
+
+#: Every transition, by name.
+TRANSITIONS = {t.name: t for t in (CLAIM, *SETTLES.values(), MALFORMED, CANCEL_READY,
+                                    RETRY_DEAD, RELEASE_IN_DOUBT, RUN_NOW)}

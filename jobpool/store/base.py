@@ -231,6 +231,19 @@ class Store(Protocol):
         pool kills it), or the status that could not be cancelled."""
         ...
 
+    def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """R48: each waiting job of ``ids`` (scheduled, or out a retry's backoff) is due
+        now, keeping its attempts and its place rules (R7). Answers id -> ``due now``,
+        ``due already`` (ready and due), ``not found``, or the status that refused it
+        (``running``, ``done``, ``dead``)."""
+        ...
+
+    def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
+                         now: float | None = None) -> int:
+        """R48: every waiting job (of ``name``, in ``queue``, when given) due now; how
+        many were moved."""
+        ...
+
     def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
         """R25: ask every running pool (or the one ``owner``, or those on ``host``) to
         stop gracefully; how many were asked."""

@@ -16,11 +16,35 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
+from jobpool import lifecycle
 from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
+from jobpool.store.effects_sql import Dialect, assignments, select_list
 from jobpool.store.row_codec import CHAIN_STOPPED
 from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
 from jobpool.store.sql import quote_literal
+
+#: How a statement here names what ``lifecycle``'s transitions use: a given value is
+#: a named parameter, the row's column its bare name.
+DIALECT = Dialect(given=lambda name: f"%({name})s", column=lambda column: column,
+                  least="LEAST")
+#: The claim updates ``jobs AS j``; a name's defaults are arrays in the order of the
+#: names this pool serves.
+_CLAIM_DEFAULTS = {
+    "max_attempts": "(%(max_attempts)s::integer[])[array_position(%(names)s::text[], j.name)]",
+    "timeout": "(%(timeouts)s::float8[])[array_position(%(names)s::text[], j.name)]"}
+_CLAIM_DIALECT = DIALECT._replace(column=lambda column: "j." + column,
+                                  default_of=_CLAIM_DEFAULTS.__getitem__)
+#: Several attempts settled by one statement: what each attempt gives comes from its
+#: row of the unnested ``input`` (``i``), the job's own columns from ``jobs AS j``.
+_INPUT_GIVEN = {"run_at": "i.new_run_at", "error": "i.new_error", "crashes": "i.new_crashes",
+                "result": "i.new_result"}
+_MANY_DIALECT = DIALECT._replace(
+    given=lambda name: _INPUT_GIVEN.get(name) or f"%({name})s",
+    column=lambda column: "j." + column)
+#: ... and a finishing one's values from ``moved JOIN input`` (no aliases there).
+_MANY_MOVED_DIALECT = DIALECT._replace(
+    given=lambda name: _INPUT_GIVEN[name][2:] if name in _INPUT_GIVEN else f"%({name})s")
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
@@ -684,7 +708,7 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 #: (1, ``FOLLOW_ENDS``, for a chain; a batch counts its members by trigger here), and
 #: the chain itself as JSON text (as SQLite has it: the codec reads one form), which
 #: the codec checks before the job runs (R44).
-CLAIM = """
+CLAIM = f"""
 WITH picked AS (
     SELECT id FROM jobs
      WHERE status = 'ready' AND queue = %(queue)s
@@ -694,16 +718,7 @@ WITH picked AS (
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED)
 UPDATE jobs AS j
-   SET status = 'running',
-       lease_owner = %(owner)s,
-       lease_expires_at = %(now)s + COALESCE(j.timeout, (%(timeouts)s::float8[])[
-                              array_position(%(names)s::text[], j.name)]) + %(slack)s,
-       max_attempts = COALESCE(j.max_attempts, (%(max_attempts)s::integer[])[
-                          array_position(%(names)s::text[], j.name)]),
-       timeout = COALESCE(j.timeout, (%(timeouts)s::float8[])[
-                     array_position(%(names)s::text[], j.name)]),
-       attempts = j.attempts + 1,
-       started_at = %(now)s
+   SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
           j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
@@ -801,24 +816,46 @@ _SUCCESSOR = f"""successor AS (
       FROM moved WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
 """
 
-#: R12: success. The row moves to ``finished_jobs`` (progress closes at 100 %, the
-#: key is freed with it) and, for a chain, its next step is enqueued by the same
-#: statement, so a step is never lost or doubled.
-SETTLE_DONE = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
-settled AS (
-    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
-                               finished_at)
-    SELECT {_MOVED}, 'done', crashes, {_DONE_ERROR}, 100, %(result)s, %(now)s FROM moved
-    RETURNING id),
-{_SUCCESSOR}""")
+#: Columns a finishing transition writes besides ``_MOVED``: its status, and what the
+#: live row had that the transition may change; ``result`` and ``finished_at`` only
+#: when it sets them. A live row's lease and cancel flag stay behind.
+_FINISHED_KEEPS = ("status", "crashes", "last_error", "progress")
+_FINISHED_ONLY = ("result", "finished_at")
+_LIVE_ONLY = frozenset({"lease_owner", "lease_expires_at", "cancel_requested"})
 
-#: R10/R15/R16/R19a/R31: dead, with the reason; moved to ``finished_jobs``.
-SETTLE_DEAD = _settle(f"""moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),
-settled AS (
-    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
-    SELECT {_MOVED}, 'dead', %(crashes)s, %(error)s, progress, %(now)s FROM moved
-    RETURNING id)
+
+def finish_row(transition: lifecycle.Transition, dialect: Dialect, source: str,
+               overrides: dict[str, str] | None = None) -> str:
+    """The ``INSERT`` that writes the rows of ``source`` (a CTE of rows deleted from
+    ``jobs``) into ``finished_jobs`` as ``transition`` leaves them, returning their ids."""
+    sets = transition.columns()
+    columns = (*_MOVED.split(", "), *_FINISHED_KEEPS, *(c for c in _FINISHED_ONLY if c in sets))
+    return (f"INSERT INTO finished_jobs ({', '.join(columns)})\n"
+            f"    SELECT {select_list(transition, columns, dialect, _LIVE_ONLY, overrides)}"
+            f" FROM {source}\n    RETURNING id")
+
+
+_SETTLES = lifecycle.SETTLES
+#: R44: a done row whose chain could not go on says why (the transition keeps the
+#: error otherwise).
+_CHAIN_STOPPED_OVERRIDE = {"last_error": _DONE_ERROR}
+
+
+def _settle_one(name: str) -> str:
+    """``lifecycle.SETTLES[name]`` for one attempt: a finishing one moves the row to
+    ``finished_jobs`` (a done chain's next step enqueued by the same statement, R12);
+    the rest update it where it is."""
+    transition = _SETTLES[name]
+    if transition.finishes:
+        done = name == "done"
+        moved = finish_row(transition, DIALECT, "moved", _CHAIN_STOPPED_OVERRIDE if done else None)
+        return _settle(f"moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),\n"
+                       f"settled AS (\n    {moved})" + (",\n" + _SUCCESSOR if done else "\n"))
+    return _settle(f"""settled AS (
+    UPDATE jobs SET {assignments(transition, DIALECT)}
+     WHERE {GUARD} RETURNING id)
 """)
+
 
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
 #: at once with the reason naming the column, fenced by id, owner and status; the
@@ -828,58 +865,15 @@ SETTLE_MALFORMED = _settle(f"""moved AS (
     DELETE FROM jobs WHERE id = %(id)s::bigint AND lease_owner = %(owner)s AND status = 'running'
     RETURNING *),
 settled AS (
-    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
-    SELECT {_MOVED}, 'dead', crashes, %(error)s, progress, %(now)s FROM moved
-    RETURNING id)
+    {finish_row(lifecycle.MALFORMED, DIALECT, 'moved')})
 """)
 #: Nothing follows it: its one statement does it all.
 MALFORMED_FOLLOW_UPS: tuple[str, ...] = ()
 
-#: R13/R14/R19: back to ready after a backoff; the attempt stays spent.
-SETTLE_RETRY = _settle(f"""settled AS (
-    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           run_at = %(run_at)s, line_at = %(run_at)s, last_error = %(error)s,
-           crashes = %(crashes)s
-     WHERE {GUARD} RETURNING id)
-""")
-#: R17: not yet; the claim's attempt is given back and the place in line kept.
-SETTLE_DEFER = _settle(f"""settled AS (
-    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           run_at = %(run_at)s, attempts = attempts - 1, deferrals = deferrals + 1
-     WHERE {GUARD} RETURNING id)
-""")
-#: R18: the next occurrence of a recurring job; fresh budget, error cleared, key kept.
-SETTLE_RESCHEDULE = _settle(f"""settled AS (
-    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           run_at = %(run_at)s, line_at = %(run_at)s, attempts = 0, crashes = 0,
-           last_error = NULL, state = NULL, state_at = NULL
-     WHERE {GUARD} RETURNING id)
-""")
-#: R23/R24: a lease nobody will settle goes back in line where it was.
-SETTLE_REQUEUE = _settle(f"""settled AS (
-    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           last_error = %(error)s, crashes = %(crashes)s
-     WHERE {GUARD} RETURNING id)
-""")
-#: R25: a graceful stop gives the lease back (see ``sql.SETTLE_RELEASE`` on the budget).
-SETTLE_RELEASE = _settle(f"""settled AS (
-    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1
-                               ELSE max_attempts END
-     WHERE {GUARD} RETURNING id)
-""")
-#: R37: a checkpointing job stopped by its pool: ready at once where it was in line,
-#: the attempt given back, its state kept.
-SETTLE_INTERRUPT = _settle(f"""settled AS (
-    UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           attempts = attempts - 1
-     WHERE {GUARD} RETURNING id)
-""")
-
 # --- the settles of one turn, several of a kind in one statement ------------------------
 # A turn's outcomes of one kind, when it has several, travel as arrays unnested side by
-# side (one row per attempt); each statement applies its single twin above to all of
-# them, fenced row by row, and returns the ids whose fence held.
+# side (one row per attempt); each statement applies its single twin's transition to
+# all of them, fenced row by row, and returns the ids whose fence held.
 
 _INPUT_MANY = """input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(run_ats)s::float8[],
@@ -907,49 +901,26 @@ def _settle_many(steps: str) -> str:
     return f"WITH {_INPUT_MANY}{steps}{_LOG_MANY}"
 
 
-def _update_many(assignments: str) -> str:
+def _settle_many_of(name: str) -> str:
+    """``lifecycle.SETTLES[name]`` for several attempts, as ``_settle_one`` for one."""
+    transition = _SETTLES[name]
+    if transition.finishes:
+        done = name == "done"
+        moved = finish_row(transition, _MANY_MOVED_DIALECT, "moved JOIN input USING (id)",
+                           _CHAIN_STOPPED_OVERRIDE if done else None)
+        return _settle_many(f"{_MOVED_MANY}\nsettled AS (\n    {moved})"
+                            + (",\n" + _SUCCESSOR if done else "\n"))
     return _settle_many(f"""settled AS (
-    UPDATE jobs AS j SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-           {assignments}
+    UPDATE jobs AS j SET {assignments(transition, _MANY_DIALECT)}
       FROM input AS i WHERE {_GUARD_MANY} RETURNING j.id)
 """)
 
 
-#: ``SETTLE``'s statements for several attempts of one kind.
-SETTLE_MANY = {
-    "done": _settle_many(f"""{_MOVED_MANY}
-settled AS (
-    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, result,
-                               finished_at)
-    SELECT {_MOVED}, 'done', crashes, {_DONE_ERROR}, 100, new_result, %(now)s
-      FROM moved JOIN input USING (id)
-    RETURNING id),
-{_SUCCESSOR}"""),
-    "dead": _settle_many(f"""{_MOVED_MANY}
-settled AS (
-    INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
-    SELECT {_MOVED}, 'dead', new_crashes, new_error, progress, %(now)s
-      FROM moved JOIN input USING (id)
-    RETURNING id)
-"""),
-    "retry": _update_many("run_at = i.new_run_at, line_at = i.new_run_at, "
-                          "last_error = i.new_error, crashes = i.new_crashes"),
-    "defer": _update_many("run_at = i.new_run_at, attempts = j.attempts - 1, "
-                          "deferrals = j.deferrals + 1"),
-    "reschedule": _update_many("run_at = i.new_run_at, line_at = i.new_run_at, attempts = 0, "
-                               "crashes = 0, last_error = NULL, state = NULL, state_at = NULL"),
-    "interrupt": _update_many("attempts = j.attempts - 1"),
-    "requeue": _update_many("last_error = i.new_error, crashes = i.new_crashes"),
-    "release": _update_many("max_attempts = CASE WHEN j.attempts >= j.max_attempts "
-                            "THEN j.attempts + 1 ELSE j.max_attempts END"),
-}
-
 #: ``lifecycle.Decision.statement`` -> the fenced statement that applies it and logs
 #: the attempt; it returns a row only when the fence held.
-SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defer": SETTLE_DEFER,
-          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE,
-          "interrupt": SETTLE_INTERRUPT}
-
+SETTLE = {name: _settle_one(name) for name in _SETTLES}
+#: ``SETTLE``'s statements for several attempts of one kind.
+SETTLE_MANY = {name: _settle_many_of(name) for name in _SETTLES}
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY seq
 """
@@ -958,9 +929,8 @@ SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY 
 #: (the connection dropped) left rows running under this pool that no child runs.
 #: After reconnecting, the pool gives back every lease of its own it does not
 #: hold, attempt and all: by R6 those jobs never ran.
-RELEASE_IN_DOUBT = """
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       attempts = attempts - 1, started_at = NULL
+RELEASE_IN_DOUBT = f"""
+UPDATE jobs SET {assignments(lifecycle.RELEASE_IN_DOUBT, DIALECT)}
  WHERE status = 'running' AND lease_owner = %(owner)s AND NOT (id = ANY(%(held)s::bigint[]))
 RETURNING id
 """
@@ -999,13 +969,24 @@ SELECT id, name, attempts, max_attempts, crashes, deadline, COALESCE(started_at,
 #: is flagged for its owner.
 CANCEL_READY = f"""
 WITH moved AS (DELETE FROM jobs WHERE id = %(id)s AND status = 'ready' RETURNING *)
-INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
-SELECT {_MOVED}, 'dead', crashes, %(error)s, progress, %(now)s FROM moved
-RETURNING id
+{finish_row(lifecycle.CANCEL_READY, DIALECT, "moved")}
 """
 REQUEST_CANCEL = """
 UPDATE jobs SET cancel_requested = 1 WHERE id = %(id)s AND status = 'running' RETURNING id
 """
+#: R48: waiting jobs due now, by id or by filter (see ``sql.RUN_NOW``).
+RUN_NOW = f"""
+UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}
+ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > %(now)s
+RETURNING id, queue
+"""
+RUN_NOW_MATCHING = f"""
+UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}
+ WHERE status = 'ready' AND run_at > %(now)s AND (%(name)s::text IS NULL OR name = %(name)s)
+   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+RETURNING id, queue
+"""
+STATUSES_OF = "SELECT id, status FROM all_jobs WHERE id = ANY(%(ids)s::bigint[])"
 CANCELS_FOR_OWNER = """
 SELECT id, attempts FROM jobs
  WHERE status = 'running' AND lease_owner = %(owner)s AND cancel_requested = 1
@@ -1088,6 +1069,7 @@ RETURNING name
 # --- batches (R34): the statements of store/sql.py, on the server's clock ---------------------
 
 _NOW = "extract(epoch FROM now())"
+_SERVER_CLOCK = DIALECT._replace(given=lambda name: _NOW if name == "now" else f"%({name})s")
 
 OPEN_BATCH = f"""
 INSERT INTO jobpool_batches (created_at, changed_at, on_success, on_complete)
@@ -1111,8 +1093,7 @@ RETURNING id
 """
 CANCEL_READY_MEMBERS = f"""
 WITH moved AS (DELETE FROM jobs WHERE batch_id = %(id)s AND status = 'ready' RETURNING *)
-INSERT INTO finished_jobs ({_MOVED}, status, crashes, last_error, progress, finished_at)
-SELECT {_MOVED}, 'dead', crashes, %(error)s, progress, {_NOW} FROM moved
+{finish_row(lifecycle.CANCEL_READY, _SERVER_CLOCK, "moved")}
 """
 REQUEST_CANCEL_MEMBERS = """
 UPDATE jobs SET cancel_requested = 1 WHERE batch_id = %(id)s AND status = 'running'
@@ -1178,6 +1159,10 @@ SELECT {columns} FROM all_jobs WHERE status = 'dead' {name_filter}
  ORDER BY finished_at DESC LIMIT %(limit)s
 """
 DEAD_IDS = "SELECT id FROM finished_jobs WHERE status = 'dead' {name_filter} ORDER BY id"
+#: A finished row's columns that go back into ``jobs`` when it is revived.
+_REVIVED = (*_MOVED.split(", "), "status", "crashes", "last_error", "progress",
+            "lease_owner", "lease_expires_at", "cancel_requested")
+_FINISHED_ONLY_ALL = frozenset({"result", "finished_at", "hook_done"})
 #: R32: a dead job back in line with a fresh budget, under its own id; its history
 #: stays in the attempt log. A live job holding its key makes the INSERT fail. A
 #: member of a batch whose callbacks have not fired reopens its count (R34).
@@ -1188,14 +1173,8 @@ reopened AS (
       FROM moved, jobpool_batches AS b
      WHERE s.batch_id = moved.batch_id AND s.shard = mod(moved.id, {BATCH_SHARDS})
        AND b.id = moved.batch_id AND b.finished_at IS NULL)
-INSERT INTO jobs (id, queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                  attempts, max_attempts, crashes, deferrals, deadline, timeout, last_error,
-                  progress, stage, created_at, chain, chain_root, batch_id, state, state_at,
-                  grp)
-SELECT id, queue, name, key, payload, serializer, priority, 'ready', %(now)s, %(now)s, 0,
-       max_attempts, 0, 0, deadline, timeout, last_error, progress, stage, created_at, chain,
-       chain_root, batch_id, CASE WHEN %(reset_state)s THEN NULL ELSE state END,
-       CASE WHEN %(reset_state)s THEN NULL ELSE state_at END, grp
+INSERT INTO jobs ({", ".join(_REVIVED)})
+SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
   FROM moved
 RETURNING id, queue
 """

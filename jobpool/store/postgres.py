@@ -728,6 +728,35 @@ class PostgresStore:
             return row[0]
         return self.transaction(f"cancelling job {job_id}", cancel)
 
+    def _made_due(self, conn: Any, moved: list) -> set[int]:
+        """R48: wake the pools of the queues whose jobs a run-now moved (R11)."""
+        for queue in {queue for _job_id, queue in moved}:
+            self.notify_ready(conn, queue)
+        return {job_id for job_id, _queue in moved}
+
+    def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """R48 (see ``Store.run_now``); ``now`` is the server's unless given."""
+        ids = rows.job_ids(ids, "run_now")
+
+        def run_now(conn: Any) -> dict[int, str]:
+            params = {"ids": ids, "now": self.server_now(conn) if now is None else now}
+            made_due = self._made_due(conn, conn.execute(pg_sql.RUN_NOW, params).fetchall())
+            statuses = dict(conn.execute(pg_sql.STATUSES_OF, params).fetchall())
+            return rows.run_now_answers(ids, made_due, statuses)
+        return self.transaction("making jobs due now", run_now)
+
+    def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
+                         now: float | None = None) -> int:
+        """R48 (see ``Store.run_now_matching``)."""
+        queue = None if queue is None else rows.queue_name(queue)
+
+        def run_now(conn: Any) -> int:
+            params = {"name": name, "queue": queue,
+                      "now": self.server_now(conn) if now is None else now}
+            return len(self._made_due(conn, conn.execute(pg_sql.RUN_NOW_MATCHING,
+                                                         params).fetchall()))
+        return self.transaction("making jobs due now", run_now)
+
     def _chosen_owners(self, owner: str | None, host: str | None) -> list[str]:
         return [pool["owner"] for pool in liveness.chosen(self.pools(), owner=owner, host=host)]
 

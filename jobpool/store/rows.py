@@ -377,3 +377,33 @@ def attempt_params(lease: Lease, outcome: Outcome, owner: str, now: float,
             "outcome": log_as or KIND_NAMES[outcome.kind], "error": outcome.error,
             "exit_status": outcome.exit_status, "peak_rss": outcome.peak_rss,
             "cpu_s": outcome.cpu_s, "strays": outcome.strays}
+
+
+#: R48: what ``run_now`` answers for an id: it was waiting and is due now, or it was
+#: due already; any other answer is the status that refused it, or ``not found``.
+MADE_DUE, DUE_ALREADY, NOT_FOUND = "due now", "due already", "not found"
+
+
+def job_ids(ids: Any, what: str) -> list[int]:
+    """The job ids an operator's call names, checked (positive, within 64 bits), in
+    the order given and without repeats."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise EnqueueError(f"{what} takes a list of job ids, not {ids!r}")
+    checked: dict[int, None] = {}
+    for job_id in ids:
+        if (isinstance(job_id, bool) or not isinstance(job_id, int)
+                or not 0 < job_id <= bounds.INT64_MAX):
+            raise EnqueueError(f"{what}: a job id is a positive integer, not {job_id!r}")
+        checked[job_id] = None
+    return list(checked)
+
+
+def run_now_answers(ids: list[int], made_due: set[int], statuses: dict[int, str]) -> dict[int, str]:
+    """R48: each id's answer, from the ids the statement moved and the statuses of the
+    rest (read in the same transaction)."""
+    answers = {}
+    for job_id in ids:
+        status = statuses.get(job_id)
+        answers[job_id] = (MADE_DUE if job_id in made_due else NOT_FOUND if status is None
+                           else DUE_ALREADY if status == "ready" else status)
+    return answers

@@ -5,7 +5,17 @@ a guard changed in one place is changed everywhere. Times are Unix seconds (REAL
 """
 import json
 
+from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
+from jobpool.store.effects_sql import Dialect, assignments
+
+#: How a statement here names what ``lifecycle``'s transitions use: a given value
+#: is a named parameter, the row's column its bare name.
+DIALECT = Dialect(given=lambda name: ":" + name, column=lambda column: column)
+#: The claim's policy defaults are per-name CASEs built once per supervisor
+#: (``claim_sql`` fills them in).
+_CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
+_CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
 SCHEMA_VERSION = "6"
@@ -473,18 +483,12 @@ SELECT id FROM jobs WHERE name = ? AND key = ? AND status IN ('ready', 'running'
 #: jobs_status and sort every ready row on each claim.
 #: The attempt is spent here, at claim time. ``{names}`` is a fixed list of quoted
 #: literals built once per supervisor (see ``claim_sql``).
-CLAIM_TEMPLATE = """
+CLAIM_TEMPLATE = f"""
 UPDATE jobs
-   SET status = 'running',
-       lease_owner = :owner,
-       lease_expires_at = :now + COALESCE(timeout, {timeouts}) + :slack,
-       max_attempts = COALESCE(max_attempts, {max_attempts}),
-       timeout = COALESCE(timeout, {timeouts}),
-       attempts = attempts + 1,
-       started_at = :now
+   SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
  WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_claim_order
                WHERE status = 'ready' AND queue = :queue AND run_at <= :now
-                 AND name IN ({names})
+                 AND name IN ({{names}})
                ORDER BY priority DESC, line_at, id
                LIMIT :limit)
 RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
@@ -526,19 +530,14 @@ def claim_sql(names, policies, default_policy) -> str:
 
 GUARD = "id = :id AND lease_owner = :owner AND attempts = :attempt AND status = 'running'"
 
-#: R12: success; progress closes at 100 %, key freed by the status change.
-SETTLE_DONE = f"""
-UPDATE jobs SET status = 'done', lease_owner = NULL, lease_expires_at = NULL,
-       finished_at = :now, progress = 100, result = :result
- WHERE {GUARD}
-"""
-
-#: R13/R14/R19: back to ready after a backoff; the attempt stays spent.
-SETTLE_RETRY = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = :run_at, line_at = :run_at, last_error = :error, crashes = :crashes
- WHERE {GUARD}
-"""
+#: ``lifecycle.Decision.statement`` -> the fenced UPDATE that applies it: what each
+#: does to the row is ``lifecycle.SETTLES``'s.
+SETTLE = {name: f"UPDATE jobs SET {assignments(transition, DIALECT)} WHERE {GUARD}"
+          for name, transition in lifecycle.SETTLES.items()}
+SETTLE_DONE, SETTLE_RETRY, SETTLE_DEAD = SETTLE["done"], SETTLE["retry"], SETTLE["dead"]
+SETTLE_DEFER, SETTLE_RESCHEDULE = SETTLE["defer"], SETTLE["reschedule"]
+SETTLE_REQUEUE, SETTLE_RELEASE = SETTLE["requeue"], SETTLE["release"]
+SETTLE_INTERRUPT = SETTLE["interrupt"]
 
 #: R34: a member's end counts in its batch, in the transaction of the settle that ended
 #: it (run after it for a lease claimed with follow-ups; for a job in no batch, or a
@@ -611,66 +610,11 @@ CHAIN_STOPPED = "UPDATE jobs SET last_error = :error WHERE id = :id"
 #: and naming no other column of the row, so the column that is wrong cannot fail it
 #: (the owner compared as the bytes it holds: a reclaimed row's may not be UTF-8); its
 #: batch's count and the attempt's line follow (``MALFORMED_FOLLOW_UPS``).
-SETTLE_MALFORMED = """
-UPDATE jobs SET status = 'dead', lease_owner = NULL, lease_expires_at = NULL,
-       finished_at = :now, last_error = :error
+SETTLE_MALFORMED = f"""
+UPDATE jobs SET {assignments(lifecycle.MALFORMED, DIALECT)}
  WHERE id = :id AND CAST(lease_owner AS BLOB) = CAST(:owner AS BLOB) AND status = 'running'
 RETURNING id
 """
-
-#: R10/R15/R16/R19a/R31: dead, with the reason.
-SETTLE_DEAD = f"""
-UPDATE jobs SET status = 'dead', lease_owner = NULL, lease_expires_at = NULL,
-       finished_at = :now, last_error = :error, crashes = :crashes
- WHERE {GUARD}
-"""
-
-#: R17: not yet; the claim's attempt is given back and the place in line kept.
-SETTLE_DEFER = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = :run_at, attempts = attempts - 1, deferrals = deferrals + 1
- WHERE {GUARD}
-"""
-
-#: R18: next occurrence of a recurring job; fresh budget, error cleared, key kept,
-#: and a fresh run: no saved state (R37).
-SETTLE_RESCHEDULE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       run_at = :run_at, line_at = :run_at, attempts = 0, crashes = 0, last_error = NULL,
-       state = NULL, state_at = NULL
- WHERE {GUARD}
-"""
-
-#: R23/R24: a lease nobody will settle (expired, or its owner died) goes back in line
-#: where it was, the attempt spent and the reason kept; fenced by the old owner.
-SETTLE_REQUEUE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       last_error = :error, crashes = :crashes
- WHERE {GUARD}
-"""
-
-#: R25: graceful stop gives the lease back; ready at once, the attempt stays spent.
-#: A job stopped during its last attempt gets one more: the stop was the pool's
-#: doing, and its next claim would run it anyway, so the budget says so instead of
-#: a row reading "3/2" and a later reason "no attempts left after 2".
-SETTLE_RELEASE = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END
- WHERE {GUARD}
-"""
-
-#: R37: a checkpointing job stopped by its pool: ready at once where it was in line,
-#: the attempt given back; its state stays for the next attempt.
-SETTLE_INTERRUPT = f"""
-UPDATE jobs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL,
-       attempts = attempts - 1
- WHERE {GUARD}
-"""
-
-#: ``lifecycle.Decision.statement`` -> the fenced UPDATE that applies it.
-SETTLE = {"done": SETTLE_DONE, "retry": SETTLE_RETRY, "dead": SETTLE_DEAD, "defer": SETTLE_DEFER,
-          "reschedule": SETTLE_RESCHEDULE, "release": SETTLE_RELEASE, "requeue": SETTLE_REQUEUE,
-          "interrupt": SETTLE_INTERRUPT}
 
 #: Forensics: one row per settled attempt (R19a), written in the settle transaction.
 INSERT_ATTEMPT = """
@@ -712,11 +656,25 @@ SELECT id, name, attempts, max_attempts, crashes, deadline, COALESCE(started_at,
 # --- operating (R21, R29, R31, R33) ------------------------------------------------------
 
 #: R31: a ready job is cancelled at once; a running one is flagged for its owner.
-CANCEL_READY = """
-UPDATE jobs SET status = 'dead', last_error = :error, finished_at = :now
- WHERE id = :id AND status = 'ready'
+CANCEL_READY = f"""
+UPDATE jobs SET {assignments(lifecycle.CANCEL_READY, DIALECT)} WHERE id = :id AND status = 'ready'
 """
 REQUEST_CANCEL = "UPDATE jobs SET cancel_requested = 1 WHERE id = :id AND status = 'running'"
+
+#: R48: waiting jobs (scheduled, or out a retry's backoff) due now, by id or by filter;
+#: the answers for the ids it did not move come from ``STATUSES_OF``.
+RUN_NOW = f"""
+UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}
+ WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'ready' AND run_at > :now
+RETURNING id, queue
+"""
+RUN_NOW_MATCHING = f"""
+UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}
+ WHERE status = 'ready' AND run_at > :now AND (:name IS NULL OR name = :name)
+   AND (:queue IS NULL OR queue = :queue)
+RETURNING id, queue
+"""
+STATUSES_OF = "SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
 #: R31: the running jobs of one owner that an operator asked to cancel.
 CANCELS_FOR_OWNER = """
 SELECT id, attempts FROM jobs
@@ -816,9 +774,8 @@ UPDATE jobpool_batches SET cancelled_at = :now, closed_at = coalesce(closed_at, 
  WHERE id = :id AND finished_at IS NULL AND cancelled_at IS NULL
 RETURNING id
 """
-CANCEL_READY_MEMBERS = """
-UPDATE jobs SET status = 'dead', last_error = :error, finished_at = :now
- WHERE batch_id = :id AND status = 'ready'
+CANCEL_READY_MEMBERS = f"""
+UPDATE jobs SET {assignments(lifecycle.CANCEL_READY, DIALECT)} WHERE batch_id = :id AND status = 'ready'
 """
 REQUEST_CANCEL_MEMBERS = """
 UPDATE jobs SET cancel_requested = 1 WHERE batch_id = :id AND status = 'running'
@@ -866,13 +823,8 @@ SELECT {columns} FROM jobs WHERE status = 'dead' {name_filter}
 """
 #: R32: a dead job back in line with a fresh attempt budget; its history stays in
 #: the attempt log. Fails on jobs_live_key if a live job now holds its key.
-RETRY_DEAD = """
-UPDATE jobs SET status = 'ready', attempts = 0, crashes = 0, deferrals = 0,
-       run_at = :now, line_at = :now, finished_at = NULL, lease_owner = NULL,
-       lease_expires_at = NULL, cancel_requested = 0, hook_done = 0,
-       state = CASE WHEN :reset_state THEN NULL ELSE state END,
-       state_at = CASE WHEN :reset_state THEN NULL ELSE state_at END
- WHERE id = :id AND status = 'dead'
+RETRY_DEAD = f"""
+UPDATE jobs SET {assignments(lifecycle.RETRY_DEAD, DIALECT)} WHERE id = :id AND status = 'dead'
 """
 DEAD_IDS = "SELECT id FROM jobs WHERE status = 'dead' {name_filter} ORDER BY id"
 #: Deletes take at most ``limit`` rows per statement so a sweep never holds the

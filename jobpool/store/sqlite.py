@@ -690,6 +690,30 @@ class SQLiteStore:
             return row[0]
         return self.transaction(f"cancelling job {job_id}", cancel)
 
+    def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """R48 (see ``Store.run_now``)."""
+        ids = rows.job_ids(ids, "run_now")
+        params = {"ids": json.dumps(ids), "now": time.time() if now is None else now}
+
+        def run_now(conn):
+            made_due = {job_id for job_id, _queue in conn.execute(sql.RUN_NOW, params)}
+            return rows.run_now_answers(ids, made_due, dict(conn.execute(sql.STATUSES_OF, params)))
+        answers = self.transaction("making jobs due now", run_now)
+        if rows.MADE_DUE in answers.values():
+            self._notifier.notify()
+        return answers
+
+    def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
+                         now: float | None = None) -> int:
+        """R48 (see ``Store.run_now_matching``)."""
+        params = {"name": name, "queue": None if queue is None else rows.queue_name(queue),
+                  "now": time.time() if now is None else now}
+        moved = self.transaction("making jobs due now", lambda conn: len(
+            conn.execute(sql.RUN_NOW_MATCHING, params).fetchall()))
+        if moved:
+            self._notifier.notify()
+        return moved
+
     def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
         did; the ``periodic`` row and the job are written in one transaction."""
