@@ -35,7 +35,7 @@ import psycopg  # noqa: E402
 import jobpool  # noqa: E402
 from jobpool.lifecycle import DEFAULT_POLICY, LEASE_SLACK  # noqa: E402
 from jobpool.store import pg_doctor, pg_sql  # noqa: E402
-from jobpool.store.postgres import parse_url  # noqa: E402
+from jobpool.store.pg_connection import parse_url  # noqa: E402
 
 sys.path.insert(0, str(BENCH))
 from compare import drop_schema, with_schema  # noqa: E402

@@ -4,12 +4,13 @@ callers keep, with no dependency on the store's internals.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from jobpool.errors import JobFailed, UnsafeResultError
+from jobpool.errors import EnqueueError, JobFailed, UnsafeResultError
 from jobpool.options import options_of
+from jobpool.store.records import BatchStatus
 
 
 @dataclass(frozen=True)
@@ -145,3 +146,65 @@ class Signature:
     name: str
     args: tuple = ()
     kwargs: dict | None = None
+
+
+# -- batches (R34) ----------------------------------------------------------------------------
+# "Import these 200 files, then rebuild the index". A batch is a row in the store with
+# members and up to two callbacks. Members are claimable as soon as they are added;
+# ``close()`` only arms the callbacks. The store counts each member's end in the
+# transaction that ends it (done, dead, cancelled, quarantined; never a retry, defer or
+# reschedule), and the transaction that ends the last member of a closed batch enqueues
+# the callbacks: ``on_success`` only if no member went dead, ``on_complete`` always,
+# each exactly once. A callback is called with its own arguments plus ``batch=`` a
+# dict: ``id``, ``total``, ``done``, ``dead``, ``dead_ids`` (at most 1 000) and
+# ``dead_ids_truncated``.
+#
+#     with store.batch(on_success=rebuild.s("sales"), on_complete=report.s()) as b:
+#         b.add(load.s("a.csv"))
+#         b.add_many("imports.load", [("b.csv",), ("c.csv",)])
+#
+# A running member may add to its own batch with ``jobpool.current_batch()``.
+
+class Batch:
+    """An open batch of one store: add members, then ``close()`` (or use it as a
+    context manager: closed on exit; on an exception its unfinished members are
+    cancelled and no callback ever fires)."""
+
+    def __init__(self, store: Any, batch_id: int) -> None:
+        self.store = store
+        self.id = batch_id
+
+    def __repr__(self) -> str:
+        return f"Batch({self.id})"
+
+    def add(self, signature: Signature) -> Handle:
+        """One member (``job.s(...)``), claimable at once."""
+        if not isinstance(signature, Signature):
+            raise EnqueueError(f"Batch.add takes a signature (job.s(...)), "
+                               f"not {type(signature).__name__}")
+        return self.store.enqueue_with(signature.name, args=signature.args,
+                                       kwargs=signature.kwargs, batch=self.id)
+
+    def add_many(self, name: str, items: Iterable[Any]) -> Handles:
+        """Many members of one job, in one transaction (as ``enqueue_many``)."""
+        return self.store.enqueue_many(name, items, batch=self.id)
+
+    def close(self) -> BatchStatus:
+        """Arm the callbacks; if every member has ended already they fire now."""
+        return self.store.batches.close(self.id)
+
+    def cancel(self) -> BatchStatus:
+        """No callback will fire; unfinished members are cancelled (R31)."""
+        return self.store.batches.cancel(self.id)
+
+    def status(self) -> BatchStatus:
+        return self.store.batches.status(self.id)
+
+    def __enter__(self) -> "Batch":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.cancel()

@@ -125,7 +125,7 @@ class Store(Protocol):
         ...
 
     def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
-        """A new ``jobpool.batches.Batch``: its callbacks (``job.s(...)``) are checked
+        """A new ``handles.Batch``: its callbacks (``job.s(...)``) are checked
         now, and fire when the last member of the closed batch ends."""
         ...
 

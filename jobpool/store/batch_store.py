@@ -12,6 +12,7 @@ the server's clock instead of ``now``).
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from types import ModuleType
@@ -19,8 +20,13 @@ from typing import Any, List
 
 from jobpool import lifecycle
 from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
+from jobpool.handles import Batch, Signature
+from jobpool.options import options_of
 from jobpool.store.records import BatchStatus
-from jobpool.store.rows import NewJob
+from jobpool.store.rows import NewJob, step_dict
+
+#: The keyword argument a batch's callback receives.
+BATCH_KWARG = "batch"
 
 #: Finished batches swept per call of the pool's sweep.
 PURGE_BATCH = 500
@@ -34,6 +40,12 @@ class StoreBatches:
     def __init__(self, store: Any, statements: ModuleType) -> None:
         self.store = store
         self.sql = statements
+
+    def open_batch(self, on_success: Signature | None, on_complete: Signature | None) -> Batch:
+        """``store.batch(...)``: the callbacks checked before the batch is written."""
+        success = callback_json(on_success, "on_success", self.store.max_payload)
+        complete = callback_json(on_complete, "on_complete", self.store.max_payload)
+        return Batch(self.store, self.open(success, complete))
 
     def open(self, on_success: str | None, on_complete: str | None,
              now: float | None = None) -> int:
@@ -166,3 +178,36 @@ class StoreBatches:
         if row is None:
             raise BatchNotFound(f"no batch with id {batch_id}")
         return BatchStatus.from_row(row)
+
+
+def callback_json(signature: Signature | None, label: str, max_payload: int) -> str | None:
+    """A callback as the store keeps it, refused (one ``EnqueueError``) when it could
+    never be called: its own ``batch`` argument, or a function registered in this
+    process that takes no ``batch`` keyword. Its arguments travel as JSON."""
+    if signature is None:
+        return None
+    if not isinstance(signature, Signature):
+        step_dict(signature, label, "batch callbacks", max_payload)  # refuses it
+    if signature.kwargs and BATCH_KWARG in signature.kwargs:
+        raise EnqueueError(f"{label}: the callback is given batch= by the store; "
+                           f"it cannot have its own")
+    registered = options_of(signature.name)
+    if registered is not None and not _takes_batch(registered.arguments):
+        raise EnqueueError(f"{label}: {signature.name} cannot take the keyword argument "
+                           f"batch= that a callback receives; add it to its parameters")
+    # R1: its arguments, with the batch= the store adds, bind to its function.
+    step = step_dict(signature, label, "batch callbacks", max_payload, given={BATCH_KWARG: {}})
+    if "\\u0000" in step["payload"]:
+        raise EnqueueError(f"{label}: a callback's arguments cannot hold a NUL character "
+                           f"(a PostgreSQL store's JSON cannot)")
+    return json.dumps(step, separators=(",", ":"))
+
+
+def _takes_batch(arguments: Any) -> bool:
+    """Whether a registered job's function (its ``jobs.Arguments``) takes ``batch=``."""
+    signature = getattr(arguments, "signature", None)
+    if signature is None:
+        return True  # nothing to judge by: let it run
+    return any(p.kind is p.VAR_KEYWORD
+               or (p.name == BATCH_KWARG and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+               for p in signature.parameters.values())

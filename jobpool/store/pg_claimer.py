@@ -30,8 +30,8 @@ from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import pg_sql, row_codec, rows
 from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
                                       rows_of)
-from jobpool.store.postgres import (CLAIMER_OPTIONS, Target, _first_line,
-                                    open_connection, scope)
+from jobpool.store.pg_connection import (CLAIMER_OPTIONS, Target, first_line,
+                                         open_connection, scope)
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class PgClaimer:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self._conn = None
             self._in_doubt = True
-        return StoreError(f"{what} failed: {self.target.scrub(_first_line(exc))}")
+        return StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}")
 
     def _run(self, what: str, fn) -> Any:
         """``fn(conn, now)`` in one transaction, ``now`` the server's clock."""
@@ -190,7 +190,7 @@ class PgClaimer:
         taken: dict[int, Lease] = {}
         new_leases: dict[int, Lease] = {}
         sent: list[SentSettle | Settled] = []
-        expiring: list[SentSettle] = []
+        expiring: list[SentSettle | SentMalformed] = []
         released: Any = None
         decided: list[tuple[Lease, Decision, dict] | Settled] = []
         committed: Any = None
@@ -272,7 +272,7 @@ class PgClaimer:
         return out
 
     def _claim_all(self, conn: Any, n: int, now: float, to_pool_clock: float,
-                   claimed: list[Claimed], expiring: list["SentSettle"],
+                   claimed: list[Claimed], expiring: list["SentSettle | SentMalformed"],
                    leases: dict[int, Lease], shares: Sequence[Share] | None) -> None:
         claim_in_shares(shares, self.queues, n, claimed,
                         lambda queue, want: self._claim_queue(conn, queue, want, now,
@@ -287,7 +287,7 @@ class PgClaimer:
         self._limits = None if plan is None else pg_limited_claim(plan, self._names)
 
     def _claim_queue(self, conn: Any, queue: str, want: int, now: float, to_pool_clock: float,
-                     claimed: list[Claimed], expiring: list["SentSettle"],
+                     claimed: list[Claimed], expiring: list["SentSettle | SentMalformed"],
                      leases: dict[int, Lease]) -> int:
         limited = self._limits
         if limited is None:

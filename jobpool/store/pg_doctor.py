@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 from jobpool.errors import StoreError
 from jobpool.store import pg_sql, row_codec
-from jobpool.store.postgres import PostgresStore, Target, open_connection
+from jobpool.store.pg_connection import Target, open_connection
+from jobpool.store.postgres import PostgresStore
 
 try:
     import psycopg

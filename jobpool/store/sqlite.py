@@ -531,9 +531,8 @@ class SQLiteStore:
 
     def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
         """A new batch whose callbacks (``job.s(...)``) fire when its last member ends
-        after ``close()`` (see ``jobpool.batches``)."""
-        from jobpool.batches import open_batch
-        return open_batch(self, on_success, on_complete)
+        after ``close()`` (see ``handles.Batch``)."""
+        return self.batches.open_batch(on_success, on_complete)
 
     # -- checkpoints (R37) -----------------------------------------------------------------
 

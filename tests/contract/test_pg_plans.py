@@ -1,7 +1,7 @@
 """R6-R8 on PostgreSQL at scale: the hot statements read ``jobs``, ``finished_jobs`` and
 ``attempts`` by an index, never the whole table, under the plans they really run with.
 
-The claimer's session forces generic plans (``postgres.CLAIMER_OPTIONS``), and the
+The claimer's session forces generic plans (``pg_connection.CLAIMER_OPTIONS``), and the
 store's own sessions come to them too (psycopg prepares a statement after its fifth
 run; the server then keeps a generic plan unless custom ones look cheaper). A generic
 plan is made without the parameters' values: it guesses that ``LIMIT $n`` keeps a
@@ -27,7 +27,8 @@ import pytest
 import jobpool
 from jobpool.lifecycle import DEFAULT_POLICY, LEASE_SLACK
 from jobpool.store import pg_sql
-from jobpool.store.postgres import CLAIMER_OPTIONS, channel_name, open_connection, parse_url
+from jobpool.store.pg_connection import CLAIMER_OPTIONS, open_connection, parse_url
+from jobpool.store.postgres import channel_name
 
 ROWS = 100_000
 #: The tables a hot statement must never read whole.

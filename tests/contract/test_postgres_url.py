@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from jobpool.errors import StoreError
-from jobpool.store.postgres import parse_url, redact
+from jobpool.store.pg_connection import parse_url, redact
 
 from ..conftest import ROOT
 
