@@ -12,21 +12,21 @@ from jobpool.running import current_batch, progress, resume_state, save_state
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 
 if TYPE_CHECKING:
-    from jobpool.store.sqlite import connect
+    from jobpool.store.factory import connect
 
 
 def __getattr__(name: str) -> Any:
     # The store loads on first use of ``connect``: pytest imports jobpool (for its
     # plugin) on every run of every project in an environment that has jobpool.
     if name == "connect":
-        from jobpool.store.sqlite import connect
+        from jobpool.store.factory import connect
         return connect
     raise AttributeError(f"module 'jobpool' has no attribute {name!r}")
 
 
 def batch(*, on_success: Any = None, on_complete: Any = None) -> Any:
     """``jobpool.batch(...)``: ``store.batch(...)`` on the default store (R34)."""
-    from jobpool.store.sqlite import default_store
+    from jobpool.store.factory import default_store
     return default_store().batch(on_success=on_success, on_complete=on_complete)
 
 

@@ -24,7 +24,9 @@ from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.store.urls import check_store_name, is_postgres_url
-from jobpool.store.sqlite import DEFAULT_MODE, connect, resolve_path, validate_mode
+from jobpool.store.factory import connect
+from jobpool.store.sqlite_options import DEFAULT_MODE, validate_mode
+from jobpool.store.urls import resolve_path
 
 
 if TYPE_CHECKING:

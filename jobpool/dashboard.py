@@ -505,7 +505,7 @@ def run_beside_pool(db: str, logs: int, parent_pid: int, refresh: float = 0.5) -
     (the pool closed it) ends the dashboard with its last frame left on screen.
     Ctrl-C is the pool's to act on: a graceful stop shows here as the drain."""
     from jobpool import proctree
-    from jobpool.store.sqlite import connect
+    from jobpool.store.factory import connect
     proctree.settle_forked(parent_pid, "jobpool-top")
     store = connect(db, readonly=True)
     try:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from jobpool.errors import EnqueueError, JobFailed, UnsafeResultError
 from jobpool.options import options_of
-from jobpool.store.records import BatchStatus
+
+if TYPE_CHECKING:  # ``import jobpool`` loads no store module
+    from jobpool.store.records import BatchStatus
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Handle:
     def _store(self) -> Any:
         if self.store is not None:
             return self.store
-        from jobpool.store.sqlite import default_store
+        from jobpool.store.factory import default_store
         return default_store()
 
 

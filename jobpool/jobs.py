@@ -222,7 +222,7 @@ class Job(Generic[P, R]):
         that finished less than this long ago makes this a duplicate too.
         """
         if store is None:
-            from jobpool.store.sqlite import default_store
+            from jobpool.store.factory import default_store
             store = default_store()
         return store.enqueue_with(self.name, args=args, kwargs=kwargs, key=key, delay=delay,
                                   priority=priority, deadline=deadline,

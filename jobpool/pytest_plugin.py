@@ -22,7 +22,7 @@ def jobpool_store(tmp_path: Path) -> Iterator[Any]:
     do ``jobpool`` commands the test runs (through ``$JOBPOOL_DB``, which is how the
     default store is found). The previous default comes back after the test.
     """
-    from jobpool.store.sqlite import close_default_store, default_store
+    from jobpool.store.factory import close_default_store, default_store
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JOBPOOL_DB", str(tmp_path / "jobpool.db"))

@@ -102,7 +102,7 @@ def drain(store: Store | None = None, *, max_jobs: int = 10_000,
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
         raise ValueError(f"max_jobs must be a positive integer, not {max_jobs!r}")
     if store is None:
-        from jobpool.store.sqlite import default_store
+        from jobpool.store.factory import default_store
         store = default_store()
     served = _served()
     owner = procinfo.owner_identity()  # leases look like any pool's (R24 can judge them)

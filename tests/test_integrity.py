@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import jobpool
-from jobpool.store import sqlite as sqlite_store
+from jobpool.store import factory
 from tests.conftest import wait_for
 
 NOOP_APP = """
@@ -73,11 +73,11 @@ def test_the_default_store_beside_an_explicit_one_leaves_the_file_intact(make_ap
     monkeypatch.setenv("JOBPOOL_DB", str(app.db))
     first = jobpool.connect(app.db)
     try:
-        _enqueue_around_a_pool(app, first, sqlite_store.default_store)
+        _enqueue_around_a_pool(app, first, factory.default_store)
         assert integrity(app.db) == [("ok",)]
         assert statuses(first) == {"done": 20, "ready": 20}
     finally:
-        sqlite_store.close_default_store()
+        factory.close_default_store()
         first.close()
 
 

@@ -16,7 +16,8 @@ import sqlite_utils
 
 from jobpool.errors import JobpoolError
 from jobpool.store import row_codec, sql
-from jobpool.store.sqlite import check_header, connect
+from jobpool.store.factory import connect
+from jobpool.store.sqlite import check_header
 from jobpool.store.urls import check_store_name, is_postgres_url
 
 #: Rows copied per insert into the new store.

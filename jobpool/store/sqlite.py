@@ -26,28 +26,14 @@ from jobpool.store.batch_store import StoreBatches
 from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
+from jobpool.store.sqlite_options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
+                                          validate_mode)
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
-from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.wakeup import Notifier
 
 
 log = logging.getLogger(__name__)
-
-#: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
-DEFAULT_DB = "jobpool.db"
-#: R26a: how long a writer waits on another's lock before reporting it, seconds.
-BUSY_TIMEOUT = 10.0
-#: R11/R26: how long a supervisor's store call may wait on another writer's lock,
-#: seconds. Short, so a held lock becomes a StoreError and a pause, never a loop
-#: that stops hearing signals, timeouts and its children.
-CLAIM_BUSY_TIMEOUT = 0.5
-
-#: R39: permission bits of a store file this process creates. Payloads, results and
-#: tracebacks may hold secrets, so only the owner reads it unless the caller says
-#: otherwise (``connect(path, mode=0o660)`` for a producer and a pool sharing a group).
-#: SQLite gives the ``-wal`` and ``-shm`` files the mode of the database file.
-DEFAULT_MODE = 0o600
 
 #: SQLite's primary result code for "database or disk is full".
 _SQLITE_FULL = 13
@@ -69,23 +55,6 @@ def _disk_full(error: BaseException | None) -> bool:
     return False
 
 
-def resolve_path(db: str | os.PathLike | None = None) -> str:
-    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``.
-
-    A string that starts with a URL scheme jobpool does not open (``mysql://…``,
-    ``sqlite:jobs.db``) is refused (``ValueError``) rather than taken for a file
-    name (``urls.check_store_name``); a ``PathLike`` is a path whatever it says."""
-    if db is None:
-        env = os.environ.get("JOBPOOL_DB")
-        if not env:
-            return DEFAULT_DB
-        check_store_name(env, "$JOBPOOL_DB")
-        return env
-    if isinstance(db, str):
-        check_store_name(db)
-    return os.fspath(db)
-
-
 def durability_setting(durability: str | None) -> str:
     """R26a: ``full`` (default) survives power loss; ``normal`` only process crashes."""
     if durability is None:
@@ -93,38 +62,6 @@ def durability_setting(durability: str | None) -> str:
     if durability not in ("full", "normal"):
         raise ValueError(f"durability must be 'full' or 'normal', not {durability!r}")
     return durability.upper()
-
-
-def validate_mode(mode: Any, *, allow_world_writable: bool = False,
-                  typed: str | None = None,
-                  allow_with: str = "allow_world_writable=True") -> int:
-    """R39: a file mode for a new store: read and write bits only (``0o600``, ``0o660``).
-
-    Whoever can write a store can run any registered job with arguments of their
-    choosing, so a mode that lets others (not the owner, not the group) write is
-    refused unless ``allow_world_writable``; a store is data, never a program, so
-    execute bits are refused, and so are the setuid, setgid and sticky bits, which
-    mean nothing for it. ``typed`` is how the caller wrote the mode (``--mode 4777``),
-    quoted in the refusal (by default ``mode 0o4777``), and ``allow_with`` how
-    it asks for a world-writable store."""
-    if isinstance(mode, bool) or not isinstance(mode, int):
-        raise ValueError(f"mode must be permission bits such as 0o600 or 0o660, not {mode!r}")
-    shown = typed or (f"mode {mode:#o}" if mode >= 0 else f"mode {mode}")
-    if not 0 <= mode <= 0o7777:
-        raise ValueError(f"{shown}: not permission bits (0o600 or 0o660, say)")
-    problems = []
-    if mode & 0o7000:
-        problems.append("the setuid, setgid and sticky bits mean nothing for a store file")
-    if mode & 0o002 and not allow_world_writable:
-        problems.append("others could write the store, and writing it means running any "
-                        f"registered job (share it with a group, 660, or give {allow_with})")
-    if mode & 0o111:
-        problems.append("a store is never a program: no execute bits")
-    if mode & 0o600 != 0o600:
-        problems.append("the owner must be able to read and write the store")
-    if problems:
-        raise ValueError(f"{shown}: " + "; ".join(problems))
-    return mode
 
 
 def create_file(path: str, mode: int) -> None:
@@ -998,49 +935,3 @@ def _make_lanes(conn: sqlite3.Connection, name: str, first: int, last: int,
     if regroup and limit[0] is not None:
         conn.execute(sql.REGROUP_NEW, {"first": first, "last": last, "name": name})
     conn.execute(sql.LANES_OF_NEW, {"first": first, "last": last})
-
-
-def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
-            create: bool = True, check: bool = False,
-            busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
-            readonly: bool = False, allow_world_writable: bool = False) -> SQLiteStore:
-    """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db).
-
-    A store this call creates gets file mode ``mode`` (default 0600, R39), whatever
-    the umask; an existing file keeps its own. A mode that lets others write the
-    store is refused unless ``allow_world_writable``; execute, setuid, setgid and
-    sticky bits always are (``validate_mode``). With ``create`` a SQLite file that
-    has no jobpool tables (an application's own database) gets them. A store of an
-    older schema is upgraded in place, unless ``readonly``: then nothing is ever
-    written, and an older store is refused naming what upgrades it (R26a)."""
-    path = resolve_path(db)
-    if is_postgres_url(path):
-        # DESIGN section 7: the same protocol over PostgreSQL, for many hosts.
-        from jobpool.store import postgres
-        return postgres.connect(path, create=create, readonly=readonly)  # type: ignore[return-value]
-    if readonly:
-        create = False
-    return SQLiteStore(path, durability=durability, create=create, check=check,
-                       busy_timeout=busy_timeout, mode=mode, readonly=readonly,
-                       allow_world_writable=allow_world_writable)
-
-
-_default: dict[tuple[int, str], SQLiteStore] = {}
-
-
-def default_store() -> SQLiteStore:
-    """The store ``job.enqueue()`` writes to, opened once per process and path."""
-    path = resolve_path(None)
-    key = (os.getpid(), os.path.abspath(path))
-    store = _default.get(key)
-    if store is None:
-        store = _default[key] = connect(path)
-    return store
-
-
-def close_default_store() -> None:
-    """Close and forget the default store of the current ``$JOBPOOL_DB`` (the pytest
-    plugin's fixture, at the end of each test); the next use opens it again."""
-    store = _default.pop((os.getpid(), os.path.abspath(resolve_path(None))), None)
-    if store is not None:
-        store.close()

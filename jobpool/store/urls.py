@@ -16,7 +16,11 @@ written ``./word:…``. An SQLite store is named by its path only: ``sqlite:`` a
 """
 from __future__ import annotations
 
+import os
 import re
+
+#: Where the store lives when neither ``connect(db)`` nor ``$JOBPOOL_DB`` says.
+DEFAULT_DB = "jobpool.db"
 
 #: URL schemes that open a PostgreSQL store.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -51,3 +55,20 @@ def check_store_name(db: str, flag: str = "") -> None:
         raise ValueError(f"{scheme}…: a PostgreSQL URL starts postgresql:// or postgres://; {known}")
     raise ValueError(f"{scheme}…: no store jobpool knows has the scheme {name!r}; {known} "
                      f"(a file whose name starts so is written ./{name}:…)")
+
+
+def resolve_path(db: str | os.PathLike | None = None) -> str:
+    """The store path: the argument, else ``$JOBPOOL_DB``, else ``./jobpool.db``.
+
+    A string that starts with a URL scheme jobpool does not open (``mysql://…``,
+    ``sqlite:jobs.db``) is refused (``ValueError``) rather than taken for a file
+    name (``urls.check_store_name``); a ``PathLike`` is a path whatever it says."""
+    if db is None:
+        env = os.environ.get("JOBPOOL_DB")
+        if not env:
+            return DEFAULT_DB
+        check_store_name(env, "$JOBPOOL_DB")
+        return env
+    if isinstance(db, str):
+        check_store_name(db)
+    return os.fspath(db)

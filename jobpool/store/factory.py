@@ -1,0 +1,58 @@
+"""Opening a store, whichever dialect its name says: ``connect`` and the process's
+default store. The one module that names both dialects, each imported only when a
+name asks for it, so the SQLite default never loads psycopg and neither dialect
+imports the other (DESIGN section 11)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jobpool.store.sqlite_options import BUSY_TIMEOUT, DEFAULT_MODE
+from jobpool.store.urls import is_postgres_url, resolve_path
+
+
+def connect(db: str | os.PathLike | None = None, *, durability: str | None = None,
+            create: bool = True, check: bool = False,
+            busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
+            readonly: bool = False, allow_world_writable: bool = False) -> Any:
+    """Open (creating if needed) the store at ``db`` (default ``$JOBPOOL_DB`` or ./jobpool.db).
+
+    A ``postgresql://`` URL opens a PostgreSQL store (DESIGN section 7); anything else
+    is an SQLite file. A store this call creates gets file mode ``mode`` (default 0600,
+    R39), whatever the umask; an existing file keeps its own. A mode that lets others
+    write the store is refused unless ``allow_world_writable``; execute, setuid, setgid
+    and sticky bits always are. With ``create`` a SQLite file that has no jobpool
+    tables (an application's own database) gets them. A store of an older schema is
+    upgraded in place, unless ``readonly``: then nothing is ever written, and an older
+    store is refused naming what upgrades it (R26a)."""
+    path = resolve_path(db)
+    if is_postgres_url(path):
+        from jobpool.store import postgres
+        return postgres.connect(path, create=create, readonly=readonly)
+    from jobpool.store.sqlite import SQLiteStore
+    if readonly:
+        create = False
+    return SQLiteStore(path, durability=durability, create=create, check=check,
+                       busy_timeout=busy_timeout, mode=mode, readonly=readonly,
+                       allow_world_writable=allow_world_writable)
+
+
+_default: dict[tuple[int, str], Any] = {}
+
+
+def default_store() -> Any:
+    """The store ``job.enqueue()`` writes to, opened once per process and path."""
+    path = resolve_path(None)
+    key = (os.getpid(), os.path.abspath(path))
+    store = _default.get(key)
+    if store is None:
+        store = _default[key] = connect(path)
+    return store
+
+
+def close_default_store() -> None:
+    """Close and forget the default store of the current ``$JOBPOOL_DB`` (the pytest
+    plugin's fixture, at the end of each test); the next use opens it again."""
+    store = _default.pop((os.getpid(), os.path.abspath(resolve_path(None))), None)
+    if store is not None:
+        store.close()
