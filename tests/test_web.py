@@ -93,6 +93,31 @@ def test_a_page_lists_limit_jobs_and_counts_the_rest(any_store, store_url):
     assert "3 more" in page.text and api["more"] == 3
 
 
+def test_the_next_page_link_carries_the_keyset_and_the_filters(any_store, store_url):
+    ids = [any_store.enqueue_with("t.a", queue="q1").id for _ in range(5)]
+    any_store.enqueue_with("t.other", queue="q1")
+    with _client(store_url) as client:
+        first = client.get("/jobs", params={"name": "t.a", "limit": "2"})
+        link = re.search(r'<a href="([^"]+)" id="next-page"', first.text)
+        assert link and "newest" not in first.text
+        href = link.group(1).replace("&amp;", "&")
+        assert href == f"/jobs?name=t.a&after={ids[3]}&limit=2"
+        any_store.enqueue_with("t.a", queue="q1")  # a newer job shifts no page
+        second = client.get(href)
+        assert [int(i) for i in re.findall(r'data-id="(\d+)"', second.text)] == [ids[2], ids[1]]
+        assert "1 more" in second.text and 'id="first-page"' in second.text
+        last = client.get(re.search(r'<a href="([^"]+)" id="next-page"',
+                                    second.text).group(1).replace("&amp;", "&"))
+        assert [int(i) for i in re.findall(r'data-id="(\d+)"', last.text)] == [ids[0]]
+        assert 'id="next-page"' not in last.text
+        api = client.get("/api/jobs", params={"name": "t.a", "limit": "2", "after": ids[3]}).json()
+        assert [row["id"] for row in api["jobs"]] == [ids[2], ids[1]]
+        assert (api["more"], api["next_after"]) == (1, ids[1])
+        assert client.get("/api/jobs", params={"after": ids[0]}).json()["next_after"] is None
+        assert client.get("/jobs", params={"after": "-3"}).status_code == 400
+        assert client.get("/api/jobs", params={"after": "x"}).status_code == 400
+
+
 def test_a_retry_with_the_csrf_token_makes_the_dead_job_ready_and_is_an_event(
         any_store, store_url, caplog):
     caplog.set_level(logging.INFO, logger="jobpool.events")

@@ -168,6 +168,22 @@ def test_the_jobs_list_filters_by_status(any_store, serve, page):
     assert _listed(page) == sorted(live, reverse=True)
 
 
+def test_the_next_page_link_pages_through_the_jobs(any_store, serve, page):
+    from playwright.sync_api import expect
+    ids = [any_store.enqueue_with("b.many").id for _ in range(5)]
+    page.goto(serve() + "/jobs?limit=2")
+    assert _listed(page) == [ids[4], ids[3]]
+    for cursor, shown in ((ids[3], [ids[2], ids[1]]), (ids[1], [ids[0]])):
+        page.locator("#next-page").click()
+        page.wait_for_url(re.compile(rf"after={cursor}&"))
+        expect(page.locator("#jobs tr.job")).to_have_count(len(shown))
+        assert _listed(page) == shown
+    expect(page.locator("#next-page")).to_have_count(0)
+    page.locator("#first-page").click()
+    page.wait_for_url(re.compile(r"/jobs\?limit=2$"))
+    assert _listed(page) == [ids[4], ids[3]]
+
+
 def test_a_job_opens_from_the_list_and_reveals_its_arguments(any_store, serve, page):
     from playwright.sync_api import expect
     job_id = any_store.enqueue_with("b.show", args=["the-argument"]).id

@@ -82,8 +82,14 @@ async def jobs_page(request: Request) -> Response:
     except ValueError as exc:
         return PlainTextResponse(str(exc), status_code=400)
     rows, more = await run_in_threadpool(listing.page, _store(request), chosen, limit)
+    after = listing.next_after(rows, more)
+    larger = listing.larger(limit)
     return _render(request, "jobs.html", rows=rows, more=more, chosen=chosen, limit=limit,
-                   statuses=LISTED_STATUSES, larger=listing.larger(limit))
+                   statuses=LISTED_STATUSES, larger=larger,
+                   larger_query=larger and listing.query_of(chosen, limit=larger),
+                   next_query=after and listing.query_of(chosen, after=after, limit=limit),
+                   first_query=chosen["after"] and listing.query_of(chosen, after=None,
+                                                                    limit=limit))
 
 
 async def job_page(request: Request) -> Response:
