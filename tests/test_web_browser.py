@@ -218,7 +218,22 @@ def test_retry_from_the_dead_letters_page(any_store, serve, page):
     assert [any_store.get(i)["status"] for i in (first, second)] == ["ready", "dead"]
 
 
-def test_cancel_makes_a_ready_job_dead_jobs(any_store, serve, page):
+def test_retry_all_matching_goes_through_a_confirmation_showing_the_count(any_store, serve,
+                                                                          page):
+    from playwright.sync_api import expect
+    gone = _dead_jobs(any_store, 3)
+    kept = _dead_jobs(any_store, 1, name="t.kept")
+    page.goto(serve() + "/jobs?status=dead&name=t.gone")
+    page.locator("#bulk-retry").click()
+    page.wait_for_url(re.compile(r"/jobs/all/retry\?"))
+    expect(page.locator("#bulk-count")).to_contain_text("3 jobs match")
+    page.get_by_role("button", name="retry 3 jobs").click()
+    expect(page.locator(".notice")).to_have_text("retry all matching: 3 retried")
+    expect(page.locator("#jobs")).to_have_count(0)  # none of that name is dead now
+    assert [any_store.get(i)["status"] for i in (*gone, *kept)] == ["ready"] * 3 + ["dead"]
+
+
+def test_cancel_makes_a_ready_job_dead(any_store, serve, page):
     from playwright.sync_api import expect
     job_id = any_store.enqueue_with("b.stop").id
     page.goto(serve() + f"/jobs/{job_id}")
