@@ -22,12 +22,15 @@ import pytest
 pytest.importorskip("starlette")
 
 from tests.conftest import ROOT  # noqa: E402
-from tests.test_web import _dead_jobs  # noqa: E402
+from tests.test_web import HOSTILE, HOSTILE_NAME, _dead_jobs  # noqa: E402
 
 #: Where Debian's package puts Chromium (scripts/test installs it when root).
 CHROMIUM = Path(os.environ.get("JOBPOOL_CHROMIUM", "/usr/bin/chromium"))
 #: How long any one wait may take: generous, for a loaded 2-core machine.
 WAIT_MS = 30_000
+#: Where the main pages' screenshots go when set (the README's are made so:
+#: ``JOBPOOL_SCREENSHOTS=docs/screenshots``); else a test's own temporary folder.
+SCREENSHOTS = os.environ.get("JOBPOOL_SCREENSHOTS")
 #: Every address but the dashboard's own: what a page asks of one is refused and noted.
 FOREIGN = re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/])")
 
@@ -254,6 +257,10 @@ def test_a_token_takes_a_login_and_a_wrong_one_is_refused(any_store, serve, page
     page.get_by_role("button", name="log in").click()
     expect(page.get_by_role("alert")).to_have_text("That is not the token.")
     watched.expect_error("status of 401")
+    # The API takes the bearer token only: the page's own request without it is refused.
+    assert page.request.get(base + "/api/stats").status == 401
+    assert page.request.get(base + "/api/stats", headers={
+        "Authorization": "Bearer s3cret-token"}).json()["ready"] == 1
     page.fill("input[name=token]", "s3cret-token")
     page.get_by_role("button", name="log in").click()
     page.wait_for_url(re.compile(r"/jobs$"))
@@ -276,3 +283,59 @@ def test_read_only_draws_no_button(any_store, serve, page):
     expect(page.locator("form[method=post]")).to_have_count(0)
     expect(page.locator(".badge")).to_have_text("read-only")
     assert any_store.get(job_id)["status"] == "dead"
+
+
+def test_pause_and_resume_from_the_overview_show_in_the_store(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.enqueue_with("b.a", queue="q2")
+    page.goto(serve() + "/")
+    page.locator("#queues tr", has_text="q1").get_by_role("button", name="pause").click()
+    expect(page.locator(".notice")).to_have_text("queue q1: paused")
+    expect(page.locator("#paused")).to_have_text("q1")
+    assert any_store.paused_queues() == ["q1"]
+    page.locator("#queues tr", has_text="q1").get_by_role("button", name="resume").click()
+    expect(page.locator(".notice")).to_have_text("queue q1: resumed")
+    expect(page.locator("#paused")).to_have_count(0)
+    assert any_store.paused_queues() == []
+
+
+def test_hostile_names_and_arguments_show_as_text_and_run_nothing(any_store, serve, page):
+    from playwright.sync_api import expect
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    job_id = any_store.enqueue_with(HOSTILE_NAME, args=[HOSTILE], queue=HOSTILE_NAME).id
+    base = serve()
+    page.goto(base + "/jobs")
+    expect(page.locator(f'#jobs tr.job[data-id="{job_id}"]')).to_contain_text(HOSTILE_NAME)
+    page.goto(base + f"/jobs/{job_id}")
+    expect(page.locator("h1")).to_have_text(f"Job {job_id}: {HOSTILE_NAME}")
+    page.get_by_role("link", name="reveal").click()
+    expect(page.locator("#data dl.data")).to_contain_text("<script>alert(1)</script> [bold]x[/bold]")
+    page.goto(base + "/")
+    expect(page.locator("#queues")).to_contain_text(HOSTILE_NAME)
+    assert page.locator("script").evaluate_all("s => s.map(e => e.getAttribute('src'))") == [
+        "/static/htmx.min.js"]
+    assert dialogs == []
+
+
+def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request):
+    """What the README shows: the overview, a filtered list, a job, the confirmation
+    of an action on all matching; each a PNG of the page as Chromium draws it."""
+    from playwright.sync_api import expect
+    folder = Path(SCREENSHOTS) if SCREENSHOTS and "sqlite" in request.node.name else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(12):
+        any_store.enqueue_with("reports.build", args=[n], queue="reports")
+    any_store.enqueue_with("emails.send", args=["to@example.org"], queue="mail", delay=3600)
+    dead = _dead_jobs(any_store, 4, name="imports.load")
+    any_store.pause("mail")
+    base = serve()
+    shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
+             "retry-all": "/jobs/all/retry?status=dead&name=imports.load"}
+    page.set_viewport_size({"width": 1100, "height": 700})
+    for name, path in shots.items():
+        page.goto(base + path)
+        expect(page.locator("main h1")).to_be_visible()
+        page.screenshot(path=str(folder / f"web-{name}.png"), full_page=True)
+        assert (folder / f"web-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
