@@ -313,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_list.add_argument("--limit", type=_positive_int, default=_LISTED, metavar="N",
                            help=f"list the newest N jobs (default {_LISTED}); a last line "
                                 f"says how many more there are")
+    jobs_list.add_argument("--after", type=_positive_int, metavar="ID",
+                           help="the next page: the jobs listed after job ID (below it, "
+                                "newest first), as the last line says")
     jobs_list.add_argument("--json", action="store_true")
     jobs_show = jobs_sub.add_parser("show", parents=[common], help="one job and its attempts")
     jobs_show.add_argument("id", type=_positive_int)
@@ -675,7 +678,8 @@ def _error_cell(row: dict[str, Any]) -> str:
 
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
-    chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain)
+    chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain,
+                  after=args.after)
     rows, more = listing.page(store, chosen, args.limit, _MORE_COUNTED)
     if args.json:
         print(json.dumps([_listed(row, _LIST_FIELDS) for row in rows]))
@@ -693,10 +697,12 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     for row, cell in zip(rows, cells):
         table.add_row(*cell, _error_cell(row))
     out.print(table)
-    if more >= _MORE_COUNTED:
-        out.line(f"… at least {_spaced(more)} more (a larger --limit lists more)")
-    elif more > 0:
-        out.line(f"… {_spaced(more)} more (--limit {len(rows) + more} lists them all)")
+    if more > 0:
+        then = f"--after {rows[-1]['id']} lists the next page"
+        if more >= _MORE_COUNTED:
+            out.line(f"… at least {_spaced(more)} more ({then})")
+        else:
+            out.line(f"… {_spaced(more)} more (--limit {len(rows) + more} lists them all; {then})")
     return 0
 
 

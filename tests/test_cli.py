@@ -86,7 +86,12 @@ def test_jobs_list_shows_the_newest_first_and_says_how_many_it_left_out(make_any
     db = str(app.db)
     listed = app.cli("jobs", "list", "--limit", "3", "--db", db, check=True).stdout.splitlines()
     assert [line.split()[0] for line in listed[1:4]] == [str(i) for i in reports[:-4:-1]]
-    assert listed[4:] == ["… 1 242 more (--limit 1245 lists them all)"]
+    assert listed[4:] == [f"… 1 242 more (--limit 1245 lists them all; --after {reports[2]} lists "
+                          "the next page)"]
+    page_two = app.cli("jobs", "list", "--limit", "3", "--after", str(reports[2]), "--db", db,
+                       check=True).stdout.splitlines()
+    assert [line.split()[0] for line in page_two[1:4]] == [str(reports[1]), str(reports[0]),
+                                                           str(first + 1239)]
     by_queue = app.cli("jobs", "list", "--queue", "reports", "--limit", "2", "--json", "--db", db,
                        check=True).stdout
     assert [j["id"] for j in json.loads(by_queue)] == reports[:-3:-1]  # JSON: the rows only

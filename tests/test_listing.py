@@ -31,25 +31,59 @@ def test_list_jobs_newest_first_by_queue_and_name_and_count_them(any_store):
     assert any_store.count_jobs(status="scheduled", at_most=100) == 1
 
 
+def test_list_jobs_pages_by_keyset_past_rows_that_came_since(any_store):
+    """R28: ``after`` the last id shown, the next page holds the jobs below it (above
+    it oldest first), with every filter; jobs enqueued meanwhile shift no page."""
+    ones = list(any_store.enqueue_many("l.one", [(n,) for n in range(7)]).ids)
+    twos = list(any_store.enqueue_many("l.two", [(n,) for n in range(3)], queue="reports").ids)
+    newest = ones + twos
+    pages, after = [], None
+    while True:
+        page = any_store.list_jobs(limit=4, newest_first=True, after=after)
+        if not page:
+            break
+        pages.append([j["id"] for j in page])
+        after = page[-1]["id"]
+        any_store.enqueue_with("l.late")  # above every cursor: never listed below
+    assert pages == [newest[:-5:-1], newest[-5:-9:-1], newest[-9::-1]]
+    assert [j["id"] for j in any_store.list_jobs(name="l.one", limit=3, newest_first=True,
+                                                 after=ones[4])] == ones[3::-1][:3]
+    assert [j["id"] for j in any_store.list_jobs(queue="reports", after=twos[0])] == twos[1:]
+    assert [j["id"] for j in any_store.list_jobs(status="ready", limit=2, newest_first=True,
+                                                 after=twos[0])] == [ones[6], ones[5]]
+    assert [j["id"] for j in any_store.list_jobs(chain=ones[0], after=ones[0])] == []
+    assert any_store.count_jobs(name="l.one", after=ones[2], newest_first=True, at_most=100) == 2
+    assert any_store.count_jobs(name="l.one", after=ones[2], at_most=100) == 4
+    dead = any_store.enqueue_many("l.gone", [(n,) for n in range(3)]).ids
+    for job_id in dead:
+        any_store.cancel(job_id)
+    assert [j["id"] for j in any_store.list_jobs(status="dead", newest_first=True,
+                                                 after=dead[2])] == [dead[1], dead[0]]
+
+
 def test_every_listing_of_sqlite_reads_through_an_index(tmp_path):
-    """Any filter (a status, a name, a queue, a chain, or several) is served by an
-    index: the plan has no ``SCAN jobs``. With no filter at all, the listing walks the
-    table's own id order and stops at its limit, and the count stops at its cap."""
+    """Any filter (a status, a name, a queue, a chain, or several), and any next page
+    (``after``, a keyset), is served by an index: the plan has no ``SCAN jobs``. With
+    no filter at all, the listing walks the table's own id order and stops at its
+    limit, and the count stops at its cap; a next page of it searches the id order
+    from its keyset on."""
     store = jobpool.connect(tmp_path / "jobs.db")
     try:
-        for status, name, queue, chain in itertools.product(
-                [None, *LISTED_STATUSES], [None, "l.one"], [None, "reports"], [None, 7]):
-            where, params = SQLiteStore._listing(status, name, queue, chain, time.time())
+        for status, name, queue, chain, after in itertools.product(
+                [None, *LISTED_STATUSES], [None, "l.one"], [None, "reports"], [None, 7],
+                [None, 50]):
+            where, params = SQLiteStore._listing(status, name, queue, chain, time.time(),
+                                                 after=after, newest_first=True)
             for statement, bound in ((sql.list_jobs(where, newest_first=True), {"limit": 100}),
                                      (sql.count_jobs(where), {"most": 1000})):
                 plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + statement,
                                                              dict(params, **bound))]
                 scans = [step for step in plan if step.startswith("SCAN jobs")]
-                if (status, name, queue, chain) == (None, None, None, None):
+                if (status, name, queue, chain, after) == (None, None, None, None, None):
                     assert all(step == "SCAN jobs" or "COVERING INDEX" in step and "LIMIT" in
                                statement for step in scans), plan
                 else:
-                    assert not scans, (status, name, queue, chain, plan)
+                    assert not scans, (status, name, queue, chain, after, plan)
     finally:
         store.close()
 

@@ -93,6 +93,31 @@ def test_a_page_lists_limit_jobs_and_counts_the_rest(any_store, store_url):
     assert "3 more" in page.text and api["more"] == 3
 
 
+def test_the_next_page_link_carries_the_keyset_and_the_filters(any_store, store_url):
+    ids = [any_store.enqueue_with("t.a", queue="q1").id for _ in range(5)]
+    any_store.enqueue_with("t.other", queue="q1")
+    with _client(store_url) as client:
+        first = client.get("/jobs", params={"name": "t.a", "limit": "2"})
+        link = re.search(r'<a href="([^"]+)" id="next-page"', first.text)
+        assert link and "newest" not in first.text
+        href = link.group(1).replace("&amp;", "&")
+        assert href == f"/jobs?name=t.a&after={ids[3]}&limit=2"
+        any_store.enqueue_with("t.a", queue="q1")  # a newer job shifts no page
+        second = client.get(href)
+        assert [int(i) for i in re.findall(r'data-id="(\d+)"', second.text)] == [ids[2], ids[1]]
+        assert "1 more" in second.text and 'id="first-page"' in second.text
+        last = client.get(re.search(r'<a href="([^"]+)" id="next-page"',
+                                    second.text).group(1).replace("&amp;", "&"))
+        assert [int(i) for i in re.findall(r'data-id="(\d+)"', last.text)] == [ids[0]]
+        assert 'id="next-page"' not in last.text
+        api = client.get("/api/jobs", params={"name": "t.a", "limit": "2", "after": ids[3]}).json()
+        assert [row["id"] for row in api["jobs"]] == [ids[2], ids[1]]
+        assert (api["more"], api["next_after"]) == (1, ids[1])
+        assert client.get("/api/jobs", params={"after": ids[0]}).json()["next_after"] is None
+        assert client.get("/jobs", params={"after": "-3"}).status_code == 400
+        assert client.get("/api/jobs", params={"after": "x"}).status_code == 400
+
+
 def test_a_retry_with_the_csrf_token_makes_the_dead_job_ready_and_is_an_event(
         any_store, store_url, caplog):
     caplog.set_level(logging.INFO, logger="jobpool.events")
@@ -105,6 +130,68 @@ def test_a_retry_with_the_csrf_token_makes_the_dead_job_ready_and_is_an_event(
     assert any_store.get(job_id)["status"] == "ready"
     assert _web_actions(caplog) == [{"action": "retry", "who": "loopback", "job_id": job_id,
                                      "result": "retried"}]
+
+
+def test_retry_all_matching_shows_the_count_then_retries_them_and_is_one_event(
+        any_store, store_url, caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    gone = _dead_jobs(any_store, 3)
+    other = _dead_jobs(any_store, 1, name="t.other")
+    with _client(store_url) as client:
+        listed = client.get("/jobs", params={"status": "dead", "name": "t.gone"}).text
+        assert 'href="/jobs/all/retry?status=dead&amp;name=t.gone" id="bulk-retry"' in listed
+        confirm = client.get("/jobs/all/retry", params={"status": "dead", "name": "t.gone"})
+        assert confirm.status_code == 200
+        assert re.search(r'id="bulk-count"><strong>3</strong> jobs match', confirm.text)
+        later, = _dead_jobs(any_store, 1)  # matches after the confirmation: not taken
+        form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">',
+                               confirm.text.split('action="/jobs/all/retry"')[1]))
+        assert form["through"] == str(gone[-1]) and form["name"] == "t.gone"
+        answer = client.post("/jobs/all/retry", data=form)
+        assert answer.status_code == 303
+        assert answer.headers["location"] == "/jobs?status=dead&name=t.gone"
+        assert "retry all matching: 3 retried" in client.get(answer.headers["location"]).text
+    assert [any_store.get(i)["status"] for i in gone] == ["ready"] * 3
+    assert [any_store.get(i)["status"] for i in (*other, later)] == ["dead", "dead"]
+    assert _web_actions(caplog) == [{"action": "retry", "who": "loopback",
+                                     "filter": {"status": "dead", "name": "t.gone"},
+                                     "job_ids": gone[::-1], "result": {"retried": 3}}]
+
+
+def test_cancel_and_delete_all_matching(any_store, store_url):
+    ready = [any_store.enqueue_with("t.a", queue="q9").id for _ in range(2)]
+    elsewhere = any_store.enqueue_with("t.a", queue="q1").id
+    with _client(store_url) as client:
+        for action, chosen in (("cancel", {"status": "ready", "queue": "q9"}),
+                               ("delete", {"status": "dead", "queue": "q9"})):
+            confirm = client.get(f"/jobs/all/{action}", params=chosen).text
+            assert "<strong>2</strong> jobs match" in confirm
+            answer = client.post(f"/jobs/all/{action}", data=dict(
+                chosen, csrf=_csrf(confirm), through=str(ready[-1])))
+            assert answer.status_code == 303
+        assert "delete all matching: 2 deleted" in client.get("/jobs").text
+        for job_id in ready:
+            assert client.get(f"/jobs/{job_id}").status_code == 404
+    assert any_store.get(elsewhere)["status"] == "ready"
+
+
+def test_all_matching_needs_a_status_it_takes_the_csrf_token_and_write_access(any_store, store_url):
+    dead = _dead_jobs(any_store, 1)
+    with _client(store_url) as client:
+        assert client.get("/jobs/all/retry").status_code == 400  # no status: refused
+        assert client.get("/jobs/all/retry", params={"status": "ready"}).status_code == 400
+        assert client.get("/jobs/all/cancel", params={"status": "dead"}).status_code == 400
+        assert client.get("/jobs/all/explode", params={"status": "dead"}).status_code == 404
+        client.get("/jobs")
+        assert client.post("/jobs/all/retry", data={"status": "dead",
+                                                    "through": str(dead[0])}).status_code == 403
+        assert "No job matches" in client.get("/jobs/all/retry",
+                                              params={"status": "dead", "name": "t.none"}).text
+    with _client(store_url, read_only=True) as client:
+        assert 'id="bulk-retry"' not in client.get("/jobs", params={"status": "dead"}).text
+        assert client.get("/jobs/all/retry", params={"status": "dead"}).status_code == 403
+        assert client.post("/jobs/all/retry", data={"status": "dead"}).status_code == 403
+    assert any_store.get(dead[0])["status"] == "dead"
 
 
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(any_store, store_url, caplog):

@@ -335,11 +335,13 @@ class PostgresStore:
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   queue: str | None = None, chain: int | None = None, limit: int = 100,
-                  newest_first: bool = False, now: float | None = None) -> list[dict[str, Any]]:
-        """Jobs in id order, or the newest first (see ``Store.list_jobs``), scheduled
-        judged on the server's clock."""
+                  newest_first: bool = False, after: int | None = None,
+                  now: float | None = None) -> list[dict[str, Any]]:
+        """Jobs in id order, or the newest first, from past ``after`` (see
+        ``Store.list_jobs``), scheduled judged on the server's clock."""
         rows.check_listed_status(status)
-        where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s")
+        where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
+                                             after=after, newest_first=newest_first)
         query = pg_sql.list_jobs(status, where, newest_first=newest_first)
         jobs = []
         for row in self._list("listing jobs", query, dict(params, limit=limit)):
@@ -351,11 +353,13 @@ class PostgresStore:
 
     def count_jobs(self, *, status: str | None = None, name: str | None = None,
                    queue: str | None = None, chain: int | None = None, at_most: int,
+                   newest_first: bool = False, after: int | None = None,
                    now: float | None = None) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28)."""
         rows.check_listed_status(status)
-        where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s")
+        where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
+                                             after=after, newest_first=newest_first)
         ((count,),) = self._list("counting jobs", pg_sql.count_jobs(status, where),
                                  dict(params, most=at_most))
         return count

@@ -315,13 +315,19 @@ def check_listed_status(status: str | None) -> None:
 
 
 def listing_filters(name: str | None, queue: str | None, chain: int | None,
-                    mark: Callable[[str], str]) -> tuple[list[str], dict[str, Any]]:
+                    mark: Callable[[str], str], *, after: int | None = None,
+                    newest_first: bool = False) -> tuple[list[str], dict[str, Any]]:
     """The conditions of a listing of jobs of ``name``, in ``queue`` and of the chain
     started by job ``chain`` (each None: any), with their parameters; ``mark`` makes
     a parameter's placeholder. A chain's steps are written after its first job, so
-    they are found from its id on, not in the whole table (R12)."""
+    they are found from its id on, not in the whole table (R12). ``after``: the
+    keyset of the next page (R28), the jobs past that id in the listing's order
+    (below it newest first, above it oldest first)."""
     where: list[str] = []
     params: dict[str, Any] = {}
+    if after is not None:
+        where.append(f"id {'<' if newest_first else '>'} {mark('after')}")
+        params["after"] = after
     if name is not None:
         where.append(f"name = {mark('name')}")
         params["name"] = name

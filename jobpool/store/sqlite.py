@@ -518,14 +518,17 @@ class SQLiteStore:
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   queue: str | None = None, chain: int | None = None, limit: int = 100,
-                  newest_first: bool = False, now: float | None = None) -> list[dict[str, Any]]:
-        """Jobs in id order, or the newest first; ``chain`` lists a chain's first job
-        and its successors (R12).
+                  newest_first: bool = False, after: int | None = None,
+                  now: float | None = None) -> list[dict[str, Any]]:
+        """Jobs in id order, or the newest first, from past ``after`` (the last id of
+        the page before, a keyset); ``chain`` lists a chain's first job and its
+        successors (R12).
 
         A ready job that is not due yet is listed, and filtered, as ``scheduled``
         (as ``stats()`` counts it): ``ready`` means it may run now."""
         now = time.time() if now is None else now
-        where, params = self._listing(status, name, queue, chain, now)
+        where, params = self._listing(status, name, queue, chain, now, after=after,
+                                      newest_first=newest_first)
         jobs = self.select_jobs(sql.list_jobs(where, newest_first=newest_first),
                                 dict(params, limit=limit))
         for job in jobs:
@@ -535,20 +538,24 @@ class SQLiteStore:
 
     def count_jobs(self, *, status: str | None = None, name: str | None = None,
                    queue: str | None = None, chain: int | None = None, at_most: int,
+                   newest_first: bool = False, after: int | None = None,
                    now: float | None = None) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28: ``jobs list`` says how many it left out)."""
         where, params = self._listing(status, name, queue, chain,
-                                      time.time() if now is None else now)
+                                      time.time() if now is None else now, after=after,
+                                      newest_first=newest_first)
         ((count,),) = self.read_rows("counting jobs", sql.count_jobs(where),
                                      dict(params, most=at_most))
         return count
 
     @staticmethod
     def _listing(status: str | None, name: str | None, queue: str | None, chain: int | None,
-                 now: float) -> tuple[list[str], dict[str, Any]]:
+                 now: float, *, after: int | None = None,
+                 newest_first: bool = False) -> tuple[list[str], dict[str, Any]]:
         rows.check_listed_status(status)
-        where, params = rows.listing_filters(name, queue, chain, lambda key: f":{key}")
+        where, params = rows.listing_filters(name, queue, chain, lambda key: f":{key}",
+                                             after=after, newest_first=newest_first)
         if status in ("ready", "scheduled"):
             where.append("status = 'ready' AND run_at " + ("<=" if status == "ready" else ">")
                          + " :now")

@@ -70,7 +70,7 @@ async def jobs(request: Request) -> Response:
     except ValueError as exc:
         return _error(str(exc), 400)
     rows, more = await run_in_threadpool(listing.page, request.app.state.store, chosen, limit)
-    return _json({"jobs": rows, "more": more})
+    return _json({"jobs": rows, "more": more, "next_after": listing.next_after(rows, more)})
 
 
 async def job(request: Request) -> Response:

@@ -1,9 +1,9 @@
 """The job list's filters and page, shared by ``/jobs`` and ``/api/jobs``.
 
-``Store.list_jobs`` reads each filter through an index (R28) and has no keyset
-("after this id"), so a page is the newest ``limit`` jobs and a count line says how
-many more there are, counted no further than ``MORE_COUNTED`` (``count_jobs``'
-bound), as ``jobpool jobs list`` does.
+``Store.list_jobs`` reads each filter through an index (R28), so a page is the newest
+``limit`` jobs and a count line says how many more there are, counted no further than
+``MORE_COUNTED`` (``count_jobs``' bound), as ``jobpool jobs list`` does. The next page
+is a keyset: ``after`` the last id shown, the jobs below it.
 """
 from __future__ import annotations
 
@@ -28,15 +28,33 @@ def page_size(text: str | None) -> int:
     return int(text)
 
 
-def filters(query: Mapping[str, str]) -> tuple[dict[str, str | None], int]:
-    """The filters a query names (``status``, ``name``, ``queue``) and the page size;
-    ``ValueError`` with a one-line reason for a status or limit that is not one."""
+def filters(query: Mapping[str, str]) -> tuple[dict[str, Any], int]:
+    """The filters a query names (``status``, ``name``, ``queue``), the keyset
+    ``after`` (the page goes on below that id) and the page size; ``ValueError`` with
+    a one-line reason for a status, cursor or limit that is not one."""
     status = query.get("status") or None
     if status is not None and status not in LISTED_STATUSES:
         raise ValueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
+    after = query.get("after") or None
+    if after is not None and not (after.isascii() and after.isdigit()):
+        raise ValueError(f"after must be a job id, not {after!r}")
     chosen = {"status": status, "name": query.get("name") or None,
-              "queue": query.get("queue") or None}
+              "queue": query.get("queue") or None,
+              "after": None if after is None else int(after)}
     return chosen, page_size(query.get("limit"))
+
+
+def next_after(rows: list[dict[str, Any]], more: int) -> int | None:
+    """The keyset of the page after this one (None: this is the last)."""
+    return rows[-1]["id"] if more and rows else None
+
+
+def query_of(chosen: Mapping[str, Any], **changed: Any) -> str:
+    """The query string of the jobs list with ``chosen`` and ``changed`` (None: left
+    out), for a link to another page of it."""
+    from urllib.parse import urlencode
+    merged = {**chosen, **changed}
+    return urlencode({k: v for k, v in merged.items() if v is not None})
 
 
 def page(store: Any, chosen: dict[str, str | None], limit: int) -> tuple[list[dict[str, Any]], int]:

@@ -31,6 +31,8 @@ def routes() -> list[Route]:
         Route("/", overview),
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id:int}", job_page),
+        Route("/jobs/all/{action:str}", bulk_page, methods=["GET"]),
+        Route("/jobs/all/{action:str}", bulk_action, methods=["POST"]),
         Route("/jobs/{job_id:int}/data", job_data),
         Route("/dead", dead_page),
         Route("/login", login_page, methods=["GET"]),
@@ -82,8 +84,16 @@ async def jobs_page(request: Request) -> Response:
     except ValueError as exc:
         return PlainTextResponse(str(exc), status_code=400)
     rows, more = await run_in_threadpool(listing.page, _store(request), chosen, limit)
+    after = listing.next_after(rows, more)
+    larger = listing.larger(limit)
     return _render(request, "jobs.html", rows=rows, more=more, chosen=chosen, limit=limit,
-                   statuses=LISTED_STATUSES, larger=listing.larger(limit))
+                   statuses=LISTED_STATUSES, larger=larger,
+                   larger_query=larger and listing.query_of(chosen, limit=larger),
+                   next_query=after and listing.query_of(chosen, after=after, limit=limit),
+                   first_query=chosen["after"] and listing.query_of(chosen, after=None,
+                                                                    limit=limit),
+                   bulk=[a for a in actions.BULK_STATUSES if actions.bulk_applies(a, chosen["status"])],
+                   filter_query=listing.query_of(chosen, after=None))
 
 
 async def job_page(request: Request) -> Response:
@@ -208,3 +218,60 @@ async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], 
     done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
     request.session["notice"] = f"{said}: {done.what}"
     return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+
+
+def _bulk_filters(request: Request, query: Any) -> tuple[dict[str, Any], Response | None]:
+    """The filter an "all matching" action takes (without a page's keyset), or why it
+    is refused: not one of the actions (404), a status it does not take (400)."""
+    action = request.path_params["action"]
+    if action not in actions.BULK_STATUSES:
+        return {}, PlainTextResponse("no such action", status_code=404)
+    try:
+        chosen, _ = listing.filters(query)
+    except ValueError as exc:
+        return {}, PlainTextResponse(str(exc), status_code=400)
+    if not actions.bulk_applies(action, chosen["status"]):
+        statuses = " or ".join(actions.BULK_STATUSES[action])
+        return {}, PlainTextResponse(f"{action} all applies to jobs of status {statuses}: "
+                                     "filter by one", status_code=400)
+    return {k: v for k, v in chosen.items() if k != "after"}, None
+
+
+async def bulk_page(request: Request) -> Response:
+    """The confirmation of an "all matching" action: how many jobs it takes (counted
+    up to ``BULK_MOST``), and a form naming the newest of them, so that jobs that
+    match later are not taken by this press."""
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    if request.app.state.access.read_only:
+        return PlainTextResponse("this dashboard is read-only", status_code=403)
+    chosen, refused = _bulk_filters(request, request.query_params)
+    if refused is not None:
+        return refused
+    store = _store(request)
+
+    def counted() -> tuple[int, int | None]:
+        newest = store.list_jobs(**chosen, limit=1, newest_first=True)
+        return (store.count_jobs(**chosen, at_most=actions.BULK_MOST + 1),
+                newest[0]["id"] if newest else None)
+    count, through = await run_in_threadpool(counted)
+    return _render(request, "bulk.html", action=request.path_params["action"], chosen=chosen,
+                   count=min(count, actions.BULK_MOST), more=count > actions.BULK_MOST,
+                   through=through, filter_query=listing.query_of(chosen))
+
+
+async def bulk_action(request: Request) -> Response:
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    chosen, refused = _bulk_filters(request, form)
+    if refused is not None:
+        return refused
+    through = form.get("through")
+    if not isinstance(through, str) or not through.isascii() or not through.isdigit():
+        return PlainTextResponse("the form names no newest job: reload the page", status_code=400)
+    action = request.path_params["action"]
+    done = await run_in_threadpool(actions.bulk, _store(request), request.app.state.access.who,
+                                   action, chosen, int(through))
+    request.session["notice"] = f"{action} all matching: {done.what}"
+    return RedirectResponse(f"/jobs?{listing.query_of(chosen)}", status_code=303)

@@ -339,24 +339,25 @@ def seq_scans(plan: dict) -> list[str]:
 
 
 def test_jobs_list_reads_every_filter_through_an_index(listed):
-    """R28: no listing or count of ``jobs list`` (any status, name, queue, chain) reads a
+    """R28: no listing or count of ``jobs list`` (any status, name, queue, chain, next page) reads a
     table sequentially, under the settings the store reads them with; of one name, or
     of one chain, each table is read from an index condition, not walked whole."""
     from jobpool.store import rows as store_rows
     conn = open_connection(parse_url(listed))
     try:
         sequential, walked = {}, {}
-        for status, name, queue, chain in itertools.product(
+        for status, name, queue, chain, after in itertools.product(
                 [None, "ready", "scheduled", "running", "done", "dead"], [None, "list.n7"],
-                [None, "q7"], [None, 3]):
+                [None, "q7"], [None, 3], [None, 1_050_000]):
             where, params = store_rows.listing_filters(name, queue, chain,
-                                                       lambda key: f"%({key})s")
+                                                       lambda key: f"%({key})s", after=after,
+                                                       newest_first=True)
             for kind, statement, bound in (
                     ("list", pg_sql.list_jobs(status, where, newest_first=True), {"limit": 100}),
                     ("count", pg_sql.count_jobs(status, where), {"most": 100_100})):
                 plan = generic_plan(conn, statement, dict(params, **bound),
                                     (pg_sql.LISTING_PLANS,))
-                what = (kind, status, name, queue, chain)
+                what = (kind, status, name, queue, chain, after)
                 if seq_scans(plan):
                     sequential[what] = seq_scans(plan)
                 if (name or chain) and whole_reads(plan):

@@ -1,0 +1,341 @@
+"""The web dashboard in a real browser (R47, issue 27): a `jobpool web` process over a
+store with jobs in it, driven by Playwright in Debian's headless Chromium (launched by
+its path; no browser is ever downloaded). Every test also checks that the page logged
+no console error and asked nothing of any origin but the dashboard's own (htmx is
+vendored, so nothing comes from a CDN).
+
+Without Chromium or Playwright these tests skip, saying which is missing; under CI (or
+with ``JOBPOOL_REQUIRE_BROWSER=1``) they fail instead, so a broken install cannot pass
+as a green run. Each wait is for a selector, a URL or a store state, never a sleep.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+
+from tests.conftest import ROOT  # noqa: E402
+from tests.test_web import HOSTILE, HOSTILE_NAME, _dead_jobs  # noqa: E402
+
+#: Where Debian's package puts Chromium (scripts/test installs it when root).
+CHROMIUM = Path(os.environ.get("JOBPOOL_CHROMIUM", "/usr/bin/chromium"))
+#: How long any one wait may take: generous, for a loaded 2-core machine.
+WAIT_MS = 30_000
+#: Where the main pages' screenshots go when set (the README's are made so:
+#: ``JOBPOOL_SCREENSHOTS=docs/screenshots``); else a test's own temporary folder.
+SCREENSHOTS = os.environ.get("JOBPOOL_SCREENSHOTS")
+#: Every address but the dashboard's own: what a page asks of one is refused and noted.
+FOREIGN = re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/])")
+
+
+def _browser_required() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false") \
+        or os.environ.get("JOBPOOL_REQUIRE_BROWSER") == "1"
+
+
+def _missing(reason: str) -> None:
+    if _browser_required():
+        pytest.fail(f"{reason} (required: CI or JOBPOOL_REQUIRE_BROWSER=1 is set)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        _missing("the browser tests need Playwright: pip install -e '.[test]'")
+    if not os.access(CHROMIUM, os.X_OK):
+        _missing(f"the browser tests need Chromium at {CHROMIUM}: apt-get install chromium "
+                 "(scripts/test does so when run as root)")
+    with sync_playwright() as playwright:
+        try:
+            launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        except Error as exc:
+            _missing(f"Chromium at {CHROMIUM} did not start: {str(exc).splitlines()[0]}")
+        yield launched
+        launched.close()
+
+
+class Watched:
+    """A browser page with what it logged and asked for: console errors, uncaught page
+    errors, and every request to a host that is not the dashboard's."""
+
+    def __init__(self, context) -> None:
+        self.page = context.new_page()
+        self.errors: list[str] = []
+        self.foreign: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        # Refused, not fetched: a test run sends nothing beyond this host.
+        context.route(FOREIGN, self._refuse)
+
+    def expect_error(self, text: str) -> None:
+        """A console error this test causes on purpose (a refused login's 401): it is
+        there once, then forgotten."""
+        assert any(text in e for e in self.errors), (text, self.errors)
+        self.errors = [e for e in self.errors if text not in e]
+
+    def _refuse(self, route) -> None:
+        self.foreign.append(route.request.url)
+        route.abort()
+
+
+@pytest.fixture
+def watched(browser) -> Iterator[Watched]:
+    from playwright.sync_api import expect
+    expect.set_options(timeout=WAIT_MS)
+    context = browser.new_context()
+    context.set_default_timeout(WAIT_MS)
+    seen = Watched(context)
+    yield seen
+    context.close()
+    assert seen.errors == [], seen.errors
+    assert seen.foreign == [], seen.foreign
+
+
+@pytest.fixture
+def page(watched):
+    return watched.page
+
+
+@pytest.fixture
+def serve(store_url) -> Iterator:
+    """``serve(*options)``: a ``jobpool web`` process over the test's store on a free
+    port, stopped after the test; returns its base URL."""
+    started: list[subprocess.Popen] = []
+
+    def start(*options: str) -> str:
+        proc = subprocess.Popen([sys.executable, "-m", "jobpool", "web", "--db", store_url,
+                                 "--bind", "127.0.0.1:0", *options],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        started.append(proc)
+        line = proc.stdout.readline()  # the announce line, once it listens
+        found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
+        assert found, (line, proc.stderr.read() if proc.poll() is not None else "")
+        return found.group(1)
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(timeout=30)
+        errors = proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+        assert "Traceback" not in errors, errors
+
+
+def _listed(page) -> list[int]:
+    return [int(i) for i in page.locator("#jobs tr.job").evaluate_all(
+        "rows => rows.map(r => r.dataset.id)")]
+
+
+def test_the_overview_shows_the_stores_counts_and_queues(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.enqueue_with("b.a", queue="q2")
+    any_store.enqueue_with("b.b", queue="q1", delay=3600)
+    _dead_jobs(any_store, 2)
+    expected = any_store.stats()
+    page.goto(serve() + "/")
+    for key in ("ready", "scheduled", "running", "done", "dead"):
+        expect(page.locator(f"#total-{key}")).to_have_text(str(expected[key]))
+    expect(page.locator("#queues")).to_contain_text("q1")
+    expect(page.locator("#queues")).to_contain_text("q2")
+
+
+def test_the_jobs_list_filters_by_status(any_store, serve, page):
+    from playwright.sync_api import expect
+    dead = _dead_jobs(any_store, 3)
+    live = [any_store.enqueue_with("b.live").id for _ in range(2)]
+    page.goto(serve() + "/jobs")
+    expect(page.locator("#jobs tr.job")).to_have_count(5)
+    page.select_option("select[name=status]", "dead")
+    page.get_by_role("button", name="list").click()
+    page.wait_for_url(re.compile(r"/jobs\?status=dead"))
+    expect(page.locator("#jobs tr.job")).to_have_count(3)
+    assert _listed(page) == sorted(dead, reverse=True)
+    # From the overview, a count's link is the same filter.
+    page.goto(page.url.split("/jobs")[0] + "/")
+    page.locator("#total-ready a").click()
+    page.wait_for_url(re.compile(r"/jobs\?status=ready"))
+    expect(page.locator("#jobs tr.job")).to_have_count(2)
+    assert _listed(page) == sorted(live, reverse=True)
+
+
+def test_the_next_page_link_pages_through_the_jobs(any_store, serve, page):
+    from playwright.sync_api import expect
+    ids = [any_store.enqueue_with("b.many").id for _ in range(5)]
+    page.goto(serve() + "/jobs?limit=2")
+    assert _listed(page) == [ids[4], ids[3]]
+    for cursor, shown in ((ids[3], [ids[2], ids[1]]), (ids[1], [ids[0]])):
+        page.locator("#next-page").click()
+        page.wait_for_url(re.compile(rf"after={cursor}&"))
+        expect(page.locator("#jobs tr.job")).to_have_count(len(shown))
+        assert _listed(page) == shown
+    expect(page.locator("#next-page")).to_have_count(0)
+    page.locator("#first-page").click()
+    page.wait_for_url(re.compile(r"/jobs\?limit=2$"))
+    assert _listed(page) == [ids[4], ids[3]]
+
+
+def test_a_job_opens_from_the_list_and_reveals_its_arguments(any_store, serve, page):
+    from playwright.sync_api import expect
+    job_id = any_store.enqueue_with("b.show", args=["the-argument"]).id
+    page.goto(serve() + "/jobs")
+    page.locator(f'#jobs tr.job[data-id="{job_id}"] a').click()
+    page.wait_for_url(re.compile(rf"/jobs/{job_id}$"))
+    expect(page.locator("h1")).to_have_text(f"Job {job_id}: b.show")
+    expect(page.locator("#data")).not_to_contain_text("the-argument")
+    page.get_by_role("link", name="reveal").click()  # htmx swaps the data in, no reload
+    expect(page.locator("#data dl.data")).to_contain_text("the-argument")
+    assert page.url.endswith(f"/jobs/{job_id}")
+
+
+def test_retry_on_a_dead_job_makes_it_ready_in_the_store(any_store, serve, page):
+    from playwright.sync_api import expect
+    job_id, = _dead_jobs(any_store, 1)
+    page.goto(serve() + f"/jobs/{job_id}")
+    page.get_by_role("button", name="retry").click()
+    expect(page.locator(".notice")).to_have_text(f"job {job_id}: retried")
+    expect(page.locator("#row")).to_contain_text("ready")
+    expect(page.get_by_role("button", name="retry")).to_have_count(0)
+    assert any_store.get(job_id)["status"] == "ready"
+
+
+def test_retry_from_the_dead_letters_page(any_store, serve, page):
+    from playwright.sync_api import expect
+    first, second = _dead_jobs(any_store, 2)
+    page.goto(serve() + "/dead")
+    page.locator(f'#dead tr.job[data-id="{first}"]').get_by_role("button", name="retry").click()
+    expect(page.locator(".notice")).to_have_text(f"job {first}: retried")
+    expect(page.locator("#dead tr.job")).to_have_count(1)
+    assert [any_store.get(i)["status"] for i in (first, second)] == ["ready", "dead"]
+
+
+def test_retry_all_matching_goes_through_a_confirmation_showing_the_count(any_store, serve,
+                                                                          page):
+    from playwright.sync_api import expect
+    gone = _dead_jobs(any_store, 3)
+    kept = _dead_jobs(any_store, 1, name="t.kept")
+    page.goto(serve() + "/jobs?status=dead&name=t.gone")
+    page.locator("#bulk-retry").click()
+    page.wait_for_url(re.compile(r"/jobs/all/retry\?"))
+    expect(page.locator("#bulk-count")).to_contain_text("3 jobs match")
+    page.get_by_role("button", name="retry 3 jobs").click()
+    expect(page.locator(".notice")).to_have_text("retry all matching: 3 retried")
+    expect(page.locator("#jobs")).to_have_count(0)  # none of that name is dead now
+    assert [any_store.get(i)["status"] for i in (*gone, *kept)] == ["ready"] * 3 + ["dead"]
+
+
+def test_cancel_makes_a_ready_job_dead(any_store, serve, page):
+    from playwright.sync_api import expect
+    job_id = any_store.enqueue_with("b.stop").id
+    page.goto(serve() + f"/jobs/{job_id}")
+    page.get_by_role("button", name="cancel").click()
+    expect(page.locator(".notice")).to_have_text(f"job {job_id}: cancelled")
+    row = any_store.get(job_id)
+    assert row["status"] == "dead" and "cancelled" in row["last_error"]
+
+
+def test_a_token_takes_a_login_and_a_wrong_one_is_refused(any_store, serve, page, watched):
+    from playwright.sync_api import expect
+    job_id = any_store.enqueue_with("b.secret").id
+    base = serve("--token", "s3cret-token")
+    page.goto(base + "/jobs")
+    page.wait_for_url(re.compile(r"/login\?next=/jobs$"))
+    expect(page.locator("#jobs")).to_have_count(0)
+    page.fill("input[name=token]", "wrong")
+    page.get_by_role("button", name="log in").click()
+    expect(page.get_by_role("alert")).to_have_text("That is not the token.")
+    watched.expect_error("status of 401")
+    # The API takes the bearer token only: the page's own request without it is refused.
+    assert page.request.get(base + "/api/stats").status == 401
+    assert page.request.get(base + "/api/stats", headers={
+        "Authorization": "Bearer s3cret-token"}).json()["ready"] == 1
+    page.fill("input[name=token]", "s3cret-token")
+    page.get_by_role("button", name="log in").click()
+    page.wait_for_url(re.compile(r"/jobs$"))
+    assert _listed(page) == [job_id]
+    # The session acts too: a cancel after the login goes through.
+    page.goto(base + f"/jobs/{job_id}")
+    page.get_by_role("button", name="cancel").click()
+    expect(page.locator(".notice")).to_have_text(f"job {job_id}: cancelled")
+    page.get_by_role("button", name="log out").click()
+    page.wait_for_url(re.compile(r"/login$"))
+    page.goto(base + "/")
+    page.wait_for_url(re.compile(r"/login\?next=/$"))
+
+
+def test_read_only_draws_no_button(any_store, serve, page):
+    from playwright.sync_api import expect
+    job_id, = _dead_jobs(any_store, 1)
+    page.goto(serve("--read-only") + f"/jobs/{job_id}")
+    expect(page.locator("h1")).to_have_text(f"Job {job_id}: t.gone")
+    expect(page.locator("form[method=post]")).to_have_count(0)
+    expect(page.locator(".badge")).to_have_text("read-only")
+    assert any_store.get(job_id)["status"] == "dead"
+
+
+def test_pause_and_resume_from_the_overview_show_in_the_store(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.enqueue_with("b.a", queue="q2")
+    page.goto(serve() + "/")
+    page.locator("#queues tr", has_text="q1").get_by_role("button", name="pause").click()
+    expect(page.locator(".notice")).to_have_text("queue q1: paused")
+    expect(page.locator("#paused")).to_have_text("q1")
+    assert any_store.paused_queues() == ["q1"]
+    page.locator("#queues tr", has_text="q1").get_by_role("button", name="resume").click()
+    expect(page.locator(".notice")).to_have_text("queue q1: resumed")
+    expect(page.locator("#paused")).to_have_count(0)
+    assert any_store.paused_queues() == []
+
+
+def test_hostile_names_and_arguments_show_as_text_and_run_nothing(any_store, serve, page):
+    from playwright.sync_api import expect
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    job_id = any_store.enqueue_with(HOSTILE_NAME, args=[HOSTILE], queue=HOSTILE_NAME).id
+    base = serve()
+    page.goto(base + "/jobs")
+    expect(page.locator(f'#jobs tr.job[data-id="{job_id}"]')).to_contain_text(HOSTILE_NAME)
+    page.goto(base + f"/jobs/{job_id}")
+    expect(page.locator("h1")).to_have_text(f"Job {job_id}: {HOSTILE_NAME}")
+    page.get_by_role("link", name="reveal").click()
+    expect(page.locator("#data dl.data")).to_contain_text("<script>alert(1)</script> [bold]x[/bold]")
+    page.goto(base + "/")
+    expect(page.locator("#queues")).to_contain_text(HOSTILE_NAME)
+    assert page.locator("script").evaluate_all("s => s.map(e => e.getAttribute('src'))") == [
+        "/static/htmx.min.js"]
+    assert dialogs == []
+
+
+def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request):
+    """What the README shows: the overview, a filtered list, a job, the confirmation
+    of an action on all matching; each a PNG of the page as Chromium draws it."""
+    from playwright.sync_api import expect
+    folder = Path(SCREENSHOTS) if SCREENSHOTS and "sqlite" in request.node.name else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(12):
+        any_store.enqueue_with("reports.build", args=[n], queue="reports")
+    any_store.enqueue_with("emails.send", args=["to@example.org"], queue="mail", delay=3600)
+    dead = _dead_jobs(any_store, 4, name="imports.load")
+    any_store.pause("mail")
+    base = serve()
+    shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
+             "retry-all": "/jobs/all/retry?status=dead&name=imports.load"}
+    page.set_viewport_size({"width": 1100, "height": 700})
+    for name, path in shots.items():
+        page.goto(base + path)
+        expect(page.locator("main h1")).to_be_visible()
+        page.screenshot(path=str(folder / f"web-{name}.png"), full_page=True)
+        assert (folder / f"web-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
