@@ -28,6 +28,7 @@ from jobpool.errors import (EnqueueError, JobNotFound, NotAStoreError, ReadOnlyS
                             StoreError)
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
+from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
@@ -293,7 +294,7 @@ def _write_revision(conn: Any) -> None:
                                                "readable_from": pg_sql.READABLE_FROM})
 
 
-class PostgresStore:
+class PostgresStore(AsyncEnqueue):
     """Where jobs live when many hosts share them (see the module docstring)."""
 
     def __init__(self, url: str, *, create: bool = True, max_payload: int = MAX_PAYLOAD_BYTES,

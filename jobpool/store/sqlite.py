@@ -22,6 +22,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import file_identity, job_states, migrations, retention, row_codec, rows, sql
+from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
@@ -178,7 +179,7 @@ def quick_check(conn: sqlite3.Connection, path: str) -> None:
         raise CorruptStoreError(f"{path} is corrupt: {problems[0] if problems else rows[0]}{more}")
 
 
-class SQLiteStore:
+class SQLiteStore(AsyncEnqueue):
     """A connection to one store file. Safe to use from a forked child (it reopens)."""
 
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
