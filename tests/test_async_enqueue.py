@@ -15,6 +15,8 @@ from jobpool import jobs
 from jobpool.errors import EnqueueError
 from jobpool.handles import Handle, Signature
 
+from .conftest import LoopTicks
+
 
 @pytest.fixture
 def registered():
@@ -54,22 +56,14 @@ def _keeps_running(any_store, store_url, make_call):
     """Start ``make_call()`` while another connection holds the write lock: the loop
     ticks on meanwhile; once the lock goes, the call completes. Its result."""
     async def scenario():
-        ticks = 0
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
-        ticking = asyncio.create_task(ticker())
-        with write_lock(store_url) as release:
-            call = asyncio.create_task(make_call())
-            await asyncio.sleep(0.6)
-            assert not call.done(), "the enqueue waits for the lock"
-            during = ticks
-            release()
-            result = await asyncio.wait_for(call, 20)
-        ticking.cancel()
+        async with LoopTicks() as ticks:
+            with write_lock(store_url) as release:
+                call = asyncio.create_task(make_call())
+                await asyncio.sleep(0.6)
+                assert not call.done(), "the enqueue waits for the lock"
+                during = ticks.count
+                release()
+                result = await asyncio.wait_for(call, 20)
         # 0.6 s of 10 ms sleeps: a blocked loop would have ticked once at most.
         assert during >= 20, during
         return result
