@@ -520,13 +520,16 @@ def _with_dashboard(supervisor, db: str) -> int:
     lines = os.fdopen(write_end, "w", buffering=1, encoding="utf-8", errors="replace")
     handler = logging.StreamHandler(lines)
     handler.setFormatter(PlainFormatter())
-    _route_logs(handler, logging.WARNING, True)
+    _route_logs(handler, logging.WARNING, False)
+    everything = logging.getLogger()
+    if everything.handlers and all(getattr(h, _OURS, False) for h in everything.handlers):
+        # What jobs log stays on stderr, the descriptor a child keeps (R43; the pipe's
+        # is closed there), and only its warnings, as before the dashboard drew (R48).
+        everything.setLevel(logging.WARNING)
     try:
         return supervisor.run()
     finally:
         logging.getLogger("jobpool").handlers[:] = []
-        everything = logging.getLogger()
-        everything.handlers[:] = [h for h in everything.handlers if h is not handler]
         try:
             lines.close()  # EOF: the dashboard draws its last frame and exits
         except BrokenPipeError:
