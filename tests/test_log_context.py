@@ -65,9 +65,20 @@ def test_a_jobs_log_lines_carry_its_id_name_and_attempt_in_json_output(make_app)
         (plain, "lc.work", "default", None), (flaky, "lc.work", "reports", None)}
 
 
-def test_current_job_names_the_batch_of_a_member_in_a_pool(make_app):
-    """R48, R34: ``current_job().batch`` is the member's batch id (asked of the pool)."""
+def test_the_plain_format_names_the_job_too(make_app):
+    """R48: without ``--log-format json``, a job's line ends with its fields."""
     app = make_app(APP)
+    job_id = app.store().enqueue("lc.work", "plain").id
+    result = app.start("--procs", "1")
+    [line] = [line for line in result.stderr.splitlines() if "working on plain" in line]
+    assert line.split(" ", 1)[1] == (f"info working on plain job_id={job_id} job_name=lc.work "
+                                     f"attempt=1")
+
+
+def test_current_job_names_the_batch_of_a_member_in_a_pool(make_any_app):
+    """R48, R34: ``current_job().batch`` is the member's batch id (asked of the pool,
+    fenced by the lease), on both stores."""
+    app = make_any_app(APP)
     store = app.store()
     batch = store.batch(on_complete=Signature("lc.done"))
     with batch:
