@@ -116,6 +116,19 @@ class Store(Protocol):
         ``batch``: they all join that unfinished batch (R34; not with ``keys``)."""
         ...
 
+    async def aenqueue(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``enqueue`` off the event loop, in a worker thread on its own connection
+        (R49: ``store.async_enqueue``); the same checks and errors."""
+        ...
+
+    async def aenqueue_with(self, name: str, **options: Any) -> Any:
+        """``enqueue_with`` off the event loop (R49); ``connection=`` is refused."""
+        ...
+
+    async def aenqueue_many(self, name: str, items: Any, **options: Any) -> Any:
+        """``enqueue_many`` off the event loop (R49); all or nothing (R4)."""
+        ...
+
     # -- batches (R34) -------------------------------------------------------------------
 
     @property
