@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from jobpool.errors import (Defer, EnqueueError, Fatal, Interrupted, JobFailed, JobpoolError,
                             Reschedule, Retry, SoftTimeout, StoreError, UnsafeResultError)
 from jobpool.extensions import AttemptInfo, AttemptResult, Middleware, add_middleware, on_child_start
-from jobpool.running import current_batch, progress, resume_state, save_state
+from jobpool.log_context import JobLogContext
+from jobpool.running import CurrentJob, current_batch, current_job, progress, resume_state, save_state
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = ["job", "connect", "batch", "current_batch", "save_state", "resume_state", "Interrupted",
            "Retry", "Fatal", "Defer", "Reschedule",
-           "progress", "on_start",
+           "progress", "on_start", "current_job", "CurrentJob", "JobLogContext",
            "Job", "Handle",
            "Signature", "JobpoolError", "EnqueueError", "StoreError", "JobFailed", "SoftTimeout",
            "UnsafeResultError", "on_child_start", "Middleware", "add_middleware", "AttemptInfo",

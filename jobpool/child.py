@@ -14,8 +14,8 @@ import sys
 import traceback
 from typing import Any
 
-from jobpool import (core, coroutines, extensions, jobs, procinfo, proctree, protocol, running,
-                     terminal)
+from jobpool import (core, coroutines, extensions, jobs, log_context, procinfo, proctree, protocol,
+                     running, terminal)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
@@ -101,7 +101,9 @@ def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer
         return core.FATAL, str(exc), None, None
     except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
         return core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
-    return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)
+    # R48: what the job logs, through the root's and jobpool's handlers, names it.
+    with log_context.installed():
+        return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)
 
 
 def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwargs: dict,
@@ -328,8 +330,8 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> No
         job = protocol.loads(message)
         if isinstance(job[0], str):
             continue  # an interrupt for the job just finished (R37): it is over
-        job_id, attempt, name, payload, serializer = job
-        running.current = running.Attempt(conn, job_id, attempt)
+        job_id, attempt, name, payload, serializer, queue = job
+        running.current = running.Attempt(conn, job_id, attempt, name, queue)
         done += 1
 
         def retire(done: int = done) -> bool:

@@ -467,14 +467,33 @@ def _where(exc: BaseException, module: str) -> str:
 _verbose = False
 
 
-def _configure_logging(fmt: str, quiet: bool) -> None:
-    """Events to stderr (beside a live dashboard, ``_with_dashboard`` sends them to it)."""
+def _configure_logging(fmt: str, quiet: bool, *, job_records: bool = False) -> None:
+    """Events to stderr (beside a live dashboard, ``_with_dashboard`` sends them to it).
+
+    ``job_records`` (``start``): what the jobs log goes to the same place in the same
+    format, each record naming its job (R48), unless the app configured the root
+    logger itself (it has a handler), as ``logging.basicConfig`` would leave it."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
+    _route_logs(handler, logging.WARNING if quiet else logging.INFO, job_records)
+
+
+#: Marks the root handler jobpool installed (R48), so a later route replaces it.
+_OURS = "_jobpool_route"
+
+
+def _route_logs(handler: logging.Handler, level: int, job_records: bool) -> None:
+    """Send jobpool's records, and with ``job_records`` the root logger's when the
+    app gave it no handler of its own, to ``handler`` at ``level``."""
     root = logging.getLogger("jobpool")
     root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING if quiet else logging.INFO)
+    root.setLevel(level)
     root.propagate = False
+    everything = logging.getLogger()
+    if job_records and all(getattr(h, _OURS, False) for h in everything.handlers):
+        setattr(handler, _OURS, True)
+        everything.handlers[:] = [handler]
+        everything.setLevel(level)
 
 
 def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
@@ -492,7 +511,7 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
-    _configure_logging(args.log_format, args.quiet)
+    _configure_logging(args.log_format, args.quiet, job_records=True)
     supervisor = Supervisor(pool)
     if not dashboard:
         return supervisor.run()
@@ -514,13 +533,16 @@ def _with_dashboard(supervisor, db: str) -> int:
     lines = os.fdopen(write_end, "w", buffering=1, encoding="utf-8", errors="replace")
     handler = logging.StreamHandler(lines)
     handler.setFormatter(PlainFormatter())
-    root = logging.getLogger("jobpool")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
+    _route_logs(handler, logging.WARNING, False)
+    everything = logging.getLogger()
+    if everything.handlers and all(getattr(h, _OURS, False) for h in everything.handlers):
+        # What jobs log stays on stderr, the descriptor a child keeps (R43; the pipe's
+        # is closed there), and only its warnings, as before the dashboard drew (R48).
+        everything.setLevel(logging.WARNING)
     try:
         return supervisor.run()
     finally:
-        root.handlers[:] = []
+        logging.getLogger("jobpool").handlers[:] = []
         try:
             lines.close()  # EOF: the dashboard draws its last frame and exits
         except BrokenPipeError:
@@ -820,7 +842,7 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
-    """R48: ``jobs run-now``: by id (one line each; exit 1 if any was refused), or every
+    """R51: ``jobs run-now``: by id (one line each; exit 1 if any was refused), or every
     waiting job matching ``--name``/``--queue``."""
     if args.all_scheduled == bool(args.ids):
         raise UserError("jobs run-now takes job ids or --all-scheduled, not "

@@ -72,7 +72,7 @@ class PlainFormatter(logging.Formatter):
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
         event = getattr(record, "event", None)
         if event is None:
-            return f"{stamp} {record.levelname.lower()} {shown(record.getMessage())}"
+            return f"{stamp} {record.levelname.lower()} {shown(record.getMessage())}{_job_of(record)}"
         fields = getattr(record, "fields", {})
         parts = []
         for key, value in fields.items():
@@ -84,6 +84,15 @@ class PlainFormatter(logging.Formatter):
         return f"{stamp} {event} " + " ".join(parts)
 
 
+def _job_of(record: logging.LogRecord) -> str:
+    """`` job_id=… job_name=… attempt=…`` for a record a job wrote (R48), else ``""``."""
+    job_id = getattr(record, "job_id", None)
+    if job_id is None:
+        return ""
+    name = getattr(record, "job_name", None)
+    return f" job_id={job_id} job_name={shown_line(str(name))} attempt={getattr(record, 'attempt', None)}"
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``{"ts", "event", ...fields}`` (``--log-format json``)."""
 
@@ -92,7 +101,15 @@ class JsonFormatter(logging.Formatter):
         body: dict[str, Any] = {"ts": round(record.created, 6),
                                 "event": event or record.levelname.lower()}
         if event is None:
+            body["logger"] = record.name
             body["message"] = record.getMessage()
+            # R48: a record a job wrote names the job (``log_context.JobLogContext``).
+            job_id = getattr(record, "job_id", None)
+            if job_id is not None:
+                body.update(job_id=job_id, job_name=getattr(record, "job_name", None),
+                            attempt=getattr(record, "attempt", None))
+            if record.exc_info:
+                body["exception"] = self.formatException(record.exc_info)
         else:
             body.update(getattr(record, "fields", {}))
         return json.dumps(body, default=str)

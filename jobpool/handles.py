@@ -39,27 +39,58 @@ class Handle:
         ``UnsafeResultError``.
         """
         import time
-
-        from jobpool.serialize import SerializerRefused, decode_result, decoder_for
         store = self._store()
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = store.get(self.id, raw_result=True)
-            if job["status"] == "done":
-                registered = options_of(job["name"])
-                allowed = "pickle" if allow_pickle else (
-                    registered.serializer if registered is not None else "json")
-                try:
-                    decoder = decoder_for(job["serializer"], allowed, "result")
-                except SerializerRefused as exc:
-                    raise UnsafeResultError(
-                        f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
-                return decode_result(job["result"], decoder)
-            if job["status"] == "dead":
-                raise JobFailed(self.id, job["last_error"] or "dead")
+            finished, value = self._look(store, allow_pickle)
+            if finished:
+                return value
             if end is not None and time.monotonic() >= end:
-                raise TimeoutError(f"job {self.id} is still {job['status']} after {timeout} s")
+                raise self._still(value, timeout)
             time.sleep(poll)
+
+    async def aresult(self, timeout: float | None = None, *, poll: float = 0.05,
+                      allow_pickle: bool = False) -> Any:
+        """``result()`` for async code (R50): the same value and the same errors
+        (``JobFailed``, ``TimeoutError``, ``UnsafeResultError``), each look at the
+        store made in a worker thread and each wait an ``asyncio.sleep``, so the
+        event loop runs on while the job does. Cancelling the awaiting task stops
+        the wait; the job runs on."""
+        import asyncio
+        import time
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else time.monotonic() + timeout
+        store = await loop.run_in_executor(None, self._store)
+        while True:
+            finished, value = await loop.run_in_executor(None, self._look, store, allow_pickle)
+            if finished:
+                return value
+            if end is not None and time.monotonic() >= end:
+                raise self._still(value, timeout)
+            await asyncio.sleep(poll)
+
+    def _look(self, store: Any, allow_pickle: bool) -> tuple[bool, Any]:
+        """One look at the job: ``(True, its result)`` when done, ``(False, its
+        status)`` while unfinished; ``JobFailed`` when dead, ``UnsafeResultError``
+        for a pickled result this process may not unpickle (R39)."""
+        from jobpool.serialize import SerializerRefused, decode_result, decoder_for
+        job = store.get(self.id, raw_result=True)
+        if job["status"] == "done":
+            registered = options_of(job["name"])
+            allowed = "pickle" if allow_pickle else (
+                registered.serializer if registered is not None else "json")
+            try:
+                decoder = decoder_for(job["serializer"], allowed, "result")
+            except SerializerRefused as exc:
+                raise UnsafeResultError(
+                    f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
+            return True, decode_result(job["result"], decoder)
+        if job["status"] == "dead":
+            raise JobFailed(self.id, job["last_error"] or "dead")
+        return False, job["status"]
+
+    def _still(self, status: str, timeout: float | None) -> TimeoutError:
+        return TimeoutError(f"job {self.id} is still {status} after {timeout} s")
 
     def _store(self) -> Any:
         if self.store is not None:

@@ -209,6 +209,17 @@ class Job(Generic[P, R]):
         """Queue a call with these arguments on the default store (``connect()``)."""
         return self.enqueue_with(args=args, kwargs=kwargs)
 
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle:
+        """``enqueue`` for async code: the write runs in a worker thread, so the event
+        loop keeps running while it waits (R49)."""
+        return await self.aenqueue_with(args=args, kwargs=kwargs)
+
+    async def aenqueue_with(self, **options: Any) -> Handle:
+        """``enqueue_with(**options)`` for async code, off the event loop (R49); the
+        same checks and errors, and no ``connection=``."""
+        from jobpool.store.async_enqueue import off_loop
+        return await off_loop(self.enqueue_with, **options)
+
     def enqueue_with(self, *, args: tuple | list = (), kwargs: dict | None = None,
                      key: str | None = None, delay: float | timedelta | None = None,
                      priority: int | None = None, deadline: datetime | float | None = None,

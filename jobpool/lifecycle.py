@@ -403,7 +403,7 @@ RETRY_DEAD = Transition("retry_dead", DEAD, READY, _LEASE_BACK + (
 RELEASE_IN_DOUBT = Transition("release_in_doubt", RUNNING, READY, _LEASE_BACK + (
     ("attempts", Shifted("attempts", -1)), ("started_at", None)))
 
-#: R48: ``run_now``: a job waiting for its time (scheduled, or a retry's backoff) is due
+#: R51: ``run_now``: a job waiting for its time (scheduled, or a retry's backoff) is due
 #: now, keeping its attempts; in line from now, or from its earlier place (a deferred
 #: job's, R17), whichever is first.
 RUN_NOW = Transition("run_now", READY, READY, (

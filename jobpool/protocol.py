@@ -4,7 +4,7 @@ Both ends are this package's own code in processes forked from one parent, so
 messages are ``marshal``-encoded tuples: fast, compact, and no pickling of what
 is already bytes. The store payload travels as the bytes it was stored as.
 
-supervisor -> child:  ``(job_id, attempt, name, payload, serializer)``: run this
+supervisor -> child:  ``(job_id, attempt, name, payload, serializer, queue)``: run this
                       ``(REPLY, job_id, attempt, seq, answer, error_kind, error)``: the
                       answer to the running job's request ``seq``
                       ``(INTERRUPT, job_id, attempt, reason)``: stop at the next save point
@@ -19,6 +19,8 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                       ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to the job's batch (R34)
                       ``(SAVE_STATE, job_id, attempt, seq, state)``: store its state (R37)
                       ``(READ_STATE, job_id, attempt, seq)``: the state it resumes from
+                      ``(READ_BATCH, job_id, attempt, seq)``: the id of its batch, or None
+                      (``jobpool.current_job()``, R48)
 
 The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
 id (a job), so a child tells them apart; one waiting for a job drops the others (an
@@ -34,8 +36,9 @@ PROGRESS = 1
 BATCH_ADD = 2
 SAVE_STATE = 4
 READ_STATE = 5
+READ_BATCH = 6
 #: The tags of a child's requests.
-REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE)
+REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE, READ_BATCH)
 
 REPLY = "reply"
 INTERRUPT = "interrupt"
@@ -49,8 +52,9 @@ dumps = marshal.dumps
 loads = marshal.loads
 
 
-def job_message(job_id: int, attempt: int, name: str, payload: bytes, serializer: str) -> bytes:
-    return marshal.dumps((job_id, attempt, name, payload, serializer))
+def job_message(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
+                queue: str) -> bytes:
+    return marshal.dumps((job_id, attempt, name, payload, serializer, queue))
 
 
 def outcome_message(job_id: int, attempt: int, kind: int, error: str | None, delay: float | None,

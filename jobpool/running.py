@@ -1,5 +1,5 @@
-"""What a job can ask about its own attempt while it runs: report progress (R22),
-add to its own batch (R34), save and resume its state (R37).
+"""What a job can ask about its own attempt while it runs: which job it is (R48),
+report progress (R22), add to its own batch (R34), save and resume its state (R37).
 
 Light on purpose: ``import jobpool`` brings it in for ``jobpool.progress``, and a
 producer that only enqueues should not load the child's machinery or the cores.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobpool import protocol
 from jobpool.errors import EnqueueError, Interrupted, LeaseLostError, StoreError
@@ -36,13 +36,17 @@ ADDS_PER_REQUEST = 500
 class Attempt:
     """The attempt running in this child: where its reports and requests go."""
 
-    __slots__ = ("conn", "job_id", "attempt", "last_report", "adds", "seq", "interrupted",
-                 "told", "last_state")
+    __slots__ = ("conn", "job_id", "attempt", "name", "queue", "last_report", "adds", "seq",
+                 "interrupted", "told", "last_state", "batch")
 
-    def __init__(self, conn: Any, job_id: int, attempt: int) -> None:
+    def __init__(self, conn: Any, job_id: int, attempt: int, name: str | None = None,
+                 queue: str | None = None) -> None:
         self.conn = conn            # the child's end of its pipe
         self.job_id = job_id
         self.attempt = attempt
+        self.name = name            # the job's registered name (R48: log context)
+        self.queue = queue          # the queue it was claimed from
+        self.batch: Any = _UNREAD   # its batch id, asked of the pool on first use (R48)
         self.last_report = 0.0      # monotonic time of the last report sent
         self.adds = 0               # jobs this attempt added to its batch so far (R34)
         self.seq = 0                # requests made so far; a reply names the one it answers
@@ -95,6 +99,35 @@ class Attempt:
 
 #: Set by the child while a job runs.
 current: Attempt | None = None
+
+#: ``Attempt.batch`` before anyone asked for it.
+_UNREAD = object()
+
+
+class CurrentJob(NamedTuple):
+    """The job running now, as ``jobpool.current_job()`` tells it (R48)."""
+
+    id: int
+    name: str
+    attempt: int
+    queue: str
+    #: The id of the batch it is a member of (R34), or None.
+    batch: int | None
+
+
+def current_job() -> CurrentJob | None:
+    """The job this code runs in (its id, name, attempt, queue and batch), or None
+    outside a job run by a pool or by ``jobpool.testing.drain`` (R48).
+
+    The batch is asked of the pool once per attempt, on the first call (a round
+    trip over the child's pipe); the rest the child was given with the job."""
+    attempt = current
+    if attempt is None:
+        return None
+    if attempt.batch is _UNREAD:
+        attempt.batch = attempt.request(protocol.READ_BATCH)
+    return CurrentJob(attempt.job_id, attempt.name or "", attempt.attempt, attempt.queue or "",
+                      attempt.batch)
 
 
 def progress(percent: float, stage: str | None = None) -> None:

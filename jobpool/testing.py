@@ -257,7 +257,8 @@ class _Drain:
         """Run one claimed job here, as a pool's child would, and say how it ended."""
         cpu_before = time.process_time()
         previous = running.current
-        running.current = running.Attempt(self.progress, job.job_id, job.attempt)
+        running.current = running.Attempt(self.progress, job.job_id, job.attempt, job.name,
+                                          job.queue)
         try:
             kind, error, delay, result = self._body(job)
         finally:

@@ -198,6 +198,29 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
         time.sleep(interval)
 
 
+class LoopTicks:
+    """An asyncio task that counts 10 ms sleeps of the running loop: a loop blocked
+    by a call (a sync wait for a lock, say) stops counting. ``async with`` it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task = None
+
+    async def _tick(self) -> None:
+        import asyncio
+        while True:
+            self.count += 1
+            await asyncio.sleep(0.01)
+
+    async def __aenter__(self) -> "LoopTicks":
+        import asyncio
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._task.cancel()
+
+
 # -- PostgreSQL -------------------------------------------------------------------------
 
 PG_URL = os.environ.get("JOBPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")

@@ -1,4 +1,4 @@
-"""R48: run now. A job waiting for its time (scheduled, or out a retry's backoff)
+"""R51: run now. A job waiting for its time (scheduled, or out a retry's backoff)
 becomes claimable at once, keeping its attempts and its place rules (R7); a running,
 done or dead job is refused naming its status. Through the store on both stores, the
 CLI, and a real pool."""

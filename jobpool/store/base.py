@@ -116,6 +116,19 @@ class Store(Protocol):
         ``batch``: they all join that unfinished batch (R34; not with ``keys``)."""
         ...
 
+    async def aenqueue(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``enqueue`` off the event loop, in a worker thread on its own connection
+        (R49: ``store.async_enqueue``); the same checks and errors."""
+        ...
+
+    async def aenqueue_with(self, name: str, **options: Any) -> Any:
+        """``enqueue_with`` off the event loop (R49); ``connection=`` is refused."""
+        ...
+
+    async def aenqueue_many(self, name: str, items: Any, **options: Any) -> Any:
+        """``enqueue_many`` off the event loop (R49); all or nothing (R4)."""
+        ...
+
     # -- batches (R34) -------------------------------------------------------------------
 
     @property
@@ -233,7 +246,7 @@ class Store(Protocol):
         ...
 
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
-        """R48: each waiting job of ``ids`` (scheduled, or out a retry's backoff) is due
+        """R51: each waiting job of ``ids`` (scheduled, or out a retry's backoff) is due
         now, keeping its attempts and its place rules (R7). Answers id -> ``due now``,
         ``due already`` (ready and due), ``not found``, or the status that refused it
         (``running``, ``done``, ``dead``)."""
@@ -241,7 +254,7 @@ class Store(Protocol):
 
     def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
                          now: float | None = None) -> int:
-        """R48: every waiting job (of ``name``, in ``queue``, when given) due now; how
+        """R51: every waiting job (of ``name``, in ``queue``, when given) due now; how
         many were moved."""
         ...
 

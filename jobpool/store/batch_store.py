@@ -129,6 +129,15 @@ class StoreBatches:
             counts[status] = counts.get(status, 0) + count
         return counts
 
+    def of_member(self, owner: str, job_id: int, attempt: int) -> int | None:
+        """The id of the batch a running job is a member of, or None (R48), read
+        fenced by its lease (``LeaseLostError`` when it is gone)."""
+        found = self.store.read_rows(f"reading the batch of job {job_id}", self.sql.MEMBER_BATCH,
+                                     {"id": job_id, "owner": owner, "attempt": attempt})
+        if not found:
+            raise LeaseLostError(f"job {job_id} (attempt {attempt}) no longer holds its lease")
+        return found[0][0]
+
     def add_from_member(self, owner: str, job_id: int, attempt: int, first_position: int,
                         jobs: Sequence[NewJob]) -> List[tuple[int, bool]]:
         """A running member's adds to its own batch, fenced by its lease (R8). Each

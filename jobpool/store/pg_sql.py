@@ -974,7 +974,7 @@ WITH moved AS (DELETE FROM jobs WHERE id = %(id)s AND status = 'ready' RETURNING
 REQUEST_CANCEL = """
 UPDATE jobs SET cancel_requested = 1 WHERE id = %(id)s AND status = 'running' RETURNING id
 """
-#: R48: waiting jobs due now, by id or by filter (see ``sql.RUN_NOW``).
+#: R51: waiting jobs due now, by id or by filter (see ``sql.RUN_NOW``).
 RUN_NOW = f"""
 UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}
  WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > %(now)s

@@ -25,6 +25,7 @@ from jobpool.errors import (EnqueueError, JobNotFound, ReadOnlyStoreError,
                             StoreError)
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
+from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
@@ -43,7 +44,7 @@ except ImportError:  # pragma: no cover - exercised by the one-line error below
 
 log = logging.getLogger(__name__)
 
-class PostgresStore:
+class PostgresStore(AsyncEnqueue):
     """Where jobs live when many hosts share them (see the module docstring)."""
 
     def __init__(self, url: str, *, create: bool = True, max_payload: int = MAX_PAYLOAD_BYTES,
@@ -482,13 +483,13 @@ class PostgresStore:
         return self.transaction(f"cancelling job {job_id}", cancel)
 
     def _made_due(self, conn: Any, moved: list) -> set[int]:
-        """R48: wake the pools of the queues whose jobs a run-now moved (R11)."""
+        """R51: wake the pools of the queues whose jobs a run-now moved (R11)."""
         for queue in {queue for _job_id, queue in moved}:
             self.notify_ready(conn, queue)
         return {job_id for job_id, _queue in moved}
 
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
-        """R48 (see ``Store.run_now``); ``now`` is the server's unless given."""
+        """R51 (see ``Store.run_now``); ``now`` is the server's unless given."""
         ids = rows.job_ids(ids, "run_now")
 
         def run_now(conn: Any) -> dict[int, str]:
@@ -500,7 +501,7 @@ class PostgresStore:
 
     def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
                          now: float | None = None) -> int:
-        """R48 (see ``Store.run_now_matching``)."""
+        """R51 (see ``Store.run_now_matching``)."""
         queue = None if queue is None else rows.queue_name(queue)
 
         def run_now(conn: Any) -> int:

@@ -385,7 +385,7 @@ def attempt_params(lease: Lease, outcome: Outcome, owner: str, now: float,
             "cpu_s": outcome.cpu_s, "strays": outcome.strays}
 
 
-#: R48: what ``run_now`` answers for an id: it was waiting and is due now, or it was
+#: R51: what ``run_now`` answers for an id: it was waiting and is due now, or it was
 #: due already; any other answer is the status that refused it, or ``not found``.
 MADE_DUE, DUE_ALREADY, NOT_FOUND = "due now", "due already", "not found"
 
@@ -405,7 +405,7 @@ def job_ids(ids: Any, what: str) -> list[int]:
 
 
 def run_now_answers(ids: list[int], made_due: set[int], statuses: dict[int, str]) -> dict[int, str]:
-    """R48: each id's answer, from the ids the statement moved and the statuses of the
+    """R51: each id's answer, from the ids the statement moved and the statuses of the
     rest (read in the same transaction)."""
     answers = {}
     for job_id in ids:

@@ -661,7 +661,7 @@ UPDATE jobs SET {assignments(lifecycle.CANCEL_READY, DIALECT)} WHERE id = :id AN
 """
 REQUEST_CANCEL = "UPDATE jobs SET cancel_requested = 1 WHERE id = :id AND status = 'running'"
 
-#: R48: waiting jobs (scheduled, or out a retry's backoff) due now, by id or by filter;
+#: R51: waiting jobs (scheduled, or out a retry's backoff) due now, by id or by filter;
 #: the answers for the ids it did not move come from ``STATUSES_OF``.
 RUN_NOW = f"""
 UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}

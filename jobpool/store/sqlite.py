@@ -22,6 +22,7 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import file_identity, job_states, migrations, retention, row_codec, rows, sql
+from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
@@ -115,7 +116,7 @@ def quick_check(conn: sqlite3.Connection, path: str) -> None:
         raise CorruptStoreError(f"{path} is corrupt: {problems[0] if problems else rows[0]}{more}")
 
 
-class SQLiteStore:
+class SQLiteStore(AsyncEnqueue):
     """A connection to one store file. Safe to use from a forked child (it reopens)."""
 
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
@@ -634,7 +635,7 @@ class SQLiteStore:
         return self.transaction(f"cancelling job {job_id}", cancel)
 
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
-        """R48 (see ``Store.run_now``)."""
+        """R51 (see ``Store.run_now``)."""
         ids = rows.job_ids(ids, "run_now")
         params = {"ids": json.dumps(ids), "now": time.time() if now is None else now}
 
@@ -648,7 +649,7 @@ class SQLiteStore:
 
     def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
                          now: float | None = None) -> int:
-        """R48 (see ``Store.run_now_matching``)."""
+        """R51 (see ``Store.run_now_matching``)."""
         params = {"name": name, "queue": None if queue is None else rows.queue_name(queue),
                   "now": time.time() if now is None else now}
         moved = self.transaction("making jobs due now", lambda conn: len(

@@ -2,7 +2,7 @@
 ``lifecycle``'s table, and applying it to a real row in each store (and, on PostgreSQL,
 in its one-attempt and several-attempt forms) changes exactly the fields the table
 says, to the values it says, and nothing else. R8, R12-R18, R23-R26, R31, R32, R37,
-R44, R48.
+R44, R51.
 """
 from __future__ import annotations
 
