@@ -46,6 +46,11 @@ KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
               "interrupted")
 
 
+#: Outcomes that are not failures: success, and the steering outcomes a job or an
+#: operator chose (Defer, Reschedule, a graceful stop's release).
+QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released", "interrupted")
+
+
 class Policy(NamedTuple):
     """A job name's policy, as its ``@job`` declared it (or the defaults).
 

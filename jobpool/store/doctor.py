@@ -16,8 +16,7 @@ import sqlite_utils
 
 from jobpool.errors import JobpoolError
 from jobpool.store import row_codec, sql
-from jobpool.store.factory import connect
-from jobpool.store.sqlite import check_header
+from jobpool.store.sqlite import SQLiteStore, check_header
 from jobpool.store.urls import check_store_name, is_postgres_url
 
 #: Rows copied per insert into the new store.
@@ -109,7 +108,7 @@ def salvage(path: str, new_path: str) -> Report:
         raise JobpoolError(f"{new_path} exists; salvage writes only to a new file")
     report = Report(path)
     source = _read_only(path)
-    target_store = connect(new_path)  # creates the schema
+    target_store = SQLiteStore(new_path)  # creates the schema
     target_store.close()
     target = sqlite_utils.Database(new_path)
     try:

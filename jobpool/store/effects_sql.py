@@ -25,6 +25,11 @@ class Dialect(NamedTuple):
     least: str = "min"                 # the two-argument minimum: SQLite min, PostgreSQL LEAST
 
 
+def quote_literal(text: str) -> str:
+    """Quote ``text`` as an SQL string literal (job names are validated printable)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def literal(value: object) -> str:
     """A constant of the effects table as SQL."""
     if value is None:
@@ -32,7 +37,7 @@ def literal(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError(f"no SQL literal for {value!r}")
     if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
+        return quote_literal(value)
     return repr(value)
 
 

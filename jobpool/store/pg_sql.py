@@ -19,10 +19,9 @@ from __future__ import annotations
 from jobpool import lifecycle
 from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
-from jobpool.store.effects_sql import Dialect, assignments, select_list
+from jobpool.lifecycle import QUIET_OUTCOMES  # what the dashboard counts as no failure
+from jobpool.store.effects_sql import Dialect, assignments, quote_literal, select_list
 from jobpool.store.row_codec import CHAIN_STOPPED
-from jobpool.store.sql import QUIET_OUTCOMES  # what the dashboard counts as no failure
-from jobpool.store.sql import quote_literal
 
 #: How a statement here names what ``lifecycle``'s transitions use: a given value is
 #: a named parameter, the row's column its bare name.

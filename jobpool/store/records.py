@@ -10,6 +10,11 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+#: R32: dead rows kept, newest first (each store's sweep; the CLI's default).
+DEAD_LETTER_LIMIT = 10_000
+#: R32: how long done rows (and their results) are kept, seconds.
+RESULT_TTL = 24 * 3600.0
+
 
 class ProgressReport(NamedTuple):
     """R22: how far one running attempt is; written fenced like a settle, so a

@@ -12,11 +12,8 @@ from typing import Any, Callable, Iterable, List, Protocol  # List: a method her
 
 from jobpool.errors import JobNotFound
 from jobpool.store import sql
+from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL
 
-#: R32: dead rows kept, newest first.
-DEAD_LETTER_LIMIT = 10_000
-#: R32: how long done rows (and their results) are kept, seconds.
-RESULT_TTL = 24 * 3600.0
 #: Rows deleted per transaction.
 BATCH = 500
 

@@ -7,7 +7,8 @@ import json
 
 from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
-from jobpool.store.effects_sql import Dialect, assignments
+from jobpool.lifecycle import QUIET_OUTCOMES
+from jobpool.store.effects_sql import Dialect, assignments, quote_literal
 
 #: How a statement here names what ``lifecycle``'s transitions use: a given value
 #: is a named parameter, the row's column its bare name.
@@ -497,11 +498,6 @@ RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
 """
 
 
-def quote_literal(text: str) -> str:
-    """Quote ``text`` as an SQL string literal (job names are validated printable)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def per_name_case(policies: dict, field: str, fallback) -> str:
     """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one ``Policy`` field."""
     if not policies:
@@ -902,9 +898,6 @@ COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
 #: store whose last failure is a million attempts ago costs no scan to say so.
 FAILURE_WINDOW = 10_000
 
-#: Outcomes that are not failures: success, and the steering outcomes a job or an
-#: operator chose (Defer, Reschedule, a graceful stop's release).
-QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released", "interrupted")
 
 #: R29: per-queue counts of the live statuses. Ready rows are counted from the
 #: claim-order index alone (it carries ``run_at``, so due and scheduled split
