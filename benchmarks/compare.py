@@ -380,7 +380,7 @@ def postgres_execute(url: str, statement) -> list:
         import psycopg
 
         from jobpool.errors import StoreError
-        from jobpool.store.pg_connection import parse_url, redact
+        from jobpool.store.postgres.connection import parse_url, redact
     except ImportError as exc:
         raise BenchError(f"--db needs psycopg in {sys.executable}: {exc}") from None
     try:

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 import jobpool  # noqa: E402
-from jobpool.store.pg_connection import parse_url  # noqa: E402
+from jobpool.store.postgres.connection import parse_url  # noqa: E402
 
 sys.path.insert(0, str(BENCH))
 from compare import drop_schema, with_schema  # noqa: E402

@@ -34,8 +34,9 @@ import psycopg  # noqa: E402
 
 import jobpool  # noqa: E402
 from jobpool.lifecycle import DEFAULT_POLICY, LEASE_SLACK  # noqa: E402
-from jobpool.store import pg_doctor, pg_sql  # noqa: E402
-from jobpool.store.pg_connection import parse_url  # noqa: E402
+from jobpool.store.postgres import doctor as pg_doctor  # noqa: E402
+from jobpool.store.postgres import statements as pg_sql  # noqa: E402
+from jobpool.store.postgres.connection import parse_url  # noqa: E402
 
 sys.path.insert(0, str(BENCH))
 from compare import drop_schema, with_schema  # noqa: E402

@@ -9,7 +9,7 @@ two copies of SQLite's POSIX lock tables), prepares each statement once, binds
 parameters by name and steps without the GIL, since a step may sleep in the busy
 handler.
 
-Every SQL text comes from ``jobpool.store.sql``. SQLite failures are raised as
+Every SQL text comes from ``jobpool.store.sqlite.statements``. SQLite failures are raised as
 the same ``sqlite3.Error`` subclasses Python's module raises (with
 ``sqlite_errorcode``/``sqlite_errorname``) and surface, as in the twin, as
 ``StoreError("<what> failed: <sqlite message>")`` chained to that error.
@@ -46,7 +46,8 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                decide, with_reason)  # the core's API
 from jobpool.limits import charge, plan_claim, sooner
 from jobpool.queueplan import claim_in_shares
-from jobpool.store import row_codec, sql
+from jobpool.store import row_codec
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.limit_claim import SqlLimitedSource, sqlite_limited_claim
 
 
@@ -248,7 +249,7 @@ _SETTLE_STATEMENTS = {"done": S_DONE, "retry": S_RETRY, "dead": S_DEAD, "defer":
                       "reschedule": S_RESCHEDULE, "release": S_RELEASE, "requeue": S_REQUEUE,
                       "interrupt": S_INTERRUPT}
 if _SETTLE_STATEMENTS.keys() != sql.SETTLE.keys():
-    raise ImportError("jobpool._core's settle statements differ from jobpool.store.sql.SETTLE")
+    raise ImportError("jobpool._core's settle statements differ from jobpool.store.sqlite.statements.SETTLE")
 
 
 # -- slots (R6, R20) -----------------------------------------------------------------

@@ -25,7 +25,8 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEADLINE_PASSED, DEFAULT_POLICY, D
                                decide, with_reason)
 from jobpool.limits import charge, plan_claim, sooner
 from jobpool.queueplan import claim_in_shares
-from jobpool.store import row_codec, rows, sql
+from jobpool.store import row_codec, rows
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_limited_claim
 
 #: The API the compiled core mirrors name for name (tests/test_core.py).

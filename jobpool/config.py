@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from jobpool import bounds, liveness
 from jobpool.errors import JobpoolError
 from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL  # noqa: F401 - the CLI's defaults
-from jobpool.store.sqlite_options import DEFAULT_MODE
+from jobpool.store.sqlite.options import DEFAULT_MODE
 
 #: R11: fallback poll interval when no wake-up arrives, seconds.
 POLL_INTERVAL = float(os.environ.get("JOBPOOL_POLL_INTERVAL", "1.0"))

@@ -6,7 +6,7 @@ a reason, a budget check or a backoff. A decision says which state the row moves
 to, the reason to store, and the delay before it may run again, *relative* to
 "now": each store adds it on its own clock (a PostgreSQL store will take the
 server's). What the store does with a decision is its own business: SQLite runs
-one fenced UPDATE per decision (``store/sql.py``, ``Decision.statement`` names it).
+one fenced UPDATE per decision (``store/sqlite/statements.py``, ``Decision.statement`` names it).
 
 Where a retry's delay comes from: ``decide`` -> ``backoff``, unless the job
 raised ``Retry(after=...)``.

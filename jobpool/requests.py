@@ -14,8 +14,6 @@ from typing import Any
 from jobpool import protocol
 from jobpool.errors import EnqueueError, LeaseLostError, StoreError
 from jobpool.store import rows
-
-
 def answer(store: Any, owner: str, request: tuple) -> tuple[int, int, int, Any, str | None,
                                                             str | None]:
     """``(job_id, attempt, seq, answer, error_kind, error)`` for one request tuple."""

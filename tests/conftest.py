@@ -16,8 +16,7 @@ import pytest
 
 import jobpool
 from jobpool import _core_py
-from jobpool.store import sql
-
+from jobpool.store.sqlite import statements as sql
 ROOT = Path(__file__).resolve().parent.parent
 
 

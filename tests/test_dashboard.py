@@ -19,8 +19,7 @@ from jobpool.dashboard import plain_lines, render, run_top
 from jobpool.errors import StoreError
 from jobpool.snapshot import (BatchView, DrainView, FailureView, PoolView, QueueView,
                               SlotView, Snapshot, read_snapshot)
-from jobpool.store import sql
-
+from jobpool.store.sqlite import statements as sql
 NOW = 1_700_000_000.0
 
 

@@ -151,7 +151,7 @@ def _caller_connection(store_url):
     """A connection of the application's own, for ``enqueue_with(connection=...)``."""
     if store_url.startswith("postgresql"):
         import psycopg
-        from jobpool.store.pg_connection import parse_url
+        from jobpool.store.postgres.connection import parse_url
         target = parse_url(store_url)
         conn = psycopg.connect(target.conninfo, autocommit=True)
         conn.execute(f"SET search_path TO {target.schema}")

@@ -153,7 +153,7 @@ def test_a_salvaged_store_keeps_its_limits_and_lanes(tmp_path):
 
     import jobpool
     from jobpool.limits import NameLimit
-    from jobpool.store.doctor import salvage
+    from jobpool.store.sqlite.doctor import salvage
     old = jobpool.connect(tmp_path / "old.db")
     old.limits.declare({"l.limited": NameLimit("l.limited", 1, None, 1, "customer")}, "test")
     for customer in ("a", "a", "b"):

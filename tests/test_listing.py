@@ -7,9 +7,9 @@ import itertools
 import time
 
 import jobpool
-from jobpool.store import sql
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.rows import LISTED_STATUSES
-from jobpool.store.sqlite import SQLiteStore
+from jobpool.store.sqlite.store import SQLiteStore
 
 
 def test_list_jobs_newest_first_by_queue_and_name_and_count_them(any_store):

@@ -13,8 +13,7 @@ import pytest
 
 import jobpool
 from jobpool.errors import NotAStoreError
-from jobpool.store import migrations
-
+from jobpool.store.sqlite import migrations
 from .conftest import ROOT, rows
 from .schemas import v1
 

@@ -230,7 +230,7 @@ def test_top_once_prints_one_frame_of_a_store(make_any_app):
 
 
 def test_the_retention_sweep_keeps_recent_done_rows_and_the_newest_dead(make_app):
-    from jobpool.store import retention
+    from jobpool.store.sqlite import retention
     app = make_app(APP)
     store = app.store()
     for n in range(6):

@@ -14,8 +14,7 @@ import pytest
 
 from jobpool import _core_py as P
 from jobpool.lifecycle import Outcome
-from jobpool.store import sql
-
+from jobpool.store.sqlite import statements as sql
 NAMES = ["alpha", "beta", "gamma"]
 QUEUES = ("a", "b")
 POLICIES = {"alpha": (0.5, 10.0, 2, 3, 20.0), "beta": (0.0, 5.0, 3, 4, 45.0)}

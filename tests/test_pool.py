@@ -436,7 +436,7 @@ def test_the_pool_keeps_the_wal_bounded(make_app):
     """R26a: the hot connection never checkpoints itself; the checkpointer thread does,
     and starts the file over past 64 MiB, so the WAL stays bounded under steady load
     instead of holding every page written since start (~30 KiB per job)."""
-    from jobpool.store.checkpoint import RESTART_BYTES
+    from jobpool.store.sqlite.checkpoint import RESTART_BYTES
     app = make_app(APP)
     jobs_ = 10_000
     app.store().enqueue_many("t.echo", [(i,) for i in range(jobs_)])

@@ -22,7 +22,8 @@ import pytest
 
 from jobpool import cli
 from jobpool.examples import demo
-from jobpool.store import pg_sql, sql
+from jobpool.store.postgres import statements as pg_sql
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.urls import check_store_name
 
 ROOT = Path(__file__).resolve().parent.parent

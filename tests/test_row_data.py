@@ -52,7 +52,7 @@ def rewrite(tag):
     db = os.environ["ROWDATA_DB"]
     if db.startswith("postgresql"):
         import psycopg
-        from jobpool.store.pg_connection import parse_url
+        from jobpool.store.postgres.connection import parse_url
         target = parse_url(db)
         with psycopg.connect(target.conninfo, autocommit=True) as conn:
             conn.execute(f"SET search_path TO {target.schema}")
@@ -75,7 +75,7 @@ def raw(store_url: str, statement: str, params: tuple = ()) -> None:
     if is_pg(store_url):
         import psycopg
 
-        from jobpool.store.pg_connection import parse_url
+        from jobpool.store.postgres.connection import parse_url
         target = parse_url(store_url)
         with psycopg.connect(target.conninfo, autocommit=True) as conn:
             conn.execute(f"SET search_path TO {target.schema}")

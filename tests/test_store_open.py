@@ -167,8 +167,7 @@ def test_a_new_store_gets_small_pages_and_an_older_store_keeps_its_own(make_app)
     """R26a: new stores use sql.PAGE_SIZE; a store made with SQLite's default 4 KiB
     pages (as earlier jobpool versions made them) opens, runs and keeps them. A pool
     that exits closes every connection, so no WAL is left beside either."""
-    from jobpool.store import sql
-
+    from jobpool.store.sqlite import statements as sql
     from .conftest import make_store
     app = make_app(APP)
     with jobpool.connect(app.db) as store:

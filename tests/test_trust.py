@@ -19,8 +19,7 @@ import pytest
 import jobpool
 from jobpool import jobs
 from jobpool.errors import UnsafeResultError
-from jobpool.store import sql
-
+from jobpool.store.sqlite import statements as sql
 from .conftest import ROOT, rows
 
 APP = """

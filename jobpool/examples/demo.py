@@ -30,7 +30,7 @@ from typing import NamedTuple, Sequence
 import jobpool
 from jobpool.errors import StoreError
 from jobpool.examples import imports
-from jobpool.store.sqlite import SQLiteStore
+from jobpool.store.sqlite.store import SQLiteStore
 
 #: How often the watcher reads the store's counts, seconds.
 REFRESH = 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from jobpool.store.sqlite_options import BUSY_TIMEOUT, DEFAULT_MODE
+from jobpool.store.sqlite.options import BUSY_TIMEOUT, DEFAULT_MODE
 from jobpool.store.urls import is_postgres_url, resolve_path
 
 
@@ -27,9 +27,9 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
     store is refused naming what upgrades it (R26a)."""
     path = resolve_path(db)
     if is_postgres_url(path):
-        from jobpool.store import postgres
+        from jobpool.store.postgres import store as postgres
         return postgres.connect(path, create=create, readonly=readonly)
-    from jobpool.store.sqlite import SQLiteStore
+    from jobpool.store.sqlite.store import SQLiteStore
     if readonly:
         create = False
     return SQLiteStore(path, durability=durability, create=create, check=check,

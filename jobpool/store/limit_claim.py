@@ -3,8 +3,8 @@ claim's own transaction.
 
 ``limits.plan_claim`` decides which rows a claim takes; this is what it reads
 and writes to decide. One class serves SQLite (both cores) and PostgreSQL: the
-statements have the same names and parameters in ``store/sql.py`` and
-``store/pg_sql.py``, and ``query(text, params)`` runs one on the claim's
+statements have the same names and parameters in ``store/sqlite/statements.py`` and
+``store/postgres/statements.py``, and ``query(text, params)`` runs one on the claim's
 connection. PostgreSQL's page locks each group's row (``FOR UPDATE SKIP LOCKED``:
 a group another host is claiming is skipped this turn, never waited for), and a
 queue's limit row is locked before its running jobs are counted; since the page
@@ -97,7 +97,7 @@ class LimitedClaim:
 def sqlite_limited_claim(plan: LimitPlan, names: Sequence[str], policies: dict,
                          default_policy: Any) -> LimitedClaim:
     """A SQLite core's limited claim for a pool serving ``names``."""
-    from jobpool.store import sql
+    from jobpool.store.sqlite import statements as sql
     unlimited = [n for n in names if n not in plan.names]
     claim_ids, probe = sql.limited_claim_sql(names, unlimited, policies, default_policy)
     return LimitedClaim(plan, claim_ids, probe)
@@ -122,7 +122,7 @@ def _returns_rows(text: str) -> bool:
 def pg_limited_claim(plan: LimitPlan, names: Sequence[str]) -> LimitedClaim:
     """A PostgreSQL claimer's limited claim for a pool serving ``names`` (its
     per-name defaults travel in the claim's parameters, as its ordinary claim's do)."""
-    from jobpool.store import pg_sql
+    from jobpool.store.postgres import statements as pg_sql
     unlimited = sorted({n for n in names if n not in plan.names})
     return LimitedClaim(plan, pg_sql.CLAIM_IDS, pg_sql.PROBE_UNLIMITED if unlimited else None,
                         {"unlimited": unlimited})

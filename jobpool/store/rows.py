@@ -18,7 +18,6 @@ from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import row_codec
-
 #: The statuses a row can have in any store.
 STATUSES = ("ready", "running", "done", "dead")
 #: What listings show and filter by: a ready row not yet due is "scheduled".

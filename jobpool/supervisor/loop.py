@@ -28,7 +28,7 @@ from jobpool.lifecycle import Settled, settled_as
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.factory import connect
-from jobpool.store.sqlite_options import CLAIM_BUSY_TIMEOUT
+from jobpool.store.sqlite.options import CLAIM_BUSY_TIMEOUT
 from jobpool.supervisor.operations import Operations
 from jobpool.supervisor.slots import Slots
 from jobpool.supervisor.state import Finished, PoolState

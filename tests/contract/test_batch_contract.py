@@ -13,7 +13,6 @@ from jobpool import Signature
 from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
 from jobpool.lifecycle import DONE, ERROR, FATAL, Outcome, Policy
 from jobpool.store import rows
-
 MEMBER, SUCCESS, COMPLETE = "c.job", "c.success", "c.complete"
 NAMES = (MEMBER, SUCCESS, COMPLETE)
 

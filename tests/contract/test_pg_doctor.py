@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import jobpool
-from jobpool.store import pg_sql
-
+from jobpool.store.postgres import statements as pg_sql
 from ..conftest import PG_URL, ROOT
 
 
@@ -20,7 +19,7 @@ def test_doctor_reports_a_healthy_store_and_names_a_transaction_holding_back_vac
         pg_url, monkeypatch):
     import psycopg
 
-    from jobpool.store import pg_doctor
+    from jobpool.store.postgres import doctor as pg_doctor
     store = jobpool.connect(pg_url)
     store.enqueue_many("c.job", [(i,) for i in range(3)])
     store.cancel(1)

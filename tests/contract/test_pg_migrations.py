@@ -10,9 +10,7 @@ import pytest
 
 import jobpool
 from jobpool.errors import NotAStoreError
-from jobpool.store import pg_sql
-
-
+from jobpool.store.postgres import statements as pg_sql
 def _meta(pg_url, *statements):
     schema = pg_url.rsplit("schema=", 1)[1]
     with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:

@@ -26,9 +26,9 @@ import pytest
 
 import jobpool
 from jobpool.lifecycle import DEFAULT_POLICY, LEASE_SLACK
-from jobpool.store import pg_sql
-from jobpool.store.pg_connection import CLAIMER_OPTIONS, open_connection, parse_url
-from jobpool.store.postgres import channel_name
+from jobpool.store.postgres import statements as pg_sql
+from jobpool.store.postgres.connection import CLAIMER_OPTIONS, open_connection, parse_url
+from jobpool.store.postgres.store import channel_name
 
 ROWS = 100_000
 #: The tables a hot statement must never read whole.

@@ -19,7 +19,7 @@ import pytest
 
 import jobpool
 from jobpool.config import PoolConfig
-from jobpool.store.pg_connection import open_connection
+from jobpool.store.postgres.connection import open_connection
 from jobpool.supervisor import Supervisor
 
 from ..conftest import PG_URL
@@ -55,7 +55,7 @@ def _drain_and_operate(url: str) -> None:
 
 def test_a_pool_runs_with_nothing_set_on_its_sessions(pg_url):
     url = pg_url + "&pooler=transaction"
-    from jobpool.store.pg_connection import parse_url
+    from jobpool.store.postgres.connection import parse_url
     conn = open_connection(parse_url(url))
     try:  # the session itself names no schema: every transaction has to
         assert "jp_test_" not in conn.execute("SHOW search_path").fetchone()[0]

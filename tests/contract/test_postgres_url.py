@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from jobpool.errors import StoreError
-from jobpool.store.pg_connection import parse_url, redact
+from jobpool.store.postgres.connection import parse_url, redact
 
 from ..conftest import ROOT
 
@@ -57,7 +57,7 @@ def test_the_cli_never_prints_the_password(pg_url):
 
 
 def test_two_schemas_in_one_database_have_their_own_wake_up_channel():
-    from jobpool.store.postgres import channel_name
+    from jobpool.store.postgres.store import channel_name
     a, b = channel_name("jobpool"), channel_name("x" * 63)
     assert a != b and len(a.encode()) <= 63 and len(b.encode()) <= 63
     assert channel_name("jobpool") == a  # the same on every host

@@ -12,7 +12,6 @@ import jobpool
 from jobpool.errors import EnqueueError, JobNotFound
 from jobpool.lifecycle import DONE, ERROR, Outcome, Policy
 from jobpool.store import Store
-
 NAMES = ("c.job", "c.next")
 
 
@@ -288,7 +287,7 @@ def _callers_connection(store_url):
 
         from psycopg.rows import dict_row
 
-        from jobpool.store.pg_connection import parse_url
+        from jobpool.store.postgres.connection import parse_url
         # Not autocommit (its own transaction), and rows as dicts, as many apps have them.
         return psycopg.connect(parse_url(store_url).conninfo, row_factory=dict_row)
     import sqlite3

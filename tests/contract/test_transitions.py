@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from jobpool import lifecycle
 from jobpool.lifecycle import (ClearedIf, Earliest, Given, OneMoreAttempt, Shifted)
-from jobpool.store import pg_sql, sql
-
+from jobpool.store.postgres import statements as pg_sql
+from jobpool.store.sqlite import statements as sql
 OWNER = "pool-t"
 #: What the statements are applied with: each given value is distinct, so a column
 #: written from the wrong one shows.

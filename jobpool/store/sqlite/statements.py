@@ -18,7 +18,7 @@ DIALECT = Dialect(given=lambda name: ":" + name, column=lambda column: column)
 _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
-#: The schema ``SCHEMA`` below creates; older stores are upgraded by store/migrations.py.
+#: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
 SCHEMA_VERSION = "6"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
@@ -27,7 +27,7 @@ SCHEMA_VERSION = "6"
 #: (BENCHMARKS.md). Rows and index entries are far smaller than a page.
 PAGE_SIZE = 1024
 
-# --- the WAL's size (R26a), in one place: store/checkpoint.py explains the policy ---
+# --- the WAL's size (R26a), in one place: store/sqlite/checkpoint.py explains the policy ---
 
 #: ``journal_size_limit`` of the supervisor's connections: what a WAL a burst grew
 #: is trimmed back to when it starts over.

@@ -1,7 +1,7 @@
 """Every SQL statement jobpool runs against PostgreSQL, named, with the rule it keeps.
 
-The PostgreSQL store (``store/postgres.py``) and its claimer (``store/pg_claimer.py``)
-read their statements from here, as the SQLite side reads ``store/sql.py``. The
+The PostgreSQL store (``store/postgres/store.py``) and its claimer (``store/postgres/claimer.py``)
+read their statements from here, as the SQLite side reads ``store/sqlite/statements.py``. The
 statements run with ``search_path`` set to the store's own schema, so no table
 name is qualified. Parameters are psycopg's named ``%(name)s`` placeholders.
 
@@ -261,7 +261,7 @@ CREATE TABLE IF NOT EXISTS jobpool_queues (
 
 # --- batches (R34) ---------------------------------------------------------------------------
 
-#: R34: one row per batch, as SQLite's ``jobpool_batches`` (``store/sql.py`` says what
+#: R34: one row per batch, as SQLite's ``jobpool_batches`` (``store/sqlite/statements.py`` says what
 #: each column holds); the counts are kept by the triggers below.
 CREATE_BATCHES = """
 CREATE TABLE IF NOT EXISTS jobpool_batches (
@@ -446,7 +446,7 @@ BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCH_SHARDS, CREATE_BATCHES_INDEX, CREAT
                 DROP_MEMBER_ENDED, CREATE_MEMBER_ENDED, CREATE_ENQUEUE_CALLBACK_FUNCTION,
                 CREATE_BATCH_FINISHED_FUNCTION, DROP_BATCH_FINISHED, CREATE_BATCH_FINISHED)
 
-#: R35/R36: the limits every pool obeys (see ``store/sql.py``, the same table).
+#: R35/R36: the limits every pool obeys (see ``store/sqlite/statements.py``, the same table).
 CREATE_LIMITS = """
 CREATE TABLE IF NOT EXISTS jobpool_limits (
     scope       text    NOT NULL CHECK (scope IN ('name', 'queue')),
@@ -471,7 +471,7 @@ CREATE TABLE IF NOT EXISTS jobpool_groups (
     PRIMARY KEY (name, grp)
 )
 """
-#: R35: the lanes a limited claim rotates through (see ``store/sql.py``). ``seq`` is
+#: R35: the lanes a limited claim rotates through (see ``store/sqlite/statements.py``). ``seq`` is
 #: raised by every write that (re)makes a lane, which also takes the lane row's lock,
 #: so a claim's drop of a lane it found empty (``seq`` unchanged) cannot lose a row
 #: written by a transaction it could not see.
@@ -1065,7 +1065,7 @@ RETURNING name
 
 # --- dead letters and retention (R32) ----------------------------------------------------------
 
-# --- batches (R34): the statements of store/sql.py, on the server's clock ---------------------
+# --- batches (R34): the statements of store/sqlite/statements.py, on the server's clock ---------------------
 
 _NOW = "extract(epoch FROM now())"
 _SERVER_CLOCK = DIALECT._replace(given=lambda name: _NOW if name == "now" else f"%({name})s")
@@ -1296,7 +1296,7 @@ SELECT queue, name, count(*) FROM jobs WHERE status = 'ready'
 
 
 # --- limits (R35, R36) ---------------------------------------------------------------------
-# The same statements as ``store/sql.py`` names, for ``store/limit_claim.py`` and
+# The same statements as ``store/sqlite/statements.py`` names, for ``store/limit_claim.py`` and
 # ``store/limit_store.py``; lists travel as arrays.
 
 

@@ -1,6 +1,6 @@
 """Dead letters on PostgreSQL (R32): list, retry, delete and purge, as ``store.dead``.
 
-The same operations and answers as SQLite's (``store/retention.py``); what
+The same operations and answers as SQLite's (``store/sqlite/retention.py``); what
 differs is where the rows are: dead rows live in ``finished_jobs``, and a retry
 moves one back to the hot table under its own id.
 """
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
 
-from jobpool.store import pg_sql
-
+from jobpool.store.postgres import statements as pg_sql
 if TYPE_CHECKING:
-    from jobpool.store.postgres import PostgresStore
+    from jobpool.store.postgres.store import PostgresStore
 
 try:
     import psycopg

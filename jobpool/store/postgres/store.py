@@ -4,8 +4,8 @@
 schema of its own (``jobpool``, or ``?schema=NAME`` in the URL), creates and
 upgrades them itself under an advisory lock, and takes every time it writes from
 the server's clock (R7a), so hosts whose clocks disagree still agree on run_at,
-leases and deadlines. Every statement is in ``store/pg_sql.py``; the supervisor's
-hot path is ``store/pg_claimer.py``.
+leases and deadlines. Every statement is in ``store/postgres/statements.py``; the supervisor's
+hot path is ``store/postgres/claimer.py``.
 
 Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
 ``postgresql://`` URL is opened, so the SQLite default never loads it.
@@ -29,9 +29,10 @@ from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
-from jobpool.store.pg_connection import (Target, close_quietly, ensure_schema, first_line,
+from jobpool.store.postgres.connection import (Target, close_quietly, ensure_schema, first_line,
                                          open_connection, parse_url, scope)
-from jobpool.store import job_states, pg_sql, row_codec, rows
+from jobpool.store import job_states, row_codec, rows
+from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 
@@ -374,7 +375,7 @@ class PostgresStore(AsyncEnqueue):
     @property
     def dead(self) -> Any:
         """Dead letters: list, retry, delete, purge (R32)."""
-        from jobpool.store.pg_retention import PgDeadLetters
+        from jobpool.store.postgres.retention import PgDeadLetters
         return PgDeadLetters(self)
 
     def attempts(self, job_id: int) -> list[dict[str, Any]]:
@@ -550,8 +551,8 @@ class PostgresStore(AsyncEnqueue):
 
     def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
                 policies: dict[str, lifecycle.Policy]) -> Any:
-        """The hot path over a connection of its own (``store/pg_claimer.py``)."""
-        from jobpool.store.pg_claimer import PgClaimer
+        """The hot path over a connection of its own (``store/postgres/claimer.py``)."""
+        from jobpool.store.postgres.claimer import PgClaimer
         return PgClaimer(self.target, owner, names, queues, policies)
 
     def check_writable(self) -> None:

@@ -2,7 +2,7 @@
 turn, on a connection of its own (the ``Claimer`` protocol, ``store/base.py``).
 
 It applies ``lifecycle.decide`` as the SQLite cores do; what differs is the SQL
-(``store/pg_sql.py``) and the clock: what it writes is dated by the server's time
+(``store/postgres/statements.py``) and the clock: what it writes is dated by the server's time
 (R7a), whatever ``now`` the supervisor passes: this host's monotonic clock plus
 its offset to the server's, measured over a round trip once a minute; a claim
 also takes the server's own statement time when that is later.
@@ -27,10 +27,11 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, 
                                decide)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, claim_in_shares
-from jobpool.store import pg_sql, row_codec, rows
+from jobpool.store import row_codec, rows
+from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
                                       rows_of)
-from jobpool.store.pg_connection import (CLAIMER_OPTIONS, Target, first_line,
+from jobpool.store.postgres.connection import (CLAIMER_OPTIONS, Target, first_line,
                                          open_connection, scope)
 
 log = logging.getLogger(__name__)

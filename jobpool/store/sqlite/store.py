@@ -21,17 +21,21 @@ from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotASt
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import file_identity, job_states, migrations, retention, row_codec, rows, sql
+from jobpool.store import job_states, row_codec, rows
+from jobpool.store.sqlite import file_identity
+from jobpool.store.sqlite import migrations
+from jobpool.store.sqlite import retention
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.batch_store import StoreBatches
-from jobpool.store.checkpoint import wal_settings
+from jobpool.store.sqlite.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
 from jobpool.store.limit_store import StoreLimits
-from jobpool.store.sqlite_options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
+from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
                                           validate_mode)
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
-from jobpool.wakeup import Notifier
+from jobpool.store.sqlite.wakeup import Notifier
 
 
 log = logging.getLogger(__name__)
@@ -448,7 +452,7 @@ class SQLiteStore(AsyncEnqueue):
         """Dead letters: list, retry, delete, purge (R32)."""
         return retention.DeadLetters(self)
 
-    # -- for the store's own modules (retention.py): SQL run on this store's connection ----
+    # -- for the store's own modules (its retention): SQL run on this store's connection ---
 
     # -- batches (R34) ----------------------------------------------------------------------
 
@@ -819,14 +823,14 @@ class SQLiteStore(AsyncEnqueue):
 
     def maintenance(self):
         """R26a: the WAL checkpointer, started; ``stop()`` it when the pool exits."""
-        from jobpool.store.checkpoint import Checkpointer
+        from jobpool.store.sqlite.checkpoint import Checkpointer
         checkpointer = Checkpointer(self.path)
         checkpointer.start()
         return checkpointer
 
     def listener(self):
         """R11: the wake-up socket an enqueue on this host writes to."""
-        from jobpool.wakeup import Listener
+        from jobpool.store.sqlite.wakeup import Listener
         return Listener(self.path)
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:

@@ -15,8 +15,9 @@ from pathlib import Path
 import sqlite_utils
 
 from jobpool.errors import JobpoolError
-from jobpool.store import row_codec, sql
-from jobpool.store.sqlite import SQLiteStore, check_header
+from jobpool.store import row_codec
+from jobpool.store.sqlite import statements as sql
+from jobpool.store.sqlite.store import SQLiteStore, check_header
 from jobpool.store.urls import check_store_name, is_postgres_url
 
 #: Rows copied per insert into the new store.

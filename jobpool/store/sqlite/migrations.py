@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from jobpool.errors import NotAStoreError
-from jobpool.store import sql
-
+from jobpool.store.sqlite import statements as sql
 log = logging.getLogger(__name__)
 
 #: Version -> the statements that upgrade the schema from the version before it.

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Iterable, List, Protocol  # List: a method here is named list
 
 from jobpool.errors import JobNotFound
-from jobpool.store import sql
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL
 
 #: Rows deleted per transaction.

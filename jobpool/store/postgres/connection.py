@@ -16,8 +16,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from jobpool.errors import NotAStoreError, StoreError
-from jobpool.store import pg_sql
-
+from jobpool.store.postgres import statements as pg_sql
 try:
     import psycopg
     from psycopg import sql as pgsql

@@ -29,8 +29,7 @@ import time
 
 from jobpool import proctree
 from jobpool.forked import Forked
-from jobpool.store import sql
-
+from jobpool.store.sqlite import statements as sql
 log = logging.getLogger(__name__)
 
 #: Seconds between checkpoints.

@@ -18,9 +18,10 @@ import uuid
 from typing import NamedTuple
 
 from jobpool.errors import StoreError
-from jobpool.store import pg_sql, row_codec
-from jobpool.store.pg_connection import Target, open_connection
-from jobpool.store.postgres import PostgresStore
+from jobpool.store import row_codec
+from jobpool.store.postgres import statements as pg_sql
+from jobpool.store.postgres.connection import Target, open_connection
+from jobpool.store.postgres.store import PostgresStore
 
 try:
     import psycopg
