@@ -14,8 +14,8 @@ import sys
 import traceback
 from typing import Any
 
-from jobpool import (core, coroutines, extensions, jobs, log_context, procinfo, proctree, protocol,
-                     running, terminal)
+from jobpool import (coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
+                     protocol, running, terminal)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
@@ -62,7 +62,7 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     cpu_before = _cpu_seconds()
     error: str | None
     if startup_error is not None:
-        kind, error, delay, result = core.ERROR, startup_error, None, None
+        kind, error, delay, result = lifecycle.ERROR, startup_error, None, None
     else:
         kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
     # R40: whatever the attempt started and left running ends with it, success included.
@@ -93,14 +93,14 @@ def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer
     a Ctrl-C (default: the job registered under ``name``)."""
     job = job or jobs.lookup(name)
     if job is None:
-        return core.FATAL, f"job {name!r} is not registered in this worker", None, None
+        return lifecycle.FATAL, f"job {name!r} is not registered in this worker", None, None
     try:
         # R39: the registered job, not the row, decides how far decoding may go.
         args, kwargs = decode_payload(payload, decoder_for(serializer, job.serializer))
     except SerializerRefused as exc:
-        return core.FATAL, str(exc), None, None
+        return lifecycle.FATAL, str(exc), None, None
     except Exception as exc:  # noqa: BLE001 - any decode failure is the payload's fault
-        return core.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
+        return lifecycle.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
     # R48: what the job logs, through the root's and jobpool's handlers, names it.
     with log_context.installed():
         return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)
@@ -118,14 +118,14 @@ def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwar
         try:
             middleware.before(info)
         except BaseException as exc:  # noqa: BLE001 - the user's hook: an error like any
-            return core.ERROR, _hook_error(middleware, "before", exc), None, None
+            return lifecycle.ERROR, _hook_error(middleware, "before", exc), None, None
     kind, error, delay, result, value, raised = _call(job, info.args, info.kwargs, soft_timeout)
-    outcome = extensions.AttemptResult(core.KIND_NAMES[kind], error, raised, value)
+    outcome = extensions.AttemptResult(lifecycle.KIND_NAMES[kind], error, raised, value)
     for middleware in reversed(stack):
         try:
             middleware.after(info, outcome)
         except BaseException as exc:  # noqa: BLE001
-            return core.ERROR, _hook_error(middleware, "after", exc), None, None
+            return lifecycle.ERROR, _hook_error(middleware, "after", exc), None, None
     return kind, error, delay, result
 
 
@@ -187,46 +187,46 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict, soft_limit: float | No
     ``TypeError`` raised inside the body stays an ordinary error, retried."""
     problem = job.arguments.problem(args, kwargs)
     if problem is not None:
-        return core.FATAL, job.arguments.refusal(job.name, problem), None, None, None, None
+        return lifecycle.FATAL, job.arguments.refusal(job.name, problem), None, None, None, None
     try:
         value = job.fn(*args, **kwargs)
         if job.is_coroutine:
             value = coroutines.run(value, soft_limit)
     except Retry as exc:
-        return core.RETRY, f"Retry: {exc.reason}", exc.after, None, None, exc
+        return lifecycle.RETRY, f"Retry: {exc.reason}", exc.after, None, None, exc
     except Fatal as exc:
-        return core.FATAL, f"Fatal: {exc.reason}", None, None, None, exc
+        return lifecycle.FATAL, f"Fatal: {exc.reason}", None, None, None, exc
     except Defer as exc:
-        return core.DEFER, f"Defer: {exc.reason}", exc.delay, None, None, exc
+        return lifecycle.DEFER, f"Defer: {exc.reason}", exc.delay, None, None, exc
     except Reschedule as exc:
-        return core.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None, None, exc
+        return lifecycle.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None, None, exc
     except Interrupted as exc:
         # R37: stopped at a save point; the pool decides what that means (it asked).
-        return core.INTERRUPTED, f"interrupted at a save point ({exc.reason})", None, None, \
+        return lifecycle.INTERRUPTED, f"interrupted at a save point ({exc.reason})", None, None, \
             None, exc
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are failures too
-        kind = core.FATAL if job.fatal and isinstance(exc, job.fatal) else core.ERROR
+        kind = lifecycle.FATAL if job.fatal and isinstance(exc, job.fatal) else lifecycle.ERROR
         return kind, _describe(exc), None, None, None, exc
     # An awaitable that nobody awaited: the body it stands for never ran, so the
     # attempt is not done. Dead at once (FATAL): every attempt would return one.
     # Only the type is looked at, and not for None or JSON's types: a plain job's
     # run stays as cheap as it was.
     if value is not None and type(value) not in _PLAIN_RESULTS and _awaitable(value):
-        return core.FATAL, coroutines.unawaited_error(job.name, value), None, None, value, None
+        return lifecycle.FATAL, coroutines.unawaited_error(job.name, value), None, None, value, None
     if not job.store_result:
-        return core.DONE, None, None, None, value, None
+        return lifecycle.DONE, None, None, None, value, None
     # The body has done its work: a result that cannot be stored is dead at once
     # (FATAL), never a retry that would run the body again. Checked here, before
     # anything crosses the pipe (R41: results are bounded like payloads).
     try:
         result = encode_result(value, job.serializer)
     except Exception as exc:  # noqa: BLE001 - whatever the encoder raises
-        return core.FATAL, f"result cannot be stored: {_safe_text(exc)}", None, None, value, None
+        return lifecycle.FATAL, f"result cannot be stored: {_safe_text(exc)}", None, None, value, None
     size = len(result.encode() if isinstance(result, str) else result)
     if size > MAX_PAYLOAD_BYTES:
-        return core.FATAL, (f"result cannot be stored: it is {size} bytes, over the "
+        return lifecycle.FATAL, (f"result cannot be stored: it is {size} bytes, over the "
                             f"{MAX_PAYLOAD_BYTES}-byte limit"), None, None, value, None
-    return core.DONE, None, None, result, value, None
+    return lifecycle.DONE, None, None, result, value, None
 
 
 def _safe_text(exc: BaseException) -> str:

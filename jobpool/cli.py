@@ -24,6 +24,7 @@ from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.store.urls import check_store_name, is_postgres_url
+from jobpool.store import factory
 from jobpool.store.factory import connect
 from jobpool.store.sqlite.options import DEFAULT_MODE, validate_mode
 from jobpool.store.urls import resolve_path
@@ -1248,12 +1249,12 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
             raise JobpoolError("--salvage copies what is readable from a damaged SQLite file; "
                                "a PostgreSQL database is backed up and restored with its own "
                                "tools (pg_dump)")
-        from jobpool.store.postgres import doctor as pg_doctor
+        pg_doctor = factory.doctor(path)
         pg_report = pg_doctor.check(path)
         print("\n".join(pg_doctor.describe(pg_report)),
               file=sys.stdout if pg_report.ok else sys.stderr)
         return 0 if pg_report.ok else 1
-    from jobpool.store.sqlite import doctor
+    doctor = factory.doctor(path)
     if args.salvage:
         report = doctor.salvage(path, args.salvage)
         print(f"copied {report.copied} jobs from {path} into {args.salvage}")

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from jobpool.errors import EnqueueError, JobFailed, UnsafeResultError
+from jobpool.errors import EnqueueError, JobFailed, JobpoolError, UnsafeResultError
 from jobpool.options import options_of
 
 if TYPE_CHECKING:  # ``import jobpool`` loads no store module
@@ -93,10 +93,14 @@ class Handle:
         return TimeoutError(f"job {self.id} is still {status} after {timeout} s")
 
     def _store(self) -> Any:
-        if self.store is not None:
-            return self.store
-        from jobpool.store.factory import default_store
-        return default_store()
+        """The store that made this handle. One made without (``Handle(42)``, or what a
+        running job's ``current_batch().add`` returns in its child, which opens no
+        store) asks none: guessing the default store would read another store's job
+        42 as readily as this one's."""
+        if self.store is None:
+            raise JobpoolError(f"this handle of job {self.id} has no store to ask: make it "
+                               f"with Handle({self.id}, store=jobpool.connect(...))")
+        return self.store
 
 
 class Handles(Sequence):

@@ -276,3 +276,17 @@ def test_importing_jobpool_to_enqueue_loads_neither_the_child_nor_a_core():
             "'multiprocess')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_handle_asks_the_store_that_made_it_and_one_without_says_so(sqlite_store):
+    # A handle never guesses the default store: job 1 of another store is not this one.
+    from jobpool import Handle
+    from jobpool.errors import JobpoolError
+    made = sqlite_store.enqueue("t.by_name", 1, 2)
+    assert made.status() == "ready"
+    assert Handle(made.id, store=sqlite_store).status() == "ready"
+    with pytest.raises(JobpoolError, match=rf"handle of job {made.id} has no store to ask: "
+                                           rf"make it with Handle\({made.id}, store="):
+        Handle(made.id).status()
+    with pytest.raises(JobpoolError, match="no store to ask"):
+        Handle(made.id).result(timeout=0)

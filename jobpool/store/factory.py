@@ -37,6 +37,16 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
                        allow_world_writable=allow_world_writable)
 
 
+def doctor(db: str) -> Any:
+    """The ``doctor`` module of the dialect ``db`` names (``check``; SQLite's also
+    ``salvage``), loaded only for that dialect."""
+    if is_postgres_url(db):
+        from jobpool.store.postgres import doctor as pg_doctor
+        return pg_doctor
+    from jobpool.store.sqlite import doctor as sqlite_doctor
+    return sqlite_doctor
+
+
 _default: dict[tuple[int, str], Any] = {}
 
 
