@@ -20,18 +20,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from jobpool import bounds, lifecycle, liveness
-from jobpool.errors import (EnqueueError, JobNotFound, ReadOnlyStoreError,
+from jobpool import lifecycle, liveness
+from jobpool.errors import (JobNotFound, ReadOnlyStoreError,
                             StoreError)
 from jobpool.handles import Handle, Handles
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store.async_enqueue import AsyncEnqueue
-from jobpool.store.batch_store import StoreBatches
+from jobpool.store.common import SharedStore
 from jobpool.store.connections import PerThread
-from jobpool.store.limit_store import StoreLimits
 from jobpool.store.postgres.connection import (Target, close_quietly, ensure_schema, first_line,
                                          open_connection, parse_url, scope)
-from jobpool.store import job_states, row_codec, rows
+from jobpool.store import row_codec, rows
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -45,8 +44,16 @@ except ImportError:  # pragma: no cover - exercised by the one-line error below
 
 log = logging.getLogger(__name__)
 
-class PostgresStore(AsyncEnqueue):
+class PostgresStore(SharedStore, AsyncEnqueue):
     """Where jobs live when many hosts share them (see the module docstring)."""
+
+    #: Every statement it runs (``SharedStore`` runs its share of them through it).
+    statements = pg_sql
+
+    @staticmethod
+    def list_param(values: list) -> list:
+        """A list as this dialect's statements take it: an array."""
+        return list(values)
 
     def __init__(self, url: str, *, create: bool = True, max_payload: int = MAX_PAYLOAD_BYTES,
                  readonly: bool = False) -> None:
@@ -88,12 +95,6 @@ class PostgresStore(AsyncEnqueue):
     def close(self) -> None:
         self._connections.close_all()
 
-    def __enter__(self) -> "PostgresStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def transaction(self, what: str, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)`` in one transaction; StoreError naming ``what`` on failure.
         A broken connection is dropped, so the next call reconnects (R26)."""
@@ -131,9 +132,6 @@ class PostgresStore(AsyncEnqueue):
         return conn.execute(pg_sql.SERVER_NOW).fetchone()[0]
 
     # -- enqueue (R1-R5) ---------------------------------------------------------------------
-
-    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Handle:
-        return self.enqueue_with(name, args=args, kwargs=kwargs)
 
     def enqueue_with(self, name: str, *, args: tuple | list = (), kwargs: dict | None = None,
                      key: str | None = None, delay: float | timedelta | None = None,
@@ -280,35 +278,7 @@ class PostgresStore(AsyncEnqueue):
 
     # -- batches (R34) -----------------------------------------------------------------------
 
-    @property
-    def limits(self) -> StoreLimits:
-        """R35/R36: the limits every pool obeys (``limit_store.StoreLimits``)."""
-        return StoreLimits(self, pg_sql)
-
-    @property
-    def batches(self) -> StoreBatches:
-        """R34: open, close, cancel and read batches (``batch_store.StoreBatches``)."""
-        return StoreBatches(self, pg_sql)
-
-    def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
-        """A new batch whose callbacks fire when its last member ends after
-        ``close()`` (see ``handles.Batch``)."""
-        return self.batches.open_batch(on_success, on_complete)
-
-    def batch_status(self, batch_id: int) -> Any:
-        """R34: the batch's counts and state, a ``BatchStatus``."""
-        return self.batches.status(batch_id)
-
     # -- checkpoints (R37) -----------------------------------------------------------------
-
-    def save_state(self, owner: str, job_id: int, attempt: int, state: str) -> bool:
-        return job_states.save_state(self, pg_sql, owner, job_id, attempt, state)
-
-    def read_state(self, owner: str, job_id: int, attempt: int) -> str | None:
-        return job_states.read_state(self, pg_sql, owner, job_id, attempt)
-
-    def reset_state(self, job_id: int) -> bool:
-        return job_states.reset_state(self, pg_sql, job_id)
 
     def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
                          jobs: list[rows.NewJob]) -> list[tuple[int, bool]]:
@@ -512,41 +482,6 @@ class PostgresStore(AsyncEnqueue):
                                                          params).fetchall()))
         return self.transaction("making jobs due now", run_now)
 
-    def _chosen_owners(self, owner: str | None, host: str | None) -> list[str]:
-        return [pool["owner"] for pool in liveness.chosen(self.pools(), owner=owner, host=host)]
-
-    def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
-        """R25 (see ``Store.request_stop``)."""
-        owners = self._chosen_owners(owner, host)
-        return self.transaction("requesting stop", lambda conn: conn.execute(
-            pg_sql.REQUEST_STOP, {"owners": owners}).rowcount)
-
-    def request_scale(self, procs: int, *, owner: str | None = None,
-                      host: str | None = None) -> int:
-        """R27 (see ``Store.request_scale``)."""
-        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
-            raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
-        if procs > bounds.INT32_MAX:
-            raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
-        owners = self._chosen_owners(owner, host)
-        return self.transaction("requesting scale", lambda conn: conn.execute(
-            pg_sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
-
-    def pause(self, queue: str) -> bool:
-        """R38 (see ``Store.pause``)."""
-        queue = rows.queue_name(queue)
-        return self.transaction("pausing a queue", lambda conn: conn.execute(
-            pg_sql.PAUSE_QUEUE, {"queue": queue}).rowcount == 1)
-
-    def resume(self, queue: str) -> bool:
-        """R38 (see ``Store.resume``)."""
-        queue = rows.queue_name(queue)
-        return self.transaction("resuming a queue", lambda conn: conn.execute(
-            pg_sql.RESUME_QUEUE, {"queue": queue}).rowcount == 1)
-
-    def paused_queues(self) -> list[str]:
-        return [row[0] for row in self.read("reading paused queues", pg_sql.PAUSED_QUEUES)]
-
     # -- a supervisor's side --------------------------------------------------------------------
 
     def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
@@ -603,17 +538,9 @@ class PostgresStore(AsyncEnqueue):
             _write_progress(conn, owner, progress)
         self.transaction("writing progress", write)
 
-    def forget_pool(self, owner: str) -> None:
-        self.transaction("removing a pool", lambda conn: conn.execute(
-            pg_sql.DELETE_POOL, {"owner": owner}))
-
     def pending_hooks(self, names: Iterable[str]) -> list[int]:
         return [r[0] for r in self.read("reading pending on_dead hooks", pg_sql.PENDING_HOOKS,
                                         {"names": list(names)})]
-
-    def take_hook(self, job_id: int) -> bool:
-        return self.transaction("taking an on_dead hook", lambda conn: conn.execute(
-            pg_sql.TAKE_HOOK, {"id": job_id}).fetchone() is not None)
 
     def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: the occurrence once across every host: the ``periodic`` row and the

@@ -678,7 +678,9 @@ SELECT id, attempts FROM jobs
 """
 
 #: R21: take an on_dead hook before running it, so two supervisors never both run it.
-TAKE_HOOK = "UPDATE jobs SET hook_done = 1 WHERE id = ? AND status = 'dead' AND hook_done = 0"
+TAKE_HOOK = """
+UPDATE jobs SET hook_done = 1 WHERE id = :id AND status = 'dead' AND hook_done = 0 RETURNING id
+"""
 #: R21: dead jobs whose hook a previous supervisor did not get to.
 PENDING_HOOKS = "SELECT id FROM jobs WHERE status = 'dead' AND hook_done = 0 AND name IN ({names})"
 
@@ -709,7 +711,7 @@ RETURNING stop_requested, desired_procs, started_at = :now
 #: The pool has read its stop / scale request: clear it so it is acted on once.
 ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = ?"
 ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = ?"
-DELETE_POOL = "DELETE FROM pools WHERE owner = ?"
+DELETE_POOL = "DELETE FROM pools WHERE owner = :owner"
 LIST_POOLS = """
 SELECT owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,
        stop_requested, desired_procs, names

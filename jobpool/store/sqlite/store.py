@@ -15,22 +15,21 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator
 
-from jobpool import bounds, fork_safety, lifecycle, liveness
+from jobpool import fork_safety, lifecycle, liveness
 from jobpool.handles import Handle, Handles
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store import job_states, row_codec, rows
+from jobpool.store import row_codec, rows
 from jobpool.store.sqlite import file_identity
 from jobpool.store.sqlite import migrations
 from jobpool.store.sqlite import retention
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.async_enqueue import AsyncEnqueue
-from jobpool.store.batch_store import StoreBatches
+from jobpool.store.common import SharedStore
 from jobpool.store.sqlite.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
-from jobpool.store.limit_store import StoreLimits
 from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
                                           validate_mode)
 from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
@@ -120,8 +119,16 @@ def quick_check(conn: sqlite3.Connection, path: str) -> None:
         raise CorruptStoreError(f"{path} is corrupt: {problems[0] if problems else rows[0]}{more}")
 
 
-class SQLiteStore(AsyncEnqueue):
+class SQLiteStore(SharedStore, AsyncEnqueue):
     """A connection to one store file. Safe to use from a forked child (it reopens)."""
+
+    #: Every statement it runs (``SharedStore`` runs its share of them through it).
+    statements = sql
+
+    @staticmethod
+    def list_param(values: list) -> str:
+        """A list as this dialect's statements take it: JSON text, read by json_each."""
+        return json.dumps(values)
 
     def __init__(self, path: str, *, durability: str | None = None, create: bool = True,
                  check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
@@ -233,17 +240,7 @@ class SQLiteStore(AsyncEnqueue):
             except sqlite3.Error:
                 continue  # busy or refused: another connection may manage
 
-    def __enter__(self) -> "SQLiteStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     # -- enqueue (R1-R5) ----------------------------------------------------------------
-
-    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Handle:
-        """Queue ``name(*args, **kwargs)`` with the job's registered (or default) options."""
-        return self.enqueue_with(name, args=args, kwargs=kwargs)
 
     def enqueue_with(self, name: str, *, args: tuple | list = (), kwargs: dict | None = None,
                      key: str | None = None, delay: float | timedelta | None = None,
@@ -456,36 +453,12 @@ class SQLiteStore(AsyncEnqueue):
 
     # -- batches (R34) ----------------------------------------------------------------------
 
-    @property
-    def limits(self) -> StoreLimits:
-        """R35/R36: the limits every pool obeys (``limit_store.StoreLimits``)."""
-        return StoreLimits(self, sql)
-
-    @property
-    def batches(self) -> StoreBatches:
-        """R34: open, close, cancel and read batches (``batch_store.StoreBatches``)."""
-        return StoreBatches(self, sql)
-
     def insert_job(self, conn: sqlite3.Connection, row: rows.NewJob) -> int:
         """Write one validated row in ``conn``'s transaction; its id (a batch
         member's add: it has no key, so it is never a duplicate)."""
         return self._insert(conn, row).id
 
-    def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
-        """A new batch whose callbacks (``job.s(...)``) fire when its last member ends
-        after ``close()`` (see ``handles.Batch``)."""
-        return self.batches.open_batch(on_success, on_complete)
-
     # -- checkpoints (R37) -----------------------------------------------------------------
-
-    def save_state(self, owner: str, job_id: int, attempt: int, state: str) -> bool:
-        return job_states.save_state(self, sql, owner, job_id, attempt, state)
-
-    def read_state(self, owner: str, job_id: int, attempt: int) -> str | None:
-        return job_states.read_state(self, sql, owner, job_id, attempt)
-
-    def reset_state(self, job_id: int) -> bool:
-        return job_states.reset_state(self, sql, job_id)
 
     def add_to_own_batch(self, owner: str, job_id: int, attempt: int, first_position: int,
                          jobs: list[rows.NewJob]) -> list[tuple[int, bool]]:
@@ -497,10 +470,6 @@ class SQLiteStore(AsyncEnqueue):
         if any(not duplicate for _id, duplicate in answers):
             self._notifier.notify()
         return answers
-
-    def batch_status(self, batch_id: int) -> Any:
-        """R34: the batch's counts and state, a ``BatchStatus``."""
-        return self.batches.status(batch_id)
 
     def select_jobs(self, query: str, params: Any) -> list[dict[str, Any]]:
         """Rows of ``jobs`` as dicts, as ``get`` returns them."""
@@ -802,11 +771,6 @@ class SQLiteStore(AsyncEnqueue):
         except sqlite3.Error as exc:
             raise StoreError(f"reading pending on_dead hooks failed: {exc}") from exc
 
-    def take_hook(self, job_id: int) -> bool:
-        """R21: mark a dead job's hook as taken; False if another pool took it first."""
-        return self.transaction("taking an on_dead hook",
-                           lambda conn: conn.execute(sql.TAKE_HOOK, (job_id,)).rowcount == 1)
-
     def claimer(self, owner: str, names, queues, policies):
         """The SQLite hot path (``jobpool.core``: compiled, or its pure twin) over a
         connection of its own, with a short busy timeout so a held lock becomes a
@@ -840,55 +804,6 @@ class SQLiteStore(AsyncEnqueue):
         # R35/R36: groups idle for a day (not jobs: not counted).
         self.transaction("sweeping limit groups", lambda conn: self.limits.purge_groups(conn, now))
         return removed + self.batches.purge(now - result_ttl)
-
-    def forget_pool(self, owner: str) -> None:
-        """Remove a pool's row: its own, as it stops, or a dead one's once its leases
-        were reclaimed (R24b)."""
-        self.transaction("removing a pool", lambda c: c.execute(sql.DELETE_POOL, (owner,)))
-
-    def _chosen_owners(self, owner: str | None, host: str | None) -> str:
-        return json.dumps([pool["owner"] for pool in
-                           liveness.chosen(self.pools(), owner=owner, host=host)])
-
-    def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
-        """R25: ask the running pools on this store (or the one ``owner``, or those on
-        ``host``) to stop gracefully; returns how many were asked."""
-        owners = self._chosen_owners(owner, host)
-        return self.transaction("requesting stop",
-                                lambda c: c.execute(sql.REQUEST_STOP, {"owners": owners}).rowcount)
-
-    def request_scale(self, procs: int, *, owner: str | None = None,
-                      host: str | None = None) -> int:
-        """R27: ask the running pools (or the chosen ones, as ``request_stop``) to run
-        ``procs`` children; returns how many were asked."""
-        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
-            raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
-        if procs > bounds.INT32_MAX:
-            # R41: each pool judges a request against its own bound; this only keeps
-            # the number storable (and a typo of ten digits out of the table).
-            raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
-        owners = self._chosen_owners(owner, host)
-        return self.transaction("requesting scale", lambda c: c.execute(
-            sql.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
-
-    def pause(self, queue: str) -> bool:
-        """R38: pause ``queue`` for every pool; False if it was paused already."""
-        queue = rows.queue_name(queue)
-        return self.transaction("pausing a queue", lambda c: c.execute(
-            sql.PAUSE_QUEUE, {"queue": queue, "now": time.time()}).rowcount == 1)
-
-    def resume(self, queue: str) -> bool:
-        """R38: resume ``queue``; False if it was not paused."""
-        queue = rows.queue_name(queue)
-        return self.transaction("resuming a queue", lambda c: c.execute(
-            sql.RESUME_QUEUE, {"queue": queue}).rowcount == 1)
-
-    def paused_queues(self) -> list[str]:
-        """R38: the paused queues, by name."""
-        try:
-            return [row[0] for row in self.conn.execute(sql.PAUSED_QUEUES)]
-        except sqlite3.Error as exc:
-            raise StoreError(f"reading paused queues failed: {exc}") from exc
 
     def check_writable(self) -> None:
         """Raise ReadOnlyStoreError if this process cannot write the store at all.

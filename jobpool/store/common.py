@@ -1,0 +1,129 @@
+"""What both dialects' stores do alike, written once: each store supplies its
+``statements`` (a module whose statements have the same names and parameters in both
+dialects), ``transaction(what, fn)``, ``read_rows(what, query, params)`` and
+``list_param`` (how a statement takes a list: JSON text on SQLite, an array on
+PostgreSQL); the rest of a store is what its dialect must do its own way.
+"""
+from __future__ import annotations
+
+import time
+from types import ModuleType
+from typing import Any, Callable
+
+from jobpool import bounds, liveness
+from jobpool.errors import EnqueueError
+from jobpool.handles import Handle
+from jobpool.store import job_states, rows
+from jobpool.store.batch_store import StoreBatches
+from jobpool.store.limit_store import StoreLimits
+
+
+class SharedStore:
+    """The ``Store`` protocol's methods that are the same in both dialects."""
+
+    statements: ModuleType
+
+    # What each store supplies.
+    transaction: Callable[[str, Callable[[Any], Any]], Any]
+    read_rows: Callable[..., list]
+    list_param: Callable[[list], Any]
+    close: Callable[[], None]
+    pools: Callable[..., list]
+    enqueue_with: Callable[..., Handle]
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Handle:
+        """Queue one job by name with these arguments (``enqueue_with`` for options)."""
+        return self.enqueue_with(name, args=args, kwargs=kwargs)
+
+    # -- batches and limits (R34, R35, R36) ------------------------------------------------------
+
+    @property
+    def batches(self) -> StoreBatches:
+        """R34: open, close, cancel and read batches (``batch_store.StoreBatches``)."""
+        return StoreBatches(self, self.statements)
+
+    @property
+    def limits(self) -> StoreLimits:
+        """R35/R36: the limits every pool obeys (``limit_store.StoreLimits``)."""
+        return StoreLimits(self, self.statements)
+
+    def batch(self, *, on_success: Any = None, on_complete: Any = None) -> Any:
+        """A new batch whose callbacks (``job.s(...)``) fire when its last member ends
+        after ``close()`` (see ``handles.Batch``)."""
+        return self.batches.open_batch(on_success, on_complete)
+
+    def batch_status(self, batch_id: int) -> Any:
+        """R34: the batch's counts and state, a ``BatchStatus``."""
+        return self.batches.status(batch_id)
+
+    # -- checkpoints (R37) ------------------------------------------------------------------------
+
+    def save_state(self, owner: str, job_id: int, attempt: int, state: str) -> bool:
+        return job_states.save_state(self, self.statements, owner, job_id, attempt, state)
+
+    def read_state(self, owner: str, job_id: int, attempt: int) -> str | None:
+        return job_states.read_state(self, self.statements, owner, job_id, attempt)
+
+    def reset_state(self, job_id: int) -> bool:
+        return job_states.reset_state(self, self.statements, job_id)
+
+    # -- operators (R21, R24b, R25, R27, R38) ---------------------------------------------------
+
+    def _chosen_owners(self, owner: str | None, host: str | None) -> Any:
+        return self.list_param([pool["owner"] for pool in liveness.chosen(
+            self.pools(), owner=owner, host=host)])
+
+    def request_stop(self, *, owner: str | None = None, host: str | None = None) -> int:
+        """R25: ask the running pools on this store (or the one ``owner``, or those on
+        ``host``) to stop gracefully; returns how many were asked."""
+        owners = self._chosen_owners(owner, host)
+        return self.transaction("requesting stop", lambda conn: conn.execute(
+            self.statements.REQUEST_STOP, {"owners": owners}).rowcount)
+
+    def request_scale(self, procs: int, *, owner: str | None = None,
+                      host: str | None = None) -> int:
+        """R27: ask the running pools (or the chosen ones, as ``request_stop``) to run
+        ``procs`` children; returns how many were asked."""
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
+            raise EnqueueError(f"procs must be a positive integer, not {procs!r}")
+        if procs > bounds.INT32_MAX:
+            # R41: each pool judges a request against its own bound; this only keeps
+            # the number storable (and a typo of ten digits out of the table).
+            raise EnqueueError(f"procs must be at most {bounds.INT32_MAX}, not {procs}")
+        owners = self._chosen_owners(owner, host)
+        return self.transaction("requesting scale", lambda conn: conn.execute(
+            self.statements.REQUEST_SCALE, {"procs": procs, "owners": owners}).rowcount)
+
+    def pause(self, queue: str) -> bool:
+        """R38: pause ``queue`` for every pool; False if it was paused already."""
+        params = {"queue": rows.queue_name(queue), "now": time.time()}
+        return self.transaction("pausing a queue", lambda conn: conn.execute(
+            self.statements.PAUSE_QUEUE, params).rowcount == 1)
+
+    def resume(self, queue: str) -> bool:
+        """R38: resume ``queue``; False if it was not paused."""
+        params = {"queue": rows.queue_name(queue)}
+        return self.transaction("resuming a queue", lambda conn: conn.execute(
+            self.statements.RESUME_QUEUE, params).rowcount == 1)
+
+    def paused_queues(self) -> list[str]:
+        """R38: the paused queues, by name."""
+        return [row[0] for row in self.read_rows("reading paused queues",
+                                                 self.statements.PAUSED_QUEUES)]
+
+    def forget_pool(self, owner: str) -> None:
+        """Remove a pool's row: its own, as it stops, or a dead one's once its leases
+        were reclaimed (R24b)."""
+        self.transaction("removing a pool", lambda conn: conn.execute(
+            self.statements.DELETE_POOL, {"owner": owner}))
+
+    def take_hook(self, job_id: int) -> bool:
+        """R21: mark a dead job's hook as taken; False if another pool took it first."""
+        return self.transaction("taking an on_dead hook", lambda conn: conn.execute(
+            self.statements.TAKE_HOOK, {"id": job_id}).fetchone() is not None)
