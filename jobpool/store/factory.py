@@ -28,7 +28,7 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
     path = resolve_path(db)
     if is_postgres_url(path):
         from jobpool.store.postgres import store as postgres
-        return postgres.connect(path, create=create, readonly=readonly)
+        return postgres.connect(path, create=create, readonly=readonly, durability=durability)
     from jobpool.store.sqlite.store import SQLiteStore
     if readonly:
         create = False

@@ -10,6 +10,7 @@ or upgrades an older revision under an advisory lock. Imported only when a
 from __future__ import annotations
 
 import logging
+import os
 import re
 import weakref
 from typing import Any, NamedTuple
@@ -48,6 +49,10 @@ class Target(NamedTuple):
     shown: str           # the URL as operators see it: never the password
     #: The password as written and as decoded, to scrub from any error text.
     secrets: tuple[str, ...] = ()
+    #: R26a: ``full`` (every commit waits for its WAL flush) or ``normal`` (this
+    #: store's connections commit asynchronously: a server crash may lose the last
+    #: commits, never a process crash).
+    durability: str = "full"
 
     def __repr__(self) -> str:
         return f"Target({self.shown!r}, schema={self.schema!r})"
@@ -70,8 +75,14 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
-def parse_url(url: str) -> Target:
-    """Split jobpool's parameters (``schema``, ``pooler``) off a PostgreSQL URL."""
+#: R26a: what ``durability`` may be, on either store.
+DURABILITIES = ("full", "normal")
+
+
+def parse_url(url: str, durability: str | None = None) -> Target:
+    """Split jobpool's parameters (``schema``, ``pooler``, ``durability``) off a
+    PostgreSQL URL. ``durability`` (``connect(url, durability=...)``) must agree with the
+    URL's when both say; without either, ``$JOBPOOL_DURABILITY``, else ``full``."""
     try:
         parts = urlsplit(url)
         secrets = _secrets(parts)
@@ -80,12 +91,15 @@ def parse_url(url: str) -> Target:
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = DEFAULT_SCHEMA
     pooler = None
+    in_url = None
     kept = []
     for key, value in query:
         if key == "schema":
             schema = value
         elif key == "pooler":
             pooler = value
+        elif key == "durability":
+            in_url = value
         elif key == "password":
             raise StoreError("put the password in the URL's user part or in ~/.pgpass, "
                              "not in ?password=")
@@ -96,13 +110,23 @@ def parse_url(url: str) -> Target:
                          f"(at most 63), not {schema!r}")
     if pooler not in (None, "transaction"):
         raise StoreError(f"pooler must be 'transaction', not {pooler!r}")
+    for given, where in ((in_url, "?durability= in the URL"), (durability, "durability")):
+        if given is not None and given not in DURABILITIES:
+            raise StoreError(f"{where} must be 'full' or 'normal', not {given!r}")
+    if in_url is not None and durability is not None and in_url != durability:
+        raise StoreError(f"durability={durability!r} and the URL's ?durability={in_url} "
+                         f"disagree: say it once")
+    chosen = in_url or durability or os.environ.get("JOBPOOL_DURABILITY") or "full"
+    if chosen not in DURABILITIES:
+        raise StoreError(f"$JOBPOOL_DURABILITY must be 'full' or 'normal', not {chosen!r}")
     conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
     # What operators see names the very store (its schema and pooler too), so it can
     # be passed back to --db or connect(); only the password is left out.
     ours = ([("schema", schema)] if schema != DEFAULT_SCHEMA else []) + (
-        [("pooler", pooler)] if pooler else [])
+        [("pooler", pooler)] if pooler else []) + (
+        [("durability", chosen)] if chosen != "full" else [])
     shown = urlunsplit(parts._replace(query=urlencode(kept + ours, quote_via=quote)))
-    return Target(conninfo, schema, pooler, redact(shown), secrets)
+    return Target(conninfo, schema, pooler, redact(shown), secrets, chosen)
 
 
 def _secrets(parts: Any) -> tuple[str, ...]:
@@ -164,6 +188,13 @@ CLAIMER_OPTIONS = {"plan_cache_mode": "force_generic_plan",
                    "default_transaction_isolation": "read\\ committed"}
 
 
+def session_options(target: Target) -> dict[str, Any]:
+    """R26's limits, and R26a's commit setting of a ``normal`` store."""
+    if target.durability == "normal":
+        return dict(SESSION_OPTIONS, synchronous_commit="off")
+    return SESSION_OPTIONS
+
+
 def open_connection(target: Target, *, application: str = "jobpool",
                     settings: dict[str, Any] | None = None) -> Any:
     """A new autocommit connection whose search_path is the store's schema (behind a
@@ -171,7 +202,7 @@ def open_connection(target: Target, *, application: str = "jobpool",
     are more session settings (not behind a pooler)."""
     _require_psycopg()
     options = " ".join(f"-c {k}={v}"
-                       for k, v in dict(SESSION_OPTIONS, **(settings or {})).items())
+                       for k, v in dict(session_options(target), **(settings or {})).items())
     options += f" -c search_path={target.schema}"
     user_options = dict(parse_qsl(urlsplit(target.conninfo).query)).get("options")
     if target.pooler:
@@ -196,8 +227,9 @@ def scope(conn: Any, target: Target) -> None:
     store's schema and R26's limits, for this transaction alone (elsewhere the
     connection's own options set them once)."""
     if target.pooler:
-        conn.execute(pg_sql.SET_LOCAL_SESSION,
-                     dict({k: str(v) for k, v in SESSION_OPTIONS.items()}, schema=target.schema))
+        conn.execute(pg_sql.SET_LOCAL_SESSION, dict(
+            {k: str(v) for k, v in SESSION_OPTIONS.items()}, schema=target.schema,
+            synchronous_commit="off" if target.durability == "normal" else None))
 
 
 def close_quietly(conn: Any) -> None:

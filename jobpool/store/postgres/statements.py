@@ -62,7 +62,9 @@ SELECT set_config('search_path', %(schema)s, true),
        set_config('statement_timeout', %(statement_timeout)s, true),
        set_config('lock_timeout', %(lock_timeout)s, true),
        set_config('idle_in_transaction_session_timeout',
-                  %(idle_in_transaction_session_timeout)s, true)
+                  %(idle_in_transaction_session_timeout)s, true),
+       set_config('synchronous_commit',
+                  COALESCE(%(synchronous_commit)s, current_setting('synchronous_commit')), true)
 """
 
 #: R7a: the server's clock, once per transaction (``now()`` is the transaction's start).

@@ -56,8 +56,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         return list(values)
 
     def __init__(self, url: str, *, create: bool = True, max_payload: int = MAX_PAYLOAD_BYTES,
-                 readonly: bool = False) -> None:
-        self.target = parse_url(url)
+                 readonly: bool = False, durability: str | None = None) -> None:
+        self.target = parse_url(url, durability)
         #: What operators see: the URL without its password.
         self.path = self.target.shown
         self.max_payload = max_payload
@@ -717,6 +717,8 @@ def _write_progress(conn: Any, owner: str, progress: Iterable[ProgressReport]) -
                                            "progress": report.percent, "stage": report.stage})
 
 
-def connect(url: str, *, create: bool = True, readonly: bool = False) -> PostgresStore:
-    """Open the PostgreSQL store at ``url`` (see the module docstring)."""
-    return PostgresStore(url, create=create, readonly=readonly)
+def connect(url: str, *, create: bool = True, readonly: bool = False,
+            durability: str | None = None) -> PostgresStore:
+    """Open the PostgreSQL store at ``url`` (see the module docstring); ``durability``
+    as the URL's ``?durability=`` (R26a)."""
+    return PostgresStore(url, create=create, readonly=readonly, durability=durability)
