@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from jobpool import wakeup
+from jobpool.store.sqlite import wakeup
 
 pytestmark = pytest.mark.skipif(not wakeup._SUPPORTED, reason="abstract sockets are Linux only")
 
