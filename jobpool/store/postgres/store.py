@@ -551,9 +551,11 @@ class PostgresStore(AsyncEnqueue):
 
     def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
                 policies: dict[str, lifecycle.Policy]) -> Any:
-        """The hot path over a connection of its own (``store/postgres/claimer.py``)."""
-        from jobpool.store.postgres.claimer import PgClaimer
-        return PgClaimer(self.target, owner, names, queues, policies)
+        """The hot path: the engine (``jobpool.engine``) over this dialect's driver
+        (``store/postgres/driver.py``), on a connection of its own."""
+        from jobpool.engine import Claimer
+        from jobpool.store.postgres.driver import PgDriver
+        return Claimer(PgDriver(self.target), owner, names, queues, policies)
 
     def check_writable(self) -> None:
         """Raise ReadOnlyStoreError if this role may not write the store's tables."""
