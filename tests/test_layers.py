@@ -167,6 +167,22 @@ def test_the_rule_modules_import_no_store_process_or_tool():
 
 
 DIALECTS = ("jobpool.store.sqlite", "jobpool.store.postgres")
+#: The engine: the job's life on the hot path, once, over a driver (DESIGN section 11).
+ENGINE = ("jobpool.engine",)
+
+
+def test_the_engine_names_no_dialect_nor_a_database_module():
+    def forbidden(_name: str, module: str) -> bool:
+        return _in(module, *DIALECTS, "jobpool.store.factory", "jobpool.core",
+                   "jobpool._core", "jobpool._core_py", "jobpool.supervisor")
+    assert _offending(lambda n: n in ENGINE, forbidden) == {}
+    databases = set()
+    for name in ENGINE:
+        for node in _import_nodes(ast.parse(_source(MODULES[name]))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""])
+            databases.update(n for n in names if n.split(".")[0] in ("sqlite3", "psycopg"))
+    assert databases == set()
 
 
 def test_the_dialects_never_import_each_other_the_api_the_supervisor_or_the_factory():

@@ -14,13 +14,13 @@ Times passed in as ``now`` are the caller's clock; a store whose clock is its ow
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from jobpool import liveness
-from jobpool.lifecycle import Claimed, Outcome, Policy, Settled
-from jobpool.limits import LimitPlan
+from jobpool.lifecycle import Claimed, Decision, Lease, Outcome, Policy, Settled
+from jobpool.limits import LimitedSource, LimitPlan, Picked
 from jobpool.queueplan import Share
 from jobpool.store.records import (DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -72,6 +72,119 @@ class Claimer(Protocol):
 
     def lease_owners(self) -> list[str]:
         """The owners holding leases now (to find dead supervisors, R24)."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class Fenced(NamedTuple):
+    """One attempt's end as the engine hands it to a driver: ``decision`` is
+    ``lifecycle.decide``'s for ``outcome``, applied by ``SETTLE[decision.statement]``
+    fenced by (id, ``owner``, attempt, running). ``log_as``: the attempt log's outcome
+    when it is not the outcome's own kind (``deadline``)."""
+
+    lease: Lease
+    outcome: Outcome
+    decision: Decision
+    owner: str
+    log_as: str | None = None
+
+
+class Pending(Protocol):
+    """A write's answer a driver reads only after its transaction commits (PostgreSQL's
+    pipeline); a driver that knows it at once answers with the ``Settled`` itself."""
+
+    def settled(self) -> Settled:
+        ...
+
+
+#: What a driver answers a settle with: the ``Settled`` now, or one read after the commit.
+Answer = Settled | Pending
+
+
+def settled_of(answers: Iterable[Answer]) -> list[Settled]:
+    """The answers of a committed transaction, in order."""
+    return [item if isinstance(item, Settled) else item.settled() for item in answers]
+
+
+class Turn(Protocol):
+    """What the engine (``jobpool.engine``) does inside one of a driver's transactions.
+    Every statement runs in that transaction; answers are read after it commits."""
+
+    #: The store's clock for this transaction: the caller's ``now`` (SQLite), or the
+    #: server's (PostgreSQL, R7a). Everything the transaction writes is dated by it.
+    now: float
+
+    def crash_causes(self, job_id: int) -> list[str]:
+        """R19a: the errors of this job's earlier child deaths, oldest first."""
+        ...
+
+    def settle(self, items: Sequence[Settled | Fenced]) -> list[Answer]:
+        """Apply a batch of fenced settles with their follow-ups (R12's next step, R34's
+        counts, R35's lane, the attempt's line in the log, R19a): one answer per item,
+        in order, ``lost`` where the fence held no row. A ``Settled`` item (an outcome
+        the engine's fence test refused) is its own answer."""
+        ...
+
+    def settle_malformed(self, bad: Any, owner: Any) -> Answer:
+        """R44: settle dead a row the codec refused (``row_codec.Malformed``), in a
+        statement of its own that names none of the row's other columns."""
+        ...
+
+    def claim(self, queue: str, want: int) -> list[tuple]:
+        """R6-R9: claim up to ``want`` due rows of ``queue`` (``row_codec.CLAIM_COLUMNS``)."""
+        ...
+
+    def limited_source(self, limited: Any) -> LimitedSource:
+        """R35/R36: what ``limits.plan_claim`` reads and writes in this transaction."""
+        ...
+
+    def claim_chosen(self, limited: Any, picked: Picked) -> list[tuple]:
+        """R35/R36: claim the rows ``plan_claim`` chose (under their caps)."""
+        ...
+
+    def reclaimable(self, owner: str | None) -> list[tuple]:
+        """R23, R24: the running rows whose lease expired (``owner`` None) or that
+        ``owner`` holds (``row_codec.LEASE_COLUMNS``)."""
+        ...
+
+
+class Driver(Protocol):
+    """One dialect under the engine: its connection, transactions and statements.
+
+    The engine (``jobpool.engine.Claimer``) owns the job's life on the hot path: the
+    fence test, ``lifecycle.decide``, the claim order, R10, limits and the in-flight
+    leases; a driver runs what it is handed in one transaction and says what held.
+    Every failure is ``StoreError`` with nothing applied."""
+
+    #: What claims, as ``pools`` shows it (``Claimer.name``).
+    name: str
+    #: The ``Lease.follow_ups`` of a reclaimed row (a reclaim does not ask the row).
+    reclaim_follow_ups: int
+
+    def serve(self, owner: str, names: Sequence[str], policies: dict[str, Policy]) -> None:
+        """Prepare the claim for ``owner`` serving ``names`` (their ``policies``)."""
+        ...
+
+    def limited_claim(self, plan: LimitPlan) -> Any:
+        """R35/R36: the ``limit_claim.LimitedClaim`` for this pool under ``plan``."""
+        ...
+
+    def turn(self, now: float, held: Mapping[int, Lease],
+             body: Callable[[Turn], tuple[list[Answer], list[Answer]]]
+             ) -> tuple[list[Settled], list[Settled]]:
+        """A supervisor's turn: ``body`` in one transaction, then its two lists of
+        answers read. ``held``: the leases the engine holds (a driver whose commit
+        may be in doubt gives back the rest, R6)."""
+        ...
+
+    def transaction(self, what: str, now: float,
+                    body: Callable[[Turn], list[Answer]]) -> list[Settled]:
+        """``body`` in one transaction (a reclaim), then its answers read."""
+        ...
+
+    def lease_owners(self) -> list[str]:
         ...
 
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """R44: a row is data, never a crash. Every store's rows pass through here before
-anything uses them: the claim's rows and the rows a reclaim takes back (the three
-claimers), the rows ``get``, ``list_jobs`` and the dead letters show, the dashboard's
-running rows, and ``doctor``'s walk of the table.
+anything uses them: the claim's rows and the rows a reclaim takes back (the engine
+and the compiled core), the rows ``get``, ``list_jobs`` and the dead letters show,
+the dashboard's running rows, and ``doctor``'s walk of the table.
 
 A store is written by anyone who can write its file or schema (a group-writable
 SQLite file, a PostgreSQL role), by hand or by an older release, and SQLite keeps
@@ -9,7 +9,7 @@ whatever it is given: text in a ``REAL`` column, a float in an ``INTEGER`` one, 
 ``chain`` that is not JSON. PostgreSQL's columns are typed, so what it can hold
 wrong is narrower (a ``NaN`` time, a count below zero, a ``chain`` of the wrong
 shape), and the same checks cover it. One place decides what each column may
-hold, so the claimers, the read paths and ``doctor`` agree on what is malformed
+hold, so the claims, the read paths and ``doctor`` agree on what is malformed
 and say it in the same words: ``malformed row: column deadline: text 'tomorrow',
 not a Unix time (a number)``.
 
@@ -331,7 +331,7 @@ def lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-# -- claimed and leased rows: the claimers' one decoder --------------------------------------
+# -- claimed and leased rows: the claim's one decoder ----------------------------------------
 
 #: The claim's RETURNING columns on every store, in order, and what each may hold.
 #: ``attempts`` has just been spent by the claim, so it is 1 or more; the claim

@@ -416,7 +416,7 @@ def test_the_claimer_counts_in_read_committed_whatever_the_default(store, reques
     other = jobpool.connect(url)
     try:
         c = other.claimer("pool-rr", NAMES, ("default",), {})
-        conn = c._connection()
+        conn = c.driver._connection()
         assert conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
         c.close()
         assert other.transaction("reading", lambda conn: conn.execute(

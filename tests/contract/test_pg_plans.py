@@ -145,12 +145,12 @@ def whole_reads(plan: dict) -> list[str]:
 
 def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     """Every statement a pool's turns, heartbeats and reclaims and an enqueue run,
-    with parameters of the types the store binds (``pg_claimer``, ``postgres``,
+    with parameters of the types the store binds (``postgres.driver``, ``postgres.store``,
     ``limit_claim``, ``batch_store``)."""
     now = time.time()
     claim = dict(pg_sql.claim_params(["plans.job", "plans.limited"], {}, DEFAULT_POLICY),
                  owner=OWNER, now=now, slack=LEASE_SLACK, queue="default", limit=2)
-    # One attempt's settle, as PgClaimer._decide binds it (id 4 is OWNER's, attempt 1).
+    # One attempt's settle, as the PostgreSQL driver binds it (PgTurn._params) (id 4 is OWNER's, attempt 1).
     one = {"id": 4, "attempt": 1, "owner": OWNER, "pid": 4321, "started_at": now - 1.0,
            "now": now, "outcome": "done", "error": None, "log_error": None,
            "exit_status": None, "peak_rss": 30_000_000, "cpu_s": 0.01, "strays": 0,

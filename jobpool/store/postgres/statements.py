@@ -1,8 +1,8 @@
 """Every SQL statement jobpool runs against PostgreSQL, named, with the rule it keeps.
 
-The PostgreSQL store (``store/postgres/store.py``) and its claimer (``store/postgres/claimer.py``)
-read their statements from here, as the SQLite side reads ``store/sqlite/statements.py``. The
-statements run with ``search_path`` set to the store's own schema, so no table
+The PostgreSQL store (``store/postgres/store.py``) and its driver under the engine
+(``store/postgres/driver.py``) read their statements from here, as the SQLite side reads
+``store/sqlite/statements.py``. The statements run with ``search_path`` set to the store's own schema, so no table
 name is qualified. Parameters are psycopg's named ``%(name)s`` placeholders.
 
 Times are Unix seconds (``double precision``), like SQLite's, so a row reads the

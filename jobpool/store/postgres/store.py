@@ -5,7 +5,7 @@ schema of its own (``jobpool``, or ``?schema=NAME`` in the URL), creates and
 upgrades them itself under an advisory lock, and takes every time it writes from
 the server's clock (R7a), so hosts whose clocks disagree still agree on run_at,
 leases and deadlines. Every statement is in ``store/postgres/statements.py``; the supervisor's
-hot path is ``store/postgres/claimer.py``.
+hot path is the engine (``jobpool/engine.py``) over ``store/postgres/driver.py``.
 
 Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
 ``postgresql://`` URL is opened, so the SQLite default never loads it.
@@ -486,9 +486,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def claimer(self, owner: str, names: Sequence[str], queues: Sequence[str],
                 policies: dict[str, lifecycle.Policy]) -> Any:
-        """The hot path over a connection of its own (``store/postgres/claimer.py``)."""
-        from jobpool.store.postgres.claimer import PgClaimer
-        return PgClaimer(self.target, owner, names, queues, policies)
+        """The hot path: the engine (``jobpool.engine``) over this dialect's driver
+        (``store/postgres/driver.py``), on a connection of its own."""
+        from jobpool.engine import Claimer
+        from jobpool.store.postgres.driver import PgDriver
+        return Claimer(PgDriver(self.target), owner, names, queues, policies)
 
     def check_writable(self) -> None:
         """Raise ReadOnlyStoreError if this role may not write the store's tables."""

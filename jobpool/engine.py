@@ -1,0 +1,204 @@
+"""The engine: one claimer for every store (the ``Claimer`` protocol, ``store/base.py``).
+
+The job's life on a supervisor's hot path is written here once: a turn settles
+then claims in one transaction; a settle passes the fence test on the lease this
+claimer holds, then ``lifecycle.decide``; a claim goes queue by queue in shares
+(``queueplan``), under limits when the pool obeys some (R35, R36), every row through
+the codec (R44: a refused row is dead at once), in claim order (R7), and a row past
+its deadline is retired without running (R10); a reclaim settles leases nobody will
+settle (R23, R24) as any attempt's end. The statements, the transaction, the clock
+and what a dialect must do around them (SQLite's follow-ups; PostgreSQL's pipelined,
+grouped settles and its commits in doubt) are a driver's (``store.base.Driver``):
+``store/sqlite/driver.py``, ``store/postgres/driver.py``.
+
+Time (``now``) and randomness (``rng``) are parameters (STYLE habit 4). This module
+imports no dialect: the layers test holds it (DESIGN section 11).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, OWNER_DIED,
+                               Claimed, Lease, Outcome, Policy, Settled, decide)
+from jobpool.limits import LimitPlan, charge, plan_claim, sooner
+from jobpool.queueplan import Share, claim_in_shares
+from jobpool.store import row_codec
+from jobpool.store.base import Answer, Driver, Fenced, Turn
+
+
+class Claimer:
+    """Claims and settles jobs for one supervisor over ``driver`` (see the module
+    docstring). ``policies``: each name's ``lifecycle.Policy`` (or its 5 fields);
+    names without one settle by the default."""
+
+    def __init__(self, driver: Driver, owner: str, names: Sequence[str], queues: Sequence[str],
+                 policies: dict[str, Any] | None = None) -> None:
+        self.driver = driver
+        self.owner = owner
+        self.queues = tuple(queues)
+        # Named once here, not per settle (a caller may pass plain 5-tuples).
+        self.policies: dict[str, Policy] = {
+            name: Policy(*policy) for name, policy in (policies or {}).items()}
+        self._names = tuple(names)
+        #: The leases this supervisor holds: what settling each attempt needs, and the
+        #: fence test's answer to an outcome for an attempt it does not hold.
+        self._inflight: dict[int, Lease] = {}
+        #: R35/R36: the limits this pool obeys (``set_limits``); None: the ordinary claim.
+        self._limits: Any = None
+        #: R36: after a turn, the seconds until a group its claim passed over for want
+        #: of a token has one (the Claimer protocol); None: no such group.
+        self.token_wait: float | None = None
+        driver.serve(owner, self._names, self.policies)
+
+    @property
+    def name(self) -> str:
+        """What claims, as ``pools`` shows it (the driver's name)."""
+        return self.driver.name
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    # -- one turn: settle, then claim (R6-R10, section 4) ------------------------------------
+
+    def claim(self, n: int, now: float) -> tuple[list[Claimed], list[Settled]]:
+        """A turn with nothing to settle: ``(claimed, expired)``."""
+        _settled, claimed, expired = self.turn((), n, now, None)
+        return claimed, expired
+
+    def settle(self, outcomes: Sequence[Outcome], now: float, rng: Any) -> list[Settled]:
+        """A turn that claims nothing: what became of each outcome."""
+        return self.turn(outcomes, 0, now, rng)[0]
+
+    def turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: Any,
+             shares: Sequence[Share] | None = None
+             ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """Settle ``outcomes`` (``lifecycle.Outcome`` records), then claim up to ``n``,
+        shared among queues by ``shares`` (``queueplan.Share`` records; None: the
+        claimer's queues in order), in one transaction.
+
+        Returns ``(settled, claimed, expired)``. Sharing the commit halves what a job
+        costs the store; on a failure nothing is applied, the leases stay as they
+        were, and the caller keeps its outcomes (R26)."""
+        claimed: list[Claimed] = []
+        self.token_wait = None
+        if not outcomes and n <= 0:
+            return [], claimed, []
+        taken: list[int] = []
+        leases: dict[int, Lease] = {}
+
+        def body(turn: Turn) -> tuple[list[Answer], list[Answer]]:
+            decided: list[Settled | Fenced] = []
+            for outcome in outcomes:
+                lease = self._inflight.get(outcome[0])
+                if lease is None or lease.attempt != outcome[1]:
+                    decided.append(Settled(outcome[0], lease.name if lease else "", outcome[1],
+                                           "lost", "not leased by this supervisor"))
+                    continue
+                taken.append(outcome[0])
+                decided.append(self._fenced(turn, lease, outcome, rng))
+            sent = turn.settle(decided)
+            expiring: list[Answer] = []
+            # Claimed.run_at is handed over on the pool's clock (``now``), where the
+            # pool measures a job's wait; the row has it on the store's (R7a).
+            to_pool_clock = now - turn.now
+            claim_in_shares(shares, self.queues, n, claimed,
+                            lambda queue, want: self._claim_queue(
+                                turn, queue, want, to_pool_clock, claimed, expiring, leases))
+            return sent, expiring
+
+        settled, expired = self.driver.turn(now, self._inflight, body)
+        # A job settled back to ready may be claimed again in this turn: its old
+        # lease goes before the new one is recorded.
+        for job_id in taken:
+            self._inflight.pop(job_id, None)
+        self._inflight.update(leases)
+        return settled, claimed, expired
+
+    def _fenced(self, turn: Turn, lease: Lease, outcome: Outcome, rng: Any,
+                log_as: str | None = None, owner: str | None = None) -> Fenced:
+        """``lifecycle.decide`` for one attempt, as the settle the driver applies."""
+        decision = decide(lease, outcome, self.policies.get(lease.name, DEFAULT_POLICY),
+                          turn.now, rng, turn.crash_causes)
+        # A reclaim settles another owner's lease.
+        return Fenced(lease, outcome, decision, owner or self.owner, log_as)
+
+    # -- claiming (R6-R10, R35, R36, R44) ----------------------------------------------------
+
+    def set_limits(self, plan: LimitPlan | None) -> None:
+        """R35/R36: the part of the store's limits this pool obeys from now on
+        (``LimitPlan.for_pool``); None: the ordinary claim."""
+        if plan == (self._limits.plan if self._limits else None):
+            return
+        self._limits = None if plan is None else self.driver.limited_claim(plan)
+
+    def _claim_queue(self, turn: Turn, queue: str, want: int, to_pool_clock: float,
+                     claimed: list[Claimed], expiring: list[Answer],
+                     leases: dict[int, Lease]) -> int:
+        now = turn.now
+        limited = self._limits
+        if limited is None:
+            found = turn.claim(queue, want)
+        else:
+            # R35/R36: the groups' counts and buckets decide which rows to take.
+            source = turn.limited_source(limited)
+            picked = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
+            found = turn.claim_chosen(limited, picked) if picked.ids else []
+            # Only the rows the statement took (under their caps) cost a token and a
+            # turn of the rotation.
+            charge(source, picked, {row[0] for row in found}, now)
+            self.token_wait = sooner(self.token_wait, picked.token_wait)
+        # R44: every row through the codec, in claim order (R7: RETURNING has none);
+        # a row it refuses is dead at once, in a statement of its own.
+        decoded, refused = row_codec.decode_claims(found, queue, now, to_pool_clock)
+        for bad in refused:
+            expiring.append(turn.settle_malformed(bad, self.owner))
+        for lease, job, _priority, _line_at in decoded:
+            if job.deadline is not None and job.deadline < now:
+                # R10: claimed after its deadline, it is retired without running.
+                expiring.extend(turn.settle([self._fenced(
+                    turn, lease, Outcome(job.job_id, job.attempt, FATAL, DEADLINE_PASSED), None,
+                    log_as="deadline")]))
+                continue
+            leases[job.job_id] = lease
+            claimed.append(job)
+        return len(found)
+
+    # -- recovery (R23, R24) -----------------------------------------------------------------
+
+    def reclaim(self, now: float) -> list[Settled]:
+        """R23: expired leases of any owner go back to ready, or dead without attempts."""
+        return self._recover(None, EXPIRED, lambda owner: f"lease expired (owner {owner})", now)
+
+    def reclaim_owner(self, owner: str, reason: str, now: float) -> list[Settled]:
+        """R24, R24b: a dead supervisor's leases come back at once."""
+        if owner == self.owner:
+            raise ValueError("a supervisor cannot reclaim its own leases")
+        return self._recover(owner, OWNER_DIED, lambda _owner: reason, now)
+
+    def lease_owners(self) -> list[str]:
+        return self.driver.lease_owners()
+
+    def _recover(self, owner: str | None, kind: int, reason_of: Callable[[Any], str],
+                 now: float) -> list[Settled]:
+        """Settle leases nobody will settle through ``lifecycle.decide``, like any
+        attempt's end, fenced by their old owner; one transaction."""
+        follow_ups = self.driver.reclaim_follow_ups
+
+        def body(turn: Turn) -> list[Answer]:
+            answers: list[Answer] = []
+            for row in turn.reclaimable(owner):
+                lease_owner = row[7]
+                lease = row_codec.decode_lease(row, follow_ups)
+                if isinstance(lease, row_codec.Malformed):  # R44
+                    answers.append(turn.settle_malformed(lease, lease_owner))
+                    continue
+                answers.extend(turn.settle([self._fenced(
+                    turn, lease, Outcome(lease.job_id, lease.attempt, kind, reason_of(lease_owner)),
+                    None, owner=lease_owner)]))
+            return answers
+        return self.driver.transaction("reclaim", now, body)
+
+    def close(self) -> None:
+        self.driver.close()

@@ -1,0 +1,246 @@
+"""The SQLite driver under the engine (``jobpool.engine``, the ``Driver`` protocol of
+``store/base.py``), through the ``sqlite3`` module: the pure core's side of SQLite.
+
+It owns the connection (opened again after ``release_before_fork``), one ``BEGIN
+IMMEDIATE`` transaction per turn or reclaim, and the statements of
+``store/sqlite/statements.py``: the claim, the fenced settles and what follows a
+settle in its transaction on SQLite (R12's next step, R34's batch counts, R35's
+lane, the attempt's line, R19a). SQLite answers each settle at once (one writer at a
+time), so a batch of settles is the statements one after the other. The compiled
+core (``jobpool/_core.pyx``) applies the same statements.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from jobpool.errors import StoreError
+from jobpool.lifecycle import (DEFAULT_POLICY, FOLLOW_ALL, FOLLOW_ENDS, FOLLOW_LANE, LEASE_SLACK,
+                               Lease, Policy, Settled)
+from jobpool.limits import LimitPlan, Picked
+from jobpool.store import row_codec, rows
+from jobpool.store.base import Answer, Fenced
+from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_limited_claim
+from jobpool.store.sqlite import statements as sql
+
+
+class SqliteDriver:
+    """SQLite for one claimer (see the module docstring); it is also its own ``Turn``:
+    ``now`` is the running transaction's."""
+
+    #: What claims, as ``pools`` shows it.
+    name = "pure"
+    #: A reclaim may end a batch member (dead) or put a limited row back in line, and
+    #: reclaims are rare enough not to ask the row whether it is either.
+    reclaim_follow_ups = FOLLOW_ALL
+
+    def __init__(self, path: str, *, busy_timeout: float = 5.0, synchronous: str = "NORMAL",
+                 wal_autocheckpoint: int = 1000,
+                 journal_size_limit: int = sql.WAL_KEEP_BYTES) -> None:
+        self.now = 0.0
+        self.owner = ""
+        self._claim_sql = ""
+        self._names: tuple[str, ...] = ()
+        self._policies: dict[str, Policy] = {}
+        self._source: tuple[LimitedClaim, SqlLimitedSource] | None = None
+        if not os.path.exists(path):
+            # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
+            raise StoreError(f"cannot open store {path}: unable to open database file")
+        self._opening: tuple | None = (path, busy_timeout, synchronous, int(wal_autocheckpoint),
+                                       int(journal_size_limit))
+        self._conn: sqlite3.Connection | None = None
+        self._db  # noqa: B018 - open now, so a bad path is reported here
+
+    def serve(self, owner: str, names: Sequence[str], policies: dict[str, Policy]) -> None:
+        self.owner = owner
+        self._names = tuple(names)
+        self._policies = policies
+        self._claim_sql = sql.claim_sql(names, policies, DEFAULT_POLICY)
+
+    # -- the connection ----------------------------------------------------------------------
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, opened again on first use after ``release_before_fork``."""
+        if self._conn is None:
+            if self._opening is None:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            self._conn = self._connect(*self._opening)
+        return self._conn
+
+    @staticmethod
+    def _connect(path: str, busy_timeout: float, synchronous: str,
+                 autocheckpoint: int, journal_size_limit: int) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                 timeout=busy_timeout)
+            db.execute(f"PRAGMA synchronous={synchronous}")
+            db.execute("PRAGMA mmap_size=0")
+            # 0 hands checkpoints to the supervisor's checkpointer process, so the
+            # fsyncs of a checkpoint never stall a claim or a settle (R26a).
+            db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            # This connection is the one that starts the WAL over after a checkpoint,
+            # so its limit is the one that trims a file a burst grew.
+            db.execute(f"PRAGMA journal_size_limit={journal_size_limit}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open store {path}: {exc}") from exc
+        return db
+
+    def release_before_fork(self) -> None:
+        """R42/R43: close the connection before the process forks, so the child
+        inherits no SQLite state of the store; it reopens on next use. Never
+        inside a transaction (a fork happens between turns)."""
+        if self._conn is not None and not self._conn.in_transaction:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        self._opening = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def turn(self, now: float, held: Mapping[int, Lease],
+             body: Callable[[Any], tuple[list[Answer], list[Answer]]]
+             ) -> tuple[list[Settled], list[Settled]]:
+        # SQLite answers every settle at once: the body's answers are Settled already.
+        sent, expiring = self._transaction("turn", now, body)
+        return sent, expiring  # type: ignore[return-value]
+
+    def transaction(self, what: str, now: float,
+                    body: Callable[[Any], list[Answer]]) -> list[Settled]:
+        return self._transaction(what, now, body)  # type: ignore[return-value]
+
+    def _transaction(self, what: str, now: float, body: Callable[[Any], Any]) -> Any:
+        """``body(self)`` in one ``BEGIN IMMEDIATE`` transaction; a failure rolls back
+        and raises ``StoreError`` with nothing applied (R26)."""
+        db = self._db
+        self.now = now
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                done = body(self)
+                db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"{what} failed: {exc}") from exc
+        return done
+
+    def _rollback(self) -> None:
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # no transaction open: the failure happened before BEGIN took hold
+
+    def lease_owners(self) -> list[str]:
+        try:
+            return [r[0] for r in self._db.execute(sql.LEASE_OWNERS)]
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading lease owners failed: {exc}") from exc
+
+    # -- a turn's statements (the Turn protocol) ------------------------------------------------
+
+    def crash_causes(self, job_id: int) -> list[str]:
+        """R19a: the errors of this job's earlier child deaths, oldest first."""
+        return [r[0] or "?" for r in self._db.execute(sql.CRASH_CAUSES, (job_id,))]
+
+    def claim(self, queue: str, want: int) -> list[tuple]:
+        return self._fetch_rows(self._claim_sql, {
+            "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
+            "limit": want})
+
+    def limited_claim(self, plan: LimitPlan) -> LimitedClaim:
+        return sqlite_limited_claim(plan, self._names, self._policies, DEFAULT_POLICY)
+
+    def limited_source(self, limited: LimitedClaim) -> SqlLimitedSource:
+        # One source per limited claim: it keeps the encoded name lists it made.
+        if self._source is None or self._source[0] is not limited:
+            self._source = (limited, SqlLimitedSource(sql, self._query, limited))
+        return self._source[1]
+
+    def claim_chosen(self, limited: LimitedClaim, picked: Picked) -> list[tuple]:
+        # The page's counts are exact here (one writer at a time): no caps, and the
+        # claim takes every row picked.
+        return self._fetch_rows(limited.claim_ids, {
+            "owner": self.owner, "now": self.now, "slack": LEASE_SLACK,
+            "ids": json.dumps(picked.ids)})
+
+    def reclaimable(self, owner: str | None) -> list[tuple]:
+        if owner is None:
+            return self._fetch_rows(sql.RECLAIMABLE_EXPIRED, {"now": self.now})
+        return self._fetch_rows(sql.RECLAIMABLE_OWNER, {"now": self.now, "owner": owner})
+
+    def _fetch_rows(self, text: str, params: dict) -> list:
+        """R44: a claim's (or reclaim's) rows with text that is not UTF-8 kept as it is
+        (``row_codec.lenient_text``), for the codec to name, instead of failing the turn."""
+        db = self._db
+        db.text_factory = row_codec.lenient_text
+        try:
+            return db.execute(text, params).fetchall()
+        finally:
+            db.text_factory = str
+
+    def _query(self, text: str, params: dict) -> list:
+        return self._db.execute(text, params).fetchall()
+
+    def settle_malformed(self, bad: row_codec.Malformed, owner: Any) -> Settled:
+        return row_codec.settle_malformed(self._query, sql, bad, owner, self.now)
+
+    def settle(self, items: Sequence[Settled | Fenced]) -> list[Answer]:
+        """Each settle in turn: the fenced UPDATE ``decide`` named, then, where it
+        held, the chain's next step (R12), the batch's count (R34), the lane (R35)
+        and the attempt's line in the log (R19a)."""
+        db = self._db
+        now = self.now
+        out: list[Answer] = []
+        for item in items:
+            if isinstance(item, Settled):
+                out.append(item)
+                continue
+            lease, outcome, decision, owner, log_as = item
+            cursor = db.execute(sql.SETTLE[decision.statement], {
+                "id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
+                "result": outcome.result, "error": decision.reason,
+                "crashes": decision.crashes, "run_at": now + decision.delay})
+            if cursor.rowcount != 1:
+                out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
+                continue
+            if lease.follow_ups & FOLLOW_ENDS:
+                if decision.successor:
+                    self._enqueue_successor(db, lease.job_id, now)
+                if decision.status in ("done", "dead"):
+                    # R34: its batch counts its end in this transaction.
+                    db.execute(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,
+                               {"id": lease.job_id, "now": now})
+            if lease.follow_ups & FOLLOW_LANE and decision.status == "ready":
+                # R35: a limited row back in line is in its lane again.
+                db.execute(sql.LANE_READY, {"id": lease.job_id})
+            db.execute(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
+            out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
+                               decision.reason))
+        return out
+
+    @staticmethod
+    def _enqueue_successor(db: sqlite3.Connection, job_id: int, now: float) -> None:
+        """R12: the chain's next step, with its lane (R35) when its name is limited.
+
+        R44: the claim checked the chain; should the row's chain have changed since,
+        and its step not fit the row it makes, the insert fails alone (SQLite rolls
+        back that statement, not the transaction): the job's end stands and its row
+        says why the chain stopped, so the turn commits."""
+        try:
+            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
+        except sqlite3.Error as exc:
+            if not sql.statement_failed_alone(exc, db.in_transaction):
+                raise
+            db.execute(sql.CHAIN_STOPPED, {"id": job_id,
+                                           "error": f"{row_codec.CHAIN_STOPPED} ({exc})"})
+            return
+        db.execute(sql.LANE_OF_LAST_ROW)  # R35: the step's lane, if limited
