@@ -2,8 +2,8 @@
 
 The PostgreSQL store (``store/postgres/store.py``) and its driver under the engine
 (``store/postgres/driver.py``) read their statements from here, as the SQLite side reads
-``store/sqlite/statements.py``. The statements run with ``search_path`` set to the store's own schema, so no table
-name is qualified. Parameters are psycopg's named ``%(name)s`` placeholders.
+``store/sqlite/statements.py``. The statements run with ``search_path`` set to the store's
+own schema, so no table name is qualified. Parameters are psycopg's named ``%(name)s`` placeholders.
 
 Times are Unix seconds (``double precision``), like SQLite's, so a row reads the
 same from either store; every time a statement writes comes from the database

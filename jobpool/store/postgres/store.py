@@ -107,15 +107,21 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             self._drop_if_broken()
             raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
 
-    def read(self, what: str, query: str, params: Any = None) -> list[tuple]:
+    def statement(self, what: str, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(conn)``, whose statements each commit as they run (autocommit: for
+        work that is one statement, or whose statements stand alone); behind a pooler,
+        in a transaction, which sets the schema. StoreError naming ``what`` on failure."""
         if self.target.pooler:
-            # A statement alone is a transaction of its own: it needs its schema set.
-            return self.transaction(what, lambda conn: conn.execute(query, params).fetchall())
+            return self.transaction(what, fn)
         try:
-            return self.conn.execute(query, params).fetchall()
+            return fn(self.conn)
         except psycopg.Error as exc:
             self._drop_if_broken()
-            raise StoreError(f"{what} failed: {first_line(exc)}") from exc
+            raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
+
+    def read(self, what: str, query: str, params: Any = None) -> list[tuple]:
+        """One query's rows, outside any transaction of ours (``statement``)."""
+        return self.statement(what, lambda conn: conn.execute(query, params).fetchall())
 
     def read_rows(self, what: str, query: str, params: Any = None) -> list[tuple]:
         """``read`` under the name the stores' shared helpers call (``StoreBatches``)."""
@@ -156,6 +162,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             except psycopg.Error as exc:
                 raise StoreError(f"enqueue of {name} on the caller's connection failed: "
                                  f"{first_line(exc)}") from exc
+
+        if batch is None and period is None:
+            # Issue 25: the row and its notification are one statement, atomic alone:
+            # committed as it runs, one round trip instead of BEGIN, it and COMMIT.
+            return self.statement(f"enqueue of {name}", lambda conn: self._insert(conn, job))
 
         def insert(conn: Any) -> Handle:
             handle = self._insert(conn, job, period=period)
