@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +139,18 @@ def _listed(page) -> list[int]:
         "rows => rows.map(r => r.dataset.id)")]
 
 
+def _all_matching(page, listing: str, action: str, button: str, notice: str) -> None:
+    """From the list at ``listing``, an action on all 3 matching jobs: its link, the
+    confirmation's count, its button, and the notice back on the list."""
+    from playwright.sync_api import expect
+    page.goto(listing)
+    page.locator(f"#bulk-{action}").click()
+    page.wait_for_url(re.compile(rf"/jobs/all/{action}\?"))
+    expect(page.locator("#bulk-count")).to_contain_text("3 jobs match")
+    page.get_by_role("button", name=button).click()
+    expect(page.locator(".notice")).to_have_text(notice)
+
+
 def test_the_overview_shows_the_stores_counts_and_queues(any_store, serve, page):
     from playwright.sync_api import expect
     any_store.enqueue_with("b.a", queue="q1")
@@ -226,12 +239,8 @@ def test_retry_all_matching_goes_through_a_confirmation_showing_the_count(any_st
     from playwright.sync_api import expect
     gone = _dead_jobs(any_store, 3)
     kept = _dead_jobs(any_store, 1, name="t.kept")
-    page.goto(serve() + "/jobs?status=dead&name=t.gone")
-    page.locator("#bulk-retry").click()
-    page.wait_for_url(re.compile(r"/jobs/all/retry\?"))
-    expect(page.locator("#bulk-count")).to_contain_text("3 jobs match")
-    page.get_by_role("button", name="retry 3 jobs").click()
-    expect(page.locator(".notice")).to_have_text("retry all matching: 3 retried")
+    _all_matching(page, serve() + "/jobs?status=dead&name=t.gone", "retry", "retry 3 jobs",
+                  "retry all matching: 3 retried")
     expect(page.locator("#jobs")).to_have_count(0)  # none of that name is dead now
     assert [any_store.get(i)["status"] for i in (*gone, *kept)] == ["ready"] * 3 + ["dead"]
 
@@ -339,3 +348,33 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
         expect(page.locator("main h1")).to_be_visible()
         page.screenshot(path=str(folder / f"web-{name}.png"), full_page=True)
         assert (folder / f"web-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_now_from_the_scheduled_page_and_from_a_jobs_page(any_store, serve, page):
+    from playwright.sync_api import expect
+    first, second = (any_store.enqueue_with("b.later", delay=3600).id for _ in range(2))
+    base = serve()
+    page.goto(base + "/scheduled")
+    expect(page.locator("#scheduled tr.job")).to_have_count(2)
+    page.locator(f'#scheduled tr.job[data-id="{first}"]').get_by_role(
+        "button", name="run now").click()
+    expect(page.locator(".notice")).to_have_text(f"job {first}: due now")
+    expect(page.locator("#scheduled tr.job")).to_have_count(1)
+    assert any_store.get(first)["run_at"] <= time.time() < any_store.get(second)["run_at"]
+    page.goto(base + f"/jobs/{second}")
+    expect(page.locator("#state")).to_contain_text("scheduled, due in")
+    page.get_by_role("button", name="run now").click()
+    expect(page.locator(".notice")).to_have_text(f"job {second}: due now")
+    expect(page.locator("#state")).to_have_text("ready")
+    expect(page.get_by_role("button", name="run now")).to_have_count(0)
+    assert any_store.get(second)["run_at"] <= time.time()
+
+
+def test_run_all_matching_now_goes_through_the_confirmation(any_store, serve, page):
+    waiting = [any_store.enqueue_with("b.later", delay=3600, queue="q1").id for _ in range(3)]
+    kept = any_store.enqueue_with("b.later", delay=3600, queue="q2").id
+    _all_matching(page, serve() + "/scheduled?queue=q1", "run-now", "run 3 jobs now",
+                  "run-now all matching: 3 due now")
+    now = time.time()
+    assert all(any_store.get(i)["run_at"] <= now for i in waiting)
+    assert any_store.get(kept)["run_at"] > now

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from jobpool import events
+from jobpool.errors import BatchNotFound
 
 
 class Done(NamedTuple):
@@ -39,6 +40,19 @@ def cancel(store: Any, who: str, job_id: int) -> Done:
     return Done(what in ("cancelled", "requested"), what)
 
 
+#: R51: what ``run_now`` answers when the job is due now (moved, or due already);
+#: any other answer is the status that refused it, or ``not found``.
+RUN_NOW_OK = ("due now", "due already")
+
+
+def run_now(store: Any, who: str, job_id: int) -> Done:
+    """R51: a job waiting for its time (scheduled, or out a retry's backoff) due now,
+    its attempts kept; a running, done or dead one is refused, naming its status."""
+    what = store.run_now([job_id])[job_id]
+    _log("run-now", who, job_id=job_id, result=what)
+    return Done(what in RUN_NOW_OK, what)
+
+
 def pause(store: Any, who: str, queue: str) -> Done:
     """R38: no pool claims from ``queue`` from its next heartbeat on."""
     changed = store.pause(queue)
@@ -54,6 +68,40 @@ def resume(store: Any, who: str, queue: str) -> Done:
     return Done(changed, what)
 
 
+def scale(store: Any, who: str, target: tuple[str, int]) -> Done:
+    """R27: ask the running pool ``owner`` to run ``procs`` children (it takes the
+    request at its next heartbeat)."""
+    owner, procs = target
+    asked = store.request_scale(procs, owner=owner)
+    what = f"asked to run {procs} processes" if asked else "no such running pool"
+    _log("scale", who, pool=owner, procs=procs, result=what)
+    return Done(bool(asked), what)
+
+
+def stop(store: Any, who: str, owner: str) -> Done:
+    """R25: ask the running pool ``owner`` to stop gracefully."""
+    asked = store.request_stop(owner=owner)
+    what = "asked to stop" if asked else "no such running pool"
+    _log("stop", who, pool=owner, result=what)
+    return Done(bool(asked), what)
+
+
+def cancel_batch(store: Any, who: str, batch_id: int) -> Done:
+    """R34: no callback of the batch fires; its ready members are dead now and its
+    running ones are cancelled by their pools. A finished batch is left as it is."""
+    try:
+        before = store.batches.status(batch_id)
+        after = None if before.cancelled or before.finished else store.batches.cancel(batch_id)
+    except BatchNotFound:
+        what = "no such batch"
+    else:
+        what = ("cancelled already" if before.cancelled else "finished already"
+                if after is None or not after.cancelled else "cancelled")
+    ok = what == "cancelled"
+    _log("cancel-batch", who, batch_id=batch_id, result=what)
+    return Done(ok, what)
+
+
 def _log(action: str, who: str, **fields: Any) -> None:
     events.emit(events.WEB_ACTION, action=action, who=who, **fields)
 
@@ -65,7 +113,10 @@ BULK_MOST = 10_000
 BULK_CHUNK = 500
 #: The statuses each "all matching" action is offered for: what its store call accepts.
 BULK_STATUSES = {"retry": ("dead",), "delete": ("dead",),
-                 "cancel": ("ready", "scheduled", "running")}
+                 "cancel": ("ready", "scheduled", "running"), "run-now": ("scheduled",)}
+#: How the confirmation's button says each action on ``{n}`` jobs.
+BULK_BUTTONS = {"retry": "retry {n}", "delete": "delete {n}", "cancel": "cancel {n}",
+                "run-now": "run {n} now"}
 
 
 def bulk_applies(action: str, status: str | None) -> bool:
@@ -101,6 +152,8 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
             outcome.update(store.dead.retry(chunk))
         elif action == "delete":
             outcome.update(store.dead.delete(chunk))
+        elif action == "run-now":
+            outcome.update(store.run_now(chunk))
         else:
             outcome.update((job_id, store.cancel(job_id)) for job_id in chunk)
     counts: dict[str, int] = {}

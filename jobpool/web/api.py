@@ -28,6 +28,7 @@ def routes() -> list[Route]:
         Route("/api/jobs/{job_id:int}", delete, methods=["DELETE"]),
         Route("/api/jobs/{job_id:int}/retry", retry, methods=["POST"]),
         Route("/api/jobs/{job_id:int}/cancel", cancel, methods=["POST"]),
+        Route("/api/jobs/{job_id:int}/run-now", run_now, methods=["POST"]),
         Route("/api/queues/{queue:path}/pause", pause, methods=["POST"]),
         Route("/api/queues/{queue:path}/resume", resume, methods=["POST"]),
     ]
@@ -113,6 +114,10 @@ async def retry(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     return await _write(request, actions.cancel, request.path_params["job_id"])
+
+
+async def run_now(request: Request) -> Response:
+    return await _write(request, actions.run_now, request.path_params["job_id"])
 
 
 async def delete(request: Request) -> Response:

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
 from jobpool.display import shown
-from jobpool.web import api, pages
+from jobpool.web import api, formats, pages
 from jobpool.web.auth import Access
 
 HERE = Path(__file__).parent
@@ -57,6 +57,7 @@ def _shown(value: Any) -> Any:
 def templates() -> Jinja2Templates:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, finalize=_shown, undefined=jinja2.StrictUndefined)
+    formats.install(env)
     return Jinja2Templates(env=env)
 
 

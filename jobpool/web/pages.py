@@ -8,6 +8,7 @@ POST is refused with 403.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from jobpool.errors import JobNotFound
+from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.snapshot import read_snapshot
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.web import actions, auth, listing
@@ -35,6 +36,7 @@ def routes() -> list[Route]:
         Route("/jobs/all/{action:str}", bulk_action, methods=["POST"]),
         Route("/jobs/{job_id:int}/data", job_data),
         Route("/dead", dead_page),
+        Route("/scheduled", scheduled_page),
         Route("/login", login_page, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
@@ -96,20 +98,51 @@ async def jobs_page(request: Request) -> Response:
                    filter_query=listing.query_of(chosen, after=None))
 
 
+#: The most steps of a chain a job's page lists (the list of the chain pages on).
+CHAIN_SHOWN = 50
+
+
+def waiting(row: dict[str, Any], now: float) -> str | None:
+    """R51: how a job waits for its time, or None when it does not: ``retrying`` (out
+    a retry's backoff: it has had attempts), else ``scheduled``."""
+    if row["status"] != "ready" or row["run_at"] is None or row["run_at"] <= now:
+        return None
+    return "retrying" if row["attempts"] else "scheduled"
+
+
+def _job_view(store: Any, job_id: int) -> dict[str, Any]:
+    """A job's page: its row, attempts, chain (its first job and the steps after) and
+    batch, each read by its own ``Store`` call."""
+    row = store.get(job_id)
+    root = row["chain_root"] or job_id
+    chain = store.list_jobs(chain=root, limit=CHAIN_SHOWN + 1)
+    batch = None
+    if row["batch_id"] is not None:
+        try:
+            batch = store.batch_status(row["batch_id"])
+        except BatchNotFound:
+            batch = None  # swept with its members' rows
+    return {"row": row, "attempts": store.attempts(job_id),
+            "chain": chain[:CHAIN_SHOWN] if len(chain) > 1 else [],
+            "chain_more": len(chain) > CHAIN_SHOWN, "chain_root": root, "batch": batch}
+
+
 async def job_page(request: Request) -> Response:
     if (refused := _login_needed(request)) is not None:
         return refused
     job_id = request.path_params["job_id"]
     store = _store(request)
     try:
-        row, attempt_log = await run_in_threadpool(lambda: (store.get(job_id), store.attempts(job_id)))
+        view = await run_in_threadpool(_job_view, store, job_id)
     except JobNotFound:
         return _render(request, "missing.html", status_code=404, job_id=job_id)
+    row = view["row"]
     reveal = request.query_params.get("reveal") == "1"
     shown_fields = {k: v for k, v in row.items()
                     if k not in HIDDEN_FIELDS and k != "last_error" and v is not None}
-    return _render(request, "job.html", row=row, fields=shown_fields, attempts=attempt_log,
-                   reveal=reveal, data=_data(row) if reveal else None)
+    return _render(request, "job.html", fields=shown_fields, reveal=reveal,
+                   data=_data(row) if reveal else None, waiting=waiting(row, time.time()),
+                   **view)
 
 
 async def job_data(request: Request) -> Response:
@@ -147,6 +180,29 @@ async def dead_page(request: Request) -> Response:
                    larger=listing.larger(limit) if len(rows) == limit else None)
 
 
+async def scheduled_page(request: Request) -> Response:
+    """R51: the jobs waiting for their time (scheduled, or out a retry's backoff), the
+    newest first (the ``Store`` protocol lists by id, not by due time), each with its
+    due time and a "run now" button, and "run all matching now" for the filter."""
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    query = {k: v for k, v in request.query_params.items() if k != "status"}
+    try:
+        chosen, limit = listing.filters(dict(query, status="scheduled"))
+    except ValueError as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    rows, more = await run_in_threadpool(listing.page, _store(request), chosen, limit)
+    after = listing.next_after(rows, more)
+    here = listing.query_of(chosen, status=None)
+    return _render(request, "scheduled.html", rows=rows, more=more, chosen=chosen, limit=limit,
+                   next_query=after and listing.query_of(chosen, status=None, after=after,
+                                                         limit=limit),
+                   first_query=chosen["after"] and listing.query_of(chosen, status=None,
+                                                                    after=None, limit=limit),
+                   here="/scheduled" + (f"?{here}" if here else ""),
+                   filter_query=listing.query_of(chosen, after=None))
+
+
 async def login_page(request: Request) -> Response:
     if request.app.state.access.token is None:
         return RedirectResponse("/", status_code=303)
@@ -177,7 +233,8 @@ async def logout(request: Request) -> Response:
 
 
 _JOB_ACTIONS: dict[str, Callable[..., actions.Done]] = {
-    "retry": actions.retry, "cancel": actions.cancel, "delete": actions.delete}
+    "retry": actions.retry, "cancel": actions.cancel, "delete": actions.delete,
+    "run-now": actions.run_now}
 _QUEUE_ACTIONS: dict[str, Callable[..., actions.Done]] = {
     "pause": actions.pause, "resume": actions.resume}
 
@@ -255,7 +312,10 @@ async def bulk_page(request: Request) -> Response:
         return (store.count_jobs(**chosen, at_most=actions.BULK_MOST + 1),
                 newest[0]["id"] if newest else None)
     count, through = await run_in_threadpool(counted)
-    return _render(request, "bulk.html", action=request.path_params["action"], chosen=chosen,
+    action = request.path_params["action"]
+    return _render(request, "bulk.html", action=action, chosen=chosen,
+                   button=actions.BULK_BUTTONS[action].format(
+                       n=f"{min(count, actions.BULK_MOST)} job{'' if count == 1 else 's'}"),
                    count=min(count, actions.BULK_MOST), more=count > actions.BULK_MOST,
                    through=through, filter_query=listing.query_of(chosen))
 

@@ -1,0 +1,232 @@
+"""The web dashboard's run-now, scheduled, job, pools, batches and queues pages (R47, R51)
+on both stores, through the pages and the JSON API as an operator would use them: what
+they show equals what the store holds, each action is one ``web_action`` event, the
+store's refusals are shown in its own words, and read-only refuses every action.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+
+import pytest
+
+pytest.importorskip("starlette")
+
+from jobpool.handles import Signature  # noqa: E402
+from jobpool.lifecycle import CRASH, DONE, Outcome, Policy  # noqa: E402
+from jobpool.store.records import ProgressReport  # noqa: E402
+
+from tests.test_web import _client, _csrf, _dead_jobs, _web_actions  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx`:UserWarning")
+
+#: A backoff long enough that a retried job waits for the whole test.
+HOUR = Policy(backoff_base=3600.0, backoff_max=3600.0)
+
+
+def _claimed(claimer, n: int = 10) -> list[int]:
+    return [job.job_id for job in claimer.turn([], n, time.time(), None)[1]]
+
+
+def _retrying(store, name: str = "w.flaky") -> int:
+    """A job out a retry's backoff: claimed once, crashed (killed by SIGKILL, two
+    strays), due again in an hour."""
+    job_id = store.enqueue_with(name, max_attempts=3).id
+    claimer = store.claimer("pool-w", [name], ["default"], {name: HOUR})
+    try:
+        assert _claimed(claimer) == [job_id]
+        claimer.turn([Outcome(job_id, 1, CRASH, "child killed by SIGKILL", pid=4321,
+                              exit_status="SIGKILL", peak_rss=50 << 20, cpu_s=1.25, strays=2)],
+                     0, time.time(), random.Random(1))
+    finally:
+        claimer.close()
+    return job_id
+
+
+def _ids(html: str, table: str) -> list[int]:
+    if f'id="{table}"' not in html:
+        return []
+    part = html.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
+    return [int(i) for i in re.findall(r'<tr class="job[^"]*" data-id="(\d+)"', part)]
+
+
+# -- run now (R51) -----------------------------------------------------------------------------
+
+def test_run_now_on_a_scheduled_jobs_page_makes_it_due_and_is_an_event(any_store, store_url,
+                                                                      caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    job_id = any_store.enqueue_with("w.later", delay=3600).id
+    with _client(store_url) as client:
+        page = client.get(f"/jobs/{job_id}").text
+        assert 'id="state">scheduled, due in 60m' in page
+        assert f'action="/jobs/{job_id}/run-now"' in page
+        answer = client.post(f"/jobs/{job_id}/run-now",
+                             data={"csrf": _csrf(page), "next": f"/jobs/{job_id}"})
+        assert answer.status_code == 303 and answer.headers["location"] == f"/jobs/{job_id}"
+        after = client.get(f"/jobs/{job_id}").text
+    assert f"job {job_id}: due now" in after and "/run-now" not in after
+    assert any_store.get(job_id)["run_at"] <= time.time()
+    assert [row["id"] for row in any_store.list_jobs(status="ready")] == [job_id]
+    assert _web_actions(caplog) == [{"action": "run-now", "who": "loopback", "job_id": job_id,
+                                     "result": "due now"}]
+
+
+def test_run_now_refusals_are_the_stores_words(any_store, store_url, caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    dead, = _dead_jobs(any_store, 1)
+    due = any_store.enqueue_with("w.now").id
+    with _client(store_url) as client:
+        token = _csrf(client.get(f"/jobs/{dead}").text)  # its retry button's form
+        for job_id, said in ((dead, "dead"), (due, "due already"), (999_999, "not found")):
+            client.post(f"/jobs/{job_id}/run-now", data={"csrf": token, "next": "/scheduled"})
+            assert f"job {job_id}: {said}" in client.get("/scheduled").text
+    assert any_store.get(dead)["status"] == "dead"
+    assert [e["result"] for e in _web_actions(caplog)] == ["dead", "due already", "not found"]
+
+
+def test_the_api_runs_a_job_now_and_answers_409_with_the_refusal(any_store, store_url):
+    later = any_store.enqueue_with("w.later", delay=3600).id
+    dead, = _dead_jobs(any_store, 1)
+    with _client(store_url, token="t0k") as client:
+        bearer = {"authorization": "Bearer t0k"}
+        assert client.post(f"/api/jobs/{later}/run-now", json={}).status_code == 401
+        answer = client.post(f"/api/jobs/{later}/run-now", json={}, headers=bearer)
+        assert answer.status_code == 200 and answer.json() == {"ok": True, "result": "due now"}
+        refused = client.post(f"/api/jobs/{dead}/run-now", json={}, headers=bearer)
+        assert refused.status_code == 409 and refused.json() == {"ok": False, "result": "dead"}
+        assert client.post(f"/api/jobs/{dead}/run-now", data={"x": "1"},
+                           headers=bearer).status_code == 415
+    assert any_store.get(later)["run_at"] <= time.time()
+    with _client(store_url, read_only=True) as client:
+        assert client.post(f"/api/jobs/{later}/run-now", json={}).status_code == 403
+        assert client.post(f"/jobs/{later}/run-now", data={"csrf": "x"}).status_code == 403
+
+
+def test_run_all_matching_now_goes_through_the_confirmation_and_is_one_event(
+        any_store, store_url, caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    waiting = [any_store.enqueue_with("w.later", delay=3600, queue="q1").id for _ in range(3)]
+    other = any_store.enqueue_with("w.later", delay=3600, queue="q2").id
+    with _client(store_url) as client:
+        listed = client.get("/scheduled", params={"queue": "q1"}).text
+        assert 'href="/jobs/all/run-now?status=scheduled&amp;queue=q1"' in listed
+        confirm = client.get("/jobs/all/run-now", params={"status": "scheduled", "queue": "q1"})
+        assert re.search(r'id="bulk-count"><strong>3</strong> jobs match', confirm.text)
+        assert "<button class=\"danger\">run 3 jobs now</button>" in confirm.text
+        later = any_store.enqueue_with("w.later", delay=3600, queue="q1").id  # not taken
+        form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">',
+                               confirm.text.split('action="/jobs/all/run-now"')[1]))
+        answer = client.post("/jobs/all/run-now", data=form)
+        assert answer.status_code == 303
+        assert "run-now all matching: 3 due now" in client.get(answer.headers["location"]).text
+        # Run now takes waiting jobs only: a dead or ready filter is refused.
+        assert client.get("/jobs/all/run-now", params={"status": "dead"}).status_code == 400
+    now = time.time()
+    assert all(any_store.get(i)["run_at"] <= now for i in waiting)
+    assert all(any_store.get(i)["run_at"] > now for i in (other, later))
+    assert _web_actions(caplog) == [{"action": "run-now", "who": "loopback",
+                                     "filter": {"status": "scheduled", "queue": "q1"},
+                                     "job_ids": waiting[::-1], "result": {"due now": 3}}]
+
+
+# -- scheduled and retrying ----------------------------------------------------------------------
+
+def test_the_scheduled_page_lists_waiting_jobs_with_run_now_per_row(any_store, store_url):
+    later = any_store.enqueue_with("w.later", delay=600).id
+    retrying = _retrying(any_store)
+    any_store.enqueue_with("w.now")  # due: not waiting
+    _dead_jobs(any_store, 1)
+    with _client(store_url) as client:
+        page = client.get("/scheduled").text
+        assert _ids(page, "scheduled") == [retrying, later]
+        rows = dict(re.findall(r'data-id="(\d+)">(.*?)</tr>', page, re.S))
+        assert re.search(r"<td>retrying</td><td>in \d\dm</td>", rows[str(retrying)])  # jitter
+        assert "child killed by SIGKILL" in rows[str(retrying)]
+        assert "<td>scheduled</td><td>in 600s</td>" in rows[str(later)]
+        assert page.count('/run-now" class="inline"') == 2
+        client.post(f"/jobs/{retrying}/run-now", data={"csrf": _csrf(page), "next": "/scheduled"})
+        after = client.get("/scheduled").text
+        assert f"job {retrying}: due now" in after and _ids(after, "scheduled") == [later]
+        assert _ids(client.get("/scheduled", params={"name": "w.flaky"}).text, "scheduled") == []
+        assert client.get("/scheduled", params={"limit": "0"}).status_code == 400
+    # The retry keeps its attempts and error: it is its second attempt when claimed.
+    row = any_store.get(retrying)
+    assert (row["attempts"], row["last_error"]) == (1, "child killed by SIGKILL")
+    with _client(store_url, read_only=True) as client:
+        page = client.get("/scheduled").text
+        assert "<form method=\"post\"" not in page and 'id="bulk-run-now"' not in page
+
+
+def test_the_scheduled_page_pages_by_keyset(any_store, store_url):
+    ids = [any_store.enqueue_with("w.later", delay=3600).id for _ in range(3)]
+    with _client(store_url) as client:
+        first = client.get("/scheduled", params={"limit": "2"}).text
+        assert _ids(first, "scheduled") == [ids[2], ids[1]]
+        link = re.search(r'<a href="([^"]+)" id="next-page"', first).group(1).replace("&amp;", "&")
+        assert link == f"/scheduled?after={ids[1]}&limit=2"
+        assert _ids(client.get(link).text, "scheduled") == [ids[0]]
+
+
+# -- a job's page ---------------------------------------------------------------------------------
+
+def test_a_jobs_page_shows_its_attempts_with_exit_signal_rss_cpu_and_strays(any_store, store_url):
+    job_id = _retrying(any_store)
+    with _client(store_url) as client:
+        page = client.get(f"/jobs/{job_id}").text
+    assert re.search(r'id="state">retrying, due in \d\dm</p>', page)  # an hour, with jitter
+    attempts = page.split('id="attempts"', 1)[1].split("</table>", 1)[0]
+    assert re.search(r"<tr><td>1</td><td>crash</td><td>4321</td><td></td><td>SIGKILL</td>\s*"
+                     r"<td>[\d.]+</td>\s*<td>1.250</td>\s*<td>50.0</td>\s*<td>2</td>", attempts), \
+        attempts
+    assert "<summary>child killed by SIGKILL</summary>" in attempts
+
+
+def test_a_running_jobs_page_shows_its_progress_and_stage(any_store, store_url):
+    job_id = any_store.enqueue_with("w.long").id
+    claimer = any_store.claimer("pool-p", ["w.long"], ["default"], {})
+    try:
+        assert _claimed(claimer) == [job_id]
+        any_store.set_progress("pool-p", [ProgressReport(job_id, 1, 42.0, "copying <files>")])
+        with _client(store_url) as client:
+            page = client.get(f"/jobs/{job_id}").text
+    finally:
+        claimer.close()
+    assert 'id="state">running, started' in page
+    assert '<progress max="100" value="42.0">' in page and "42%" in page
+    assert '<span class="stage">copying &lt;files&gt;</span>' in page
+
+
+def test_a_jobs_page_shows_its_chain_in_order(any_store, store_url):
+    first = any_store.enqueue_with("w.step", then=[Signature("w.step2"), Signature("w.step3")]).id
+    claimer = any_store.claimer("pool-c", ["w.step", "w.step2"], ["default"], {})
+    try:
+        assert _claimed(claimer) == [first]
+        claimer.turn([Outcome(first, 1, DONE, result="null", exit_status="0")], 1, time.time(),
+                     None)
+    finally:
+        claimer.close()
+    chain = [row["id"] for row in any_store.list_jobs(chain=first)]
+    assert len(chain) == 2 and chain[0] == first
+    with _client(store_url) as client:
+        for job_id in chain:
+            page = client.get(f"/jobs/{job_id}").text
+            assert _ids(page, "chain") == chain
+            assert '<tr class="job this" data-id="%d">' % job_id in page
+        listed = client.get("/jobs", params={"chain": first}).text
+        assert _ids(listed, "jobs") == chain  # the chain in the order its steps run
+        assert client.get("/jobs", params={"chain": "x"}).status_code == 400
+        alone = any_store.enqueue_with("w.alone").id
+        assert 'id="chain"' not in client.get(f"/jobs/{alone}").text
+
+
+def test_a_jobs_page_shows_its_batch(any_store, store_url):
+    with any_store.batch() as batch:
+        members = [batch.add(Signature("w.member", (n,))).id for n in range(3)]
+    any_store.cancel(members[0])
+    with _client(store_url) as client:
+        page = client.get(f"/jobs/{members[1]}").text
+    assert (f'<p id="batch"><a href="/batches/{batch.id}">batch {batch.id}</a>: 3 jobs, '
+            "2 pending, 0 done, 1 dead;") in page
+    assert "closed</p>" in page
