@@ -378,3 +378,52 @@ def test_run_all_matching_now_goes_through_the_confirmation(any_store, serve, pa
     now = time.time()
     assert all(any_store.get(i)["run_at"] <= now for i in waiting)
     assert any_store.get(kept)["run_at"] > now
+
+
+def test_scale_and_stop_a_pool_from_the_pools_page(any_store, serve, page):
+    from playwright.sync_api import expect
+
+    from tests.test_web_pages import _beat
+    owner = "web-1:4242:1"
+    _beat(any_store, owner)
+    page.goto(serve() + "/pools")
+    row = page.locator(f'#pools tr.pool[data-owner="{owner}"]')
+    expect(row).to_contain_text("running")
+    row.locator("input[name=procs]").fill("6")
+    row.get_by_role("button", name="scale").click()
+    expect(page.locator(".notice")).to_have_text(f"pool {owner}: asked to run 6 processes")
+    page.locator(f'#pools tr.pool[data-owner="{owner}"]').get_by_role("button", name="stop").click()
+    expect(page.locator(".notice")).to_have_text(f"pool {owner}: asked to stop")
+    beat = _beat(any_store, owner)
+    assert (beat.procs, beat.stop) == (6, True)
+
+
+def test_cancel_a_batch_from_the_batches_page(any_store, serve, page):
+    from playwright.sync_api import expect
+
+    from jobpool.handles import Signature
+    with any_store.batch() as made:
+        members = [made.add(Signature("b.member", (n,))).id for n in range(2)]
+    page.goto(serve() + "/batches")
+    page.locator(f'#batches tr.batch[data-id="{made.id}"] a').click()
+    page.wait_for_url(re.compile(rf"/batches/{made.id}$"))
+    expect(page.locator("#members")).to_contain_text("ready")
+    page.get_by_role("button", name="cancel").click()
+    expect(page.locator(".notice")).to_have_text(f"batch {made.id}: cancelled")
+    expect(page.locator("#batch-state")).to_have_text("cancelled")
+    expect(page.get_by_role("button", name="cancel")).to_have_count(0)
+    assert [any_store.get(i)["status"] for i in members] == ["dead", "dead"]
+    assert any_store.batch_status(made.id).cancelled
+
+
+def test_the_queues_page_pauses_and_shows_limits(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.limits.set_queue("q1", 4)
+    page.goto(serve() + "/queues")
+    row = page.locator('#queues tr.queue[data-queue="q1"]')
+    expect(row).to_contain_text("4 (0 running; set by cli)")
+    row.get_by_role("button", name="pause").click()
+    expect(page.locator(".notice")).to_have_text("queue q1: paused")
+    expect(page.locator('#queues tr.queue[data-queue="q1"]')).to_contain_text("paused")
+    assert any_store.paused_queues() == ["q1"]

@@ -5,6 +5,7 @@ store's refusals are shown in its own words, and read-only refuses every action.
 """
 from __future__ import annotations
 
+import json
 import logging
 import random
 import re
@@ -16,7 +17,7 @@ pytest.importorskip("starlette")
 
 from jobpool.handles import Signature  # noqa: E402
 from jobpool.lifecycle import CRASH, DONE, Outcome, Policy  # noqa: E402
-from jobpool.store.records import ProgressReport  # noqa: E402
+from jobpool.store.records import Heartbeat, ProgressReport  # noqa: E402
 
 from tests.test_web import _client, _csrf, _dead_jobs, _web_actions  # noqa: E402
 
@@ -230,3 +231,164 @@ def test_a_jobs_page_shows_its_batch(any_store, store_url):
     assert (f'<p id="batch"><a href="/batches/{batch.id}">batch {batch.id}</a>: 3 jobs, '
             "2 pending, 0 done, 1 dead;") in page
     assert "closed</p>" in page
+
+
+# -- pools -----------------------------------------------------------------------------------------
+
+def _beat(store, owner: str, procs: int = 2, slots: str = "[]"):
+    """A heartbeat of a pool on another host, alive by it: what that pool would take."""
+    return store.heartbeat(Heartbeat(owner=owner, host=owner.partition(":")[0], pid=1,
+                                     procs=procs, queues=("default", "q1"), names=("w.a",),
+                                     core="test", counters_json='{"completed": 7, "busy": 0}',
+                                     slots_json=slots), [], time.time())
+
+
+def test_the_pools_page_scales_and_stops_a_pool_and_each_is_an_event(any_store, store_url,
+                                                                     caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    owner, other = "web-1:4242:1", "web-2:99:1"
+    busy = any_store.enqueue_with("w.a").id
+    claimer = any_store.claimer(owner, ["w.a"], ["default"], {})
+    try:
+        assert _claimed(claimer) == [busy]
+        any_store.set_progress(owner, [ProgressReport(busy, 1, 25.0, "reading")])
+    finally:
+        claimer.close()
+    _beat(any_store, owner, slots=json.dumps([{"slot": 0, "pid": 777, "job_id": busy,
+                                               "attempt": 1, "rss": 30 << 20}]))
+    _beat(any_store, other)
+    with _client(store_url) as client:
+        page = client.get("/pools").text
+        slots = page.split('id="slots"', 1)[1].split("</table>", 1)[0]
+        assert f'data-id="{busy}"><td>{owner}</td><td>0</td><td>777</td>' in slots
+        assert '<progress max="100" value="25.0">' in slots
+        assert "<td>reading</td><td>30.0</td>" in slots
+        row = page.split(f'data-owner="{owner}"', 1)[1].split("</tr>", 1)[0]
+        assert "<td>web-1</td>" in row and "<td>running</td>" in row and "<td>7</td>" in row
+        assert "default, q1" in row
+        token = _csrf(page)
+        answer = client.post(f"/pools/{owner}/scale", data={"csrf": token, "procs": "5",
+                                                            "next": "/pools"})
+        assert answer.status_code == 303 and answer.headers["location"] == "/pools"
+        assert f"pool {owner}: asked to run 5 processes" in client.get("/pools").text
+        client.post(f"/pools/{other}/stop", data={"csrf": token, "next": "/pools"})
+        assert f"pool {other}: asked to stop" in client.get("/pools").text
+        assert client.post(f"/pools/{owner}/scale", data={"csrf": token, "procs": "x"}
+                           ).status_code == 400
+        client.post("/pools/nobody:1:1/stop", data={"csrf": token, "next": "/pools"})
+        assert "pool nobody:1:1: no such running pool" in client.get("/pools").text
+        assert client.post(f"/pools/{owner}/stop", data={}).status_code == 403  # no CSRF token
+    # The pools take the requests at their next heartbeat.
+    assert (_beat(any_store, owner).procs, _beat(any_store, other).stop) == (5, True)
+    assert _beat(any_store, owner).stop is False
+    assert _web_actions(caplog) == [
+        {"action": "scale", "who": "loopback", "pool": owner, "procs": 5,
+         "result": "asked to run 5 processes"},
+        {"action": "stop", "who": "loopback", "pool": other, "result": "asked to stop"},
+        {"action": "stop", "who": "loopback", "pool": "nobody:1:1",
+         "result": "no such running pool"}]
+
+
+def test_the_api_lists_scales_and_stops_pools(any_store, store_url):
+    owner = "web-1:4242:1"
+    _beat(any_store, owner)
+    bearer = {"authorization": "Bearer t0k"}
+    with _client(store_url, token="t0k") as client:
+        assert client.get("/api/pools").status_code == 401
+        listed = client.get("/api/pools", headers=bearer).json()
+        assert [p["owner"] for p in listed] == [owner] and listed[0]["procs"] == 2
+        answer = client.post(f"/api/pools/{owner}/scale", json={"procs": 3}, headers=bearer)
+        assert answer.status_code == 200 and answer.json()["result"] == "asked to run 3 processes"
+        assert client.post(f"/api/pools/{owner}/scale", json={"procs": "many"},
+                           headers=bearer).status_code == 400
+        assert client.post(f"/api/pools/{owner}/scale", json={"procs": 0},
+                           headers=bearer).status_code == 409  # the store's refusal
+        assert client.post(f"/api/pools/{owner}/stop", json={}, headers=bearer).status_code == 200
+        assert client.post("/api/pools/nobody/stop", json={}, headers=bearer).status_code == 409
+    beat = _beat(any_store, owner)
+    assert (beat.procs, beat.stop) == (3, True)
+
+
+def test_pools_are_refused_read_only_and_show_no_form(any_store, store_url):
+    owner = "web-1:4242:1"
+    _beat(any_store, owner)
+    with _client(store_url, read_only=True) as client:
+        page = client.get("/pools").text
+        assert owner in page and 'method="post"' not in page
+        assert client.post(f"/pools/{owner}/stop", data={"csrf": "x"}).status_code == 403
+        assert client.post(f"/api/pools/{owner}/scale", json={"procs": 3}).status_code == 403
+        assert client.post(f"/api/pools/{owner}/stop", json={}).status_code == 403
+    beat = _beat(any_store, owner)
+    assert (beat.procs, beat.stop) == (None, False)
+
+
+# -- batches ---------------------------------------------------------------------------------------
+
+def test_the_batches_page_lists_them_and_cancels_one_as_an_event(any_store, store_url, caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    with any_store.batch(on_complete=Signature("w.report")) as first:
+        members = [first.add(Signature("w.member", (n,))).id for n in range(2)]
+    second = any_store.batch()  # open: nothing added, not closed
+    with _client(store_url) as client:
+        page = client.get("/batches").text
+        assert [int(i) for i in re.findall(r'<tr class="batch" data-id="(\d+)"', page)] == [
+            second.id, first.id]
+        row = page.split(f'data-id="{first.id}"', 1)[1].split("</tr>", 1)[0]
+        assert "<td>2</td><td>2</td><td>0</td><td>0</td>" in row and "closed, running" in row
+        assert "w.report" in row
+        detail = client.get(f"/batches/{first.id}").text
+        assert '<tr><th>ready</th><td>2</td></tr>' in detail
+        answer = client.post(f"/batches/{first.id}/cancel",
+                             data={"csrf": _csrf(detail), "next": f"/batches/{first.id}"})
+        assert answer.status_code == 303
+        after = client.get(f"/batches/{first.id}").text
+        assert f"batch {first.id}: cancelled" in after and 'id="batch-state">cancelled' in after
+        assert f'action="/batches/{first.id}/cancel"' not in after
+        client.post(f"/batches/{first.id}/cancel", data={"csrf": _csrf(page), "next": "/batches"})
+        assert f"batch {first.id}: cancelled already" in client.get("/batches").text
+        assert client.get("/batches/999999").status_code == 404
+        assert client.get("/batches", params={"limit": "0"}).status_code == 400
+    assert [any_store.get(i)["status"] for i in members] == ["dead", "dead"]
+    assert [(e["batch_id"], e["result"]) for e in _web_actions(caplog)] == [
+        (first.id, "cancelled"), (first.id, "cancelled already")]
+
+
+def test_the_api_shows_and_cancels_batches(any_store, store_url):
+    with any_store.batch() as made:
+        member = made.add(Signature("w.member", (1,))).id
+    with _client(store_url) as client:
+        listed = client.get("/api/batches").json()
+        assert [b["id"] for b in listed] == [made.id] and listed[0]["pending"] == 1
+        shown = client.get(f"/api/batches/{made.id}").json()
+        assert (shown["total"], shown["members"]) == (1, {"ready": 1})
+        assert client.get("/api/batches/999999").status_code == 404
+        answer = client.post(f"/api/batches/{made.id}/cancel", json={})
+        assert answer.json() == {"ok": True, "result": "cancelled"}
+        assert client.post(f"/api/batches/{made.id}/cancel", json={}).status_code == 409
+        assert client.get("/api/batches", params={"open": "1"}).json() == []
+    assert any_store.get(member)["status"] == "dead"
+    with _client(store_url, read_only=True) as client:
+        assert client.post(f"/api/batches/{made.id}/cancel", json={}).status_code == 403
+
+
+# -- queues ----------------------------------------------------------------------------------------
+
+def test_the_queues_page_shows_counts_pauses_and_limits(any_store, store_url):
+    any_store.enqueue_with("w.a", queue="q1")
+    any_store.enqueue_with("w.a", queue="q1", delay=3600)
+    any_store.limits.set_queue("q2", 3)  # a limit, no jobs
+    any_store.pause("q3")                # paused, no jobs
+    with _client(store_url) as client:
+        page = client.get("/queues").text
+        rows = dict(re.findall(r'data-queue="([^"]+)">(.*?)</tr>', page, re.S))
+        assert sorted(rows) == ["q1", "q2", "q3"]
+        assert "<td>1</td><td>1</td><td>0</td><td>0</td>" in rows["q1"]
+        assert "3 (0 running; set by cli)" in rows["q2"] and "no limit" in rows["q1"]
+        assert "<td>paused</td>" in rows["q3"] and "/queues/q3/resume" in rows["q3"]
+        client.post("/queues/q1/pause", data={"csrf": _csrf(page), "next": "/queues"})
+        assert "queue q1: paused" in client.get("/queues").text
+        api = client.get("/api/queues").json()
+    assert any_store.paused_queues() == ["q1", "q3"]
+    by_queue = {q["queue"]: q for q in api["queues"]}
+    assert by_queue["q1"]["counts"]["scheduled"] == 1 and by_queue["q2"]["limit"]["max_running"] == 3
+    assert by_queue["q3"]["counts"]["ready"] == 0 and api["name_limits"] == [] and api["groups"] == []

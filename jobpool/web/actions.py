@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from jobpool import events
-from jobpool.errors import BatchNotFound
+from jobpool.errors import BatchNotFound, EnqueueError
 
 
 class Done(NamedTuple):
@@ -72,8 +72,12 @@ def scale(store: Any, who: str, target: tuple[str, int]) -> Done:
     """R27: ask the running pool ``owner`` to run ``procs`` children (it takes the
     request at its next heartbeat)."""
     owner, procs = target
-    asked = store.request_scale(procs, owner=owner)
-    what = f"asked to run {procs} processes" if asked else "no such running pool"
+    try:
+        asked = store.request_scale(procs, owner=owner)
+    except EnqueueError as exc:  # not a number of processes the store takes
+        asked, what = 0, str(exc)
+    else:
+        what = f"asked to run {procs} processes" if asked else "no such running pool"
     _log("scale", who, pool=owner, procs=procs, result=what)
     return Done(bool(asked), what)
 
