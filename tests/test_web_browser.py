@@ -427,3 +427,18 @@ def test_the_queues_page_pauses_and_shows_limits(any_store, serve, page):
     expect(page.locator(".notice")).to_have_text("queue q1: paused")
     expect(page.locator('#queues tr.queue[data-queue="q1"]')).to_contain_text("paused")
     assert any_store.paused_queues() == ["q1"]
+
+
+def test_the_overview_shows_a_new_job_without_a_reload(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    page.goto(serve() + "/")
+    expect(page.locator("#total-ready")).to_have_text("1")
+    page.evaluate("window.notReloaded = true")
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.enqueue_with("b.b", queue="q7", delay=3600)
+    # htmx polls the shared snapshot every 2 s: the counts change in the open page.
+    expect(page.locator("#total-ready")).to_have_text("2")
+    expect(page.locator("#total-scheduled")).to_have_text("1")
+    expect(page.locator("#queues")).to_contain_text("q7")
+    assert page.evaluate("window.notReloaded") is True

@@ -263,6 +263,9 @@ def test_the_pools_page_scales_and_stops_a_pool_and_each_is_an_event(any_store, 
         assert f'data-id="{busy}"><td>{owner}</td><td>0</td><td>777</td>' in slots
         assert '<progress max="100" value="25.0">' in slots
         assert "<td>reading</td><td>30.0</td>" in slots
+        running = client.get("/").text.split('id="running"', 1)[1].split("</table>", 1)[0]
+        assert f'<a href="/jobs/{busy}">{busy}</a></td><td>w.a</td><td>1</td>' in running
+        assert "<td>reading</td><td>30.0</td>" in running
         row = page.split(f'data-owner="{owner}"', 1)[1].split("</tr>", 1)[0]
         assert "<td>web-1</td>" in row and "<td>running</td>" in row and "<td>7</td>" in row
         assert "default, q1" in row
@@ -336,6 +339,8 @@ def test_the_batches_page_lists_them_and_cancels_one_as_an_event(any_store, stor
         row = page.split(f'data-id="{first.id}"', 1)[1].split("</tr>", 1)[0]
         assert "<td>2</td><td>2</td><td>0</td><td>0</td>" in row and "closed, running" in row
         assert "w.report" in row
+        open_part = client.get("/").text.split('id="open-batches"', 1)[1].split("</table>", 1)[0]
+        assert f'<a href="/batches/{first.id}">{first.id}</a></td><td>0/2</td>' in open_part
         detail = client.get(f"/batches/{first.id}").text
         assert '<tr><th>ready</th><td>2</td></tr>' in detail
         answer = client.post(f"/batches/{first.id}/cancel",
@@ -392,3 +397,61 @@ def test_the_queues_page_shows_counts_pauses_and_limits(any_store, store_url):
     by_queue = {q["queue"]: q for q in api["queues"]}
     assert by_queue["q1"]["counts"]["scheduled"] == 1 and by_queue["q2"]["limit"]["max_running"] == 3
     assert by_queue["q3"]["counts"]["ready"] == 0 and api["name_limits"] == [] and api["groups"] == []
+
+
+# -- the live overview ----------------------------------------------------------------------------
+
+class _Counted:
+    """A store whose dashboard reads are counted."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.dashboard_reads = 0
+
+    def dashboard(self, *args, **kwargs):
+        self.dashboard_reads += 1
+        return self.store.dashboard(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_every_viewer_shares_one_snapshot_read_at_most_once_a_window(any_store, store_url):
+    from starlette.testclient import TestClient
+
+    from jobpool.web import create_app
+    counted = _Counted(any_store)
+    app = create_app(store_url, store=counted)
+    clock = [1000.0]
+    app.state.live.clock = lambda: clock[0]
+    any_store.enqueue_with("w.a")
+    viewers = [TestClient(app, follow_redirects=False) for _ in range(3)]
+    for client in viewers:
+        assert client.get("/").status_code == 200
+        for _ in range(3):
+            part = client.get("/live")
+            assert part.status_code == 200 and '<td id="total-ready"><a href="/jobs?status=ready">1' \
+                in part.text
+    assert counted.dashboard_reads == 1  # twelve pages, one read
+    any_store.enqueue_with("w.a")
+    clock[0] += 1.0
+    assert '/jobs?status=ready">1<' in viewers[0].get("/live").text  # still the shared one
+    clock[0] += 0.6
+    assert '/jobs?status=ready">2<' in viewers[1].get("/live").text  # past the window: anew
+    assert counted.dashboard_reads == 2
+    # An action reads anew at once, so whoever acted sees it.
+    page = viewers[2].get("/").text
+    viewers[2].post("/queues/q1/pause", data={"csrf": _csrf(page), "next": "/"})
+    assert counted.dashboard_reads == 2
+    assert '<li>q1</li>' in viewers[2].get("/").text and counted.dashboard_reads == 3
+
+
+def test_the_live_part_needs_a_login_and_keeps_the_notice_for_its_page(any_store, store_url):
+    with _client(store_url, token="s3cret") as client:
+        assert client.get("/live").status_code == 401
+        client.post("/login", data={"csrf": _csrf(client.get("/login").text), "token": "s3cret"})
+        page = client.get("/").text
+        assert 'hx-get="/live" hx-trigger="every 2s"' in page
+        client.post("/queues/q1/pause", data={"csrf": _csrf(page), "next": "/"})
+        assert "queue q1: paused" not in client.get("/live").text  # a poll took no notice
+        assert "queue q1: paused" in client.get("/").text

@@ -120,6 +120,7 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
             return _error(str(exc), 400)
     done = await run_in_threadpool(act, request.app.state.store,
                                    request.app.state.access.who, target)
+    request.app.state.live.forget()
     return _json({"ok": done.ok, "result": done.what}, 200 if done.ok else 409)
 
 
@@ -204,7 +205,7 @@ async def queues(request: Request) -> Response:
     """Each queue with jobs, a pause or a limit, and the limits of job names with
     their groups, as the queues page shows them."""
     def read(store: Any) -> dict[str, Any]:
-        view = fleet.queues_view(store)
+        view = fleet.queues_view(store, request.app.state.live.get().snapshot)
         view["queues"] = [dict(q, counts=q["counts"] and {
             k: getattr(q["counts"], k) for k in ("ready", "scheduled", "running", "dead",
                                                  "done_per_min")}) for q in view["queues"]]

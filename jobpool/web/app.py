@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
 from jobpool.display import shown
-from jobpool.web import api, fleet, formats, pages
+from jobpool.web import api, fleet, formats, live, pages
 from jobpool.web.auth import Access
 
 HERE = Path(__file__).parent
@@ -131,6 +131,7 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
                                            max_age=12 * 3600)],
                     lifespan=closing)
     app.state.store = store
+    app.state.live = live.SharedSnapshot(store)
     app.state.access = access
     app.state.templates = templates()
     return app

@@ -12,13 +12,13 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from jobpool.errors import BatchNotFound
-from jobpool.snapshot import read_snapshot
-from jobpool.web import actions, auth, listing
-from jobpool.web.pages import _checked_form, _login_needed, _render, _store
+from jobpool.snapshot import Snapshot
+from jobpool.web import actions, listing
+from jobpool.web.pages import _checked_form, _login_needed, _render, _store, acted
 
 #: The most batches the batches page lists unless ``limit`` says otherwise.
 BATCHES_SHOWN = 50
@@ -35,9 +35,9 @@ def routes() -> list[Route]:
     ]
 
 
-def pools_view(store: Any) -> dict[str, Any]:
-    """Every pool row (a dead one with why), and the running jobs in their slots."""
-    snapshot = read_snapshot(store)
+def pools_view(store: Any, snapshot: Snapshot) -> dict[str, Any]:
+    """Every pool row (a dead one with why), and the running jobs in their slots (of
+    the shared snapshot)."""
     slots: dict[str, list[Any]] = {}
     for slot in snapshot.slots:
         if slot.busy:
@@ -48,7 +48,8 @@ def pools_view(store: Any) -> dict[str, Any]:
 async def pools_page(request: Request) -> Response:
     if (refused := _login_needed(request)) is not None:
         return refused
-    return _render(request, "pools.html", **await run_in_threadpool(pools_view, _store(request)))
+    return _render(request, "pools.html", **await run_in_threadpool(
+        lambda: pools_view(_store(request), request.app.state.live.get().snapshot)))
 
 
 def procs_of(text: object) -> int | None:
@@ -76,8 +77,7 @@ async def pool_action(request: Request) -> Response:
             return PlainTextResponse("procs must be a positive integer", status_code=400)
         act, target = actions.scale, (owner, procs)
     done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
-    request.session["notice"] = f"pool {owner}: {done.what}"
-    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+    return acted(request, f"pool {owner}: {done.what}", form.get("next"))
 
 
 async def batches_page(request: Request) -> Response:
@@ -115,15 +115,13 @@ async def batch_cancel(request: Request) -> Response:
         return refused
     done = await run_in_threadpool(actions.cancel_batch, _store(request),
                                    request.app.state.access.who, batch_id)
-    request.session["notice"] = f"batch {batch_id}: {done.what}"
-    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+    return acted(request, f"batch {batch_id}: {done.what}", form.get("next"))
 
 
-def queues_view(store: Any) -> dict[str, Any]:
-    """Each queue with jobs, paused or limited: its counts (``Store.dashboard``),
+def queues_view(store: Any, snapshot: Snapshot) -> dict[str, Any]:
+    """Each queue with jobs, paused or limited: its counts (of the shared snapshot),
     whether it is paused and its limit; and the limits of job names with their
     groups and tokens (``store.limits.listing``)."""
-    snapshot = read_snapshot(store)
     limits = store.limits.listing()
     by_queue = {row["target"]: row for row in limits["limits"] if row["scope"] == "queue"}
     queues = {view.queue: view for view in snapshot.queues}
@@ -139,4 +137,5 @@ def queues_view(store: Any) -> dict[str, Any]:
 async def queues_page(request: Request) -> Response:
     if (refused := _login_needed(request)) is not None:
         return refused
-    return _render(request, "queues.html", **await run_in_threadpool(queues_view, _store(request)))
+    return _render(request, "queues.html", **await run_in_threadpool(
+        lambda: queues_view(_store(request), request.app.state.live.get().snapshot)))

@@ -18,9 +18,8 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from jobpool.errors import BatchNotFound, JobNotFound
-from jobpool.snapshot import read_snapshot
 from jobpool.store.rows import LISTED_STATUSES
-from jobpool.web import actions, auth, listing
+from jobpool.web import actions, auth, listing, live
 
 #: Fields of a job's row that hold what a job was given or made (its arguments, its
 #: result, its saved state): shown only on a "reveal" click, not to whoever glances.
@@ -30,6 +29,7 @@ HIDDEN_FIELDS = ("payload", "result", "state")
 def routes() -> list[Route]:
     return [
         Route("/", overview),
+        Route("/live", live_part),
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id:int}", job_page),
         Route("/jobs/all/{action:str}", bulk_page, methods=["GET"]),
@@ -49,12 +49,15 @@ def _store(request: Request) -> Any:
     return request.app.state.store
 
 
-def _render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+def _render(request: Request, template: str, status_code: int = 200, fragment: bool = False,
+            **context: Any) -> Response:
+    """``template`` with what every page shows; a ``fragment`` (a part htmx swaps in)
+    leaves the one-time notice for the page it is part of."""
     access: auth.Access = request.app.state.access
     context.update(request=request, read_only=access.read_only, csrf=auth.csrf_token(request),
                    csrf_field=auth.CSRF_FIELD, logged_in=access.token is not None
                    and bool(request.session.get(auth.LOGGED_IN_KEY)),
-                   notice=request.session.pop("notice", None))
+                   notice=None if fragment else request.session.pop("notice", None))
     return request.app.state.templates.TemplateResponse(request, template, context,
                                                         status_code=status_code)
 
@@ -71,11 +74,22 @@ def _quoted(path: str) -> str:
 
 
 async def overview(request: Request) -> Response:
+    """The overview, its live part redrawn by htmx every ``live.POLL`` seconds from
+    ``/live``: both read the one shared snapshot (``live.SharedSnapshot``)."""
     if (refused := _login_needed(request)) is not None:
         return refused
-    store = _store(request)
-    snapshot, paused = await run_in_threadpool(lambda: (read_snapshot(store), store.paused_queues()))
-    return _render(request, "overview.html", snap=snapshot, paused=paused)
+    frame = await run_in_threadpool(request.app.state.live.get)
+    return _render(request, "overview.html", snap=frame.snapshot, paused=frame.paused,
+                   poll=live.POLL)
+
+
+async def live_part(request: Request) -> Response:
+    """The overview's live part alone; 401 without a login (htmx swaps in no error)."""
+    if not request.app.state.access.page_ok(request):
+        return PlainTextResponse("log in first", status_code=401)
+    frame = await run_in_threadpool(request.app.state.live.get)
+    return _render(request, "_overview.html", fragment=True, snap=frame.snapshot,
+                   paused=frame.paused, poll=live.POLL)
 
 
 async def jobs_page(request: Request) -> Response:
@@ -273,8 +287,15 @@ async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], 
     if refused is not None:
         return refused
     done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
-    request.session["notice"] = f"{said}: {done.what}"
-    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+    return acted(request, f"{said}: {done.what}", form.get("next"))
+
+
+def acted(request: Request, notice: str, target: object) -> Response:
+    """After an action: its notice for the next page, which lands at ``target`` (a path
+    of this site) and reads the store anew (the shared snapshot is forgotten)."""
+    request.app.state.live.forget()
+    request.session["notice"] = notice
+    return RedirectResponse(auth.safe_next(target), status_code=303)
 
 
 def _bulk_filters(request: Request, query: Any) -> tuple[dict[str, Any], Response | None]:
@@ -333,5 +354,4 @@ async def bulk_action(request: Request) -> Response:
     action = request.path_params["action"]
     done = await run_in_threadpool(actions.bulk, _store(request), request.app.state.access.who,
                                    action, chosen, int(through))
-    request.session["notice"] = f"{action} all matching: {done.what}"
-    return RedirectResponse(f"/jobs?{listing.query_of(chosen)}", status_code=303)
+    return acted(request, f"{action} all matching: {done.what}", f"/jobs?{listing.query_of(chosen)}")
