@@ -330,7 +330,8 @@ def test_hostile_names_and_arguments_show_as_text_and_run_nothing(any_store, ser
 
 def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request):
     """What the README shows: the overview, a filtered list, a job, the confirmation
-    of an action on all matching; each a PNG of the page as Chromium draws it."""
+    of an action on all matching, and the scheduled, queues, pools and batches pages;
+    each a PNG of the page as Chromium draws it."""
     from playwright.sync_api import expect
     folder = Path(SCREENSHOTS) if SCREENSHOTS and "sqlite" in request.node.name else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
@@ -341,7 +342,9 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
     any_store.pause("mail")
     base = serve()
     shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
-             "retry-all": "/jobs/all/retry?status=dead&name=imports.load"}
+             "retry-all": "/jobs/all/retry?status=dead&name=imports.load",
+             "scheduled": "/scheduled", "queues": "/queues", "pools": "/pools",
+             "batches": "/batches"}
     page.set_viewport_size({"width": 1100, "height": 700})
     for name, path in shots.items():
         page.goto(base + path)
