@@ -455,3 +455,41 @@ def test_the_live_part_needs_a_login_and_keeps_the_notice_for_its_page(any_store
         client.post("/queues/q1/pause", data={"csrf": _csrf(page), "next": "/"})
         assert "queue q1: paused" not in client.get("/live").text  # a poll took no notice
         assert "queue q1: paused" in client.get("/").text
+
+
+def test_pool_names_stages_and_queues_from_rows_render_as_text(any_store, store_url):
+    from tests.test_web import HOSTILE, HOSTILE_NAME
+    owner = f"{HOSTILE_NAME}:4242:1"
+    job_id = any_store.enqueue_with("w.a", queue=HOSTILE_NAME, delay=60).id
+    any_store.run_now([job_id])
+    claimer = any_store.claimer(owner, ["w.a"], [HOSTILE_NAME], {})
+    try:
+        assert _claimed(claimer) == [job_id]
+        any_store.set_progress(owner, [ProgressReport(job_id, 1, 5.0, HOSTILE)])
+    finally:
+        claimer.close()
+    _beat(any_store, owner, slots=json.dumps([{"slot": 0, "pid": 1, "job_id": job_id,
+                                               "attempt": 1}]))
+    any_store.limits.set_queue(HOSTILE_NAME, 2)
+    any_store.enqueue_with("w.b", queue=HOSTILE_NAME, delay=600)
+    with _client(store_url) as client:
+        pages = [client.get(path).text for path in ("/", "/live", "/pools", "/queues",
+                                                    "/scheduled", f"/jobs/{job_id}")]
+    for html in pages:
+        assert "<script>alert" not in html and "\x1b" not in html and "\x07" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;[bold]x[/bold]" in pages[2]  # the owner
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; [bold]x[/bold] \\x1b]0;title\\x07" in pages[2]
+
+
+def test_a_batch_cancel_needs_the_csrf_token_and_write_access(any_store, store_url):
+    with any_store.batch() as made:
+        member = made.add(Signature("w.member", (1,))).id
+    with _client(store_url) as client:
+        client.get("/batches")
+        assert client.post(f"/batches/{made.id}/cancel", data={}).status_code == 403
+    with _client(store_url, read_only=True) as client:
+        page = client.get(f"/batches/{made.id}").text
+        assert 'method="post"' not in page
+        assert client.post(f"/batches/{made.id}/cancel", data={"csrf": "x"}).status_code == 403
+    assert any_store.get(member)["status"] == "ready"
+    assert not any_store.batch_status(made.id).cancelled
