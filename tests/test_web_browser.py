@@ -445,3 +445,20 @@ def test_the_overview_shows_a_new_job_without_a_reload(any_store, serve, page):
     expect(page.locator("#total-scheduled")).to_have_text("1")
     expect(page.locator("#queues")).to_contain_text("q7")
     assert page.evaluate("window.notReloaded") is True
+
+
+def test_enqueue_a_job_by_name_from_the_form(any_store, serve, page):
+    from playwright.sync_api import expect
+    page.goto(serve() + "/")
+    page.get_by_role("link", name="enqueue").click()
+    page.wait_for_url(re.compile(r"/enqueue$"))
+    page.fill("input[name=name]", "b.by-name")
+    page.fill("input[name=args]", '[1, "two"]')
+    page.fill("input[name=queue]", "q3")
+    page.get_by_role("button", name="enqueue").click()
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+    expect(page.locator(".notice")).to_have_text(f"queued job {job_id}")
+    expect(page.locator("h1")).to_have_text(f"Job {job_id}: b.by-name")
+    row = any_store.get(job_id)
+    assert (row["queue"], row["status"]) == ("q3", "ready") and '"two"' in row["payload"]

@@ -493,3 +493,65 @@ def test_a_batch_cancel_needs_the_csrf_token_and_write_access(any_store, store_u
         assert client.post(f"/batches/{made.id}/cancel", data={"csrf": "x"}).status_code == 403
     assert any_store.get(member)["status"] == "ready"
     assert not any_store.batch_status(made.id).cancelled
+
+
+# -- enqueue by name -------------------------------------------------------------------------------
+
+def test_the_enqueue_form_queues_a_job_by_name_and_is_an_event(any_store, store_url, caplog):
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    with _client(store_url) as client:
+        form = client.get("/enqueue", params={"name": "w.unregistered"}).text
+        assert 'name="name" value="w.unregistered"' in form
+        answer = client.post("/enqueue", data={
+            "csrf": _csrf(form), "name": "w.unregistered", "args": '[1, "secret-arg"]',
+            "kwargs": '{"to": "x@example.org"}', "queue": "q5", "delay": "60"})
+        assert answer.status_code == 303
+        job_id = int(answer.headers["location"].rsplit("/", 1)[1])
+        page = client.get(answer.headers["location"]).text
+        assert f"queued job {job_id}" in page and 'id="state">scheduled, due in 60s' in page
+        bad = client.post("/enqueue", data={"csrf": _csrf(form), "name": "w.x", "args": "[1,",
+                                            "kwargs": "", "queue": "", "delay": ""})
+        assert bad.status_code == 400 and "args is not JSON" in bad.text
+        assert 'value="[1,"' in bad.text  # the form again, as typed
+        refused = client.post("/enqueue", data={"csrf": _csrf(form), "name": "two words",
+                                                "args": "[]", "kwargs": "{}", "queue": "",
+                                                "delay": ""})
+        assert refused.status_code == 409 and 'id="problem"' in refused.text
+        assert client.post("/enqueue", data={"name": "w.x"}).status_code == 403  # no CSRF token
+    row = any_store.get(job_id)
+    assert (row["name"], row["queue"]) == ("w.unregistered", "q5")
+    assert '"secret-arg"' in row["payload"] and "x@example.org" in row["payload"]
+    assert [row["id"] for row in any_store.list_jobs()] == [job_id]
+    logged = _web_actions(caplog)
+    assert logged[0] == {"action": "enqueue", "who": "loopback", "name": "w.unregistered",
+                         "job_id": job_id, "result": f"queued job {job_id}"}
+    assert "secret-arg" not in repr(logged)
+
+
+def test_the_api_enqueues_by_name(any_store, store_url):
+    bearer = {"authorization": "Bearer t0k"}
+    with _client(store_url, token="t0k") as client:
+        body = {"name": "w.api", "args": [2], "kwargs": {"y": 3}, "key": "k1", "queue": "q2"}
+        assert client.post("/api/jobs", json=body).status_code == 401
+        made = client.post("/api/jobs", json=body, headers=bearer)
+        assert made.status_code == 201
+        job_id = made.json()["id"]
+        assert made.json() == {"ok": True, "result": f"queued job {job_id}", "id": job_id,
+                               "duplicate": False}
+        again = client.post("/api/jobs", json=body, headers=bearer).json()
+        assert (again["id"], again["duplicate"]) == (job_id, True)
+        for wrong, said in (([], "send {"), ({"args": []}, "name must be"),
+                            ({"name": "w.api", "args": {}}, "args must be a JSON list"),
+                            ({"name": "w.api", "delay": "soon"}, "delay must be a number"),
+                            ({"name": "w.api", "retries": 3}, "unknown field(s): retries")):
+            answer = client.post("/api/jobs", json=wrong, headers=bearer)
+            assert answer.status_code == 400 and said in answer.json()["error"], wrong
+        refused = client.post("/api/jobs", json={"name": "two words"}, headers=bearer)
+        assert refused.status_code == 409 and refused.json()["ok"] is False
+        shown = client.get(f"/api/jobs/{job_id}", headers=bearer).json()
+    assert (shown["name"], shown["queue"], shown["key"]) == ("w.api", "q2", "k1")
+    with _client(store_url, read_only=True) as client:
+        assert client.post("/api/jobs", json={"name": "w.api"}).status_code == 403
+        assert client.get("/enqueue").status_code == 403
+        assert client.post("/enqueue", data={"csrf": "x", "name": "w.api"}).status_code == 403
+    assert len(any_store.list_jobs()) == 1

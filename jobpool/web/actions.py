@@ -167,3 +167,51 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
     _log(action, who, filter={k: v for k, v in chosen.items() if v is not None},
          job_ids=ids, result=counts)
     return Done(bool(ids), said)
+
+
+#: The options an enqueue by name takes besides ``name``, ``args`` and ``kwargs``, with
+#: the types each must be (as ``jobpool enqueue`` without ``--app`` takes them).
+ENQUEUE_OPTIONS = {"queue": (str,), "key": (str,), "delay": (int, float), "priority": (int,),
+                   "max_attempts": (int,)}
+
+
+def enqueue_spec(body: Any) -> dict[str, Any]:
+    """What an enqueue by name asks for, checked: ``{"name": ..., "args": [...],
+    "kwargs": {...}}`` and any of ``ENQUEUE_OPTIONS``; ``ValueError`` saying what is
+    wrong. The name need not be registered in this process (the store checks the rest)."""
+    if not isinstance(body, dict):
+        raise ValueError('send {"name": ..., "args": [...], "kwargs": {...}}')
+    unknown = sorted(set(body) - {"name", "args", "kwargs", *ENQUEUE_OPTIONS})
+    if unknown:
+        raise ValueError(f"unknown field(s): {', '.join(unknown)}")
+    name, args, kwargs = body.get("name"), body.get("args", []), body.get("kwargs", {})
+    if not isinstance(name, str) or not name:
+        raise ValueError("name must be a job's name")
+    if not isinstance(args, list):
+        raise ValueError("args must be a JSON list")
+    if not isinstance(kwargs, dict):
+        raise ValueError("kwargs must be a JSON object")
+    spec: dict[str, Any] = {"name": name, "args": args, "kwargs": kwargs}
+    for key, types in ENQUEUE_OPTIONS.items():
+        value = body.get(key)
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"{key} must be {'text' if types == (str,) else 'a number'}")
+        spec[key] = value
+    return spec
+
+
+def enqueue(store: Any, who: str, spec: dict[str, Any]) -> tuple[Done, Any]:
+    """A job queued by name (R1: the store validates before it writes); one
+    ``web_action`` event with the name and the id, not the arguments (they may hold
+    secrets). Also the job's handle (None when the store refused it)."""
+    options = {k: v for k, v in spec.items() if k != "name"}
+    try:
+        handle = store.enqueue_with(spec["name"], **options)
+    except EnqueueError as exc:
+        _log("enqueue", who, name=spec["name"], result=str(exc))
+        return Done(False, str(exc)), None
+    what = f"duplicate of job {handle.id}" if handle.duplicate else f"queued job {handle.id}"
+    _log("enqueue", who, name=spec["name"], job_id=handle.id, result=what)
+    return Done(True, what), handle

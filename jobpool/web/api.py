@@ -23,7 +23,8 @@ from jobpool.web import actions, fleet, listing
 def routes() -> list[Route]:
     return [
         Route("/api/stats", stats),
-        Route("/api/jobs", jobs),
+        Route("/api/jobs", jobs, methods=["GET"]),
+        Route("/api/jobs", create_job, methods=["POST"]),
         Route("/api/jobs/{job_id:int}", job, methods=["GET"]),
         Route("/api/jobs/{job_id:int}", delete, methods=["DELETE"]),
         Route("/api/jobs/{job_id:int}/retry", retry, methods=["POST"]),
@@ -96,9 +97,11 @@ async def job(request: Request) -> Response:
         return _error(str(exc), 404)
 
 
-async def _write(request: Request, act: Callable[..., actions.Done], target: Any) -> Response:
+async def _write(request: Request, act: Callable[..., actions.Done], target: Any,
+                 made: dict[str, Any] | None = None) -> Response:
     """``act`` on ``target`` (or on what ``target(body)`` makes of the JSON body sent,
-    ``ValueError`` answering 400), as a page's button does."""
+    ``ValueError`` answering 400), as a page's button does. ``made``: what ``act`` put
+    there goes into the answer too, which is then 201 when it succeeds."""
     if (refused := _refused(request)) is not None:
         return refused
     if request.app.state.access.read_only:
@@ -121,7 +124,24 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
     done = await run_in_threadpool(act, request.app.state.store,
                                    request.app.state.access.who, target)
     request.app.state.live.forget()
-    return _json({"ok": done.ok, "result": done.what}, 200 if done.ok else 409)
+    if not done.ok:
+        return _json({"ok": False, "result": done.what}, 409)
+    return _json({"ok": True, "result": done.what, **(made or {})}, 200 if made is None else 201)
+
+
+async def create_job(request: Request) -> Response:
+    """``{"name": ..., "args": [...], "kwargs": {...}}`` and any of ``queue``, ``key``,
+    ``delay``, ``priority``, ``max_attempts``: the job queued by name, registered in
+    this process or not (as ``jobpool enqueue`` without ``--app``); 201 with its ``id``
+    and ``duplicate`` (a live job of the name held the key)."""
+    made: dict[str, Any] = {}
+
+    def act(store: Any, who: str, spec: dict[str, Any]) -> actions.Done:
+        done, handle = actions.enqueue(store, who, spec)
+        if handle is not None:
+            made.update(id=handle.id, duplicate=handle.duplicate)
+        return done
+    return await _write(request, act, actions.enqueue_spec, made)
 
 
 async def retry(request: Request) -> Response:

@@ -37,6 +37,8 @@ def routes() -> list[Route]:
         Route("/jobs/{job_id:int}/data", job_data),
         Route("/dead", dead_page),
         Route("/scheduled", scheduled_page),
+        Route("/enqueue", enqueue_page, methods=["GET"]),
+        Route("/enqueue", enqueue, methods=["POST"]),
         Route("/login", login_page, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
@@ -215,6 +217,55 @@ async def scheduled_page(request: Request) -> Response:
                                                                     after=None, limit=limit),
                    here="/scheduled" + (f"?{here}" if here else ""),
                    filter_query=listing.query_of(chosen, after=None))
+
+
+#: The enqueue form's fields, as typed.
+ENQUEUE_FIELDS = ("name", "args", "kwargs", "queue", "delay")
+
+
+async def enqueue_page(request: Request) -> Response:
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    if request.app.state.access.read_only:
+        return PlainTextResponse("this dashboard is read-only", status_code=403)
+    typed = {"name": request.query_params.get("name", ""), "args": "[]", "kwargs": "{}",
+             "queue": "", "delay": ""}
+    return _render(request, "enqueue.html", typed=typed, problem=None)
+
+
+def _typed_spec(typed: dict[str, str]) -> dict[str, Any]:
+    """What the enqueue form asks for (``args`` and ``kwargs`` as JSON, ``delay`` in
+    seconds), checked as the API checks its body; ``ValueError`` saying what is wrong."""
+    body: dict[str, Any] = {"name": typed["name"].strip(), "queue": typed["queue"].strip()}
+    for key, empty in (("args", "[]"), ("kwargs", "{}")):
+        try:
+            body[key] = json.loads(typed[key].strip() or empty)
+        except ValueError:
+            raise ValueError(f"{key} is not JSON") from None
+    if typed["delay"].strip():
+        try:
+            body["delay"] = float(typed["delay"])
+        except ValueError:
+            raise ValueError("delay must be a number of seconds") from None
+    return actions.enqueue_spec(body)
+
+
+async def enqueue(request: Request) -> Response:
+    """The enqueue form's POST: the job queued by name, then its page; or the form
+    again, as typed, saying what was wrong (the store's words when it refused)."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    typed = {key: str(form.get(key) or "") for key in ENQUEUE_FIELDS}
+    try:
+        spec = _typed_spec(typed)
+    except ValueError as exc:
+        return _render(request, "enqueue.html", status_code=400, typed=typed, problem=str(exc))
+    done, handle = await run_in_threadpool(actions.enqueue, _store(request),
+                                           request.app.state.access.who, spec)
+    if handle is None:
+        return _render(request, "enqueue.html", status_code=409, typed=typed, problem=done.what)
+    return acted(request, done.what, f"/jobs/{handle.id}")
 
 
 async def login_page(request: Request) -> Response:
