@@ -555,3 +555,21 @@ def test_the_api_enqueues_by_name(any_store, store_url):
         assert client.get("/enqueue").status_code == 403
         assert client.post("/enqueue", data={"csrf": "x", "name": "w.api"}).status_code == 403
     assert len(any_store.list_jobs()) == 1
+
+
+# -- the API's document ----------------------------------------------------------------------------
+
+def test_the_openapi_document_names_every_api_route_and_method(any_store, store_url):
+    from jobpool.web import api
+    with _client(store_url, token="t0k") as client:
+        assert client.get("/api/openapi.json").status_code == 401
+        doc = client.get("/api/openapi.json", headers={"authorization": "Bearer t0k"}).json()
+    assert doc["openapi"].startswith("3.") and doc["components"]["securitySchemes"]["bearer"]
+    documented = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
+    routed = {(method, re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path))
+              for route in api.routes() for method in route.methods - {"HEAD"}}
+    assert documented == routed
+    assert {p["name"] for p in doc["paths"]["/api/jobs"]["get"]["parameters"]} == {
+        "status", "name", "queue", "chain", "limit", "after"}
+    assert doc["paths"]["/api/jobs/{job_id}/run-now"]["post"]["parameters"][0]["schema"] == {
+        "type": "integer"}

@@ -17,11 +17,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jobpool.errors import BatchNotFound, JobNotFound
-from jobpool.web import actions, fleet, listing
+from jobpool.web import actions, fleet, listing, openapi
 
 
 def routes() -> list[Route]:
     return [
+        Route("/api/openapi.json", openapi_document),
         Route("/api/stats", stats),
         Route("/api/jobs", jobs, methods=["GET"]),
         Route("/api/jobs", create_job, methods=["POST"]),
@@ -40,6 +41,13 @@ def routes() -> list[Route]:
         Route("/api/queues/{queue:path}/pause", pause, methods=["POST"]),
         Route("/api/queues/{queue:path}/resume", resume, methods=["POST"]),
     ]
+
+
+async def openapi_document(request: Request) -> Response:
+    """The API's OpenAPI document, made from these routes."""
+    if (refused := _refused(request)) is not None:
+        return refused
+    return _json(openapi.document(routes()))
 
 
 def _json(body: Any, status_code: int = 200) -> Response:
