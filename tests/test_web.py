@@ -317,13 +317,15 @@ def test_hostile_names_and_errors_render_as_text(make_any_app, store_url):
     with _client(store_url) as client:
         pages = [client.get(path).text for path in
                  ("/", "/jobs", "/dead", f"/jobs/{failed}", f"/jobs/{named}",
-                  f"/jobs/{named}?reveal=1", f"/jobs/{named}/data")]
+                  f"/jobs/{named}?reveal=1", f"/jobs/{named}/data", "/scheduled", "/queues",
+                  "/pools", "/batches", "/live")]
     for html in pages:
         assert "<script>alert" not in html and "\x1b" not in html and "\x07" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt; [bold]x[/bold] \\x1b]0;title\\x07" in pages[3]
     attempts = pages[3][pages[3].index('id="attempts"'):]
-    # The attempt log: number, outcome, pid, exit status, wall and CPU seconds, peak MiB.
-    assert re.search(r"<tr><td>1</td><td>fatal</td><td>\d+</td><td>0</td>\s*<td>[\d.]+</td>\s*"
+    # The attempt log: number, outcome, pid, exit status, no signal, wall and CPU seconds,
+    # peak MiB.
+    assert re.search(r"<tr><td>1</td><td>fatal</td><td>\d+</td><td>0</td><td></td>\s*<td>[\d.]+</td>\s*"
                      r"<td>[\d.]+</td>\s*<td>[\d.]+</td>", attempts), attempts
     assert "&lt;script&gt;alert(1)&lt;/script&gt;[bold]x[/bold]" in pages[4]  # the name
     assert "&lt;script&gt;alert(1)&lt;/script&gt;[bold]x[/bold]" in pages[0]  # its queue

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +139,18 @@ def _listed(page) -> list[int]:
         "rows => rows.map(r => r.dataset.id)")]
 
 
+def _all_matching(page, listing: str, action: str, button: str, notice: str) -> None:
+    """From the list at ``listing``, an action on all 3 matching jobs: its link, the
+    confirmation's count, its button, and the notice back on the list."""
+    from playwright.sync_api import expect
+    page.goto(listing)
+    page.locator(f"#bulk-{action}").click()
+    page.wait_for_url(re.compile(rf"/jobs/all/{action}\?"))
+    expect(page.locator("#bulk-count")).to_contain_text("3 jobs match")
+    page.get_by_role("button", name=button).click()
+    expect(page.locator(".notice")).to_have_text(notice)
+
+
 def test_the_overview_shows_the_stores_counts_and_queues(any_store, serve, page):
     from playwright.sync_api import expect
     any_store.enqueue_with("b.a", queue="q1")
@@ -226,12 +239,8 @@ def test_retry_all_matching_goes_through_a_confirmation_showing_the_count(any_st
     from playwright.sync_api import expect
     gone = _dead_jobs(any_store, 3)
     kept = _dead_jobs(any_store, 1, name="t.kept")
-    page.goto(serve() + "/jobs?status=dead&name=t.gone")
-    page.locator("#bulk-retry").click()
-    page.wait_for_url(re.compile(r"/jobs/all/retry\?"))
-    expect(page.locator("#bulk-count")).to_contain_text("3 jobs match")
-    page.get_by_role("button", name="retry 3 jobs").click()
-    expect(page.locator(".notice")).to_have_text("retry all matching: 3 retried")
+    _all_matching(page, serve() + "/jobs?status=dead&name=t.gone", "retry", "retry 3 jobs",
+                  "retry all matching: 3 retried")
     expect(page.locator("#jobs")).to_have_count(0)  # none of that name is dead now
     assert [any_store.get(i)["status"] for i in (*gone, *kept)] == ["ready"] * 3 + ["dead"]
 
@@ -321,7 +330,8 @@ def test_hostile_names_and_arguments_show_as_text_and_run_nothing(any_store, ser
 
 def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request):
     """What the README shows: the overview, a filtered list, a job, the confirmation
-    of an action on all matching; each a PNG of the page as Chromium draws it."""
+    of an action on all matching, and the scheduled, queues, pools and batches pages;
+    each a PNG of the page as Chromium draws it."""
     from playwright.sync_api import expect
     folder = Path(SCREENSHOTS) if SCREENSHOTS and "sqlite" in request.node.name else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
@@ -332,10 +342,123 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
     any_store.pause("mail")
     base = serve()
     shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
-             "retry-all": "/jobs/all/retry?status=dead&name=imports.load"}
+             "retry-all": "/jobs/all/retry?status=dead&name=imports.load",
+             "scheduled": "/scheduled", "queues": "/queues", "pools": "/pools",
+             "batches": "/batches"}
     page.set_viewport_size({"width": 1100, "height": 700})
     for name, path in shots.items():
         page.goto(base + path)
         expect(page.locator("main h1")).to_be_visible()
         page.screenshot(path=str(folder / f"web-{name}.png"), full_page=True)
         assert (folder / f"web-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_now_from_the_scheduled_page_and_from_a_jobs_page(any_store, serve, page):
+    from playwright.sync_api import expect
+    first, second = (any_store.enqueue_with("b.later", delay=3600).id for _ in range(2))
+    base = serve()
+    page.goto(base + "/scheduled")
+    expect(page.locator("#scheduled tr.job")).to_have_count(2)
+    page.locator(f'#scheduled tr.job[data-id="{first}"]').get_by_role(
+        "button", name="run now").click()
+    expect(page.locator(".notice")).to_have_text(f"job {first}: due now")
+    expect(page.locator("#scheduled tr.job")).to_have_count(1)
+    assert any_store.get(first)["run_at"] <= time.time() < any_store.get(second)["run_at"]
+    page.goto(base + f"/jobs/{second}")
+    expect(page.locator("#state")).to_contain_text("scheduled, due in")
+    page.get_by_role("button", name="run now").click()
+    expect(page.locator(".notice")).to_have_text(f"job {second}: due now")
+    expect(page.locator("#state")).to_have_text("ready")
+    expect(page.get_by_role("button", name="run now")).to_have_count(0)
+    assert any_store.get(second)["run_at"] <= time.time()
+
+
+def test_run_all_matching_now_goes_through_the_confirmation(any_store, serve, page):
+    waiting = [any_store.enqueue_with("b.later", delay=3600, queue="q1").id for _ in range(3)]
+    kept = any_store.enqueue_with("b.later", delay=3600, queue="q2").id
+    _all_matching(page, serve() + "/scheduled?queue=q1", "run-now", "run 3 jobs now",
+                  "run-now all matching: 3 due now")
+    now = time.time()
+    assert all(any_store.get(i)["run_at"] <= now for i in waiting)
+    assert any_store.get(kept)["run_at"] > now
+
+
+def test_scale_and_stop_a_pool_from_the_pools_page(any_store, serve, page):
+    from playwright.sync_api import expect
+
+    from tests.test_web_pages import _beat
+    owner = "web-1:4242:1"
+    _beat(any_store, owner)
+    page.goto(serve() + "/pools")
+    row = page.locator(f'#pools tr.pool[data-owner="{owner}"]')
+    expect(row).to_contain_text("running")
+    row.locator("input[name=procs]").fill("6")
+    row.get_by_role("button", name="scale").click()
+    expect(page.locator(".notice")).to_have_text(f"pool {owner}: asked to run 6 processes")
+    page.locator(f'#pools tr.pool[data-owner="{owner}"]').get_by_role("button", name="stop").click()
+    expect(page.locator(".notice")).to_have_text(f"pool {owner}: asked to stop")
+    beat = _beat(any_store, owner)
+    assert (beat.procs, beat.stop) == (6, True)
+
+
+def test_cancel_a_batch_from_the_batches_page(any_store, serve, page):
+    from playwright.sync_api import expect
+
+    from jobpool.handles import Signature
+    with any_store.batch() as made:
+        members = [made.add(Signature("b.member", (n,))).id for n in range(2)]
+    page.goto(serve() + "/batches")
+    page.locator(f'#batches tr.batch[data-id="{made.id}"] a').click()
+    page.wait_for_url(re.compile(rf"/batches/{made.id}$"))
+    expect(page.locator("#members")).to_contain_text("ready")
+    page.get_by_role("button", name="cancel").click()
+    expect(page.locator(".notice")).to_have_text(f"batch {made.id}: cancelled")
+    expect(page.locator("#batch-state")).to_have_text("cancelled")
+    expect(page.get_by_role("button", name="cancel")).to_have_count(0)
+    assert [any_store.get(i)["status"] for i in members] == ["dead", "dead"]
+    assert any_store.batch_status(made.id).cancelled
+
+
+def test_the_queues_page_pauses_and_shows_limits(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.limits.set_queue("q1", 4)
+    page.goto(serve() + "/queues")
+    row = page.locator('#queues tr.queue[data-queue="q1"]')
+    expect(row).to_contain_text("4 (0 running; set by cli)")
+    row.get_by_role("button", name="pause").click()
+    expect(page.locator(".notice")).to_have_text("queue q1: paused")
+    expect(page.locator('#queues tr.queue[data-queue="q1"]')).to_contain_text("paused")
+    assert any_store.paused_queues() == ["q1"]
+
+
+def test_the_overview_shows_a_new_job_without_a_reload(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    page.goto(serve() + "/")
+    expect(page.locator("#total-ready")).to_have_text("1")
+    page.evaluate("window.notReloaded = true")
+    any_store.enqueue_with("b.a", queue="q1")
+    any_store.enqueue_with("b.b", queue="q7", delay=3600)
+    # htmx polls the shared snapshot every 2 s: the counts change in the open page.
+    expect(page.locator("#total-ready")).to_have_text("2")
+    expect(page.locator("#total-scheduled")).to_have_text("1")
+    expect(page.locator("#queues")).to_contain_text("q7")
+    assert page.evaluate("window.notReloaded") is True
+
+
+def test_enqueue_a_job_by_name_from_the_form(any_store, serve, page):
+    from playwright.sync_api import expect
+    page.goto(serve() + "/")
+    page.get_by_role("link", name="enqueue").click()
+    page.wait_for_url(re.compile(r"/enqueue$"))
+    page.fill("input[name=name]", "b.by-name")
+    page.fill("input[name=args]", '[1, "two"]')
+    page.fill("input[name=queue]", "q3")
+    page.get_by_role("button", name="enqueue").click()
+    page.wait_for_url(re.compile(r"/jobs/\d+$"))
+    job_id = int(page.url.rsplit("/", 1)[1])
+    expect(page.locator(".notice")).to_have_text(f"queued job {job_id}")
+    expect(page.locator("h1")).to_have_text(f"Job {job_id}: b.by-name")
+    row = any_store.get(job_id)
+    assert (row["queue"], row["status"]) == ("q3", "ready") and '"two"' in row["payload"]

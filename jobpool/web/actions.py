@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from jobpool import events
+from jobpool.errors import BatchNotFound, EnqueueError
 
 
 class Done(NamedTuple):
@@ -39,6 +40,19 @@ def cancel(store: Any, who: str, job_id: int) -> Done:
     return Done(what in ("cancelled", "requested"), what)
 
 
+#: R51: what ``run_now`` answers when the job is due now (moved, or due already);
+#: any other answer is the status that refused it, or ``not found``.
+RUN_NOW_OK = ("due now", "due already")
+
+
+def run_now(store: Any, who: str, job_id: int) -> Done:
+    """R51: a job waiting for its time (scheduled, or out a retry's backoff) due now,
+    its attempts kept; a running, done or dead one is refused, naming its status."""
+    what = store.run_now([job_id])[job_id]
+    _log("run-now", who, job_id=job_id, result=what)
+    return Done(what in RUN_NOW_OK, what)
+
+
 def pause(store: Any, who: str, queue: str) -> Done:
     """R38: no pool claims from ``queue`` from its next heartbeat on."""
     changed = store.pause(queue)
@@ -54,6 +68,44 @@ def resume(store: Any, who: str, queue: str) -> Done:
     return Done(changed, what)
 
 
+def scale(store: Any, who: str, target: tuple[str, int]) -> Done:
+    """R27: ask the running pool ``owner`` to run ``procs`` children (it takes the
+    request at its next heartbeat)."""
+    owner, procs = target
+    try:
+        asked = store.request_scale(procs, owner=owner)
+    except EnqueueError as exc:  # not a number of processes the store takes
+        asked, what = 0, str(exc)
+    else:
+        what = f"asked to run {procs} processes" if asked else "no such running pool"
+    _log("scale", who, pool=owner, procs=procs, result=what)
+    return Done(bool(asked), what)
+
+
+def stop(store: Any, who: str, owner: str) -> Done:
+    """R25: ask the running pool ``owner`` to stop gracefully."""
+    asked = store.request_stop(owner=owner)
+    what = "asked to stop" if asked else "no such running pool"
+    _log("stop", who, pool=owner, result=what)
+    return Done(bool(asked), what)
+
+
+def cancel_batch(store: Any, who: str, batch_id: int) -> Done:
+    """R34: no callback of the batch fires; its ready members are dead now and its
+    running ones are cancelled by their pools. A finished batch is left as it is."""
+    try:
+        before = store.batches.status(batch_id)
+        after = None if before.cancelled or before.finished else store.batches.cancel(batch_id)
+    except BatchNotFound:
+        what = "no such batch"
+    else:
+        what = ("cancelled already" if before.cancelled else "finished already"
+                if after is None or not after.cancelled else "cancelled")
+    ok = what == "cancelled"
+    _log("cancel-batch", who, batch_id=batch_id, result=what)
+    return Done(ok, what)
+
+
 def _log(action: str, who: str, **fields: Any) -> None:
     events.emit(events.WEB_ACTION, action=action, who=who, **fields)
 
@@ -65,7 +117,10 @@ BULK_MOST = 10_000
 BULK_CHUNK = 500
 #: The statuses each "all matching" action is offered for: what its store call accepts.
 BULK_STATUSES = {"retry": ("dead",), "delete": ("dead",),
-                 "cancel": ("ready", "scheduled", "running")}
+                 "cancel": ("ready", "scheduled", "running"), "run-now": ("scheduled",)}
+#: How the confirmation's button says each action on ``{n}`` jobs.
+BULK_BUTTONS = {"retry": "retry {n}", "delete": "delete {n}", "cancel": "cancel {n}",
+                "run-now": "run {n} now"}
 
 
 def bulk_applies(action: str, status: str | None) -> bool:
@@ -101,6 +156,8 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
             outcome.update(store.dead.retry(chunk))
         elif action == "delete":
             outcome.update(store.dead.delete(chunk))
+        elif action == "run-now":
+            outcome.update(store.run_now(chunk))
         else:
             outcome.update((job_id, store.cancel(job_id)) for job_id in chunk)
     counts: dict[str, int] = {}
@@ -110,3 +167,51 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
     _log(action, who, filter={k: v for k, v in chosen.items() if v is not None},
          job_ids=ids, result=counts)
     return Done(bool(ids), said)
+
+
+#: The options an enqueue by name takes besides ``name``, ``args`` and ``kwargs``, with
+#: the types each must be (as ``jobpool enqueue`` without ``--app`` takes them).
+ENQUEUE_OPTIONS = {"queue": (str,), "key": (str,), "delay": (int, float), "priority": (int,),
+                   "max_attempts": (int,)}
+
+
+def enqueue_spec(body: Any) -> dict[str, Any]:
+    """What an enqueue by name asks for, checked: ``{"name": ..., "args": [...],
+    "kwargs": {...}}`` and any of ``ENQUEUE_OPTIONS``; ``ValueError`` saying what is
+    wrong. The name need not be registered in this process (the store checks the rest)."""
+    if not isinstance(body, dict):
+        raise ValueError('send {"name": ..., "args": [...], "kwargs": {...}}')
+    unknown = sorted(set(body) - {"name", "args", "kwargs", *ENQUEUE_OPTIONS})
+    if unknown:
+        raise ValueError(f"unknown field(s): {', '.join(unknown)}")
+    name, args, kwargs = body.get("name"), body.get("args", []), body.get("kwargs", {})
+    if not isinstance(name, str) or not name:
+        raise ValueError("name must be a job's name")
+    if not isinstance(args, list):
+        raise ValueError("args must be a JSON list")
+    if not isinstance(kwargs, dict):
+        raise ValueError("kwargs must be a JSON object")
+    spec: dict[str, Any] = {"name": name, "args": args, "kwargs": kwargs}
+    for key, types in ENQUEUE_OPTIONS.items():
+        value = body.get(key)
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"{key} must be {'text' if types == (str,) else 'a number'}")
+        spec[key] = value
+    return spec
+
+
+def enqueue(store: Any, who: str, spec: dict[str, Any]) -> tuple[Done, Any]:
+    """A job queued by name (R1: the store validates before it writes); one
+    ``web_action`` event with the name and the id, not the arguments (they may hold
+    secrets). Also the job's handle (None when the store refused it)."""
+    options = {k: v for k, v in spec.items() if k != "name"}
+    try:
+        handle = store.enqueue_with(spec["name"], **options)
+    except EnqueueError as exc:
+        _log("enqueue", who, name=spec["name"], result=str(exc))
+        return Done(False, str(exc)), None
+    what = f"duplicate of job {handle.id}" if handle.duplicate else f"queued job {handle.id}"
+    _log("enqueue", who, name=spec["name"], job_id=handle.id, result=what)
+    return Done(True, what), handle

@@ -16,21 +16,38 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jobpool.errors import JobNotFound
-from jobpool.web import actions, listing
+from jobpool.errors import BatchNotFound, JobNotFound
+from jobpool.web import actions, fleet, listing, openapi
 
 
 def routes() -> list[Route]:
     return [
+        Route("/api/openapi.json", openapi_document),
         Route("/api/stats", stats),
-        Route("/api/jobs", jobs),
+        Route("/api/jobs", jobs, methods=["GET"]),
+        Route("/api/jobs", create_job, methods=["POST"]),
         Route("/api/jobs/{job_id:int}", job, methods=["GET"]),
         Route("/api/jobs/{job_id:int}", delete, methods=["DELETE"]),
         Route("/api/jobs/{job_id:int}/retry", retry, methods=["POST"]),
         Route("/api/jobs/{job_id:int}/cancel", cancel, methods=["POST"]),
+        Route("/api/jobs/{job_id:int}/run-now", run_now, methods=["POST"]),
+        Route("/api/pools", pools),
+        Route("/api/pools/{owner:path}/scale", scale, methods=["POST"]),
+        Route("/api/pools/{owner:path}/stop", stop, methods=["POST"]),
+        Route("/api/batches", batches),
+        Route("/api/batches/{batch_id:int}", batch),
+        Route("/api/batches/{batch_id:int}/cancel", cancel_batch, methods=["POST"]),
+        Route("/api/queues", queues),
         Route("/api/queues/{queue:path}/pause", pause, methods=["POST"]),
         Route("/api/queues/{queue:path}/resume", resume, methods=["POST"]),
     ]
+
+
+async def openapi_document(request: Request) -> Response:
+    """The API's OpenAPI document, made from these routes."""
+    if (refused := _refused(request)) is not None:
+        return refused
+    return _json(openapi.document(routes()))
 
 
 def _json(body: Any, status_code: int = 200) -> Response:
@@ -88,7 +105,11 @@ async def job(request: Request) -> Response:
         return _error(str(exc), 404)
 
 
-async def _write(request: Request, act: Callable[..., actions.Done], target: Any) -> Response:
+async def _write(request: Request, act: Callable[..., actions.Done], target: Any,
+                 made: dict[str, Any] | None = None) -> Response:
+    """``act`` on ``target`` (or on what ``target(body)`` makes of the JSON body sent,
+    ``ValueError`` answering 400), as a page's button does. ``made``: what ``act`` put
+    there goes into the answer too, which is then 201 when it succeeds."""
     if (refused := _refused(request)) is not None:
         return refused
     if request.app.state.access.read_only:
@@ -97,14 +118,38 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
     kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind != "application/json":
         return _error("send a JSON body (content-type: application/json)", 415)
+    sent = None
     if body.strip():
         try:
-            json.loads(body)
+            sent = json.loads(body)
         except ValueError:
             return _error("the body is not JSON", 400)
+    if callable(target):
+        try:
+            target = target(sent)
+        except ValueError as exc:
+            return _error(str(exc), 400)
     done = await run_in_threadpool(act, request.app.state.store,
                                    request.app.state.access.who, target)
-    return _json({"ok": done.ok, "result": done.what}, 200 if done.ok else 409)
+    request.app.state.live.forget()
+    if not done.ok:
+        return _json({"ok": False, "result": done.what}, 409)
+    return _json({"ok": True, "result": done.what, **(made or {})}, 200 if made is None else 201)
+
+
+async def create_job(request: Request) -> Response:
+    """``{"name": ..., "args": [...], "kwargs": {...}}`` and any of ``queue``, ``key``,
+    ``delay``, ``priority``, ``max_attempts``: the job queued by name, registered in
+    this process or not (as ``jobpool enqueue`` without ``--app``); 201 with its ``id``
+    and ``duplicate`` (a live job of the name held the key)."""
+    made: dict[str, Any] = {}
+
+    def act(store: Any, who: str, spec: dict[str, Any]) -> actions.Done:
+        done, handle = actions.enqueue(store, who, spec)
+        if handle is not None:
+            made.update(id=handle.id, duplicate=handle.duplicate)
+        return done
+    return await _write(request, act, actions.enqueue_spec, made)
 
 
 async def retry(request: Request) -> Response:
@@ -113,6 +158,10 @@ async def retry(request: Request) -> Response:
 
 async def cancel(request: Request) -> Response:
     return await _write(request, actions.cancel, request.path_params["job_id"])
+
+
+async def run_now(request: Request) -> Response:
+    return await _write(request, actions.run_now, request.path_params["job_id"])
 
 
 async def delete(request: Request) -> Response:
@@ -125,3 +174,68 @@ async def pause(request: Request) -> Response:
 
 async def resume(request: Request) -> Response:
     return await _write(request, actions.resume, request.path_params["queue"])
+
+
+async def _read(request: Request, read: Callable[[Any], Any]) -> Response:
+    if (refused := _refused(request)) is not None:
+        return refused
+    return _json(await run_in_threadpool(read, request.app.state.store))
+
+
+async def pools(request: Request) -> Response:
+    """Every pool row, as ``jobpool pools --json`` prints them."""
+    return await _read(request, lambda store: store.pools())
+
+
+async def scale(request: Request) -> Response:
+    """``{"procs": N}``: ask the pool to run N children."""
+    owner = request.path_params["owner"]
+
+    def target(body: Any) -> tuple[str, int]:
+        procs = fleet.procs_of(body.get("procs")) if isinstance(body, dict) else None
+        if procs is None:
+            raise ValueError('send {"procs": N}, N a positive integer')
+        return owner, procs
+    return await _write(request, actions.scale, target)
+
+
+async def stop(request: Request) -> Response:
+    return await _write(request, actions.stop, request.path_params["owner"])
+
+
+async def batches(request: Request) -> Response:
+    """``?open=1&limit=N``: the newest batches (only those whose callbacks have not
+    fired, with ``open``), as ``jobpool batches list --json`` prints them."""
+    try:
+        limit = listing.page_size(request.query_params.get("limit") or str(fleet.BATCHES_SHOWN))
+    except ValueError as exc:
+        return _error(str(exc), 400)
+    open_only = request.query_params.get("open") == "1"
+    return await _read(request, lambda store: [b.as_dict() for b in store.batches.list(
+        open_only=open_only, limit=limit)])
+
+
+async def batch(request: Request) -> Response:
+    """A batch's status and its members in the store counted by status."""
+    batch_id = request.path_params["batch_id"]
+    try:
+        return await _read(request, lambda store: dict(
+            store.batches.status(batch_id).as_dict(), members=store.batches.members(batch_id)))
+    except BatchNotFound as exc:
+        return _error(str(exc), 404)
+
+
+async def cancel_batch(request: Request) -> Response:
+    return await _write(request, actions.cancel_batch, request.path_params["batch_id"])
+
+
+async def queues(request: Request) -> Response:
+    """Each queue with jobs, a pause or a limit, and the limits of job names with
+    their groups, as the queues page shows them."""
+    def read(store: Any) -> dict[str, Any]:
+        view = fleet.queues_view(store, request.app.state.live.get().snapshot)
+        view["queues"] = [dict(q, counts=q["counts"] and {
+            k: getattr(q["counts"], k) for k in ("ready", "scheduled", "running", "dead",
+                                                 "done_per_min")}) for q in view["queues"]]
+        return view
+    return await _read(request, read)

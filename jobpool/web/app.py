@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
 from jobpool.display import shown
-from jobpool.web import api, pages
+from jobpool.web import api, fleet, formats, live, pages
 from jobpool.web.auth import Access
 
 HERE = Path(__file__).parent
@@ -57,6 +57,7 @@ def _shown(value: Any) -> Any:
 def templates() -> Jinja2Templates:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, finalize=_shown, undefined=jinja2.StrictUndefined)
+    formats.install(env)
     return Jinja2Templates(env=env)
 
 
@@ -122,7 +123,7 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
         if opened:
             store.close()
 
-    app = Starlette(routes=[*pages.routes(), *api.routes(),
+    app = Starlette(routes=[*pages.routes(), *fleet.routes(), *api.routes(),
                             Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
                     middleware=[Middleware(_Guard, hosts=allowed_hosts),
                                 Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32),
@@ -130,6 +131,7 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
                                            max_age=12 * 3600)],
                     lifespan=closing)
     app.state.store = store
+    app.state.live = live.SharedSnapshot(store)
     app.state.access = access
     app.state.templates = templates()
     return app

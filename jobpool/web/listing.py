@@ -29,19 +29,26 @@ def page_size(text: str | None) -> int:
 
 
 def filters(query: Mapping[str, str]) -> tuple[dict[str, Any], int]:
-    """The filters a query names (``status``, ``name``, ``queue``), the keyset
+    """The filters a query names (``status``, ``name``, ``queue``, ``chain``: the
+    chain started by that job, in the order its steps run), the keyset
     ``after`` (the page goes on below that id) and the page size; ``ValueError`` with
     a one-line reason for a status, cursor or limit that is not one."""
     status = query.get("status") or None
     if status is not None and status not in LISTED_STATUSES:
         raise ValueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
-    after = query.get("after") or None
-    if after is not None and not (after.isascii() and after.isdigit()):
-        raise ValueError(f"after must be a job id, not {after!r}")
+    after, chain = _job_id(query, "after"), _job_id(query, "chain")
     chosen = {"status": status, "name": query.get("name") or None,
-              "queue": query.get("queue") or None,
-              "after": None if after is None else int(after)}
+              "queue": query.get("queue") or None, "chain": chain, "after": after}
     return chosen, page_size(query.get("limit"))
+
+
+def _job_id(query: Mapping[str, str], key: str) -> int | None:
+    text = query.get(key) or None
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{key} must be a job id, not {text!r}")
+    return int(text)
 
 
 def next_after(rows: list[dict[str, Any]], more: int) -> int | None:

@@ -8,6 +8,7 @@ POST is refused with 403.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,10 +17,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from jobpool.errors import JobNotFound
-from jobpool.snapshot import read_snapshot
+from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.store.rows import LISTED_STATUSES
-from jobpool.web import actions, auth, listing
+from jobpool.web import actions, auth, listing, live
 
 #: Fields of a job's row that hold what a job was given or made (its arguments, its
 #: result, its saved state): shown only on a "reveal" click, not to whoever glances.
@@ -29,12 +29,16 @@ HIDDEN_FIELDS = ("payload", "result", "state")
 def routes() -> list[Route]:
     return [
         Route("/", overview),
+        Route("/live", live_part),
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id:int}", job_page),
         Route("/jobs/all/{action:str}", bulk_page, methods=["GET"]),
         Route("/jobs/all/{action:str}", bulk_action, methods=["POST"]),
         Route("/jobs/{job_id:int}/data", job_data),
         Route("/dead", dead_page),
+        Route("/scheduled", scheduled_page),
+        Route("/enqueue", enqueue_page, methods=["GET"]),
+        Route("/enqueue", enqueue, methods=["POST"]),
         Route("/login", login_page, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
@@ -47,12 +51,15 @@ def _store(request: Request) -> Any:
     return request.app.state.store
 
 
-def _render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+def _render(request: Request, template: str, status_code: int = 200, fragment: bool = False,
+            **context: Any) -> Response:
+    """``template`` with what every page shows; a ``fragment`` (a part htmx swaps in)
+    leaves the one-time notice for the page it is part of."""
     access: auth.Access = request.app.state.access
     context.update(request=request, read_only=access.read_only, csrf=auth.csrf_token(request),
                    csrf_field=auth.CSRF_FIELD, logged_in=access.token is not None
                    and bool(request.session.get(auth.LOGGED_IN_KEY)),
-                   notice=request.session.pop("notice", None))
+                   notice=None if fragment else request.session.pop("notice", None))
     return request.app.state.templates.TemplateResponse(request, template, context,
                                                         status_code=status_code)
 
@@ -69,11 +76,22 @@ def _quoted(path: str) -> str:
 
 
 async def overview(request: Request) -> Response:
+    """The overview, its live part redrawn by htmx every ``live.POLL`` seconds from
+    ``/live``: both read the one shared snapshot (``live.SharedSnapshot``)."""
     if (refused := _login_needed(request)) is not None:
         return refused
-    store = _store(request)
-    snapshot, paused = await run_in_threadpool(lambda: (read_snapshot(store), store.paused_queues()))
-    return _render(request, "overview.html", snap=snapshot, paused=paused)
+    frame = await run_in_threadpool(request.app.state.live.get)
+    return _render(request, "overview.html", snap=frame.snapshot, paused=frame.paused,
+                   poll=live.POLL)
+
+
+async def live_part(request: Request) -> Response:
+    """The overview's live part alone; 401 without a login (htmx swaps in no error)."""
+    if not request.app.state.access.page_ok(request):
+        return PlainTextResponse("log in first", status_code=401)
+    frame = await run_in_threadpool(request.app.state.live.get)
+    return _render(request, "_overview.html", fragment=True, snap=frame.snapshot,
+                   paused=frame.paused, poll=live.POLL)
 
 
 async def jobs_page(request: Request) -> Response:
@@ -96,20 +114,51 @@ async def jobs_page(request: Request) -> Response:
                    filter_query=listing.query_of(chosen, after=None))
 
 
+#: The most steps of a chain a job's page lists (the list of the chain pages on).
+CHAIN_SHOWN = 50
+
+
+def waiting(row: dict[str, Any], now: float) -> str | None:
+    """R51: how a job waits for its time, or None when it does not: ``retrying`` (out
+    a retry's backoff: it has had attempts), else ``scheduled``."""
+    if row["status"] != "ready" or row["run_at"] is None or row["run_at"] <= now:
+        return None
+    return "retrying" if row["attempts"] else "scheduled"
+
+
+def _job_view(store: Any, job_id: int) -> dict[str, Any]:
+    """A job's page: its row, attempts, chain (its first job and the steps after) and
+    batch, each read by its own ``Store`` call."""
+    row = store.get(job_id)
+    root = row["chain_root"] or job_id
+    chain = store.list_jobs(chain=root, limit=CHAIN_SHOWN + 1)
+    batch = None
+    if row["batch_id"] is not None:
+        try:
+            batch = store.batch_status(row["batch_id"])
+        except BatchNotFound:
+            batch = None  # swept with its members' rows
+    return {"row": row, "attempts": store.attempts(job_id),
+            "chain": chain[:CHAIN_SHOWN] if len(chain) > 1 else [],
+            "chain_more": len(chain) > CHAIN_SHOWN, "chain_root": root, "batch": batch}
+
+
 async def job_page(request: Request) -> Response:
     if (refused := _login_needed(request)) is not None:
         return refused
     job_id = request.path_params["job_id"]
     store = _store(request)
     try:
-        row, attempt_log = await run_in_threadpool(lambda: (store.get(job_id), store.attempts(job_id)))
+        view = await run_in_threadpool(_job_view, store, job_id)
     except JobNotFound:
         return _render(request, "missing.html", status_code=404, job_id=job_id)
+    row = view["row"]
     reveal = request.query_params.get("reveal") == "1"
     shown_fields = {k: v for k, v in row.items()
                     if k not in HIDDEN_FIELDS and k != "last_error" and v is not None}
-    return _render(request, "job.html", row=row, fields=shown_fields, attempts=attempt_log,
-                   reveal=reveal, data=_data(row) if reveal else None)
+    return _render(request, "job.html", fields=shown_fields, reveal=reveal,
+                   data=_data(row) if reveal else None, waiting=waiting(row, time.time()),
+                   **view)
 
 
 async def job_data(request: Request) -> Response:
@@ -147,6 +196,78 @@ async def dead_page(request: Request) -> Response:
                    larger=listing.larger(limit) if len(rows) == limit else None)
 
 
+async def scheduled_page(request: Request) -> Response:
+    """R51: the jobs waiting for their time (scheduled, or out a retry's backoff), the
+    newest first (the ``Store`` protocol lists by id, not by due time), each with its
+    due time and a "run now" button, and "run all matching now" for the filter."""
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    query = {k: v for k, v in request.query_params.items() if k != "status"}
+    try:
+        chosen, limit = listing.filters(dict(query, status="scheduled"))
+    except ValueError as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    rows, more = await run_in_threadpool(listing.page, _store(request), chosen, limit)
+    after = listing.next_after(rows, more)
+    here = listing.query_of(chosen, status=None)
+    return _render(request, "scheduled.html", rows=rows, more=more, chosen=chosen, limit=limit,
+                   next_query=after and listing.query_of(chosen, status=None, after=after,
+                                                         limit=limit),
+                   first_query=chosen["after"] and listing.query_of(chosen, status=None,
+                                                                    after=None, limit=limit),
+                   here="/scheduled" + (f"?{here}" if here else ""),
+                   filter_query=listing.query_of(chosen, after=None))
+
+
+#: The enqueue form's fields, as typed.
+ENQUEUE_FIELDS = ("name", "args", "kwargs", "queue", "delay")
+
+
+async def enqueue_page(request: Request) -> Response:
+    if (refused := _login_needed(request)) is not None:
+        return refused
+    if request.app.state.access.read_only:
+        return PlainTextResponse("this dashboard is read-only", status_code=403)
+    typed = {"name": request.query_params.get("name", ""), "args": "[]", "kwargs": "{}",
+             "queue": "", "delay": ""}
+    return _render(request, "enqueue.html", typed=typed, problem=None)
+
+
+def _typed_spec(typed: dict[str, str]) -> dict[str, Any]:
+    """What the enqueue form asks for (``args`` and ``kwargs`` as JSON, ``delay`` in
+    seconds), checked as the API checks its body; ``ValueError`` saying what is wrong."""
+    body: dict[str, Any] = {"name": typed["name"].strip(), "queue": typed["queue"].strip()}
+    for key, empty in (("args", "[]"), ("kwargs", "{}")):
+        try:
+            body[key] = json.loads(typed[key].strip() or empty)
+        except ValueError:
+            raise ValueError(f"{key} is not JSON") from None
+    if typed["delay"].strip():
+        try:
+            body["delay"] = float(typed["delay"])
+        except ValueError:
+            raise ValueError("delay must be a number of seconds") from None
+    return actions.enqueue_spec(body)
+
+
+async def enqueue(request: Request) -> Response:
+    """The enqueue form's POST: the job queued by name, then its page; or the form
+    again, as typed, saying what was wrong (the store's words when it refused)."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    typed = {key: str(form.get(key) or "") for key in ENQUEUE_FIELDS}
+    try:
+        spec = _typed_spec(typed)
+    except ValueError as exc:
+        return _render(request, "enqueue.html", status_code=400, typed=typed, problem=str(exc))
+    done, handle = await run_in_threadpool(actions.enqueue, _store(request),
+                                           request.app.state.access.who, spec)
+    if handle is None:
+        return _render(request, "enqueue.html", status_code=409, typed=typed, problem=done.what)
+    return acted(request, done.what, f"/jobs/{handle.id}")
+
+
 async def login_page(request: Request) -> Response:
     if request.app.state.access.token is None:
         return RedirectResponse("/", status_code=303)
@@ -177,7 +298,8 @@ async def logout(request: Request) -> Response:
 
 
 _JOB_ACTIONS: dict[str, Callable[..., actions.Done]] = {
-    "retry": actions.retry, "cancel": actions.cancel, "delete": actions.delete}
+    "retry": actions.retry, "cancel": actions.cancel, "delete": actions.delete,
+    "run-now": actions.run_now}
 _QUEUE_ACTIONS: dict[str, Callable[..., actions.Done]] = {
     "pause": actions.pause, "resume": actions.resume}
 
@@ -216,8 +338,15 @@ async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], 
     if refused is not None:
         return refused
     done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
-    request.session["notice"] = f"{said}: {done.what}"
-    return RedirectResponse(auth.safe_next(form.get("next")), status_code=303)
+    return acted(request, f"{said}: {done.what}", form.get("next"))
+
+
+def acted(request: Request, notice: str, target: object) -> Response:
+    """After an action: its notice for the next page, which lands at ``target`` (a path
+    of this site) and reads the store anew (the shared snapshot is forgotten)."""
+    request.app.state.live.forget()
+    request.session["notice"] = notice
+    return RedirectResponse(auth.safe_next(target), status_code=303)
 
 
 def _bulk_filters(request: Request, query: Any) -> tuple[dict[str, Any], Response | None]:
@@ -255,7 +384,10 @@ async def bulk_page(request: Request) -> Response:
         return (store.count_jobs(**chosen, at_most=actions.BULK_MOST + 1),
                 newest[0]["id"] if newest else None)
     count, through = await run_in_threadpool(counted)
-    return _render(request, "bulk.html", action=request.path_params["action"], chosen=chosen,
+    action = request.path_params["action"]
+    return _render(request, "bulk.html", action=action, chosen=chosen,
+                   button=actions.BULK_BUTTONS[action].format(
+                       n=f"{min(count, actions.BULK_MOST)} job{'' if count == 1 else 's'}"),
                    count=min(count, actions.BULK_MOST), more=count > actions.BULK_MOST,
                    through=through, filter_query=listing.query_of(chosen))
 
@@ -273,5 +405,4 @@ async def bulk_action(request: Request) -> Response:
     action = request.path_params["action"]
     done = await run_in_threadpool(actions.bulk, _store(request), request.app.state.access.who,
                                    action, chosen, int(through))
-    request.session["notice"] = f"{action} all matching: {done.what}"
-    return RedirectResponse(f"/jobs?{listing.query_of(chosen)}", status_code=303)
+    return acted(request, f"{action} all matching: {done.what}", f"/jobs?{listing.query_of(chosen)}")
