@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One whole-process run of a W1 workload against the jobpool checkout TREE, for
+# old-against-new pairs: time `run.sh WORKLOAD OLD_TREE` and `run.sh WORKLOAD NEW_TREE`
+# alternately (hyperfine, or any timer that alternates) and compare the medians.
+#
+#   run.sh drain    TREE [pg [normal]]  20 000 no-op jobs (5 000 on PostgreSQL) by enqueue_many,
+#                                       then `jobpool start --burst -q --procs 2`; all must be done
+#   run.sh enqueue  TREE [pg]           1 000 single enqueue() calls
+#
+# Each run uses a fresh SQLite file, or a fresh schema of $JOBPOOL_BENCH_PG (default the
+# local server) dropped after; TREE's compiled core must be built.
+set -euo pipefail
+WORKLOAD=$1 TREE=$2 STORE=${3:-sqlite} DURABILITY=${4:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-$HERE/../../.venv/bin/python}
+export PYTHONPATH="$HERE:$TREE"
+if [ "$STORE" = pg ]; then
+    SCHEMA=bench_$RANDOM$RANDOM
+    DB="${JOBPOOL_BENCH_PG:-postgresql://postgres@127.0.0.1:5432/test}?schema=$SCHEMA${DURABILITY:+&durability=$DURABILITY}"
+    N=5000
+    cleanup() { "$PY" -c "import psycopg, sys; c = psycopg.connect(sys.argv[1], autocommit=True); c.execute('DROP SCHEMA IF EXISTS $SCHEMA CASCADE')" "${JOBPOOL_BENCH_PG:-postgresql://postgres@127.0.0.1:5432/test}"; }
+else
+    DIR=$(mktemp -d); DB=$DIR/jobpool.db; N=20000
+    cleanup() { rm -rf "$DIR"; }
+fi
+trap cleanup EXIT
+case "$WORKLOAD" in
+drain)
+    "$PY" -c "import jobpool, noop_app; s = jobpool.connect('$DB'); s.enqueue_many('ab.noop', [(i,) for i in range($N)]); s.close()"
+    "$PY" -m jobpool start --app noop_app --db "$DB" --burst -q --procs 2 --no-dashboard >/dev/null 2>&1
+    "$PY" -c "import jobpool, sys; done = jobpool.connect('$DB').stats()['done']; sys.exit(0 if done == $N else f'done: {done} of $N')" ;;
+enqueue)
+    "$PY" -c "
+import jobpool, noop_app
+s = jobpool.connect('$DB')
+for i in range(1000):
+    s.enqueue('ab.noop', i)
+assert s.stats()['ready'] == 1000
+s.close()" ;;
+*) echo "run.sh: WORKLOAD is drain or enqueue, not $WORKLOAD" >&2; exit 2 ;;
+esac
