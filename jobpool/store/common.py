@@ -16,6 +16,7 @@ from jobpool.handles import Handle
 from jobpool.store import job_states, rows
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.limit_store import StoreLimits
+from jobpool.store.records import Requests
 
 
 class SharedStore:
@@ -122,6 +123,26 @@ class SharedStore:
         were reclaimed (R24b)."""
         self.transaction("removing a pool", lambda conn: conn.execute(
             self.statements.DELETE_POOL, {"owner": owner}))
+
+    def requests_read(self, conn: Any, owner: str, stop: Any, desired: int | None,
+                      anew: Any) -> Requests:
+        """R25, R27, R31, R35, R38: what a pool's heartbeat brings back, in the beat's own
+        transaction after its pool row is written (``stop``, ``desired``, ``anew``: what
+        that write returned): a stop or scale request, read once (acknowledged here), the
+        cancels asked of its jobs, the paused queues and the limits."""
+        statements = self.statements
+        if stop:
+            conn.execute(statements.ACK_STOP, {"owner": owner})
+        if desired is not None:
+            conn.execute(statements.ACK_SCALE, {"owner": owner})
+        cancels = conn.execute(statements.CANCELS_FOR_OWNER, {"owner": owner}).fetchall()
+        paused = conn.execute(statements.PAUSED_QUEUES).fetchall()
+        limit_rows = conn.execute(statements.READ_LIMITS).fetchall()
+        return Requests(stop=bool(stop), procs=desired,
+                        cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
+                        registered_anew=bool(anew),
+                        paused=frozenset(row[0] for row in paused),
+                        limit_rows=tuple(tuple(row) for row in limit_rows))
 
     def take_hook(self, job_id: int) -> bool:
         """R21: mark a dead job's hook as taken; False if another pool took it first."""

@@ -529,20 +529,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                       "names": ",".join(beat.names), "core": beat.core,
                       "now": self.server_now(conn), "counters": beat.counters_json,
                       "slots": beat.slots_json}
-            stop, desired, anew = conn.execute(pg_sql.UPSERT_POOL, params).fetchone()
-            if stop:
-                conn.execute(pg_sql.ACK_STOP, params)
-            if desired is not None:
-                conn.execute(pg_sql.ACK_SCALE, params)
+            beat_row = conn.execute(pg_sql.UPSERT_POOL, params).fetchone()
             _write_progress(conn, beat.owner, progress)
-            cancels = conn.execute(pg_sql.CANCELS_FOR_OWNER, params).fetchall()
-            paused = conn.execute(pg_sql.PAUSED_QUEUES).fetchall()
-            limit_rows = conn.execute(pg_sql.READ_LIMITS).fetchall()
-            return Requests(stop=bool(stop), procs=desired,
-                            cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
-                            registered_anew=bool(anew),
-                            paused=frozenset(row[0] for row in paused),
-                            limit_rows=tuple(tuple(row) for row in limit_rows))
+            return self.requests_read(conn, beat.owner, *beat_row)
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:

@@ -709,8 +709,8 @@ ON CONFLICT (owner) DO UPDATE SET procs = excluded.procs, heartbeat_at = exclude
 RETURNING stop_requested, desired_procs, started_at = :now
 """
 #: The pool has read its stop / scale request: clear it so it is acted on once.
-ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = ?"
-ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = ?"
+ACK_STOP = "UPDATE pools SET stop_requested = 0 WHERE owner = :owner"
+ACK_SCALE = "UPDATE pools SET desired_procs = NULL WHERE owner = :owner"
 DELETE_POOL = "DELETE FROM pools WHERE owner = :owner"
 LIST_POOLS = """
 SELECT owner, host, pid, procs, queues, core, started_at, heartbeat_at, counters, slots,

@@ -743,20 +743,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                   "slots": beat.slots_json}
 
         def write(conn: sqlite3.Connection) -> Requests:
-            stop, desired, anew = conn.execute(sql.UPSERT_POOL, params).fetchone()
-            if stop:
-                conn.execute(sql.ACK_STOP, (beat.owner,))
-            if desired is not None:
-                conn.execute(sql.ACK_SCALE, (beat.owner,))
+            beat_row = conn.execute(sql.UPSERT_POOL, params).fetchone()
             _write_progress(conn, beat.owner, progress)
-            cancels = conn.execute(sql.CANCELS_FOR_OWNER, {"owner": beat.owner}).fetchall()
-            paused = conn.execute(sql.PAUSED_QUEUES).fetchall()
-            limit_rows = conn.execute(sql.READ_LIMITS).fetchall()
-            return Requests(stop=bool(stop), procs=desired,
-                            cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
-                            registered_anew=bool(anew),
-                            paused=frozenset(row[0] for row in paused),
-                            limit_rows=tuple(tuple(row) for row in limit_rows))
+            return self.requests_read(conn, beat.owner, *beat_row)
         return self.transaction("heartbeat", write)
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
