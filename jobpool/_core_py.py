@@ -1,30 +1,15 @@
-"""The pure SQLite core: the engine (``jobpool.engine.Claimer``) over the SQLite
-driver (``store/sqlite/driver.py``, the ``sqlite3`` module), and the slot table.
+"""The supervisor's slot table, in Python: the readable twin of ``_core.SlotTable``.
 
-The compiled core (``_core.pyx``) has the same names, signatures and behaviour;
-``tests/test_core.py`` runs against both and a parity test compares the rows
-they leave behind. Neither decides anything about a job's life: both apply
-``jobpool.lifecycle.decide`` and carry its named records (``Claimed``,
-``Lease``, ``Outcome``, ``Settled``).
-
-Time (``now``) and randomness (``rng``, anything with ``.random()``) are
-parameters so backoff, leases and deadlines are testable without sleeping.
+``tests/test_core.py`` runs the slot table's tests against both. (The SQLite
+driver's compiled parts have their pure twins beside the driver they serve:
+``store/sqlite/driver.PythonConnection`` and ``store/row_codec.decode_claims``.)
 """
 from __future__ import annotations
 
 import math
 
-from jobpool.engine import Claimer
-from jobpool.lifecycle import (CANCEL, CRASH, DEFAULT_POLICY, DEFER, DONE, ERROR, FATAL,
-                               KIND_NAMES, LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT,
-                               backoff, with_reason)
-from jobpool.store.sqlite import statements as sql
-from jobpool.store.sqlite.driver import SqliteDriver
-
-#: The API the compiled core mirrors name for name (tests/test_core.py).
-__all__ = ["Core", "SlotTable", "backoff", "with_reason", "LEASE_SLACK", "KIND_NAMES",
-           "DEFAULT_POLICY", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER",
-           "RESCHEDULE", "RELEASE", "CANCEL"]
+#: The API the compiled module mirrors name for name (tests/test_core.py).
+__all__ = ["SlotTable"]
 
 
 class SlotTable:
@@ -78,28 +63,3 @@ class SlotTable:
 
     def overdue(self, now: float) -> list[int]:
         return [i for i, d in enumerate(self._deadlines) if d <= now]
-
-
-class Core(Claimer):
-    """Claims and settles jobs for one supervisor over its own connection.
-
-    Every write is one ``BEGIN IMMEDIATE`` transaction; a failure rolls back and
-    raises ``StoreError`` with nothing applied, so the caller can keep its
-    outcomes and try again (R26).
-    """
-
-    def __init__(self, path: str, owner: str, names, queues, policies=None, *,
-                 busy_timeout: float = 5.0, synchronous: str = "NORMAL",
-                 wal_autocheckpoint: int = 1000, journal_size_limit: int = sql.WAL_KEEP_BYTES) -> None:
-        self._sqlite = SqliteDriver(path, busy_timeout=busy_timeout, synchronous=synchronous,
-                                    wal_autocheckpoint=wal_autocheckpoint,
-                                    journal_size_limit=journal_size_limit)
-        super().__init__(self._sqlite, owner, names, queues, policies)
-
-    def release_before_fork(self) -> None:
-        """R42/R43: the connection closed before a fork (``SqliteDriver``)."""
-        self._sqlite.release_before_fork()
-
-    def crash_causes(self, job_id: int) -> list[str]:
-        """R19a: the errors of this job's earlier child deaths, oldest first."""
-        return self._sqlite.crash_causes(job_id)

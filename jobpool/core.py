@@ -1,7 +1,9 @@
-"""Pick the claim/settle core: compiled ``_core`` when built, else the pure twin.
+"""Pick the compiled parts (``_core``) when built, else their pure twins.
 
-``JOBPOOL_PURE=1`` forces the twin (for debugging, and so the test suite can run
-every core test against both). Both modules stay importable for the tests.
+What ``_core`` compiles: the SQLite driver's connection and claim codec (taken by
+``store/sqlite/claimer.py`` through ``NAME``) and the supervisor's slot table.
+``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run
+every claimer test against both). Both stay importable for the tests.
 """
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import Core, SlotTable, backoff
+    from jobpool._core_py import SlotTable
     NAME = "pure"
 else:
     _impl = _core_py
+    #: Which SQLite driver this process's claimers use: ``compiled`` or ``pure``.
     NAME = "pure"
     if os.environ.get("JOBPOOL_PURE", "") not in ("1", "true", "yes"):
         try:
@@ -24,10 +27,7 @@ else:
             NAME = "compiled"
         except ImportError:
             pass
-    Core = _impl.Core
     SlotTable = _impl.SlotTable
-    backoff = _impl.backoff
 
-__all__ = ["NAME", "Core", "SlotTable", "backoff", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR",
-           "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL",
-           "INTERRUPTED"]
+__all__ = ["NAME", "SlotTable", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH",
+           "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

@@ -151,7 +151,7 @@ class Claimer:
             self.token_wait = sooner(self.token_wait, picked.token_wait)
         # R44: every row through the codec, in claim order (R7: RETURNING has none);
         # a row it refuses is dead at once, in a statement of its own.
-        decoded, refused = row_codec.decode_claims(found, queue, now, to_pool_clock)
+        decoded, refused = self.driver.decode_claims(found, queue, now, to_pool_clock)
         for bad in refused:
             expiring.append(turn.settle_malformed(bad, self.owner))
         for lease, job, _priority, _line_at in decoded:

@@ -1,6 +1,7 @@
 """Shared fixtures: both cores, throwaway stores, and real pools run through the CLI."""
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import signal
@@ -11,6 +12,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,15 +45,32 @@ def _require_compiled(request):
     return module
 
 
+def claimer_kind(kind: str, compiled=None) -> SimpleNamespace:
+    """What a claimer test reaches, for the SQLite driver of ``kind``: ``Core`` (the
+    engine over that driver: ``Core(path, owner, names, queues, policies, **opening)``),
+    its ``SlotTable``, and lifecycle's outcome kinds and policy helpers."""
+    from jobpool import lifecycle
+    from jobpool.store.sqlite.claimer import SqliteClaimer, driver_class
+    names = ("DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE",
+             "RELEASE", "CANCEL", "KIND_NAMES", "LEASE_SLACK", "DEFAULT_POLICY", "backoff",
+             "with_reason")
+    return SimpleNamespace(
+        NAME=kind, Core=functools.partial(SqliteClaimer, driver=driver_class(kind)),
+        SlotTable=(compiled or _core_py).SlotTable,
+        **{name: getattr(lifecycle, name) for name in names})
+
+
 @pytest.fixture(params=["pure", pytest.param("compiled", marks=pytest.mark.c_extension)])
 def core_impl(request):
-    """Each core test runs twice: against the pure twin and the compiled core."""
-    return _core_py if request.param == "pure" else _require_compiled(request)
+    """Each claimer test runs twice: over the pure SQLite driver and the compiled one."""
+    if request.param == "pure":
+        return claimer_kind("pure")
+    return claimer_kind("compiled", _require_compiled(request))
 
 
 @pytest.fixture
 def compiled_core(request):
-    """The compiled core alone (parity tests compare it with the twin)."""
+    """The compiled module alone (parity tests compare its parts with their twins)."""
     return _require_compiled(request)
 
 

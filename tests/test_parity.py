@@ -1,8 +1,9 @@
-"""Parity: the compiled core and its pure twin, fed one random sequence of operations
-over two identical stores, return the same values (types included), raise errors of
-the same types, and leave the same rows behind (STYLE habit 2). The transitions
-themselves are ``lifecycle.decide``, shared by both; what is compared here is how
-each core applies them: rows and returned records, not the wording of exceptions."""
+"""Parity: the compiled SQLite driver and the pure one, each under the engine, fed one
+random sequence of operations over two identical stores, return the same answers
+(types included) and leave the same rows behind (STYLE habit 2). The transitions are
+``lifecycle.decide``'s and the statements the driver's own: what is compared is the
+road each takes to SQLite (rows, answers and the result code of a failure, never an
+exception's wording), and the claim's codec answered in C against ``row_codec``."""
 import collections
 import os
 import random
@@ -12,8 +13,14 @@ import tempfile
 
 import pytest
 
-from jobpool import _core_py as P
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+
+from jobpool import lifecycle as P
 from jobpool.lifecycle import Outcome
+from jobpool.store import row_codec
+from jobpool.store.sqlite.claimer import SqliteClaimer
+from jobpool.store.sqlite.driver import SqliteDriver
 from jobpool.store.sqlite import statements as sql
 NAMES = ["alpha", "beta", "gamma"]
 QUEUES = ("a", "b")
@@ -70,9 +77,9 @@ def call(fn, *args):
     try:
         return ("ok", fn(*args))
     except Exception as exc:  # noqa: BLE001
-        cause = exc.__cause__
-        return ("exc", type(exc).__name__, type(cause).__name__ if cause else None,
-                getattr(cause, "sqlite_errorcode", None), getattr(cause, "sqlite_errorname", None))
+        code = getattr(exc.__cause__, "sqlite_errorcode", None)
+        # SQLite's primary result code: what the failure was, whichever road met it.
+        return ("exc", type(exc).__name__, None if code is None else code & 0xFF)
 
 
 def typed(value):
@@ -106,15 +113,18 @@ def random_outcome(rng, job_id, attempt):
     return Outcome(job_id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)
 
 
-def run(C, seed, tmpdir, steps=300, njobs=120):
+def run(compiled, seed, tmpdir, steps=300, njobs=120):
     tmp = tempfile.mkdtemp(prefix="jp_parity_", dir=tmpdir)
     paths = {}
     for impl in ("pure", "compiled"):
         paths[impl] = os.path.join(tmp, f"{impl}.db")
         make_store(paths[impl], seed, njobs)
+    from jobpool.store.sqlite.compiled import CompiledSqliteDriver
     cores = {
-        "pure": P.Core(paths["pure"], "sup-1", NAMES, QUEUES, POLICIES, busy_timeout=0.05),
-        "compiled": C.Core(paths["compiled"], "sup-1", NAMES, QUEUES, POLICIES, busy_timeout=0.05),
+        "pure": SqliteClaimer(paths["pure"], "sup-1", NAMES, QUEUES, POLICIES,
+                              driver=SqliteDriver, busy_timeout=0.05),
+        "compiled": SqliteClaimer(paths["compiled"], "sup-1", NAMES, QUEUES, POLICIES,
+                                  driver=CompiledSqliteDriver, busy_timeout=0.05),
     }
     rngs = {impl: random.Random(seed * 7 + 1) for impl in cores}
     drv = random.Random(seed)
@@ -230,7 +240,7 @@ def run(C, seed, tmpdir, steps=300, njobs=120):
 
 @pytest.mark.c_extension
 @pytest.mark.parametrize("seed", range(4))
-def test_compiled_core_matches_the_pure_twin(compiled_core, seed, tmp_path):
+def test_the_compiled_driver_matches_the_pure_one(compiled_core, seed, tmp_path):
     stats, outcomes, statuses = run(compiled_core, seed, tmp_path)
     # The sequence really exercised the branches it is meant to compare.
     assert stats["claimed"] > 50
@@ -247,3 +257,37 @@ def test_the_compiled_core_shares_pythons_libsqlite3(compiled_core):
     assert len(libraries) == 1, libraries
     with open(compiled_core.__file__, "rb") as fh:
         assert b"sqlite3_open_v2" in fh.read()  # resolved from that library, not bundled
+
+
+# -- the claim's codec, answered in C (R44) ------------------------------------------------
+
+def _values(*plain):
+    """A column's plain values and everything a row written by hand may hold instead."""
+    odd = st.sampled_from([None, True, -1, 0, 2**31, -(2**31) - 1, 1.5, -0.0, float("inf"),
+                           float("-inf"), float("nan"), "", "text", "caf\u00e9", "bad\udcff",
+                           b"", b"\xff", 3, 10**19])
+    return st.one_of(st.sampled_from(plain), odd)
+
+
+CLAIM_ROWS = st.tuples(
+    _values(1, 7, 2**62), _values("t.job", "caf\u00e9.job"),
+    _values(b"[[],{}]", "[[1],{}]", '{"s": "\u00e9"}', b"\x00\xff", memoryview(b"ab")),
+    _values("json", "pickle"), _values(1, 2, 9), _values(1, 3), _values(0, 2),
+    _values(30.0, 5, 0.001), _values(None, 1_700_000_000.0, 1_700_000_000, float("inf")),
+    _values(0, -5, 7, 2**31 - 1, -(2**31)), _values(1_700_000_000.5, 12),
+    _values(0, 1, 3), _values(1_700_000_000.5, 99), _values(None, '[{"name": "x"}]', "[]"))
+
+
+@pytest.mark.c_extension
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(CLAIM_ROWS, max_size=5), shift=st.sampled_from([0.0, -3.5]))
+def test_the_compiled_codec_answers_as_the_codec_does(compiled_core, rows, shift):
+    """Every row the C fast path answers, it answers as ``row_codec`` does, and every
+    row the codec refuses, the compiled one refuses in the same words; the order (R7)
+    and the types of what it returns are the codec's."""
+    expected = row_codec.decode_claims(rows, "default", 5.0, shift)
+    got = compiled_core.decode_claims(rows, "default", 5.0, shift)
+    assert [typed(list(d.lease)) for d in got[0]] == [typed(list(d.lease)) for d in expected[0]]
+    assert [typed(list(d.job)) for d in got[0]] == [typed(list(d.job)) for d in expected[0]]
+    assert [(d.priority, d.line_at) for d in got[0]] == [(d.priority, d.line_at) for d in expected[0]]
+    assert got[1] == expected[1]

@@ -167,6 +167,13 @@ class Driver(Protocol):
         """Prepare the claim for ``owner`` serving ``names`` (their ``policies``)."""
         ...
 
+    def decode_claims(self, rows: Sequence[tuple], queue: str, now: float,
+                      to_pool_clock: float) -> tuple[list[Any], list[Any]]:
+        """R44: the claim's rows through the codec: ``row_codec.decode_claims``'s
+        answer, which a driver may compute faster (the compiled SQLite driver's, in C)
+        but never differently."""
+        ...
+
     def limited_claim(self, plan: LimitPlan) -> Any:
         """R35/R36: the ``limit_claim.LimitedClaim`` for this pool under ``plan``."""
         ...

@@ -108,6 +108,8 @@ class PgDriver:
     #: A batch counts its members by the store's own trigger, and a chain's next step
     #: is in the settle statement: a reclaim needs no follow-up flags here.
     reclaim_follow_ups = 0
+    #: R44: the claim's codec, as it is.
+    decode_claims = staticmethod(row_codec.decode_claims)
 
     def __init__(self, target: Target) -> None:
         self.target = target

@@ -1,13 +1,17 @@
 """The SQLite driver under the engine (``jobpool.engine``, the ``Driver`` protocol of
-``store/base.py``), through the ``sqlite3`` module: the pure core's side of SQLite.
+``store/base.py``): the SQLite side of a supervisor's hot path.
 
 It owns the connection (opened again after ``release_before_fork``), one ``BEGIN
 IMMEDIATE`` transaction per turn or reclaim, and the statements of
 ``store/sqlite/statements.py``: the claim, the fenced settles and what follows a
 settle in its transaction on SQLite (R12's next step, R34's batch counts, R35's
 lane, the attempt's line, R19a). SQLite answers each settle at once (one writer at a
-time), so a batch of settles is the statements one after the other. The compiled
-core (``jobpool/_core.pyx``) applies the same statements.
+time), so a batch of settles is the statements one after the other.
+
+Its road to SQLite is a connection with four calls (``PythonConnection`` below, over
+Python's ``sqlite3`` module); the compiled driver (``store/sqlite/compiled.py``) is
+this class over the compiled connection of ``jobpool/_core.pyx``, with the claim's
+codec answered in C: the driver's logic exists once.
 """
 from __future__ import annotations
 
@@ -27,12 +31,53 @@ from jobpool.store.limit_claim import LimitedClaim, SqlLimitedSource, sqlite_lim
 from jobpool.store.sqlite import statements as sql
 
 
+class PythonConnection:
+    """A driver's connection through Python's ``sqlite3`` module: the pure road, and
+    the specification of the compiled ``_core.Connection`` (the same four calls;
+    a failure is an ``sqlite3.Error`` carrying SQLite's result code)."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, path: str, busy_timeout: float) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                   timeout=busy_timeout)
+
+    def rows(self, text: str, params: Any = ()) -> list:
+        """Run one statement; its rows as tuples."""
+        return self._db.execute(text, params).fetchall()
+
+    def lenient_rows(self, text: str, params: Any = ()) -> list:
+        """R44: ``rows``, with text that is not UTF-8 kept as it is
+        (``row_codec.lenient_text``) for the codec to name, instead of failing."""
+        db = self._db
+        db.text_factory = row_codec.lenient_text
+        try:
+            return db.execute(text, params).fetchall()
+        finally:
+            db.text_factory = str
+
+    def changes(self, text: str, params: Any = ()) -> int:
+        """Run one statement; how many rows it changed."""
+        return max(self._db.execute(text, params).rowcount, 0)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._db.in_transaction
+
+    def close(self) -> None:
+        self._db.close()
+
+
 class SqliteDriver:
     """SQLite for one claimer (see the module docstring); it is also its own ``Turn``:
     ``now`` is the running transaction's."""
 
     #: What claims, as ``pools`` shows it.
     name = "pure"
+    #: The road to SQLite (the compiled driver's is ``_core.Connection``).
+    connection = PythonConnection
+    #: R44: the claim's codec (the compiled driver answers it in C, never differently).
+    decode_claims = staticmethod(row_codec.decode_claims)
     #: A reclaim may end a batch member (dead) or put a limited row back in line, and
     #: reclaims are rare enough not to ask the row whether it is either.
     reclaim_follow_ups = FOLLOW_ALL
@@ -47,11 +92,11 @@ class SqliteDriver:
         self._policies: dict[str, Policy] = {}
         self._source: tuple[LimitedClaim, SqlLimitedSource] | None = None
         if not os.path.exists(path):
-            # Like the compiled core (SQLITE_OPEN_READWRITE): never create a store here.
+            # Never create a store here: only a store makes one (R39's mode, its schema).
             raise StoreError(f"cannot open store {path}: unable to open database file")
         self._opening: tuple | None = (path, busy_timeout, synchronous, int(wal_autocheckpoint),
                                        int(journal_size_limit))
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
         self._db  # noqa: B018 - open now, so a bad path is reported here
 
     def serve(self, owner: str, names: Sequence[str], policies: dict[str, Policy]) -> None:
@@ -63,28 +108,26 @@ class SqliteDriver:
     # -- the connection ----------------------------------------------------------------------
 
     @property
-    def _db(self) -> sqlite3.Connection:
+    def _db(self) -> Any:
         """The connection, opened again on first use after ``release_before_fork``."""
         if self._conn is None:
             if self._opening is None:
-                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+                raise StoreError("the claimer's connection is closed")
             self._conn = self._connect(*self._opening)
         return self._conn
 
-    @staticmethod
-    def _connect(path: str, busy_timeout: float, synchronous: str,
-                 autocheckpoint: int, journal_size_limit: int) -> sqlite3.Connection:
+    def _connect(self, path: str, busy_timeout: float, synchronous: str,
+                 autocheckpoint: int, journal_size_limit: int) -> Any:
         try:
-            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                 timeout=busy_timeout)
-            db.execute(f"PRAGMA synchronous={synchronous}")
-            db.execute("PRAGMA mmap_size=0")
+            db = self.connection(path, busy_timeout)
+            db.changes(f"PRAGMA synchronous={synchronous}")
+            db.changes("PRAGMA mmap_size=0")
             # 0 hands checkpoints to the supervisor's checkpointer process, so the
             # fsyncs of a checkpoint never stall a claim or a settle (R26a).
-            db.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            db.changes(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
             # This connection is the one that starts the WAL over after a checkpoint,
             # so its limit is the one that trims a file a burst grew.
-            db.execute(f"PRAGMA journal_size_limit={journal_size_limit}")
+            db.changes(f"PRAGMA journal_size_limit={journal_size_limit}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
         return db
@@ -119,13 +162,13 @@ class SqliteDriver:
     def _transaction(self, what: str, now: float, body: Callable[[Any], Any]) -> Any:
         """``body(self)`` in one ``BEGIN IMMEDIATE`` transaction; a failure rolls back
         and raises ``StoreError`` with nothing applied (R26)."""
-        db = self._db
         self.now = now
         try:
-            db.execute("BEGIN IMMEDIATE")
+            db = self._db
+            db.changes("BEGIN IMMEDIATE")
             try:
                 done = body(self)
-                db.execute("COMMIT")
+                db.changes("COMMIT")
             except BaseException:
                 self._rollback()
                 raise
@@ -135,13 +178,13 @@ class SqliteDriver:
 
     def _rollback(self) -> None:
         try:
-            self._db.execute("ROLLBACK")
+            self._db.changes("ROLLBACK")
         except sqlite3.Error:
             pass  # no transaction open: the failure happened before BEGIN took hold
 
     def lease_owners(self) -> list[str]:
         try:
-            return [r[0] for r in self._db.execute(sql.LEASE_OWNERS)]
+            return [r[0] for r in self._db.rows(sql.LEASE_OWNERS)]
         except sqlite3.Error as exc:
             raise StoreError(f"reading lease owners failed: {exc}") from exc
 
@@ -149,10 +192,10 @@ class SqliteDriver:
 
     def crash_causes(self, job_id: int) -> list[str]:
         """R19a: the errors of this job's earlier child deaths, oldest first."""
-        return [r[0] or "?" for r in self._db.execute(sql.CRASH_CAUSES, (job_id,))]
+        return [r[0] or "?" for r in self._db.rows(sql.CRASH_CAUSES, (job_id,))]
 
     def claim(self, queue: str, want: int) -> list[tuple]:
-        return self._fetch_rows(self._claim_sql, {
+        return self._db.lenient_rows(self._claim_sql, {
             "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
             "limit": want})
 
@@ -168,27 +211,18 @@ class SqliteDriver:
     def claim_chosen(self, limited: LimitedClaim, picked: Picked) -> list[tuple]:
         # The page's counts are exact here (one writer at a time): no caps, and the
         # claim takes every row picked.
-        return self._fetch_rows(limited.claim_ids, {
+        return self._db.lenient_rows(limited.claim_ids, {
             "owner": self.owner, "now": self.now, "slack": LEASE_SLACK,
             "ids": json.dumps(picked.ids)})
 
     def reclaimable(self, owner: str | None) -> list[tuple]:
+        # R44: lenient, so a row holding text that is not UTF-8 reaches the codec.
         if owner is None:
-            return self._fetch_rows(sql.RECLAIMABLE_EXPIRED, {"now": self.now})
-        return self._fetch_rows(sql.RECLAIMABLE_OWNER, {"now": self.now, "owner": owner})
-
-    def _fetch_rows(self, text: str, params: dict) -> list:
-        """R44: a claim's (or reclaim's) rows with text that is not UTF-8 kept as it is
-        (``row_codec.lenient_text``), for the codec to name, instead of failing the turn."""
-        db = self._db
-        db.text_factory = row_codec.lenient_text
-        try:
-            return db.execute(text, params).fetchall()
-        finally:
-            db.text_factory = str
+            return self._db.lenient_rows(sql.RECLAIMABLE_EXPIRED, {"now": self.now})
+        return self._db.lenient_rows(sql.RECLAIMABLE_OWNER, {"now": self.now, "owner": owner})
 
     def _query(self, text: str, params: dict) -> list:
-        return self._db.execute(text, params).fetchall()
+        return self._db.rows(text, params)
 
     def settle_malformed(self, bad: row_codec.Malformed, owner: Any) -> Settled:
         return row_codec.settle_malformed(self._query, sql, bad, owner, self.now)
@@ -205,11 +239,11 @@ class SqliteDriver:
                 out.append(item)
                 continue
             lease, outcome, decision, owner, log_as = item
-            cursor = db.execute(sql.SETTLE[decision.statement], {
+            changed = db.changes(sql.SETTLE[decision.statement], {
                 "id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
                 "result": outcome.result, "error": decision.reason,
                 "crashes": decision.crashes, "run_at": now + decision.delay})
-            if cursor.rowcount != 1:
+            if changed != 1:
                 out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
                 continue
             if lease.follow_ups & FOLLOW_ENDS:
@@ -217,18 +251,18 @@ class SqliteDriver:
                     self._enqueue_successor(db, lease.job_id, now)
                 if decision.status in ("done", "dead"):
                     # R34: its batch counts its end in this transaction.
-                    db.execute(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,
+                    db.changes(sql.MEMBER_DONE if decision.status == "done" else sql.MEMBER_DEAD,
                                {"id": lease.job_id, "now": now})
             if lease.follow_ups & FOLLOW_LANE and decision.status == "ready":
                 # R35: a limited row back in line is in its lane again.
-                db.execute(sql.LANE_READY, {"id": lease.job_id})
-            db.execute(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
+                db.changes(sql.LANE_READY, {"id": lease.job_id})
+            db.changes(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
             out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                                decision.reason))
         return out
 
     @staticmethod
-    def _enqueue_successor(db: sqlite3.Connection, job_id: int, now: float) -> None:
+    def _enqueue_successor(db: Any, job_id: int, now: float) -> None:
         """R12: the chain's next step, with its lane (R35) when its name is limited.
 
         R44: the claim checked the chain; should the row's chain have changed since,
@@ -236,11 +270,11 @@ class SqliteDriver:
         back that statement, not the transaction): the job's end stands and its row
         says why the chain stopped, so the turn commits."""
         try:
-            db.execute(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
+            db.changes(sql.ENQUEUE_SUCCESSOR, {"id": job_id, "now": now})
         except sqlite3.Error as exc:
             if not sql.statement_failed_alone(exc, db.in_transaction):
                 raise
-            db.execute(sql.CHAIN_STOPPED, {"id": job_id,
+            db.changes(sql.CHAIN_STOPPED, {"id": job_id,
                                            "error": f"{row_codec.CHAIN_STOPPED} ({exc})"})
             return
-        db.execute(sql.LANE_OF_LAST_ROW)  # R35: the step's lane, if limited
+        db.changes(sql.LANE_OF_LAST_ROW)  # R35: the step's lane, if limited

@@ -761,16 +761,17 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             raise StoreError(f"reading pending on_dead hooks failed: {exc}") from exc
 
     def claimer(self, owner: str, names, queues, policies):
-        """The SQLite hot path (``jobpool.core``: compiled, or its pure twin) over a
-        connection of its own, with a short busy timeout so a held lock becomes a
-        pause (R26), and checkpoints left to ``maintenance()`` (R26a)."""
-        from jobpool import core
+        """The SQLite hot path (the engine over the compiled driver, or the pure one)
+        over a connection of its own, with a short busy timeout so a held lock becomes
+        a pause (R26), and checkpoints left to ``maintenance()`` (R26a)."""
+        from jobpool.store.sqlite.claimer import SqliteClaimer
         # On a disk with little room the claimer checkpoints its own commits, since
         # the checkpointer's interval lets a busy pool's WAL grow megabytes (R26a).
         autocheckpoint, journal_limit = wal_settings(self.path, 0, sql.WAL_KEEP_BYTES)
-        claimer = core.Core(self.path, owner, names, queues, policies,
-                            busy_timeout=CLAIM_BUSY_TIMEOUT, wal_autocheckpoint=autocheckpoint,
-                            journal_size_limit=journal_limit)
+        claimer = SqliteClaimer(self.path, owner, names, queues, policies,
+                                busy_timeout=CLAIM_BUSY_TIMEOUT,
+                                wal_autocheckpoint=autocheckpoint,
+                                journal_size_limit=journal_limit)
         self._claimers.add(claimer)  # R42/R43: released with this store before each fork
         return claimer
 
