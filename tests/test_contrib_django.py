@@ -35,6 +35,7 @@ class Order(models.Model):
 """
 
 JOBS = """
+from django.db import transaction
 from jobpool import job
 from shop.models import Order
 
@@ -42,6 +43,16 @@ from shop.models import Order
 def ship(order_id):
     # The ORM in a pool's child: the child opens its own connection.
     return Order.objects.filter(id=order_id).update(shipped=True)
+
+@job(name="shop.leave_open")
+def leave_open():
+    # A job that leaves its transaction open: the next job in its child must not inherit it.
+    transaction.set_autocommit(False)
+    Order.objects.create()
+
+@job(name="shop.add", store_result=True)
+def add():
+    return Order.objects.create().id
 """
 
 MANAGE = """
@@ -120,6 +131,8 @@ except jobpool.EnqueueError as exc:
     seen["refused"] = str(exc)
 seen["orders"] = sorted(Order.objects.values_list("id", flat=True))
 seen["kept"] = kept.id
+jobs.enqueue("shop.leave_open")
+jobs.enqueue("shop.add")
 print(json.dumps(seen, default=str))
 """
 
@@ -141,17 +154,23 @@ def test_django_enqueue_waits_for_the_commit_and_a_pool_runs_it_with_the_orm(tmp
     assert isinstance(seen["outside"], int)
     assert "unexpected keyword argument 'nope'" in seen["refused"]
     assert seen["orders"] == [seen["kept"]]
-    # And manage.py jobpool runs them in a real pool, the job's ORM reaching the project's database
-    started = project.manage("jobpool", "start", "--burst", "--procs", "2", "--no-dashboard")
+    # And manage.py jobpool runs them in a real pool (one child, so one after the
+    # other), the jobs' ORM reaching the project's database
+    started = project.manage("jobpool", "start", "--burst", "--procs", "1", "--no-dashboard")
     assert "job_dead" not in started.stderr
-    with sqlite3.connect(tmp_path / "app.sqlite3") as db:
-        assert db.execute("SELECT id, shipped FROM shop_order").fetchall() == [(seen["kept"], 1)]
     with sqlite3.connect(tmp_path / "jobpool.db") as db:
-        assert db.execute("SELECT status, result FROM jobs ORDER BY id").fetchall() == [
-            ("done", "1"), ("done", "1")]
+        done = db.execute("SELECT name, status, result FROM jobs ORDER BY id").fetchall()
+    assert [row[:2] for row in done] == [("shop.ship", "done"), ("shop.ship", "done"),
+                                         ("shop.leave_open", "done"), ("shop.add", "done")]
+    added = int(done[3][2])
+    # The job after the one that left its transaction open got a connection of its own:
+    # its row committed, the other's was rolled back with the connection it left
+    with sqlite3.connect(tmp_path / "app.sqlite3") as db:
+        assert db.execute("SELECT id, shipped FROM shop_order ORDER BY id").fetchall() == [
+            (seen["kept"], 1), (added, 0)]
     # And the other jobpool commands read the project's store
     status = project.manage("jobpool", "status", "--json")
-    assert json.loads(status.stdout)["done"] == 2
+    assert json.loads(status.stdout)["done"] == 4
 
 
 SAME_TRANSACTION = """
@@ -188,6 +207,25 @@ except RuntimeError:
     pass
 seen["lost_committed"] = committed(seen["lost_job"])
 seen["kept"] = kept.id
+
+# A store that refuses the insert (its table locked past lock_timeout) costs the
+# enqueue, not the caller's transaction: the row beside it still commits
+import psycopg
+from jobpool.errors import StoreError
+locker = psycopg.connect("{plain}")
+locker.execute("LOCK TABLE {schema}.jobs IN ACCESS EXCLUSIVE MODE")
+with transaction.atomic():
+    survivor = Order.objects.create()
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '200ms'")
+    try:
+        jobs.enqueue(ship, survivor.id)
+    except StoreError as exc:
+        seen["refused"] = str(exc)
+    seen["usable_after"] = Order.objects.filter(id=survivor.id).count()
+locker.rollback()
+locker.close()
+seen["survivor"] = survivor.id
 print(json.dumps(seen))
 """
 
@@ -205,13 +243,16 @@ def test_django_on_postgresql_enqueues_in_the_same_transaction(pg_url, tmp_path)
     project = Project(tmp_path, {"default": database}, {"DB": pg_url, "DATABASE": "default"})
     project.manage("migrate", "--run-syncdb", "-v", "0")
     # When it enqueues in a committed and in a rolled-back atomic block
-    seen = project.script(SAME_TRANSACTION.replace("{schema}", schema))
+    plain = pg_url.split("?")[0]
+    seen = project.script(SAME_TRANSACTION.replace("{schema}", schema).replace("{plain}", plain))
     # Then each job shares its transaction: a handle at once, the row visible inside
     # the transaction only, committed with it, gone with the rollback
     assert seen["seen_inside"] == 1
     assert seen["committed_inside"] is False
     assert seen["committed_after"] is True
     assert seen["lost_committed"] is False
+    assert "lock timeout" in seen["refused"]
+    assert seen["usable_after"] == 1
     # And a pool started by manage.py runs it, the ORM in its child on PostgreSQL
     project.manage("jobpool", "start", "--burst", "--no-dashboard")
     admin = _pg_admin()
@@ -219,7 +260,7 @@ def test_django_on_postgresql_enqueues_in_the_same_transaction(pg_url, tmp_path)
         shipped = admin.execute(f"SELECT id, shipped FROM {schema}.shop_order").fetchall()
     finally:
         admin.close()
-    assert shipped == [(seen["kept"], True)]
+    assert sorted(shipped) == [(seen["kept"], True), (seen["survivor"], False)]
 
 
 def test_django_settings_mistakes_are_one_line(tmp_path):

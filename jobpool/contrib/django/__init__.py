@@ -38,7 +38,7 @@ from jobpool.jobs import Job
 from jobpool.store import rows
 from jobpool.store.urls import is_postgres_url
 
-__all__ = ["Settings", "settings_of", "store", "enqueue", "enqueue_with", "job_modules",
+__all__ = ["Settings", "settings_of", "store", "close", "enqueue", "enqueue_with", "job_modules",
            "import_job_modules", "start_child"]
 
 #: The keys ``settings.JOBPOOL`` may hold; any other is refused, so a typo is not ignored.
