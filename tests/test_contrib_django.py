@@ -131,6 +131,13 @@ except jobpool.EnqueueError as exc:
     seen["refused"] = str(exc)
 seen["orders"] = sorted(Order.objects.values_list("id", flat=True))
 seen["kept"] = kept.id
+# using=: another database's transaction decides
+with transaction.atomic(using="archive"):
+    seen["archive_inside"] = jobs.enqueue_with(ship, args=(kept.id,), using="archive")
+    seen["archive_before_commit"] = len(store.list_jobs())
+seen["archive_after_commit"] = len(store.list_jobs())
+with transaction.atomic():  # a block of "default" does not hold back an enqueue for "archive"
+    seen["archive_at_once"] = jobs.enqueue_with(ship, args=(kept.id,), using="archive") is not None
 jobs.enqueue("shop.leave_open")
 jobs.enqueue("shop.add")
 print(json.dumps(seen, default=str))
@@ -140,7 +147,9 @@ print(json.dumps(seen, default=str))
 def test_django_enqueue_waits_for_the_commit_and_a_pool_runs_it_with_the_orm(tmp_path):
     # Given a project on SQLite with its store in a file of its own
     project = Project(tmp_path, {"default": {"ENGINE": "django.db.backends.sqlite3",
-                                             "NAME": str(tmp_path / "app.sqlite3")}},
+                                             "NAME": str(tmp_path / "app.sqlite3")},
+                                 "archive": {"ENGINE": "django.db.backends.sqlite3",
+                                             "NAME": str(tmp_path / "archive.sqlite3")}},
                       {"DB": str(tmp_path / "jobpool.db")})
     project.manage("migrate", "--run-syncdb", "-v", "0")
     # When it enqueues inside committed and rolled-back atomic blocks and outside one
@@ -154,15 +163,17 @@ def test_django_enqueue_waits_for_the_commit_and_a_pool_runs_it_with_the_orm(tmp
     assert isinstance(seen["outside"], int)
     assert "unexpected keyword argument 'nope'" in seen["refused"]
     assert seen["orders"] == [seen["kept"]]
+    assert (seen["archive_inside"], seen["archive_before_commit"], seen["archive_after_commit"],
+            seen["archive_at_once"]) == (None, 2, 3, True)
     # And manage.py jobpool runs them in a real pool (one child, so one after the
     # other), the jobs' ORM reaching the project's database
     started = project.manage("jobpool", "start", "--burst", "--procs", "1", "--no-dashboard")
     assert "job_dead" not in started.stderr
     with sqlite3.connect(tmp_path / "jobpool.db") as db:
         done = db.execute("SELECT name, status, result FROM jobs ORDER BY id").fetchall()
-    assert [row[:2] for row in done] == [("shop.ship", "done"), ("shop.ship", "done"),
-                                         ("shop.leave_open", "done"), ("shop.add", "done")]
-    added = int(done[3][2])
+    assert [row[:2] for row in done] == [("shop.ship", "done")] * 4 + [
+        ("shop.leave_open", "done"), ("shop.add", "done")]
+    added = int(done[5][2])
     # The job after the one that left its transaction open got a connection of its own:
     # its row committed, the other's was rolled back with the connection it left
     with sqlite3.connect(tmp_path / "app.sqlite3") as db:
@@ -170,7 +181,7 @@ def test_django_enqueue_waits_for_the_commit_and_a_pool_runs_it_with_the_orm(tmp
             (seen["kept"], 1), (added, 0)]
     # And the other jobpool commands read the project's store
     status = project.manage("jobpool", "status", "--json")
-    assert json.loads(status.stdout)["done"] == 4
+    assert json.loads(status.stdout)["done"] == 6
 
 
 SAME_TRANSACTION = """
@@ -272,3 +283,6 @@ def test_django_settings_mistakes_are_one_line(tmp_path):
     assert result.stderr.strip() == ("CommandError: settings.JOBPOOL has unknown keys DBB; "
                                      "it takes DB, DATABASE, MODULES")
     assert not (tmp_path / "jobpool.db").exists()
+    bare = project.manage("jobpool", check=False)
+    assert bare.returncode == 1
+    assert bare.stderr.strip().startswith("CommandError: name a jobpool command: manage.py jobpool start")
