@@ -3,6 +3,7 @@ the app, serves its requests, closes with it; a real pool runs what the app enqu
 from __future__ import annotations
 
 import asyncio
+import os
 import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -79,3 +80,34 @@ def test_a_starlette_app_with_an_unusable_store_does_not_start(tmp_path):
     bare = Starlette(routes=[Route("/", home)])
     with TestClient(bare) as client, pytest.raises(RuntimeError, match=r"lifespan=jobpool\.contrib"):
         client.get("/")
+
+
+def _sockets() -> int:
+    """This process's open sockets (a PostgreSQL store's connections among them)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:  # the descriptor listdir itself used, closed since
+            pass
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts sockets in /proc")
+def test_a_postgresql_store_is_disconnected_when_the_app_stops(pg_url):
+    app = FastAPI(lifespan=lifespan(pg_url))
+
+    @app.post("/square/{x}")
+    async def enqueue(x: int, store=Depends(store_of)):
+        return {"id": (await store.aenqueue("math.square", x)).id}
+
+    before = _sockets()
+    with TestClient(app) as client:
+        assert client.post("/square/3").json()["id"] >= 1
+        assert _sockets() > before          # the store's connections to the server
+    assert _sockets() == before             # every one closed with the app
+    check = jobpool.connect(pg_url)
+    try:
+        assert [row["name"] for row in check.list_jobs()] == ["math.square"]
+    finally:
+        check.close()
