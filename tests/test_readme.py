@@ -72,12 +72,20 @@ def _psycopg_major() -> str:
     return re.search(r">=(\d+)", spec).group(1)
 
 
+def _extra_floor(extra: str, package: str) -> str:
+    """The lowest version of ``package`` the ``extra`` accepts (``django>=4.2``: 4.2)."""
+    (spec,) = [s for s in PYPROJECT["project"]["optional-dependencies"][extra]
+               if s.startswith(package)]
+    return re.search(r">=([\d.]+)", spec).group(1)
+
+
 #: Each version the README states, where the code keeps it.
 VERSION_CLAIMS = {
     r"SQLite schema (\d+)": lambda: sql.SCHEMA_VERSION,
     r"PostgreSQL revision (\d+)": lambda: pg_sql.SCHEMA_VERSION,
     r"Python (\d+\.\d+)\+": _requires_python,
     r"psycopg (\d+)\b": _psycopg_major,
+    r"Django (\d+\.\d+)\+": lambda: _extra_floor("django", "django"),
 }
 
 #: What reads as a version: "schema 5", "revision 4", "Python 3.11+", "PgBouncer 1.18".
