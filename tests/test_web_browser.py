@@ -7,6 +7,8 @@ vendored, so nothing comes from a CDN).
 Without Chromium or Playwright these tests skip, saying which is missing; under CI (or
 with ``JOBPOOL_REQUIRE_BROWSER=1``) they fail instead, so a broken install cannot pass
 as a green run. Each wait is for a selector, a URL or a store state, never a sleep.
+Over SQLite; the tests marked ``on_both_stores`` over PostgreSQL too (why:
+tests/test_web.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import pytest
 pytest.importorskip("starlette")
 
 from tests.conftest import ROOT  # noqa: E402
-from tests.test_web import HOSTILE, HOSTILE_NAME, _dead_jobs  # noqa: E402
+from tests.test_web import (HOSTILE, HOSTILE_NAME, _dead_jobs,  # noqa: E402, F401
+                            on_both_stores, store_url)
 
 #: Where Debian's package puts Chromium (scripts/test installs it when root).
 CHROMIUM = Path(os.environ.get("JOBPOOL_CHROMIUM", "/usr/bin/chromium"))
@@ -151,6 +154,7 @@ def _all_matching(page, listing: str, action: str, button: str, notice: str) -> 
     expect(page.locator(".notice")).to_have_text(notice)
 
 
+@on_both_stores
 def test_the_overview_shows_the_stores_counts_and_queues(any_store, serve, page):
     from playwright.sync_api import expect
     any_store.enqueue_with("b.a", queue="q1")
@@ -213,6 +217,7 @@ def test_a_job_opens_from_the_list_and_reveals_its_arguments(any_store, serve, p
     assert page.url.endswith(f"/jobs/{job_id}")
 
 
+@on_both_stores
 def test_retry_on_a_dead_job_makes_it_ready_in_the_store(any_store, serve, page):
     from playwright.sync_api import expect
     job_id, = _dead_jobs(any_store, 1)
