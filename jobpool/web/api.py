@@ -86,8 +86,12 @@ async def jobs(request: Request) -> Response:
         chosen, limit = listing.filters(request.query_params)
     except ValueError as exc:
         return _error(str(exc), 400)
-    rows, more = await run_in_threadpool(listing.page, request.app.state.store, chosen, limit)
-    return _json({"jobs": rows, "more": more, "next_after": listing.next_after(rows, more)})
+    rows, more, window = await run_in_threadpool(listing.searched_page,
+                                                 request.app.state.store, chosen, limit)
+    body = {"jobs": rows, "more": more, "next_after": listing.next_after(rows, more, window)}
+    if window is not None:
+        body["searched"] = {"from_id": window.low, "to_id": window.high}
+    return _json(body)
 
 
 async def job(request: Request) -> Response:

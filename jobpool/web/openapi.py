@@ -10,7 +10,9 @@ SUMMARIES = {
     ("GET", "/api/stats"): "Counts by status, each live pool's counters, unserved jobs and "
                            "paused queues (as jobpool status --json)",
     ("GET", "/api/jobs"): "A page of jobs, newest first (a chain oldest first): "
-                          "{jobs, more, next_after}",
+                          "{jobs, more, next_after}; a search (group, error, args, a time "
+                          "range) reads a window of scan ids and adds searched: "
+                          "{from_id, to_id}",
     ("POST", "/api/jobs"): "Enqueue by name: {name, args, kwargs} and queue, key, delay, "
                            "priority, max_attempts; 201 {ok, result, id, duplicate}",
     ("GET", "/api/jobs/{job_id:int}"): "One job's row with its attempt_log",
@@ -36,7 +38,9 @@ SUMMARIES = {
 
 #: The query parameters each listing takes.
 QUERY = {
-    "/api/jobs": ("status", "name", "queue", "chain", "limit", "after"),
+    "/api/jobs": ("status", "name", "queue", "chain", "limit", "after", "key", "batch",
+                  "group", "error", "args", "created_from", "created_to", "finished_from",
+                  "finished_to", "scan"),
     "/api/batches": ("open", "limit"),
 }
 
