@@ -113,14 +113,19 @@ def page(watched):
 @pytest.fixture
 def serve(store_url) -> Iterator:
     """``serve(*options)``: a ``jobpool web`` process over the test's store on a free
-    port, stopped after the test; returns its base URL."""
+    port, stopped after the test; returns its base URL. ``by_file_name``: a SQLite
+    store named by its file name from its own folder, as the overview's heading then
+    shows it (the screenshots show no test's temporary path)."""
     started: list[subprocess.Popen] = []
 
-    def start(*options: str) -> str:
-        proc = subprocess.Popen([sys.executable, "-m", "jobpool", "web", "--db", store_url,
+    def start(*options: str, by_file_name: bool = False) -> str:
+        db, cwd = store_url, None
+        if by_file_name:
+            db, cwd = Path(store_url).name, Path(store_url).parent
+        proc = subprocess.Popen([sys.executable, "-m", "jobpool", "web", "--db", db,
                                  "--bind", "127.0.0.1:0", *options],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                                cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         started.append(proc)
         line = proc.stdout.readline()  # the announce line, once it listens
         found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
@@ -345,12 +350,14 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
     any_store.enqueue_with("emails.send", args=["to@example.org"], queue="mail", delay=3600)
     dead = _dead_jobs(any_store, 4, name="imports.load")
     any_store.pause("mail")
-    base = serve()
+    base = serve(by_file_name=True)
     shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
              "retry-all": "/jobs/all/retry?status=dead&name=imports.load",
              "scheduled": "/scheduled", "queues": "/queues", "pools": "/pools",
              "batches": "/batches"}
     page.set_viewport_size({"width": 1100, "height": 700})
+    page.goto(base + "/")
+    expect(page.locator("main h1").first).to_have_text("Store jobpool.db")
     for name, path in shots.items():
         page.goto(base + path)
         expect(page.locator("main h1")).to_be_visible()
