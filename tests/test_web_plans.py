@@ -145,15 +145,36 @@ def _sqlite_scans(conn: sqlite3.Connection, statement: str) -> list[str]:
     return [step for step in scans if step not in KNOWN_WALKS]
 
 
-@pytest.fixture(scope="module")
-def big_sqlite(tmp_path_factory) -> str:
-    path = str(tmp_path_factory.mktemp("plans") / "big.db")
+def fill_sqlite(path: str, rows: int) -> None:
+    """A new SQLite store at ``path`` holding the backlog, with statistics (also the
+    store of benchmarks/web_pages.py)."""
     jobpool.connect(path).close()
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute(SQLITE_FILL, {"rows": ROWS, "epoch": EPOCH})
+        conn.execute(SQLITE_FILL, {"rows": rows, "epoch": EPOCH})
     conn.execute("ANALYZE")
     conn.close()
+
+
+def fill_pg(url: str, rows: int) -> None:
+    """The backlog in the new PostgreSQL store at ``url`` (live rows in jobs, finished
+    ones in finished_jobs), with statistics."""
+    import psycopg
+
+    from jobpool.store.postgres.connection import parse_url
+    jobpool.connect(url).close()
+    target = parse_url(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {target.schema}")
+        for statement in (PG_FILL_JOBS, PG_FILL_FINISHED, PG_SEQUENCE):
+            conn.execute(statement, {"rows": rows, "epoch": EPOCH})
+        conn.execute("ANALYZE")
+
+
+@pytest.fixture(scope="module")
+def big_sqlite(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("plans") / "big.db")
+    fill_sqlite(path, ROWS)
     return path
 
 
@@ -199,19 +220,12 @@ def big_pg() -> Any:
     finished_jobs), with statistics; dropped after the module."""
     import uuid
 
-    import psycopg
-
     from tests.conftest import PG_URL, _pg_admin
     admin = _pg_admin()
     schema = "jp_test_" + uuid.uuid4().hex[:12]
     url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}schema={schema}"
     try:
-        jobpool.connect(url).close()
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f"SET search_path TO {schema}")
-            for statement in (PG_FILL_JOBS, PG_FILL_FINISHED, PG_SEQUENCE):
-                conn.execute(statement, {"rows": ROWS, "epoch": EPOCH})
-            conn.execute("ANALYZE")
+        fill_pg(url, ROWS)
         yield url
     finally:
         admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
