@@ -1304,6 +1304,7 @@ def cmd_web(args: argparse.Namespace, out: _Stdout) -> int:
         raise UserError(f"the web extra is not installed: pip install '{root}[web]'") from None
     from jobpool.web.server import serve
     _configure_logging(args.log_format, False)
+    import_app(args.app)  # R33: the periodic page's schedules are the app's registrations
     serve(args.db, args.bind, token=args.token, token_label=args.token_label,
           read_only=args.read_only, announce=lambda line: print(line, flush=True))
     return 0

@@ -438,6 +438,11 @@ class Store(Protocol):
         """R33: enqueue a periodic job's occurrence unless another pool did; a Handle or None."""
         ...
 
+    def periodic_occurrences(self) -> dict[str, float]:
+        """R33: the last occurrence a pool enqueued, per periodic job name (the store
+        keeps no schedule: those are the app's registrations)."""
+        ...
+
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: remove done rows older than ``result_ttl`` and dead rows past the limit,
         one bounded batch per call; how many went."""

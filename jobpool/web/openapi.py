@@ -16,6 +16,8 @@ SUMMARIES = {
     ("POST", "/api/jobs"): "Enqueue by name: {name, args, kwargs} and queue, key, delay, "
                            "priority, max_attempts; 201 {ok, result, id, duplicate}",
     ("GET", "/api/jobs/{job_id:int}"): "One job's row with its attempt_log",
+    ("GET", "/api/periodic"): "Each periodic job: schedule and queue (with jobpool web --app), "
+                              "last enqueued occurrence and its job, next occurrence",
     ("DELETE", "/api/jobs/{job_id:int}"): "Delete a dead job",
     ("POST", "/api/jobs/{job_id:int}/retry"): "Retry a dead job under its id, fresh attempts",
     ("POST", "/api/jobs/{job_id:int}/cancel"): "Cancel a ready job (dead now) or a running one "

@@ -45,6 +45,9 @@ except ImportError:  # pragma: no cover - exercised by the one-line error below
 log = logging.getLogger(__name__)
 
 
+#: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
+LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
+
 #: R47: how the listing's key, batch and searched filters (``rows.more_filters``) are
 #: written here (fragments of ``pg_sql.list_jobs``' conditions): ``strpos`` is a
 #: case-sensitive "contains"; the payload's bytes are searched for the text's UTF-8
@@ -575,6 +578,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                 return None
             return self._insert(conn, job)
         return self.transaction(f"enqueueing periodic {name}", advance)
+
+    def periodic_occurrences(self) -> dict[str, float]:
+        return dict(self.read("reading periodic jobs", LIST_PERIODIC))
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule, on the server's clock."""

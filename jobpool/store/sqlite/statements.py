@@ -747,6 +747,9 @@ ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
  WHERE last_occurrence < excluded.last_occurrence
 """
 
+#: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
+LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
+
 # --- batches (R34) ---------------------------------------------------------------------------
 
 OPEN_BATCH = """

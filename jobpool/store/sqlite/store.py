@@ -670,6 +670,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             self._notifier.notify()
         return handle
 
+    def periodic_occurrences(self) -> dict[str, float]:
+        return dict(self.read_rows("reading periodic jobs", sql.LIST_PERIODIC))
+
     def pools(self, now: float | None = None, *,
               dead_after: float = liveness.DEAD_AFTER) -> list[dict[str, Any]]:
         """The supervisors that have a row in this store, oldest first (R29).
