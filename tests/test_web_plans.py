@@ -97,7 +97,8 @@ def pages(rows: int, made_batch: int) -> list[str]:
              "error=row%201", "args=arg-1", "status=dead&error=bad", created,
              f"status=done&{finished}", f"status=dead&{finished}&after={mid}",
              f"name=plan.n7&args=arg&{created}&scan=50000", "status=ready&group=g9"]
-    return ["/", "/live", "/dead", "/scheduled", "/queues", "/pools", "/batches",
+    return ["/", "/live", "/dead", "/scheduled", "/queues", "/pools", "/batches", "/periodic",
+            "/api/periodic",
             f"/batches/{made_batch}", f"/jobs/{dead}", f"/jobs/{mid}", f"/jobs/{mid + 7}",
             "/api/stats", "/api/pools", "/api/batches", "/api/queues", f"/api/jobs/{dead}",
             "/jobs/all/retry?status=dead", "/jobs/all/cancel?status=ready&name=plan.n7",
@@ -190,6 +191,7 @@ def test_every_page_reads_a_big_sqlite_store_through_indexes(big_sqlite):
     from starlette.testclient import TestClient
     store = jobpool.connect(big_sqlite)
     batch = _made_batch(store)
+    store.enqueue_occurrence("plan.n7", EPOCH)  # a periodic job's last occurrence
     recorded = Recorded(store)
     scans: dict[str, dict[str, list[str]]] = {}
     seen = 0
