@@ -151,3 +151,37 @@ def test_all_matching_refuses_a_search_and_takes_key_and_batch(any_store, store_
                                                      "batch": str(made.id), "through": through})
         assert done.status_code == 303
     assert [any_store.get(i)["status"] for i in (*members, other)] == ["dead", "dead", "ready"]
+
+
+def test_jobs_list_takes_the_same_filters_and_names_its_window(any_store, store_url):
+    """``jobpool jobs list`` (R47): the key, batch and searched filters, the window a
+    search read and the --after of the next, older one; refusals in one line."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    ids = [any_store.enqueue_with("f.cli", args=["hit" if n % 5 == 1 else "miss"],
+                                  key=f"k{n}").id for n in range(12)]
+    any_store.close()
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "jobpool", "jobs", "list", "--db",
+                               store_url, *args], capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+    found = cli("--args", "hit", "--scan", "5", "--json")
+    assert [row["id"] for row in json_rows(found)] == [ids[11]]
+    shown = cli("--args", "hit", "--scan", "5").stdout.splitlines()
+    assert shown[-1] == f"searched jobs {ids[7]} to {ids[11]}; --after {ids[7]} searches older jobs"
+    assert [row["id"] for row in json_rows(cli("--args", "hit", "--scan", "5", "--after",
+                                               str(ids[7]), "--json"))] == [ids[6]]
+    assert [row["id"] for row in json_rows(cli("--name", "f.cli", "--key", "k3", "--json"))] \
+        == [ids[3]]
+    refused = cli("--key", "k3")
+    assert refused.returncode != 0 and "filter by the name too" in refused.stderr
+    assert "ISO 8601" in cli("--created-from", "yesterday").stderr
+
+
+def json_rows(done) -> list[dict]:
+    import json
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

@@ -8,8 +8,7 @@ is a keyset: ``after`` the last id shown, the jobs below it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import Any
 
 from jobpool import listing as job_pages
 from jobpool.store import rows
@@ -91,23 +90,8 @@ _NO_DIALECT = rows.ListingDialect(mark=str, contains=lambda c, p: c,
 
 
 def _time(query: Mapping[str, str], key: str) -> float | None:
-    """A time as Unix seconds: a number, or an ISO 8601 date and time (UTC unless it
-    names its offset; a date-time picker's ``2026-12-02T03:00`` is UTC)."""
     text = query.get(key) or None
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{key} must be Unix seconds or an ISO 8601 time, not {text!r}") \
-            from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    return None if text is None else job_pages.parse_time(text, key)
 
 
 def _scan(text: str | None) -> int | None:
@@ -128,12 +112,9 @@ def _job_id(query: Mapping[str, str], key: str, what: str = "a job id") -> int |
 
 
 def next_after(rows: list[dict[str, Any]], more: int,
-               window: "Window | None" = None) -> int | None:
-    """The keyset of the page after this one (None: this is the last): past the last
-    row shown while its window has more, else (a search) the next, older window."""
-    if more and rows:
-        return rows[-1]["id"]
-    return window.older if window is not None else None
+               window: job_pages.Window | None = None) -> int | None:
+    """The keyset of the page after this one (``jobpool.listing.next_after``)."""
+    return job_pages.next_after(rows, more, window)
 
 
 def query_of(chosen: Mapping[str, Any], **changed: Any) -> str:
@@ -146,33 +127,14 @@ def query_of(chosen: Mapping[str, Any], **changed: Any) -> str:
 
 def page(store: Any, chosen: dict[str, str | None], limit: int) -> tuple[list[dict[str, Any]], int]:
     """The newest ``limit`` jobs matching ``chosen`` and how many more match (0 when
-    the page holds them all; at most ``MORE_COUNTED``). A search (``searching``)
-    without a keyset starts just past the newest job, so its window is known."""
+    the page holds them all; at most ``MORE_COUNTED``)."""
     return job_pages.page(store, store_filters(chosen), limit, MORE_COUNTED)
 
 
-class Window(NamedTuple):
-    """The ids a search read (``low`` to ``high``, both in) and the keyset of the
-    next, older window (None: it reached the first job)."""
-
-    low: int
-    high: int
-    older: int | None
-
-
 def searched_page(store: Any, chosen: dict[str, Any], limit: int
-                  ) -> tuple[list[dict[str, Any]], int, Window | None]:
-    """``page``, and for a search the window it read. A search's keyset is the
-    window's top: without one, the newest job's id plus one."""
-    if not searching(chosen):
-        return (*page(store, chosen, limit), None)
-    if chosen.get("after") is None:
-        newest = store.list_jobs(limit=1, newest_first=True)
-        chosen = dict(chosen, after=(newest[0]["id"] if newest else 0) + 1)
-    top, scan = chosen["after"], chosen.get("scan") or rows.SEARCH_ROWS
-    found, more = page(store, chosen, limit)
-    low = max(top - scan, 1)
-    return found, more, Window(low, top - 1, low if low > 1 else None)
+                  ) -> tuple[list[dict[str, Any]], int, job_pages.Window | None]:
+    """``page``, and for a search the window it read (``jobpool.listing.search_page``)."""
+    return job_pages.search_page(store, store_filters(chosen), limit, MORE_COUNTED)
 
 
 def larger(limit: int) -> int | None:
