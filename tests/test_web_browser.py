@@ -193,6 +193,21 @@ def test_the_jobs_list_filters_by_status(any_store, serve, page):
     assert _listed(page) == sorted(live, reverse=True)
 
 
+def test_a_search_by_error_text_from_the_jobs_page(any_store, serve, page):
+    from playwright.sync_api import expect
+
+    from tests.test_web_filters import _failed
+    hits = _failed(any_store, ["TimeoutError: upstream", "KeyError: 'sku'", "TimeoutError: db"])
+    page.goto(serve() + "/jobs")
+    page.locator("details.search summary").click()
+    page.fill("input[name=error]", "TimeoutError")
+    page.get_by_role("button", name="list").click()
+    page.wait_for_url(re.compile(r"error=TimeoutError"))
+    expect(page.locator("#searched")).to_have_text(f"Searched jobs 1 to {hits[-1]}.")
+    assert _listed(page) == [hits[2], hits[0]]
+    expect(page.locator("input[name=error]")).to_have_value("TimeoutError")
+
+
 def test_the_next_page_link_pages_through_the_jobs(any_store, serve, page):
     from playwright.sync_api import expect
     ids = [any_store.enqueue_with("b.many").id for _ in range(5)]
