@@ -317,6 +317,22 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_list.add_argument("--after", type=_positive_int, metavar="ID",
                            help="the next page: the jobs listed after job ID (below it, "
                                 "newest first), as the last line says")
+    jobs_list.add_argument("--key", help="only the job of this key (with --name)")
+    jobs_list.add_argument("--batch", type=_positive_int, metavar="ID",
+                           help="only the members of batch ID")
+    searched = jobs_list.add_argument_group(
+        "search", "no index serves these: each page searches a window of --scan ids")
+    searched.add_argument("--group", help="only jobs of this limit group")
+    searched.add_argument("--error", metavar="TEXT", help="only jobs whose last error "
+                                                          "contains TEXT (case-sensitive)")
+    searched.add_argument("--args", metavar="TEXT", help="only jobs whose arguments "
+                                                         "contain TEXT (case-sensitive)")
+    for end in ("created-from", "created-to", "finished-from", "finished-to"):
+        searched.add_argument(f"--{end}", metavar="TIME",
+                              help="Unix seconds or ISO 8601 (UTC unless it says)"
+                              if end == "created-from" else None)
+    searched.add_argument("--scan", type=_positive_int, metavar="N",
+                          help="ids a page searches (default 10 000, at most 100 000)")
     jobs_list.add_argument("--json", action="store_true")
     jobs_show = jobs_sub.add_parser("show", parents=[common], help="one job and its attempts")
     jobs_show.add_argument("id", type=_positive_int)
@@ -700,10 +716,19 @@ def _error_cell(row: dict[str, Any]) -> str:
 
 
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
-    store = connect(args.db, readonly=True)
     chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain,
-                  after=args.after)
-    rows, more = listing.page(store, chosen, args.limit, _MORE_COUNTED)
+                  after=args.after, key=args.key, batch=args.batch, group=args.group,
+                  error=args.error, args=args.args, scan=args.scan)
+    try:
+        for span in ("created", "finished"):
+            ends = tuple(None if text is None else listing.parse_time(text, f"--{span}-{end}")
+                         for end, text in (("from", getattr(args, f"{span}_from")),
+                                           ("to", getattr(args, f"{span}_to"))))
+            chosen[span] = ends if ends != (None, None) else None
+        store = connect(args.db, readonly=True)
+        rows, more, window = listing.search_page(store, chosen, args.limit, _MORE_COUNTED)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if args.json:
         print(json.dumps([_listed(row, _LIST_FIELDS) for row in rows]))
         return 0
@@ -726,6 +751,9 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
             out.line(f"… at least {_spaced(more)} more ({then})")
         else:
             out.line(f"… {_spaced(more)} more (--limit {len(rows) + more} lists them all; {then})")
+    elif window is not None:
+        older = f"; --after {window.older} searches older jobs" if window.older else ""
+        out.line(f"searched jobs {window.low} to {window.high}{older}")
     return 0
 
 
@@ -1304,6 +1332,7 @@ def cmd_web(args: argparse.Namespace, out: _Stdout) -> int:
         raise UserError(f"the web extra is not installed: pip install '{root}[web]'") from None
     from jobpool.web.server import serve
     _configure_logging(args.log_format, False)
+    import_app(args.app)  # R33: the periodic page's schedules are the app's registrations
     serve(args.db, args.bind, token=args.token, token_label=args.token_label,
           read_only=args.read_only, announce=lambda line: print(line, flush=True))
     return 0

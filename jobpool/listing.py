@@ -10,7 +10,10 @@ however many rows came and went since, reading no row it skips.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from jobpool.store import rows as store_rows
 
 
 def page(store: Any, chosen: Mapping[str, Any], limit: int,
@@ -24,3 +27,55 @@ def page(store: Any, chosen: Mapping[str, Any], limit: int,
         more = store.count_jobs(**chosen, at_most=limit + count_to,
                                 newest_first=newest_first) - len(rows)
     return rows, more
+
+
+class Window(NamedTuple):
+    """The ids a search read (``low`` to ``high``, both in) and the keyset of the
+    next, older window (None: it reached the first job)."""
+
+    low: int
+    high: int
+    older: int | None
+
+
+def search_page(store: Any, chosen: Mapping[str, Any], limit: int, count_to: int
+                ) -> tuple[list[dict[str, Any]], int, Window | None]:
+    """``page``, and for a search (R47: a group, a text or a time range among the
+    filters) the window of ids it read. A search's keyset is the window's top:
+    without one, the newest job's id plus one."""
+    searched = store_rows.searched(**{k: chosen.get(k) for k in
+                                      ("group", "error", "args", "created", "finished")})
+    if not searched:
+        return (*page(store, chosen, limit, count_to), None)
+    if chosen.get("after") is None:
+        newest = store.list_jobs(limit=1, newest_first=True)
+        chosen = dict(chosen, after=(newest[0]["id"] if newest else 0) + 1)
+    top, scan = chosen["after"], chosen.get("scan") or store_rows.SEARCH_ROWS
+    found, more = page(store, chosen, limit, count_to)
+    low = max(top - scan, 1)
+    return found, more, Window(low, top - 1, low if low > 1 else None)
+
+
+def next_after(rows: list[dict[str, Any]], more: int, window: Window | None) -> int | None:
+    """The keyset of the page after this one (None: this is the last): past the last
+    row shown while its window has more, else (a search) the next, older window."""
+    if more and rows:
+        return rows[-1]["id"]
+    return window.older if window is not None else None
+
+
+def parse_time(text: str, what: str) -> float:
+    """A time as Unix seconds: a number, or an ISO 8601 date and time (UTC unless it
+    names its offset; a date-time picker's ``2026-12-02T03:00`` is UTC)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{what} must be Unix seconds or an ISO 8601 time, not {text!r}") \
+            from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()

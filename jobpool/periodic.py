@@ -36,6 +36,10 @@ class Every:
     def occurrence(self, now: float) -> float:
         return math.floor(now / self.seconds) * self.seconds
 
+    def next_occurrence(self, now: float) -> float:
+        """The first occurrence after ``now`` (what a pool enqueues next)."""
+        return self.occurrence(now) + self.seconds
+
     def __repr__(self) -> str:
         return f"every {self.seconds:g} s"
 
@@ -78,6 +82,16 @@ class Cron:
         while True:
             candidate = self._instant(it.get_prev(datetime))
             if candidate <= now:
+                return candidate
+
+    def next_occurrence(self, now: float) -> float:
+        """The first occurrence after ``now`` (Unix seconds), placed on the time line
+        as ``occurrence`` places them."""
+        from croniter import croniter
+        it = croniter(self.expression, datetime.fromtimestamp(now, self.zone).replace(tzinfo=None))
+        while True:
+            candidate = self._instant(it.get_next(datetime))
+            if candidate > now:
                 return candidate
 
     def _instant(self, wall: datetime) -> float:

@@ -1,6 +1,11 @@
-"""The web dashboard (R47, DESIGN section 13) on both stores: what its pages and API show
-equals what the store holds, actions need the session's CSRF token and are events,
-read-only refuses them, a token guards everything, and text from jobs is HTML text.
+"""The web dashboard (R47, DESIGN section 13): what its pages and API show equals what
+the store holds, actions need the session's CSRF token and are events, read-only
+refuses them, a token guards everything, and text from jobs is HTML text.
+
+The web app reaches a store only through the store protocol (tests/test_layers.py),
+whose contract suite runs on both stores; so the pages are tested over SQLite, and a
+few tests (``on_both_stores``: stats, a list and its keyset, an action, the API, the
+served process) prove the app over PostgreSQL too.
 """
 from __future__ import annotations
 
@@ -31,6 +36,19 @@ HOSTILE = "<script>alert(1)</script> [bold]x[/bold] \x1b]0;title\x07"
 HOSTILE_NAME = "<script>alert(1)</script>[bold]x[/bold]"
 
 
+@pytest.fixture(params=["sqlite"])
+def store_url(request, tmp_path):
+    """The web tests' store: SQLite unless a test is ``on_both_stores`` (this overrides
+    conftest's ``store_url`` for every module that imports it)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "jobpool.db")
+    return request.getfixturevalue("pg_url")
+
+
+#: A web test that runs over PostgreSQL as well as SQLite.
+on_both_stores = pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+
+
 def _client(store_url, **options):
     from starlette.testclient import TestClient
     return TestClient(create_app(store_url, **options), follow_redirects=False)
@@ -53,6 +71,7 @@ def _web_actions(caplog) -> list[dict]:
     return [dict(r.fields) for r in caplog.records if getattr(r, "event", None) == events.WEB_ACTION]
 
 
+@on_both_stores
 def test_the_overview_and_api_stats_count_what_the_store_holds(any_store, store_url):
     any_store.enqueue_with("t.a", queue="q1")
     any_store.enqueue_with("t.a", queue="q2")
@@ -93,6 +112,7 @@ def test_a_page_lists_limit_jobs_and_counts_the_rest(any_store, store_url):
     assert "3 more" in page.text and api["more"] == 3
 
 
+@on_both_stores
 def test_the_next_page_link_carries_the_keyset_and_the_filters(any_store, store_url):
     ids = [any_store.enqueue_with("t.a", queue="q1").id for _ in range(5)]
     any_store.enqueue_with("t.other", queue="q1")
@@ -118,6 +138,7 @@ def test_the_next_page_link_carries_the_keyset_and_the_filters(any_store, store_
         assert client.get("/api/jobs", params={"after": "x"}).status_code == 400
 
 
+@on_both_stores
 def test_a_retry_with_the_csrf_token_makes_the_dead_job_ready_and_is_an_event(
         any_store, store_url, caplog):
     caplog.set_level(logging.INFO, logger="jobpool.events")
@@ -132,6 +153,7 @@ def test_a_retry_with_the_csrf_token_makes_the_dead_job_ready_and_is_an_event(
                                      "result": "retried"}]
 
 
+@on_both_stores
 def test_retry_all_matching_shows_the_count_then_retries_them_and_is_one_event(
         any_store, store_url, caplog):
     caplog.set_level(logging.INFO, logger="jobpool.events")
@@ -281,6 +303,7 @@ def test_pause_and_resume_through_the_api_show_in_the_store(any_store, store_url
     assert any_store.paused_queues() == []
 
 
+@on_both_stores
 def test_the_api_retries_cancels_and_deletes(any_store, store_url):
     dead, gone = _dead_jobs(any_store, 2)
     ready = any_store.enqueue_with("t.a").id
@@ -357,6 +380,7 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
+@on_both_stores
 def test_jobpool_web_serves_api_stats_over_http(any_store, store_url):
     any_store.enqueue_with("t.a")
     proc = subprocess.Popen([sys.executable, "-m", "jobpool", "web", "--db", store_url, "--bind",

@@ -7,6 +7,8 @@ vendored, so nothing comes from a CDN).
 Without Chromium or Playwright these tests skip, saying which is missing; under CI (or
 with ``JOBPOOL_REQUIRE_BROWSER=1``) they fail instead, so a broken install cannot pass
 as a green run. Each wait is for a selector, a URL or a store state, never a sleep.
+Over SQLite; the tests marked ``on_both_stores`` over PostgreSQL too (why:
+tests/test_web.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import pytest
 pytest.importorskip("starlette")
 
 from tests.conftest import ROOT  # noqa: E402
-from tests.test_web import HOSTILE, HOSTILE_NAME, _dead_jobs  # noqa: E402
+from tests.test_web import (HOSTILE, HOSTILE_NAME, _dead_jobs,  # noqa: E402, F401
+                            on_both_stores, store_url)
 
 #: Where Debian's package puts Chromium (scripts/test installs it when root).
 CHROMIUM = Path(os.environ.get("JOBPOOL_CHROMIUM", "/usr/bin/chromium"))
@@ -110,14 +113,19 @@ def page(watched):
 @pytest.fixture
 def serve(store_url) -> Iterator:
     """``serve(*options)``: a ``jobpool web`` process over the test's store on a free
-    port, stopped after the test; returns its base URL."""
+    port, stopped after the test; returns its base URL. ``by_file_name``: a SQLite
+    store named by its file name from its own folder, as the overview's heading then
+    shows it (the screenshots show no test's temporary path)."""
     started: list[subprocess.Popen] = []
 
-    def start(*options: str) -> str:
-        proc = subprocess.Popen([sys.executable, "-m", "jobpool", "web", "--db", store_url,
+    def start(*options: str, by_file_name: bool = False) -> str:
+        db, cwd = store_url, None
+        if by_file_name:
+            db, cwd = Path(store_url).name, Path(store_url).parent
+        proc = subprocess.Popen([sys.executable, "-m", "jobpool", "web", "--db", db,
                                  "--bind", "127.0.0.1:0", *options],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                                cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         started.append(proc)
         line = proc.stdout.readline()  # the announce line, once it listens
         found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
@@ -151,6 +159,7 @@ def _all_matching(page, listing: str, action: str, button: str, notice: str) -> 
     expect(page.locator(".notice")).to_have_text(notice)
 
 
+@on_both_stores
 def test_the_overview_shows_the_stores_counts_and_queues(any_store, serve, page):
     from playwright.sync_api import expect
     any_store.enqueue_with("b.a", queue="q1")
@@ -184,6 +193,21 @@ def test_the_jobs_list_filters_by_status(any_store, serve, page):
     assert _listed(page) == sorted(live, reverse=True)
 
 
+def test_a_search_by_error_text_from_the_jobs_page(any_store, serve, page):
+    from playwright.sync_api import expect
+
+    from tests.test_web_filters import _failed
+    hits = _failed(any_store, ["TimeoutError: upstream", "KeyError: 'sku'", "TimeoutError: db"])
+    page.goto(serve() + "/jobs")
+    page.locator("details.search summary").click()
+    page.fill("input[name=error]", "TimeoutError")
+    page.get_by_role("button", name="list").click()
+    page.wait_for_url(re.compile(r"error=TimeoutError"))
+    expect(page.locator("#searched")).to_have_text(f"Searched jobs 1 to {hits[-1]}.")
+    assert _listed(page) == [hits[2], hits[0]]
+    expect(page.locator("input[name=error]")).to_have_value("TimeoutError")
+
+
 def test_the_next_page_link_pages_through_the_jobs(any_store, serve, page):
     from playwright.sync_api import expect
     ids = [any_store.enqueue_with("b.many").id for _ in range(5)]
@@ -213,6 +237,7 @@ def test_a_job_opens_from_the_list_and_reveals_its_arguments(any_store, serve, p
     assert page.url.endswith(f"/jobs/{job_id}")
 
 
+@on_both_stores
 def test_retry_on_a_dead_job_makes_it_ready_in_the_store(any_store, serve, page):
     from playwright.sync_api import expect
     job_id, = _dead_jobs(any_store, 1)
@@ -340,12 +365,14 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
     any_store.enqueue_with("emails.send", args=["to@example.org"], queue="mail", delay=3600)
     dead = _dead_jobs(any_store, 4, name="imports.load")
     any_store.pause("mail")
-    base = serve()
+    base = serve(by_file_name=True)
     shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
              "retry-all": "/jobs/all/retry?status=dead&name=imports.load",
              "scheduled": "/scheduled", "queues": "/queues", "pools": "/pools",
              "batches": "/batches"}
     page.set_viewport_size({"width": 1100, "height": 700})
+    page.goto(base + "/")
+    expect(page.locator("main h1").first).to_have_text("Store jobpool.db")
     for name, path in shots.items():
         page.goto(base + path)
         expect(page.locator("main h1")).to_be_visible()

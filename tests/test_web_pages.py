@@ -1,7 +1,8 @@
 """The web dashboard's run-now, scheduled, job, pools, batches and queues pages (R47, R51)
-on both stores, through the pages and the JSON API as an operator would use them: what
-they show equals what the store holds, each action is one ``web_action`` event, the
-store's refusals are shown in its own words, and read-only refuses every action.
+through the pages and the JSON API as an operator would use them: what they show equals
+what the store holds, each action is one ``web_action`` event, the store's refusals are
+shown in its own words, and read-only refuses every action. Over SQLite; the tests
+marked ``on_both_stores`` over PostgreSQL too (why: tests/test_web.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from jobpool.handles import Signature  # noqa: E402
 from jobpool.lifecycle import CRASH, DONE, Outcome, Policy  # noqa: E402
 from jobpool.store.records import Heartbeat, ProgressReport  # noqa: E402
 
-from tests.test_web import _client, _csrf, _dead_jobs, _web_actions  # noqa: E402
+from tests.test_web import (_client, _csrf, _dead_jobs, _web_actions,  # noqa: E402, F401
+                            on_both_stores, store_url)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx`:UserWarning")
 
@@ -87,6 +89,7 @@ def test_run_now_refusals_are_the_stores_words(any_store, store_url, caplog):
     assert [e["result"] for e in _web_actions(caplog)] == ["dead", "due already", "not found"]
 
 
+@on_both_stores
 def test_the_api_runs_a_job_now_and_answers_409_with_the_refusal(any_store, store_url):
     later = any_store.enqueue_with("w.later", delay=3600).id
     dead, = _dead_jobs(any_store, 1)
@@ -172,6 +175,7 @@ def test_the_scheduled_page_pages_by_keyset(any_store, store_url):
 
 # -- a job's page ---------------------------------------------------------------------------------
 
+@on_both_stores
 def test_a_jobs_page_shows_its_attempts_with_exit_signal_rss_cpu_and_strays(any_store, store_url):
     job_id = _retrying(any_store)
     with _client(store_url) as client:
@@ -292,6 +296,7 @@ def test_the_pools_page_scales_and_stops_a_pool_and_each_is_an_event(any_store, 
          "result": "no such running pool"}]
 
 
+@on_both_stores
 def test_the_api_lists_scales_and_stops_pools(any_store, store_url):
     owner = "web-1:4242:1"
     _beat(any_store, owner)
@@ -358,6 +363,7 @@ def test_the_batches_page_lists_them_and_cancels_one_as_an_event(any_store, stor
         (first.id, "cancelled"), (first.id, "cancelled already")]
 
 
+@on_both_stores
 def test_the_api_shows_and_cancels_batches(any_store, store_url):
     with any_store.batch() as made:
         member = made.add(Signature("w.member", (1,))).id
@@ -378,6 +384,7 @@ def test_the_api_shows_and_cancels_batches(any_store, store_url):
 
 # -- queues ----------------------------------------------------------------------------------------
 
+@on_both_stores
 def test_the_queues_page_shows_counts_pauses_and_limits(any_store, store_url):
     any_store.enqueue_with("w.a", queue="q1")
     any_store.enqueue_with("w.a", queue="q1", delay=3600)
@@ -570,6 +577,7 @@ def test_the_openapi_document_names_every_api_route_and_method(any_store, store_
               for route in api.routes() for method in route.methods - {"HEAD"}}
     assert documented == routed
     assert {p["name"] for p in doc["paths"]["/api/jobs"]["get"]["parameters"]} == {
-        "status", "name", "queue", "chain", "limit", "after"}
+        "status", "name", "queue", "chain", "limit", "after", "key", "batch", "group", "error",
+        "args", "created_from", "created_to", "finished_from", "finished_to", "scan"}
     assert doc["paths"]["/api/jobs/{job_id}/run-now"]["post"]["parameters"][0]["schema"] == {
         "type": "integer"}

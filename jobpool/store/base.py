@@ -302,16 +302,21 @@ class Store(Protocol):
 
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   queue: str | None = None, chain: int | None = None, limit: int = 100,
-                  newest_first: bool = False, after: int | None = None) -> list[dict[str, Any]]:
+                  newest_first: bool = False, after: int | None = None,
+                  **more: Any) -> list[dict[str, Any]]:
         """At most ``limit`` jobs in id order, or the newest first; ``status``
         ``scheduled`` means ready but not yet due. ``after``: the next page's keyset,
         the last id of the page before (newest first, the jobs below it; else those
-        above it). Each filter is read through an index (R28)."""
+        above it). Each filter is read through an index (R28). ``more``: ``key``,
+        ``batch``, and the searched ``group``, ``error``, ``args``, ``created``,
+        ``finished`` and ``scan``, read within a window of ids (``rows.more_filters``,
+        R47)."""
         ...
 
     def count_jobs(self, *, status: str | None = None, name: str | None = None,
                    queue: str | None = None, chain: int | None = None,
-                   at_most: int, newest_first: bool = False, after: int | None = None) -> int:
+                   at_most: int, newest_first: bool = False, after: int | None = None,
+                   **more: Any) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting no
         further than ``at_most``."""
         ...
@@ -438,6 +443,11 @@ class Store(Protocol):
 
     def enqueue_occurrence(self, name: str, occurrence: float) -> Any:
         """R33: enqueue a periodic job's occurrence unless another pool did; a Handle or None."""
+        ...
+
+    def periodic_occurrences(self) -> dict[str, float]:
+        """R33: the last occurrence a pool enqueued, per periodic job name (the store
+        keeps no schedule: those are the app's registrations)."""
         ...
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:

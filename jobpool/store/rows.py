@@ -340,6 +340,92 @@ def listing_filters(name: str | None, queue: str | None, chain: int | None,
     return where, params
 
 
+#: R47: the most ids a searched listing (group, error or argument text, a time range)
+#: reads below its keyset when the caller names no ``scan``, and the most it may name.
+SEARCH_ROWS = 10_000
+SEARCH_MOST = 100_000
+
+
+class ListingDialect(NamedTuple):
+    """What the listing filters write differently per store: a placeholder, a
+    case-sensitive "text contains" of a column and of the payload's bytes, and the
+    id just past the newest job."""
+
+    mark: Callable[[str], str]
+    contains: Callable[[str, str], str]
+    payload_contains: Callable[[str], str]
+    past_newest: str
+
+
+def searched(group: str | None = None, error: str | None = None, args: str | None = None,
+             created: tuple[float | None, float | None] | None = None,
+             finished: tuple[float | None, float | None] | None = None) -> bool:
+    """Whether a listing names a filter no index serves (R47)."""
+    return any(v is not None for v in (group, error, args)) or any(
+        bound is not None for span in (created, finished) if span for bound in span)
+
+
+def more_filters(dialect: ListingDialect, status: str | None, name: str | None, *,
+                 key: str | None = None, batch: int | None = None, group: str | None = None,
+                 error: str | None = None, args: str | None = None,
+                 created: tuple[float | None, float | None] | None = None,
+                 finished: tuple[float | None, float | None] | None = None,
+                 after: int | None = None, scan: int | None = None,
+                 newest_first: bool = False) -> tuple[list[str], dict[str, Any]]:
+    """R47: the conditions of a listing's key, batch and searched filters.
+
+    ``key`` (with ``name``: a key is a name's, R3) and ``batch`` are read through
+    their indexes. ``group``, ``error`` and ``args`` (text the last error or the
+    payload contains, case-sensitive), ``created`` and ``finished`` (``(from, to)``,
+    Unix seconds, either end open; finished: done or dead jobs) have no index: they
+    are searched among the ``scan`` ids just below ``after`` (newest first; default
+    ``SEARCH_ROWS``, at most ``SEARCH_MOST``), a range of the primary key, so a search
+    reads at most ``scan`` rows however big the store; the next window starts at
+    ``after - scan``. ``ValueError`` for a filter that cannot be served so."""
+    mark = dialect.mark
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    if key is not None:
+        if name is None:
+            raise ValueError("a key is a name's (R3): filter by the name too")
+        where.append(f"key = {mark('key')}")
+        params["key"] = key
+    if batch is not None:
+        where.append(f"batch_id = {mark('batch')}")
+        params["batch"] = batch
+    if finished is not None and any(b is not None for b in finished) \
+            and status not in ("done", "dead"):
+        raise ValueError("a finished time applies to done or dead jobs: filter by one")
+    if not searched(group, error, args, created, finished):
+        if scan is not None:
+            raise ValueError("scan bounds a search: name a group, text or time range")
+        return where, params
+    if not newest_first:
+        raise ValueError("a search reads newest first")
+    scan = SEARCH_ROWS if scan is None else scan
+    if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= SEARCH_MOST:
+        raise ValueError(f"scan must be a number from 1 to {SEARCH_MOST}, not {scan!r}")
+    params["scan"] = scan
+    top = mark("after") if after is not None else dialect.past_newest
+    where.append(f"id >= {top} - {mark('scan')}")
+    for column, value in (("grp", group), ("last_error", error)):
+        if value is not None:
+            where.append(dialect.contains(column, mark(column)))
+            params[column] = value
+    if args is not None:
+        where.append(dialect.payload_contains(mark("args")))
+        params["args"] = args
+    for column, span in (("created_at", created), ("finished_at", finished)):
+        low, high = span or (None, None)
+        if low is not None:
+            where.append(f"{column} >= {mark(column + '_from')}")
+            params[column + "_from"] = float(low)
+        if high is not None:
+            where.append(f"{column} < {mark(column + '_to')}")
+            params[column + "_to"] = float(high)
+    return where, params
+
+
 def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     """A row as ``get`` returns it: a JSON payload as text, binary payloads and
     results as a size (unless ``raw_result``). R44: a column that holds what it

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jobpool.errors import BatchNotFound, JobNotFound
-from jobpool.web import actions, fleet, listing, openapi
+from jobpool.web import actions, fleet, listing, openapi, schedules
 
 
 def routes() -> list[Route]:
@@ -38,6 +38,7 @@ def routes() -> list[Route]:
         Route("/api/batches/{batch_id:int}", batch),
         Route("/api/batches/{batch_id:int}/cancel", cancel_batch, methods=["POST"]),
         Route("/api/queues", queues),
+        Route("/api/periodic", periodic),
         Route("/api/queues/{queue:path}/pause", pause, methods=["POST"]),
         Route("/api/queues/{queue:path}/resume", resume, methods=["POST"]),
     ]
@@ -86,8 +87,19 @@ async def jobs(request: Request) -> Response:
         chosen, limit = listing.filters(request.query_params)
     except ValueError as exc:
         return _error(str(exc), 400)
-    rows, more = await run_in_threadpool(listing.page, request.app.state.store, chosen, limit)
-    return _json({"jobs": rows, "more": more, "next_after": listing.next_after(rows, more)})
+    rows, more, window = await run_in_threadpool(listing.searched_page,
+                                                 request.app.state.store, chosen, limit)
+    body = {"jobs": rows, "more": more, "next_after": listing.next_after(rows, more, window)}
+    if window is not None:
+        body["searched"] = {"from_id": window.low, "to_id": window.high}
+    return _json(body)
+
+
+async def periodic(request: Request) -> Response:
+    if (refused := _refused(request)) is not None:
+        return refused
+    found = await run_in_threadpool(schedules.periodic_rows, request.app.state.store)
+    return _json({"periodic": found})
 
 
 async def job(request: Request) -> Response:

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
 from jobpool.display import shown
-from jobpool.web import api, fleet, formats, live, pages
+from jobpool.web import api, fleet, formats, live, pages, schedules
 from jobpool.web.auth import Access
 
 HERE = Path(__file__).parent
@@ -123,7 +123,8 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
         if opened:
             store.close()
 
-    app = Starlette(routes=[*pages.routes(), *fleet.routes(), *api.routes(),
+    app = Starlette(routes=[*pages.routes(), *fleet.routes(), *schedules.routes(),
+                            *api.routes(),
                             Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
                     middleware=[Middleware(_Guard, hosts=allowed_hosts),
                                 Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment
@@ -37,6 +38,13 @@ def seconds(value: Any) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
+def iso(at: float | None) -> str:
+    """Unix seconds as a date-time picker's value, UTC (``2026-12-02T03:00:00``)."""
+    if at is None:
+        return ""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def install(env: Environment) -> None:
     env.filters.update(relative=relative, mib=mib, exit_code=exit_code,
-                       signal_name=signal_name, seconds=seconds, duration=duration)
+                       signal_name=signal_name, seconds=seconds, duration=duration, iso=iso)

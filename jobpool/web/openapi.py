@@ -10,10 +10,14 @@ SUMMARIES = {
     ("GET", "/api/stats"): "Counts by status, each live pool's counters, unserved jobs and "
                            "paused queues (as jobpool status --json)",
     ("GET", "/api/jobs"): "A page of jobs, newest first (a chain oldest first): "
-                          "{jobs, more, next_after}",
+                          "{jobs, more, next_after}; a search (group, error, args, a time "
+                          "range) reads a window of scan ids and adds searched: "
+                          "{from_id, to_id}",
     ("POST", "/api/jobs"): "Enqueue by name: {name, args, kwargs} and queue, key, delay, "
                            "priority, max_attempts; 201 {ok, result, id, duplicate}",
     ("GET", "/api/jobs/{job_id:int}"): "One job's row with its attempt_log",
+    ("GET", "/api/periodic"): "Each periodic job: schedule and queue (with jobpool web --app), "
+                              "last enqueued occurrence and its job, next occurrence",
     ("DELETE", "/api/jobs/{job_id:int}"): "Delete a dead job",
     ("POST", "/api/jobs/{job_id:int}/retry"): "Retry a dead job under its id, fresh attempts",
     ("POST", "/api/jobs/{job_id:int}/cancel"): "Cancel a ready job (dead now) or a running one "
@@ -36,7 +40,9 @@ SUMMARIES = {
 
 #: The query parameters each listing takes.
 QUERY = {
-    "/api/jobs": ("status", "name", "queue", "chain", "limit", "after"),
+    "/api/jobs": ("status", "name", "queue", "chain", "limit", "after", "key", "batch",
+                  "group", "error", "args", "created_from", "created_to", "finished_from",
+                  "finished_to", "scan"),
     "/api/batches": ("open", "limit"),
 }
 

@@ -101,10 +101,15 @@ async def jobs_page(request: Request) -> Response:
         chosen, limit = listing.filters(request.query_params)
     except ValueError as exc:
         return PlainTextResponse(str(exc), status_code=400)
-    rows, more = await run_in_threadpool(listing.page, _store(request), chosen, limit)
-    after = listing.next_after(rows, more)
+    rows, more, window = await run_in_threadpool(listing.searched_page, _store(request),
+                                                 chosen, limit)
+    after = listing.next_after(rows, more, window)
     larger = listing.larger(limit)
     return _render(request, "jobs.html", rows=rows, more=more, chosen=chosen, limit=limit,
+                   window=window, searching=window is not None,
+                   scan_rows=chosen["scan"] or listing.SEARCH_ROWS,
+                   older_query=window and window.older and listing.query_of(
+                       chosen, after=window.older, limit=limit),
                    statuses=LISTED_STATUSES, larger=larger,
                    larger_query=larger and listing.query_of(chosen, limit=larger),
                    next_query=after and listing.query_of(chosen, after=after, limit=limit),
@@ -363,7 +368,11 @@ def _bulk_filters(request: Request, query: Any) -> tuple[dict[str, Any], Respons
         statuses = " or ".join(actions.BULK_STATUSES[action])
         return {}, PlainTextResponse(f"{action} all applies to jobs of status {statuses}: "
                                      "filter by one", status_code=400)
-    return {k: v for k, v in chosen.items() if k != "after"}, None
+    if listing.searching(chosen):
+        # A search reads one window of ids: "all matching" would be all in that window.
+        return {}, PlainTextResponse(f"{action} all takes the indexed filters (status, name, "
+                                     "queue, key, batch), not a search", status_code=400)
+    return {k: v for k, v in listing.store_filters(chosen).items() if k != "after"}, None
 
 
 async def bulk_page(request: Request) -> Response:

@@ -44,6 +44,22 @@ except ImportError:  # pragma: no cover - exercised by the one-line error below
 
 log = logging.getLogger(__name__)
 
+
+#: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
+LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
+
+#: R47: how the listing's key, batch and searched filters (``rows.more_filters``) are
+#: written here (fragments of ``pg_sql.list_jobs``' conditions): ``strpos`` is a
+#: case-sensitive "contains"; the payload's bytes are searched for the text's UTF-8
+#: bytes; the id past the newest is two index steps, one down each table's primary key.
+LISTING_DIALECT = rows.ListingDialect(
+    mark=lambda key: f"%({key})s",
+    contains=lambda column, param: f"strpos({column}, {param}) > 0",
+    payload_contains=lambda param: f"position(convert_to({param}, 'UTF8') in payload) > 0",
+    past_newest="(SELECT coalesce(greatest((SELECT max(id) FROM jobs), "
+                "(SELECT max(id) FROM finished_jobs)), 0) + 1)",
+)
+
 class PostgresStore(SharedStore, AsyncEnqueue):
     """Where jobs live when many hosts share them (see the module docstring)."""
 
@@ -319,12 +335,15 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   queue: str | None = None, chain: int | None = None, limit: int = 100,
                   newest_first: bool = False, after: int | None = None,
-                  now: float | None = None) -> list[dict[str, Any]]:
+                  now: float | None = None, **more: Any) -> list[dict[str, Any]]:
         """Jobs in id order, or the newest first, from past ``after`` (see
         ``Store.list_jobs``), scheduled judged on the server's clock."""
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first)
+        searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
+                                            newest_first=newest_first, **more)
+        where, params = where + searched, dict(params, **found)
         query = pg_sql.list_jobs(status, where, newest_first=newest_first)
         jobs = []
         for row in self._list("listing jobs", query, dict(params, limit=limit)):
@@ -337,12 +356,15 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def count_jobs(self, *, status: str | None = None, name: str | None = None,
                    queue: str | None = None, chain: int | None = None, at_most: int,
                    newest_first: bool = False, after: int | None = None,
-                   now: float | None = None) -> int:
+                   now: float | None = None, **more: Any) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28)."""
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first)
+        searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
+                                            newest_first=newest_first, **more)
+        where, params = where + searched, dict(params, **found)
         ((count,),) = self._list("counting jobs", pg_sql.count_jobs(status, where),
                                  dict(params, most=at_most))
         return count
@@ -556,6 +578,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                 return None
             return self._insert(conn, job)
         return self.transaction(f"enqueueing periodic {name}", advance)
+
+    def periodic_occurrences(self) -> dict[str, float]:
+        return dict(self.read("reading periodic jobs", LIST_PERIODIC))
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule, on the server's clock."""

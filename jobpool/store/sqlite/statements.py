@@ -9,6 +9,7 @@ from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES
 from jobpool.store.effects_sql import Dialect, assignments, quote_literal
+from jobpool.store.rows import ListingDialect
 
 #: How a statement here names what ``lifecycle``'s transitions use: a given value
 #: is a named parameter, the row's column its bare name.
@@ -746,6 +747,9 @@ ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
  WHERE last_occurrence < excluded.last_occurrence
 """
 
+#: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
+LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
+
 # --- batches (R34) ---------------------------------------------------------------------------
 
 OPEN_BATCH = """
@@ -862,18 +866,36 @@ JOB_COLUMNS = (
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 
 
-def list_jobs(where: list[str], *, newest_first: bool) -> str:
+def list_jobs(where: list[str], *, newest_first: bool, index: str | None = None) -> str:
     """R28: ``jobs list``: the ids through an index alone (``jobs_name``, ``jobs_queue``,
     ``jobs_status``, or the table's id order with no filter), then those rows.
-    ``where`` are conditions of named parameters; ``:limit`` bounds the rows."""
+    ``where`` are conditions of named parameters; ``:limit`` bounds the rows;
+    ``index``: the index the ids are read from (R47: the planner's choice otherwise)."""
     order = "id DESC" if newest_first else "id"
     return (f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ("
-            f"SELECT id FROM jobs{_where(where)} ORDER BY {order} LIMIT :limit) ORDER BY {order}")
+            f"SELECT id FROM jobs{_indexed(index)}{_where(where)} ORDER BY {order} LIMIT :limit)"
+            f" ORDER BY {order}")
 
 
-def count_jobs(where: list[str]) -> str:
+def _indexed(index: str | None) -> str:
+    return f" INDEXED BY {index}" if index else ""
+
+
+#: R47: how the listing's key, batch and searched filters (``rows.more_filters``) are
+#: written here: ``instr`` is a case-sensitive "contains" (LIKE would take ``%`` and
+#: ``_`` in the text as wildcards); the payload is compared as bytes; ``max(id)`` is
+#: one step down the table's b-tree.
+LISTING_DIALECT = ListingDialect(
+    mark=lambda key: f":{key}",
+    contains=lambda column, param: f"instr({column}, {param}) > 0",
+    payload_contains=lambda param: f"instr(CAST(payload AS BLOB), CAST({param} AS BLOB)) > 0",
+    past_newest="(SELECT coalesce(max(id), 0) + 1 FROM jobs)",
+)
+
+
+def count_jobs(where: list[str], index: str | None = None) -> str:
     """How many rows ``list_jobs(where)`` could list, counting at most ``:most``."""
-    return f"SELECT count(*) FROM (SELECT 1 FROM jobs{_where(where)} LIMIT :most)"
+    return f"SELECT count(*) FROM (SELECT 1 FROM jobs{_indexed(index)}{_where(where)} LIMIT :most)"
 
 
 def _where(conditions: list[str]) -> str:

@@ -493,17 +493,19 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def list_jobs(self, *, status: str | None = None, name: str | None = None,
                   queue: str | None = None, chain: int | None = None, limit: int = 100,
                   newest_first: bool = False, after: int | None = None,
-                  now: float | None = None) -> list[dict[str, Any]]:
+                  now: float | None = None, **more: Any) -> list[dict[str, Any]]:
         """Jobs in id order, or the newest first, from past ``after`` (the last id of
         the page before, a keyset); ``chain`` lists a chain's first job and its
-        successors (R12).
+        successors (R12); ``more``: the key, batch and searched filters
+        (``rows.more_filters``, R47).
 
         A ready job that is not due yet is listed, and filtered, as ``scheduled``
         (as ``stats()`` counts it): ``ready`` means it may run now."""
         now = time.time() if now is None else now
         where, params = self._listing(status, name, queue, chain, now, after=after,
-                                      newest_first=newest_first)
-        jobs = self.select_jobs(sql.list_jobs(where, newest_first=newest_first),
+                                      newest_first=newest_first, **more)
+        jobs = self.select_jobs(sql.list_jobs(where, newest_first=newest_first,
+                                              index=self._index(status, name, queue, chain, more)),
                                 dict(params, limit=limit))
         for job in jobs:
             if job["status"] == "ready" and job["run_at"] is not None and job["run_at"] > now:
@@ -513,29 +515,51 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def count_jobs(self, *, status: str | None = None, name: str | None = None,
                    queue: str | None = None, chain: int | None = None, at_most: int,
                    newest_first: bool = False, after: int | None = None,
-                   now: float | None = None) -> int:
+                   now: float | None = None, **more: Any) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28: ``jobs list`` says how many it left out)."""
         where, params = self._listing(status, name, queue, chain,
                                       time.time() if now is None else now, after=after,
-                                      newest_first=newest_first)
-        ((count,),) = self.read_rows("counting jobs", sql.count_jobs(where),
-                                     dict(params, most=at_most))
+                                      newest_first=newest_first, **more)
+        ((count,),) = self.read_rows(
+            "counting jobs", sql.count_jobs(where, self._index(status, name, queue, chain, more)),
+            dict(params, most=at_most))
         return count
+
+    @staticmethod
+    def _index(status: str | None, name: str | None, queue: str | None, chain: int | None,
+               more: dict[str, Any]) -> str | None:
+        """R47: a status the only filter an index serves is read from ``jobs_status``.
+        Given planner statistics, SQLite would walk the whole table in id order for a
+        page of one status (cheap while that status is common among the newest rows,
+        a read of every row when it is rare); a ready or running row's key in that
+        index has no finish time, so those come in id order, and a page of done or
+        dead rows is sorted from that status's entries alone."""
+        if status is None or name is not None or queue is not None or chain is not None \
+                or more.get("key") is not None or more.get("batch") is not None \
+                or rows.searched(**{k: more.get(k) for k in
+                                    ("group", "error", "args", "created", "finished")}):
+            return None
+        return "jobs_status"
 
     @staticmethod
     def _listing(status: str | None, name: str | None, queue: str | None, chain: int | None,
                  now: float, *, after: int | None = None,
-                 newest_first: bool = False) -> tuple[list[str], dict[str, Any]]:
+                 newest_first: bool = False, **more: Any) -> tuple[list[str], dict[str, Any]]:
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f":{key}",
                                              after=after, newest_first=newest_first)
+        searched, found = rows.more_filters(sql.LISTING_DIALECT, status, name, after=after,
+                                            newest_first=newest_first, **more)
+        where, params = where + searched, dict(params, **found)
+        # A live row has no finish time (R47: so jobs_status holds it in id order).
         if status in ("ready", "scheduled"):
             where.append("status = 'ready' AND run_at " + ("<=" if status == "ready" else ">")
-                         + " :now")
+                         + " :now AND finished_at IS NULL")
             params["now"] = now
         elif status is not None:
-            where.append("status = :status")
+            where.append("status = :status" + (" AND finished_at IS NULL"
+                                               if status == "running" else ""))
             params["status"] = status
         return where, params
 
@@ -645,6 +669,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         if handle is not None and not handle.duplicate:
             self._notifier.notify()
         return handle
+
+    def periodic_occurrences(self) -> dict[str, float]:
+        return dict(self.read_rows("reading periodic jobs", sql.LIST_PERIODIC))
 
     def pools(self, now: float | None = None, *,
               dead_after: float = liveness.DEAD_AFTER) -> list[dict[str, Any]]:

@@ -1,0 +1,91 @@
+"""How long each page of `jobpool web` takes to render over a big store (R47, issue 27).
+
+The store is filled as tests/test_web_plans.py fills it (one INSERT … SELECT, then
+ANALYZE): ``--rows`` jobs of every status, with keys, batches, groups and errors. Each
+page and API read is then asked of the app in this process (Starlette's test client,
+no network), with the overview's shared snapshot made anew before each render (so it
+is read, not served from memory), and the median and the slowest of ``--repeat``
+renders are printed, in ms.
+
+    .venv/bin/python benchmarks/web_pages.py                       # SQLite, 1 000 000 rows
+    .venv/bin/python benchmarks/web_pages.py --rows 100000
+    .venv/bin/python benchmarks/web_pages.py --db postgresql://postgres@127.0.0.1:5432/test
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import jobpool  # noqa: E402
+from jobpool.web import create_app, live  # noqa: E402
+
+from tests.test_web_plans import _made_batch, fill_pg, fill_sqlite, pages  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--db", help="a PostgreSQL URL (a schema is made and dropped); "
+                                     "default: a SQLite file in a temporary folder")
+    options = parser.parse_args()
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+    with tempfile.TemporaryDirectory() as folder:
+        url, drop = _store(options, folder)
+        try:
+            store = jobpool.connect(url)
+            batch = _made_batch(store)
+            print(f"{'page':<100} {'median ms':>10} {'max ms':>8}")
+            worst = 0.0
+            app = create_app(None, store=store)
+            with TestClient(app) as client:
+                for path in pages(options.rows, batch):
+                    took = []
+                    for _ in range(options.repeat):
+                        # The overview's snapshot read afresh, as its first viewer does.
+                        app.state.live = live.SharedSnapshot(store)
+                        start = time.perf_counter()
+                        answer = client.get(path)
+                        took.append((time.perf_counter() - start) * 1000)
+                        assert answer.status_code == 200, (path, answer.status_code)
+                    worst = max(worst, max(took))
+                    print(f"{path:<100} {statistics.median(took):>10.1f} {max(took):>8.1f}",
+                          flush=True)
+            print(f"slowest render: {worst:.1f} ms")
+            store.close()
+        finally:
+            drop()
+
+
+def _store(options: argparse.Namespace, folder: str):
+    start = time.perf_counter()
+    if options.db is None:
+        url = str(Path(folder) / "big.db")
+        fill_sqlite(url, options.rows)
+        drop = lambda: None  # noqa: E731 - the folder goes with the with
+    else:
+        import psycopg
+        schema = "jp_bench_" + uuid.uuid4().hex[:12]
+        url = f"{options.db}{'&' if '?' in options.db else '?'}schema={schema}"
+        fill_pg(url, options.rows)
+
+        def drop() -> None:
+            with psycopg.connect(options.db, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    print(f"filled {options.rows} rows in {time.perf_counter() - start:.1f} s", flush=True)
+    return url, drop
+
+
+if __name__ == "__main__":
+    main()
