@@ -129,7 +129,7 @@ class SqliteError(_pysqlite.DatabaseError):
     applied), and the checks that read the code (a full disk, a statement that failed
     alone) read it the same way."""
 
-    def __init__(self, message, code=None):
+    def __init__(self, message, code=1):   # 1: SQLITE_ERROR, a failure of no other kind
         super().__init__(message)
         self.sqlite_errorcode = code
 

@@ -31,6 +31,12 @@ STATUS_EVERY = 10.0
 HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
 
 
+#: How long a settle may wait for the outcomes of children still running, so that they
+#: share its transaction (``--coalesce-us``; 0: never). Bounded: it is pickup latency
+#: for the slots those outcomes free.
+COALESCE_MAX = 1.0
+
+
 def default_procs() -> int:
     """One child per CPU."""
     return os.cpu_count() or 1
@@ -69,6 +75,9 @@ class PoolConfig:
     store_timeout: float = STORE_TIMEOUT     # --burst gives up after this long of store errors
     wait_retries: float = 0.0                # --burst also waits for jobs due within this
     metrics: str | None = None               # --metrics ADDR: serve /metrics and /healthz
+    #: Seconds a turn holds outcomes while other children still run, so that their
+    #: outcomes share one transaction (``--coalesce-us``; 0: settle at once).
+    coalesce: float = 0.0
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -80,6 +89,9 @@ class PoolConfig:
             raise JobpoolError(f"--procs {self.procs} is over this pool's bound of {bound} ({why})")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise JobpoolError(f"--max-jobs must be at least 1, not {self.max_jobs}")
+        if not 0 <= self.coalesce <= COALESCE_MAX:
+            raise JobpoolError(f"--coalesce-us must be from 0 to {COALESCE_MAX * 1e6:.0f}, "
+                               f"not {self.coalesce * 1e6:g}")
         if not self.poll_interval > 0:
             raise JobpoolError(f"poll interval must be positive, not {self.poll_interval}")
         if self.drain < 0:

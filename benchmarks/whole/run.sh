@@ -7,6 +7,8 @@
 #                                       then `jobpool start --burst -q --procs 2`; all must be done
 #   run.sh enqueue  TREE [pg]           1 000 single enqueue() calls
 #
+# START_ARGS (from the environment) go to `jobpool start` as extra flags, e.g.
+# START_ARGS=--coalesce-us=500 to time a start option against its default.
 # Each run uses a fresh SQLite file, or a fresh schema of $JOBPOOL_BENCH_PG (default the
 # local server) dropped after; TREE's compiled core must be built.
 set -euo pipefail
@@ -30,7 +32,8 @@ trap cleanup EXIT
 case "$WORKLOAD" in
 drain)
     "$PY" -c "import jobpool, noop_app; s = jobpool.connect('$DB'); s.enqueue_many('ab.noop', [(i,) for i in range($N)]); s.close()"
-    "$PY" -m jobpool start --app noop_app --db "$DB" --burst -q --procs 2 --no-dashboard >/dev/null 2>&1
+    # shellcheck disable=SC2086 # START_ARGS is a list of flags, split on purpose
+    "$PY" -m jobpool start --app noop_app --db "$DB" --burst -q --procs 2 --no-dashboard ${START_ARGS:-} >/dev/null 2>&1
     "$PY" -c "import jobpool, sys; done = jobpool.connect('$DB').stats()['done']; sys.exit(0 if done == $N else f'done: {done} of $N')" ;;
 enqueue)
     "$PY" -c "

@@ -134,6 +134,8 @@ class Supervisor:
         #: R36: when a rate-limited group held back by its bucket has a token again
         #: (the claimer's ``token_wait``); the pool claims then. None: no such group.
         self._next_token: float | None = None
+        #: ``--coalesce-us``: until when the outcomes waiting are held for others (None: not).
+        self._hold_until: float | None = None
         self._next_status = 0.0
         self._old_handlers: dict[int, Any] = {}
         self._signal_r: Any = None  # the signal wake-up socket pair, once running
@@ -304,11 +306,14 @@ class Supervisor:
 
     def _wait_time(self, now: float) -> float:
         state = self.state
+        hold_until = self._hold_until
         if (state.want_claim and not state.stopping and now >= self._store_pause_until
-                and self.slots.free()):
+                and self.slots.free() and hold_until is None):
             return 0.0
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat)
+        if hold_until is not None:
+            deadline = min(deadline, hold_until)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)
         if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
@@ -473,6 +478,8 @@ class Supervisor:
         Returns True when a claim was made and found nothing (for --burst).
         """
         state = self.state
+        if self._hold_until is not None and now < self._hold_until and self._holding(now):
+            return False
         if state.stopping or not state.want_claim:
             free, want = [], 0
         else:
@@ -490,6 +497,8 @@ class Supervisor:
             state.want_claim = False  # the heartbeat that registers it asks again
         if (not state.pending and not want) or now < self._store_pause_until:
             return all_paused and now >= self._store_pause_until
+        if self._holding(now):
+            return False
         pending = state.pending
         shares = self.plan.shares(want) if want else None
         got = self._store_call(self.core.turn, now, [f.outcome for f in pending], want, now,
@@ -514,6 +523,27 @@ class Supervisor:
         self._next_token = None if wait is None else now + wait
         state.want_claim = len(claimed) + len(expired) >= want
         return not claimed and not expired
+
+    def _holding(self, now: float) -> bool:
+        """``--coalesce-us``: whether this turn waits for the outcomes of children still
+        running, so that they share its transaction (a turn's cost is mostly its commit).
+        It waits at most ``coalesce`` seconds from the first outcome held, and never
+        once no other child runs, while stopping, or with nothing to settle. R6 holds:
+        the turn claims only for the slots free when it runs."""
+        window = self.config.coalesce
+        state = self.state
+        # Held only while fewer than half the slots wait on it: the children still
+        # running keep working through the turn, so the pool's cores never all idle.
+        if (not window or not state.pending or state.stopping or not self.slots.busy_count()
+                or 2 * len(state.pending) >= self.slots.procs):
+            self._hold_until = None
+            return False
+        if self._hold_until is None:
+            self._hold_until = now + window
+        if now < self._hold_until:
+            return True
+        self._hold_until = None
+        return False
 
     def _maybe_status(self, now: float) -> None:
         if self.config.status_every and now >= self._next_status:

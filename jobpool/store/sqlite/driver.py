@@ -75,7 +75,7 @@ class SqliteDriver:
     #: What claims, as ``pools`` shows it.
     name = "pure"
     #: The road to SQLite (the compiled driver's is ``_core.Connection``).
-    connection = PythonConnection
+    connection: type[Any] = PythonConnection
     #: R44: the claim's codec (the compiled driver answers it in C, never differently).
     decode_claims = staticmethod(row_codec.decode_claims)
     #: A reclaim may end a batch member (dead) or put a limited row back in line, and
