@@ -207,6 +207,13 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
         statements[f"SETTLE[{kind}]"] = (statement, one)
     for kind, statement in pg_sql.SETTLE_MANY.items():
         statements[f"SETTLE_MANY[{kind}]"] = (statement, many)
+    # A turn as one statement (issue 25): every kind's step and the claim, and the
+    # settles alone.
+    turn = dict(many, kinds=["done", "retry", "dead"])
+    every = tuple(pg_sql.TURN_KINDS)
+    statements["turn_statement(every kind, claim)"] = (pg_sql.turn_statement(every, True),
+                                                       dict(claim, **turn))
+    statements["turn_statement(every kind)"] = (pg_sql.turn_statement(every, False), turn)
     # A batch member's end (its row moved by the settle; the batch counts it in a trigger).
     member = dict(one, id=2000, owner="plans-pool-member")
     statements["SETTLE[done] of a batch member"] = (pg_sql.SETTLE["done"], member)

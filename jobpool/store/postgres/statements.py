@@ -16,6 +16,8 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
+import functools
+
 from jobpool import lifecycle
 from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
@@ -709,22 +711,22 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 #: (1, ``FOLLOW_ENDS``, for a chain; a batch counts its members by trigger here), and
 #: the chain itself as JSON text (as SQLite has it: the codec reads one form), which
 #: the codec checks before the job runs (R44).
-CLAIM = f"""
-WITH picked AS (
+_CLAIM_PICKED = """picked AS (
     SELECT id FROM jobs
      WHERE status = 'ready' AND queue = %(queue)s
        AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
        AND name = ANY(%(names)s::text[])
      ORDER BY priority DESC, line_at, id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED)
-UPDATE jobs AS j
+       FOR UPDATE SKIP LOCKED)"""
+_CLAIM_UPDATE = f"""UPDATE jobs AS j
    SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
           j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
           j.chain::text
 """
+CLAIM = f"\nWITH {_CLAIM_PICKED}\n{_CLAIM_UPDATE}"
 
 
 def claim_params(names, policies, default_policy) -> dict:
@@ -804,8 +806,9 @@ def chain_step_fits(chain: str) -> str:
 _DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} "
                f"THEN {quote_literal(CHAIN_STOPPED)} ELSE last_error END")
 
-#: R12: a chain's next step, from the rows a finishing settle ``moved``.
-_SUCCESSOR = f"""successor AS (
+def _successor(moved: str, name: str = "successor") -> str:
+    """R12: a chain's next step, from the rows a finishing settle ``moved``."""
+    return f"""{name} AS (
     INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
            convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
@@ -814,8 +817,11 @@ _SUCCESSOR = f"""successor AS (
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
                                                     jsonb_of("chain -> 0 ->> 'payload'"))}
-      FROM moved WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
+      FROM {moved} WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
 """
+
+
+_SUCCESSOR = _successor("moved")
 
 #: Columns a finishing transition writes besides ``_MOVED``: its status, and what the
 #: live row had that the transition may change; ``result`` and ``finished_at`` only
@@ -922,6 +928,72 @@ def _settle_many_of(name: str) -> str:
 SETTLE = {name: _settle_one(name) for name in _SETTLES}
 #: ``SETTLE``'s statements for several attempts of one kind.
 SETTLE_MANY = {name: _settle_many_of(name) for name in _SETTLES}
+
+# --- a turn in one statement (issue 25 item 1) ---------------------------------------------
+# A turn's settles of every kind, their lines in the attempt log and the claim for the
+# free slots of one queue, as one statement with one result: the attempts unnested side
+# by side as for ``SETTLE_MANY`` with their kind beside them, each kind's transition a
+# step of its own over the rows of that kind (fenced row by row, R8), then the claim
+# (R6-R9). The claim reads the table as it was before the statement (every step of a
+# statement sees one snapshot), so a job this statement puts back in line is claimed by
+# the next one, never twice in one; the rows it settles are ``running`` and those it
+# claims ``ready``, so no row is written by two of its steps.
+
+#: The kinds a turn statement may settle, in the order its steps are written.
+TURN_KINDS = tuple(_SETTLES)
+_INPUT_TURN = _INPUT_MANY.replace(
+    "%(strays)s::integer[])", "%(strays)s::integer[],\n                         %(kinds)s::text[])"
+).replace("cpu_s, strays)", "cpu_s, strays, kind)")
+assert "%(kinds)s" in _INPUT_TURN and "strays, kind)" in _INPUT_TURN
+#: The claim's columns (``CLAIM``'s ``RETURNING``), as a turn statement's rows carry
+#: them after a flag that tells a claimed row (true) from a settled attempt's id (false).
+_CLAIM_SHAPE = ("NULL::text, NULL::bytea, NULL::text, NULL::integer, NULL::integer, "
+                "NULL::integer, NULL::float8, NULL::float8, NULL::integer, NULL::float8, "
+                "NULL::integer, NULL::float8, NULL::text")
+
+
+def _turn_steps(name: str) -> str:
+    """``lifecycle.SETTLES[name]`` over the rows of kind ``name`` of ``input``, as
+    ``_settle_many_of`` writes it for a statement of its own; its last step is
+    ``settled_<name>``, returning the ids whose fence held."""
+    transition = _SETTLES[name]
+    guard = f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
+    if transition.finishes:
+        done = name == "done"
+        moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN input USING (id)",
+                           _CHAIN_STOPPED_OVERRIDE if done else None)
+        return (f"moved_{name} AS (DELETE FROM jobs AS j USING input AS i WHERE {guard}"
+                f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
+                + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
+    return f"""settled_{name} AS (
+    UPDATE jobs AS j SET {assignments(transition, _MANY_DIALECT)}
+      FROM input AS i WHERE {guard} RETURNING j.id),
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
+    """One turn as one statement: the settles of ``kinds`` (``%(kinds)s`` names each
+    attempt's, beside ``SETTLE_MANY``'s arrays) and, when ``claim``, ``CLAIM`` with its
+    parameters. Its rows: ``(false, id)`` for each attempt whose fence held, padded to
+    the claim's columns, and ``(true, CLAIM's columns...)`` for each claimed row. One
+    text per set of kinds, so each is prepared once (a pool meets a handful)."""
+    if not kinds:
+        raise ValueError("a turn statement settles at least one kind (else: CLAIM)")
+    unknown = set(kinds) - set(TURN_KINDS)
+    if unknown:
+        raise ValueError(f"no such settle: {sorted(unknown)}")
+    ordered = [name for name in TURN_KINDS if name in kinds]
+    steps = "".join(_turn_steps(name) for name in ordered)
+    settled = " UNION ALL ".join(f"SELECT id FROM settled_{name}" for name in ordered)
+    text = f"WITH {_INPUT_TURN}{steps}settled AS ({settled}),\nlogged AS ({_LOG_MANY.strip()})"
+    if not claim:
+        return f"{text}\nSELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n"
+    return (f"{text},\n{_CLAIM_PICKED},\nclaimed AS ({_CLAIM_UPDATE})\n"
+            f"SELECT true, * FROM claimed\nUNION ALL\n"
+            f"SELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n")
+
+
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY seq
 """
