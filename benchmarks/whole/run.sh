@@ -14,6 +14,9 @@ WORKLOAD=$1 TREE=$2 STORE=${3:-sqlite} DURABILITY=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-$HERE/../../.venv/bin/python}
 export PYTHONPATH="$HERE:$TREE"
+# `python -m` and `-c` put the working directory first on sys.path: run from TREE, so a
+# pair timed from inside one checkout does not import that checkout's jobpool twice.
+cd "$TREE"
 if [ "$STORE" = pg ]; then
     SCHEMA=bench_$RANDOM$RANDOM
     DB="${JOBPOOL_BENCH_PG:-postgresql://postgres@127.0.0.1:5432/test}?schema=$SCHEMA${DURABILITY:+&durability=$DURABILITY}"
