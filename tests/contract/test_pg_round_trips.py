@@ -127,3 +127,15 @@ def test_a_job_put_back_due_now_is_claimed_again_in_the_same_turn(traced):
     assert (kinds["Execute"], kinds["Sync"]) == (2, 2), kinds
     row = store.get(job_id)
     assert (row["status"], row["attempts"], row["lease_owner"]) == ("running", 2, OWNER)
+
+
+def test_a_numbered_statement_names_each_parameter_once_in_order():
+    from jobpool.store.postgres import statements as pg_sql
+    text, names = pg_sql.numbered("SELECT %(a)s::int, %(b)s, %(a)s WHERE x = %(c)s")
+    assert (text, names) == ("SELECT $1::int, $2, $1 WHERE x = $3", ("a", "b", "c"))
+    with pytest.raises(ValueError):
+        pg_sql.numbered("SELECT %(a)s LIKE 'x%'")
+    # The turn statement the driver sends: every parameter of the named text, once.
+    named = pg_sql.turn_statement(tuple(pg_sql.TURN_KINDS), True)
+    text, names = pg_sql.numbered(named)
+    assert set(names) == set(re.findall(r"%\((\w+)\)s", named)) and "%(" not in text

@@ -346,11 +346,16 @@ class PgTurn:
         self._pending: list[tuple[Fenced, dict]] = []
         self._group = SentGroup()
 
-    def queue(self, query: str, params: dict[str, Any] | None = None) -> Any:
+    def queue(self, query: str, params: Any = None, raw: bool = False) -> Any:
         """Send ``query`` in the turn's open pipeline (opened here if none is, and
-        scoped first behind a pooler): it commits with the pipeline's Sync."""
+        scoped first behind a pooler): it commits with the pipeline's Sync. ``raw``: a
+        ``pg_sql.numbered`` text and its values in order."""
         self._open()
-        return self.conn.execute(query, params)
+        return self._execute(query, params, raw)
+
+    def _execute(self, query: str, params: Any, raw: bool) -> Any:
+        cursor = psycopg.RawCursor(self.conn) if raw else self.conn.cursor()
+        return cursor.execute(query, params)
 
     def _open(self) -> None:
         if self._piped and self._pipeline is None:
@@ -358,15 +363,15 @@ class PgTurn:
             self._pipeline.__enter__()
             scope(self.conn, self.driver.target)  # behind a pooler: in this transaction
 
-    def _alone(self, query: str, params: dict[str, Any]) -> Any:
+    def _alone(self, query: str, params: Any, raw: bool = False) -> Any:
         """Send ``query`` with its Sync, and what the open pipeline holds before it:
         one round trip, committed as it returns (behind a pooler, in a pipeline of its
         own after its scope: each transaction there sets its schema)."""
         if self._pipeline is None and (not self._piped or not self.driver.target.pooler):
-            cursor = self.conn.execute(query, params)
+            cursor = self._execute(query, params, raw)
             self.committed = self._piped
             return cursor
-        cursor = self.queue(query, params)
+        cursor = self.queue(query, params, raw)
         self.sync()
         return cursor
 
@@ -396,7 +401,8 @@ class PgTurn:
         pipeline.__exit__(type(exc), exc, exc.__traceback__)
 
     def crash_causes(self, job_id: int) -> list[str]:
-        return [r[0] or "?" for r in self.conn.execute(pg_sql.CRASH_CAUSES, {"id": job_id})]
+        # In the turn's pipeline (behind a pooler its transaction is scoped first).
+        return [r[0] or "?" for r in self.queue(pg_sql.CRASH_CAUSES, {"id": job_id}).fetchall()]
 
     def _claim_params(self, queue: str, want: int) -> dict[str, Any]:
         driver = self.driver
@@ -447,9 +453,10 @@ class PgTurn:
         kinds = tuple(sorted(set(params["kinds"])))
         # Every pending settle is fenced by one owner (``settle``).
         params.update(claim or {}, owner=pending[0][1]["owner"], now=self.now)
-        statement = pg_sql.turn_statement(kinds, claim is not None)
-        cursor = (self._alone(statement, params) if claim is not None or last
-                  else self.queue(statement, params))
+        statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None)
+        values = [params[name] for name in names]
+        cursor = (self._alone(statement, values, raw=True) if claim is not None or last
+                  else self.queue(statement, values, raw=True))
         group.cursor = cursor
         return cursor, group
 
