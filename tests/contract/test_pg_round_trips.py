@@ -139,3 +139,18 @@ def test_a_numbered_statement_names_each_parameter_once_in_order():
     named = pg_sql.turn_statement(tuple(pg_sql.TURN_KINDS), True)
     text, names = pg_sql.numbered(named)
     assert set(names) == set(re.findall(r"%\((\w+)\)s", named)) and "%(" not in text
+
+
+def test_a_chains_next_step_is_claimed_in_the_turn_that_finished_its_first(traced):
+    # R12: the done settle enqueues the next step in its own statement, whose claim
+    # cannot see it: a second claim in the same turn takes it.
+    store, claimer, start, sent = traced
+    first = store.enqueue_with(NAME, args=(1,), then=jobpool.Signature(NAME, (2,))).id
+    (claimed,) = turn(claimer, [], 1)[1]
+    assert claimed.job_id == first
+    start()
+    settled, claimed_now, _expired = turn(claimer, [Outcome(first, claimed.attempt, DONE)], 1)
+    assert [(s.job_id, s.status) for s in settled] == [(first, "done")]
+    (next_step,) = claimed_now
+    assert next_step.job_id != first and store.get(next_step.job_id)["status"] == "running"
+    assert sent()[0]["Sync"] == 2

@@ -412,13 +412,14 @@ class PgTurn:
     def claim(self, queue: str, want: int) -> list[tuple]:
         """The turn's settles so far and this claim as one statement, sent with its
         Sync: one round trip. A job it put back in line due now (a retry without
-        backoff, a defer or reschedule of no delay) is not seen by its own claim (one
-        snapshot): a second claim takes it, as a turn on SQLite would."""
+        backoff, a defer or reschedule of no delay) or a chain's next step it enqueued
+        (R12) is not seen by its own claim (one snapshot): a second claim takes it, as
+        a turn on SQLite would. (A batch's callbacks, enqueued by a trigger, wake the
+        pools by their notification, R34, R11a.)"""
         params = self._claim_params(queue, want)
         if self._pending and self._pending[0][1]["owner"] != self.driver.owner:
             self.send_pending()  # a reclaim's settles are fenced by another owner
-        again = any(item.decision.status == "ready" and item.decision.delay <= 0
-                    for item, _params in self._pending)
+        again = any(_due_now(item) for item, _params in self._pending)
         if not self._pending:
             return self._alone(pg_sql.CLAIM, params).fetchall()
         cursor, group = self._send(params)
@@ -516,6 +517,15 @@ class PgTurn:
         return dict(logged, log_error=logged["error"], error=decision.reason,
                     result=result.encode() if isinstance(result, str) else result,
                     crashes=decision.crashes, run_at=now + decision.delay)
+
+
+def _due_now(item: Fenced) -> bool:
+    """Whether a settle leaves a row its own statement's claim cannot see and that is
+    due at once: the job back in line now, or a chain's next step (R12; a claimed
+    row's ``follow_ups`` flag on PostgreSQL says it has a chain)."""
+    decision = item.decision
+    return ((decision.status == "ready" and decision.delay <= 0)
+            or (decision.statement == "done" and bool(item.lease.follow_ups)))
 
 
 #: A turn statement's arrays (``pg_sql.turn_statement``), from each attempt's parameters.
