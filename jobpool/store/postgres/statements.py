@@ -786,7 +786,7 @@ def _json_integer(value: str, least: int, most: int) -> str:
 
 def chain_step_fits(chain: str) -> str:
     """R44: whether the next step of the jsonb ``chain`` can be enqueued by
-    ``_SUCCESSOR`` (every column it fills has its type, every cast succeeds), as a
+    ``_successor`` (every column it fills has its type, every cast succeeds), as a
     condition that is never an error itself. The claim checked the whole chain
     (``row_codec.chain``); this guards a settle against a chain changed since, so one
     row's chain can never fail the statement, and with it the turn."""
@@ -822,8 +822,6 @@ def _successor(moved: str, name: str = "successor") -> str:
 """
 
 
-_SUCCESSOR = _successor("moved")
-
 #: Columns a finishing transition writes besides ``_MOVED``: its status, and what the
 #: live row had that the transition may change; ``result`` and ``finished_at`` only
 #: when it sets them. A live row's lease and cancel flag stay behind.
@@ -849,22 +847,6 @@ _SETTLES = lifecycle.SETTLES
 _CHAIN_STOPPED_OVERRIDE = {"last_error": _DONE_ERROR}
 
 
-def _settle_one(name: str) -> str:
-    """``lifecycle.SETTLES[name]`` for one attempt: a finishing one moves the row to
-    ``finished_jobs`` (a done chain's next step enqueued by the same statement, R12);
-    the rest update it where it is."""
-    transition = _SETTLES[name]
-    if transition.finishes:
-        done = name == "done"
-        moved = finish_row(transition, DIALECT, "moved", _CHAIN_STOPPED_OVERRIDE if done else None)
-        return _settle(f"moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),\n"
-                       f"settled AS (\n    {moved})" + (",\n" + _SUCCESSOR if done else "\n"))
-    return _settle(f"""settled AS (
-    UPDATE jobs SET {assignments(transition, DIALECT)}
-     WHERE {GUARD} RETURNING id)
-""")
-
-
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
 #: at once with the reason naming the column, fenced by id, owner and status; the
 #: columns move as they are (the schema's types held them), the batch's trigger
@@ -878,23 +860,32 @@ settled AS (
 #: Nothing follows it: its one statement does it all.
 MALFORMED_FOLLOW_UPS: tuple[str, ...] = ()
 
-# --- the settles of one turn, several of a kind in one statement ------------------------
-# A turn's outcomes of one kind, when it has several, travel as arrays unnested side by
-# side (one row per attempt); each statement applies its single twin's transition to
-# all of them, fenced row by row, and returns the ids whose fence held.
+# --- a turn in one statement (issue 25 item 1) ---------------------------------------------
+# A turn's settles of every kind, their lines in the attempt log and the claim for the
+# free slots of one queue, as one statement with one result: the attempts as arrays
+# unnested side by side, their kind beside them, each kind's transition a step of its
+# own over the rows of that kind (fenced row by row, R8), then the claim
+# (R6-R9). The claim reads the table as it was before the statement (every step of a
+# statement sees one snapshot), so a job this statement puts back in line is claimed by
+# the next one, never twice in one; the rows it settles are ``running`` and those it
+# claims ``ready``, so no row is written by two of its steps.
 
-_INPUT_MANY = """input AS (
+#: The kinds a turn statement may settle, in the order its steps are written.
+TURN_KINDS = tuple(_SETTLES)
+#: The attempts a turn settles, one row each: what each decision gives (``i.new_*``),
+#: its line in the attempt log, and its kind (``Decision.statement``).
+_INPUT_TURN = """input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(run_ats)s::float8[],
                          %(errors)s::text[], %(crashes)s::integer[], %(results)s::bytea[],
                          %(pids)s::integer[], %(began)s::float8[], %(outcomes)s::text[],
                          %(log_errors)s::text[], %(exit_statuses)s::text[],
-                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[])
+                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[],
+                         %(kinds)s::text[])
         AS i(id, attempt, new_run_at, new_error, new_crashes, new_result, pid, began,
-             outcome, log_error, exit_status, peak_rss, cpu_s, strays)),
+             outcome, log_error, exit_status, peak_rss, cpu_s, strays, kind)),
 """
 _GUARD_MANY = ("j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt "
                "AND j.status = 'running'")
-_MOVED_MANY = f"moved AS (DELETE FROM jobs AS j USING input AS i WHERE {_GUARD_MANY} RETURNING j.*),"
 _LOG_MANY = """
 INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
                       exit_status, peak_rss, cpu_s, strays)
@@ -904,48 +895,6 @@ SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_sta
 RETURNING job_id
 """
 
-
-def _settle_many(steps: str) -> str:
-    return f"WITH {_INPUT_MANY}{steps}{_LOG_MANY}"
-
-
-def _settle_many_of(name: str) -> str:
-    """``lifecycle.SETTLES[name]`` for several attempts, as ``_settle_one`` for one."""
-    transition = _SETTLES[name]
-    if transition.finishes:
-        done = name == "done"
-        moved = finish_row(transition, _MANY_MOVED_DIALECT, "moved JOIN input USING (id)",
-                           _CHAIN_STOPPED_OVERRIDE if done else None)
-        return _settle_many(f"{_MOVED_MANY}\nsettled AS (\n    {moved})"
-                            + (",\n" + _SUCCESSOR if done else "\n"))
-    return _settle_many(f"""settled AS (
-    UPDATE jobs AS j SET {assignments(transition, _MANY_DIALECT)}
-      FROM input AS i WHERE {_GUARD_MANY} RETURNING j.id)
-""")
-
-
-#: ``lifecycle.Decision.statement`` -> the fenced statement that applies it and logs
-#: the attempt; it returns a row only when the fence held.
-SETTLE = {name: _settle_one(name) for name in _SETTLES}
-#: ``SETTLE``'s statements for several attempts of one kind.
-SETTLE_MANY = {name: _settle_many_of(name) for name in _SETTLES}
-
-# --- a turn in one statement (issue 25 item 1) ---------------------------------------------
-# A turn's settles of every kind, their lines in the attempt log and the claim for the
-# free slots of one queue, as one statement with one result: the attempts unnested side
-# by side as for ``SETTLE_MANY`` with their kind beside them, each kind's transition a
-# step of its own over the rows of that kind (fenced row by row, R8), then the claim
-# (R6-R9). The claim reads the table as it was before the statement (every step of a
-# statement sees one snapshot), so a job this statement puts back in line is claimed by
-# the next one, never twice in one; the rows it settles are ``running`` and those it
-# claims ``ready``, so no row is written by two of its steps.
-
-#: The kinds a turn statement may settle, in the order its steps are written.
-TURN_KINDS = tuple(_SETTLES)
-_INPUT_TURN = _INPUT_MANY.replace(
-    "%(strays)s::integer[])", "%(strays)s::integer[],\n                         %(kinds)s::text[])"
-).replace("cpu_s, strays)", "cpu_s, strays, kind)")
-assert "%(kinds)s" in _INPUT_TURN and "strays, kind)" in _INPUT_TURN
 #: The claim's columns (``CLAIM``'s ``RETURNING``), as a turn statement's rows carry
 #: them after a flag that tells a claimed row (true) from a settled attempt's id (false).
 _CLAIM_SHAPE = ("NULL::text, NULL::bytea, NULL::text, NULL::integer, NULL::integer, "
@@ -954,8 +903,9 @@ _CLAIM_SHAPE = ("NULL::text, NULL::bytea, NULL::text, NULL::integer, NULL::integ
 
 
 def _turn_steps(name: str) -> str:
-    """``lifecycle.SETTLES[name]`` over the rows of kind ``name`` of ``input``, as
-    ``_settle_many_of`` writes it for a statement of its own; its last step is
+    """``lifecycle.SETTLES[name]`` over the rows of kind ``name`` of ``input``: a
+    finishing one moves the rows to ``finished_jobs`` (a done chain's next step enqueued
+    by the same statement, R12), the rest update them where they are. Its last step is
     ``settled_<name>``, returning the ids whose fence held."""
     transition = _SETTLES[name]
     guard = f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
@@ -1000,7 +950,7 @@ def turn_statement_numbered(kinds: tuple[str, ...], claim: bool) -> tuple[str, t
 @functools.lru_cache(maxsize=None)
 def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
     """One turn as one statement: the settles of ``kinds`` (``%(kinds)s`` names each
-    attempt's, beside ``SETTLE_MANY``'s arrays) and, when ``claim``, ``CLAIM`` with its
+    attempt's, beside ``_INPUT_TURN``'s other arrays) and, when ``claim``, ``CLAIM`` with its
     parameters. Its rows: ``(false, id)`` for each attempt whose fence held, padded to
     the claim's columns, and ``(true, CLAIM's columns...)`` for each claimed row. One
     text per set of kinds, so each is prepared once (a pool meets a handful)."""
