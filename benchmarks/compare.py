@@ -901,8 +901,9 @@ def main(argv=None) -> int:
     notes: list[str] = []
     if not args.db:
         # The PostgreSQL peers run on the server --db names, beside jobpool there.
-        if args.only and any(s in PG_PEERS for s in systems):
-            notes.append(f"{', '.join(s for s in systems if s in PG_PEERS)}: need --db")
+        named = [n.strip().lower() for n in (args.only or "").split(",")]
+        if any(n in PG_PEERS for n in named):
+            notes.append(f"{', '.join(n for n in named if n in PG_PEERS)}: need --db")
         systems = [s for s in systems if s not in PG_PEERS]
     peers_wanted = [s for s in systems if s in PEERS + PG_PEERS]
     if peers_wanted:
