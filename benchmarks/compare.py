@@ -71,15 +71,24 @@ WORK = BENCH / ".work"
 LOGS = WORK / "logs"
 PEERS_VENV = BENCH / ".venv-peers"
 PEERS_PY = PEERS_VENV / "bin" / "python"
-PEER_PACKAGES = ["huey", "celery[redis]", "rq", "dramatiq[redis]", "redis"]
+PEER_PACKAGES = ["huey", "celery[redis]", "rq", "dramatiq[redis]", "redis", "pgqueuer[asyncpg]",
+                 "procrastinate", "psycopg[binary]"]
 PEERS = ("huey", "celery", "rq", "dramatiq")
 REDIS_PEERS = ("celery", "rq", "dramatiq")
-SYSTEMS = ("jobpool",) + PEERS
+#: Peers on the PostgreSQL server ``--db`` names (W1 drain only), each run in a schema of
+#: its own: pgqueuer with 2 concurrent jobs fetched one at a time, pgqueuer with its
+#: default batch of 10 and 20 concurrent jobs, procrastinate with 2 concurrent jobs.
+PG_PEERS = ("pgqueuer", "pgqueuer-batch", "procrastinate")
+SYSTEMS = ("jobpool",) + PEERS + PG_PEERS
 WORKLOADS = ("w1-drain", "w1-enqueue", "w1-bulk", "w2", "w3")
 #: jobpool on the PostgreSQL store that ``--db`` names.
 JOBPOOL_PG = "jobpool-pg"
+#: jobpool on that store with ``?durability=normal`` (R26a; W1 drain only).
+JOBPOOL_PG_NORMAL = "jobpool-pg-normal"
 #: Systems whose workers are ``jobpool start`` (timed with ``--burst`` in a drain).
-JOBPOOL_POOLS = ("jobpool", JOBPOOL_PG)
+JOBPOOL_POOLS = ("jobpool", JOBPOOL_PG, JOBPOOL_PG_NORMAL)
+#: Systems whose runs each take a schema of their own in the ``--db`` database.
+PG_SYSTEMS = (JOBPOOL_PG, JOBPOOL_PG_NORMAL) + PG_PEERS
 
 sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(ROOT))  # this checkout's jobpool, as the pools it starts import
@@ -102,10 +111,12 @@ METRICS = {
 }
 METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
                    "w2_eff": "w2", "w3_p50": "w3", "w3_p99": "w3", "w3_p99_ret": "w3"}
-ROW_ORDER = ("jobpool", JOBPOOL_PG, "jobpool-normal", "sqlite-full", "sqlite-normal") + PEERS
+ROW_ORDER = ("jobpool", JOBPOOL_PG, JOBPOOL_PG_NORMAL, "jobpool-normal", "sqlite-full",
+             "sqlite-normal") + PEERS + PG_PEERS
 LABELS = {
     "jobpool": "jobpool",
     JOBPOOL_PG: "jobpool on PostgreSQL",
+    JOBPOOL_PG_NORMAL: "jobpool on PostgreSQL, durability=normal",
     "jobpool-normal": "jobpool durability=normal",
     "sqlite-full": "raw SQLite, synchronous=FULL",
     "sqlite-normal": "raw SQLite, synchronous=NORMAL",
@@ -280,7 +291,8 @@ def byte_compile(*packages: Path) -> None:
 
 def ensure_peers_venv() -> str | None:
     """Create benchmarks/.venv-peers if missing. Returns None, or why the peers cannot run."""
-    check = [str(PEERS_PY), "-c", "import huey, celery, rq, dramatiq, redis"]
+    check = [str(PEERS_PY), "-c",
+             "import huey, celery, rq, dramatiq, redis, pgqueuer, procrastinate, asyncpg"]
     if PEERS_PY.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return None
     print(f"creating {PEERS_VENV} and installing {' '.join(PEER_PACKAGES)} ...", file=sys.stderr)
@@ -298,7 +310,8 @@ def ensure_peers_venv() -> str | None:
 
 def peer_versions() -> dict[str, str]:
     code = ("import importlib.metadata as m, json; print(json.dumps({n: m.version(n) for n in "
-            "('huey', 'celery', 'kombu', 'rq', 'dramatiq', 'redis')}))")
+            "('huey', 'celery', 'kombu', 'rq', 'dramatiq', 'redis', 'pgqueuer', 'procrastinate', "
+            "'asyncpg', 'psycopg')}))")
     code = code.replace("print(json.dumps({n:", "print(json.dumps({(n if n != 'redis' else 'redis-py'):")
     try:
         out = subprocess.run([str(PEERS_PY), "-c", code], capture_output=True, text=True, check=True)
@@ -363,13 +376,15 @@ def start_redis(procs: Procs, env) -> tuple[str, str | None]:
     return f"redis://127.0.0.1:{port}/0", None
 
 
-def with_schema(url: str, schema: str) -> str:
+def with_schema(url: str, schema: str | None) -> str:
     """``url`` with ``?schema=NAME`` set to ``schema``, whether or not it had a query:
     its other parameters (``sslmode``, jobpool's ``pooler``) are kept, so the pool
-    and the driver reach the server exactly as the URL given to ``--db`` says."""
+    and the driver reach the server exactly as the URL given to ``--db`` says. None:
+    without one (the URL a peer's own driver opens)."""
     parts = urlsplit(url)
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "schema"]
-    return urlunsplit(parts._replace(query=urlencode(query + [("schema", schema)])))
+    ours = [("schema", schema)] if schema is not None else []
+    return urlunsplit(parts._replace(query=urlencode(query + ours)))
 
 
 def postgres_execute(url: str, statement) -> list:
@@ -452,15 +467,17 @@ class Harness:
                 except FileNotFoundError:
                     pass
         self.counter.touch()
-        if system == JOBPOOL_PG:
+        if system in PG_SYSTEMS:
             self.drop_postgres_schema()
             self.postgres_schema = f"bench_{secrets.token_hex(6)}"
+            if system in PG_PEERS:  # jobpool makes its own; the peers install into it
+                postgres_execute(self.postgres_url, f"CREATE SCHEMA {self.postgres_schema}")
         if system in REDIS_PEERS:
             self.driver(system, "flush", log_name=f"{system}-driver")
 
     def drop_postgres_schema(self) -> None:
-        """Drop the last jobpool-pg run's schema, if not yet dropped: at the next
-        jobpool-pg run's reset (so a failure there is that run's) and at the end."""
+        """Drop the last PostgreSQL run's schema, if not yet dropped: at the next
+        PostgreSQL run's reset (so a failure there is that run's) and at the end."""
         if self.postgres_schema is not None:
             drop_schema(self.postgres_url, self.postgres_schema)
             self.postgres_schema = None
@@ -470,16 +487,23 @@ class Harness:
         PostgreSQL URL naming this run's schema."""
         if system == JOBPOOL_PG:
             return with_schema(self.postgres_url, self.postgres_schema)
+        if system == JOBPOOL_PG_NORMAL:
+            return with_schema(self.postgres_url, self.postgres_schema) + "&durability=normal"
         return str(self.db)
 
     def env_for(self, system: str) -> dict:
         """The environment of ``system``'s processes: BENCH_DB is its store."""
-        if system == JOBPOOL_PG:
+        if system in (JOBPOOL_PG, JOBPOOL_PG_NORMAL):
             return dict(self.env, BENCH_DB=self.store_for(system))
+        if system in PG_PEERS:
+            from jobpool.store.postgres.connection import parse_url
+            base = parse_url(self.postgres_url).conninfo  # jobpool's own parameters taken off
+            return dict(self.env, BENCH_PG_DSN=base, BENCH_PG_SCHEMA=self.postgres_schema,
+                        PGQUEUER_SCHEMA=self.postgres_schema)
         return self.env
 
     def python_for(self, system: str) -> str:
-        return sys.executable if system in LABELS else str(PEERS_PY)
+        return str(PEERS_PY) if system in PEERS + PG_PEERS else sys.executable
 
     def driver(self, system: str, action: str, *args, timeout: float = 600,
                log_name: str | None = None) -> dict:
@@ -522,9 +546,17 @@ class Harness:
                         for _ in range(2)]
         elif system == "dramatiq":
             cmd = [bin_ / "dramatiq", "bench_jobs.dramatiq_jobs", "-p", "2", "-t", "1"]
+        elif system in ("pgqueuer", "pgqueuer-batch"):
+            # BATCH_SIZE MAX_CONCURRENT_TASKS: jobs fetched per dequeue, asyncio tasks at once.
+            sizes = ("1", "2") if system == "pgqueuer" else ("10", "20")
+            cmd = [PEERS_PY, "-m", "bench_jobs.pgqueuer_jobs", *sizes]
+        elif system == "procrastinate":
+            cmd = [bin_ / "procrastinate", "--log-level", "warning", "--app",
+                   "bench_jobs.procrastinate_jobs.app", "worker", "--concurrency", "2",
+                   "--queues", "bench"]
         else:
             raise BenchError(f"unknown system {system}")
-        return [self.procs.popen(cmd, env=self.env, log_name=log_name)]
+        return [self.procs.popen(cmd, env=self.env_for(system), log_name=log_name)]
 
     def wait_count(self, n: int, workers: list, timeout: float) -> float:
         """Poll the counter until it reaches ``n``; the time it did (perf_counter)."""
@@ -661,6 +693,8 @@ def plan(systems: list[str], workloads: list[str]) -> list[tuple[str, str]]:
     steps = []
     for w in workloads:
         for s in systems:
+            if s in PG_PEERS + (JOBPOOL_PG_NORMAL,) and w != "w1-drain":
+                continue  # measured in the drain alone
             if w in ("w1-enqueue", "w1-bulk") and s == "jobpool":
                 steps.append((w, "jobpool"))
                 if w == "w1-enqueue":
@@ -787,9 +821,20 @@ def targets(results: dict, postgres: bool = False) -> list[str]:
     r = jp / cel if jp and cel else None
     line("W3 p99, jobpool ÷ Celery", f"{r:.2f}" if r else None, "≤ 0.50", r and r <= 0.5, "w3")
     if postgres:
-        pg, sq = med("w1_drain", JOBPOOL_PG), med("w1_drain", "jobpool")
-        r = pg / sq if pg and sq else None
-        line("W1 drain, PostgreSQL ÷ SQLite", f"{r:.2f}" if r else None, "≥ 0.6", r and r >= 0.6)
+        sq = med("w1_drain", "jobpool")
+        for system, goal in ((JOBPOOL_PG, 0.4), (JOBPOOL_PG_NORMAL, 0.6)):
+            pg = med("w1_drain", system)
+            r = pg / sq if pg and sq else None
+            line(f"W1 drain, {LABELS[system]} ÷ SQLite", f"{r:.2f}" if r else None,
+                 f"≥ {goal}", r and r >= goal)
+        pg = med("w1_drain", JOBPOOL_PG)
+        for peer, goal, what in (("pgqueuer", 2, "batch 1, 2 tasks"),
+                                 ("procrastinate", 2, "concurrency 2"),
+                                 ("pgqueuer-batch", 1, "batch 10, 20 tasks")):
+            other = med("w1_drain", peer)
+            r = pg / other if pg and other else None
+            line(f"W1 drain, jobpool on PostgreSQL (2 procs) ÷ {peer} ({what})",
+                 f"{r:.2f}×" if r else None, f"≥ {goal}×", r and r >= goal)
         pg = med("w1_bulk", JOBPOOL_PG)
         line("W1 bulk on PostgreSQL", f"{pg:,.0f} rows/s" if pg else None, "≥ 150,000 rows/s",
              pg and pg >= 150_000)
@@ -828,10 +873,14 @@ def main(argv=None) -> int:
                         help="a postgresql:// URL: jobpool also runs every workload on a "
                              "PostgreSQL store there, each run in a schema of its own "
                              "(any ?schema= in URL is replaced), dropped afterwards")
+    parser.add_argument("--drain", type=int, metavar="N",
+                        help="jobs in each W1 drain (default 10 000; 1 000 with --quick)")
     parser.add_argument("--json", metavar="PATH", default=str(WORK / "last-run.json"),
                         help="where to write every measurement (default benchmarks/.work/last-run.json)")
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
+    sizes = dict(QUICK if args.quick else FULL)
+    if args.drain:
+        sizes["drain"] = args.drain
     repeat = args.repeat or (1 if args.quick else 3)
     systems, workloads = parse_only(args.only)
     from jobpool.store.urls import POSTGRES_SCHEMES, is_postgres_url
@@ -850,22 +899,31 @@ def main(argv=None) -> int:
 
     failures: dict[tuple[str, str], str] = {}
     notes: list[str] = []
-    peers_wanted = [s for s in systems if s in PEERS]
+    if not args.db:
+        # The PostgreSQL peers run on the server --db names, beside jobpool there.
+        named = [n.strip().lower() for n in (args.only or "").split(",")]
+        if any(n in PG_PEERS for n in named):
+            notes.append(f"{', '.join(n for n in named if n in PG_PEERS)}: need --db")
+        systems = [s for s in systems if s not in PG_PEERS]
+    peers_wanted = [s for s in systems if s in PEERS + PG_PEERS]
     if peers_wanted:
         why = ensure_peers_venv()
         if why:
             for s in peers_wanted:
                 failures[("all", s)] = why
-            systems = [s for s in systems if s not in PEERS]
+            systems = [s for s in systems if s not in PEERS + PG_PEERS]
         else:
             info.update({k: v for k, v in peer_versions().items()})
     if args.db:
         # Checked once here, so a server that cannot be reached is one failure, not five.
         try:
             info["postgresql"] = postgres_execute(args.db, "SHOW server_version")[0][0]
-            systems.insert(systems.index("jobpool") + 1, JOBPOOL_PG)
+            at = systems.index("jobpool") + 1
+            systems[at:at] = [JOBPOOL_PG, JOBPOOL_PG_NORMAL]
         except BenchError as exc:
-            failures[("all", JOBPOOL_PG)] = str(exc)
+            for s in (JOBPOOL_PG, JOBPOOL_PG_NORMAL) + PG_PEERS:
+                failures[("all", s)] = str(exc)
+            systems = [s for s in systems if s not in PG_PEERS]
 
     # SIGTERM/SIGHUP end the run through the same finally blocks as Ctrl-C.
     def _stop(signum, frame):

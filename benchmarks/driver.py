@@ -1,8 +1,9 @@
 """The enqueue side of every benchmark, run by ``compare.py`` in a fresh process.
 
-It runs under jobpool's venv for ``jobpool``, ``jobpool-pg``, ``jobpool-normal``,
-``sqlite-full`` and ``sqlite-normal``, and under ``benchmarks/.venv-peers`` for the
-peers, and prints one JSON object on stdout. Settings come from the environment
+It runs under jobpool's venv for ``jobpool``, ``jobpool-pg``, ``jobpool-pg-normal``,
+``jobpool-normal``, ``sqlite-full`` and ``sqlite-normal``, and under
+``benchmarks/.venv-peers`` for the peers (pgqueuer and procrastinate: ``BENCH_PG_DSN``
+and the schema in ``BENCH_PG_SCHEMA``), and prints one JSON object on stdout. Settings come from the environment
 the harness sets: ``BENCH_DB`` (jobpool and raw SQLite: a SQLite file, or for
 ``jobpool-pg`` a ``postgresql://`` URL), ``BENCH_HUEY_DB``, ``BENCH_REDIS_URL``,
 ``BENCH_COUNTER``.
@@ -230,9 +231,37 @@ class Dramatiq(System):
         self.m.stamp.send(t)
 
 
+class PgQueuer(System):
+    """pgqueuer's batch insert (``Queries.enqueue`` of lists), after its schema is
+    installed into ``$PGQUEUER_SCHEMA`` (W1 drain only)."""
+
+    def fill(self, job, n, arg):
+        import asyncio
+
+        from bench_jobs import pgqueuer_jobs
+        if job != "noop":
+            raise NotAvailable("pgqueuer runs the W1 drain only here")
+        asyncio.run(pgqueuer_jobs.fill(n))
+
+
+class Procrastinate(System):
+    """procrastinate's ``batch_defer``, after its schema is applied into
+    ``$BENCH_PG_SCHEMA`` (W1 drain only)."""
+
+    def fill(self, job, n, arg):
+        from bench_jobs import procrastinate_jobs
+        if job != "noop":
+            raise NotAvailable("procrastinate runs the W1 drain only here")
+        procrastinate_jobs.fill(n)
+
+
 SYSTEMS = {
     "jobpool": lambda: Jobpool(),
     "jobpool-pg": lambda: Jobpool(),
+    "jobpool-pg-normal": lambda: Jobpool(),
+    "pgqueuer": PgQueuer,
+    "pgqueuer-batch": PgQueuer,
+    "procrastinate": Procrastinate,
     "jobpool-normal": lambda: Jobpool("normal"),
     "sqlite-full": lambda: RawSQLite("FULL"),
     "sqlite-normal": lambda: RawSQLite("NORMAL"),

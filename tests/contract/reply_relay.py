@@ -1,8 +1,9 @@
 """A TCP relay in front of PostgreSQL that loses one reply, for the in-doubt tests
-(``test_pg_in_doubt.py``): the first COMMIT a connection sends after a statement
-that finishes a job (``INSERT INTO finished_jobs``) is carried out by the server,
-whose process is then terminated (pg_terminate_backend) before the relay passes
-the answer on, and the client's side of the connection is closed. The client knows
+(``test_pg_in_doubt.py``): the first commit a connection asks for after a statement
+that finishes a job (``INSERT INTO finished_jobs``) — a COMMIT, or the Sync that ends
+a pipeline's implicit transaction — is carried out by the server, whose process is
+then terminated (pg_terminate_backend) before the relay passes the answer on, and the
+client's side of the connection is closed. The client knows
 only that its connection dropped after it sent COMMIT: the commit is in doubt.
 
 It reads the server's messages whole (a type byte, then a length) to tell COMMIT's
@@ -70,8 +71,11 @@ class CommitReplyLost:
                     message, held = held[:1 + length], held[1 + length:]
                     if message[:1] == b"K":  # BackendKeyData: the server process's pid
                         pid = struct.unpack("!i", message[5:9])[0]
-                    if (message[:1] == b"C" and message[5:-1] == b"COMMIT"
-                            and finishing.is_set() and self._lose_one()):
+                    # The commit's answer: COMMIT's, or the ReadyForQuery of a Sync
+                    # that ended an implicit transaction (a pipeline in autocommit).
+                    committed = (message[:1] == b"C" and message[5:-1] == b"COMMIT") or (
+                        message[:1] == b"Z" and message[5:6] == b"I")
+                    if committed and finishing.is_set() and self._lose_one():
                         self._terminate(pid)
                         self.lost.write_text(f"{pid}\n")  # before the client can know
                         _hang_up(client, server)

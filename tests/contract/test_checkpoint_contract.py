@@ -101,7 +101,7 @@ def test_reset_state_forgets_a_state_once(any_store, claimer):
 
 
 def test_several_interrupts_and_reschedules_in_one_turn(any_store, claimer):
-    # PostgreSQL settles several of a kind in one statement (SETTLE_MANY): the same rules.
+    # PostgreSQL settles a turn's attempts in one statement (turn_statement): the same rules.
     ids = [any_store.enqueue(NAME).id for _ in range(2)]
     c = claimer()
     jobs = c.turn([], 2, time.time(), None)[1]

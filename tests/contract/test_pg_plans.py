@@ -203,13 +203,18 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
         "ADOPT_BULK": (pg_sql.ADOPT_BULK, {"name": "plans.limited", "ids": [3001, 3002]}),
         "MEMBERS_JOINED": (pg_sql.MEMBERS_JOINED, {"batch_id": BATCH, "ids": [2000, 2001]}),
     }
-    for kind, statement in pg_sql.SETTLE.items():
-        statements[f"SETTLE[{kind}]"] = (statement, one)
-    for kind, statement in pg_sql.SETTLE_MANY.items():
-        statements[f"SETTLE_MANY[{kind}]"] = (statement, many)
+    # A turn as one statement (issue 25): every kind's step and the claim, and the
+    # settles alone.
+    turn = dict(many, kinds=["done", "retry", "dead"])
+    every = tuple(pg_sql.TURN_KINDS)
+    statements["turn_statement(every kind, claim)"] = (pg_sql.turn_statement(every, True),
+                                                       dict(claim, **turn))
+    statements["turn_statement(every kind)"] = (pg_sql.turn_statement(every, False), turn)
     # A batch member's end (its row moved by the settle; the batch counts it in a trigger).
-    member = dict(one, id=2000, owner="plans-pool-member")
-    statements["SETTLE[done] of a batch member"] = (pg_sql.SETTLE["done"], member)
+    member = {key: value[:1] if isinstance(value, list) else value for key, value in turn.items()}
+    member.update(ids=[2000], owner="plans-pool-member")
+    statements["turn_statement(done) of a batch member"] = (
+        pg_sql.turn_statement(("done",), False), member)
     return statements
 
 
@@ -270,13 +275,16 @@ def test_a_batch_members_end_reads_by_index_in_its_triggers(filled):
     try:
         plans = _nested_plans(conn)
         now = time.time()
-        settle = {"id": member.id, "attempt": claimed.attempt, "owner": "plans-pool-members",
-                  "pid": 4321, "started_at": now - 1.0, "now": now, "outcome": "done",
-                  "error": None, "log_error": None, "exit_status": None, "peak_rss": None,
-                  "cpu_s": None, "strays": None, "result": b"null"}
+        settle = {"ids": [member.id], "attempts": [claimed.attempt], "run_ats": [now],
+                  "errors": [None], "crashes": [0], "results": [b"null"], "pids": [4321],
+                  "began": [now - 1.0], "outcomes": ["done"], "log_errors": [None],
+                  "exit_statuses": [None], "peak_rsses": [None], "cpus": [None],
+                  "strays": [None], "kinds": ["done"], "owner": "plans-pool-members",
+                  "now": now}
         # When its settle runs (rolled back: the plans are what is asked).
         with conn.transaction(force_rollback=True):
-            assert conn.execute(pg_sql.SETTLE["done"], settle, prepare=True).fetchone()
+            assert conn.execute(pg_sql.turn_statement(("done",), False), settle,
+                                prepare=True).fetchone()
             plans = plans[:]  # the settle's, not those of the check below
             called = conn.execute("SELECT count(*) FROM jobs WHERE name = 'plans.callback'"
                                   ).fetchone()[0]

@@ -7,15 +7,21 @@ this runs it on the server: the SQL (``store/postgres/statements.py``), pipeline
 and the clock: what it writes is dated by the server's time (R7a), whatever ``now``
 the supervisor passes: this host's monotonic clock plus its offset to the
 server's, measured over a round trip once a minute; a claim also takes the
-server's own statement time when that is later. A turn's settles travel with its
-first claim, those of one kind as one statement (``SETTLE_MANY``), and their
-answers are read after the commit.
+server's own statement time when that is later. A turn is one statement and one
+round trip (issue 25): its settles of every kind, their attempt lines and the claim
+of its first queue (``pg_sql.turn_statement``), sent with its Sync on an autocommit
+connection and so committed as it runs. What a turn sends besides (a limited claim's
+page and its claim, another queue, a row refused at claim, R10, R44) goes in a
+pipeline, one implicit transaction up to its one Sync. Answers are read after the
+commit that carries them.
 
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
 broke is replaced at the next call, whose turn first gives back the claims that
 committed on the server while their reply was lost (in doubt), and tells a settle
-whose fence its own lost commit closed from one lost to another pool.
+whose fence its own lost commit closed from one lost to another pool. A turn that
+fails after one of its Syncs committed is in doubt the same way, connection or not:
+its claims are given back and its settles looked up (docs/RULES.md, R26).
 """
 from __future__ import annotations
 
@@ -49,18 +55,22 @@ CLOCK_EVERY = 60.0
 
 
 class SentGroup:
-    """One statement that settled several attempts (``pg_sql.SETTLE_MANY``): the
-    ids it returns are those whose fence held, read once after the commit."""
+    """The attempts one statement settled (``pg_sql.turn_statement``): the ids it
+    returns are those whose fence held, read once after the commit (or handed over
+    by the claim that read that statement's rows, ``found``)."""
 
     __slots__ = ("cursor", "_held")
 
-    def __init__(self, cursor: Any) -> None:
-        self.cursor = cursor
+    def __init__(self) -> None:
+        self.cursor: Any = None
         self._held: set[int] | None = None
+
+    def found(self, ids: set[int]) -> None:
+        self._held = ids
 
     def held(self, job_id: int) -> bool:
         if self._held is None:
-            self._held = {row[0] for row in self.cursor.fetchall()}
+            self._held = {row[1] for row in self.cursor.fetchall()}
         return job_id in self._held
 
 
@@ -186,36 +196,47 @@ class PgDriver:
     def turn(self, now: float, held: Mapping[int, Lease],
              body: Callable[[Any], tuple[list[Answer], list[Answer]]]
              ) -> tuple[list[Settled], list[Settled]]:
-        """The body's statements and the commit in pipeline mode: the settles travel
-        with the first claim, then the commit; two round trips for one queue, one more
-        for each further queue a turn asks. A turn after a dropped connection first
-        gives back the claims in doubt and reads which settles in doubt committed."""
+        """The body's statements on the autocommit connection: its settles and first
+        claim as one statement sent with its Sync (one round trip, ``PgTurn.claim``);
+        anything else in a pipeline, the implicit transaction its Sync ends (``PgTurn``).
+        A turn after a dropped connection
+        (or a turn that failed after a commit) first gives back the claims in doubt
+        and reads which settles in doubt committed: in the same implicit transaction
+        as its own statement."""
         turn: PgTurn | None = None
         released: Any = None
         committed: Any = None
         try:
             conn = self._connection()
-            turn = PgTurn(self, conn, self._server_now(conn), held)
-            with conn.pipeline(), conn.transaction():
-                scope(conn, self.target)  # behind a pooler: sent with the rest, no round trip
+            turn = PgTurn(self, conn, self._server_now(conn), held, piped=True)
+            try:
                 if self._in_doubt:
-                    released = conn.execute(pg_sql.RELEASE_IN_DOUBT, {
+                    released = turn.queue(pg_sql.RELEASE_IN_DOUBT, {
                         "owner": self.owner, "held": list(held)})
                 if self._doubted:
-                    committed = conn.execute(pg_sql.SETTLED_IN_DOUBT, self._doubt_params())
+                    committed = turn.queue(pg_sql.SETTLED_IN_DOUBT, self._doubt_params())
                 sent, expiring = body(turn)
+                turn.send_pending(last=True)
+            except BaseException as exc:
+                # What the last Sync has not committed is not applied.
+                turn.abandon(exc)
+                raise
+            turn.sync()
             settled = settled_of(sent)
             if committed is not None:
                 settled = self._settled_before(settled, committed.fetchall())
             expired = settled_of(expiring)
             gave_back = released.fetchall() if released is not None else []
         except psycopg.Error as exc:
-            # Nothing was applied, or (the connection dropped) perhaps all of it: the
-            # leases stay as they were until a turn commits.
+            # Nothing was applied, or (the connection dropped, or a Sync of this turn
+            # went through) perhaps some or all of it: the leases stay as they were
+            # until a turn commits.
             error = self._failed("turn", exc)
-            if self._conn is None and turn is not None:
-                self._doubt(turn.decided, turn.now)
+            self._after_failure(turn, held)
             raise error from exc
+        except BaseException:
+            self._after_failure(turn, held)
+            raise
         if gave_back:
             log.warning("gave back %d claim(s) left in doubt by a dropped connection: jobs %s",
                         len(gave_back), ", ".join(str(r[0]) for r in gave_back))
@@ -223,11 +244,36 @@ class PgDriver:
         self._doubted.clear()
         return settled, expired
 
+    def _after_failure(self, turn: PgTurn | None, held: Mapping[int, Lease]) -> None:
+        """R26: a turn that failed when its connection dropped, or after one of its
+        Syncs committed, may have applied part or all of what it sent: its settles are
+        in doubt, and so are its claims, which the engine will not hold. On a
+        connection still up they are given back at once (``RELEASE_IN_DOUBT``), so a
+        failed turn leaves no lease behind; else the next turn does it."""
+        if turn is None or not (turn.committed or self._conn is None):
+            return
+        self._in_doubt = True
+        self._doubt(turn.decided, turn.now)
+        if self._conn is None:
+            return
+        try:
+            with self._conn.transaction():
+                scope(self._conn, self.target)
+                self._conn.execute(pg_sql.RELEASE_IN_DOUBT,
+                                   {"owner": self.owner, "held": list(held)}).fetchall()
+            self._in_doubt = False
+        except psycopg.Error as exc:
+            self._failed("giving back claims in doubt", exc)
+
     def transaction(self, what: str, now: float,
                     body: Callable[[Any], list[Answer]]) -> list[Settled]:
         """``body`` in one transaction on the server's clock (a reclaim, R23, R24)."""
-        return self._run(what, lambda conn, server_now: settled_of(
-            body(PgTurn(self, conn, server_now, None))))
+        def run(conn: Any, server_now: float) -> list[Answer]:
+            turn = PgTurn(self, conn, server_now, None)
+            answers = body(turn)
+            turn.send_pending()
+            return answers
+        return settled_of(self._run(what, run))
 
     def lease_owners(self) -> list[str]:
         return self._run("reading lease owners",
@@ -271,13 +317,22 @@ class PgDriver:
 
 
 class PgTurn:
-    """One transaction's statements on the driver's connection (the ``Turn`` protocol),
-    their answers read after the commit."""
+    """One turn's statements on the driver's connection (the ``Turn`` protocol), their
+    answers read after the commit. Settles wait in ``_pending`` until a claim takes
+    them along (``pg_sql.turn_statement``) or the turn ends (``send_pending``).
 
-    __slots__ = ("driver", "conn", "now", "_held", "decided")
+    In a turn (``piped``) a statement that must share a transaction with what follows
+    it (a limited claim's page, a refused row's settle, the in-doubt release) opens a
+    pipeline on the autocommit connection: what it holds is one implicit transaction,
+    committed by the one Sync that closes it (the next claim's, or the turn's end). A
+    claim with no pipeline open is sent on its own, with its Sync: one round trip. In
+    a ``transaction`` (a reclaim) every statement runs as it is sent, inside it."""
+
+    __slots__ = ("driver", "conn", "now", "_held", "decided", "committed", "_piped",
+                 "_pipeline", "_pending", "_group")
 
     def __init__(self, driver: PgDriver, conn: Any, now: float,
-                 held: Mapping[int, Lease] | None) -> None:
+                 held: Mapping[int, Lease] | None, piped: bool = False) -> None:
         self.driver = driver
         self.conn = conn
         self.now = now
@@ -285,25 +340,140 @@ class PgTurn:
         #: R26: the settles of the turn's outcomes (attempts the engine held leases
         #: for), remembered should the connection drop before the commit's reply.
         self.decided: list[Fenced] = []
+        #: One of the turn's Syncs went through: part of it is committed.
+        self.committed = False
+        self._piped = piped
+        #: The open pipeline's context (None: none open).
+        self._pipeline: Any = None
+        self._pending: list[tuple[Fenced, dict]] = []
+        self._group = SentGroup()
+
+    def queue(self, query: str, params: Any = None, raw: bool = False) -> Any:
+        """Send ``query`` in the turn's open pipeline (opened here if none is, and
+        scoped first behind a pooler): it commits with the pipeline's Sync. ``raw``: a
+        ``pg_sql.numbered`` text and its values in order."""
+        self._open()
+        return self._execute(query, params, raw)
+
+    def _execute(self, query: str, params: Any, raw: bool) -> Any:
+        cursor = psycopg.RawCursor(self.conn) if raw else self.conn.cursor()
+        return cursor.execute(query, params)
+
+    def _open(self) -> None:
+        if self._piped and self._pipeline is None:
+            self._pipeline = self.conn.pipeline()
+            self._pipeline.__enter__()
+            scope(self.conn, self.driver.target)  # behind a pooler: in this transaction
+
+    def _alone(self, query: str, params: Any, raw: bool = False) -> Any:
+        """Send ``query`` with its Sync, and what the open pipeline holds before it:
+        one round trip, committed as it returns (behind a pooler, in a pipeline of its
+        own after its scope: each transaction there sets its schema)."""
+        if self._pipeline is None and (not self._piped or not self.driver.target.pooler):
+            cursor = self._execute(query, params, raw)
+            self.committed = self._piped
+            return cursor
+        cursor = self.queue(query, params, raw)
+        self.sync()
+        return cursor
+
+    def sync(self) -> None:
+        """Close the open pipeline: its Sync commits the implicit transaction it holds
+        (R26a: waiting for its WAL flush when the store is durable), one round trip."""
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            pipeline.__exit__(None, None, None)
+            self.committed = True
+
+    def abandon(self, exc: BaseException) -> None:
+        """Undo what the open pipeline holds (a body that failed mid-turn): a BEGIN
+        makes its implicit transaction an explicit one, rolled back; nothing of it is
+        applied."""
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is None:
+            return
+        conn = self.conn
+        if not (conn.closed or conn.broken) and (
+                conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.ABORTED):
+            try:
+                conn.execute("BEGIN")
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                pass  # the connection is gone: nothing of it committed
+        pipeline.__exit__(type(exc), exc, exc.__traceback__)
 
     def crash_causes(self, job_id: int) -> list[str]:
-        return [r[0] or "?" for r in self.conn.execute(pg_sql.CRASH_CAUSES, {"id": job_id})]
+        # In the turn's pipeline (behind a pooler its transaction is scoped first).
+        return [r[0] or "?" for r in self.queue(pg_sql.CRASH_CAUSES, {"id": job_id}).fetchall()]
+
+    def _claim_params(self, queue: str, want: int) -> dict[str, Any]:
+        driver = self.driver
+        return dict(driver._claim_params, owner=driver.owner, now=self.now, slack=LEASE_SLACK,
+                    queue=queue, limit=want)
 
     def claim(self, queue: str, want: int) -> list[tuple]:
-        # Reading the claim's rows sends everything queued so far in one go.
-        return self.conn.execute(pg_sql.CLAIM, dict(
-            self.driver._claim_params, owner=self.driver.owner, now=self.now, slack=LEASE_SLACK,
-            queue=queue, limit=want)).fetchall()
+        """The turn's settles so far and this claim as one statement, sent with its
+        Sync: one round trip. A job it put back in line due now (a retry without
+        backoff, a defer or reschedule of no delay) or a chain's next step it enqueued
+        (R12) is not seen by its own claim (one snapshot): a second claim takes it, as
+        a turn on SQLite would. (A batch's callbacks, enqueued by a trigger, wake the
+        pools by their notification, R34, R11a.)"""
+        params = self._claim_params(queue, want)
+        if self._pending and self._pending[0][1]["owner"] != self.driver.owner:
+            self.send_pending()  # a reclaim's settles are fenced by another owner
+        again = any(_due_now(item) for item, _params in self._pending)
+        if not self._pending:
+            return self._alone(pg_sql.CLAIM, params).fetchall()
+        cursor, group = self._send(params)
+        found: list[tuple] = []
+        held: set[int] = set()
+        for row in cursor.fetchall():
+            if row[0]:
+                found.append(row[1:])
+            else:
+                held.add(row[1])
+        group.found(held)
+        if again and len(found) < want:
+            found += self.claim(queue, want - len(found))
+        return found
+
+    def send_pending(self, last: bool = False) -> None:
+        """The settles no claim took along, as one statement: in the open pipeline,
+        committed by its Sync (by ``transaction``'s commit in one); the ``last`` of a
+        turn with its own Sync."""
+        if self._pending:
+            self._send(None, last)
+
+    def _send(self, claim: dict[str, Any] | None, last: bool = False) -> tuple[Any, SentGroup]:
+        """Send the pending settles (and ``claim``'s parameters) as one
+        ``pg_sql.turn_statement``; its answers go to their group."""
+        pending, group = self._pending, self._group
+        self._pending, self._group = [], SentGroup()
+        params: dict[str, Any] = {
+            name: [item_params[key] for _item, item_params in pending]
+            for name, key in _ARRAYS}
+        params["kinds"] = [item.decision.statement for item, _params in pending]
+        kinds = tuple(sorted(set(params["kinds"])))
+        # Every pending settle is fenced by one owner (``settle``).
+        params.update(claim or {}, owner=pending[0][1]["owner"], now=self.now)
+        statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None)
+        values = [params[name] for name in names]
+        cursor = (self._alone(statement, values, raw=True) if claim is not None or last
+                  else self.queue(statement, values, raw=True))
+        group.cursor = cursor
+        return cursor, group
 
     def limited_source(self, limited: LimitedClaim) -> SqlLimitedSource:
         # The groups' locks (FOR UPDATE SKIP LOCKED) are taken through it, in this
-        # transaction: a source per claim.
+        # turn's implicit transaction, which ends at the pipeline's Sync: a source per
+        # claim. The turn's settles go first, so the groups' counts see them (R35).
+        self.send_pending()
+        self._open()
         return SqlLimitedSource(pg_sql, rows_of(self.conn), limited)
 
     def claim_chosen(self, limited: LimitedClaim, picked: Picked) -> list[tuple]:
-        return self.conn.execute(limited.claim_ids, dict(
-            self.driver._claim_params, owner=self.driver.owner, now=self.now, slack=LEASE_SLACK,
-            ids=picked.ids, caps=picked.caps)).fetchall()
+        return self.queue(limited.claim_ids, dict(
+            self._claim_params("", 0), ids=picked.ids, caps=picked.caps)).fetchall()
 
     def reclaimable(self, owner: str | None) -> list[tuple]:
         if owner is None:
@@ -314,40 +484,30 @@ class PgTurn:
     def settle_malformed(self, bad: row_codec.Malformed, owner: Any) -> SentMalformed:
         """R44: settle dead a row the codec refused (``pg_sql.SETTLE_MALFORMED``, its
         answer read after the commit, as a settle's is)."""
-        return SentMalformed(bad, self.conn.execute(
+        return SentMalformed(bad, self.queue(
             pg_sql.SETTLE_MALFORMED, row_codec.malformed_params(bad, owner, self.now)))
 
     def settle(self, items: Sequence[Settled | Fenced]) -> list[Answer]:
-        """Send a batch of settles, answers in its order: the settles of one kind as
-        one statement (``pg_sql.SETTLE_MANY``) when the batch has several of it, since
-        the statement's round of planning and locking is most of what a settle costs
-        the server; a kind seen once as its single statement. Each statement is the
-        fenced change (for a finished job: the row's move, a chain's next step) and
-        its line in the attempt log (R19a)."""
+        """Take a batch of settles, answers in its order: each is the fenced change
+        (for a finished job: the row's move, a chain's next step) and its line in the
+        attempt log (R19a), sent with the turn's claim as one statement
+        (``pg_sql.turn_statement``), or at the turn's end. An attempt met twice goes
+        in a statement after the first's (one statement writes a row once), and so
+        does a settle fenced by another owner than those before it (a reclaim's)."""
         held = self._held
-        kinds: dict[str, list[tuple[Fenced, dict]]] = {}
-        params_of: list[tuple[Fenced, dict] | Settled] = []
+        sent: list[Answer] = []
         for item in items:
             if isinstance(item, Settled):
-                params_of.append(item)
+                sent.append(item)
                 continue
             if held is not None and held.get(item.lease.job_id) is item.lease:
                 self.decided.append(item)
-            pair = (item, self._params(item))
-            params_of.append(pair)
-            kinds.setdefault(item.decision.statement, []).append(pair)
-        groups = {kind: self._send_group(kind, pairs)
-                  for kind, pairs in kinds.items() if len(pairs) > 1}
-        sent: list[Answer] = []
-        for entry in params_of:
-            if isinstance(entry, Settled):
-                sent.append(entry)
-                continue
-            item, params = entry
-            kind = item.decision.statement
-            group = groups.get(kind)
-            sent.append(SentSettle(item.lease, item.decision, group if group is not None
-                                   else self.conn.execute(pg_sql.SETTLE[kind], params)))
+            params = self._params(item)
+            if self._pending and (params["owner"] != self._pending[0][1]["owner"] or any(
+                    pending.lease.job_id == item.lease.job_id for pending, _ in self._pending)):
+                self.send_pending()
+            self._pending.append((item, params))
+            sent.append(SentSettle(item.lease, item.decision, self._group))
         return sent
 
     def _params(self, item: Fenced) -> dict[str, Any]:
@@ -360,15 +520,19 @@ class PgTurn:
                     result=result.encode() if isinstance(result, str) else result,
                     crashes=decision.crashes, run_at=now + decision.delay)
 
-    def _send_group(self, kind: str, pairs: list[tuple[Fenced, dict]]) -> SentGroup:
-        column = {name: [params[key] for _item, params in pairs]
-                  for name, key in (("ids", "id"), ("attempts", "attempt"),
-                                    ("run_ats", "run_at"), ("errors", "error"),
-                                    ("crashes", "crashes"), ("results", "result"),
-                                    ("pids", "pid"), ("began", "started_at"),
-                                    ("outcomes", "outcome"), ("log_errors", "log_error"),
-                                    ("exit_statuses", "exit_status"),
-                                    ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
-                                    ("strays", "strays"))}
-        return SentGroup(self.conn.execute(pg_sql.SETTLE_MANY[kind],
-                                           dict(column, owner=self.driver.owner, now=self.now)))
+
+def _due_now(item: Fenced) -> bool:
+    """Whether a settle leaves a row its own statement's claim cannot see and that is
+    due at once: the job back in line now, or a chain's next step (R12; a claimed
+    row's ``follow_ups`` flag on PostgreSQL says it has a chain)."""
+    decision = item.decision
+    return ((decision.status == "ready" and decision.delay <= 0)
+            or (decision.statement == "done" and bool(item.lease.follow_ups)))
+
+
+#: A turn statement's arrays (``pg_sql.turn_statement``), from each attempt's parameters.
+_ARRAYS = (("ids", "id"), ("attempts", "attempt"), ("run_ats", "run_at"), ("errors", "error"),
+           ("crashes", "crashes"), ("results", "result"), ("pids", "pid"),
+           ("began", "started_at"), ("outcomes", "outcome"), ("log_errors", "log_error"),
+           ("exit_statuses", "exit_status"), ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
+           ("strays", "strays"))

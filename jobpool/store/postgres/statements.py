@@ -16,6 +16,9 @@ still run and vacuum keeps it small. ``all_jobs`` reads both.
 """
 from __future__ import annotations
 
+import functools
+import re
+
 from jobpool import lifecycle
 from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
@@ -709,22 +712,22 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 #: (1, ``FOLLOW_ENDS``, for a chain; a batch counts its members by trigger here), and
 #: the chain itself as JSON text (as SQLite has it: the codec reads one form), which
 #: the codec checks before the job runs (R44).
-CLAIM = f"""
-WITH picked AS (
+_CLAIM_PICKED = """picked AS (
     SELECT id FROM jobs
      WHERE status = 'ready' AND queue = %(queue)s
        AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
        AND name = ANY(%(names)s::text[])
      ORDER BY priority DESC, line_at, id
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED)
-UPDATE jobs AS j
+       FOR UPDATE SKIP LOCKED)"""
+_CLAIM_UPDATE = f"""UPDATE jobs AS j
    SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
           j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
           j.chain::text
 """
+CLAIM = f"\nWITH {_CLAIM_PICKED}\n{_CLAIM_UPDATE}"
 
 
 def claim_params(names, policies, default_policy) -> dict:
@@ -783,7 +786,7 @@ def _json_integer(value: str, least: int, most: int) -> str:
 
 def chain_step_fits(chain: str) -> str:
     """R44: whether the next step of the jsonb ``chain`` can be enqueued by
-    ``_SUCCESSOR`` (every column it fills has its type, every cast succeeds), as a
+    ``_successor`` (every column it fills has its type, every cast succeeds), as a
     condition that is never an error itself. The claim checked the whole chain
     (``row_codec.chain``); this guards a settle against a chain changed since, so one
     row's chain can never fail the statement, and with it the turn."""
@@ -804,8 +807,9 @@ def chain_step_fits(chain: str) -> str:
 _DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} "
                f"THEN {quote_literal(CHAIN_STOPPED)} ELSE last_error END")
 
-#: R12: a chain's next step, from the rows a finishing settle ``moved``.
-_SUCCESSOR = f"""successor AS (
+def _successor(moved: str, name: str = "successor") -> str:
+    """R12: a chain's next step, from the rows a finishing settle ``moved``."""
+    return f"""{name} AS (
     INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
            convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
@@ -814,8 +818,9 @@ _SUCCESSOR = f"""successor AS (
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
                                                     jsonb_of("chain -> 0 ->> 'payload'"))}
-      FROM moved WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
+      FROM {moved} WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
 """
+
 
 #: Columns a finishing transition writes besides ``_MOVED``: its status, and what the
 #: live row had that the transition may change; ``result`` and ``finished_at`` only
@@ -842,22 +847,6 @@ _SETTLES = lifecycle.SETTLES
 _CHAIN_STOPPED_OVERRIDE = {"last_error": _DONE_ERROR}
 
 
-def _settle_one(name: str) -> str:
-    """``lifecycle.SETTLES[name]`` for one attempt: a finishing one moves the row to
-    ``finished_jobs`` (a done chain's next step enqueued by the same statement, R12);
-    the rest update it where it is."""
-    transition = _SETTLES[name]
-    if transition.finishes:
-        done = name == "done"
-        moved = finish_row(transition, DIALECT, "moved", _CHAIN_STOPPED_OVERRIDE if done else None)
-        return _settle(f"moved AS (DELETE FROM jobs WHERE {GUARD} RETURNING *),\n"
-                       f"settled AS (\n    {moved})" + (",\n" + _SUCCESSOR if done else "\n"))
-    return _settle(f"""settled AS (
-    UPDATE jobs SET {assignments(transition, DIALECT)}
-     WHERE {GUARD} RETURNING id)
-""")
-
-
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
 #: at once with the reason naming the column, fenced by id, owner and status; the
 #: columns move as they are (the schema's types held them), the batch's trigger
@@ -871,23 +860,32 @@ settled AS (
 #: Nothing follows it: its one statement does it all.
 MALFORMED_FOLLOW_UPS: tuple[str, ...] = ()
 
-# --- the settles of one turn, several of a kind in one statement ------------------------
-# A turn's outcomes of one kind, when it has several, travel as arrays unnested side by
-# side (one row per attempt); each statement applies its single twin's transition to
-# all of them, fenced row by row, and returns the ids whose fence held.
+# --- a turn in one statement (issue 25 item 1) ---------------------------------------------
+# A turn's settles of every kind, their lines in the attempt log and the claim for the
+# free slots of one queue, as one statement with one result: the attempts as arrays
+# unnested side by side, their kind beside them, each kind's transition a step of its
+# own over the rows of that kind (fenced row by row, R8), then the claim
+# (R6-R9). The claim reads the table as it was before the statement (every step of a
+# statement sees one snapshot), so a job this statement puts back in line is claimed by
+# the next one, never twice in one; the rows it settles are ``running`` and those it
+# claims ``ready``, so no row is written by two of its steps.
 
-_INPUT_MANY = """input AS (
+#: The kinds a turn statement may settle, in the order its steps are written.
+TURN_KINDS = tuple(_SETTLES)
+#: The attempts a turn settles, one row each: what each decision gives (``i.new_*``),
+#: its line in the attempt log, and its kind (``Decision.statement``).
+_INPUT_TURN = """input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(run_ats)s::float8[],
                          %(errors)s::text[], %(crashes)s::integer[], %(results)s::bytea[],
                          %(pids)s::integer[], %(began)s::float8[], %(outcomes)s::text[],
                          %(log_errors)s::text[], %(exit_statuses)s::text[],
-                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[])
+                         %(peak_rsses)s::bigint[], %(cpus)s::float8[], %(strays)s::integer[],
+                         %(kinds)s::text[])
         AS i(id, attempt, new_run_at, new_error, new_crashes, new_result, pid, began,
-             outcome, log_error, exit_status, peak_rss, cpu_s, strays)),
+             outcome, log_error, exit_status, peak_rss, cpu_s, strays, kind)),
 """
 _GUARD_MANY = ("j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt "
                "AND j.status = 'running'")
-_MOVED_MANY = f"moved AS (DELETE FROM jobs AS j USING input AS i WHERE {_GUARD_MANY} RETURNING j.*),"
 _LOG_MANY = """
 INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
                       exit_status, peak_rss, cpu_s, strays)
@@ -897,31 +895,81 @@ SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_sta
 RETURNING job_id
 """
 
+#: The claim's columns (``CLAIM``'s ``RETURNING``), as a turn statement's rows carry
+#: them after a flag that tells a claimed row (true) from a settled attempt's id (false).
+_CLAIM_SHAPE = ("NULL::text, NULL::bytea, NULL::text, NULL::integer, NULL::integer, "
+                "NULL::integer, NULL::float8, NULL::float8, NULL::integer, NULL::float8, "
+                "NULL::integer, NULL::float8, NULL::text")
 
-def _settle_many(steps: str) -> str:
-    return f"WITH {_INPUT_MANY}{steps}{_LOG_MANY}"
 
-
-def _settle_many_of(name: str) -> str:
-    """``lifecycle.SETTLES[name]`` for several attempts, as ``_settle_one`` for one."""
+def _turn_steps(name: str) -> str:
+    """``lifecycle.SETTLES[name]`` over the rows of kind ``name`` of ``input``: a
+    finishing one moves the rows to ``finished_jobs`` (a done chain's next step enqueued
+    by the same statement, R12), the rest update them where they are. Its last step is
+    ``settled_<name>``, returning the ids whose fence held."""
     transition = _SETTLES[name]
+    guard = f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
     if transition.finishes:
         done = name == "done"
-        moved = finish_row(transition, _MANY_MOVED_DIALECT, "moved JOIN input USING (id)",
+        moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN input USING (id)",
                            _CHAIN_STOPPED_OVERRIDE if done else None)
-        return _settle_many(f"{_MOVED_MANY}\nsettled AS (\n    {moved})"
-                            + (",\n" + _SUCCESSOR if done else "\n"))
-    return _settle_many(f"""settled AS (
+        return (f"moved_{name} AS (DELETE FROM jobs AS j USING input AS i WHERE {guard}"
+                f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
+                + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
+    return f"""settled_{name} AS (
     UPDATE jobs AS j SET {assignments(transition, _MANY_DIALECT)}
-      FROM input AS i WHERE {_GUARD_MANY} RETURNING j.id)
-""")
+      FROM input AS i WHERE {guard} RETURNING j.id),
+"""
 
 
-#: ``lifecycle.Decision.statement`` -> the fenced statement that applies it and logs
-#: the attempt; it returns a row only when the fence held.
-SETTLE = {name: _settle_one(name) for name in _SETTLES}
-#: ``SETTLE``'s statements for several attempts of one kind.
-SETTLE_MANY = {name: _settle_many_of(name) for name in _SETTLES}
+def numbered(text: str) -> tuple[str, tuple[str, ...]]:
+    """``text`` with psycopg's named placeholders written as PostgreSQL's numbered ones
+    (``$1``...), and the names in their order. psycopg sends such a text as it is
+    (``psycopg.RawCursor``): a statement with named ones it scans for them at every run
+    when the text is longer than 4 kB (it keeps the scan only for shorter ones), about a
+    third of a one-job turn's CPU in the claimer for ``turn_statement``'s."""
+    names: list[str] = []
+
+    def number(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+    out = re.sub(r"%\((\w+)\)s", number, text)
+    if "%" in out:
+        raise ValueError("a numbered statement keeps no other % (psycopg would not read it)")
+    return out, tuple(names)
+
+
+@functools.lru_cache(maxsize=None)
+def turn_statement_numbered(kinds: tuple[str, ...], claim: bool) -> tuple[str, tuple[str, ...]]:
+    """``turn_statement`` as ``numbered`` writes it (what the driver sends)."""
+    return numbered(turn_statement(kinds, claim))
+
+
+@functools.lru_cache(maxsize=None)
+def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
+    """One turn as one statement: the settles of ``kinds`` (``%(kinds)s`` names each
+    attempt's, beside ``_INPUT_TURN``'s other arrays) and, when ``claim``, ``CLAIM`` with its
+    parameters. Its rows: ``(false, id)`` for each attempt whose fence held, padded to
+    the claim's columns, and ``(true, CLAIM's columns...)`` for each claimed row. One
+    text per set of kinds, so each is prepared once (a pool meets a handful)."""
+    if not kinds:
+        raise ValueError("a turn statement settles at least one kind (else: CLAIM)")
+    unknown = set(kinds) - set(TURN_KINDS)
+    if unknown:
+        raise ValueError(f"no such settle: {sorted(unknown)}")
+    ordered = [name for name in TURN_KINDS if name in kinds]
+    steps = "".join(_turn_steps(name) for name in ordered)
+    settled = " UNION ALL ".join(f"SELECT id FROM settled_{name}" for name in ordered)
+    text = f"WITH {_INPUT_TURN}{steps}settled AS ({settled}),\nlogged AS ({_LOG_MANY.strip()})"
+    if not claim:
+        return f"{text}\nSELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n"
+    return (f"{text},\n{_CLAIM_PICKED},\nclaimed AS ({_CLAIM_UPDATE})\n"
+            f"SELECT true, * FROM claimed\nUNION ALL\n"
+            f"SELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n")
+
+
 CRASH_CAUSES = """
 SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY seq
 """

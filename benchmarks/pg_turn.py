@@ -1,0 +1,75 @@
+"""One PostgreSQL claimer's turn, timed in this process with no children: each turn
+settles the ``--per-turn`` jobs the turn before claimed (done) and claims as many
+(issue 25: what a turn costs the pool and the server, beside the whole drain of
+``benchmarks/whole/run.sh``).
+
+    .venv/bin/python benchmarks/pg_turn.py [--db URL] [--turns 3000] [--per-turn 1]
+                                           [--durability normal]
+
+Prints the turns' median and mean wall time per turn, the claimer's CPU per turn
+(this process), and the CPU its server backend spent per turn (``/proc/PID/stat`` of
+the backend, so only with the server on this host). A fresh schema each run, dropped
+after. Run it from another checkout's tree with ``PYTHONPATH=TREE`` to compare.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+import uuid
+
+import psycopg
+
+import jobpool
+from jobpool.lifecycle import DONE, Outcome
+
+NAME = "bench.turn"
+
+
+def backend_cpu(pid: int) -> float:
+    """Seconds of CPU the server process ``pid`` has used (utime + stime)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--turns", type=int, default=3000)
+    parser.add_argument("--per-turn", type=int, default=1)
+    parser.add_argument("--durability", choices=("full", "normal"), default="full")
+    args = parser.parse_args()
+    schema = "bench_turn_" + uuid.uuid4().hex[:8]
+    url = f"{args.db}{'&' if '?' in args.db else '?'}schema={schema}"
+    store = jobpool.connect(url, durability=args.durability)
+    try:
+        store.enqueue_many(NAME, [(i,) for i in range((args.turns + 2) * args.per_turn)])
+        claimer = store.claimer("bench-turn:1:1", (NAME,), ("default",), {})
+        rng = random.Random(1)
+        claimed = claimer.turn([], args.per_turn, time.time(), rng)[1]
+        backend = claimer.driver._conn.info.backend_pid
+        walls = []
+        cpu0, server0 = time.process_time(), backend_cpu(backend)
+        for _ in range(args.turns):
+            outcomes = [Outcome(c.job_id, c.attempt, DONE) for c in claimed]
+            began = time.perf_counter()
+            claimed = claimer.turn(outcomes, args.per_turn, time.time(), rng)[1]
+            walls.append(time.perf_counter() - began)
+        cpu, server = time.process_time() - cpu0, backend_cpu(backend) - server0
+        claimer.close()
+    finally:
+        store.close()
+        with psycopg.connect(args.db, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    n = args.turns
+    print(f"turns={n} per_turn={args.per_turn} durability={args.durability} "
+          f"wall_median_us={statistics.median(walls) * 1e6:.0f} "
+          f"wall_mean_us={sum(walls) / n * 1e6:.0f} "
+          f"claimer_cpu_us={cpu / n * 1e6:.0f} backend_cpu_us={server / n * 1e6:.0f}")
+
+
+if __name__ == "__main__":
+    main()
