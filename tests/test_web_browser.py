@@ -270,6 +270,19 @@ def test_retry_all_matching_goes_through_a_confirmation_showing_the_count(any_st
     assert [any_store.get(i)["status"] for i in (*gone, *kept)] == ["ready"] * 3 + ["dead"]
 
 
+def test_retry_selected_retries_the_ticked_jobs(any_store, serve, page):
+    from playwright.sync_api import expect
+    dead = _dead_jobs(any_store, 3)
+    page.goto(serve() + "/jobs?status=dead")
+    for job_id in (dead[0], dead[2]):
+        page.get_by_role("checkbox", name=f"select job {job_id}").check()
+    page.get_by_role("button", name="retry selected").click()
+    expect(page.locator(".notice")).to_have_text("retry selected: 2 retried")
+    # Back on the same list: the one left unticked is the only dead one.
+    assert page.url.endswith("/jobs?status=dead") and _listed(page) == [dead[1]]
+    assert [any_store.get(i)["status"] for i in dead] == ["ready", "dead", "ready"]
+
+
 def test_cancel_makes_a_ready_job_dead(any_store, serve, page):
     from playwright.sync_api import expect
     job_id = any_store.enqueue_with("b.stop").id
