@@ -283,6 +283,18 @@ def test_retry_selected_retries_the_ticked_jobs(any_store, serve, page):
     assert [any_store.get(i)["status"] for i in dead] == ["ready", "dead", "ready"]
 
 
+def test_select_all_on_the_page_then_delete_selected(any_store, serve, page):
+    from playwright.sync_api import expect
+    dead = _dead_jobs(any_store, 3)
+    ready = any_store.enqueue_with("b.a").id
+    page.goto(serve() + "/jobs?status=dead&limit=2")  # a page of two: only those are ticked
+    page.get_by_role("checkbox", name="select all on this page").check()
+    page.get_by_role("button", name="delete selected").click()
+    expect(page.locator(".notice")).to_have_text("delete selected: 2 deleted")
+    assert _listed(page) == [dead[0]]
+    assert any_store.get(dead[0])["status"] == "dead" and any_store.get(ready)["status"] == "ready"
+
+
 def test_cancel_makes_a_ready_job_dead(any_store, serve, page):
     from playwright.sync_api import expect
     job_id = any_store.enqueue_with("b.stop").id
@@ -500,6 +512,30 @@ def test_the_overview_shows_a_new_job_without_a_reload(any_store, serve, page):
     page.locator('#queues tr:has-text("q7")').get_by_role("button", name="pause").click()
     expect(page.locator(".notice")).to_have_text("queue q7: paused")
     assert any_store.paused_queues() == ["q7"]
+
+
+def _hidden(page, hidden: bool) -> None:
+    """The tab hidden (another tab in front) or shown again, as the page sees it."""
+    page.evaluate("""hidden => {
+        Object.defineProperty(document, "hidden", {value: hidden, configurable: true});
+        Object.defineProperty(document, "visibilityState",
+                              {value: hidden ? "hidden" : "visible", configurable: true});
+        document.dispatchEvent(new Event("visibilitychange"));
+    }""", hidden)
+
+
+def test_a_hidden_overview_lets_its_stream_go_and_takes_it_back(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    asked = _asked(page)
+    page.goto(serve() + "/")
+    expect(page.locator("#total-ready")).to_have_text("1")
+    _hidden(page, True)
+    any_store.enqueue_with("b.a", queue="q1")
+    _hidden(page, False)
+    # Shown again: a new stream, whose first event has the job enqueued meanwhile.
+    expect(page.locator("#total-ready")).to_have_text("2")
+    assert asked.count("/events") == 2 and "/live" not in asked, asked
 
 
 def test_without_the_stream_the_overview_polls(any_store, serve, page, watched):
