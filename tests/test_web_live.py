@@ -132,6 +132,15 @@ def _ready(event: dict) -> int:
     return int(found.group(1))
 
 
+def _pause(port: int, queue: str) -> None:
+    """An action through the served app's API (it wakes the hub)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+    conn.request("POST", f"/api/queues/{queue}/pause", body="",
+                 headers={"content-type": "application/json"})
+    assert conn.getresponse().status == 200
+    conn.close()
+
+
 def test_every_open_stream_shares_one_read_a_refresh_and_an_action_refreshes_them_all(
         any_store, store_url, serve_app):
     counted = _Counted(any_store)
@@ -147,11 +156,7 @@ def test_every_open_stream_shares_one_read_a_refresh_and_an_action_refreshes_the
     assert counted.dashboard_reads == 1  # four viewers, one read
     # An action from the dashboard (here its API) refreshes every open overview at once.
     any_store.enqueue_with("w.a", queue="q1")
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=WAIT)
-    conn.request("POST", "/api/queues/q2/pause", body="",
-                 headers={"content-type": "application/json"})
-    assert conn.getresponse().status == 200
-    conn.close()
+    _pause(served.port, "q2")
     second = [s.next() for s in streams]
     assert {e["id"] for e in second} == {"2"}
     assert [_ready(e) for e in second] == [2, 2, 2, 2]
@@ -315,22 +320,42 @@ def test_a_failed_read_keeps_the_last_overview_and_is_logged_once(any_store, sto
     failing.down = True
     for number, queue in (("2", "q2"), ("3", "q3")):
         # Each action wakes the hub: its read fails, the last snapshot is sent again.
-        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=WAIT)
-        conn.request("POST", f"/api/queues/{queue}/pause", body="",
-                     headers={"content-type": "application/json"})
-        assert conn.getresponse().status == 200
-        conn.close()
+        _pause(served.port, queue)
         event = viewer.next()
         assert event["id"] == number and _ready(event) == 1
     failing.down = False
     any_store.enqueue_with("w.a", queue="q1")
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=WAIT)
-    conn.request("POST", "/api/queues/q1/pause", body="",
-                 headers={"content-type": "application/json"})
-    assert conn.getresponse().status == 200
-    conn.close()
+    _pause(served.port, "q1")
     assert _ready(viewer.next()) == 2
     viewer.close()
     said = [r.getMessage() for r in caplog.records if r.name == "jobpool.web.stream"]
     assert said == ["the live overview could not read the store: disk I/O error",
                     "the live overview reads the store again"], said
+
+
+def test_a_refresh_that_cannot_be_drawn_leaves_the_streams_served(any_store, store_url,
+                                                                    serve_app, caplog):
+    app = create_app(store_url)
+    hub = app.state.stream
+    hub.every = 3600
+    drawn, broken = hub.render, [False]
+
+    def render(frame):
+        if broken[0]:
+            raise KeyError("a template's bug")
+        return drawn(frame)
+    hub.render = render
+    served = serve_app(app)
+    any_store.enqueue_with("w.a", queue="q1")
+    viewer = Stream(served.port)
+    assert viewer.next()["id"] == "1"
+    broken[0] = True
+    _pause(served.port, "q1")
+    _until(lambda: any("could not be drawn" in r.getMessage() for r in caplog.records),
+           "the failed render logged")
+    broken[0] = False
+    any_store.enqueue_with("w.a", queue="q1")
+    _pause(served.port, "q2")
+    event = viewer.next()
+    viewer.close()
+    assert event["id"] == "2" and _ready(event) == 2 and "<li>q2</li>" in event["data"]

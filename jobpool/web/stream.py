@@ -150,7 +150,15 @@ class Hub:
             if self._failing:
                 log.warning("the live overview reads the store again")
             self._failing = False
-        return None if self._frame is None else self.render(self._frame)
+        if self._frame is None:
+            return None
+        try:
+            return self.render(self._frame)
+        except Exception:
+            # A bug of ours, not the store's: the loop must outlive it (streams wait on
+            # it), and the page's polling of /live shows the same error to whoever looks.
+            log.exception("the live overview could not be drawn")
+            return None
 
 
 def message(number: int, text: str) -> bytes:
