@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from tests.test_web import (_client, _csrf, _dead_jobs, _web_actions,  # noqa: E402, F401
+from tests.test_web import (_client, _dead_jobs, _web_actions,  # noqa: E402, F401
                             store_url)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx`:UserWarning")
