@@ -270,6 +270,31 @@ def test_retry_all_matching_goes_through_a_confirmation_showing_the_count(any_st
     assert [any_store.get(i)["status"] for i in (*gone, *kept)] == ["ready"] * 3 + ["dead"]
 
 
+def test_retry_selected_retries_the_ticked_jobs(any_store, serve, page):
+    from playwright.sync_api import expect
+    dead = _dead_jobs(any_store, 3)
+    page.goto(serve() + "/jobs?status=dead")
+    for job_id in (dead[0], dead[2]):
+        page.get_by_role("checkbox", name=f"select job {job_id}").check()
+    page.get_by_role("button", name="retry selected").click()
+    expect(page.locator(".notice")).to_have_text("retry selected: 2 retried")
+    # Back on the same list: the one left unticked is the only dead one.
+    assert page.url.endswith("/jobs?status=dead") and _listed(page) == [dead[1]]
+    assert [any_store.get(i)["status"] for i in dead] == ["ready", "dead", "ready"]
+
+
+def test_select_all_on_the_page_then_delete_selected(any_store, serve, page):
+    from playwright.sync_api import expect
+    dead = _dead_jobs(any_store, 3)
+    ready = any_store.enqueue_with("b.a").id
+    page.goto(serve() + "/jobs?status=dead&limit=2")  # a page of two: only those are ticked
+    page.get_by_role("checkbox", name="select all on this page").check()
+    page.get_by_role("button", name="delete selected").click()
+    expect(page.locator(".notice")).to_have_text("delete selected: 2 deleted")
+    assert _listed(page) == [dead[0]]
+    assert any_store.get(dead[0])["status"] == "dead" and any_store.get(ready)["status"] == "ready"
+
+
 def test_cancel_makes_a_ready_job_dead(any_store, serve, page):
     from playwright.sync_api import expect
     job_id = any_store.enqueue_with("b.stop").id
@@ -348,8 +373,9 @@ def test_hostile_names_and_arguments_show_as_text_and_run_nothing(any_store, ser
     expect(page.locator("#data dl.data")).to_contain_text("<script>alert(1)</script> [bold]x[/bold]")
     page.goto(base + "/")
     expect(page.locator("#queues")).to_contain_text(HOSTILE_NAME)
+    # Only the dashboard's own scripts: htmx and the overview's stream.
     assert page.locator("script").evaluate_all("s => s.map(e => e.getAttribute('src'))") == [
-        "/static/htmx.min.js"]
+        "/static/htmx.min.js", "/static/live.js"]
     assert dialogs == []
 
 
@@ -459,19 +485,72 @@ def test_the_queues_page_pauses_and_shows_limits(any_store, serve, page):
     assert any_store.paused_queues() == ["q1"]
 
 
+def _asked(page) -> list[str]:
+    """The paths the page asks the dashboard for, from now on."""
+    paths: list[str] = []
+    page.on("request", lambda r: paths.append(re.sub(r"^https?://[^/]+", "", r.url)))
+    return paths
+
+
 def test_the_overview_shows_a_new_job_without_a_reload(any_store, serve, page):
     from playwright.sync_api import expect
     any_store.enqueue_with("b.a", queue="q1")
+    asked = _asked(page)
     page.goto(serve() + "/")
     expect(page.locator("#total-ready")).to_have_text("1")
     page.evaluate("window.notReloaded = true")
     any_store.enqueue_with("b.a", queue="q1")
     any_store.enqueue_with("b.b", queue="q7", delay=3600)
-    # htmx polls the shared snapshot every 2 s: the counts change in the open page.
+    # The shared snapshot's next refresh reaches the open page as a server-sent event.
     expect(page.locator("#total-ready")).to_have_text("2")
     expect(page.locator("#total-scheduled")).to_have_text("1")
     expect(page.locator("#queues")).to_contain_text("q7")
     assert page.evaluate("window.notReloaded") is True
+    # Over the stream, not by polling: the page never asked for /live.
+    assert "/events" in asked and "/live" not in asked, asked
+    # A form that came over the stream acts (its CSRF token is this session's).
+    page.locator('#queues tr:has-text("q7")').get_by_role("button", name="pause").click()
+    expect(page.locator(".notice")).to_have_text("queue q7: paused")
+    assert any_store.paused_queues() == ["q7"]
+
+
+def _hidden(page, hidden: bool) -> None:
+    """The tab hidden (another tab in front) or shown again, as the page sees it."""
+    page.evaluate("""hidden => {
+        Object.defineProperty(document, "hidden", {value: hidden, configurable: true});
+        Object.defineProperty(document, "visibilityState",
+                              {value: hidden ? "hidden" : "visible", configurable: true});
+        document.dispatchEvent(new Event("visibilitychange"));
+    }""", hidden)
+
+
+def test_a_hidden_overview_lets_its_stream_go_and_takes_it_back(any_store, serve, page):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    asked = _asked(page)
+    page.goto(serve() + "/")
+    expect(page.locator("#total-ready")).to_have_text("1")
+    _hidden(page, True)
+    any_store.enqueue_with("b.a", queue="q1")
+    _hidden(page, False)
+    # Shown again: a new stream, whose first event has the job enqueued meanwhile.
+    expect(page.locator("#total-ready")).to_have_text("2")
+    assert asked.count("/events") == 2 and "/live" not in asked, asked
+
+
+def test_without_the_stream_the_overview_polls(any_store, serve, page, watched):
+    from playwright.sync_api import expect
+    any_store.enqueue_with("b.a", queue="q1")
+    # A proxy in the way that does not pass the stream on: the page falls back to polling.
+    page.route(re.compile(r"/events$"), lambda route: route.fulfill(status=502, body="no"))
+    asked = _asked(page)
+    page.goto(serve() + "/")
+    expect(page.locator("#total-ready")).to_have_text("1")
+    page.evaluate("window.notReloaded = true")
+    any_store.enqueue_with("b.a", queue="q1")
+    expect(page.locator("#total-ready")).to_have_text("2")
+    assert page.evaluate("window.notReloaded") is True and "/live" in asked, asked
+    watched.expect_error("502")
 
 
 def test_enqueue_a_job_by_name_from_the_form(any_store, serve, page):

@@ -149,6 +149,15 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
     ``BULK_MOST``), one ``web_action`` event with the filter, the ids and a count of
     what became of them."""
     ids = matching(store, chosen, through)
+    counts = _counted(_applied(store, action, ids))
+    _log(action, who, filter={k: v for k, v in chosen.items() if v is not None},
+         job_ids=ids, result=counts)
+    return Done(bool(ids), _said(counts) or "none matched")
+
+
+def _applied(store: Any, action: str, ids: list[int]) -> dict[int, str]:
+    """``action`` on each of ``ids``, ``BULK_CHUNK`` a store call: what the store
+    answered for each."""
     outcome: dict[int, str] = {}
     for start in range(0, len(ids), BULK_CHUNK):
         chunk = ids[start:start + BULK_CHUNK]
@@ -160,13 +169,62 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
             outcome.update(store.run_now(chunk))
         else:
             outcome.update((job_id, store.cancel(job_id)) for job_id in chunk)
+    return outcome
+
+
+def _counted(outcome: dict[int, str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for what in outcome.values():
         counts[what] = counts.get(what, 0) + 1
-    said = ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) or "none matched"
-    _log(action, who, filter={k: v for k, v in chosen.items() if v is not None},
-         job_ids=ids, result=counts)
-    return Done(bool(ids), said)
+    return counts
+
+
+def _said(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+
+
+#: The most jobs one action on a selection takes: a jobs page's largest size.
+SELECTED_MOST = 1000
+#: What each action on a selection answers for a job it changed (any other answer is
+#: the store's refusal, as the one-job button would show it).
+SELECTED_OK = {"retry": ("retried",), "delete": ("deleted",),
+               "cancel": ("cancelled", "requested"), "run-now": RUN_NOW_OK}
+
+
+#: The jobs page's buttons for a selection, by action.
+SELECTED_BUTTONS = {"retry": "retry selected", "cancel": "cancel selected",
+                    "delete": "delete selected", "run-now": "run selected now"}
+
+
+def selected_ids(sent: Any) -> list[int]:
+    """The ids of a selection, checked: 1 to ``SELECTED_MOST`` job ids (whole numbers,
+    as numbers or digits), each once, in the order sent; ``ValueError`` saying what is
+    wrong."""
+    if not isinstance(sent, list) or not sent:
+        raise ValueError("select one job or more")
+    ids: list[int] = []
+    for value in sent:
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"a job id is a whole number above 0, not {value!r}")
+        if value not in ids:
+            ids.append(value)
+    if len(ids) > SELECTED_MOST:
+        raise ValueError(f"select at most {SELECTED_MOST} jobs at once, not {len(ids)}")
+    return ids
+
+
+def selected(store: Any, who: str, action: str, ids: list[int]) -> tuple[Done, dict[int, str]]:
+    """R47: ``action`` (a key of ``BULK_STATUSES``) on the jobs ``ids`` a person
+    ticked, each as its one-job button would do it (the store refuses a job whose
+    status the action does not take, naming it); one ``web_action`` event with the
+    ids and a count of what became of them. Also what became of each id."""
+    outcome = _applied(store, action, ids)
+    counts = _counted(outcome)
+    _log(action, who, selected=True, job_ids=ids, result=counts)
+    return Done(any(what in SELECTED_OK[action] for what in outcome.values()), _said(counts)), \
+        outcome
 
 
 #: The options an enqueue by name takes besides ``name``, ``args`` and ``kwargs``, with

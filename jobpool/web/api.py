@@ -26,6 +26,7 @@ def routes() -> list[Route]:
         Route("/api/stats", stats),
         Route("/api/jobs", jobs, methods=["GET"]),
         Route("/api/jobs", create_job, methods=["POST"]),
+        Route("/api/jobs/bulk", bulk, methods=["POST"]),
         Route("/api/jobs/{job_id:int}", job, methods=["GET"]),
         Route("/api/jobs/{job_id:int}", delete, methods=["DELETE"]),
         Route("/api/jobs/{job_id:int}/retry", retry, methods=["POST"]),
@@ -118,10 +119,10 @@ async def job(request: Request) -> Response:
 
 
 async def _write(request: Request, act: Callable[..., actions.Done], target: Any,
-                 made: dict[str, Any] | None = None) -> Response:
+                 made: dict[str, Any] | None = None, made_status: int = 201) -> Response:
     """``act`` on ``target`` (or on what ``target(body)`` makes of the JSON body sent,
     ``ValueError`` answering 400), as a page's button does. ``made``: what ``act`` put
-    there goes into the answer too, which is then 201 when it succeeds."""
+    there goes into the answer too, which is then ``made_status`` when it succeeds."""
     if (refused := _refused(request)) is not None:
         return refused
     if request.app.state.access.read_only:
@@ -145,8 +146,9 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
                                    request.app.state.access.who, target)
     request.app.state.live.forget()
     if not done.ok:
-        return _json({"ok": False, "result": done.what}, 409)
-    return _json({"ok": True, "result": done.what, **(made or {})}, 200 if made is None else 201)
+        return _json({"ok": False, "result": done.what, **(made or {})}, 409)
+    return _json({"ok": True, "result": done.what, **(made or {})},
+                 200 if made is None else made_status)
 
 
 async def create_job(request: Request) -> Response:
@@ -162,6 +164,26 @@ async def create_job(request: Request) -> Response:
             made.update(id=handle.id, duplicate=handle.duplicate)
         return done
     return await _write(request, act, actions.enqueue_spec, made)
+
+
+async def bulk(request: Request) -> Response:
+    """``{"action": "retry" | "cancel" | "delete" | "run-now", "ids": [...]}``: the
+    action on each job, as its own call would do it; ``jobs`` says what became of each
+    id. 200 when it changed one job or more, else 409."""
+    made: dict[str, Any] = {}
+
+    def target(body: Any) -> tuple[str, list[int]]:
+        if not isinstance(body, dict) or set(body) != {"action", "ids"}:
+            raise ValueError('send {"action": ..., "ids": [...]}')
+        if body["action"] not in actions.SELECTED_BUTTONS:
+            raise ValueError(f"action must be one of {', '.join(actions.SELECTED_BUTTONS)}")
+        return body["action"], actions.selected_ids(body["ids"])
+
+    def act(store: Any, who: str, chosen: tuple[str, list[int]]) -> actions.Done:
+        done, outcome = actions.selected(store, who, *chosen)
+        made["jobs"] = {str(job_id): what for job_id, what in outcome.items()}
+        return done
+    return await _write(request, act, target, made, made_status=200)
 
 
 async def retry(request: Request) -> Response:

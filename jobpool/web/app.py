@@ -21,14 +21,14 @@ from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
 from jobpool.display import shown
-from jobpool.web import api, fleet, formats, live, pages, schedules
+from jobpool.web import api, auth, fleet, formats, live, pages, schedules, stream
 from jobpool.web.auth import Access
 
 HERE = Path(__file__).parent
@@ -120,11 +120,12 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
     @contextlib.asynccontextmanager
     async def closing(app: Starlette) -> AsyncIterator[None]:
         yield
+        await app.state.stream.close()
         if opened:
             store.close()
 
-    app = Starlette(routes=[*pages.routes(), *fleet.routes(), *schedules.routes(),
-                            *api.routes(),
+    app = Starlette(routes=[*pages.routes(), Route("/events", stream.events), *fleet.routes(),
+                            *schedules.routes(), *api.routes(),
                             Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
                     middleware=[Middleware(_Guard, hosts=allowed_hosts),
                                 Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32),
@@ -135,4 +136,17 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
     app.state.live = live.SharedSnapshot(store)
     app.state.access = access
     app.state.templates = templates()
+    app.state.stream = stream.Hub(app.state.live, _live_part(app.state.templates, access))
     return app
+
+
+def _live_part(made: Jinja2Templates, access: Access) -> Any:
+    """How the stream's hub renders a frame: the overview's live part as ``/live``
+    draws it, once for every viewer, each form's CSRF token left to ``CSRF_SLOT``."""
+    template = made.env.get_template("_overview.html")
+
+    def render(frame: live.Frame) -> str:
+        return template.render(snap=frame.snapshot, paused=frame.paused, poll=live.POLL,
+                               read_only=access.read_only, csrf_field=auth.CSRF_FIELD,
+                               csrf=markupsafe.Markup(stream.CSRF_SLOT))
+    return render

@@ -17,7 +17,8 @@ from jobpool.snapshot import Snapshot, read_snapshot
 
 #: The oldest a snapshot a page is given may be, in seconds.
 EVERY = 1.5
-#: How often an open overview asks for the snapshot (htmx's ``every``), in seconds.
+#: How often an open overview asks for the snapshot (htmx's ``every``), in seconds, when
+#: its stream of server-sent events (``stream``) is not delivering.
 POLL = 2
 
 
@@ -40,6 +41,8 @@ class SharedSnapshot:
         self._lock = threading.Lock()
         self._frame: Frame | None = None
         self._at = 0.0
+        #: Called after ``forget`` (the stream's hub refreshes at once).
+        self.forgotten: list[Callable[[], None]] = []
 
     def get(self) -> Frame:
         with self._lock:
@@ -54,3 +57,5 @@ class SharedSnapshot:
         who acted sees what they did."""
         with self._lock:
             self._frame = None
+        for listener in self.forgotten:
+            listener()

@@ -16,6 +16,9 @@ SUMMARIES = {
     ("POST", "/api/jobs"): "Enqueue by name: {name, args, kwargs} and queue, key, delay, "
                            "priority, max_attempts; 201 {ok, result, id, duplicate}",
     ("GET", "/api/jobs/{job_id:int}"): "One job's row with its attempt_log",
+    ("POST", "/api/jobs/bulk"): "An action on chosen jobs: {action: retry, cancel, delete or "
+                                "run-now, ids: [...]} (at most 1000); {ok, result, jobs: what "
+                                "became of each id}; 409 when none changed",
     ("GET", "/api/periodic"): "Each periodic job: schedule and queue (with jobpool web --app), "
                               "last enqueued occurrence and its job, next occurrence",
     ("DELETE", "/api/jobs/{job_id:int}"): "Delete a dead job",

@@ -32,6 +32,7 @@ def routes() -> list[Route]:
         Route("/live", live_part),
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id:int}", job_page),
+        Route("/jobs/selected", selected_action, methods=["POST"]),
         Route("/jobs/all/{action:str}", bulk_page, methods=["GET"]),
         Route("/jobs/all/{action:str}", bulk_action, methods=["POST"]),
         Route("/jobs/{job_id:int}/data", job_data),
@@ -116,7 +117,10 @@ async def jobs_page(request: Request) -> Response:
                    first_query=chosen["after"] and listing.query_of(chosen, after=None,
                                                                     limit=limit),
                    bulk=[a for a in actions.BULK_STATUSES if actions.bulk_applies(a, chosen["status"])],
-                   filter_query=listing.query_of(chosen, after=None))
+                   filter_query=listing.query_of(chosen, after=None),
+                   selectable=bool(rows) and not request.app.state.access.read_only,
+                   selected_actions=actions.SELECTED_BUTTONS,
+                   here=f"/jobs?{request.url.query}" if request.url.query else "/jobs")
 
 
 #: The most steps of a chain a job's page lists (the list of the chain pages on).
@@ -352,6 +356,27 @@ def acted(request: Request, notice: str, target: object) -> Response:
     request.app.state.live.forget()
     request.session["notice"] = notice
     return RedirectResponse(auth.safe_next(target), status_code=303)
+
+
+async def selected_action(request: Request) -> Response:
+    """The jobs page's "… selected" buttons: the action on each ticked job (the store
+    refuses one whose status it does not take, and the notice counts each answer),
+    then back to the same page."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    action = form.get("action")
+    if action not in actions.SELECTED_BUTTONS:
+        return PlainTextResponse("no such action", status_code=400)
+    if not form.getlist("id"):
+        return acted(request, "select one job or more first", form.get("next"))
+    try:
+        ids = actions.selected_ids(form.getlist("id"))
+    except ValueError as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    done, _ = await run_in_threadpool(actions.selected, _store(request),
+                                      request.app.state.access.who, action, ids)
+    return acted(request, f"{actions.SELECTED_BUTTONS[action]}: {done.what}", form.get("next"))
 
 
 def _bulk_filters(request: Request, query: Any) -> tuple[dict[str, Any], Response | None]:

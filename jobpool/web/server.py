@@ -53,5 +53,11 @@ def serve(store_url: str | None, bind_text: str | None, *, token: str | None, to
     shown_host = f"[{host}]" if ":" in host else host
     announce(f"jobpool web: serving http://{shown_host}:{port}/"
              f"{' (read-only)' if read_only else ''}{' (token required)' if token else ''}")
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    # An open overview's stream never ends by itself: the hub ends every stream within a
+    # refresh of SIGTERM or SIGINT (uvicorn waits for open answers before it stops);
+    # the timeout is for an answer that still hangs then.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
+    app.state.stream.stopping = lambda: server.should_exit
+    server.run(sockets=[sock])
