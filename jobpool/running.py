@@ -228,8 +228,9 @@ class MemberBatch:
     def __init__(self, attempt: Attempt) -> None:
         self._attempt = attempt
 
-    def add(self, signature: Any) -> Any:
-        """One more member (``job.s(...)``); its ``Handle``."""
+    def add(self, signature: Any, *, meta: dict[str, Any] | None = None) -> Any:
+        """One more member (``job.s(...)``); its ``Handle``. It carries this job's
+        metadata, or ``meta`` instead when given (R54)."""
         from jobpool.handles import Signature
         if not isinstance(signature, Signature):
             raise EnqueueError(f"current_batch().add takes a signature (job.s(...)), "
@@ -237,15 +238,20 @@ class MemberBatch:
         from jobpool.store import rows
         # On a clock of 0: the store puts the rows on its own (rows.NewJob.at).
         row = rows.new_job(signature.name, signature.args, signature.kwargs, None, None, None,
-                           None, None, None, None, 0.0, None)
+                           None, None, None, None, 0.0, None, meta=meta)
         return self._send([row])[0]
 
-    def add_many(self, name: str, items: Any) -> list[Any]:
-        """Many members of one job (tuples of arguments or signatures); their handles."""
+    def add_many(self, name: str, items: Any, *, meta: dict[str, Any] | None = None
+                 ) -> list[Any]:
+        """Many members of one job (tuples of arguments or signatures); their handles.
+        They carry this job's metadata, or ``meta`` instead when given (R54)."""
         from jobpool.store import rows
         items = items if isinstance(items, list) else list(items)
         options = rows.enqueue_options(name, None, None, None, None, None, None, 0.0)
         new_rows = rows.new_jobs(options, items)
+        if meta is not None:
+            text = rows.meta_json(meta)
+            new_rows = [row._replace(meta=text) for row in new_rows]
         handles: list[Any] = []
         for start in range(0, len(new_rows), ADDS_PER_REQUEST):
             handles += self._send(new_rows[start:start + ADDS_PER_REQUEST])

@@ -36,6 +36,17 @@ def first():
 @job(name="meta.next")
 def next_step():
     _seen("next")
+
+@job(name="meta.parent")
+def parent():
+    batch = jobpool.current_batch()
+    batch.add(jobpool.Signature("meta.child", ("inherits",)))
+    batch.add(jobpool.Signature("meta.child", ("own",)), meta={"own": 1})
+    batch.add_many("meta.child", [("many",)], meta={"many": True})
+
+@job(name="meta.child")
+def child(how):
+    _seen(how)
 """
 
 
@@ -68,6 +79,19 @@ def test_meta_reaches_the_job_its_chain_step_and_jobs_show(make_any_app):
     as_json = json.loads(app.cli("jobs", "show", str(first), "--db", str(app.db), "--json",
                                  check=True).stdout)
     assert as_json["meta"] == meta
+    store.close()
+
+
+def test_a_batch_members_adds_carry_its_metadata_unless_they_name_their_own(make_any_app):
+    """R54, R34: a running member's ``current_batch().add`` writes the member's
+    metadata with each job it adds; ``meta=`` on the add replaces it."""
+    app = make_any_app(APP)
+    store = app.store()
+    with store.batch() as batch:
+        store.enqueue_with("meta.parent", batch=batch.id, meta={"trace": "t-1"})
+    app.start("--procs", "1")
+    assert sorted((s[0], json.dumps(s[2], sort_keys=True)) for s in _seen(app)) == [
+        ("inherits", '{"trace": "t-1"}'), ("many", '{"many": true}'), ("own", '{"own": 1}')]
     store.close()
 
 

@@ -1203,7 +1203,7 @@ SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY stat
 """
 #: FOR SHARE: a reclaim of the member waits for the adds (or they wait for it, and
 #: find the lease gone).
-MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD} FOR SHARE"
+MEMBER_BATCH = f"SELECT batch_id, meta::text FROM jobs WHERE {GUARD} FOR SHARE"
 #: R48/R54: what ``current_job()`` asks of the pool for a running job: its batch and
 #: its metadata (as JSON text), fenced like a settle.
 RUNNING_CONTEXT = f"SELECT batch_id, meta::text FROM jobs WHERE {GUARD}"

@@ -803,9 +803,9 @@ SELECT {BATCH_COLUMNS} FROM jobpool_batches INDEXED BY batches_finished
 BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = :id GROUP BY status
 """
-#: R34: the batch of a running member, fenced like a settle: a member whose lease
-#: is gone adds nothing.
-MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD}"
+#: R34: the batch of a running member (and R54 its metadata, which its adds carry),
+#: fenced like a settle: a member whose lease is gone adds nothing.
+MEMBER_BATCH = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
 #: R48/R54: what ``current_job()`` asks of the pool for a running job: its batch and
 #: its metadata, fenced like a settle.
 RUNNING_CONTEXT = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
