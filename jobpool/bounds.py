@@ -30,6 +30,9 @@ MAX_KEY_BYTES = 1024
 MAX_STAGE_BYTES = 1024
 #: ... and an error text (an attempt's message and traceback) past this many.
 MAX_ERROR_BYTES = 64 * 1024
+#: R54: a job's metadata (a JSON object) is refused at enqueue past this many UTF-8
+#: bytes of its JSON text: it travels with every chain step and batch member.
+MAX_META_BYTES = 64 * 1024
 
 
 def utf8_size(text: str) -> int:

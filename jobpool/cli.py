@@ -345,6 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
         searched.add_argument(f"--{end}", metavar="TIME",
                               help="Unix seconds or ISO 8601 (UTC unless it says)"
                               if end == "created-from" else None)
+    searched.add_argument("--meta", type=_meta_pair, action="append", metavar="KEY=VALUE",
+                          help="only jobs whose metadata has KEY equal to VALUE (JSON if it "
+                               "reads as a JSON scalar, else text); repeat for more keys. "
+                               "Indexed on PostgreSQL, searched on SQLite")
     searched.add_argument("--scan", type=_positive_int, metavar="N",
                           help="ids a page searches (default 10 000, at most 100 000)")
     jobs_list.add_argument("--json", action="store_true")
@@ -730,10 +734,27 @@ def _error_cell(row: dict[str, Any]) -> str:
     return error
 
 
+def _meta_pair(text: str) -> tuple[str, Any]:
+    """R54: ``--meta KEY=VALUE``: VALUE as JSON when it reads as a JSON scalar
+    (``7``, ``true``, ``null``, ``"7"``), else as the text it is."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"--meta takes KEY=VALUE, not {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return key, value
+    if isinstance(parsed, (dict, list)) or (
+            isinstance(parsed, float) and not abs(parsed) < float("inf")):  # NaN, Infinity
+        return key, value
+    return key, parsed
+
+
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     chosen = dict(status=args.status, name=args.name, queue=args.queue, chain=args.chain,
                   after=args.after, key=args.key, batch=args.batch, group=args.group,
-                  error=args.error, args=args.args, scan=args.scan)
+                  error=args.error, args=args.args, scan=args.scan,
+                  meta=dict(args.meta) if args.meta else None)
     try:
         for span in ("created", "finished"):
             ends = tuple(None if text is None else listing.parse_time(text, f"--{span}-{end}")
@@ -821,6 +842,8 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
             continue
         if key in _TIME_FIELDS and isinstance(value, (int, float)):
             value = _when(value, now)
+        elif key == "meta":
+            value = json.dumps(value, ensure_ascii=False)  # R54: as it was enqueued
         out.print(f"[bold]{key:>16}[/] {markup_escape(value)}", highlight=False, markup=True)
     for key, why in malformed.items():
         # R44: a column that holds what it should not, named with what it holds.

@@ -225,12 +225,14 @@ class Job(Generic[P, R]):
                      priority: int | None = None, deadline: datetime | float | None = None,
                      max_attempts: int | None = None, queue: str | None = None,
                      then: Any = None, store: Any = None, connection: Any = None,
-                     key_period: float | timedelta | None = None, group: Any = None) -> Handle:
+                     key_period: float | timedelta | None = None, group: Any = None,
+                     meta: dict[str, Any] | None = None) -> Handle:
         """Queue a call with per-call options; ``store`` defaults to ``connect()``.
 
         ``then`` is a signature (``other.s(...)``) or a list of them to run, in
         order, after this job succeeds (R12). ``key_period``: a job with ``key``
-        that finished less than this long ago makes this a duplicate too.
+        that finished less than this long ago makes this a duplicate too. ``meta``:
+        the job's metadata, a dict JSON can carry (R54).
         """
         if store is None:
             from jobpool.store.factory import default_store
@@ -238,7 +240,8 @@ class Job(Generic[P, R]):
         return store.enqueue_with(self.name, args=args, kwargs=kwargs, key=key, delay=delay,
                                   priority=priority, deadline=deadline,
                                   max_attempts=max_attempts, queue=queue, then=then,
-                                  connection=connection, key_period=key_period, group=group)
+                                  connection=connection, key_period=key_period, group=group,
+                                  meta=meta)
 
 
 def _is_coroutine_function(fn: Callable) -> bool:

@@ -41,10 +41,12 @@ class Window(NamedTuple):
 def search_page(store: Any, chosen: Mapping[str, Any], limit: int, count_to: int
                 ) -> tuple[list[dict[str, Any]], int, Window | None]:
     """``page``, and for a search (R47: a group, a text or a time range among the
-    filters) the window of ids it read. A search's keyset is the window's top:
+    filters; R54: metadata, where the store has no index for it) the window of ids
+    it read. A search's keyset is the window's top:
     without one, the newest job's id plus one."""
     searched = store_rows.searched(**{k: chosen.get(k) for k in
-                                      ("group", "error", "args", "created", "finished")})
+                                      ("group", "error", "args", "created", "finished", "meta")},
+                                   meta_indexed=store.meta_indexed)
     if not searched:
         return (*page(store, chosen, limit, count_to), None)
     if chosen.get("after") is None:

@@ -19,8 +19,9 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                       ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to the job's batch (R34)
                       ``(SAVE_STATE, job_id, attempt, seq, state)``: store its state (R37)
                       ``(READ_STATE, job_id, attempt, seq)``: the state it resumes from
-                      ``(READ_BATCH, job_id, attempt, seq)``: the id of its batch, or None
-                      (``jobpool.current_job()``, R48)
+                      ``(READ_BATCH, job_id, attempt, seq)``: ``(batch, meta)``, the id of
+                      its batch and its metadata as JSON text, each or None
+                      (``jobpool.current_job()``, R48, R54)
 
 The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
 id (a job), so a child tells them apart; one waiting for a job drops the others (an

@@ -1,6 +1,6 @@
 """What a running job asks of its pool, answered from the store: add to its batch
 (R34), save its state and read the state it resumes from (R37), which batch it is
-in (R48).
+in and its metadata (R48, R54).
 
 One function for the supervisor (a child's request over its pipe) and for
 ``jobpool.testing.drain`` (the same request made in-process), so both answer alike:
@@ -43,5 +43,5 @@ def _carry_out(store: Any, owner: str, tag: int, job_id: int, attempt: int,
     if tag == protocol.READ_STATE:
         return store.read_state(owner, job_id, attempt)
     if tag == protocol.READ_BATCH:
-        return store.batches.of_member(owner, job_id, attempt)
+        return store.batches.context_of(owner, job_id, attempt)
     raise ValueError(f"unknown request {tag!r}")

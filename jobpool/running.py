@@ -37,7 +37,7 @@ class Attempt:
     """The attempt running in this child: where its reports and requests go."""
 
     __slots__ = ("conn", "job_id", "attempt", "name", "queue", "last_report", "adds", "seq",
-                 "interrupted", "told", "last_state", "batch")
+                 "interrupted", "told", "last_state", "batch", "meta")
 
     def __init__(self, conn: Any, job_id: int, attempt: int, name: str | None = None,
                  queue: str | None = None) -> None:
@@ -47,6 +47,7 @@ class Attempt:
         self.name = name            # the job's registered name (R48: log context)
         self.queue = queue          # the queue it was claimed from
         self.batch: Any = _UNREAD   # its batch id, asked of the pool on first use (R48)
+        self.meta: Any = None       # its metadata (R54), asked with the batch
         self.last_report = 0.0      # monotonic time of the last report sent
         self.adds = 0               # jobs this attempt added to its batch so far (R34)
         self.seq = 0                # requests made so far; a reply names the one it answers
@@ -113,21 +114,37 @@ class CurrentJob(NamedTuple):
     queue: str
     #: The id of the batch it is a member of (R34), or None.
     batch: int | None
+    #: Its metadata (R54): a dict of its own, empty when it was enqueued without any.
+    meta: dict[str, Any]
 
 
 def current_job() -> CurrentJob | None:
-    """The job this code runs in (its id, name, attempt, queue and batch), or None
-    outside a job run by a pool or by ``jobpool.testing.drain`` (R48).
+    """The job this code runs in (its id, name, attempt, queue, batch and metadata),
+    or None outside a job run by a pool or by ``jobpool.testing.drain`` (R48, R54).
 
-    The batch is asked of the pool once per attempt, on the first call (a round
-    trip over the child's pipe); the rest the child was given with the job."""
+    The batch and metadata are asked of the pool once per attempt, on the first call
+    (a round trip over the child's pipe), so a job that never asks pays nothing; the
+    rest the child was given with the job. Each call returns a fresh copy of the
+    metadata: a job that changes it changes its own copy."""
     attempt = current
     if attempt is None:
         return None
     if attempt.batch is _UNREAD:
-        attempt.batch = attempt.request(protocol.READ_BATCH)
+        attempt.batch, attempt.meta = attempt.request(protocol.READ_BATCH)
     return CurrentJob(attempt.job_id, attempt.name or "", attempt.attempt, attempt.queue or "",
-                      attempt.batch)
+                      attempt.batch, _meta_of(attempt.meta))
+
+
+def _meta_of(text: str | None) -> dict[str, Any]:
+    """R44/R54: the stored metadata as a dict; text that is not a JSON object (a row
+    written by hand: ``jobs show`` flags it) reads as none, never a crash in the job."""
+    if text is None:
+        return {}
+    try:
+        meta = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def progress(percent: float, stage: str | None = None) -> None:
@@ -211,8 +228,9 @@ class MemberBatch:
     def __init__(self, attempt: Attempt) -> None:
         self._attempt = attempt
 
-    def add(self, signature: Any) -> Any:
-        """One more member (``job.s(...)``); its ``Handle``."""
+    def add(self, signature: Any, *, meta: dict[str, Any] | None = None) -> Any:
+        """One more member (``job.s(...)``); its ``Handle``. It carries this job's
+        metadata, or ``meta`` instead when given (R54)."""
         from jobpool.handles import Signature
         if not isinstance(signature, Signature):
             raise EnqueueError(f"current_batch().add takes a signature (job.s(...)), "
@@ -220,15 +238,20 @@ class MemberBatch:
         from jobpool.store import rows
         # On a clock of 0: the store puts the rows on its own (rows.NewJob.at).
         row = rows.new_job(signature.name, signature.args, signature.kwargs, None, None, None,
-                           None, None, None, None, 0.0, None)
+                           None, None, None, None, 0.0, None, meta=meta)
         return self._send([row])[0]
 
-    def add_many(self, name: str, items: Any) -> list[Any]:
-        """Many members of one job (tuples of arguments or signatures); their handles."""
+    def add_many(self, name: str, items: Any, *, meta: dict[str, Any] | None = None
+                 ) -> list[Any]:
+        """Many members of one job (tuples of arguments or signatures); their handles.
+        They carry this job's metadata, or ``meta`` instead when given (R54)."""
         from jobpool.store import rows
         items = items if isinstance(items, list) else list(items)
         options = rows.enqueue_options(name, None, None, None, None, None, None, 0.0)
         new_rows = rows.new_jobs(options, items)
+        if meta is not None:
+            text = rows.meta_json(meta)
+            new_rows = [row._replace(meta=text) for row in new_rows]
         handles: list[Any] = []
         for start in range(0, len(new_rows), ADDS_PER_REQUEST):
             handles += self._send(new_rows[start:start + ADDS_PER_REQUEST])

@@ -90,7 +90,8 @@ def insert_job(path: Path, name: str = "t.job", *, queue: str = "default", key=N
                max_attempts: int = 5, deadline=None, timeout: float = 60.0) -> int:
     conn = sqlite3.connect(path, isolation_level=None)
     cur = conn.execute(sql.INSERT_JOB, (queue, name, key, payload, "json", priority, run_at, run_at,
-                                        max_attempts, deadline, timeout, run_at, None, None, None))
+                                        max_attempts, deadline, timeout, run_at, None, None, None,
+                                        None))
     conn.close()
     return cur.lastrowid
 

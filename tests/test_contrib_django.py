@@ -133,9 +133,16 @@ seen["orders"] = sorted(Order.objects.values_list("id", flat=True))
 seen["kept"] = kept.id
 # using=: another database's transaction decides
 with transaction.atomic(using="archive"):
-    seen["archive_inside"] = jobs.enqueue_with(ship, args=(kept.id,), using="archive")
+    seen["archive_inside"] = jobs.enqueue_with(ship, args=(kept.id,), using="archive",
+                                               meta={"order": kept.id})
     seen["archive_before_commit"] = len(store.list_jobs())
 seen["archive_after_commit"] = len(store.list_jobs())
+seen["meta"] = [job["meta"] for job in store.list_jobs()]
+try:
+    with transaction.atomic():
+        jobs.enqueue_with(ship, args=(kept.id,), meta=["not", "a", "dict"])
+except jobpool.EnqueueError as exc:
+    seen["meta_refused"] = str(exc)
 with transaction.atomic():  # a block of "default" does not hold back an enqueue for "archive"
     seen["archive_at_once"] = jobs.enqueue_with(ship, args=(kept.id,), using="archive") is not None
 jobs.enqueue("shop.leave_open")
@@ -165,6 +172,9 @@ def test_django_enqueue_waits_for_the_commit_and_a_pool_runs_it_with_the_orm(tmp
     assert seen["orders"] == [seen["kept"]]
     assert (seen["archive_inside"], seen["archive_before_commit"], seen["archive_after_commit"],
             seen["archive_at_once"]) == (None, 2, 3, True)
+    # R54: metadata goes with the deferred write; bad metadata is refused at the call
+    assert seen["meta"] == [None, None, {"order": seen["kept"]}]
+    assert seen["meta_refused"].startswith("meta must be a dict")
     # And manage.py jobpool runs them in a real pool (one child, so one after the
     # other), the jobs' ORM reaching the project's database
     started = project.manage("jobpool", "start", "--burst", "--procs", "1", "--no-dashboard")

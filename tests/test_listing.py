@@ -95,6 +95,7 @@ def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
     conn = sqlite3.connect(path)
     conn.execute("DROP INDEX jobs_name")
     conn.execute("DROP INDEX jobs_queue")
+    conn.execute("ALTER TABLE jobs DROP COLUMN meta")  # schema 5 had none (R54 added it)
     conn.execute("UPDATE jobpool_meta SET value = '5' WHERE key = 'schema'")
     conn.commit()
     conn.close()
@@ -103,6 +104,6 @@ def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
     try:
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert {"jobs_name", "jobs_queue"} <= indexes
-        assert conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone() == ("6",)
+        assert conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone() == ("7",)
     finally:
         conn.close()

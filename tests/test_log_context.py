@@ -145,7 +145,7 @@ def test_drain_installs_the_filter_for_the_job_and_removes_it_after(tmp_path):
         drain(store)
         assert handler.filters == []
         assert seen[0] == (job_id, "lc.drained", 1, "inside")
-        assert seen[1] == running.CurrentJob(job_id, "lc.drained", 1, "default", None)
+        assert seen[1] == running.CurrentJob(job_id, "lc.drained", 1, "default", None, {})
     finally:
         root.removeHandler(handler)
         store.close()

@@ -60,7 +60,7 @@ def make_store(path, seed, njobs):
                                 for j in range(rng.randint(1, 3))])
         conn.execute(sql.INSERT_JOB, (queue, name, key, payload, serializer, priority, run_at,
                                       run_at, max_attempts, deadline, timeout, T0 - 100, chain, None,
-                                      None))
+                                      None, None))
     conn.execute("COMMIT")
     conn.close()
 

@@ -53,7 +53,7 @@ def _insert_raw(db, name: str, payload, serializer: str) -> int:
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         cur = conn.execute(sql.INSERT_JOB, ("default", name, None, payload, serializer, 0, 0.0, 0.0,
-                                            5, None, 60.0, 0.0, None, None, None))
+                                            5, None, 60.0, 0.0, None, None, None, None))
         return cur.lastrowid
     finally:
         conn.close()

@@ -237,6 +237,17 @@ def test_a_jobs_page_shows_its_batch(any_store, store_url):
     assert "closed</p>" in page
 
 
+def test_a_jobs_page_and_the_api_show_its_metadata(any_store, store_url):
+    """R54: the job page shows the metadata as JSON text (escaped as any text is,
+    R46); the API answers it as an object."""
+    job_id = any_store.enqueue_with("w.member", meta={"tenant": "<b>7</b>"}).id
+    with _client(store_url) as client:
+        page = client.get(f"/jobs/{job_id}").text
+        answer = client.get(f"/api/jobs/{job_id}").json()
+    assert "<tr><th>meta</th><td>{&#34;tenant&#34;: &#34;&lt;b&gt;7&lt;/b&gt;&#34;}</td></tr>" in page
+    assert answer["meta"] == {"tenant": "<b>7</b>"}
+
+
 # -- pools -----------------------------------------------------------------------------------------
 
 def _beat(store, owner: str, procs: int = 2, slots: str = "[]"):

@@ -204,6 +204,8 @@ class Store(Protocol):
 
     #: What the store was opened from (a path; later a URL), as shown to operators.
     path: str
+    #: R54: whether an index serves ``list_jobs(meta=...)`` (else it is a search, R47).
+    meta_indexed: bool
 
     # -- producers (R1-R5) -------------------------------------------------------------
 
@@ -217,13 +219,16 @@ class Store(Protocol):
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
                      now: float | None = None, batch: int | None = None,
-                     key_period: float | timedelta | None = None, group: Any = None) -> Any:
+                     key_period: float | timedelta | None = None, group: Any = None,
+                     meta: dict[str, Any] | None = None) -> Any:
         """Queue one job with per-call options: ``key`` unique among live jobs of the
         name (R3) and, with ``key_period``, among those that finished within it;
         ``then`` the chain enqueued as each step completes (R12), ``connection`` the
         caller's own open transaction (R5), ``batch`` the id of an unfinished batch
         it joins (R34; not with ``key`` or ``connection``), ``group`` the row's group
-        for its name's limits (R35, R36; else its ``group_by`` keyword argument)."""
+        for its name's limits (R35, R36; else its ``group_by`` keyword argument),
+        ``meta`` its metadata, a dict JSON can carry (R54: shown by ``get``, read by
+        the running job as ``current_job().meta``)."""
         ...
 
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
@@ -310,7 +315,8 @@ class Store(Protocol):
         above it). Each filter is read through an index (R28). ``more``: ``key``,
         ``batch``, and the searched ``group``, ``error``, ``args``, ``created``,
         ``finished`` and ``scan``, read within a window of ids (``rows.more_filters``,
-        R47)."""
+        R47), and ``meta`` (R54: ``{key: value}`` pairs the job's metadata holds),
+        through an index where ``meta_indexed``, else searched so."""
         ...
 
     def count_jobs(self, *, status: str | None = None, name: str | None = None,

@@ -129,28 +129,31 @@ class StoreBatches:
             counts[status] = counts.get(status, 0) + count
         return counts
 
-    def of_member(self, owner: str, job_id: int, attempt: int) -> int | None:
-        """The id of the batch a running job is a member of, or None (R48), read
-        fenced by its lease (``LeaseLostError`` when it is gone)."""
-        found = self.store.read_rows(f"reading the batch of job {job_id}", self.sql.MEMBER_BATCH,
+    def context_of(self, owner: str, job_id: int, attempt: int) -> tuple[int | None, str | None]:
+        """A running job's batch id (R48) and metadata as JSON text (R54), each None
+        when it has none, read fenced by its lease (``LeaseLostError`` when it is gone)."""
+        found = self.store.read_rows(f"reading the context of job {job_id}",
+                                     self.sql.RUNNING_CONTEXT,
                                      {"id": job_id, "owner": owner, "attempt": attempt})
         if not found:
             raise LeaseLostError(f"job {job_id} (attempt {attempt}) no longer holds its lease")
-        return found[0][0]
+        batch_id, meta = found[0]
+        return batch_id, meta
 
     def add_from_member(self, owner: str, job_id: int, attempt: int, first_position: int,
                         jobs: Sequence[NewJob]) -> List[tuple[int, bool]]:
         """A running member's adds to its own batch, fenced by its lease (R8). Each
         is keyed by the member's id and its position among the attempt's adds, so a
         retried member that adds again gets the jobs its earlier attempt made:
-        ``(id, duplicate)`` per job, in order."""
+        ``(id, duplicate)`` per job, in order. A job without metadata of its own gets
+        the member's (R54)."""
         def add(conn: Any) -> List[tuple[int, bool]]:
             row = conn.execute(self.sql.MEMBER_BATCH, {"id": job_id, "owner": owner,
                                                        "attempt": attempt}).fetchone()
             if row is None:
                 raise LeaseLostError(f"job {job_id} (attempt {attempt}) no longer holds "
                                      f"its lease: its adds are not written")
-            batch_id = row[0]
+            batch_id, member_meta = row
             if batch_id is None:
                 raise EnqueueError(f"job {job_id} is not a member of a batch")
             answers: List[tuple[int, bool]] = []
@@ -162,7 +165,9 @@ class StoreBatches:
                     fresh.append((len(answers), key, job))
                 answers.append((found[0], True) if found else (0, False))
             for index, key, job in fresh:
-                new_id = self.store.insert_job(conn, job._replace(batch_id=batch_id))
+                # R54: an add carries its member's metadata unless it names its own.
+                new_id = self.store.insert_job(conn, job._replace(
+                    batch_id=batch_id, meta=member_meta if job.meta is None else job.meta))
                 conn.execute(self.sql.RECORD_ADD, dict(key, job_id=new_id))
                 answers[index] = (new_id, False)
             self.join(conn, batch_id, [answers[index][0] for index, _key, _job in fresh])

@@ -266,6 +266,25 @@ def _chain(value: Any) -> str | None:
 chain = Rule(_chain, "0", "FALSE")
 
 
+def _meta(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return _not(value, "JSON text")
+    try:
+        data = strict_json(value)
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON ({str(exc).splitlines()[0][:80]})"
+    if not isinstance(data, dict):
+        return _not(data, "a JSON object")
+    return None
+
+
+#: R54: a job's metadata, a JSON object as text (PostgreSQL's ``jsonb`` is read as
+#: ``meta::text``).
+#: ``json_type`` fails on text that is not JSON: the CASE keeps it from such text.
+meta = Rule(_meta, "CASE WHEN json_valid({c}) THEN json_type({c}) = 'object' ELSE 0 END",
+            "jsonb_typeof({c}) = 'object'")
+
+
 #: Every column of ``jobs`` (and PostgreSQL's ``finished_jobs``) a read path or the
 #: engine uses, and what it may hold. NOT NULL columns are refused NULL by the schema.
 COLUMNS: dict[str, Rule] = {
@@ -278,7 +297,7 @@ COLUMNS: dict[str, Rule] = {
     "created_at": TIME, "started_at": optional(TIME), "finished_at": optional(TIME),
     "chain": optional(chain), "chain_root": optional(ID), "cancel_requested": FLAG,
     "hook_done": FLAG, "batch_id": optional(ID), "state": optional(text),
-    "state_at": optional(TIME), "grp": optional(text),
+    "state_at": optional(TIME), "grp": optional(text), "meta": optional(meta),
 }
 
 

@@ -8,6 +8,8 @@ same words when they refuse something; only the SQL differs.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
 from jobpool import bounds, limits, liveness
@@ -59,6 +61,7 @@ class NewJob(NamedTuple):
     chain: str | None
     batch_id: int | None = None  # R34: the batch this job is a member of
     grp: str | None = None       # R35/R36: the group its name's limits count it in
+    meta: str | None = None      # R54: its metadata, a JSON object as text
 
     def at(self, now: float) -> "NewJob":
         """A row made on a clock of 0 (in a child, whose clock is not the store's),
@@ -120,14 +123,43 @@ def with_payload(options: EnqueueOptions, args, kwargs, key, chain,
 
 def new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts, queue, timeout,
             now: float, chain: str | None, max_payload: int = MAX_PAYLOAD_BYTES,
-            group: Any = None) -> NewJob:
+            group: Any = None, meta: Any = None) -> NewJob:
     """One job's row, everything validated before anything is written (R1).
     ``group``: the row's group for its name's limits (R35, R36), instead of the
-    value of the job's ``group_by`` keyword argument."""
+    value of the job's ``group_by`` keyword argument. ``meta``: its metadata (R54)."""
     options = enqueue_options(name, delay, priority, deadline, max_attempts, queue, timeout, now)
     if key is not None:
         check_key(key, "key")
-    return with_payload(options, args, kwargs, key, chain, max_payload, group)
+    row = with_payload(options, args, kwargs, key, chain, max_payload, group)
+    if meta is not None:
+        row = row._replace(meta=meta_json(meta))
+    return row
+
+
+def meta_json(meta: Any, what: str = "meta") -> str:
+    """R54: a job's metadata as the ``meta`` column holds it: a dict with string keys
+    whose values JSON can carry (no NaN or infinity, which no store's JSON reads), at
+    most ``bounds.MAX_META_BYTES`` of JSON text; else an ``EnqueueError`` naming it."""
+    if not isinstance(meta, dict):
+        raise EnqueueError(f"{what} must be a dict (a JSON object), not {type(meta).__name__}")
+    for name in meta:
+        if not isinstance(name, str):
+            raise EnqueueError(f"{what}: a key must be a string, not {name!r}")
+    try:
+        text = json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise EnqueueError(f"{what} is not JSON: {exc}") from None
+    except RecursionError:
+        raise EnqueueError(f"{what} is not JSON: nested too deeply") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise EnqueueError(f"{what} holds text that is not valid Unicode (a lone "
+                           f"surrogate)") from None
+    if size > bounds.MAX_META_BYTES:
+        raise EnqueueError(f"{what} is {size} bytes of JSON, over the "
+                           f"{bounds.MAX_META_BYTES}-byte limit")
+    return text
 
 
 def check_key(key: Any, what: str) -> str:
@@ -348,21 +380,49 @@ SEARCH_MOST = 100_000
 
 class ListingDialect(NamedTuple):
     """What the listing filters write differently per store: a placeholder, a
-    case-sensitive "text contains" of a column and of the payload's bytes, and the
-    id just past the newest job."""
+    case-sensitive "text contains" of a column and of the payload's bytes, the
+    id just past the newest job, and (R54) the conditions that match metadata pairs
+    (``meta_pairs``' answer and ``mark``: conditions and their parameters), which an
+    index serves (``meta_indexed``) or a search does."""
 
     mark: Callable[[str], str]
     contains: Callable[[str, str], str]
     payload_contains: Callable[[str], str]
     past_newest: str
+    meta_matches: Callable[[dict[str, Any], Callable[[str], str]],
+                           tuple[list[str], dict[str, Any]]] | None = None
+    meta_indexed: bool = False
 
 
 def searched(group: str | None = None, error: str | None = None, args: str | None = None,
              created: tuple[float | None, float | None] | None = None,
-             finished: tuple[float | None, float | None] | None = None) -> bool:
-    """Whether a listing names a filter no index serves (R47)."""
+             finished: tuple[float | None, float | None] | None = None,
+             meta: Any = None, meta_indexed: bool = False) -> bool:
+    """Whether a listing names a filter no index serves (R47; R54: metadata, unless
+    the store indexes it)."""
     return any(v is not None for v in (group, error, args)) or any(
-        bound is not None for span in (created, finished) if span for bound in span)
+        bound is not None for span in (created, finished) if span for bound in span) or (
+        bool(meta) and not meta_indexed)
+
+
+#: R54: the values a listing's metadata filter compares (``jobs list --meta k=v``):
+#: JSON's scalars. A key's value must equal it (numbers as numbers: 7 is 7.0).
+META_FILTER_TYPES = (str, int, float, bool, type(None))
+
+
+def meta_pairs(meta: Any) -> dict[str, Any]:
+    """R54: a listing's metadata filter checked: a dict of non-empty string keys and
+    scalar values; ``ValueError`` naming what is wrong."""
+    if not isinstance(meta, Mapping) or not meta:
+        raise ValueError(f"meta filters by key=value pairs (a non-empty dict), not {meta!r}")
+    for key, value in meta.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"a meta filter's key is a non-empty string, not {key!r}")
+        if not isinstance(value, META_FILTER_TYPES) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"meta filter {key}: a value is a string, a finite number, true, "
+                             f"false or null, not {value!r}")
+    return dict(meta)
 
 
 def more_filters(dialect: ListingDialect, status: str | None, name: str | None, *,
@@ -371,7 +431,7 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
                  created: tuple[float | None, float | None] | None = None,
                  finished: tuple[float | None, float | None] | None = None,
                  after: int | None = None, scan: int | None = None,
-                 newest_first: bool = False) -> tuple[list[str], dict[str, Any]]:
+                 newest_first: bool = False, meta: Any = None) -> tuple[list[str], dict[str, Any]]:
     """R47: the conditions of a listing's key, batch and searched filters.
 
     ``key`` (with ``name``: a key is a name's, R3) and ``batch`` are read through
@@ -381,7 +441,9 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     are searched among the ``scan`` ids just below ``after`` (newest first; default
     ``SEARCH_ROWS``, at most ``SEARCH_MOST``), a range of the primary key, so a search
     reads at most ``scan`` rows however big the store; the next window starts at
-    ``after - scan``. ``ValueError`` for a filter that cannot be served so."""
+    ``after - scan``. ``meta`` (R54: ``{key: value}``, each key's value equal to its
+    value) is read through an index where the dialect has one, else searched so.
+    ``ValueError`` for a filter that cannot be served so."""
     mark = dialect.mark
     where: list[str] = []
     params: dict[str, Any] = {}
@@ -396,10 +458,17 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     if finished is not None and any(b is not None for b in finished) \
             and status not in ("done", "dead"):
         raise ValueError("a finished time applies to done or dead jobs: filter by one")
-    if not searched(group, error, args, created, finished):
+    matches: list[str] = []
+    if meta is not None:
+        pairs = meta_pairs(meta)
+        if dialect.meta_matches is not None:
+            matches, found = dialect.meta_matches(pairs, mark)
+            params.update(found)
+    if not searched(group, error, args, created, finished, meta, dialect.meta_indexed):
         if scan is not None:
-            raise ValueError("scan bounds a search: name a group, text or time range")
-        return where, params
+            raise ValueError("scan bounds a search: name a group, text, time range or "
+                             "metadata")
+        return where + matches, params
     if not newest_first:
         raise ValueError("a search reads newest first")
     scan = SEARCH_ROWS if scan is None else scan
@@ -423,7 +492,7 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
         if high is not None:
             where.append(f"{column} < {mark(column + '_to')}")
             params[column + "_to"] = float(high)
-    return where, params
+    return where + matches, params
 
 
 def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
@@ -432,6 +501,8 @@ def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     should not is None, and named in ``malformed`` with what it holds
     (``row_codec.flagged``), so no reader fails on the row."""
     job = row_codec.flagged(dict(zip(columns, row)))
+    if isinstance(job.get("meta"), str):
+        job["meta"] = json.loads(job["meta"])  # R54: sound JSON object text (the codec checked)
     if raw_result:
         return job
     payload = job.get("payload")

@@ -165,6 +165,9 @@ async def job_page(request: Request) -> Response:
     reveal = request.query_params.get("reveal") == "1"
     shown_fields = {k: v for k, v in row.items()
                     if k not in HIDDEN_FIELDS and k != "last_error" and v is not None}
+    if isinstance(shown_fields.get("meta"), dict):
+        # R54: the metadata as the JSON it was enqueued as (not Python's repr of a dict).
+        shown_fields["meta"] = json.dumps(shown_fields["meta"], ensure_ascii=False)
     return _render(request, "job.html", fields=shown_fields, reveal=reveal,
                    data=_data(row) if reveal else None, waiting=waiting(row, time.time()),
                    **view)

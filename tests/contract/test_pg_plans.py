@@ -167,7 +167,7 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     new_job = {"queue": "default", "name": "plans.job", "key": "key-new", "payload": b"[[1],{}]",
                "serializer": "json", "priority": 0, "delay": 0.0, "max_attempts": None,
                "deadline": None, "timeout": None, "chain": None, "batch_id": None, "grp": None,
-               "channel": channel_name(schema)}
+               "meta": None, "channel": channel_name(schema)}
     tables = {"jobs": "jobs", "finished": "finished_jobs"}
     statements = {
         "CLAIM": (pg_sql.CLAIM, claim),

@@ -127,7 +127,7 @@ def enqueue_with(job: Any, *, args: tuple | list = (), kwargs: dict | None = Non
                  max_attempts: int | None = None, queue: str | None = None,
                  timeout: float | None = None, then: Any = None,
                  key_period: float | timedelta | None = None, group: Any = None,
-                 using: str | None = None) -> Any:
+                 meta: dict[str, Any] | None = None, using: str | None = None) -> Any:
     """Queue one job with ``Job.enqueue_with``'s options, bound to the transaction of
     the Django database ``using`` (default: ``JOBPOOL['DATABASE']``, else "default").
 
@@ -144,7 +144,7 @@ def enqueue_with(job: Any, *, args: tuple | list = (), kwargs: dict | None = Non
     target = store()
     options = dict(args=args, kwargs=kwargs, key=key, delay=delay, priority=priority,
                    deadline=deadline, max_attempts=max_attempts, queue=queue, timeout=timeout,
-                   then=then, key_period=key_period, group=group)
+                   then=then, key_period=key_period, group=group, meta=meta)
     _check(target, name, options)
     django_conn = connections[alias]
     if not django_conn.in_atomic_block:
@@ -177,7 +177,8 @@ def _check(target: Any, name: str, options: dict[str, Any]) -> None:
     rows.new_job(name, options["args"], options["kwargs"], options["key"], options["delay"],
                  options["priority"], options["deadline"], options["max_attempts"],
                  options["queue"], options["timeout"], 0.0,
-                 rows.chain_json(options["then"], max_payload), max_payload, options["group"])
+                 rows.chain_json(options["then"], max_payload), max_payload, options["group"],
+                 options["meta"])
 
 
 #: Django's raw connections already found to hold the store's tables.

@@ -131,8 +131,9 @@ def _malformed_rows(store: PostgresStore, schema: str) -> tuple[int, list[str]]:
                    if r[0] in row_codec.COLUMNS]
         if not columns:
             continue
-        # The chain as JSON text, as the claim reads it (the codec reads one form).
-        listed = ", ".join(f"{c}::text" if c == "chain" else c for c in columns)
+        # The chain and meta as JSON text, as the claim and get read them (the codec
+        # reads one form).
+        listed = ", ".join(f"{c}::text" if c in ("chain", "meta") else c for c in columns)
         query = (f"SELECT {listed} FROM {table} "
                  f"WHERE {row_codec.suspects(columns, 'postgres')} ORDER BY id")
         for row in store.read(f"reading the rows of {table}", query):

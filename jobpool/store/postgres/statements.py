@@ -50,7 +50,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -125,7 +125,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     batch_id         bigint,
     state            text,
     state_at         float8,
-    grp              text
+    grp              text,
+    meta             jsonb
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01,
         autovacuum_analyze_scale_factor = 0.02)
 """
@@ -163,7 +164,8 @@ CREATE TABLE IF NOT EXISTS finished_jobs (
     batch_id         bigint,
     state            text,
     state_at         float8,
-    grp              text
+    grp              text,
+    meta             jsonb
 )
 """
 
@@ -198,12 +200,13 @@ SELECT_JOB_FROM = {"jobs": """
 SELECT id, queue, name, key, payload, serializer, priority, status, run_at, attempts,
        max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at,
        last_error, progress, stage, NULL::bytea AS result, created_at, started_at,
-       NULL::float8 AS finished_at, chain_root, cancel_requested, batch_id, state, state_at
+       NULL::float8 AS finished_at, chain_root, cancel_requested, batch_id, state, state_at,
+       meta::text AS meta
 """, "finished_jobs": """
 SELECT id, queue, name, key, payload, serializer, priority, status, run_at, attempts,
        max_attempts, crashes, deferrals, deadline, timeout, NULL::text, NULL::float8,
        last_error, progress, stage, result, created_at, started_at, finished_at, chain_root,
-       0, batch_id, state, state_at
+       0, batch_id, state, state_at, meta::text
 """}
 #: Every job, live or finished, as ``get`` reads them.
 CREATE_ALL_JOBS = "CREATE OR REPLACE VIEW all_jobs AS " + " UNION ALL ".join(
@@ -556,10 +559,19 @@ CREATE INDEX IF NOT EXISTS finished_jobs_queue ON finished_jobs (queue, id)
 LISTING_SCHEMA = (CREATE_READY_NAME_INDEX, CREATE_READY_QUEUE_INDEX, CREATE_FINISHED_NAME_INDEX,
                   CREATE_FINISHED_QUEUE_INDEX)
 
+#: R54: ``jobs list --meta key=value`` finds rows by containment (``meta @> …``)
+#: through these, in either table.
+META_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS jobs_meta ON jobs USING gin (meta jsonb_path_ops)"
+    " WHERE meta IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS finished_jobs_meta ON finished_jobs USING gin"
+    " (meta jsonb_path_ops) WHERE meta IS NOT NULL")
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
-          CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA)
+          CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
+          *META_SCHEMA)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -579,6 +591,10 @@ STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS grp text", *LIMIT_SCHEMA),
     # R28: listings of one name or one queue, newest first, through an index.
     5: LISTING_SCHEMA,
+    # R54: a job's metadata, kept when it finishes, read by ``get`` (issue 28).
+    6: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS meta jsonb",
+        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS meta jsonb", CREATE_ALL_JOBS,
+        *META_SCHEMA),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -644,11 +660,12 @@ _NEW_JOB_COLUMNS = ("queue, name, key, payload, serializer, priority, status, ru
 #: store's schema when the row goes through the caller's own connection (R5).
 INSERT_JOB_INTO = f"""
 WITH inserted AS (
-    INSERT INTO {{jobs}} ({_NEW_JOB_COLUMNS}, grp)
+    INSERT INTO {{jobs}} ({_NEW_JOB_COLUMNS}, grp, meta)
     VALUES (%(queue)s, %(name)s, %(key)s, %(payload)s, %(serializer)s, %(priority)s, 'ready',
             extract(epoch FROM now()) + %(delay)s, extract(epoch FROM now()) + %(delay)s,
             %(max_attempts)s, %(deadline)s, %(timeout)s, extract(epoch FROM now()), %(chain)s,
-            %(batch_id)s, COALESCE(%(grp)s, {limited_group("%(name)s", "{limits}", NEW_PAYLOAD)}))
+            %(batch_id)s, COALESCE(%(grp)s, {limited_group("%(name)s", "{limits}", NEW_PAYLOAD)}),
+            %(meta)s::jsonb)
     ON CONFLICT (name, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id)
 SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
@@ -751,7 +768,7 @@ GUARD = ("id = %(id)s::bigint AND lease_owner = %(owner)s AND attempts = %(attem
 #: Columns a finishing settle copies from the live row to ``finished_jobs``.
 _MOVED = ("id, queue, name, key, payload, serializer, priority, run_at, line_at, attempts, "
           "max_attempts, deferrals, deadline, timeout, stage, created_at, started_at, chain, "
-          "chain_root, batch_id, state, state_at, grp")
+          "chain_root, batch_id, state, state_at, grp, meta")
 
 #: R19a: the attempt's line in the log, written by the settle's own statement from
 #: its ``settled`` step, so a settle whose fence failed logs nothing.
@@ -808,16 +825,18 @@ _DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} 
                f"THEN {quote_literal(CHAIN_STOPPED)} ELSE last_error END")
 
 def _successor(moved: str, name: str = "successor") -> str:
-    """R12: a chain's next step, from the rows a finishing settle ``moved``."""
+    """R12: a chain's next step, from the rows a finishing settle ``moved``, with
+    their metadata (R54)."""
     return f"""{name} AS (
-    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp)
+    INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp, meta)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
            convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
            (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
            (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
-                                                    jsonb_of("chain -> 0 ->> 'payload'"))}
+                                                    jsonb_of("chain -> 0 ->> 'payload'"))},
+           meta
       FROM {moved} WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
 """
 
@@ -1184,7 +1203,10 @@ SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY stat
 """
 #: FOR SHARE: a reclaim of the member waits for the adds (or they wait for it, and
 #: find the lease gone).
-MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD} FOR SHARE"
+MEMBER_BATCH = f"SELECT batch_id, meta::text FROM jobs WHERE {GUARD} FOR SHARE"
+#: R48/R54: what ``current_job()`` asks of the pool for a running job: its batch and
+#: its metadata (as JSON text), fenced like a settle.
+RUNNING_CONTEXT = f"SELECT batch_id, meta::text FROM jobs WHERE {GUARD}"
 FIND_ADD = """
 SELECT job_id FROM jobpool_batch_adds WHERE batch_id = %(batch_id)s AND add_key = %(add_key)s
 """
@@ -1257,7 +1279,7 @@ JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
     "last_error, progress, stage, result, created_at, started_at, finished_at, chain_root, "
-    "cancel_requested, batch_id, state, state_at"
+    "cancel_requested, batch_id, state, state_at, meta"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM all_jobs WHERE id = %(id)s"
 

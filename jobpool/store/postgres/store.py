@@ -13,6 +13,7 @@ Needs psycopg 3 (``pip install 'jobpool[postgres]'``), imported only when a
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import select
@@ -58,6 +59,10 @@ LISTING_DIALECT = rows.ListingDialect(
     payload_contains=lambda param: f"position(convert_to({param}, 'UTF8') in payload) > 0",
     past_newest="(SELECT coalesce(greatest((SELECT max(id) FROM jobs), "
                 "(SELECT max(id) FROM finished_jobs)), 0) + 1)",
+    # R54: containment, which each table's GIN index on ``meta`` serves.
+    meta_matches=lambda pairs, mark: ([f"meta @> {mark('meta')}::jsonb"],
+                                      {"meta": json.dumps(pairs)}),
+    meta_indexed=True,
 )
 
 class PostgresStore(SharedStore, AsyncEnqueue):
@@ -65,6 +70,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     #: Every statement it runs (``SharedStore`` runs its share of them through it).
     statements = pg_sql
+    #: R54: ``list_jobs(meta=...)`` is read through a GIN index (``meta @> …``).
+    meta_indexed = True
 
     @staticmethod
     def list_param(values: list) -> list:
@@ -161,7 +168,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                      max_attempts: int | None = None, queue: str | None = None,
                      timeout: float | None = None, then: Any = None, connection: Any = None,
                      now: float | None = None, batch: int | None = None,
-                     key_period: float | timedelta | None = None, group: Any = None) -> Handle:
+                     key_period: float | timedelta | None = None, group: Any = None,
+                     meta: dict[str, Any] | None = None) -> Handle:
         """Queue one job (see ``Store.enqueue_with``). Its run_at is the server's now
         plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
         rows.check_batch_options(batch, key=key, connection=connection)
@@ -169,7 +177,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         # Validated on a clock of 0: the row takes the server's time when it is written.
         job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
-                           self.max_payload, group)._replace(batch_id=batch)
+                           self.max_payload, group, meta)._replace(batch_id=batch)
         if connection is not None:
             # R5: inside the caller's own transaction, on its connection (whose
             # search_path is its own: the table is named with the store's schema).
@@ -734,7 +742,7 @@ def _job_params(job: rows.NewJob) -> dict[str, Any]:
     return {"queue": job.queue, "name": job.name, "key": job.key, "payload": _bytes(job.payload),
             "serializer": job.serializer, "priority": job.priority, "delay": job.run_at,
             "max_attempts": job.max_attempts, "deadline": job.deadline, "timeout": job.timeout,
-            "chain": job.chain, "batch_id": job.batch_id, "grp": job.grp}
+            "chain": job.chain, "batch_id": job.batch_id, "grp": job.grp, "meta": job.meta}
 
 
 def _write_progress(conn: Any, owner: str, progress: Iterable[ProgressReport]) -> None:

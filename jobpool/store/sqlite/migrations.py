@@ -45,6 +45,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     5: ("ALTER TABLE jobs ADD COLUMN grp TEXT", *sql.LIMIT_SCHEMA),
     # R28: listings of one name or one queue, newest first, through an index.
     6: sql.LISTING_SCHEMA,
+    # R54: a job's metadata (issue 28).
+    7: ("ALTER TABLE jobs ADD COLUMN meta TEXT",),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

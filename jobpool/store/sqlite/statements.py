@@ -4,6 +4,7 @@ Both cores (compiled and pure) and the store read their statements from here, so
 a guard changed in one place is changed everywhere. Times are Unix seconds (REAL).
 """
 import json
+from typing import Any, Callable
 
 from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
@@ -20,7 +21,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -91,7 +92,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     batch_id         INTEGER,
     state            TEXT,
     state_at         REAL,
-    grp              TEXT
+    grp              TEXT,
+    meta             TEXT
 )
 """
 
@@ -435,9 +437,10 @@ SCHEMA = (
 INSERT_JOB = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
                   run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
-                  grp)
+                  grp, meta)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
-        COALESCE(?15, {limited_group("?2", "CASE WHEN ?5 = 'json' THEN CAST(?4 AS TEXT) END")}))
+        COALESCE(?15, {limited_group("?2", "CASE WHEN ?5 = 'json' THEN CAST(?4 AS TEXT) END")}),
+        ?16)
 """
 INSERT_JOB_RETURNING = INSERT_JOB + "RETURNING id, grp\n"
 
@@ -568,17 +571,19 @@ UPDATE jobpool_batches SET dead = dead + :cancelled, changed_at = :now
 #: R12: the next step of a chain, enqueued in the transaction that completes its
 #: predecessor (run right after SETTLE_DONE matched), so a step is never lost or
 #: doubled. The rest of the chain travels with it. Run only for a job whose claim
-#: returned a chain (a job's ``chain`` is written once, at enqueue).
+#: returned a chain (a job's ``chain`` is written once, at enqueue). R54: the step
+#: carries its predecessor's metadata.
 ENQUEUE_SUCCESSOR = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                  max_attempts, deadline, timeout, created_at, chain, chain_root, grp)
+                  max_attempts, deadline, timeout, created_at, chain, chain_root, grp, meta)
 SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL,
        json_extract(chain, '$[0].payload'), 'json', json_extract(chain, '$[0].priority'),
        'ready', :now, :now, json_extract(chain, '$[0].max_attempts'), NULL,
        json_extract(chain, '$[0].timeout'), :now,
        CASE WHEN json_array_length(chain) > 1 THEN json_remove(chain, '$[0]') END,
        COALESCE(chain_root, id), {limited_group("json_extract(chain, '$[0].name')",
-                                                "json_extract(chain, '$[0].payload')")}
+                                                "json_extract(chain, '$[0].payload')")},
+       meta
   FROM jobs WHERE id = :id AND chain IS NOT NULL
 """
 
@@ -798,9 +803,12 @@ SELECT {BATCH_COLUMNS} FROM jobpool_batches INDEXED BY batches_finished
 BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = :id GROUP BY status
 """
-#: R34: the batch of a running member, fenced like a settle: a member whose lease
-#: is gone adds nothing.
-MEMBER_BATCH = f"SELECT batch_id FROM jobs WHERE {GUARD}"
+#: R34: the batch of a running member (and R54 its metadata, which its adds carry),
+#: fenced like a settle: a member whose lease is gone adds nothing.
+MEMBER_BATCH = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
+#: R48/R54: what ``current_job()`` asks of the pool for a running job: its batch and
+#: its metadata, fenced like a settle.
+RUNNING_CONTEXT = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
 FIND_ADD = """
 SELECT job_id FROM jobpool_batch_adds WHERE batch_id = :batch_id AND add_key = :add_key
 """
@@ -861,7 +869,7 @@ JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
     "max_attempts, crashes, deferrals, deadline, timeout, lease_owner, lease_expires_at, "
     "last_error, progress, stage, result, created_at, started_at, finished_at, chain_root, "
-    "cancel_requested, batch_id, state, state_at"
+    "cancel_requested, batch_id, state, state_at, meta"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 
@@ -885,11 +893,34 @@ def _indexed(index: str | None) -> str:
 #: written here: ``instr`` is a case-sensitive "contains" (LIKE would take ``%`` and
 #: ``_`` in the text as wildcards); the payload is compared as bytes; ``max(id)`` is
 #: one step down the table's b-tree.
+def _meta_matches(pairs: dict[str, Any], mark: Callable[[str], str]
+                  ) -> tuple[list[str], dict[str, Any]]:
+    """R54: a row whose metadata holds each pair, read with ``json_each`` (a key is
+    matched as it is, no JSON path to quote); text that is not a JSON object matches
+    nothing and fails no read (R44: the nested CASE keeps ``json_each`` from it)."""
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    for index, (key, value) in enumerate(pairs.items()):
+        k, v = f"meta_k{index}", f"meta_v{index}"
+        params[k] = key
+        if value is None or isinstance(value, bool):
+            test = f"type = '{'null' if value is None else str(value).lower()}'"
+        else:
+            test = (f"type = 'text' AND atom = {mark(v)}" if isinstance(value, str)
+                    else f"type IN ('integer', 'real') AND atom = {mark(v)}")
+            params[v] = value
+        where.append("EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(meta) THEN CASE "
+                     "WHEN json_type(meta) = 'object' THEN meta END END) "
+                     f"WHERE key = {mark(k)} AND {test})")
+    return where, params
+
+
 LISTING_DIALECT = ListingDialect(
     mark=lambda key: f":{key}",
     contains=lambda column, param: f"instr({column}, {param}) > 0",
     payload_contains=lambda param: f"instr(CAST(payload AS BLOB), CAST({param} AS BLOB)) > 0",
     past_newest="(SELECT coalesce(max(id), 0) + 1 FROM jobs)",
+    meta_matches=_meta_matches,
 )
 
 

@@ -124,6 +124,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     #: Every statement it runs (``SharedStore`` runs its share of them through it).
     statements = sql
+    #: R54: no index serves a metadata filter here: ``list_jobs(meta=...)`` is a
+    #: search within a window of ids (R47).
+    meta_indexed = False
 
     @staticmethod
     def list_param(values: list) -> str:
@@ -249,7 +252,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                      timeout: float | None = None, then: Any = None,
                      connection: sqlite3.Connection | None = None,
                      now: float | None = None, batch: int | None = None,
-                     key_period: float | timedelta | None = None, group: Any = None) -> Handle:
+                     key_period: float | timedelta | None = None, group: Any = None,
+                     meta: dict[str, Any] | None = None) -> Handle:
         """Queue one job with per-call options.
 
         ``then`` is a ``Signature`` (``job.s(...)``) or a list of them: the chain
@@ -262,11 +266,12 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         (seconds or a timedelta) makes this enqueue a duplicate too.
         ``group``: the row's group for its name's limits (R35, R36), instead of the
         value of the job's ``group_by`` keyword argument.
+        ``meta``: the job's metadata, a dict JSON can carry (R54).
         """
         now = time.time() if now is None else now
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload),
-                           self.max_payload, group)
+                           self.max_payload, group, meta)
         period = None
         if batch is not None or key_period is not None:  # the per-call path stays short
             rows.check_batch_options(batch, key=key, connection=connection)
@@ -537,8 +542,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         dead rows is sorted from that status's entries alone."""
         if status is None or name is not None or queue is not None or chain is not None \
                 or more.get("key") is not None or more.get("batch") is not None \
-                or rows.searched(**{k: more.get(k) for k in
-                                    ("group", "error", "args", "created", "finished")}):
+                or rows.searched(more.get("group"), more.get("error"), more.get("args"),
+                                 more.get("created"), more.get("finished"), more.get("meta")):
             return None
         return "jobs_status"
 
