@@ -12,7 +12,7 @@
 # Each run uses a fresh SQLite file, or a fresh schema of $JOBPOOL_BENCH_PG (default the
 # local server) dropped after; TREE's compiled core must be built.
 set -euo pipefail
-WORKLOAD=$1 TREE=$2 STORE=${3:-sqlite} DURABILITY=${4:-}
+WORKLOAD=$1 TREE=$(cd "$2" && pwd) STORE=${3:-sqlite} DURABILITY=${4:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-$HERE/../../.venv/bin/python}
 export PYTHONPATH="$HERE:$TREE"
