@@ -197,14 +197,18 @@ def strict_json(data: str) -> Any:
     return json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
-def _json_problem(data: Any) -> str | None:
-    if not isinstance(data, str):
-        return _not(data, "JSON text")
+def _json_text(value: Any) -> tuple[Any, str | None]:
+    """Stored JSON text read strictly: ``(data, None)``, or ``(None, what is wrong)``."""
+    if not isinstance(value, str):
+        return None, _not(value, "JSON text")
     try:
-        strict_json(data)
+        return strict_json(value), None
     except (ValueError, RecursionError) as exc:
-        return f"not JSON ({str(exc).splitlines()[0][:80]})"
-    return None
+        return None, f"not JSON ({str(exc).splitlines()[0][:80]})"
+
+
+def _json_problem(data: Any) -> str | None:
+    return _json_text(data)[1]
 
 
 def _name_problem(value: Any, field: str) -> str | None:
@@ -245,12 +249,9 @@ def _step_problem(step: Any) -> str | None:
 
 
 def _chain(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return _not(value, "JSON text")
-    try:
-        steps = strict_json(value)
-    except (ValueError, RecursionError) as exc:
-        return f"not JSON ({str(exc).splitlines()[0][:80]})"
+    steps, why = _json_text(value)
+    if why is not None:
+        return why
     if not isinstance(steps, list) or not steps:
         return _not(steps, "a list of steps")
     for index, step in enumerate(steps):
@@ -267,12 +268,9 @@ chain = Rule(_chain, "0", "FALSE")
 
 
 def _meta(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return _not(value, "JSON text")
-    try:
-        data = strict_json(value)
-    except (ValueError, RecursionError) as exc:
-        return f"not JSON ({str(exc).splitlines()[0][:80]})"
+    data, why = _json_text(value)
+    if why is not None:
+        return why
     if not isinstance(data, dict):
         return _not(data, "a JSON object")
     return None

@@ -33,7 +33,3 @@ class SqliteClaimer(Claimer):
     def release_before_fork(self) -> None:
         """R42/R43: the connection closed before a fork (``SqliteDriver``)."""
         self.sqlite.release_before_fork()
-
-    def crash_causes(self, job_id: int) -> list[str]:
-        """R19a: the errors of this job's earlier child deaths, oldest first."""
-        return self.sqlite.crash_causes(job_id)
