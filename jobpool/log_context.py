@@ -13,8 +13,6 @@ adds itself): outside a job it sets the fields to None, so a format string that 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from jobpool import running
 
@@ -45,26 +43,31 @@ class JobLogContext(logging.Filter):
 _FILTER = JobLogContext()
 
 
-def _handlers() -> list[logging.Handler]:
-    """The handlers a job's records reach when nobody routed them elsewhere: the
-    root logger's, and the ``jobpool`` logger's (which does not propagate when the
-    CLI configured it)."""
-    found = list(logging.getLogger().handlers)
-    for handler in logging.getLogger("jobpool").handlers:
-        if handler not in found:
-            found.append(handler)
-    return found
+#: The ``jobpool`` logger: loggers live as long as the process, so it is looked up
+#: once, not (under logging's lock) once per job.
+_OURS = logging.getLogger("jobpool")
 
 
-@contextmanager
-def installed() -> Iterator[None]:
+class installed:
     """``JobLogContext`` on the root's and ``jobpool``'s handlers while the block
-    runs (a job's attempt); removed after, from those it was added to."""
-    added = [handler for handler in _handlers() if _FILTER not in handler.filters]
-    for handler in added:
-        handler.addFilter(_FILTER)
-    try:
-        yield
-    finally:
+    runs (a job's attempt); removed after, from those it was added to.
+
+    The handlers a job's records reach when nobody routed them elsewhere: the root
+    logger's, and the ``jobpool`` logger's (which does not propagate when the CLI
+    configured it). They are looked at again for every job, since a job or a hook
+    may add one; a class, not a generator, because it wraps every job a child runs."""
+
+    __slots__ = ("_added",)
+
+    def __enter__(self) -> None:
+        added = [handler for handler in logging.root.handlers if _FILTER not in handler.filters]
+        for handler in _OURS.handlers:
+            if _FILTER not in handler.filters and handler not in added:
+                added.append(handler)
         for handler in added:
+            handler.addFilter(_FILTER)
+        self._added = added
+
+    def __exit__(self, *exc_info: object) -> None:
+        for handler in self._added:
             handler.removeFilter(_FILTER)
