@@ -9,7 +9,8 @@ does, over the SQLite driver (``store/sqlite/driver.py``). The compiled driver
   shared libsqlite3 (the library Python's ``sqlite3`` module uses too, so a process
   never holds two copies of SQLite's POSIX lock tables, R42). Each statement text is
   prepared once and kept; parameters are bound by name from the caller's mapping;
-  a step runs without the GIL, since it may sleep in the busy handler. Its pure
+  a step runs without the GIL, since it may sleep in the busy handler, which waits
+  for a lock in steps of at most a millisecond (``_busy_wait``). Its pure
   twin is ``driver.PythonConnection`` (Python's ``sqlite3``); both answer ``rows``,
   ``lenient_rows``, ``changes`` and ``in_transaction`` alike, and a failure is one
   ``SqliteError`` carrying SQLite's result code.
@@ -40,6 +41,10 @@ from jobpool.store import row_codec
 from jobpool.store.row_codec import Decoded
 
 
+cdef extern from "<unistd.h>" nogil:
+    int usleep(unsigned int usec)
+
+
 cdef extern from "sqlite3.h" nogil:
     ctypedef struct sqlite3
     ctypedef struct sqlite3_stmt
@@ -65,7 +70,7 @@ cdef extern from "sqlite3.h" nogil:
 
     int sqlite3_open_v2(const char* filename, sqlite3** db, int flags, const char* vfs)
     int sqlite3_close_v2(sqlite3* db)
-    int sqlite3_busy_timeout(sqlite3* db, int ms)
+    int sqlite3_busy_handler(sqlite3* db, int (*handler)(void*, int) noexcept nogil, void* arg)
     int sqlite3_errcode(sqlite3* db)
     int sqlite3_extended_errcode(sqlite3* db)
     const char* sqlite3_errmsg(sqlite3* db)
@@ -243,6 +248,39 @@ cdef class _Prepared:
             self.st = NULL
 
 
+cdef enum:
+    BUSY_FIRST_US = 50      # the busy handler's first sleep, microseconds
+    BUSY_LONGEST_US = 1000  # and its longest
+
+
+cdef struct BusyWait:
+    long long limit_us      # the connection's busy timeout
+    long long waited_us     # slept so far for the lock being waited on
+
+
+cdef int _busy_wait(void* arg, int count) noexcept nogil:
+    """SQLite's busy handler for a driver's connection: wait for the lock up to the
+    busy timeout, as ``sqlite3_busy_timeout`` does, but in sleeps of 50 µs doubling to
+    at most 1 ms, where SQLite's own handler sleeps 1, 2, 5, 10, 15… ms. A lock a
+    producer's commit or a checkpoint holds for a millisecond or two then costs the
+    supervisor's turn about that long instead of the next step of that ladder (3, 8,
+    18 ms): the pickup latency of a job enqueued while the pool turns."""
+    cdef BusyWait* wait = <BusyWait*>arg
+    cdef long long step
+    if count == 0:
+        wait.waited_us = 0
+    if wait.waited_us >= wait.limit_us:
+        return 0
+    step = BUSY_FIRST_US << (count if count < 5 else 5)
+    if step > BUSY_LONGEST_US:
+        step = BUSY_LONGEST_US
+    if step > wait.limit_us - wait.waited_us:
+        step = wait.limit_us - wait.waited_us
+    usleep(<unsigned int>step)
+    wait.waited_us += step
+    return 1
+
+
 @cython.final
 cdef class Connection:
     """One connection to an existing store file, for one driver (see the module
@@ -250,6 +288,7 @@ cdef class Connection:
 
     cdef sqlite3* _db
     cdef dict _prepared         # statement text -> _Prepared
+    cdef BusyWait _busy         # the busy handler's state (``_busy_wait``)
 
     def __cinit__(self, *args, **kwargs):
         self._db = NULL
@@ -272,7 +311,9 @@ cdef class Connection:
             sqlite3_close_v2(db)
             raise exc
         self._db = db
-        sqlite3_busy_timeout(db, <int>min(timeout_ms, <double>INT_MAX))
+        self._busy.limit_us = <long long>(min(timeout_ms, <double>INT_MAX) * 1000.0)
+        self._busy.waited_us = 0
+        sqlite3_busy_handler(db, _busy_wait, &self._busy)
 
     def __dealloc__(self):
         self._close()

@@ -336,6 +336,41 @@ def test_a_locked_store_raises_store_error_and_applies_nothing(core_impl, store_
     core.close()
 
 
+def test_a_turn_waits_out_a_lock_released_within_the_busy_timeout(core_impl, store_path):
+    """R26: a lock another connection holds for less than the busy timeout delays a
+    turn, never fails it (the compiled driver waits in short sleeps of its own)."""
+    import threading
+    insert_job(store_path)
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"], busy_timeout=30.0)
+    blocker = sqlite3.connect(store_path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.2, blocker.execute, ("ROLLBACK",))
+    release.start()
+    try:
+        (job,), _ = core.claim(1, NOW)
+    finally:
+        release.join()
+        blocker.close()
+    assert core.settle([outcome(job, core_impl.DONE)], NOW, random.Random())[0][3] == "done"
+    core.close()
+
+
+def test_a_lock_held_past_the_busy_timeout_fails_the_turn_only_after_it(core_impl, store_path):
+    """The busy timeout is a floor on the wait before R26's StoreError: however the
+    driver sleeps, it gives up no sooner."""
+    import time
+    core, job, blocker = claimed_then_locked(core_impl, store_path)
+    core.close()
+    core = core_impl.Core(str(store_path), OWNER, ["t.job"], ["default"], busy_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(StoreError):
+        core.claim(1, NOW)
+    assert time.monotonic() - started >= 0.3
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    core.close()
+
+
 # -- the slot table (R6, R20) --------------------------------------------------------------------
 
 def test_slot_table_tracks_jobs_and_deadlines(core_impl):
