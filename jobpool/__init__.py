@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from jobpool.errors import (Defer, EnqueueError, Fatal, Interrupted, JobFailed, JobpoolError,
                             Reschedule, Retry, SoftTimeout, StoreError, UnsafeResultError)
-from jobpool.extensions import AttemptInfo, AttemptResult, Middleware, add_middleware, on_child_start
+from jobpool.extensions import (AttemptInfo, AttemptResult, EnqueueInfo, Middleware, add_middleware,
+                                on_child_start, remove_middleware)
 from jobpool.log_context import JobLogContext
 from jobpool.running import CurrentJob, current_batch, current_job, progress, resume_state, save_state
 from jobpool.jobs import Handle, Job, Signature, job, on_start
@@ -39,5 +40,5 @@ __all__ = ["job", "connect", "batch", "current_batch", "save_state", "resume_sta
            "Job", "Handle",
            "Signature", "JobpoolError", "EnqueueError", "StoreError", "JobFailed", "SoftTimeout",
            "UnsafeResultError", "on_child_start", "Middleware", "add_middleware", "AttemptInfo",
-           "AttemptResult",
+           "AttemptResult", "EnqueueInfo", "remove_middleware",
            "__version__"]

@@ -183,6 +183,13 @@ class Signature:
     name: str
     args: tuple = ()
     kwargs: dict | None = None
+    #: Its own metadata (R54, R55): a chain step's, an ``enqueue_many`` item's or a
+    #: ``Batch.add`` member's, instead of the call's; None: the call's.
+    meta: dict | None = None
+
+    def with_meta(self, meta: dict[str, Any] | None) -> "Signature":
+        """This call with ``meta`` as its own metadata (``step.s(...).with_meta({...})``)."""
+        return Signature(self.name, self.args, self.kwargs, meta)
 
 
 # -- batches (R34) ----------------------------------------------------------------------------
@@ -214,17 +221,20 @@ class Batch:
     def __repr__(self) -> str:
         return f"Batch({self.id})"
 
-    def add(self, signature: Signature) -> Handle:
-        """One member (``job.s(...)``), claimable at once."""
+    def add(self, signature: Signature, *, meta: dict[str, Any] | None = None) -> Handle:
+        """One member (``job.s(...)``), claimable at once; its metadata is ``meta``,
+        else the signature's own (R54)."""
         if not isinstance(signature, Signature):
             raise EnqueueError(f"Batch.add takes a signature (job.s(...)), "
                                f"not {type(signature).__name__}")
         return self.store.enqueue_with(signature.name, args=signature.args,
-                                       kwargs=signature.kwargs, batch=self.id)
+                                       kwargs=signature.kwargs, batch=self.id,
+                                       meta=signature.meta if meta is None else meta)
 
-    def add_many(self, name: str, items: Iterable[Any]) -> Handles:
+    def add_many(self, name: str, items: Iterable[Any], *,
+                 meta: dict[str, Any] | None = None) -> Handles:
         """Many members of one job, in one transaction (as ``enqueue_many``)."""
-        return self.store.enqueue_many(name, items, batch=self.id)
+        return self.store.enqueue_many(name, items, batch=self.id, meta=meta)
 
     def close(self) -> BatchStatus:
         """Arm the callbacks; if every member has ended already they fire now."""

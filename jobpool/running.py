@@ -248,10 +248,7 @@ class MemberBatch:
         from jobpool.store import rows
         items = items if isinstance(items, list) else list(items)
         options = rows.enqueue_options(name, None, None, None, None, None, None, 0.0)
-        new_rows = rows.new_jobs(options, items)
-        if meta is not None:
-            text = rows.meta_json(meta)
-            new_rows = [row._replace(meta=text) for row in new_rows]
+        new_rows = rows.new_jobs(options, items, meta=meta)
         handles: list[Any] = []
         for start in range(0, len(new_rows), ADDS_PER_REQUEST):
             handles += self._send(new_rows[start:start + ADDS_PER_REQUEST])

@@ -296,3 +296,39 @@ def test_django_settings_mistakes_are_one_line(tmp_path):
     bare = project.manage("jobpool", check=False)
     assert bare.returncode == 1
     assert bare.stderr.strip().startswith("CommandError: name a jobpool command: manage.py jobpool start")
+
+
+HOOKED = """
+from django.db import transaction
+import jobpool
+from jobpool.contrib import django as jobs
+from shop.jobs import ship
+
+calls = []
+
+class Stamp(jobpool.Middleware):
+    def before_enqueue(self, job, meta):
+        calls.append(job.name)
+        meta["serial"] = len(calls)
+
+jobpool.add_middleware(Stamp())
+with transaction.atomic():
+    jobs.enqueue(ship, 1)
+    at_call = len(calls)
+jobs.enqueue_with(ship, args=(2,), then=ship.s(3))
+print(json.dumps({"at_call": at_call, "calls": len(calls),
+                  "meta": sorted(job["meta"]["serial"] for job in jobs.store().list_jobs())}))
+"""
+
+
+def test_django_enqueues_run_the_before_enqueue_hooks_once_at_the_call(tmp_path):
+    """R55: the helper runs the producer's hooks at the call (in the request's
+    context, its checks seeing what they stamped), never again at the write, even
+    one that waits for the commit."""
+    project = Project(tmp_path, {"default": {"ENGINE": "django.db.backends.sqlite3",
+                                             "NAME": str(tmp_path / "app.sqlite3")}},
+                      {"DB": str(tmp_path / "jobpool.db")})
+    seen = project.script(HOOKED)
+    # Three jobs (the chain's step stamped at the call): three calls, the first one
+    # made before the commit wrote it
+    assert seen == {"at_call": 1, "calls": 3, "meta": [1, 2]}

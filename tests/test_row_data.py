@@ -176,6 +176,10 @@ CHAINS = {
     "a budget past 32 bits": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
                               '"priority": 0, "max_attempts": 1099511627776}]',
                               "step 0: max_attempts: the integer 1099511627776"),
+    # R55: a step's own metadata is a JSON object, or the step has none.
+    "a step's meta not an object": ('[{"name": "r.step", "queue": "default", '
+                                    '"payload": "[[1],{}]", "priority": 0, "meta": "x"}]',
+                                    "step 0: meta: text 'x', not a JSON object"),
     "a later step wrong": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
                            '"priority": 0}, 7]', "step 1: the integer 7, not a step"),
 }

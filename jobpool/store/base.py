@@ -234,11 +234,14 @@ class Store(Protocol):
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
-                     now: float | None = None, batch: int | None = None) -> Sequence[Any]:
+                     now: float | None = None, batch: int | None = None,
+                     meta: dict[str, Any] | None = None) -> Sequence[Any]:
         """Queue many in one transaction, all or nothing (R4); their handles in order.
         With ``keys``, one per item (R3): an item whose key a live job holds writes
         nothing and gets that job's handle (``duplicate``; ``Handles.duplicates``).
-        ``batch``: they all join that unfinished batch (R34; not with ``keys``)."""
+        ``batch``: they all join that unfinished batch (R34; not with ``keys``).
+        ``meta``: every job's metadata (R54), unless an item (a ``Signature``) has
+        its own; the producer's ``before_enqueue`` hooks stamp each job (R55)."""
         ...
 
     async def aenqueue(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -231,6 +231,10 @@ STEP_KEYS: dict[str, tuple[bool, Rule]] = {
     "max_attempts": (False, optional(integer("a number of attempts (an integer from 1 to "
                                              f"{bounds.INT32_MAX})", 1, bounds.INT32_MAX))),
     "timeout": (False, optional(SECONDS)),
+    # R55: the step's own metadata (the producer's hooks stamped it, or the step
+    # named its own); without it the step carries its predecessor's (R54).
+    "meta": (False, optional(Rule(lambda value: None if isinstance(value, dict)
+                                  else _not(value, "a JSON object")))),
 }
 
 

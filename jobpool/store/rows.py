@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
-from jobpool import bounds, limits, liveness
+from jobpool import bounds, extensions, limits, liveness
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
@@ -243,11 +243,63 @@ def check_keys(keys: Any, count: int) -> list[str | None] | None:
     return keys
 
 
+def stamp(name: str, args: Any, kwargs: Any, meta: Any, label: str = "") -> Any:
+    """R55: the metadata one job is written with: ``meta`` as the producer's
+    ``before_enqueue`` hooks leave it (each changes a copy in place, in registration
+    order); ``meta`` itself when none is registered, or when the call's hooks ran
+    already. A hook that raises refuses the enqueue (an ``EnqueueError`` naming the
+    middleware and the job) before anything is written."""
+    if not extensions.enqueue_hooks or extensions.hooks_ran():
+        return meta
+    if meta is not None and not isinstance(meta, dict):
+        meta_json(meta, f"{label}meta")  # refuses it, in R54's words
+    stamped: dict[str, Any] = dict(meta) if meta is not None else {}
+    info = extensions.EnqueueInfo(name, tuple(args) if isinstance(args, list) else args,
+                                  dict(kwargs) if isinstance(kwargs, dict) else {})
+    for hook in list(extensions.enqueue_hooks):
+        try:
+            hook(info, stamped)
+        except Exception as exc:  # noqa: BLE001 - the user's code: any refusal is one
+            owner = getattr(hook, "__self__", hook)
+            raise EnqueueError(f"{label}the before_enqueue of {type(owner).__qualname__} refused "
+                               f"the enqueue of {name}: {type(exc).__name__}: {exc}") from exc
+    return stamped if stamped or meta is not None else None
+
+
+def stamp_call(name: str, args: Any, kwargs: Any, meta: Any, then: Any) -> tuple[Any, Any]:
+    """R55: one enqueue's metadata and its chain's steps (``then``), each step
+    stamped on its own: it starts from its own metadata (``Signature.meta``), else
+    the call's. Unchanged when no hook is registered."""
+    if not extensions.enqueue_hooks or extensions.hooks_ran():
+        return meta, then
+    stamped = stamp(name, args, kwargs, meta)
+    if then is None:
+        return stamped, then
+    steps = list(then) if isinstance(then, (list, tuple)) else [then]
+    for index, step in enumerate(steps):
+        if isinstance(step, Signature):  # anything else: chain_json refuses it
+            own = step.meta if step.meta is not None else meta
+            steps[index] = step.with_meta(stamp(step.name, step.args, step.kwargs, own,
+                                                f"then[{index}]: "))
+    return stamped, steps
+
+
+def carries_meta(meta: Any) -> bool:
+    """Whether an enqueue_many's rows need a ``meta`` each (R54, R55): one given to
+    the call, or a hook to stamp them. Without, they may take the fast path (which
+    ``json_batch`` refuses to an item with metadata of its own)."""
+    return meta is not None or bool(extensions.enqueue_hooks and not extensions.hooks_ran())
+
+
 def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOAD_BYTES,
-             keys: list[str | None] | None = None) -> list[NewJob]:
-    """The rows of an enqueue_many, in item order; a bad item is named by its index."""
+             keys: list[str | None] | None = None, meta: Any = None,
+             hooks: bool = False) -> list[NewJob]:
+    """The rows of an enqueue_many, in item order; a bad item is named by its index.
+    Each row's metadata is its item's own (``Signature.meta``), else ``meta``; with
+    ``hooks``, as the producer's ``before_enqueue`` hooks stamp it (R55)."""
     rows = []
     args: Any
+    shared = meta_json(meta) if meta is not None else None
     for index, item in enumerate(items):
         if isinstance(item, tuple):
             args, kwargs = item, None
@@ -259,10 +311,17 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
             raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
                                f"Signature, not {type(item).__name__}")
         try:
-            rows.append(with_payload(options, args, kwargs, keys[index] if keys else None, None,
-                                     max_payload))
-        except EnqueueError as exc:
-            raise EnqueueError(f"item {index}: {exc}") from None
+            row = with_payload(options, args, kwargs, keys[index] if keys else None, None,
+                               max_payload)
+            own = item.meta if isinstance(item, Signature) and item.meta is not None else None
+            if hooks and extensions.enqueue_hooks:
+                stamped = stamp(options.name, args, kwargs, meta if own is None else own)
+                text = meta_json(stamped) if stamped is not None else None
+            else:
+                text = shared if own is None else meta_json(own)
+        except EnqueueError as exc:  # a hook's own exception stays its cause (R55)
+            raise EnqueueError(f"item {index}: {exc}") from exc.__cause__
+        rows.append(row if text is None else row._replace(meta=text))
     return rows
 
 
@@ -281,7 +340,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     for item in items:
         if isinstance(item, (tuple, list)):
             pairs.append([list(item), {}])
-        elif isinstance(item, Signature) and (
+        elif isinstance(item, Signature) and item.meta is None and (
                 item.kwargs is None or (isinstance(item.kwargs, dict)
                                         and all(isinstance(k, str) for k in item.kwargs))):
             pairs.append([list(item.args), item.kwargs or {}])
@@ -302,6 +361,10 @@ def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
                for index, step in enumerate(steps)]
     if not encoded:
         return None
+    for index, (step, found) in enumerate(zip(steps, encoded)):
+        if step.meta is not None:  # R55: its own, else its predecessor's (R54)
+            meta_json(step.meta, f"then[{index}]: meta")
+            found["meta"] = step.meta
     return json.dumps(encoded, separators=(",", ":"))
 
 

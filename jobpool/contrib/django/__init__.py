@@ -33,6 +33,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
 
 import jobpool
+from jobpool import extensions
 from jobpool.errors import EnqueueError
 from jobpool.jobs import Job
 from jobpool.store import rows
@@ -142,23 +143,32 @@ def enqueue_with(job: Any, *, args: tuple | list = (), kwargs: dict | None = Non
     conf = settings_of()
     alias = using or conf.database or DEFAULT_DB_ALIAS
     target = store()
+    # R55: the producer's before_enqueue hooks run now, once: in this request's
+    # context, and before the checks, which then hold what they stamped.
+    meta, then = rows.stamp_call(name, args, kwargs, meta, then)
     options = dict(args=args, kwargs=kwargs, key=key, delay=delay, priority=priority,
                    deadline=deadline, max_attempts=max_attempts, queue=queue, timeout=timeout,
                    then=then, key_period=key_period, group=group, meta=meta)
     _check(target, name, options)
     django_conn = connections[alias]
     if not django_conn.in_atomic_block:
-        return target.enqueue_with(name, **options)
+        return _write(target, name, options)
     if alias == conf.database:
         raw = _same_database_connection(django_conn, alias, conf)
         # A savepoint: a failed insert rolls back to it and leaves the caller's
         # transaction usable, as Django expects of any statement in an atomic block.
         with transaction.atomic(using=alias):
-            return target.enqueue_with(name, connection=raw, **options)
+            return _write(target, name, dict(options, connection=raw))
     # robust=False: a store that refuses the write after the commit raises from the
     # atomic block's exit, so the caller hears of it (the data committed; the job did not).
-    transaction.on_commit(lambda: target.enqueue_with(name, **options), using=alias)
+    transaction.on_commit(lambda: _write(target, name, options), using=alias)
     return None
+
+
+def _write(target: Any, name: str, options: dict[str, Any]) -> Any:
+    """The store's enqueue of a call whose hooks ran at the call (R55: not again)."""
+    with extensions.hooks_already_ran():
+        return target.enqueue_with(name, **options)
 
 
 def _name_of(job: Any) -> str:

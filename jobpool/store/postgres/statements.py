@@ -706,7 +706,7 @@ RETURNING id, EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND targ
 """
 #: Any other batch (pickled arguments, one too large to judge whole), streamed with
 #: COPY row by row (one round trip, no statement per row).
-COPY_JOBS = f"COPY jobs (id, {_NEW_JOB_COLUMNS}, grp) FROM STDIN"
+COPY_JOBS = f"COPY jobs (id, {_NEW_JOB_COLUMNS}, grp, meta) FROM STDIN"
 
 #: R11a: wake the listening pools at commit; the payload names the queue.
 NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
@@ -826,7 +826,7 @@ _DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} 
 
 def _successor(moved: str, name: str = "successor") -> str:
     """R12: a chain's next step, from the rows a finishing settle ``moved``, with
-    their metadata (R54)."""
+    the step's own metadata when it has one (R55), else their own (R54)."""
     return f"""{name} AS (
     INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp, meta)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
@@ -836,7 +836,8 @@ def _successor(moved: str, name: str = "successor") -> str:
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
                                                     jsonb_of("chain -> 0 ->> 'payload'"))},
-           meta
+           CASE WHEN jsonb_typeof(chain -> 0 -> 'meta') = 'object' THEN chain -> 0 -> 'meta'
+                ELSE meta END
       FROM {moved} WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
 """
 

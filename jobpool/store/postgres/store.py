@@ -174,6 +174,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
         rows.check_batch_options(batch, key=key, connection=connection)
         period = rows.key_period(key_period, key)
+        meta, then = rows.stamp_call(name, args, kwargs, meta, then)  # R55
         # Validated on a clock of 0: the row takes the server's time when it is written.
         job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
@@ -244,7 +245,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
-                     now: float | None = None, batch: int | None = None) -> Handles:
+                     now: float | None = None, batch: int | None = None,
+                     meta: dict[str, Any] | None = None) -> Handles:
         """Queue many in one transaction, all or nothing (R4): JSON arguments as one
         array the server splits, anything else streamed with COPY. The ids come
         back in item order; they need not be consecutive."""
@@ -253,21 +255,23 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                                        0.0)._replace(batch_id=batch)
         items = items if isinstance(items, list) else list(items)
         checked_keys = rows.check_keys(keys, len(items))
+        with_meta = rows.carries_meta(meta)
         if checked_keys is not None:
-            keyed = rows.new_jobs(options, items, self.max_payload, checked_keys)
+            keyed = rows.new_jobs(options, items, self.max_payload, checked_keys, meta, hooks=True)
             handles = self.transaction(f"enqueue_many of {name}",
                                        lambda conn: [self._insert(conn, job) for job in keyed])
             return Handles([h.id for h in handles], store=self,
                            duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
-        # A per-group job's rows each take their group from their own arguments.
-        as_json = (rows.json_batch(items)
-                   if options.serializer == "json" and options.group_by is None else None)
+        # A per-group job's rows each take their group from their own arguments;
+        # rows with metadata (R54, R55) each carry their own.
+        as_json = (rows.json_batch(items) if options.serializer == "json"
+                   and options.group_by is None and not with_meta else None)
         if as_json is not None:
             rows.check_items(options, items)  # R1: new_jobs checks each row it makes
         if as_json is not None and len(as_json[0].encode()) + 5 <= self.max_payload:
             # No element can be longer than the whole: every payload is within the limit.
             return self._insert_json_batch(options, len(items), *as_json)
-        new_jobs = rows.new_jobs(options, items, self.max_payload)
+        new_jobs = rows.new_jobs(options, items, self.max_payload, meta=meta, hooks=True)
         wait = options.run_at  # the delay, on the validation clock of 0
 
         def insert(conn: Any) -> list[int]:
@@ -278,7 +282,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                     copy.write_row((job_id, job.queue, job.name, None, _bytes(job.payload),
                                     job.serializer, job.priority, "ready", server_now + wait,
                                     server_now + wait, job.max_attempts, None, job.timeout,
-                                    server_now, None, batch, job.grp))
+                                    server_now, None, batch, job.grp, job.meta))
             # R35: what COPY could not compute: the group of a limited name's rows.
             conn.execute(pg_sql.ADOPT_BULK, {"ids": ids, "name": name})
             if batch is not None:

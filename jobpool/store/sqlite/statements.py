@@ -571,8 +571,9 @@ UPDATE jobpool_batches SET dead = dead + :cancelled, changed_at = :now
 #: R12: the next step of a chain, enqueued in the transaction that completes its
 #: predecessor (run right after SETTLE_DONE matched), so a step is never lost or
 #: doubled. The rest of the chain travels with it. Run only for a job whose claim
-#: returned a chain (a job's ``chain`` is written once, at enqueue). R54: the step
-#: carries its predecessor's metadata.
+#: returned a chain (a job's ``chain`` is written once, at enqueue). R54, R55: the
+#: step carries its own metadata when it has one (a JSON object), else its
+#: predecessor's.
 ENQUEUE_SUCCESSOR = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   max_attempts, deadline, timeout, created_at, chain, chain_root, grp, meta)
@@ -583,7 +584,8 @@ SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL
        CASE WHEN json_array_length(chain) > 1 THEN json_remove(chain, '$[0]') END,
        COALESCE(chain_root, id), {limited_group("json_extract(chain, '$[0].name')",
                                                 "json_extract(chain, '$[0].payload')")},
-       meta
+       CASE WHEN json_type(chain, '$[0].meta') = 'object' THEN json_extract(chain, '$[0].meta')
+            ELSE meta END
   FROM jobs WHERE id = :id AND chain IS NOT NULL
 """
 

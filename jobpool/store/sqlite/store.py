@@ -269,6 +269,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         ``meta``: the job's metadata, a dict JSON can carry (R54).
         """
         now = time.time() if now is None else now
+        meta, then = rows.stamp_call(name, args, kwargs, meta, then)  # R55
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload),
                            self.max_payload, group, meta)
@@ -292,7 +293,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def enqueue_many(self, name: str, items: Iterable[Any], *, delay: float | None = None,
                      priority: int | None = None, queue: str | None = None,
                      max_attempts: int | None = None, keys: Iterable[str | None] | None = None,
-                     now: float | None = None, batch: int | None = None) -> Handles:
+                     now: float | None = None, batch: int | None = None,
+                     meta: dict[str, Any] | None = None) -> Handles:
         """Queue many calls of one job in one transaction, all or nothing (R4).
 
         Each item is a tuple or list of positional arguments, or a ``Signature``
@@ -308,11 +310,13 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                                        now)._replace(batch_id=batch)
         items = items if isinstance(items, list) else list(items)
         checked_keys = rows.check_keys(keys, len(items))
+        with_meta = rows.carries_meta(meta)
         if checked_keys is not None:
-            return self._insert_keyed(options, items, checked_keys)
-        # A per-group job's rows each take their group from their own arguments.
-        as_json = (rows.json_batch(items)
-                   if options.serializer == "json" and options.group_by is None else None)
+            return self._insert_keyed(options, items, checked_keys, meta)
+        # A per-group job's rows each take their group from their own arguments;
+        # rows with metadata (R54, R55) each carry their own.
+        as_json = (rows.json_batch(items) if options.serializer == "json"
+                   and options.group_by is None and not with_meta else None)
         count = len(items)
         if as_json is not None:
             rows.check_items(options, items)  # R1: new_jobs checks each row it makes
@@ -328,7 +332,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 return last
             last = self.transaction(f"enqueue_many of {name}", insert_json)
         else:
-            new_jobs = rows.new_jobs(options, items, self.max_payload)
+            new_jobs = rows.new_jobs(options, items, self.max_payload, meta=meta, hooks=True)
 
             def insert(conn: sqlite3.Connection) -> int:
                 join(conn)
@@ -343,10 +347,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         return Handles(range(last - count + 1, last + 1), store=self)
 
     def _insert_keyed(self, options: rows.EnqueueOptions, items: list,
-                      keys: list[str | None]) -> Handles:
+                      keys: list[str | None], meta: Any) -> Handles:
         """A batch with keys: row by row in one transaction, each duplicate answered
         with the id of the live job that holds its key (R3)."""
-        new_jobs = rows.new_jobs(options, items, self.max_payload, keys)
+        new_jobs = rows.new_jobs(options, items, self.max_payload, keys, meta, hooks=True)
 
         def insert(conn: sqlite3.Connection) -> list[Handle]:
             return [self._insert(conn, job) for job in new_jobs]
