@@ -12,8 +12,9 @@ From Python with psycopg 3, one connection in autocommit, every statement prepar
   ``pg_notify`` in the same statement (the shape of a single enqueue), a session
   LISTENing on the channel and reading what comes;
 * ``insert, N sessions``: the same two, ``--producers`` sessions inserting at once
-  (each ``pg_notify`` holds the server's one notification lock from its commit's
-  start to its end, so notifying commits of all sessions queue on it): the
+  (a transaction that notifies holds the server's one notification lock from just
+  before its commit record until its commit has ended, so notifying commits of all
+  sessions go one at a time): the
   aggregate rate, and wall per statement as its inverse;
 * ``turn``: jobpool's turn statement settling the jobs the turn before claimed and
   claiming as many, for 1 and 2 jobs a turn, durable and ``durability=normal``
