@@ -7,7 +7,8 @@ settles the ``--per-turn`` jobs the turn before claimed (done) and claims as man
                                            [--durability normal]
 
 Prints the turns' median and mean wall time per turn, the claimer's CPU per turn
-(this process), and the CPU its server backend spent per turn (``/proc/PID/stat`` of
+(this process), the WAL the server wrote per turn (all of it: run it on a quiet server),
+and the CPU its server backend spent per turn (``/proc/PID/stat`` of
 the backend, so only with the server on this host). A fresh schema each run, dropped
 after. Run it from another checkout's tree with ``PYTHONPATH=TREE`` to compare.
 """
@@ -35,6 +36,45 @@ def backend_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_turns(db: str, turns: int, per_turn: int, durability: str) -> dict[str, float]:
+    """``turns`` turns of one claimer in a fresh schema (dropped after): wall per turn
+    (median, mean), the claimer's CPU and its server backend's CPU per turn, in µs."""
+    schema = "bench_turn_" + uuid.uuid4().hex[:8]
+    url = f"{db}{'&' if '?' in db else '?'}schema={schema}"
+    store = jobpool.connect(url, durability=durability)
+    try:
+        store.enqueue_many(NAME, [(i,) for i in range((turns + 2) * per_turn)])
+        claimer = store.claimer("bench-turn:1:1", (NAME,), ("default",), {})
+        rng = random.Random(1)
+        claimed = claimer.turn([], per_turn, time.time(), rng)[1]
+        backend = claimer.driver._conn.info.backend_pid
+        walls = []
+        wal0 = _wal(db)
+        cpu0, server0 = time.process_time(), backend_cpu(backend)
+        for _ in range(turns):
+            outcomes = [Outcome(c.job_id, c.attempt, DONE) for c in claimed]
+            began = time.perf_counter()
+            claimed = claimer.turn(outcomes, per_turn, time.time(), rng)[1]
+            walls.append(time.perf_counter() - began)
+        cpu, server = time.process_time() - cpu0, backend_cpu(backend) - server0
+        wal = _wal(db) - wal0
+        claimer.close()
+    finally:
+        store.close()
+        with psycopg.connect(db, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return {"wall_median_us": statistics.median(walls) * 1e6,
+            "wall_mean_us": sum(walls) / turns * 1e6,
+            "claimer_cpu_us": cpu / turns * 1e6, "backend_cpu_us": server / turns * 1e6,
+            "wal_bytes": wal / turns}
+
+
+def _wal(db: str) -> int:
+    """The server's WAL position in bytes (the whole server's: other sessions count)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default="postgresql://postgres@127.0.0.1:5432/test")
@@ -42,33 +82,9 @@ def main() -> None:
     parser.add_argument("--per-turn", type=int, default=1)
     parser.add_argument("--durability", choices=("full", "normal"), default="full")
     args = parser.parse_args()
-    schema = "bench_turn_" + uuid.uuid4().hex[:8]
-    url = f"{args.db}{'&' if '?' in args.db else '?'}schema={schema}"
-    store = jobpool.connect(url, durability=args.durability)
-    try:
-        store.enqueue_many(NAME, [(i,) for i in range((args.turns + 2) * args.per_turn)])
-        claimer = store.claimer("bench-turn:1:1", (NAME,), ("default",), {})
-        rng = random.Random(1)
-        claimed = claimer.turn([], args.per_turn, time.time(), rng)[1]
-        backend = claimer.driver._conn.info.backend_pid
-        walls = []
-        cpu0, server0 = time.process_time(), backend_cpu(backend)
-        for _ in range(args.turns):
-            outcomes = [Outcome(c.job_id, c.attempt, DONE) for c in claimed]
-            began = time.perf_counter()
-            claimed = claimer.turn(outcomes, args.per_turn, time.time(), rng)[1]
-            walls.append(time.perf_counter() - began)
-        cpu, server = time.process_time() - cpu0, backend_cpu(backend) - server0
-        claimer.close()
-    finally:
-        store.close()
-        with psycopg.connect(args.db, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    n = args.turns
-    print(f"turns={n} per_turn={args.per_turn} durability={args.durability} "
-          f"wall_median_us={statistics.median(walls) * 1e6:.0f} "
-          f"wall_mean_us={sum(walls) / n * 1e6:.0f} "
-          f"claimer_cpu_us={cpu / n * 1e6:.0f} backend_cpu_us={server / n * 1e6:.0f}")
+    row = run_turns(args.db, args.turns, args.per_turn, args.durability)
+    print(f"turns={args.turns} per_turn={args.per_turn} durability={args.durability} "
+          + " ".join(f"{key}={value:.0f}" for key, value in row.items()))
 
 
 if __name__ == "__main__":

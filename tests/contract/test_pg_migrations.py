@@ -5,6 +5,8 @@ added things is used as it is, so old and new pools share a store during a rolli
 restart."""
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
@@ -51,3 +53,34 @@ def test_a_newer_revision_is_used_unless_it_needs_a_newer_jobpool(pg_url):
     with pytest.raises(NotAStoreError, match="schema version 99, which needs at least version "
                                              "98; this jobpool reads version"):
         jobpool.connect(pg_url)
+
+
+def _indexes(pg_url):
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        return {name for (name,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'jobs'",
+            (schema,))}
+
+
+def test_the_running_rows_expiry_index_is_dropped_and_leases_are_still_reclaimed(pg_url):
+    """Issue 25: a store from before the step that drops ``jobs_leases`` loses it when
+    a writer opens it, and an expired lease is still found (R23) through ``jobs_owners``."""
+    step = next(n for n, statements in pg_sql.STEPS.items()
+                if pg_sql.DROP_LEASE_INDEX in statements)
+    store = jobpool.connect(pg_url)
+    job = store.enqueue("c.job")
+    store.close()
+    assert "jobs_leases" not in _indexes(pg_url)  # a new store never has it
+    _meta(pg_url, "CREATE INDEX jobs_leases ON jobs (lease_expires_at) WHERE status = 'running'",
+          f"UPDATE jobpool_meta SET value = '{step - 1}' WHERE key = 'revision'",
+          "UPDATE jobs SET status = 'running', lease_owner = 'gone-host:1:1', attempts = 1, "
+          "started_at = 1, lease_expires_at = 2")
+    store = jobpool.connect(pg_url)
+    assert _meta(pg_url)["revision"] == pg_sql.SCHEMA_VERSION
+    assert "jobs_leases" not in _indexes(pg_url) and "jobs_owners" in _indexes(pg_url)
+    claimer = store.claimer("host:1:1", ("c.job",), ("default",), {})
+    assert [settled[0] for settled in claimer.reclaim(time.time())] == [job.id]
+    claimer.close()
+    assert store.get(job.id)["status"] == "ready"
+    store.close()

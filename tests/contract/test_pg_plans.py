@@ -34,8 +34,8 @@ ROWS = 100_000
 #: The tables a hot statement must never read whole.
 BIG = {"jobs", "finished_jobs", "attempts"}
 #: Partial indexes of running rows only: as many as the pools have slots, so a walk of
-#: one without a condition is no walk of the backlog (``pg_sql.CREATE_LEASE_INDEX``).
-RUNNING_ONLY = {"jobs_leases", "jobs_owners"}
+#: one without a condition is no walk of the backlog (``pg_sql.CREATE_OWNER_INDEX``).
+RUNNING_ONLY = {"jobs_owners"}
 OWNER = "plans-pool-0"
 #: The batch of 1 000 of the filled rows (an id clear of those the store gives).
 BATCH = 900_000

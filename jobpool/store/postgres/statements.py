@@ -50,7 +50,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -178,13 +178,13 @@ CREATE INDEX IF NOT EXISTS jobs_claim_order
 CREATE_KEY_INDEX = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_key ON jobs (name, key) WHERE key IS NOT NULL
 """
-#: R23, R24: expired leases and a dead owner's leases, without a scan.
-CREATE_LEASE_INDEX = """
-CREATE INDEX IF NOT EXISTS jobs_leases ON jobs (lease_expires_at) WHERE status = 'running'
-"""
+#: R23, R24: a dead owner's leases, and expired leases by a walk of the running rows
+#: only (as many as the pools have slots), without a scan of the backlog. One index
+#: where revisions 1-6 had two: every claim writes an entry in each (issue 25).
 CREATE_OWNER_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_owners ON jobs (lease_owner) WHERE status = 'running'
 """
+DROP_LEASE_INDEX = "DROP INDEX IF EXISTS jobs_leases"
 #: Listings and retention of finished rows by age (R32).
 CREATE_FINISHED_INDEX = """
 CREATE INDEX IF NOT EXISTS finished_jobs_status ON finished_jobs (status, finished_at)
@@ -568,7 +568,7 @@ META_SCHEMA = (
     " (meta jsonb_path_ops) WHERE meta IS NOT NULL")
 
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
-          CREATE_LEASE_INDEX, CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
+          CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
           *META_SCHEMA)
@@ -595,6 +595,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     6: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS meta jsonb",
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS meta jsonb", CREATE_ALL_JOBS,
         *META_SCHEMA),
+    # Issue 25: the running rows' expiry index dropped; jobs_owners serves R23 too.
+    7: (DROP_LEASE_INDEX,),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
