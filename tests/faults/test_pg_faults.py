@@ -93,6 +93,10 @@ def test_every_connection_terminated_again_and_again_loses_and_doubles_nothing(f
     store.close()  # the killer below terminates this test's connections too otherwise
     pool = fault_app.spawn_pool("--procs", "2", "--burst", "--poll-interval", "0.2",
                                 "--store-timeout", "600", db=pg_url)
+    # The kills start once the pool runs: a connection dropped while it opens its store
+    # is an error it reports and exits on (exit 1), not a fault of the drain.
+    wait_for(lambda: pool.poll() is not None or "pool_started" in fault_app.log_of(pool),
+             timeout=60)
     stop = threading.Event()
     kills = []
 
