@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -243,11 +244,31 @@ class LoopTicks:
 # -- PostgreSQL -------------------------------------------------------------------------
 
 PG_URL = os.environ.get("JOBPOOL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+#: Under pytest-xdist ("gw0", "gw1", ...) each worker has a database of its own on the
+#: server, so what a test does to every connection of its database (terminate them,
+#: read the oldest transaction) never reaches the other worker's: such queries say
+#: ``datname = current_database()``. Created on first use, kept for the next run.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_SHARED_PG_URL = PG_URL
+if _WORKER:
+    _parts = urllib.parse.urlsplit(PG_URL)
+    PG_URL = _parts._replace(path=f"{_parts.path}_{_WORKER}").geturl()
+
+
+@functools.cache
+def _worker_database() -> None:
+    import psycopg
+    name = urllib.parse.urlsplit(PG_URL).path.lstrip("/")
+    with psycopg.connect(_SHARED_PG_URL, autocommit=True, connect_timeout=3) as admin:
+        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            admin.execute(f'CREATE DATABASE "{name}"')
 
 
 def _pg_admin():
     try:
         import psycopg
+        if _WORKER:
+            _worker_database()
         return psycopg.connect(PG_URL, autocommit=True, connect_timeout=3)
     except Exception as exc:  # noqa: BLE001 - no driver or no server: skip or fail below
         if os.environ.get("JOBPOOL_REQUIRE_PG") == "1":

@@ -101,7 +101,8 @@ def test_two_pools_never_run_more_of_a_group_than_its_limit(make_any_app):
 
 def test_a_queue_limit_holds_across_pools(make_any_app):
     app = make_any_app(APP)
-    _enqueue(app, "l.queued", [("all", n) for n in range(10)])
+    # Six: more than the limit, fewer than the two pools' eight slots.
+    _enqueue(app, "l.queued", [("all", n) for n in range(6)])
     app.cli("limits", "set", "--queue", "warehouse", "--running", "2", "--db", str(app.db),
             check=True)
     _run_pools(app, "--queues", "warehouse")

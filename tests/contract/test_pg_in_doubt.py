@@ -75,6 +75,7 @@ def test_after_a_dropped_connection_a_pool_gives_back_claims_it_does_not_hold(pg
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                 " WHERE pid = (SELECT pid FROM pg_stat_activity"
                 "               WHERE application_name = 'jobpool-supervisor'"
+                "                 AND datname = current_database()"
                 "               ORDER BY backend_start LIMIT 1)").fetchone()[0] == 1
         with pytest.raises(StoreError):
             pool.lease_owners()  # the pool finds its connection gone

@@ -32,7 +32,8 @@ def _terminate(application: str) -> int:
     from ..conftest import PG_URL
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         return admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                             " WHERE application_name = %s", (application,)).fetchone()[0]
+                             " WHERE application_name = %s AND datname = current_database()",
+                             (application,)).fetchone()[0]
 
 
 def test_an_enqueue_wakes_an_idle_pool_and_a_dropped_listener_comes_back(pg_url, tmp_path):
@@ -84,4 +85,5 @@ def _listening() -> bool:
     from ..conftest import PG_URL
     with psycopg.connect(PG_URL, autocommit=True) as admin:
         return admin.execute("SELECT count(*) FROM pg_stat_activity"
-                             " WHERE application_name = 'jobpool-listener'").fetchone()[0] == 1
+                             " WHERE application_name = 'jobpool-listener'"
+                             " AND datname = current_database()").fetchone()[0] == 1

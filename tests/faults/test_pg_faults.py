@@ -93,6 +93,10 @@ def test_every_connection_terminated_again_and_again_loses_and_doubles_nothing(f
     store.close()  # the killer below terminates this test's connections too otherwise
     pool = fault_app.spawn_pool("--procs", "2", "--burst", "--poll-interval", "0.2",
                                 "--store-timeout", "600", db=pg_url)
+    # The kills start once the pool runs: a connection dropped while it opens its store
+    # is an error it reports and exits on (exit 1), not a fault of the drain.
+    wait_for(lambda: pool.poll() is not None or "pool_started" in fault_app.log_of(pool),
+             timeout=60)
     stop = threading.Event()
     kills = []
 
@@ -102,6 +106,7 @@ def test_every_connection_terminated_again_and_again_loses_and_doubles_nothing(f
                 kills.append(admin.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                     " WHERE application_name LIKE 'jobpool%%' AND pid <> pg_backend_pid()"
+                    " AND datname = current_database()"
                 ).fetchone()[0])
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -141,7 +146,8 @@ def test_a_frozen_host_comes_back_to_find_its_job_done_by_another(fault_app, pg_
         wait_for(lambda: store.get(job_id)["status"] == "done", timeout=60)
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
-    time.sleep(3)  # the thawed pool settles its own (late) outcome now
+    # The thawed pool tries to settle its own (late) outcome now, and is refused.
+    wait_for(lambda: "job_lease_lost" in fault_app.log_of(frozen), timeout=60)
     assert stop_pool(frozen) == 0 and stop_pool(other) == 0
     row = store.get(job_id)
     assert (row["status"], row["attempts"]) == ("done", 2)
@@ -166,7 +172,8 @@ def test_a_dropped_connection_is_told_in_the_pools_own_lines_only(fault_app, pg_
         # the job is the first to find it gone.
         assert admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = 'jobpool-supervisor'").fetchone()[0] == 1
+            " WHERE application_name = 'jobpool-supervisor'"
+            " AND datname = current_database()").fetchone()[0] == 1
     (fault_app.dir / "held.go").write_text("")
     assert pool.wait(timeout=120) == 0, fault_app.log_of(pool)
     log = fault_app.log_of(pool)

@@ -4,8 +4,10 @@ The torture suite (``test_torture.py``, issue 22 item 8) drives a model of the s
 contract against real stores, real pools and real producer processes. It runs in
 two modes, chosen by ``$JOBPOOL_TORTURE``:
 
-- unset (the normal suite): a few episodes per store, derandomized, so a run of
-  the whole suite stays about a minute here and CI sees the same sequences;
+- unset (the normal suite): a few episodes per store, derandomized, so CI sees the
+  same sequences: enough that between them they choose every rule but
+  ``join_threads`` (the test fails when one goes unchosen), few enough that a store's
+  run takes seconds;
 - ``long``: many more episodes, fresh random sequences each run (pass
   ``--hypothesis-seed=N`` to pytest to replay one), shrunk on failure.
   ``$JOBPOOL_TORTURE_EXAMPLES`` sets how many episodes per store (default 40).

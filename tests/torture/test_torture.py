@@ -16,6 +16,7 @@ reason its kind dies of, or still queued or cancelled as the model says.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import random
 import re
@@ -83,12 +84,29 @@ class Totals:
     threads: int = 0
     producers: int = 0
     outcomes: collections.Counter = field(default_factory=collections.Counter)
+    #: How many times hypothesis chose each rule (the end of an episode's own calls aside).
+    rules: collections.Counter = field(default_factory=collections.Counter)
 
 
 def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
-    """The state machine class for one store kind ("sqlite" or "postgres")."""
+    """The state machine class for one store kind ("sqlite" or "postgres"); its
+    ``RULES`` names every rule, so a run can tell which it never tried."""
+    every_rule: list[str] = []
+
+    def step(body):
+        """A rule's body, counted in ``totals.rules`` when hypothesis chose it."""
+        every_rule.append(body.__name__)
+
+        @functools.wraps(body)
+        def counted(self, *args, **kwargs):
+            if not self.finishing:
+                totals.rules[body.__name__] += 1
+            return body(self, *args, **kwargs)
+        return counted
 
     class Torture(RuleBasedStateMachine):
+        RULES = every_rule
+
         def __init__(self) -> None:
             super().__init__()
             totals.episodes += 1
@@ -111,6 +129,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
             self.paused = False
             self.pre_pause: list[subprocess.Popen] = []
             self.protected: set[str] = set()  # q2 jobs no pool may start while paused
+            self.finishing = False  # the episode's end calls some rules itself
 
         # -- helpers ------------------------------------------------------------------
 
@@ -165,6 +184,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
               key=st.sampled_from([None, None, *KEYS]),
               queue=st.sampled_from(["default", "default", "q2"]),
               seconds=st.sampled_from([0.0, 0.0, 0.05]))
+        @step
         def enqueue_one(self, store, what, delay, key, queue, seconds):
             store = self.stores[store % len(self.stores)]
             seconds_of = {"short": SHORT_DELAY, "far": FAR_DELAY}.get(delay)
@@ -182,6 +202,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         @rule(store=st.integers(0, 7), n=st.integers(2, 40), keyed=st.booleans(),
               delay=st.sampled_from([None, None, "short", "far"]),
               queue=st.sampled_from(["default", "default", "q2"]))
+        @step
         def enqueue_batch(self, store, n, keyed, delay, queue):
             store = self.stores[store % len(self.stores)]
             tokens = [self._token() for _ in range(n)]
@@ -199,11 +220,13 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                           far=delay == "far")
 
         @rule()
+        @step
         def open_store(self):
             self.stores.append(jobpool.connect(self.db))  # R42: any number per process
 
         @precondition(lambda self: len(self.stores) > 1)
         @rule(which=st.integers(0, 7))
+        @step
         def close_store(self, which):
             # Never the first: threads may share it (closing a store in use is the caller's error).
             self.stores.pop(1 + which % (len(self.stores) - 1)).close()
@@ -211,6 +234,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         @precondition(lambda self: len(self.threads) < 3)
         @rule(shared=st.booleans(), n=st.integers(1, 60),
               bulk=st.sampled_from([1, 1, 5, 20]))
+        @step
         def thread_enqueues(self, shared, n, bulk):
             """A thread enqueueing with a store of its own, or sharing the first (R42)."""
             prefix = self._token("t") + "."
@@ -240,6 +264,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @precondition(lambda self: self.threads)
         @rule()
+        @step
         def join_threads(self):
             self._join_threads()
 
@@ -256,6 +281,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         @rule(n=st.integers(1, 80), bulk=st.sampled_from([1, 4, 25]),
               stores=st.integers(1, 3), default_store=st.booleans(),
               kill_after=st.sampled_from([None, None, 0.05, 0.2, 0.4, 0.8]))
+        @step
         def producer(self, n, bulk, stores, default_store, kill_after):
             prefix = self._token("p")
             proc = self.app.spawn_producer(prefix, n, bulk, stores, default_store)
@@ -272,6 +298,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @precondition(lambda self: self.producers)
         @rule()
+        @step
         def reap_producers(self):
             self._reap_producers()
 
@@ -294,6 +321,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         # -- pools --------------------------------------------------------------------
 
         @rule(procs=st.integers(1, 3), kill_after=st.sampled_from([None, None, 0.3, 0.8, 1.5]))
+        @step
         def burst_turn(self, procs, kill_after):
             pool = self.app.spawn_pool(*self._pool_args(procs), "--burst")
             totals.pool_turns += 1
@@ -312,6 +340,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         # pool counts as running until this machine kills or stops it.
         @precondition(lambda self: len(self.background) < 2)
         @rule(procs=st.integers(1, 3))
+        @step
         def start_pool(self, procs):
             pool = self.app.spawn_pool(*self._pool_args(procs))
             # Started: its signal handlers are in place (a SIGTERM before that is
@@ -329,6 +358,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @precondition(lambda self: self.background)
         @rule(which=st.integers(0, 3), wait=st.sampled_from([0.0, 0.2, 0.6]))
+        @step
         def kill_pool(self, which, wait):
             time.sleep(wait)
             assert self._killed(self._take_pool(which))
@@ -337,6 +367,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @precondition(lambda self: self.background)
         @rule(which=st.integers(0, 3))
+        @step
         def stop_one_pool(self, which):
             pool = self._take_pool(which)
             code = stop_pool(pool, timeout=120)
@@ -345,6 +376,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         # -- operators ----------------------------------------------------------------
 
         @rule(pick=st.integers(0, 10**6), store=st.integers(0, 7))
+        @step
         def cancel(self, pick, store):
             store = self.stores[store % len(self.stores)]
             if not self.jobs:
@@ -364,6 +396,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                 job.cancel_requested = True
 
         @rule(seed=st.integers(0, 2**32), store=st.integers(0, 7))
+        @step
         def dead_retry(self, seed, store):
             pick = random.Random(seed)  # how many are dead is not the model's to know
             store = self.stores[store % len(self.stores)]
@@ -388,6 +421,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @precondition(lambda self: not self.paused)
         @rule()
+        @step
         def pause(self):
             assert self.stores[0].pause("q2")
             self.paused = True
@@ -395,6 +429,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
 
         @precondition(lambda self: self.paused)
         @rule()
+        @step
         def resume(self):
             self._check_pause()
             assert self.stores[0].resume("q2")
@@ -433,6 +468,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                     drop_schema(self.db)
 
         def _finish(self):
+            self.finishing = True
             self._join_threads()
             self._reap_producers()
             while self.background:
@@ -531,4 +567,11 @@ def test_torture_accounts_for_every_job(kind, request, tmp_path):
                   supervisor_kills=totals.supervisor_kills, producer_kills=totals.producer_kills,
                   pool_turns=totals.pool_turns, threads=totals.threads, producers=totals.producers,
                   lost=0, seconds=round(time.monotonic() - started, 1),
-                  outcomes={f"{k}:{s}": n for (k, s), n in sorted(totals.outcomes.items())})
+                  outcomes={f"{k}:{s}": n for (k, s), n in sorted(totals.outcomes.items())},
+                  rules=dict(sorted(totals.rules.items())))
+    # Each rule is a scenario (a kill, a pause, a producer, ...): a run that never
+    # chose one did not torture it, however many episodes it took. The bounded run's
+    # fixed sequences never choose join_threads (every episode's end joins them).
+    untried = {name for name in machine.RULES if not totals.rules[name]}
+    assert untried <= (set() if MODE.long else {"join_threads"}), \
+        f"{kind}: no episode chose {sorted(untried)}"
