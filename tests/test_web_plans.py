@@ -352,3 +352,22 @@ def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
         todo.extend(node.get("Plans", ()))
     assert ("Seq Scan", "jobpool_rollups", None) not in nodes, nodes
     assert any(n[2] == "jobpool_rollups_pkey" for n in nodes), nodes
+
+
+def test_a_jobs_chain_walk_reads_the_chain_index_both_ways(big_sqlite):
+    """Issue 27: a job's page past the shown part of a long chain reads the step before
+    and the step after it by keyset, through the chain's index, never a scan."""
+    store = jobpool.connect(big_sqlite)
+    statements: list[str] = []
+    try:
+        store.conn.set_trace_callback(statements.append)
+        for newest_first in (True, False):
+            store.list_jobs(chain=ROWS // 2, after=ROWS // 2 + 7, newest_first=newest_first,
+                            limit=1)
+        store.conn.set_trace_callback(None)
+        reads = [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+        assert len(reads) >= 2
+        assert {s: _sqlite_scans(store.conn, s) for s in reads
+                if _sqlite_scans(store.conn, s)} == {}
+    finally:
+        store.close()
