@@ -9,7 +9,9 @@ minute the beat is written in, on its own clock (R7a).
 """
 from __future__ import annotations
 
-from jobpool.rollups import BUCKETS, COUNTS, Rollup, bucket
+from bisect import bisect_left
+
+from jobpool.rollups import BOUNDS, BUCKETS, COUNTS, Rollup
 
 _DONE, _RETRIED, _DEAD = COUNTS.index("done"), COUNTS.index("retried"), COUNTS.index("dead")
 _WAIT_N = COUNTS.index("wait_n")
@@ -44,12 +46,12 @@ class Rollups:
     def claimed(self, name: str, waited: float) -> None:
         """A job claimed ``waited`` seconds after it was due (its pickup latency)."""
         waited = waited if waited > 0.0 else 0.0
-        row = self._row(name)
+        row = self._names.get(name) or self._row(name)
         row[_WAIT_N] += 1
         row[_WAIT_N + 1] += waited
         if waited > row[_WAIT_N + 2]:
             row[_WAIT_N + 2] = waited
-        row[_WAIT_HIST + bucket(waited)] += 1
+        row[_WAIT_HIST + bisect_left(BOUNDS, waited)] += 1  # rollups.bucket, inlined
 
     def settled(self, name: str, outcome: str, ran: float | None) -> None:
         """An attempt settled as ``outcome`` (``settled_as``'s word) after running ``ran``
@@ -57,7 +59,7 @@ class Rollups:
         index = _SETTLED.get(outcome)
         if index is None and ran is None:
             return
-        row = self._row(name)
+        row = self._names.get(name) or self._row(name)
         if index is not None:
             row[index] += 1
         if ran is not None:
@@ -66,7 +68,7 @@ class Rollups:
             row[_RUN_N + 1] += ran
             if ran > row[_RUN_N + 2]:
                 row[_RUN_N + 2] = ran
-            row[_RUN_HIST + bucket(ran)] += 1
+            row[_RUN_HIST + bisect_left(BOUNDS, ran)] += 1
 
     def rows(self) -> tuple[Rollup, ...]:
         """What was counted, by name in order (so concurrent beats of several pools lock
