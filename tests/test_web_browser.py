@@ -593,6 +593,7 @@ def _counted(store, name: str, settled: dict[str, int], waited: float, ran: floa
                               queues=("default",), names=(name,), core="pure",
                               counters_json="{}", slots_json="[]", rollups=counted.rows()),
                     (), time.time() if at is None else at)
+    store.forget_pool("charts-pool")  # the rollups stay; no made-up pool is shown
 
 
 @on_both_stores
