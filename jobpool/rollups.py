@@ -1,4 +1,4 @@
-"""Per-minute rollups of what pools ran (R55): their shape, their retention, and the
+"""Per-minute rollups of what pools ran (R56): their shape, their retention, and the
 percentiles read back from their histograms.
 
 A pool counts each job name's settles (done, retried, dead), its pickup latency

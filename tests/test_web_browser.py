@@ -392,7 +392,7 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
     dead = _dead_jobs(any_store, 4, name="imports.load")
     any_store.pause("mail")
     now = time.time()
-    for minute in range(90):  # an hour and a half of a pool's rollups (R55)
+    for minute in range(90):  # an hour and a half of a pool's rollups (R56)
         _counted(any_store, "reports.build", {"done": 20 + (minute * 7) % 13,
                                               "retried": minute % 5 // 4},
                  waited=0.05 + (minute % 9) / 20, ran=2 + (minute % 11) / 4,
@@ -581,7 +581,7 @@ def test_enqueue_a_job_by_name_from_the_form(any_store, serve, page):
 def _counted(store, name: str, settled: dict[str, int], waited: float, ran: float,
              at: float | None = None) -> None:
     """A heartbeat's rollups of ``name`` written at ``at`` (now; PostgreSQL's beats are
-    always now, on its clock), as a pool writes them (R55)."""
+    always now, on its clock), as a pool writes them (R56)."""
     from jobpool.store.records import Heartbeat
     from jobpool.supervisor.rollups import Rollups
     counted = Rollups()

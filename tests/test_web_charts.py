@@ -1,4 +1,4 @@
-"""The pools' per-minute rollups and the charts drawn from them (R55, issue 27): a real
+"""The pools' per-minute rollups and the charts drawn from them (R56, issue 27): a real
 pool's counts of done, retried and dead jobs, its pickup latency and run time, land in
 the store's rollups in its heartbeats (and its last one as it stops), and the charts
 page and ``GET /api/rollups`` show them. Over SQLite; the tests marked

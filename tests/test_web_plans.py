@@ -310,7 +310,7 @@ def _rollup_fill() -> dict[str, float]:
 
 
 def test_the_charts_read_a_window_of_the_rollups_key_not_the_table(big_sqlite):
-    """R55: the charts' read is a range of the rollups' primary key (minute first),
+    """R56: the charts' read is a range of the rollups' primary key (minute first),
     never a scan of them or of the jobs, over a store holding every minute kept."""
     from jobpool.store.sqlite import statements as sql
     conn = sqlite3.connect(big_sqlite)
@@ -330,7 +330,7 @@ def test_the_charts_read_a_window_of_the_rollups_key_not_the_table(big_sqlite):
 
 
 def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
-    """R55, as above on PostgreSQL: an index scan of the rollups' key, no sequential scan."""
+    """R56, as above on PostgreSQL: an index scan of the rollups' key, no sequential scan."""
     import psycopg
 
     from jobpool.store.postgres import statements as pg_sql

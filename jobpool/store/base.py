@@ -457,7 +457,7 @@ class Store(Protocol):
         ...
 
     def rollups(self, since: float) -> list[dict[str, Any]]:
-        """R55: the pools' per-minute rollups from the minute ``since`` falls in on, by
+        """R56: the pools' per-minute rollups from the minute ``since`` falls in on, by
         minute then name: ``minute``, ``name`` and ``jobpool.rollups.COUNTS``. Read as
         a range of the rollups' own key, never from the jobs."""
         ...

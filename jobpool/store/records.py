@@ -40,7 +40,7 @@ class Heartbeat(NamedTuple):
     core: str
     counters_json: str
     slots_json: str
-    #: R55: what the pool counted by job name since its last beat that was written,
+    #: R56: what the pool counted by job name since its last beat that was written,
     #: added to the store's row of the beat's minute.
     rollups: tuple[Rollup, ...] = ()
 

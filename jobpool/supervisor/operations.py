@@ -119,7 +119,7 @@ class Operations:
             return False
         for slot in unreported:
             slot.progress_dirty = False
-        state.rollups.clear()  # R55: written; a refused beat keeps them for the next
+        state.rollups.clear()  # R56: written; a refused beat keeps them for the next
         if requests.registered_anew and self._registered:
             # R24b: another pool judged this one dead, took its leases back and removed
             # its row; what its children run now belongs to nobody here. Kill them (the
@@ -265,7 +265,7 @@ class Operations:
 
     def leave(self, now: float) -> None:
         """Remove this pool's row as it stops, after a last beat that writes what its
-        rollups counted since the one before (R55; what the beat brings back is for a
+        rollups counted since the one before (R56; what the beat brings back is for a
         pool that goes on)."""
         try:
             if self.state.rollups.rows() and self.slots is not None:

@@ -1,4 +1,4 @@
-"""What a pool adds to the store's per-minute rollups (R55) between two heartbeats.
+"""What a pool adds to the store's per-minute rollups (R56) between two heartbeats.
 
 The loop tells it of each claim (pickup latency) and each settle (done, retried, dead,
 run time); each costs a dict lookup and a few list additions, no store call. The

@@ -43,7 +43,7 @@ class PoolState:
         self.counters = new_counters()
         #: The Prometheus series, when ``--metrics`` serves them (None: not counted).
         self.metrics = metrics
-        #: R55: what the next heartbeat adds to the store's per-minute rollups.
+        #: R56: what the next heartbeat adds to the store's per-minute rollups.
         self.rollups = Rollups()
         #: Attempts that ended and are not settled yet (settled at the next turn, R26).
         self.pending: list[Finished] = []

@@ -277,7 +277,7 @@ async def queues(request: Request) -> Response:
 
 
 async def rollups(request: Request) -> Response:
-    """R55: the charts' data: per minute of the last ``hours`` (of one ``name``, or all),
+    """R56: the charts' data: per minute of the last ``hours`` (of one ``name``, or all),
     and per name over the window."""
     if (refused := _refused(request)) is not None:
         return refused

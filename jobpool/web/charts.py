@@ -1,4 +1,4 @@
-"""The charts page (``/charts``) and ``GET /api/rollups`` (R55): throughput, pickup
+"""The charts page (``/charts``) and ``GET /api/rollups`` (R56): throughput, pickup
 latency and run time per job name over the last hours, from the pools' per-minute
 rollups (``Store.rollups``), never from the jobs.
 

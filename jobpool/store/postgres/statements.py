@@ -568,7 +568,7 @@ META_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS finished_jobs_meta ON finished_jobs USING gin"
     " (meta jsonb_path_ops) WHERE meta IS NOT NULL")
 
-#: R55: the pools' per-minute rollups, as SQLite's ``jobpool_rollups`` (minute on the
+#: R56: the pools' per-minute rollups, as SQLite's ``jobpool_rollups`` (minute on the
 #: server's clock, R7a).
 CREATE_ROLLUPS = (
     "CREATE TABLE IF NOT EXISTS jobpool_rollups (minute float8 NOT NULL, name text NOT NULL, "
@@ -604,7 +604,7 @@ STEPS: dict[int, tuple[str, ...]] = {
     6: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS meta jsonb",
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS meta jsonb", CREATE_ALL_JOBS,
         *META_SCHEMA),
-    # R55: the pools' per-minute rollups, read by the web dashboard's charts.
+    # R56: the pools' per-minute rollups, read by the web dashboard's charts.
     7: (CREATE_ROLLUPS,),
 }
 
@@ -1100,7 +1100,7 @@ WITH live AS (UPDATE jobs SET state = NULL, state_at = NULL
 SELECT id FROM live UNION ALL SELECT id FROM finished
 """
 
-#: R55: a heartbeat adds its pool's counts to its minute's row of each name (as SQLite's).
+#: R56: a heartbeat adds its pool's counts to its minute's row of each name (as SQLite's).
 UPSERT_ROLLUP = (
     "INSERT INTO jobpool_rollups (minute, name, " + ", ".join(COUNTS) + ") VALUES (%s, %s, "
     + ", ".join("%s" for _ in COUNTS) + ") ON CONFLICT (minute, name) DO UPDATE SET "

@@ -573,7 +573,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         return self.transaction("heartbeat", write)
 
     def rollups(self, since: float) -> list[dict[str, Any]]:
-        """R55: the per-minute rollups from the minute of ``since`` on (a key range)."""
+        """R56: the per-minute rollups from the minute of ``since`` on (a key range)."""
         return rollups.as_dicts(self.read("reading rollups", pg_sql.READ_ROLLUPS,
                                      {"since": rollups.minute_of(since)}))
 

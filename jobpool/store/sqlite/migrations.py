@@ -47,7 +47,7 @@ STEPS: dict[int, tuple[str, ...]] = {
     6: sql.LISTING_SCHEMA,
     # R54: a job's metadata (issue 28).
     7: ("ALTER TABLE jobs ADD COLUMN meta TEXT",),
-    # R55: the pools' per-minute rollups, read by the web dashboard's charts.
+    # R56: the pools' per-minute rollups, read by the web dashboard's charts.
     8: (sql.CREATE_ROLLUPS,),
 }
 

@@ -411,7 +411,7 @@ CREATE_QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (queue)"
 #: Everything listings add to a store (schema 6).
 LISTING_SCHEMA = (CREATE_NAME_INDEX, CREATE_QUEUE_INDEX)
 
-#: R55: per minute (its start, on the clock of the pools' beats) and job name, what the
+#: R56: per minute (its start, on the clock of the pools' beats) and job name, what the
 #: pools ran: settles, and pickup latency and run time as count, sum, max and a
 #: histogram (``jobpool.rollups``). Keyed by minute first, so a chart's window and the
 #: trim of what is past ``rollups.KEEP`` are ranges of the key.
@@ -767,15 +767,15 @@ ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
 #: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
 LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
 
-#: R55: a heartbeat adds what its pool counted to the row of its minute and each name.
+#: R56: a heartbeat adds what its pool counted to the row of its minute and each name.
 UPSERT_ROLLUP = (
     "INSERT INTO jobpool_rollups (minute, name, " + ", ".join(COUNTS) + ") VALUES (?, ?, "
     + ", ".join("?" for _ in COUNTS) + ") ON CONFLICT (minute, name) DO UPDATE SET "
     + ", ".join(f"{c} = max({c}, excluded.{c})" if c in MAXIMA else f"{c} = {c} + excluded.{c}"
                 for c in COUNTS))
-#: R55: rollups past ``rollups.KEEP``, trimmed by the beats that write them (a key range).
+#: R56: rollups past ``rollups.KEEP``, trimmed by the beats that write them (a key range).
 TRIM_ROLLUPS = "DELETE FROM jobpool_rollups WHERE minute < ?"
-#: R55: the charts' window, by minute then name (a key range: never the jobs).
+#: R56: the charts' window, by minute then name (a key range: never the jobs).
 READ_ROLLUPS = ("SELECT minute, name, " + ", ".join(COUNTS) + " FROM jobpool_rollups "
                 "WHERE minute >= ? ORDER BY minute, name")
 

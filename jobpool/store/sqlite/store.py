@@ -784,7 +784,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         return self.transaction("heartbeat", write)
 
     def rollups(self, since: float) -> list[dict[str, Any]]:
-        """R55: the per-minute rollups from the minute of ``since`` on, by minute and
+        """R56: the per-minute rollups from the minute of ``since`` on, by minute and
         name (a range of the rollups' key: the jobs are never read)."""
         return rollups.as_dicts(self.read_rows("reading rollups", sql.READ_ROLLUPS,
                                           (rollups.minute_of(since),)))
