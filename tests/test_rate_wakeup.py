@@ -36,7 +36,7 @@ def pool_on(store_url):
     yield make
     for pool in made:
         pool.slots.shutdown(time.monotonic() + 5.0, time.monotonic)
-        pool.operations.leave()
+        pool.operations.leave(pool.clock())
         pool.core.close()
         pool.store.close()
 

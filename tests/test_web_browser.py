@@ -391,11 +391,19 @@ def test_the_main_pages_as_screenshots(any_store, serve, page, tmp_path, request
     any_store.enqueue_with("emails.send", args=["to@example.org"], queue="mail", delay=3600)
     dead = _dead_jobs(any_store, 4, name="imports.load")
     any_store.pause("mail")
+    now = time.time()
+    for minute in range(90):  # an hour and a half of a pool's rollups (R56)
+        _counted(any_store, "reports.build", {"done": 20 + (minute * 7) % 13,
+                                              "retried": minute % 5 // 4},
+                 waited=0.05 + (minute % 9) / 20, ran=2 + (minute % 11) / 4,
+                 at=now - minute * 60)
+        _counted(any_store, "imports.load", {"done": 4, "dead": minute % 17 // 16},
+                 waited=0.4, ran=12 + minute % 3, at=now - minute * 60)
     base = serve(by_file_name=True)
     shots = {"overview": "/", "jobs": "/jobs?status=dead", "job": f"/jobs/{dead[0]}",
              "retry-all": "/jobs/all/retry?status=dead&name=imports.load",
              "scheduled": "/scheduled", "queues": "/queues", "pools": "/pools",
-             "batches": "/batches"}
+             "batches": "/batches", "charts": "/charts"}
     page.set_viewport_size({"width": 1100, "height": 700})
     page.goto(base + "/")
     expect(page.locator("main h1").first).to_have_text("Store jobpool.db")
@@ -568,3 +576,44 @@ def test_enqueue_a_job_by_name_from_the_form(any_store, serve, page):
     expect(page.locator("h1")).to_have_text(f"Job {job_id}: b.by-name")
     row = any_store.get(job_id)
     assert (row["queue"], row["status"]) == ("q3", "ready") and '"two"' in row["payload"]
+
+
+def _counted(store, name: str, settled: dict[str, int], waited: float, ran: float,
+             at: float | None = None) -> None:
+    """A heartbeat's rollups of ``name`` written at ``at`` (now; PostgreSQL's beats are
+    always now, on its clock), as a pool writes them (R56)."""
+    from jobpool.store.records import Heartbeat
+    from jobpool.supervisor.rollups import Rollups
+    counted = Rollups()
+    for outcome, count in settled.items():
+        for _ in range(count):
+            counted.claimed(name, waited)
+            counted.settled(name, outcome, ran)
+    store.heartbeat(Heartbeat(owner="charts-pool", host="h", pid=1, procs=1,
+                              queues=("default",), names=(name,), core="pure",
+                              counters_json="{}", slots_json="[]", rollups=counted.rows()),
+                    (), time.time() if at is None else at)
+    store.forget_pool("charts-pool")  # the rollups stay; no made-up pool is shown
+
+
+@on_both_stores
+def test_the_charts_page_draws_throughput_latency_and_run_time(any_store, serve, page):
+    from playwright.sync_api import expect
+    _counted(any_store, "charts.ok", {"done": 5, "retried": 2}, waited=0.3, ran=1.5)
+    _counted(any_store, "charts.bad", {"dead": 1}, waited=4.0, ran=0.02)
+    page.goto(serve() + "/")
+    page.get_by_role("link", name="charts").click()
+    expect(page.locator("#totals")).to_have_text("5 done, 2 retried, 1 dead")
+    bars = page.locator("#throughput svg rect")
+    expect(bars).to_have_count(3)
+    for n in range(3):
+        box = bars.nth(n).bounding_box()
+        assert box and box["width"] > 0 and box["height"] > 0
+    for chart in ("#latency", "#run-time"):
+        for q in ("p50", "p95"):
+            dot = page.locator(f"{chart} svg circle.{q}")
+            expect(dot).to_be_visible()  # one minute counted: one dot each
+            assert dot.bounding_box()["height"] > 0
+    page.locator("#by-name a", has_text="charts.bad").click()
+    expect(page.locator("#totals")).to_have_text("0 done, 0 retried, 1 dead")
+    expect(page.locator("#throughput svg rect")).to_have_count(1)

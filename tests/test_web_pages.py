@@ -219,11 +219,38 @@ def test_a_jobs_page_shows_its_chain_in_order(any_store, store_url):
             page = client.get(f"/jobs/{job_id}").text
             assert _ids(page, "chain") == chain
             assert '<tr class="job this" data-id="%d">' % job_id in page
+        first_page, second_page = (client.get(f"/jobs/{i}").text for i in chain)
+        # The walk: each step links the one before and the one after it.
+        assert 'id="previous-step"' not in first_page and "the chain's first step" in first_page
+        assert f'<a id="next-step" href="/jobs/{chain[1]}">' in first_page
+        assert f'<a id="previous-step" href="/jobs/{first}">' in second_page
+        assert 'id="next-step"' not in second_page
         listed = client.get("/jobs", params={"chain": first}).text
         assert _ids(listed, "jobs") == chain  # the chain in the order its steps run
         assert client.get("/jobs", params={"chain": "x"}).status_code == 400
         alone = any_store.enqueue_with("w.alone").id
         assert 'id="chain"' not in client.get(f"/jobs/{alone}").text
+
+
+def test_a_step_past_the_shown_part_of_a_long_chain_walks_by_keyset(any_store, store_url):
+    from jobpool.web import pages
+    length = pages.CHAIN_SHOWN + 3
+    root = any_store.enqueue_with("w.step", then=[Signature("w.step")] * (length - 1)).id
+    claimer = any_store.claimer("pool-c", ["w.step"], ["default"], {})
+    try:
+        for _ in range(length - 1):  # each step done enqueues the next (R12)
+            job_id, = _claimed(claimer, 1)
+            claimer.turn([Outcome(job_id, 1, DONE, result="null", exit_status="0")], 0,
+                         time.time(), None)
+    finally:
+        claimer.close()
+    steps = [row["id"] for row in any_store.list_jobs(chain=root, limit=length + 1)]
+    assert len(steps) == length
+    with _client(store_url) as client:
+        page = client.get(f"/jobs/{steps[-2]}").text
+        assert 'href="/jobs?chain=%d">the whole chain' % root in page
+        assert f'<a id="previous-step" href="/jobs/{steps[-3]}">' in page
+        assert f'<a id="next-step" href="/jobs/{steps[-1]}">' in page
 
 
 def test_a_jobs_page_shows_its_batch(any_store, store_url):

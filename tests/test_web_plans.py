@@ -98,7 +98,7 @@ def pages(rows: int, made_batch: int) -> list[str]:
              f"status=done&{finished}", f"status=dead&{finished}&after={mid}",
              f"name=plan.n7&args=arg&{created}&scan=50000", "status=ready&group=g9"]
     return ["/", "/live", "/dead", "/scheduled", "/queues", "/pools", "/batches", "/periodic",
-            "/api/periodic",
+            "/api/periodic", "/charts?hours=72", "/api/rollups?hours=72",
             f"/batches/{made_batch}", f"/jobs/{dead}", f"/jobs/{mid}", f"/jobs/{mid + 7}",
             "/api/stats", "/api/pools", "/api/batches", "/api/queues", f"/api/jobs/{dead}",
             "/jobs/all/retry?status=dead", "/jobs/all/cancel?status=ready&name=plan.n7",
@@ -296,3 +296,78 @@ def test_every_job_list_filter_reads_a_big_postgres_store_through_indexes(big_pg
     assert checked > 150
     assert sequential == {}
     assert walked == {}
+
+
+#: Rollups a busy store holds: every minute of the three days kept, 30 job names.
+ROLLUP_NAMES = 30
+
+
+def _rollup_fill() -> dict[str, float]:
+    """The parameters of each store's fill of its rollups (``n`` rows, ``names`` a minute)."""
+    from jobpool import rollups
+    return {"n": int(rollups.KEEP // 60) * ROLLUP_NAMES, "names": ROLLUP_NAMES,
+            "epoch": rollups.minute_of(EPOCH)}
+
+
+def test_the_charts_read_a_window_of_the_rollups_key_not_the_table(big_sqlite):
+    """R56: the charts' read is a range of the rollups' primary key (minute first),
+    never a scan of them or of the jobs, over a store holding every minute kept."""
+    from jobpool.store.sqlite import statements as sql
+    conn = sqlite3.connect(big_sqlite)
+    try:
+        with conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO jobpool_rollups (minute, name, done) "
+                "WITH RECURSIVE m(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM m WHERE i < :n) "
+                "SELECT :epoch - (i / :names) * 60, 'plan.n' || (i % :names), 1 FROM m",
+                _rollup_fill())
+        conn.execute("ANALYZE jobpool_rollups")
+        plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql.READ_ROLLUPS,
+                                               (EPOCH - 3 * 3600,))]
+    finally:
+        conn.close()
+    assert plan == ["SEARCH jobpool_rollups USING PRIMARY KEY (minute>?)"], plan
+
+
+def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
+    """R56, as above on PostgreSQL: an index scan of the rollups' key, no sequential scan."""
+    import psycopg
+
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import parse_url
+    target = parse_url(big_pg)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {target.schema}")
+        conn.execute(
+            "INSERT INTO jobpool_rollups (minute, name, done) SELECT %(epoch)s - (i / %(names)s)"
+            " * 60, 'plan.n' || (i %% %(names)s), 1 FROM generate_series(0, %(n)s) AS i "
+            "ON CONFLICT DO NOTHING", _rollup_fill())
+        conn.execute("ANALYZE jobpool_rollups")
+        (plan,), = conn.execute("EXPLAIN (FORMAT JSON) " + pg_sql.READ_ROLLUPS,
+                                {"since": EPOCH - 3 * 3600}).fetchone()
+    nodes, todo = [], [plan["Plan"]]
+    while todo:
+        node = todo.pop()
+        nodes.append((node["Node Type"], node.get("Relation Name"), node.get("Index Name")))
+        todo.extend(node.get("Plans", ()))
+    assert ("Seq Scan", "jobpool_rollups", None) not in nodes, nodes
+    assert any(n[2] == "jobpool_rollups_pkey" for n in nodes), nodes
+
+
+def test_a_jobs_chain_walk_reads_the_chain_index_both_ways(big_sqlite):
+    """Issue 27: a job's page past the shown part of a long chain reads the step before
+    and the step after it by keyset, through the chain's index, never a scan."""
+    store = jobpool.connect(big_sqlite)
+    statements: list[str] = []
+    try:
+        store.conn.set_trace_callback(statements.append)
+        for newest_first in (True, False):
+            store.list_jobs(chain=ROWS // 2, after=ROWS // 2 + 7, newest_first=newest_first,
+                            limit=1)
+        store.conn.set_trace_callback(None)
+        reads = [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+        assert len(reads) >= 2
+        assert {s: _sqlite_scans(store.conn, s) for s in reads
+                if _sqlite_scans(store.conn, s)} == {}
+    finally:
+        store.close()

@@ -459,6 +459,12 @@ class Store(Protocol):
         keeps no schedule: those are the app's registrations)."""
         ...
 
+    def rollups(self, since: float) -> list[dict[str, Any]]:
+        """R56: the pools' per-minute rollups from the minute ``since`` falls in on, by
+        minute then name: ``minute``, ``name`` and ``jobpool.rollups.COUNTS``. Read as
+        a range of the rollups' own key, never from the jobs."""
+        ...
+
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: remove done rows older than ``result_ttl`` and dead rows past the limit,
         one bounded batch per call; how many went."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from jobpool.rollups import Rollup
+
 #: R32: dead rows kept, newest first (each store's sweep; the CLI's default).
 DEAD_LETTER_LIMIT = 10_000
 #: R32: how long done rows (and their results) are kept, seconds.
@@ -38,6 +40,9 @@ class Heartbeat(NamedTuple):
     core: str
     counters_json: str
     slots_json: str
+    #: R56: what the pool counted by job name since its last beat that was written,
+    #: added to the store's row of the beat's minute.
+    rollups: tuple[Rollup, ...] = ()
 
 
 class Requests(NamedTuple):

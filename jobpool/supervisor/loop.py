@@ -188,7 +188,7 @@ class Supervisor:
             self.operations.hooks.wait(5.0)
             if self.config.burst:
                 self.operations.warn_unserved()
-            self.operations.leave()
+            self.operations.leave(self.clock())
             if self._maintenance is not None:
                 self._maintenance.stop()
             self._restore_signals()
@@ -440,6 +440,7 @@ class Supervisor:
         attempts, taken back (R23, R24): not this pool's retries."""
         counters = self.counters
         series = self.state.metrics
+        rollups = self.state.rollups
         for job_id, name, attempt, status, reason in settled:
             ran = finished.get((job_id, attempt)) if finished else None
             duration = ran.duration if ran is not None else None
@@ -448,6 +449,7 @@ class Supervisor:
                 # pool's; rows retired at claim past their deadline never ran).
                 series.settled(name, ran.queue, settled_as(status, ran.outcome.kind), duration)
             if status == "done":
+                rollups.settled(name, "done", duration)
                 counters["completed"] += 1
                 events.emit(events.JOB_COMPLETED, job_id=job_id, name=name, attempt=attempt,
                             duration=duration)
@@ -459,12 +461,14 @@ class Supervisor:
                     counter = settled_as(status, ran.outcome.kind if ran else core.ERROR)
                     event = events.SETTLED[counter]
                 counters[counter] += 1
+                rollups.settled(name, counter, duration)
                 events.emit(event, job_id=job_id, name=name, attempt=attempt,
                             duration=duration, reason=reason)
                 if counter == "released":
                     self._released.append(job_id)
             elif status == "dead":
                 counters["dead"] += 1
+                rollups.settled(name, "dead", duration)
                 events.emit(events.JOB_DEAD, job_id=job_id, name=name, attempt=attempt,
                             duration=duration, reason=reason)
                 self.operations.job_dead(job_id, name, reason)
@@ -513,8 +517,10 @@ class Supervisor:
             self._report(settled, {(f.outcome.job_id, f.outcome.attempt): f for f in pending})
         self._report(expired)
         series = state.metrics
+        rollups = state.rollups
         for slot, job in zip(free, claimed):
             self.slots.dispatch(slot, job, now)
+            rollups.claimed(job.name, now - job.run_at)
             if series is not None:
                 series.claimed(job.name, job.queue, now - job.run_at)
         if not want:

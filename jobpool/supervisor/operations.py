@@ -105,18 +105,7 @@ class Operations:
         slots = self.slots
         assert slots is not None
         state = self.state
-        counters: dict[str, Any] = dict(state.counters, busy=slots.busy_count(),
-                                        unsettled=len(state.pending))
-        if slots.scale_refused:
-            counters["scale_refused"] = slots.scale_refused
-        if state.stopping:
-            # R25/R29: the dashboard shows a draining pool and when its drain ends.
-            counters["stopping"] = {"running": slots.busy_count(),
-                                    "drain_ends_at": state.drain_until}
-        beat = Heartbeat(owner=self.owner, host=procinfo.host_id(), pid=os.getpid(),
-                         procs=slots.procs, queues=self.plan.queues, names=self.names,
-                         core=self.claimer_name, counters_json=json.dumps(counters),
-                         slots_json=json.dumps(slots.views()))
+        beat = self._beat()
         unreported = slots.unreported_progress()
         try:
             if not self._limits_declared:
@@ -130,6 +119,7 @@ class Operations:
             return False
         for slot in unreported:
             slot.progress_dirty = False
+        state.rollups.clear()  # R56: written; a refused beat keeps them for the next
         if requests.registered_anew and self._registered:
             # R24b: another pool judged this one dead, took its leases back and removed
             # its row; what its children run now belongs to nobody here. Kill them (the
@@ -158,6 +148,23 @@ class Operations:
         for job_id, attempt in requests.cancels:
             slots.cancel(job_id, attempt, lifecycle.CANCELLED, now)
         return True
+
+    def _beat(self) -> Heartbeat:
+        slots = self.slots
+        assert slots is not None
+        state = self.state
+        counters: dict[str, Any] = dict(state.counters, busy=slots.busy_count(),
+                                        unsettled=len(state.pending))
+        if slots.scale_refused:
+            counters["scale_refused"] = slots.scale_refused
+        if state.stopping:
+            # R25/R29: the dashboard shows a draining pool and when its drain ends.
+            counters["stopping"] = {"running": slots.busy_count(),
+                                    "drain_ends_at": state.drain_until}
+        return Heartbeat(owner=self.owner, host=procinfo.host_id(), pid=os.getpid(),
+                         procs=slots.procs, queues=self.plan.queues, names=self.names,
+                         core=self.claimer_name, counters_json=json.dumps(counters),
+                         slots_json=json.dumps(slots.views()), rollups=state.rollups.rows())
 
     def _obey_pauses(self, paused: frozenset[str]) -> None:
         """R38: claim from none of the store's paused queues from now on; running jobs
@@ -256,9 +263,14 @@ class Operations:
             events.emit(events.UNSERVED_LEFT,
                         jobs=", ".join(liveness.describe_unserved(u) for u in unserved))
 
-    def leave(self) -> None:
-        """Remove this pool's row as it stops."""
+    def leave(self, now: float) -> None:
+        """Remove this pool's row as it stops, after a last beat that writes what its
+        rollups counted since the one before (R56; what the beat brings back is for a
+        pool that goes on)."""
         try:
+            if self.state.rollups.rows() and self.slots is not None:
+                self.store.heartbeat(self._beat(), (), now)
+                self.state.rollups.clear()
             self.store.forget_pool(self.owner)
         except StoreError as exc:
             log.warning("could not remove this pool from the pools table: %s", exc)

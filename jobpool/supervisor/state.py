@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from jobpool import events
 from jobpool.lifecycle import Outcome
+from jobpool.supervisor.rollups import Rollups
 
 if TYPE_CHECKING:
     from jobpool.metrics import PoolMetrics
@@ -36,12 +37,14 @@ class PoolState:
     (``operations.py``) of one pool."""
 
     __slots__ = ("counters", "pending", "want_claim", "stop_requests", "stopping", "drain_until",
-                 "metrics")
+                 "metrics", "rollups")
 
     def __init__(self, metrics: PoolMetrics | None = None) -> None:
         self.counters = new_counters()
         #: The Prometheus series, when ``--metrics`` serves them (None: not counted).
         self.metrics = metrics
+        #: R56: what the next heartbeat adds to the store's per-minute rollups.
+        self.rollups = Rollups()
         #: Attempts that ended and are not settled yet (settled at the next turn, R26).
         self.pending: list[Finished] = []
         #: Something may be claimable: a slot came free, a wake-up or a poll arrived.

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from jobpool.errors import BatchNotFound, JobNotFound
-from jobpool.web import actions, fleet, listing, openapi, schedules
+from jobpool.web import actions, charts, fleet, listing, openapi, schedules
 
 
 def routes() -> list[Route]:
@@ -40,6 +40,7 @@ def routes() -> list[Route]:
         Route("/api/batches/{batch_id:int}/cancel", cancel_batch, methods=["POST"]),
         Route("/api/queues", queues),
         Route("/api/periodic", periodic),
+        Route("/api/rollups", rollups),
         Route("/api/queues/{queue:path}/pause", pause, methods=["POST"]),
         Route("/api/queues/{queue:path}/resume", resume, methods=["POST"]),
     ]
@@ -273,3 +274,15 @@ async def queues(request: Request) -> Response:
                                                  "done_per_min")}) for q in view["queues"]]
         return view
     return await _read(request, read)
+
+
+async def rollups(request: Request) -> Response:
+    """R56: the charts' data: per minute of the last ``hours`` (of one ``name``, or all),
+    and per name over the window."""
+    if (refused := _refused(request)) is not None:
+        return refused
+    try:
+        hours, name = charts.window(request.query_params)
+    except ValueError as exc:
+        return _error(str(exc), 400)
+    return _json(await run_in_threadpool(charts.read, request.app.state.store, hours, name))

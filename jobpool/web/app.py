@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
 from jobpool.display import shown
-from jobpool.web import api, auth, fleet, formats, live, pages, schedules, stream
+from jobpool.web import api, auth, charts, fleet, formats, live, pages, schedules, stream
 from jobpool.web.auth import Access
 
 HERE = Path(__file__).parent
@@ -125,7 +125,7 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
             store.close()
 
     app = Starlette(routes=[*pages.routes(), Route("/events", stream.events), *fleet.routes(),
-                            *schedules.routes(), *api.routes(),
+                            *schedules.routes(), *charts.routes(), *api.routes(),
                             Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
                     middleware=[Middleware(_Guard, hosts=allowed_hosts),
                                 Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32),

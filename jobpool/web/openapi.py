@@ -21,6 +21,11 @@ SUMMARIES = {
                                 "became of each id}; 409 when none changed",
     ("GET", "/api/periodic"): "Each periodic job: schedule and queue (with jobpool web --app), "
                               "last enqueued occurrence and its job, next occurrence",
+    ("GET", "/api/rollups"): "The pools' per-minute rollups over the last hours (1 to 72, "
+                             "default 3) of one name or all: {minutes: [{minute, done, "
+                             "retried, dead, latency, run_time}], names: {name: the window's "
+                             "totals}}; latency and run_time are {count, mean, p50, p95, max, "
+                             "buckets} in seconds",
     ("DELETE", "/api/jobs/{job_id:int}"): "Delete a dead job",
     ("POST", "/api/jobs/{job_id:int}/retry"): "Retry a dead job under its id, fresh attempts",
     ("POST", "/api/jobs/{job_id:int}/cancel"): "Cancel a ready job (dead now) or a running one "
@@ -47,6 +52,7 @@ QUERY = {
                   "group", "error", "args", "created_from", "created_to", "finished_from",
                   "finished_to", "scan"),
     "/api/batches": ("open", "limit"),
+    "/api/rollups": ("hours", "name"),
 }
 
 _PARAMETER = re.compile(r"\{(\w+)(?::\w+)?\}")

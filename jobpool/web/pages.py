@@ -147,9 +147,27 @@ def _job_view(store: Any, job_id: int) -> dict[str, Any]:
             batch = store.batch_status(row["batch_id"])
         except BatchNotFound:
             batch = None  # swept with its members' rows
+    previous = following = None
+    if len(chain) > 1:
+        previous, following = _steps_beside(store, root, job_id, chain[:CHAIN_SHOWN])
     return {"row": row, "attempts": store.attempts(job_id),
             "chain": chain[:CHAIN_SHOWN] if len(chain) > 1 else [],
-            "chain_more": len(chain) > CHAIN_SHOWN, "chain_root": root, "batch": batch}
+            "chain_more": len(chain) > CHAIN_SHOWN, "chain_root": root, "batch": batch,
+            "previous_step": previous, "next_step": following}
+
+
+def _steps_beside(store: Any, root: int, job_id: int,
+                  shown: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The chain's step before this job and the one after it (R12: a chain's steps are
+    enqueued in the order they run, so in id order): from the steps the page shows,
+    or, for a job past them in a long chain, one keyset read each way."""
+    ids = [step["id"] for step in shown]
+    if job_id in ids[:-1] or (job_id in ids and len(ids) < CHAIN_SHOWN):
+        at = ids.index(job_id)
+        return (shown[at - 1] if at else None), (shown[at + 1] if at + 1 < len(shown) else None)
+    before = store.list_jobs(chain=root, after=job_id, newest_first=True, limit=1)
+    after = store.list_jobs(chain=root, after=job_id, limit=1)
+    return (before[0] if before else None), (after[0] if after else None)
 
 
 async def job_page(request: Request) -> Response:

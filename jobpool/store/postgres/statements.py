@@ -23,6 +23,7 @@ from jobpool import lifecycle
 from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES  # what the dashboard counts as no failure
+from jobpool.rollups import COUNTS, MAXIMA
 from jobpool.store.effects_sql import Dialect, assignments, quote_literal, select_list
 from jobpool.store.row_codec import CHAIN_STOPPED
 
@@ -50,7 +51,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -567,11 +568,19 @@ META_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS finished_jobs_meta ON finished_jobs USING gin"
     " (meta jsonb_path_ops) WHERE meta IS NOT NULL")
 
+#: R56: the pools' per-minute rollups, as SQLite's ``jobpool_rollups`` (minute on the
+#: server's clock, R7a).
+CREATE_ROLLUPS = (
+    "CREATE TABLE IF NOT EXISTS jobpool_rollups (minute float8 NOT NULL, name text NOT NULL, "
+    + ", ".join(f"{c} {'float8' if c.endswith(('_sum', '_max')) else 'bigint'} NOT NULL DEFAULT 0"
+                for c in COUNTS)
+    + ", PRIMARY KEY (minute, name))")
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
-          *META_SCHEMA)
+          *META_SCHEMA, CREATE_ROLLUPS)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -597,13 +606,15 @@ STEPS: dict[int, tuple[str, ...]] = {
         *META_SCHEMA),
     # Issue 25: the running rows' expiry index dropped; jobs_owners serves R23 too.
     7: (DROP_LEASE_INDEX,),
+    # R56: the pools' per-minute rollups, read by the web dashboard's charts.
+    8: (CREATE_ROLLUPS,),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
 #: belongs to something else, and is refused rather than written into.
 TABLES = ("jobpool_meta", "jobs", "finished_jobs", "all_jobs", "attempts", "pools", "periodic",
           "jobpool_queues", "jobpool_batches", "jobpool_batch_adds", "jobpool_batch_shards",
-          "jobpool_limits", "jobpool_groups", "jobpool_lanes")
+          "jobpool_limits", "jobpool_groups", "jobpool_lanes", "jobpool_rollups")
 CLASHING_TABLES = """
 SELECT table_name FROM information_schema.tables
  WHERE table_schema = %(schema)s AND table_name = ANY(%(names)s)
@@ -1091,6 +1102,16 @@ WITH live AS (UPDATE jobs SET state = NULL, state_at = NULL
                    WHERE id = %(id)s AND state IS NOT NULL RETURNING id)
 SELECT id FROM live UNION ALL SELECT id FROM finished
 """
+
+#: R56: a heartbeat adds its pool's counts to its minute's row of each name (as SQLite's).
+UPSERT_ROLLUP = (
+    "INSERT INTO jobpool_rollups (minute, name, " + ", ".join(COUNTS) + ") VALUES (%s, %s, "
+    + ", ".join("%s" for _ in COUNTS) + ") ON CONFLICT (minute, name) DO UPDATE SET "
+    + ", ".join(f"{c} = GREATEST(jobpool_rollups.{c}, excluded.{c})" if c in MAXIMA
+                else f"{c} = jobpool_rollups.{c} + excluded.{c}" for c in COUNTS))
+TRIM_ROLLUPS = "DELETE FROM jobpool_rollups WHERE minute < %(before)s"
+READ_ROLLUPS = ("SELECT minute, name, " + ", ".join(COUNTS) + " FROM jobpool_rollups "
+                "WHERE minute >= %(since)s ORDER BY minute, name")
 
 #: R24b: the last column says the row was made by this beat (see ``sql.UPSERT_POOL``).
 UPSERT_POOL = """

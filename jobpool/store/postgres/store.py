@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from jobpool import lifecycle, liveness
+from jobpool import lifecycle, liveness, rollups
 from jobpool.errors import (JobNotFound, ReadOnlyStoreError,
                             StoreError)
 from jobpool.handles import Handle, Handles
@@ -558,15 +558,28 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             # A beat lost to a crash is written again a second later: it need not
             # wait for its WAL to reach the disk (claims and settles do).
             conn.execute(pg_sql.COMMIT_ASYNC)
+            server_now = self.server_now(conn)
             params = {"owner": beat.owner, "host": beat.host, "pid": beat.pid,
                       "procs": beat.procs, "queues": ",".join(beat.queues),
                       "names": ",".join(beat.names), "core": beat.core,
-                      "now": self.server_now(conn), "counters": beat.counters_json,
+                      "now": server_now, "counters": beat.counters_json,
                       "slots": beat.slots_json}
             beat_row = conn.execute(pg_sql.UPSERT_POOL, params).fetchone()
             _write_progress(conn, beat.owner, progress)
+            if beat.rollups:
+                # Sorted by name (``Rollups.rows``): pools beating at once lock a
+                # minute's rows in one order, so they wait for each other, never deadlock.
+                with conn.cursor() as cur:
+                    cur.executemany(pg_sql.UPSERT_ROLLUP,
+                                    rollups.params(beat.rollups, server_now))
+                conn.execute(pg_sql.TRIM_ROLLUPS, {"before": server_now - rollups.KEEP})
             return self.requests_read(conn, beat.owner, *beat_row)
         return self.transaction("heartbeat", write)
+
+    def rollups(self, since: float) -> list[dict[str, Any]]:
+        """R56: the per-minute rollups from the minute of ``since`` on (a key range)."""
+        return rollups.as_dicts(self.read("reading rollups", pg_sql.READ_ROLLUPS,
+                                     {"since": rollups.minute_of(since)}))
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
         def write(conn: Any) -> None:

@@ -47,6 +47,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     6: sql.LISTING_SCHEMA,
     # R54: a job's metadata (issue 28).
     7: ("ALTER TABLE jobs ADD COLUMN meta TEXT",),
+    # R56: the pools' per-minute rollups, read by the web dashboard's charts.
+    8: (sql.CREATE_ROLLUPS,),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.
@@ -56,7 +58,7 @@ assert max(STEPS) == CURRENT, "sql.SCHEMA_VERSION and the last migration step di
 #: The tables jobpool adds; a foreign file holding any of these names is refused.
 OWN_TABLES = frozenset({"jobpool_meta", "jobs", "attempts", "pools", "periodic", "jobpool_queues",
                         "jobpool_batches", "jobpool_batch_adds", "jobpool_limits",
-                        "jobpool_groups", "jobpool_lanes"})
+                        "jobpool_groups", "jobpool_lanes", "jobpool_rollups"})
 
 UPGRADE_HINT = "jobpool start, jobpool enqueue or connect() upgrades it in place"
 

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES
+from jobpool.rollups import COUNTS, MAXIMA
 from jobpool.store.effects_sql import Dialect, assignments, quote_literal
 from jobpool.store.rows import ListingDialect
 
@@ -21,7 +22,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -410,6 +411,16 @@ CREATE_QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (queue)"
 #: Everything listings add to a store (schema 6).
 LISTING_SCHEMA = (CREATE_NAME_INDEX, CREATE_QUEUE_INDEX)
 
+#: R56: per minute (its start, on the clock of the pools' beats) and job name, what the
+#: pools ran: settles, and pickup latency and run time as count, sum, max and a
+#: histogram (``jobpool.rollups``). Keyed by minute first, so a chart's window and the
+#: trim of what is past ``rollups.KEEP`` are ranges of the key.
+CREATE_ROLLUPS = (
+    "CREATE TABLE IF NOT EXISTS jobpool_rollups (minute REAL NOT NULL, name TEXT NOT NULL, "
+    + ", ".join(f"{c} {'REAL' if c.endswith(('_sum', '_max')) else 'INTEGER'} NOT NULL DEFAULT 0"
+                for c in COUNTS)
+    + ", PRIMARY KEY (minute, name)) WITHOUT ROWID")
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -426,6 +437,7 @@ SCHEMA = (
     *BATCH_SCHEMA,
     *LIMIT_SCHEMA,
     *LISTING_SCHEMA,
+    CREATE_ROLLUPS,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -756,6 +768,18 @@ ON CONFLICT (name) DO UPDATE SET last_occurrence = excluded.last_occurrence
 
 #: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
 LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
+
+#: R56: a heartbeat adds what its pool counted to the row of its minute and each name.
+UPSERT_ROLLUP = (
+    "INSERT INTO jobpool_rollups (minute, name, " + ", ".join(COUNTS) + ") VALUES (?, ?, "
+    + ", ".join("?" for _ in COUNTS) + ") ON CONFLICT (minute, name) DO UPDATE SET "
+    + ", ".join(f"{c} = max({c}, excluded.{c})" if c in MAXIMA else f"{c} = {c} + excluded.{c}"
+                for c in COUNTS))
+#: R56: rollups past ``rollups.KEEP``, trimmed by the beats that write them (a key range).
+TRIM_ROLLUPS = "DELETE FROM jobpool_rollups WHERE minute < ?"
+#: R56: the charts' window, by minute then name (a key range: never the jobs).
+READ_ROLLUPS = ("SELECT minute, name, " + ", ".join(COUNTS) + " FROM jobpool_rollups "
+                "WHERE minute >= ? ORDER BY minute, name")
 
 # --- batches (R34) ---------------------------------------------------------------------------
 

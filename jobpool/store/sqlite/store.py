@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator
 
-from jobpool import fork_safety, lifecycle, liveness
+from jobpool import fork_safety, lifecycle, liveness, rollups
 from jobpool.handles import Handle, Handles
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
@@ -781,8 +781,17 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         def write(conn: sqlite3.Connection) -> Requests:
             beat_row = conn.execute(sql.UPSERT_POOL, params).fetchone()
             _write_progress(conn, beat.owner, progress)
+            if beat.rollups:
+                conn.executemany(sql.UPSERT_ROLLUP, rollups.params(beat.rollups, now))
+                conn.execute(sql.TRIM_ROLLUPS, (now - rollups.KEEP,))
             return self.requests_read(conn, beat.owner, *beat_row)
         return self.transaction("heartbeat", write)
+
+    def rollups(self, since: float) -> list[dict[str, Any]]:
+        """R56: the per-minute rollups from the minute of ``since`` on, by minute and
+        name (a range of the rollups' key: the jobs are never read)."""
+        return rollups.as_dicts(self.read_rows("reading rollups", sql.READ_ROLLUPS,
+                                          (rollups.minute_of(since),)))
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
         """R22: write progress reports now (the last one before a failure stays with it)."""
