@@ -104,6 +104,6 @@ def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
     try:
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert {"jobs_name", "jobs_queue"} <= indexes
-        assert conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone() == ("7",)
+        assert conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone() == (sql.SCHEMA_VERSION,)
     finally:
         conn.close()
