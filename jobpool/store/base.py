@@ -477,7 +477,9 @@ class Store(Protocol):
 
     def listener(self) -> Any:
         """What wakes an idle pool when a job is enqueued (R11): an object with
-        ``sock`` (selectable, or None), ``drain()``, ``move_down()`` and ``close()``."""
+        ``sock`` (selectable, or None), ``drain()``, ``move_down()``, ``close()`` and
+        ``look_again`` (R11c: seconds after a wake-up at which the pool claims once
+        more, or None)."""
         ...
 
     def on_store_error(self, error: BaseException) -> None:

@@ -136,6 +136,8 @@ class Supervisor:
         self._next_token: float | None = None
         #: ``--coalesce-us``: until when the outcomes waiting are held for others (None: not).
         self._hold_until: float | None = None
+        #: R11c: when the pool claims once more after a wake-up (None: no such look due).
+        self._look_again_at: float | None = None
         self._next_status = 0.0
         self._old_handlers: dict[int, Any] = {}
         self._signal_r: Any = None  # the signal wake-up socket pair, once running
@@ -247,8 +249,12 @@ class Supervisor:
                     self.metrics_server.ready(owner)
                 elif kind == "wake":
                     self._listener.drain()
+                    look_again = self._listener.look_again
                     self._rewire_listener()  # a listener that lost its connection leaves
                     state.want_claim = True
+                    if look_again is not None and self._look_again_at is None:
+                        # R11c: enqueues this notification covered may commit just after it.
+                        self._look_again_at = self.clock() + look_again
                 else:
                     self._drain_signal_pipe()
             now = self.clock()
@@ -277,8 +283,8 @@ class Supervisor:
 
     def _timers(self, now: float) -> None:
         """What comes due with time rather than with an event: the poll (a claim, and
-        R23's reclaim of expired leases), and R36's next token for a group held back
-        by its rate."""
+        R23's reclaim of expired leases), R36's next token for a group held back by
+        its rate, and R11c's second look after a wake-up."""
         state = self.state
         if now >= self._next_poll:
             self._next_poll = now + self.config.poll_interval
@@ -287,6 +293,9 @@ class Supervisor:
                 self._reclaim(now)
         if self._next_token is not None and now >= self._next_token:
             self._next_token = None
+            state.want_claim = True
+        if self._look_again_at is not None and now >= self._look_again_at:
+            self._look_again_at = None
             state.want_claim = True
 
     def _watch_store_file(self) -> None:
@@ -316,6 +325,8 @@ class Supervisor:
             deadline = min(deadline, hold_until)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)
+        if self._look_again_at is not None:
+            deadline = min(deadline, self._look_again_at)
         if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
             deadline = min(deadline, now + self.metrics_server.wait_time())
         if state.pending:

@@ -695,6 +695,11 @@ SELECT id FROM {finished} WHERE name = %(name)s AND key = %(key)s
 """
 #: On the store's own connections (search_path is the store's schema).
 INSERT_JOB = INSERT_JOB_INTO.format(jobs="jobs", limits="jobpool_limits")
+#: R11c: the same row without its notification, for an enqueue that the notification
+#: of one just before it covers.
+INSERT_JOB_QUIET = INSERT_JOB.replace(
+    "SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted", "SELECT id FROM inserted")
+assert INSERT_JOB_QUIET != INSERT_JOB
 
 #: R4 at speed: ids for a batch, taken before its rows are copied in, in item order.
 #: Other sessions may take ids in between, so they need not be consecutive.

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import select
+import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable
@@ -48,6 +49,16 @@ log = logging.getLogger(__name__)
 
 #: R33/R47: every periodic job's last enqueued occurrence (one row a periodic name).
 LIST_PERIODIC = "SELECT name, last_occurrence FROM periodic ORDER BY name"
+#: R11c: for this long after a plain enqueue's notification committed, this process's
+#: next plain enqueues of jobs due now into the same queue send none (each ``pg_notify``
+#: holds the server's one notification lock until its commit, so producers enqueuing
+#: at once would otherwise commit one at a time), seconds.
+NOTIFY_QUIET = 0.005
+#: R11c: a pool woken by a notification claims again this long after it (the
+#: listener's ``look_again``), so it finds what enqueues that notification covered
+#: committed by then; an enqueue that went without one and committed later than this
+#: after it sends one of its own after all, seconds.
+LOOK_AGAIN = 0.025
 
 #: R47: how the listing's key, batch and searched filters (``rows.more_filters``) are
 #: written here (fragments of ``pg_sql.list_jobs``' conditions): ``strpos`` is a
@@ -88,6 +99,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         #: Every store that may write brings an older schema up to date (as SQLite's).
         self._upgrade = not readonly
         self._connections: PerThread[Any] = PerThread(self._open, close_quietly)
+        #: R11c: when (``time.monotonic``) a plain enqueue's notification into each
+        #: queue last committed, in this process.
+        self._notified: dict[str, float] = {}
+        #: R11c: ``NOTIFY_QUIET`` (0 sends every notification).
+        self.notify_quiet = NOTIFY_QUIET
         _ = self.conn  # connect now, so a bad URL is reported at connect()
 
     # -- connections ----------------------------------------------------------------------
@@ -191,7 +207,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         if batch is None and period is None:
             # Issue 25: the row and its notification are one statement, atomic alone:
             # committed as it runs, one round trip instead of BEGIN, it and COMMIT.
-            return self.statement(f"enqueue of {name}", lambda conn: self._insert(conn, job))
+            return self._plain_enqueue(job)
 
         def insert(conn: Any) -> Handle:
             handle = self._insert(conn, job, period=period)
@@ -200,13 +216,34 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             return handle
         return self.transaction(f"enqueue of {name}", insert)
 
+    def _plain_enqueue(self, job: rows.NewJob) -> Handle:
+        """R11c: one statement; without its notification when one into the same queue
+        committed less than ``notify_quiet`` ago, which a woken pool's second look
+        (``LOOK_AGAIN`` after it) covers, as long as this one commits within that."""
+        queue = job.queue
+        last = self._notified.get(queue)
+        quiet = (job.run_at == 0 and last is not None
+                 and time.monotonic() - last < self.notify_quiet)
+        if not quiet:
+            handle = self.statement(f"enqueue of {job.name}", lambda conn: self._insert(conn, job))
+            if job.run_at == 0:
+                self._notified[queue] = time.monotonic()
+            return handle
+        handle = self.statement(f"enqueue of {job.name}",
+                                lambda conn: self._insert(conn, job, quiet=True))
+        if time.monotonic() - last >= LOOK_AGAIN:
+            # Committed too long after the notification it counted on: wake the pools.
+            self.statement(f"enqueue of {job.name}",
+                           lambda conn: self.notify_ready(conn, queue))
+        return handle
+
     def insert_job(self, conn: Any, row: rows.NewJob) -> int:
         """Write one validated row in ``conn``'s transaction; its id (a batch
         member's add: it has no key, so it is never a duplicate)."""
         return self._insert(conn, row).id
 
     def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False,
-                period: float | None = None) -> Handle:
+                period: float | None = None, quiet: bool = False) -> Handle:
         """Write one row; a live job with its key (or, with ``period``, one that
         finished within it: a period reaches no further back than the sweep of
         done and dead rows) makes it a duplicate of that job."""
@@ -222,8 +259,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         params = dict(_job_params(job), channel=channel_name(self.target.schema))
         jobs = f"{self.target.schema}.jobs" if qualified else "jobs"
         limits = f"{self.target.schema}.jobpool_limits"
-        row = conn.execute(pg_sql.INSERT_JOB_INTO.format(jobs=jobs, limits=limits) if qualified
-                           else pg_sql.INSERT_JOB, params).fetchone()
+        statement = (pg_sql.INSERT_JOB_INTO.format(jobs=jobs, limits=limits) if qualified
+                     else pg_sql.INSERT_JOB_QUIET if quiet else pg_sql.INSERT_JOB)
+        row = conn.execute(statement, params).fetchone()
         if row is not None and period is not None:
             # The live job with the key may have finished since the look above: look
             # again (a new snapshot sees it), and take the row back if it did.
@@ -664,6 +702,9 @@ class Listener:
     after which the pool claims once, so a job enqueued in the gap waits at most
     that long, and the poll stays the fallback."""
 
+    #: R11c: after a wake-up, the pool claims once more this long after it.
+    look_again: float | None = LOOK_AGAIN
+
     def __init__(self, target: Target) -> None:
         self.target = target
         #: What the supervisor's selector watches (None while disconnected).
@@ -740,6 +781,7 @@ class PollOnly:
     """A listener with nothing to listen on: the pool's poll is its only wake-up."""
 
     sock = None
+    look_again = None
 
     def drain(self) -> None:
         pass

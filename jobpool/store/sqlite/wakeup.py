@@ -79,6 +79,9 @@ class Notifier:
 class Listener:
     """The supervisor's end: a socket to select on, drained on each wake."""
 
+    #: Every enqueue wakes the pools itself: no second look after a wake-up.
+    look_again: float | None = None
+
     def __init__(self, path: str) -> None:
         self.sock: socket.socket | None = None
         #: The place bound, or None when every place is taken (poll only).
