@@ -55,41 +55,40 @@ def listening(pg_url):
     conn.close()
 
 
-def test_an_enqueue_close_behind_a_notified_one_sends_none(pg_url, listening, monkeypatch):
-    # Windows far longer than this test, so where each enqueue falls is certain.
-    monkeypatch.setattr(pg_store, "LOOK_AGAIN", 3600.0)
+@pytest.fixture
+def quiet_store(pg_url):
+    """A store whose quiet window outlasts the test: where each enqueue falls is certain."""
     store = jobpool.connect(pg_url)
     store.notify_quiet = 3600.0
-    try:
-        store.enqueue_with("q.touch", args=("a",))
-        store.enqueue_with("q.touch", args=("b",))
-        store.enqueue_with("q.touch", args=("c",))
-        assert _notifications(listening) == 1
-        # Another queue, a delayed job: each notifies as before.
-        store.enqueue_with("q.touch", args=("d",), queue="other")
-        store.enqueue_with("q.touch", args=("e",), delay=60)
-        assert _notifications(listening) == 2
-        store.notify_quiet = 0.0  # off: every enqueue notifies
-        store.enqueue_with("q.touch", args=("f",))
-        store.enqueue_with("q.touch", args=("g",))
-        assert _notifications(listening) == 2
-        assert store.stats()["ready"] == 6
-    finally:
-        store.close()
+    yield store
+    store.close()
 
 
-def test_a_quiet_enqueue_committed_too_late_notifies_after_all(pg_url, listening, monkeypatch):
+def test_an_enqueue_close_behind_a_notified_one_sends_none(quiet_store, listening, monkeypatch):
+    monkeypatch.setattr(pg_store, "LOOK_AGAIN", 3600.0)
+    store = quiet_store
+    for arg in "abc":
+        store.enqueue_with("q.touch", args=(arg,))
+    assert _notifications(listening) == 1
+    # Another queue, a delayed job: each notifies as before.
+    store.enqueue_with("q.touch", args=("d",), queue="other")
+    store.enqueue_with("q.touch", args=("e",), delay=60)
+    assert _notifications(listening) == 2
+    store.notify_quiet = 0.0  # off: every enqueue notifies
+    for arg in "fg":
+        store.enqueue_with("q.touch", args=(arg,))
+    assert _notifications(listening) == 2
+    assert store.stats()["ready"] == 6
+
+
+def test_a_quiet_enqueue_committed_too_late_notifies_after_all(quiet_store, listening,
+                                                                monkeypatch):
     # The pool's second look comes at once: a quiet enqueue is always later than it.
     monkeypatch.setattr(pg_store, "LOOK_AGAIN", 0.0)
-    store = jobpool.connect(pg_url)
-    store.notify_quiet = 3600.0
-    try:
-        store.enqueue_with("q.touch", args=("a",))
-        store.enqueue_with("q.touch", args=("b",))
-        assert _notifications(listening) == 2
-        assert store.stats()["ready"] == 2
-    finally:
-        store.close()
+    for arg in "ab":
+        quiet_store.enqueue_with("q.touch", args=(arg,))
+    assert _notifications(listening) == 2
+    assert quiet_store.stats()["ready"] == 2
 
 
 def _pool(pg_url, tmp_path):
