@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 import pytest
 
@@ -88,6 +88,38 @@ def test_after_a_dropped_connection_a_pool_gives_back_claims_it_does_not_hold(pg
         ghost.close()
     row = store.get(lost_id)
     assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
+    store.close()
+
+
+def test_a_held_job_whose_row_moved_to_its_next_attempt_is_given_back_too(pg_url):
+    """A lease is held by job and attempt: a row of the pool's owner at an attempt the
+    pool does not hold (a turn in doubt settled and claimed it again) is given back
+    after the connection drops, not left running until its lease expires."""
+    import psycopg
+    store = jobpool.connect(pg_url)
+    (job_id,) = (h.id for h in store.enqueue_many("c.job", [(1,)]))
+    pool = store.claimer("host-a:1:1", ("c.job",), ("default",), {})
+    try:
+        (held,) = pool.turn([], 1, time.time(), None)[1]
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            schema = parse_qs(urlsplit(pg_url).query)["schema"][0]
+            # What a retry and a new claim in one turn whose reply was lost leave.
+            admin.execute(f"UPDATE {schema}.jobs SET attempts = attempts + 1 WHERE id = %s",
+                          (job_id,))
+            assert admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = 'jobpool-supervisor'"
+                "   AND datname = current_database()").fetchone()[0] == 1
+        with pytest.raises(StoreError):
+            pool.lease_owners()
+        # The outcome of the attempt the pool ran finds its fence closed: lost, not done.
+        (settled,), _claimed, _expired = pool.turn(
+            [Outcome(held.job_id, held.attempt, DONE)], 0, time.time(), None)
+        assert settled.status == "lost"
+    finally:
+        pool.close()
+    row = store.get(job_id)
+    assert (row["status"], row["lease_owner"]) == ("ready", None)
     store.close()
 
 

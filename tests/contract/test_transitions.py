@@ -138,7 +138,7 @@ def test_each_statement_changes_exactly_what_the_table_says(store_url, any_store
         job_id = table.make(transition.source)
         before = table.read(job_id)
         attempt = before["attempts"]
-        params = dict(GIVEN, ids=[job_id], held=[], **_attempt_log(job_id, attempt))
+        params = dict(GIVEN, ids=[job_id], held=[], held_attempts=[], **_attempt_log(job_id, attempt))
         if form == "turn":
             params.update(_many(job_id, attempt), kinds=[name])
         if not postgres:

@@ -211,8 +211,7 @@ class PgDriver:
             turn = PgTurn(self, conn, self._server_now(conn), held, piped=True)
             try:
                 if self._in_doubt:
-                    released = turn.queue(pg_sql.RELEASE_IN_DOUBT, {
-                        "owner": self.owner, "held": list(held)})
+                    released = turn.queue(pg_sql.RELEASE_IN_DOUBT, _held(self.owner, held))
                 if self._doubted:
                     committed = turn.queue(pg_sql.SETTLED_IN_DOUBT, self._doubt_params())
                 sent, expiring = body(turn)
@@ -259,8 +258,7 @@ class PgDriver:
         try:
             with self._conn.transaction():
                 scope(self._conn, self.target)
-                self._conn.execute(pg_sql.RELEASE_IN_DOUBT,
-                                   {"owner": self.owner, "held": list(held)}).fetchall()
+                self._conn.execute(pg_sql.RELEASE_IN_DOUBT, _held(self.owner, held)).fetchall()
             self._in_doubt = False
         except psycopg.Error as exc:
             self._failed("giving back claims in doubt", exc)
@@ -536,3 +534,9 @@ _ARRAYS = (("ids", "id"), ("attempts", "attempt"), ("run_ats", "run_at"), ("erro
            ("began", "started_at"), ("outcomes", "outcome"), ("log_errors", "log_error"),
            ("exit_statuses", "exit_status"), ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
            ("strays", "strays"))
+
+
+def _held(owner: str, held: Mapping[int, Lease]) -> dict[str, Any]:
+    """``RELEASE_IN_DOUBT``'s parameters: the leases the engine holds, by job and attempt."""
+    return {"owner": owner, "held": list(held),
+            "held_attempts": [lease.attempt for lease in held.values()]}

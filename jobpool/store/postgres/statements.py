@@ -1015,10 +1015,14 @@ SELECT error FROM attempts WHERE job_id = %(id)s AND outcome = 'crash' ORDER BY 
 #: In-doubt claims: a claim that committed on the server while its reply was lost
 #: (the connection dropped) left rows running under this pool that no child runs.
 #: After reconnecting, the pool gives back every lease of its own it does not
-#: hold, attempt and all: by R6 those jobs never ran.
+#: hold, attempt and all: by R6 those jobs never ran. A lease is held by job and
+#: attempt: a job it holds at one attempt whose row a turn in doubt settled and claimed
+#: again (the same owner, the next attempt) is given back too, not left running.
 RELEASE_IN_DOUBT = f"""
 UPDATE jobs SET {assignments(lifecycle.RELEASE_IN_DOUBT, DIALECT)}
- WHERE status = 'running' AND lease_owner = %(owner)s AND NOT (id = ANY(%(held)s::bigint[]))
+ WHERE status = 'running' AND lease_owner = %(owner)s
+   AND (id, attempts) NOT IN (SELECT * FROM unnest(%(held)s::bigint[],
+                                                   %(held_attempts)s::integer[]))
 RETURNING id
 """
 
