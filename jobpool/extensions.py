@@ -124,9 +124,12 @@ def remove_middleware(middleware: Middleware) -> None:
             enqueue_hooks.remove(hook)
 
 
-def hooks_ran() -> bool:
-    """Whether the enqueue being written had its ``before_enqueue`` hooks run already."""
-    return _hooks_ran.get()
+def hooks_now() -> list[Callable[[EnqueueInfo, dict], Any]]:
+    """The ``before_enqueue`` hooks an enqueue made now runs, in registration order
+    (R55): none when the call's hooks ran already."""
+    if not enqueue_hooks or _hooks_ran.get():
+        return []
+    return list(enqueue_hooks)
 
 
 @contextmanager

@@ -249,14 +249,15 @@ def stamp(name: str, args: Any, kwargs: Any, meta: Any, label: str = "") -> Any:
     order); ``meta`` itself when none is registered, or when the call's hooks ran
     already. A hook that raises refuses the enqueue (an ``EnqueueError`` naming the
     middleware and the job) before anything is written."""
-    if not extensions.enqueue_hooks or extensions.hooks_ran():
+    hooks = extensions.hooks_now()
+    if not hooks:
         return meta
     if meta is not None and not isinstance(meta, dict):
         meta_json(meta, f"{label}meta")  # refuses it, in R54's words
     stamped: dict[str, Any] = dict(meta) if meta is not None else {}
     info = extensions.EnqueueInfo(name, tuple(args) if isinstance(args, list) else args,
                                   dict(kwargs) if isinstance(kwargs, dict) else {})
-    for hook in list(extensions.enqueue_hooks):
+    for hook in hooks:
         try:
             hook(info, stamped)
         except Exception as exc:  # noqa: BLE001 - the user's code: any refusal is one
@@ -270,7 +271,7 @@ def stamp_call(name: str, args: Any, kwargs: Any, meta: Any, then: Any) -> tuple
     """R55: one enqueue's metadata and its chain's steps (``then``), each step
     stamped on its own: it starts from its own metadata (``Signature.meta``), else
     the call's. Unchanged when no hook is registered."""
-    if not extensions.enqueue_hooks or extensions.hooks_ran():
+    if not extensions.hooks_now():
         return meta, then
     stamped = stamp(name, args, kwargs, meta)
     if then is None:
@@ -288,7 +289,7 @@ def carries_meta(meta: Any) -> bool:
     """Whether an enqueue_many's rows need a ``meta`` each (R54, R55): one given to
     the call, or a hook to stamp them. Without, they may take the fast path (which
     ``json_batch`` refuses to an item with metadata of its own)."""
-    return meta is not None or bool(extensions.enqueue_hooks and not extensions.hooks_ran())
+    return meta is not None or bool(extensions.hooks_now())
 
 
 def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOAD_BYTES,
