@@ -761,9 +761,9 @@ def table(results: dict, sizes: dict, failures: dict) -> list[str]:
 #: What the profiles in BENCHMARKS.md ("What limits us now") found stops each
 #: target this machine does not meet; printed under a row that is not met.
 LIMITS = {
-    "w1": "one store transaction per job (~140 us of ~260 us supervisor CPU per job) on the "
-          "supervisor's core; R6 rules out claiming ahead of a free slot to batch them "
-          "(BENCHMARKS.md, W1 drain)",
+    "w1": "the supervisor's CPU per job: its turn (~99 us on jobpool's schema, ~26 us bare) "
+          "and the loop's Python around it; a bare R6 pool drains 16-18k jobs/s here, so no "
+          "floor rules it out (BENCHMARKS.md, the floors under the SQLite targets)",
     "enqueue": "the WAL fsync, whose own rate varies by a third between repeats, plus "
                "~55 us of validation, encoding and wake-up per call (BENCHMARKS.md, W1 enqueue)",
     "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "

@@ -1,0 +1,322 @@
+"""What one no-op job's round costs on this machine before jobpool adds anything
+(issue 26: which of its SQLite targets a physical floor puts out of reach).
+
+    .venv/bin/python benchmarks/sqlite_floors.py [--jobs 20000] [--procs 2] [--repeat 3]
+
+Each figure is measured here, in one sitting, with nothing of jobpool's on the path
+except where the line says so:
+
+* ``fork``: ``os.fork()``, the child's ``os._exit(0)`` and the parent's ``waitpid``,
+  from a process that has imported jobpool (the size of a supervisor that forks);
+* ``pipe``: one 64-byte frame to a child and a 64-byte answer back, with raw
+  ``os.write``/``os.read`` on two pipes, and the same through ``multiprocess``'s
+  ``Connection.send_bytes``/``recv_bytes`` (what jobpool's slots use);
+* ``transaction``: one bare SQLite transaction of a turn's shape (``BEGIN IMMEDIATE``,
+  a one-row settle ``UPDATE``, a one-row claim ``UPDATE ... RETURNING``, ``COMMIT``),
+  WAL, ``synchronous=NORMAL``, 1 KiB pages (jobpool's settings), on a three-column
+  table with one index (the claim order), from Python's ``sqlite3``;
+* ``jobpool's turn``: the same turn as jobpool runs it (the engine over the compiled
+  SQLite driver: its schema, its settle with the attempt's line, its claim);
+* ``bare pool``: the smallest pool that keeps R6 (nothing claimed ahead of a free
+  slot): a parent and ``--procs`` children over raw pipes; the parent waits in
+  ``select``, and each wake-up settles what came back and claims one row per free
+  child in one such transaction, then writes each child its job id; a child answers
+  at once. Jobs/s, the parent's CPU per job (``getrusage``) and jobs per transaction.
+  It is the floor of any design that commits one transaction per turn under R6; a
+  compiled loop can take the Python out of it, not the transaction or the pipe;
+* ``jobpool``: ``jobpool start --burst -q --procs N`` over the same number of no-op
+  jobs on a fresh store, run in a forked process so that the supervisor's own CPU
+  (``RUSAGE_SELF``) and its children's (``RUSAGE_CHILDREN``) are read apart.
+
+The section of BENCHMARKS.md that quotes these says how they compare with the
+issue's targets (per-job budgets at ``--procs 2`` on two cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import select
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+
+FRAME = b"x" * 64
+
+
+def fork_cost(n: int) -> float:
+    """Microseconds for one fork + exit + wait."""
+    import jobpool  # noqa: F401  (a supervisor-sized process forks)
+    began = time.perf_counter()
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    return (time.perf_counter() - began) / n * 1e6
+
+
+def raw_pipe_round_trip(n: int) -> float:
+    """Microseconds for a 64-byte frame to a child and its answer, raw pipes."""
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(to_child_w)
+        os.close(to_parent_r)
+        while True:
+            frame = os.read(to_child_r, 64)
+            if not frame:
+                os._exit(0)
+            os.write(to_parent_w, frame)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+    for _ in range(200):
+        os.write(to_child_w, FRAME)
+        os.read(to_parent_r, 64)
+    began = time.perf_counter()
+    for _ in range(n):
+        os.write(to_child_w, FRAME)
+        os.read(to_parent_r, 64)
+    elapsed = time.perf_counter() - began
+    os.close(to_child_w)
+    os.waitpid(pid, 0)
+    os.close(to_parent_r)
+    return elapsed / n * 1e6
+
+
+def connection_round_trip(n: int) -> float:
+    """The same through ``multiprocess`` connections (length-prefixed frames)."""
+    import multiprocess
+    parent, child = multiprocess.Pipe(duplex=True)
+    pid = os.fork()
+    if pid == 0:
+        parent.close()
+        while True:
+            try:
+                child.send_bytes(child.recv_bytes())
+            except EOFError:
+                os._exit(0)
+    child.close()
+    for _ in range(200):
+        parent.send_bytes(FRAME)
+        parent.recv_bytes()
+    began = time.perf_counter()
+    for _ in range(n):
+        parent.send_bytes(FRAME)
+        parent.recv_bytes()
+    elapsed = time.perf_counter() - began
+    parent.close()
+    os.waitpid(pid, 0)
+    return elapsed / n * 1e6
+
+
+def bare_store(path: str, jobs: int) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA page_size=1024")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, status INTEGER NOT NULL, lease REAL)")
+    db.execute("CREATE INDEX jobs_ready ON jobs (id) WHERE status = 0")
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO jobs (status) VALUES (0)", ((),) * jobs)
+    db.execute("COMMIT")
+    return db
+
+
+SETTLE = "UPDATE jobs SET status = 2, lease = NULL WHERE id = ? AND status = 1"
+CLAIM = ("UPDATE jobs SET status = 1, lease = ? WHERE id IN "
+         "(SELECT id FROM jobs WHERE status = 0 ORDER BY id LIMIT ?) RETURNING id")
+
+
+def transaction_cost(n: int) -> float:
+    """Microseconds for one bare turn: settle one row, claim one row, commit."""
+    with tempfile.TemporaryDirectory() as where:
+        db = bare_store(os.path.join(where, "floor.db"), n + 1)
+        held = db.execute("BEGIN IMMEDIATE") and db.execute(CLAIM, (1.0, 1)).fetchall()
+        db.execute("COMMIT")
+        began = time.perf_counter()
+        for _ in range(n):
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(SETTLE, (held[0][0],))
+            held = db.execute(CLAIM, (1.0, 1)).fetchall()
+            db.execute("COMMIT")
+        elapsed = time.perf_counter() - began
+        db.close()
+        return elapsed / n * 1e6
+
+
+def jobpool_turn_cost(n: int) -> float:
+    """Microseconds for jobpool's own turn (the engine over the SQLite driver, its
+    schema and statements) settling one success and claiming one job."""
+    import random
+
+    import jobpool
+    from jobpool import job
+    from jobpool.lifecycle import DONE, Outcome
+
+    @job(name="floors.turn")
+    def turn_noop(i):
+        return None
+
+    with tempfile.TemporaryDirectory() as where:
+        store = jobpool.connect(os.path.join(where, "turn.db"))
+        store.enqueue_many("floors.turn", [(i,) for i in range(n + 1)])
+        claimer = store.claimer("floors-owner", ["floors.turn"], ["default"], {})
+        rng = random.Random(1)
+        claimed, _ = claimer.claim(1, time.time())
+        began = time.perf_counter()
+        for _ in range(n):
+            job_row = claimed[0]
+            _, claimed, _ = claimer.turn([Outcome(job_row.job_id, job_row.attempt, DONE)], 1,
+                                         time.time(), rng)
+        elapsed = time.perf_counter() - began
+        claimer.close()
+        store.close()
+        return elapsed / n * 1e6
+
+
+def _bare_child(jobs_r: int, answers_w: int) -> None:
+    while True:
+        frame = os.read(jobs_r, 8)
+        if not frame:
+            os._exit(0)
+        os.write(answers_w, frame)
+
+
+def bare_pool(jobs: int, procs: int) -> dict[str, float]:
+    """Drain ``jobs`` rows with the smallest R6 pool: see the module's docstring."""
+    with tempfile.TemporaryDirectory() as where:
+        db = bare_store(os.path.join(where, "pool.db"), jobs)
+        children = []
+        for _ in range(procs):
+            jobs_r, jobs_w = os.pipe()
+            answers_r, answers_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                for fd in [jobs_w, answers_r, *(fd for _, w, r in children for fd in (w, r))]:
+                    os.close(fd)  # only the parent may hold a writer, or EOF never comes
+                _bare_child(jobs_r, answers_w)
+            os.close(jobs_r)
+            os.close(answers_w)
+            children.append((pid, jobs_w, answers_r))
+        by_answer = {answers_r: jobs_w for _, jobs_w, answers_r in children}
+        free = [jobs_w for _, jobs_w, _ in children]
+        finished: list[int] = []
+        done = turns = 0
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        began = time.perf_counter()
+        while done < jobs:
+            db.execute("BEGIN IMMEDIATE")
+            for job_id in finished:
+                db.execute(SETTLE, (job_id,))
+            claimed = db.execute(CLAIM, (1.0, len(free))).fetchall() if free else []
+            db.execute("COMMIT")
+            turns += 1
+            done += len(finished)
+            finished = []
+            for (job_id,) in claimed:
+                os.write(free.pop(), job_id.to_bytes(8, "little"))
+            if done >= jobs:
+                break
+            ready, _, _ = select.select(list(by_answer), [], [])
+            for answers_r in ready:
+                finished.append(int.from_bytes(os.read(answers_r, 8), "little"))
+                free.append(by_answer[answers_r])
+        wall = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        for pid, jobs_w, answers_r in children:
+            os.close(jobs_w)
+            os.close(answers_r)
+            os.waitpid(pid, 0)
+        left = db.execute("SELECT count(*) FROM jobs WHERE status != 2").fetchone()[0]
+        db.close()
+        if left:
+            raise SystemExit(f"bare pool: {left} rows not done")
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        return {"jobs_per_s": jobs / wall, "parent_cpu_us": cpu / jobs * 1e6,
+                "jobs_per_turn": jobs / turns}
+
+
+def jobpool_drain(jobs: int, procs: int) -> dict[str, float]:
+    """``jobpool start --burst`` in a forked process: throughput and CPU by process."""
+    import jobpool
+    from jobpool import job
+
+    @job(name="floors.noop")
+    def noop(i):
+        return None
+
+    with tempfile.TemporaryDirectory() as where:
+        path = os.path.join(where, "jobpool.db")
+        store = jobpool.connect(path)
+        store.enqueue_many("floors.noop", [(i,) for i in range(jobs)])
+        store.close()
+        answer_r, answer_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            from jobpool import cli
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            began = time.perf_counter()
+            code = cli.main(["start", "--db", path, "--burst", "-q", "--procs", str(procs),
+                             "--no-dashboard"])
+            wall = time.perf_counter() - began
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            os.write(answer_w, json.dumps([code, wall, own.ru_utime + own.ru_stime,
+                                           kids.ru_utime + kids.ru_stime]).encode())
+            os._exit(0)
+        os.close(answer_w)
+        answer = b""
+        while chunk := os.read(answer_r, 4096):
+            answer += chunk
+        os.waitpid(pid, 0)
+        code, wall, own, kids = json.loads(answer)
+        done = jobpool.connect(path).stats()["done"]
+        if code != 0 or done != jobs:
+            raise SystemExit(f"jobpool drain: exit {code}, {done} of {jobs} done")
+        return {"jobs_per_s": jobs / wall, "supervisor_cpu_us": own / jobs * 1e6,
+                "children_cpu_us": kids / jobs * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--procs", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    rows: dict[str, list[float]] = {}
+
+    def keep(name: str, value: float) -> None:
+        rows.setdefault(name, []).append(value)
+
+    for _ in range(args.repeat):
+        keep("fork + exit + wait (µs)", fork_cost(500))
+        keep("pipe round trip, raw (µs)", raw_pipe_round_trip(5000))
+        keep("pipe round trip, multiprocess Connection (µs)", connection_round_trip(5000))
+        keep("bare turn transaction, 1 settle + 1 claim (µs)", transaction_cost(5000))
+        keep("jobpool's turn, 1 settle + 1 claim (µs)", jobpool_turn_cost(5000))
+        pool = bare_pool(args.jobs, args.procs)
+        keep(f"bare pool --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
+        keep("bare pool: parent CPU per job (µs)", pool["parent_cpu_us"])
+        keep("bare pool: jobs per transaction", pool["jobs_per_turn"])
+        drain = jobpool_drain(args.jobs, args.procs)
+        keep(f"jobpool --procs {args.procs} (jobs/s)", drain["jobs_per_s"])
+        keep("jobpool: supervisor CPU per job (µs)", drain["supervisor_cpu_us"])
+        keep("jobpool: children's CPU per job (µs)", drain["children_cpu_us"])
+    width = max(len(name) for name in rows)
+    print(f"{'floor':<{width}}  {'median':>9}  {'min':>9}  {'max':>9}   ({args.repeat} repeats,"
+          f" {args.jobs} jobs)")
+    for name, values in rows.items():
+        print(f"{name:<{width}}  {statistics.median(values):>9.1f}  {min(values):>9.1f}  "
+              f"{max(values):>9.1f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
