@@ -33,6 +33,9 @@ MAX_ERROR_BYTES = 64 * 1024
 #: R54: a job's metadata (a JSON object) is refused at enqueue past this many UTF-8
 #: bytes of its JSON text: it travels with every chain step and batch member.
 MAX_META_BYTES = 64 * 1024
+#: R63: the most rows of one name a slot may be given as one chunk (``@job(chunk=N)``):
+#: past a thousand, a chunk's last lease outlives anything a pool should promise.
+MAX_CHUNK = 1000
 
 
 def utf8_size(text: str) -> int:

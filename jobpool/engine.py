@@ -5,8 +5,9 @@ then claims in one transaction; a settle passes the fence test on the lease this
 claimer holds, then ``lifecycle.decide``; a claim goes queue by queue in shares
 (``queueplan``), under limits when the pool obeys some (R35, R36), every row through
 the codec (R44: a refused row is dead at once), in claim order (R7), and a row past
-its deadline is retired without running (R10); a reclaim settles leases nobody will
-settle (R23, R24) as any attempt's end. The statements, the transaction, the clock
+its deadline is retired without running (R10); a row of a name declared with
+``chunk=`` brings more rows of its name to its slot, with leases that cover their wait
+(R63, R64); a reclaim settles leases nobody will settle (R23, R24) as any attempt's end. The statements, the transaction, the clock
 and what a dialect must do around them (SQLite's follow-ups; PostgreSQL's pipelined,
 grouped settles and its commits in doubt) are a driver's (``store.base.Driver``):
 ``store/sqlite/driver.py``, ``store/postgres/driver.py``.
@@ -49,6 +50,11 @@ class Claimer:
         #: R36: after a turn, the seconds until a group its claim passed over for want
         #: of a token has one (the Claimer protocol); None: no such group.
         self.token_wait: float | None = None
+        #: R63: each chunked name's chunk size (``set_chunks``); empty: no chunks.
+        self._chunks: dict[str, int] = {}
+        #: R63: after a turn, the rows each chunk's first row brings to its slot, by
+        #: the first row's id (the Claimer protocol); empty without chunks.
+        self.chunked: dict[int, list[Claimed]] = {}
         driver.serve(owner, self._names, self.policies)
 
     @property
@@ -87,6 +93,7 @@ class Claimer:
             return [], claimed, []
         taken: list[int] = []
         leases: dict[int, Lease] = {}
+        chunked: dict[int, list[Claimed]] = {}
 
         def body(turn: Turn) -> tuple[list[Answer], list[Answer]]:
             decided: list[Settled | Fenced] = []
@@ -105,7 +112,8 @@ class Claimer:
             to_pool_clock = now - turn.now
             claim_in_shares(shares, self.queues, n, claimed,
                             lambda queue, want: self._claim_queue(
-                                turn, queue, want, to_pool_clock, claimed, expiring, leases))
+                                turn, queue, want, to_pool_clock, claimed, expiring, leases,
+                                chunked))
             return sent, expiring
 
         settled, expired = self.driver.turn(now, self._inflight, body)
@@ -114,6 +122,7 @@ class Claimer:
         for job_id in taken:
             self._inflight.pop(job_id, None)
         self._inflight.update(leases)
+        self.chunked = chunked
         return settled, claimed, expired
 
     def _fenced(self, turn: Turn, lease: Lease, outcome: Outcome, rng: Any,
@@ -133,9 +142,14 @@ class Claimer:
             return
         self._limits = None if plan is None else self.driver.limited_claim(plan)
 
+    def set_chunks(self, chunks: dict[str, int]) -> None:
+        """R63: from the next turn, a row of a name in ``chunks`` brings up to that many
+        of its name's ready rows to its slot (sizes of 1 are no chunk)."""
+        self._chunks = {name: size for name, size in chunks.items() if size > 1}
+
     def _claim_queue(self, turn: Turn, queue: str, want: int, to_pool_clock: float,
                      claimed: list[Claimed], expiring: list[Answer],
-                     leases: dict[int, Lease]) -> int:
+                     leases: dict[int, Lease], chunked: dict[int, list[Claimed]]) -> int:
         now = turn.now
         limited = self._limits
         if limited is None:
@@ -149,6 +163,24 @@ class Claimer:
             # turn of the rotation.
             charge(source, picked, {row[0] for row in found}, now)
             self.token_wait = sooner(self.token_wait, picked.token_wait)
+        first = len(claimed)
+        self._admit(turn, found, queue, to_pool_clock, claimed, expiring, leases)
+        if self._chunks:
+            chunks = self._chunks
+            for job in claimed[first:]:
+                size = chunks.get(job.name)
+                # R63 gives way to R35/R36: a limited name, or a capped queue, is
+                # claimed a row per slot, as the limits plan it.
+                if size and (limited is None or (job.name not in limited.plan.names
+                                                 and queue not in limited.plan.queues)):
+                    self._fill_chunk(turn, job, size, queue, to_pool_clock, expiring, leases,
+                                     chunked)
+        return len(found)
+
+    def _admit(self, turn: Turn, found: list[tuple], queue: str, to_pool_clock: float,
+               into: list[Claimed], expiring: list[Answer], leases: dict[int, Lease]) -> None:
+        """The rows a claim took, to run (into ``into``) or settled at once."""
+        now = turn.now
         # R44: every row through the codec, in claim order (R7: RETURNING has none);
         # a row it refuses is dead at once, in a statement of its own.
         decoded, refused = self.driver.decode_claims(found, queue, now, to_pool_clock)
@@ -162,8 +194,32 @@ class Claimer:
                     log_as="deadline")]))
                 continue
             leases[job.job_id] = lease
-            claimed.append(job)
-        return len(found)
+            into.append(job)
+
+    def _fill_chunk(self, turn: Turn, head: Claimed, size: int, queue: str,
+                    to_pool_clock: float, expiring: list[Answer], leases: dict[int, Lease],
+                    chunked: dict[int, list[Claimed]]) -> None:
+        """R63: the next ``size - 1`` ready rows of ``head``'s name, in claim order, for
+        the slot ``head`` goes to; they run after it, one after the other, in its child.
+
+        R8 for a chunk: each row's lease is its own timeout plus those of the rows before
+        it in the chunk, plus the slack, so no lease runs out while its row waits its
+        turn. The rows carry their deadline on the pool's clock (as ``run_at``): the
+        slot judges R10 again when a row's turn comes."""
+        rest: list[Claimed] = []
+        self._admit(turn, turn.claim_name(queue, head.name, size - 1), queue, to_pool_clock,
+                    rest, expiring, leases)
+        if not rest:
+            return
+        waits = []
+        before = head.timeout
+        for job in rest:
+            waits.append((job.job_id, job.attempt, before))
+            before += job.timeout
+        turn.extend_leases(waits)
+        chunked[head.job_id] = [job if job.deadline is None
+                                else job._replace(deadline=job.deadline + to_pool_clock)
+                                for job in rest]
 
     # -- recovery (R23, R24) -----------------------------------------------------------------
 

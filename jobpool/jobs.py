@@ -121,7 +121,7 @@ class Job(Generic[P, R]):
                  cron: str | None = None, soft_timeout: float | None = None,
                  memory_limit: int | None = None, tz: str | None = None,
                  max_running: int | None = None, group_by: str | None = None,
-                 rate: str | None = None, burst: int = 1) -> None:
+                 rate: str | None = None, burst: int = 1, chunk: int = 1) -> None:
         self.fn = fn
         self.name = validate_name(name)
         #: R1: the function's signature, read once; every enqueue and every run binds to it.
@@ -180,6 +180,9 @@ class Job(Generic[P, R]):
         #: pool that serves it starts; None: unlimited.
         self.limit = limits.declared(self.name, max_running=max_running, rate=rate, burst=burst,
                                      group_by=group_by)
+        #: R63: up to this many of its ready rows go to one slot at once and run one
+        #: after the other in its child, each settled on its own (1: one row, R6).
+        self.chunk = options.validate_chunk(chunk)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -313,7 +316,7 @@ def job(fn: Callable[P, R], *, name: str | None = ..., queue: str = ..., priorit
         cron: str | None = ..., soft_timeout: float | None = ...,
         memory_limit: int | None = ..., tz: str | None = ..., max_running: int | None = ...,
         group_by: str | None = ..., limit_by: str | None = ..., rate: str | None = ...,
-        burst: int = ...) -> Job[P, R]: ...
+        burst: int = ..., chunk: int = ...) -> Job[P, R]: ...
 
 
 @overload
@@ -325,7 +328,7 @@ def job(fn: None = None, *, name: str | None = ..., queue: str = ..., priority: 
         cron: str | None = ..., soft_timeout: float | None = ...,
         memory_limit: int | None = ..., tz: str | None = ..., max_running: int | None = ...,
         group_by: str | None = ..., limit_by: str | None = ..., rate: str | None = ...,
-        burst: int = ...,
+        burst: int = ..., chunk: int = ...,
         ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -338,7 +341,8 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
         every: float | timedelta | None = None, cron: str | None = None,
         soft_timeout: float | None = None, memory_limit: int | None = None,
         tz: str | None = None, max_running: int | None = None, group_by: str | None = None,
-        limit_by: str | None = None, rate: str | None = None, burst: int = 1) -> Any:
+        limit_by: str | None = None, rate: str | None = None, burst: int = 1,
+        chunk: int = 1) -> Any:
     """Register a function as a job. Usable bare (``@job``) or with options.
 
     ``on_dead(job, reason)`` runs once, in a child of the supervisor, for each of
@@ -354,6 +358,8 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
     same option under the design's name) or per ``enqueue_with(group=...)``; without
     either, for the name as a whole (R35). ``rate="30/m"`` (``/s``, ``/h``): at most
     that many starts per window, per group, from a bucket of ``burst`` tokens (R36).
+    ``chunk=N`` (tiny jobs): a free slot takes up to N of its ready rows at once and
+    its child runs them one after the other, each settled on its own (R63, R64).
     """
 
     @_declared_where
@@ -370,7 +376,7 @@ def job(fn: Callable | None = None, *, name: str | None = None, queue: str = DEF
                       store_result=store_result, on_dead=on_dead, every=every, cron=cron,
                       soft_timeout=soft_timeout, memory_limit=memory_limit, tz=tz,
                       max_running=max_running, group_by=group_by or limit_by, rate=rate,
-                      burst=burst)
+                      burst=burst, chunk=chunk)
         except EnqueueError as exc:
             raise RegistryError(f"job {job_name}: {exc}") from None
         existing = _registry.get(job_name)

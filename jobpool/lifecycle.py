@@ -35,6 +35,8 @@ EXPIRED = 10    # its lease expired (R23): back in line at once, the attempt spe
 OWNER_DIED = 11  # its supervisor died (R24, R24b): as an expired lease, without the wait
 INTERRUPTED = 12  # R37: a checkpointing job stopped at a save point (or released having
                   # saved one): back in line, its attempt given back and its state kept
+UNSTARTED = 13  # R63: a row of a chunk whose turn never came (the chunk ended early):
+                # back in line where it was, the attempt its claim spent given back
 
 #: Reasons the pool itself gives (the rest come from the job, or from ``decide``).
 CANCELLED = "cancelled"               # R31
@@ -43,12 +45,12 @@ DEADLINE_PASSED = "deadline passed"   # R10
 #: The attempt log's word for each kind.
 KIND_NAMES = ("done", "error", "fatal", "crash", "timeout", "retry", "deferred",
               "rescheduled", "released", "cancelled", "lease_expired", "owner_died",
-              "interrupted")
+              "interrupted", "unstarted")
 
 
 #: Outcomes that are not failures: success, and the steering outcomes a job or an
 #: operator chose (Defer, Reschedule, a graceful stop's release).
-QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released", "interrupted")
+QUIET_OUTCOMES = ("done", "deferred", "rescheduled", "released", "interrupted", "unstarted")
 
 
 class Policy(NamedTuple):
@@ -165,7 +167,7 @@ class Random(Protocol):
 #: How a settled attempt ended, by name (metrics' ``outcome`` label, ``drain``'s
 #: counts): a settle back to ``ready`` is named by the outcome kind that caused it.
 _READY_NAMES = {DEFER: "deferred", RESCHEDULE: "rescheduled", RELEASE: "released",
-                INTERRUPTED: "released"}
+                INTERRUPTED: "released", UNSTARTED: "released"}
 
 
 def settled_as(status: str, kind: int) -> str:
@@ -226,9 +228,10 @@ def decide(lease: Lease, outcome: Outcome, policy: Policy, now: float, rng: Rand
         return Decision("reschedule", "ready", error, outcome.delay or 0.0, crashes)
     if kind == RELEASE:
         return Decision("release", "ready", error, 0.0, crashes)
-    if kind == INTERRUPTED:
+    if kind == INTERRUPTED or kind == UNSTARTED:
         # R37 amending R25: the pool stopped a job that keeps its place by its state;
-        # the attempt it was interrupted in is given back.
+        # the attempt it was interrupted in is given back. R63: so is the attempt of a
+        # chunk's row that never started.
         return Decision("interrupt", "ready", error, 0.0, crashes)
     if kind in (FATAL, CANCEL):
         return Decision("dead", "dead", error, 0.0, crashes)

@@ -44,6 +44,10 @@ class Claimer(Protocol):
     #: there was none. The pool claims again then rather than at its next poll.
     token_wait: float | None
 
+    #: R63: after a turn, the rest of each chunk it claimed: the rows that follow a
+    #: claimed row (by its id) to its slot, in the order they run; empty without chunks.
+    chunked: dict[int, list[Claimed]]
+
     def turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: random.Random,
              shares: Sequence[Share] | None = None
              ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
@@ -60,6 +64,11 @@ class Claimer(Protocol):
     def set_limits(self, plan: LimitPlan | None) -> None:
         """R35/R36: claim under these limits from the next turn (the store's, as
         ``LimitPlan.for_pool`` cuts them for this pool); None: the ordinary claim."""
+        ...
+
+    def set_chunks(self, chunks: dict[str, int]) -> None:
+        """R63: from the next turn, a claimed row of a name in ``chunks`` brings up to
+        that many rows of its name (itself included) to its slot (``chunked``)."""
         ...
 
     def reclaim(self, now: float) -> list[Settled]:
@@ -134,6 +143,15 @@ class Turn(Protocol):
 
     def claim(self, queue: str, want: int) -> list[tuple]:
         """R6-R9: claim up to ``want`` due rows of ``queue`` (``row_codec.CLAIM_COLUMNS``)."""
+        ...
+
+    def claim_name(self, queue: str, name: str, want: int) -> list[tuple]:
+        """R63: the claim, of ``name``'s rows only: the rest of a chunk."""
+        ...
+
+    def extend_leases(self, waits: Sequence[tuple[int, int, float]]) -> None:
+        """R63 with R8: each (id, attempt, seconds) row claimed in this turn keeps its
+        lease that many seconds longer (the timeouts of the chunk's rows before it)."""
         ...
 
     def limited_source(self, limited: Any) -> LimitedSource:

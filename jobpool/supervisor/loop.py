@@ -21,7 +21,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from jobpool import core, events, jobs, procinfo, proctree, terminal
+from jobpool import core, events, jobs, lifecycle, procinfo, proctree, terminal
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import Settled, settled_as
@@ -102,6 +102,11 @@ class Supervisor:
             if limit:
                 memory_limits[n] = limit
         self.core = self.store.claimer(self.owner, names, self.queues, policies)
+        # R63: chunked names (never with --max-jobs: a chunk would claim past it).
+        chunks = {n: registered[n].chunk for n in names
+                  if n in registered and registered[n].chunk > 1}
+        if chunks and config.max_jobs is None:
+            self.core.set_chunks(chunks)
         self.rng = rng or random.Random()
         self._selector = selectors.DefaultSelector()
         #: --metrics: the pool's series, served from this loop (no thread: it forks).
@@ -475,7 +480,9 @@ class Supervisor:
                 rollups.settled(name, counter, duration)
                 events.emit(event, job_id=job_id, name=name, attempt=attempt,
                             duration=duration, reason=reason)
-                if counter == "released":
+                if counter == "released" and (ran is None or self.state.stopping
+                                              or ran.outcome.kind != lifecycle.UNSTARTED):
+                    # R25's list; a chunk's rows given back mid-run are not a stop's (R63)
                     self._released.append(job_id)
             elif status == "dead":
                 counters["dead"] += 1
@@ -527,13 +534,9 @@ class Supervisor:
         if pending:
             self._report(settled, {(f.outcome.job_id, f.outcome.attempt): f for f in pending})
         self._report(expired)
-        series = state.metrics
-        rollups = state.rollups
+        chunked = self.core.chunked  # R63: empty unless a name is chunked
         for slot, job in zip(free, claimed):
-            self.slots.dispatch(slot, job, now)
-            rollups.claimed(job.name, now - job.run_at)
-            if series is not None:
-                series.claimed(job.name, job.queue, now - job.run_at)
+            self.slots.dispatch(slot, job, now, chunked.get(job.job_id) if chunked else None)
         if not want:
             return all_paused
         wait = self.core.token_wait

@@ -40,7 +40,7 @@ class Slot:
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
                  "started", "progress", "stage", "progress_dirty", "retiring", "checkpointed",
-                 "interrupting", "interrupt_until", "cpu_reported")
+                 "interrupting", "interrupt_until", "cpu_reported", "queued")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -62,6 +62,9 @@ class Slot:
         #: CPU seconds its child's finished attempts reported: what the kernel's total
         #: for the child (at its exit) held before the attempt it died in.
         self.cpu_reported = 0.0
+        #: R63: the rows of its chunk that run after its job in its child, in order
+        #: (claimed, not started: none of them runs until its turn).
+        self.queued: list[Claimed] | tuple[()] = ()
 
     def runs(self, job_id: int, attempt: int) -> bool:
         """Whether this slot's child runs that very attempt now."""
@@ -159,12 +162,12 @@ class Slots:
             kind, error = self._interrupted(slot, error)
         if isinstance(cpu_s, (int, float)):
             slot.cpu_reported += cpu_s
+        if retiring:
+            slot.retiring = True  # it exits now; its exit sentinel brings a fresh child
         self._finish(slot, Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0",
                                    peak_rss, cpu_s, strays or None), now)
         if strays:
             self.state.strays_killed(strays, job_id, job.name, attempt)
-        if retiring:
-            slot.retiring = True  # it exits now; its exit sentinel brings a fresh child
 
     @staticmethod
     def _interrupted(slot: Slot, error: str | None) -> tuple[int, str | None]:
@@ -212,9 +215,48 @@ class Slots:
         self.state.want_claim = True
         if slot.index >= self.procs:
             self._retire(slot)
+        if slot.queued:
+            self._next_in_chunk(slot, now)
+
+    def _next_in_chunk(self, slot: Slot, now: float) -> None:
+        """R63: the next row of the slot's chunk starts in the same child, at once. A
+        row past its deadline when its turn comes is dead without running (R10). A
+        chunk that ends early (its child going: crashed, killed, recycled; the pool
+        stopping or shrinking) gives back every row that has not started."""
+        if slot.conn is None or slot.killing is not None or slot.retiring or self.state.stopping:
+            self.give_back(slot)
+            return
+        queued = slot.queued
+        while queued:
+            job = queued.pop(0)  # type: ignore[union-attr]
+            if job.deadline is not None and job.deadline < now:
+                self.state.pending.append(Finished(
+                    Outcome(job.job_id, job.attempt, core.FATAL, lifecycle.DEADLINE_PASSED),
+                    0.0, job.queue))
+                continue
+            self.dispatch(slot, job, now)
+            return
+        slot.queued = ()
+
+    def give_back(self, slot: Slot) -> None:
+        """R63: the rows of the slot's chunk that have not started go back in line where
+        they were, the attempts their claim spent given back."""
+        if self.state.stopping:
+            why = "the pool is stopping"
+        elif slot.killing is not None:
+            why = slot.killing.partition("\n")[0]
+        else:
+            why = "its child exited"
+        reason = f"not started: its chunk ended early ({why})"
+        for job in slot.queued:
+            self.state.pending.append(Finished(
+                Outcome(job.job_id, job.attempt, lifecycle.UNSTARTED, reason), 0.0, job.queue))
+        slot.queued = ()
 
     def exited(self, slot: Slot, now: float) -> None:
         """The slot's child exited: settle its job as what killed it, and refill the slot."""
+        # Nothing more goes to it: the rest of a chunk (R63) is given back, not sent.
+        slot.retiring = True
         if slot.conn is not None:
             if procinfo.readable(slot.conn.fileno()):
                 self.read(slot, now, drain=True)  # an outcome sent just before exiting counts
@@ -283,8 +325,16 @@ class Slots:
         pids = {slot.pid for slot in self.all if slot.proc is not None}
         return frozenset(pids | self.other_children())
 
-    def dispatch(self, slot: Slot, job: Claimed, now: float) -> None:
-        """Give a claimed job to the slot's idle child."""
+    def dispatch(self, slot: Slot, job: Claimed, now: float,
+                 rest: list[Claimed] | None = None) -> None:
+        """Give a claimed job to the slot's idle child; ``rest``: the rows of its chunk,
+        run after it in the same child (R63)."""
+        if rest:
+            slot.queued = rest
+        state = self.state
+        state.rollups.claimed(job.name, now - job.run_at)
+        if state.metrics is not None:
+            state.metrics.claimed(job.name, job.queue, now - job.run_at)
         self.table.assign(slot.index, job.job_id, job.attempt, now + job.timeout)
         slot.job = job
         slot.started = now
@@ -372,6 +422,13 @@ class Slots:
         saves its state is asked to stop at its next save point first (R37), and
         killed if none comes within the kill grace."""
         for slot in self.all:
+            for job in slot.queued:
+                if job.job_id == job_id and job.attempt == attempt:
+                    # R63: a row of a chunk that has not started: dead, nothing to kill.
+                    slot.queued.remove(job)  # type: ignore[union-attr]
+                    self.state.pending.append(Finished(
+                        Outcome(job_id, attempt, core.CANCEL, reason), 0.0, job.queue))
+                    return
             if not slot.runs(job_id, attempt) or slot.killing is not None:
                 continue
             if slot.checkpointed and slot.interrupting != "cancel":
@@ -384,6 +441,8 @@ class Slots:
         """R25 with R37: a graceful stop asks every running job to stop at its next
         save point (a job that never saves one runs on, for the drain)."""
         for slot in self.all:
+            if slot.queued:
+                self.give_back(slot)  # R63: the rest of a chunk never starts
             if slot.job is not None and slot.killing is None and slot.interrupting is None:
                 self._interrupt(slot, "stop")
 

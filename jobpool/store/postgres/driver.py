@@ -126,6 +126,9 @@ class PgDriver:
         self.owner = ""
         self._names: tuple[str, ...] = ()
         self._claim_params: dict[str, Any] = {}
+        self._policies: dict[str, Policy] = {}
+        #: R63: the claim's parameters for one name's rows (a chunk's rest), by name.
+        self._name_claims: dict[str, dict[str, Any]] = {}
         if not psycopg.Pipeline.is_supported():
             raise StoreError("a PostgreSQL pool needs libpq 14 or later (pipeline mode); "
                              "pip install 'jobpool[postgres]' brings one")
@@ -146,6 +149,8 @@ class PgDriver:
         self.owner = owner
         self._names = tuple(names)
         self._claim_params = pg_sql.claim_params(names, policies, DEFAULT_POLICY)
+        self._policies = policies
+        self._name_claims = {}
 
     def limited_claim(self, plan: LimitPlan) -> LimitedClaim:
         return pg_limited_claim(plan, self._names)
@@ -434,6 +439,25 @@ class PgTurn:
         if again and len(found) < want:
             found += self.claim(queue, want - len(found))
         return found
+
+    def claim_name(self, queue: str, name: str, want: int) -> list[tuple]:
+        """R63: the claim of ``name``'s rows alone, sent with its Sync after the
+        settles still pending (one round trip more, once per chunk)."""
+        driver = self.driver
+        names = driver._name_claims.get(name)
+        if names is None:
+            names = driver._name_claims[name] = pg_sql.claim_params(
+                (name,), driver._policies, DEFAULT_POLICY)
+        self.send_pending()
+        return self._alone(pg_sql.CLAIM, dict(self._claim_params(queue, want), **names)
+                           ).fetchall()
+
+    def extend_leases(self, waits: Sequence[tuple[int, int, float]]) -> None:
+        # In the open pipeline: committed with the turn's last Sync.
+        self.queue(pg_sql.EXTEND_LEASES, {"owner": self.driver.owner,
+                                          "ids": [w[0] for w in waits],
+                                          "attempts": [w[1] for w in waits],
+                                          "extra": [float(w[2]) for w in waits]})
 
     def send_pending(self, last: bool = False) -> None:
         """The settles no claim took along, as one statement: in the open pipeline,

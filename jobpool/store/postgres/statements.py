@@ -764,6 +764,16 @@ RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.c
 """
 CLAIM = f"\nWITH {_CLAIM_PICKED}\n{_CLAIM_UPDATE}"
 
+#: R63 with R8: the rows of a chunk just claimed keep their lease longer by the
+#: timeouts of the rows before them (three parallel arrays).
+EXTEND_LEASES = """
+UPDATE jobs AS j SET lease_expires_at = j.lease_expires_at + c.extra
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(extra)s::float8[])
+       AS c(id, attempt, extra)
+ WHERE j.id = c.id AND j.attempts = c.attempt AND j.lease_owner = %(owner)s
+   AND j.status = 'running'
+"""
+
 
 def claim_params(names, policies, default_policy) -> dict:
     """The claim's per-supervisor parameters: its names, and each one's defaults."""

@@ -88,6 +88,8 @@ class SqliteDriver:
         self.now = 0.0
         self.owner = ""
         self._claim_sql = ""
+        #: R63: the claim of one name's rows (a chunk's rest), by name, made on first use.
+        self._name_claims: dict[str, str] = {}
         self._names: tuple[str, ...] = ()
         self._policies: dict[str, Policy] = {}
         self._source: tuple[LimitedClaim, SqlLimitedSource] | None = None
@@ -104,6 +106,7 @@ class SqliteDriver:
         self._names = tuple(names)
         self._policies = policies
         self._claim_sql = sql.claim_sql(names, policies, DEFAULT_POLICY)
+        self._name_claims = {}
 
     # -- the connection ----------------------------------------------------------------------
 
@@ -198,6 +201,18 @@ class SqliteDriver:
         return self._db.lenient_rows(self._claim_sql, {
             "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
             "limit": want})
+
+    def claim_name(self, queue: str, name: str, want: int) -> list[tuple]:
+        text = self._name_claims.get(name)
+        if text is None:
+            text = self._name_claims[name] = sql.claim_sql((name,), self._policies,
+                                                           DEFAULT_POLICY)
+        return self._db.lenient_rows(text, {
+            "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
+            "limit": want})
+
+    def extend_leases(self, waits: Sequence[tuple[int, int, float]]) -> None:
+        self._db.changes(sql.EXTEND_LEASES, {"owner": self.owner, "rows": json.dumps(waits)})
 
     def limited_claim(self, plan: LimitPlan) -> LimitedClaim:
         return sqlite_limited_claim(plan, self._names, self._policies, DEFAULT_POLICY)

@@ -536,6 +536,18 @@ def claim_sql(names, policies, default_policy) -> str:
         timeouts=per_name_case(known, "timeout", float(default_policy.timeout)))
 
 
+#: R63 with R8: the rows of a chunk just claimed keep their lease longer by the
+#: timeouts of the rows before them (``:rows``, a JSON array of [id, attempt, seconds]).
+EXTEND_LEASES = """
+WITH chunk(id, attempt, extra) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+      FROM json_each(:rows))
+UPDATE jobs SET lease_expires_at = lease_expires_at + (SELECT extra FROM chunk WHERE chunk.id = jobs.id)
+ WHERE id IN (SELECT id FROM chunk) AND lease_owner = :owner AND status = 'running'
+   AND attempts = (SELECT attempt FROM chunk WHERE chunk.id = jobs.id)
+"""
+
+
 # --- settle (section 4) ----------------------------------------------------------
 # Every settle statement carries the fencing guard: id, lease owner, attempt
 # number and status. A stale supervisor's write matches no row (lease_lost).
