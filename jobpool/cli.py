@@ -17,9 +17,9 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
-from jobpool import bounds, config, core, jobs, listing, liveness, procinfo
+from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo
 from jobpool.display import markup_escape, shown
-from jobpool.errors import JobNotFound, JobpoolError, RegistryError
+from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.store.rows import LISTED_STATUSES
@@ -91,6 +91,21 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
     return value
+
+
+def _chunk_setting(text: str) -> tuple[str, int]:
+    """R63: ``--chunk NAME=N``."""
+    name, sep, size = text.rpartition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=N, not {text!r}")
+    try:
+        value: int | str = int(size)
+    except ValueError:
+        value = size  # refused below, named as given
+    try:
+        return name, options.validate_chunk(value)
+    except EnqueueError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
 
 
 def _whole_number(text: str) -> int:
@@ -263,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hold a settle up to N microseconds while other children still "
                             "run, so their outcomes share one store transaction (throughput "
                             "for tiny jobs, at up to N us of pickup; default 0: settle at once)")
+    start.add_argument("--chunk", type=_chunk_setting, action="append", default=[],
+                       metavar="NAME=N",
+                       help="give a free slot up to N ready rows of job NAME at once, run one "
+                            "after the other in its child (the job's own chunk= otherwise; "
+                            "1: none); repeatable")
     start.add_argument("--poll-interval", type=_positive_seconds, default=config.POLL_INTERVAL,
                        help=f"fallback poll interval in seconds (default {config.POLL_INTERVAL:g})")
     start.add_argument("--max-tasks-per-child", type=_positive_int, default=0,
@@ -545,7 +565,7 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         mode=args.mode, allow_world_writable=args.allow_world_writable,
         max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics,
-        coalesce=args.coalesce_us / 1e6)
+        coalesce=args.coalesce_us / 1e6, chunks=tuple(args.chunk))
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, job_records=True)
     supervisor = Supervisor(pool)

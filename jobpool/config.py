@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from jobpool import bounds, liveness
-from jobpool.errors import JobpoolError
+from jobpool import bounds, liveness, options
+from jobpool.errors import EnqueueError, JobpoolError
 from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL  # noqa: F401 - the CLI's defaults
 from jobpool.store.sqlite.options import DEFAULT_MODE
 
@@ -78,6 +78,8 @@ class PoolConfig:
     #: Seconds a turn holds outcomes while other children still run, so that their
     #: outcomes share one transaction (``--coalesce-us``; 0: settle at once).
     coalesce: float = 0.0
+    #: R63: (name, rows) chunk sizes that override the jobs' own ``chunk=`` (``--chunk``).
+    chunks: tuple[tuple[str, int], ...] = ()
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -92,6 +94,11 @@ class PoolConfig:
         if not 0 <= self.coalesce <= COALESCE_MAX:
             raise JobpoolError(f"--coalesce-us must be from 0 to {COALESCE_MAX * 1e6:.0f}, "
                                f"not {self.coalesce * 1e6:g}")
+        for name, size in self.chunks:
+            try:
+                options.validate_chunk(size)
+            except EnqueueError as exc:
+                raise JobpoolError(f"--chunk {name}: {exc}") from None
         if not self.poll_interval > 0:
             raise JobpoolError(f"poll interval must be positive, not {self.poll_interval}")
         if self.drain < 0:

@@ -197,6 +197,14 @@ def wait(started, release, out):
         time.sleep(0.02)
     with open(out, "a") as fh:
         fh.write(f"{jobpool.current_job().id}\\n")
+
+@jobpool.job(name="chunkapp.observe", store_result=True)   # no chunk= of its own
+def observe(url):
+    store = jobpool.connect(url)
+    try:
+        return [j["id"] for j in store.list_jobs(status="running", name="chunkapp.observe")]
+    finally:
+        store.close()
 """
 
 
@@ -244,6 +252,28 @@ def test_a_cancel_ends_a_chunk_early_or_takes_a_row_out_of_it(store, app, tmp_pa
     assert [a["outcome"] for a in store.attempts(ids[1])] == ["unstarted", "done"]
     assert rows[ids[1]]["attempts"] == 1
     assert sorted(_ran(out)) == [ids[1], ids[3], ids[4]]
+
+
+def test_a_pool_chunks_a_name_by_its_setting_and_refuses_a_bad_one(store, app, where):
+    # R63: --chunk NAME=N, for a job declared without chunk= (or to change its own).
+    handles = [store.enqueue("chunkapp.observe", where) for _ in range(5)]
+    app.start("--procs", "1", "--chunk", "chunkapp.observe=3", "-q", "--no-dashboard")
+    ids = [h.id for h in handles]
+    seen = [h.result(timeout=0) for h in handles]
+    # Two chunks, [1st-3rd] and [4th, 5th]: each row saw the rows after it in its chunk
+    # held (and those before it, until their settle), none of the other chunk.
+    for position, job_id in enumerate(ids):
+        chunk = ids[:3] if position < 3 else ids[3:]
+        assert set(chunk[chunk.index(job_id):]) <= set(seen[position]) <= set(chunk)
+    for bad, said in (("chunkapp.observe=0", "chunkapp.observe: chunk must be a whole number "
+                                             "from 1 to 1000, not 0"),
+                      ("chunkapp.observe", "expected NAME=N, not 'chunkapp.observe'"),
+                      ("other.name=4", "--chunk other.name=4: this pool does not serve "
+                                       "'other.name'")):
+        refused = app.cli("start", "--app", app.module, "--db", str(app.db), "--burst",
+                          "--chunk", bad, "-q", "--no-dashboard")
+        assert refused.returncode != 0 and said in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1  # one line, no traceback
 
 
 @jobpool.job(name="chunk.limited", chunk=8, max_running=2, timeout=TIMEOUT, store_result=True)

@@ -102,10 +102,14 @@ class Supervisor:
             if limit:
                 memory_limits[n] = limit
         self.core = self.store.claimer(self.owner, names, self.queues, policies)
-        # R63: chunked names (never with --max-jobs: a chunk would claim past it).
-        chunks = {n: registered[n].chunk for n in names
-                  if n in registered and registered[n].chunk > 1}
-        if chunks and config.max_jobs is None:
+        # R63: chunked names, by their jobs or by --chunk (never with --max-jobs: a
+        # chunk would claim past it).
+        chunks = {n: registered[n].chunk for n in names if n in registered}
+        for name, size in config.chunks:
+            if name not in names:
+                raise JobpoolError(f"--chunk {name}={size}: this pool does not serve {name!r}")
+            chunks[name] = size
+        if config.max_jobs is None and any(size > 1 for size in chunks.values()):
             self.core.set_chunks(chunks)
         self.rng = rng or random.Random()
         self._selector = selectors.DefaultSelector()
