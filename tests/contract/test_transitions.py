@@ -157,5 +157,5 @@ def test_the_table_shadows_no_outcome_kind():
     # A transition named like an outcome kind (``CANCEL``) once replaced the kind, and
     # every cancelled child then crashed its supervisor's settle.
     kinds = ("DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE",
-             "RELEASE", "CANCEL", "EXPIRED", "OWNER_DIED", "INTERRUPTED")
+             "RELEASE", "CANCEL", "EXPIRED", "OWNER_DIED", "INTERRUPTED", "UNSTARTED")
     assert [getattr(lifecycle, kind) for kind in kinds] == list(range(len(lifecycle.KIND_NAMES)))
