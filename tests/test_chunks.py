@@ -276,6 +276,18 @@ def test_a_pool_chunks_a_name_by_its_setting_and_refuses_a_bad_one(store, app, w
         assert len(refused.stderr.strip().splitlines()) == 1  # one line, no traceback
 
 
+def test_a_recycled_child_ends_its_chunk_and_gives_back_the_rest(store, app, where):
+    # R63: a child that retires after its job (--max-tasks-per-child) takes no more rows.
+    ids = [store.enqueue("chunkapp.observe", where).id for _ in range(4)]
+    app.start("--procs", "1", "--chunk", "chunkapp.observe=3", "--max-tasks-per-child", "2",
+              "-q", "--no-dashboard")
+    rows = [store.get(i) for i in ids]
+    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1)] * 4
+    log = store.attempts(ids[2])
+    assert [a["outcome"] for a in log] == ["unstarted", "done"]
+    assert "its chunk ended early (its child exited)" in log[0]["error"]
+
+
 @jobpool.job(name="chunk.limited", chunk=8, max_running=2, timeout=TIMEOUT, store_result=True)
 def limited(url):
     return _observe(url)["running"]
