@@ -165,6 +165,29 @@ def test_a_crash_mid_chunk_spends_an_attempt_only_of_the_row_that_ran(store, whe
     assert pool.counters["crashes"] == 1
 
 
+@jobpool.job(name="chunk.slow", chunk=3, timeout=1, backoff_base=0.0)
+def slow(marker, out, overrun=False):
+    if overrun and not Path(marker).exists():
+        Path(marker).write_text("x")
+        time.sleep(600)  # past its hard timeout: the pool kills its child (R20)
+    with open(out, "a") as fh:
+        fh.write(f"{jobpool.current_job().id}\n")
+
+
+def test_a_timeout_mid_chunk_gives_back_the_rows_after_it(store, where, tmp_path):
+    out, marker = tmp_path / "ran.txt", tmp_path / "overran"
+    ids = [store.enqueue("chunk.slow", str(marker), str(out), overrun=(i == 0)).id
+           for i in range(3)]
+    assert _pool(where, "chunk.slow", kill_grace=0.5).run() == 0
+    assert [a["outcome"] for a in store.attempts(ids[0])] == ["timeout", "done"]
+    for job_id in ids[1:]:
+        log = store.attempts(job_id)
+        assert [a["outcome"] for a in log] == ["unstarted", "done"]
+        assert "its chunk ended early (timed out after 1 s)" in log[0]["error"]
+        assert store.get(job_id)["attempts"] == 1
+    assert sorted(_ran(out)) == ids
+
+
 def test_a_row_past_its_deadline_when_its_turn_comes_is_dead_without_running(store, where, tmp_path):
     started, out = tmp_path / "started", tmp_path / "ran.txt"
     first = store.enqueue("chunk.wait", str(started), "", str(out)).id
