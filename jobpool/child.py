@@ -113,7 +113,9 @@ def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwar
     stack = extensions.middleware()
     if not stack:
         return _call(job, args, kwargs, soft_timeout)[:4]
-    info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs)
+    given = running.current
+    info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs,
+                                  running.meta_of(given.meta if given is not None else None))
     for middleware in stack:
         try:
             middleware.before(info)
@@ -330,8 +332,8 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> No
         job = protocol.loads(message)
         if isinstance(job[0], str):
             continue  # an interrupt for the job just finished (R37): it is over
-        job_id, attempt, name, payload, serializer, queue = job
-        running.current = running.Attempt(conn, job_id, attempt, name, queue)
+        job_id, attempt, name, payload, serializer, queue, batch, meta = job
+        running.current = running.Attempt(conn, job_id, attempt, name, queue, batch, meta)
         done += 1
 
         def retire(done: int = done) -> bool:

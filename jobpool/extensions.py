@@ -24,6 +24,8 @@ class AttemptInfo(NamedTuple):
     attempt: int
     args: tuple
     kwargs: dict
+    #: Its metadata (R54), a dict of its own (empty without any): given with the job (R58).
+    meta: dict
 
 
 class AttemptResult(NamedTuple):
