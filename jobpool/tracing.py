@@ -23,6 +23,8 @@ import importlib.util
 import json
 from typing import Any, Callable
 
+from jobpool import lifecycle
+
 #: The metadata key the producer's trace context travels under (R54's metadata).
 META_KEY = "jobpool.otel"
 #: The instrumentation scope the spans are recorded under.
@@ -94,18 +96,17 @@ def run_traced(name: str, job_id: int, attempt: int, queue: str | None, meta: st
     token = _context.attach(_trace.set_span_in_context(span, parent))
     try:
         outcome = body()
+        kind, error, _delay, _result, _value, raised = outcome
+        span.set_attribute("jobpool.job.outcome", lifecycle.KIND_NAMES[kind])
+        if kind in (lifecycle.ERROR, lifecycle.FATAL):
+            if isinstance(raised, BaseException):
+                span.record_exception(raised)
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR,
+                                          (error or "").partition("\n")[0]))
+        return outcome
     finally:
         _context.detach(token)
-    from jobpool import lifecycle
-    kind, error, _delay, _result, _value, raised = outcome
-    span.set_attribute("jobpool.job.outcome", lifecycle.KIND_NAMES[kind])
-    if kind in (lifecycle.ERROR, lifecycle.FATAL):
-        if isinstance(raised, BaseException):
-            span.record_exception(raised)
-        span.set_status(_trace.Status(_trace.StatusCode.ERROR,
-                                      (error or "").partition("\n")[0]))
-    span.end()
-    return outcome
+        span.end()
 
 
 def _carrier(meta: str | None) -> dict[str, str] | None:
