@@ -1,12 +1,14 @@
 """OpenTelemetry, on its own whenever ``opentelemetry-api`` is importable (R57):
 ``pip install jobpool[otel]``, nothing to configure.
 
-- At enqueue, the producer's current trace context (W3C ``traceparent``, and
-  ``tracestate`` and baggage as the configured propagator writes them) goes into the
-  job's metadata under ``META_KEY``, beside what the ``before_enqueue`` hooks stamp
-  (R55). Only when a span is current: an enqueue outside any trace writes nothing.
-- In the child, the job runs inside a span named after the job, a child of that
-  context, made current for the body and the middleware, so the job's own spans,
+- At enqueue, a PRODUCER span ``enqueue NAME`` under the current span, and its
+  context (W3C ``traceparent``, and ``tracestate`` and baggage as the configured
+  propagator writes them) and the time go into the job's metadata under
+  ``META_KEY``, beside what the ``before_enqueue`` hooks stamp (R55). Only when a
+  span is current: an enqueue outside any trace writes nothing.
+- In the child, a ``wait NAME`` span from the enqueue to the run, and the job runs
+  inside a span named after the job, both children of that context, the run's made
+  current for the body and the middleware, so the job's own spans,
   logs and outgoing calls join the producer's trace. With only the API installed
   the span records nothing, but the context it carries is the producer's: the job
   still sees the producer's trace id. Its attributes say the job's id, attempt,
@@ -21,12 +23,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from typing import Any, Callable
 
 from jobpool import lifecycle
 
 #: The metadata key the producer's trace context travels under (R54's metadata).
 META_KEY = "jobpool.otel"
+#: Beside the context in the carrier: when the job was enqueued (ns since the epoch), the
+#: start of its wait span.
+ENQUEUED_AT = "jobpool.enqueued_ns"
 #: The instrumentation scope the spans are recorded under.
 SCOPE = "jobpool"
 
@@ -56,10 +62,17 @@ def _load() -> bool:
 
 
 def _stamp(job: Any, meta: dict[str, Any]) -> None:
-    """R57: the current trace context into the job's metadata (a ``before_enqueue``)."""
+    """R57: the job's enqueue span (a child of the current span, ended at once: it
+    marks the enqueue in the producer's trace), its context and the time into the
+    job's metadata (a ``before_enqueue``)."""
+    span = _trace.get_tracer(SCOPE).start_span(
+        f"enqueue {job.name}", kind=_trace.SpanKind.PRODUCER,
+        attributes={"jobpool.job.name": job.name})
     carrier: dict[str, str] = {}
-    _propagate.inject(carrier)
+    _propagate.inject(carrier, context=_trace.set_span_in_context(span))
+    span.end()
     if carrier:
+        carrier[ENQUEUED_AT] = str(time.time_ns())
         meta[META_KEY] = carrier
 
 
@@ -89,6 +102,7 @@ def run_traced(name: str, job_id: int, attempt: int, queue: str | None, meta: st
         return body()
     parent = _propagate.extract(carrier) if carrier is not None else None
     tracer = _trace.get_tracer(SCOPE)
+    _waited(tracer, name, carrier, parent)
     span = tracer.start_span(name, context=parent, kind=_trace.SpanKind.CONSUMER,
                              attributes={"jobpool.job.id": job_id,
                                          "jobpool.job.attempt": attempt,
@@ -107,6 +121,18 @@ def run_traced(name: str, job_id: int, attempt: int, queue: str | None, meta: st
     finally:
         _context.detach(token)
         span.end()
+
+
+def _waited(tracer: Any, name: str, carrier: dict[str, str] | None, parent: Any) -> None:
+    """The job's wait, from its enqueue to its run here (a scheduled delay included), as
+    a span beside the run's, when the metadata says when it was enqueued. The two
+    hosts' clocks are read as they are: a skewed one shows a wait too short or long."""
+    enqueued = carrier.get(ENQUEUED_AT) if carrier is not None else None
+    if enqueued is None or not enqueued.isdigit():
+        return
+    now = time.time_ns()
+    tracer.start_span(f"wait {name}", context=parent, start_time=min(int(enqueued), now)
+                      ).end(end_time=now)
 
 
 def _carrier(meta: str | None) -> dict[str, str] | None:

@@ -46,6 +46,8 @@ def fails():
 @job(name="otel.dump", max_attempts=1)
 def dump():
     spans = [{"name": s.name, "trace": format(s.context.trace_id, "032x"),
+              "span": format(s.context.span_id, "016x"),
+              "start": s.start_time, "end": s.end_time,
               "parent": format(s.parent.span_id, "016x") if s.parent else None,
               "kind": s.kind.name, "status": s.status.status_code.name,
               "attributes": dict(s.attributes),
@@ -75,9 +77,12 @@ with trace.get_tracer("producer").start_as_current_span("request") as span:
            store.enqueue_many("otel.seen", [("many",)])[0].id]
 store.enqueue_with("otel.dump", priority=-1)
 store.close()
+finished = exporter.get_finished_spans()
 print(json.dumps({"trace": format(ctx.trace_id, "032x"), "span": format(ctx.span_id, "016x"),
                   "outside": outside, "ids": ids,
-                  "recorded": [s.name for s in exporter.get_finished_spans()]}))
+                  "recorded": [s.name for s in finished],
+                  "enqueues": [[format(s.context.span_id, "016x"), format(s.parent.span_id, "016x"),
+                                s.kind.name] for s in finished if s.name.startswith("enqueue ")]}))
 """
 
 
@@ -94,26 +99,35 @@ def _seen(app) -> dict:
 
 
 def test_the_run_span_is_a_child_of_the_enqueuing_span_across_processes(make_any_app):
-    """R57 on both stores: the job's span (named after the job) is in the producer's
-    trace, a child of the span that enqueued it, with the job's id, attempt, queue
-    and outcome; the context is current in the job's body; a failure records its
-    exception and an error status; an enqueue outside any span carries nothing."""
+    """R57 on both stores: each enqueue under the request's span is a PRODUCER span of
+    its own, its child; the job's span (named after the job) is in the producer's
+    trace, a child of its enqueue span, with the job's id, attempt, queue and
+    outcome, after a wait span from the enqueue; the context is current in the job's
+    body; a failure records its exception and an error status; an enqueue outside any
+    span carries nothing."""
     app = make_any_app(APP)
     app.env["TRACE_SDK"] = "1"
     produced = _produce(app)
-    assert produced["recorded"] == ["request"]
+    assert produced["recorded"] == ["enqueue otel.seen", "enqueue otel.fails",
+                                    "enqueue otel.seen", "request"]
+    assert all(parent == produced["span"] and kind == "PRODUCER"
+               for _span, parent, kind in produced["enqueues"])
+    enqueue_spans = [span for span, _parent, _kind in produced["enqueues"]]
     app.start("--procs", "1")
     seen = _seen(app)
     assert seen["inside"] == (produced["trace"], True)
     assert seen["many"] == (produced["trace"], True)
     assert seen["outside"][0] != produced["trace"]   # a trace of its own, root at the run
     spans = json.loads((app.dir / "spans.json").read_text())
-    by_id = {s["attributes"]["jobpool.job.id"]: s for s in spans}
+    by_id = {s["attributes"]["jobpool.job.id"]: s for s in spans if s["kind"] == "CONSUMER"}
+    waits = {s["parent"]: s for s in spans if s["name"].startswith("wait ")}
     inside, failed, many = (by_id[i] for i in produced["ids"])
-    for span in (inside, failed, many):
+    for span, enqueued in zip((inside, failed, many), enqueue_spans):
         assert span["trace"] == produced["trace"]
-        assert span["parent"] == produced["span"]
-        assert span["kind"] == "CONSUMER"
+        assert span["parent"] == enqueued
+        wait = waits[enqueued]
+        assert wait["name"] == "wait " + span["name"] and wait["trace"] == produced["trace"]
+        assert wait["start"] <= wait["end"] <= span["start"]
         assert span["attributes"]["jobpool.job.attempt"] == 1
         assert span["attributes"]["jobpool.job.queue"] == "default"
     assert inside["name"] == "otel.seen"
@@ -124,6 +138,7 @@ def test_the_run_span_is_a_child_of_the_enqueuing_span_across_processes(make_any
     assert failed["status"] == "ERROR" and failed["events"] == ["exception"]
     outside = by_id[produced["outside"]]
     assert outside["parent"] is None and outside["trace"] == seen["outside"][0]
+    assert len(waits) == 3   # none for the job enqueued outside any span
     store = app.store()
     assert store.get(produced["outside"])["meta"] is None
     assert set(store.get(produced["ids"][0])["meta"]) == {"jobpool.otel"}
