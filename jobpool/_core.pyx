@@ -449,12 +449,18 @@ cdef inline object _record(type cls, tuple fields):
 cdef object _plain_claim(object row, object queue, double now, double to_pool_clock):
     """The codec's answer for a row whose every column is plainly sound (exact types,
     within bounds, ASCII text, no chain); None for any other row, which the codec
-    itself then reads. Never a row the codec would refuse (the property test)."""
-    if type(row) is not tuple or len(<tuple>row) != 14:
+    itself then reads. Never a row the codec would refuse (the property test).
+    The batch id and metadata (R58) are carried as they are: an integer or NULL, and
+    ASCII text or NULL (metadata that is not gets the codec's check of its text)."""
+    if type(row) is not tuple or len(<tuple>row) != 16:
         return None
     (job_id, name, data, serializer, attempt, max_attempts, crashes, timeout, deadline,
-     priority, line_at, follow_ups, run_at, chain) = <tuple>row
+     priority, line_at, follow_ups, run_at, chain, batch, meta) = <tuple>row
     if chain is not None:
+        return None
+    if batch is not None and type(batch) is not int:
+        return None
+    if meta is not None and (type(meta) is not str or not (<str>meta).isascii()):
         return None
     if (type(job_id) is not int or type(attempt) is not int or type(max_attempts) is not int
             or type(crashes) is not int or type(priority) is not int
@@ -480,7 +486,7 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
     return _record(Decoded, (
         _record(Lease, (job_id, name, attempt, max_attempts, crashes, deadline, now, follow_ups)),
         _record(Claimed, (job_id, name, data, serializer, attempt, float(timeout), deadline, queue,
-                          float(run_at) + to_pool_clock)),
+                          float(run_at) + to_pool_clock, batch, meta)),
         priority, float(line_at)))
 
 

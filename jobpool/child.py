@@ -15,7 +15,7 @@ import traceback
 from typing import Any
 
 from jobpool import (coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
-                     protocol, running, terminal)
+                     protocol, running, terminal, tracing)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
@@ -103,30 +103,40 @@ def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer
         return lifecycle.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
     # R48: what the job logs, through the root's and jobpool's handlers, names it.
     with log_context.installed():
-        return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)
+        if tracing.active():
+            # R57: inside the job's span, with its producer's trace context current.
+            given = running.current
+            return tracing.run_traced(
+                job.name, job_id, attempt, given.queue if given else None,
+                given.meta if given else None,
+                lambda: _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout))[:4]
+        return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)[:4]
 
 
 def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwargs: dict,
                      soft_timeout: bool = True):
-    """The body between the middleware's ``before`` and ``after`` hooks; what a hook
-    raises is the attempt's error (an ordinary retry), never the child's death."""
+    """The body between the middleware's ``before`` and ``after`` hooks: ``_call``'s
+    ``(kind, error, delay, result, value, raised)``; what a hook raises is the
+    attempt's error (an ordinary retry), never the child's death."""
     stack = extensions.middleware()
     if not stack:
-        return _call(job, args, kwargs, soft_timeout)[:4]
-    info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs)
+        return _call(job, args, kwargs, soft_timeout)
+    given = running.current
+    info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs,
+                                  running.meta_of(given.meta if given is not None else None))
     for middleware in stack:
         try:
             middleware.before(info)
         except BaseException as exc:  # noqa: BLE001 - the user's hook: an error like any
-            return lifecycle.ERROR, _hook_error(middleware, "before", exc), None, None
+            return lifecycle.ERROR, _hook_error(middleware, "before", exc), None, None, None, exc
     kind, error, delay, result, value, raised = _call(job, info.args, info.kwargs, soft_timeout)
     outcome = extensions.AttemptResult(lifecycle.KIND_NAMES[kind], error, raised, value)
     for middleware in reversed(stack):
         try:
             middleware.after(info, outcome)
         except BaseException as exc:  # noqa: BLE001
-            return lifecycle.ERROR, _hook_error(middleware, "after", exc), None, None
-    return kind, error, delay, result
+            return lifecycle.ERROR, _hook_error(middleware, "after", exc), None, None, None, exc
+    return kind, error, delay, result, value, raised
 
 
 def _hook_error(hook: Any, method: str, exc: BaseException) -> str:
@@ -321,6 +331,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> No
         # The supervisor forwards its terminal's hang-up (R27): see terminal.py.
         signal.signal(signal.SIGHUP, lambda signum, frame: streams.detach_terminal(on_terminal))
     startup_error = run_child_start_hooks()
+    tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     while True:
         try:
@@ -330,8 +341,8 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> No
         job = protocol.loads(message)
         if isinstance(job[0], str):
             continue  # an interrupt for the job just finished (R37): it is over
-        job_id, attempt, name, payload, serializer, queue = job
-        running.current = running.Attempt(conn, job_id, attempt, name, queue)
+        job_id, attempt, name, payload, serializer, queue, batch, meta = job
+        running.current = running.Attempt(conn, job_id, attempt, name, queue, batch, meta)
         done += 1
 
         def retire(done: int = done) -> bool:

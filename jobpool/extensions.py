@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator, NamedTuple
 
+from jobpool import tracing
+
 
 class AttemptInfo(NamedTuple):
     """The attempt about to run (``before``) or just run (``after``)."""
@@ -24,6 +26,8 @@ class AttemptInfo(NamedTuple):
     attempt: int
     args: tuple
     kwargs: dict
+    #: Its metadata (R54), a dict of its own (empty without any): given with the job (R58).
+    meta: dict
 
 
 class AttemptResult(NamedTuple):
@@ -126,10 +130,12 @@ def remove_middleware(middleware: Middleware) -> None:
 
 def hooks_now() -> list[Callable[[EnqueueInfo, dict], Any]]:
     """The ``before_enqueue`` hooks an enqueue made now runs, in registration order
-    (R55): none when the call's hooks ran already."""
-    if not enqueue_hooks or _hooks_ran.get():
+    (R55), then (R57) the stamp of the current trace context when OpenTelemetry is
+    installed and a span is current: none when the call's hooks ran already."""
+    stamp = tracing.enqueue_hook()
+    if (stamp is None and not enqueue_hooks) or _hooks_ran.get():
         return []
-    return list(enqueue_hooks)
+    return [*enqueue_hooks, stamp] if stamp is not None else list(enqueue_hooks)
 
 
 @contextmanager

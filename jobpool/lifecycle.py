@@ -82,6 +82,11 @@ class Claimed(NamedTuple):
     deadline: float | None
     queue: str
     run_at: float     # when it was due: the wait it had is the claim's now minus this
+    #: R58: what the child is given with the job, so that ``current_job()`` and the
+    #: tracing need no request of it: its batch's id (R34) and its metadata as the
+    #: stored JSON text (R54), each None when it has none. Carried, never read, here.
+    batch: int | None = None
+    meta: str | None = None
 
 
 class Lease(NamedTuple):

@@ -4,7 +4,10 @@ Both ends are this package's own code in processes forked from one parent, so
 messages are ``marshal``-encoded tuples: fast, compact, and no pickling of what
 is already bytes. The store payload travels as the bytes it was stored as.
 
-supervisor -> child:  ``(job_id, attempt, name, payload, serializer, queue)``: run this
+supervisor -> child:  ``(job_id, attempt, name, payload, serializer, queue, batch, meta)``:
+                      run this; ``batch`` its batch's id and ``meta`` its metadata as
+                      JSON text, each or None (R58: ``jobpool.current_job()`` and the
+                      tracing read them with no request)
                       ``(REPLY, job_id, attempt, seq, answer, error_kind, error)``: the
                       answer to the running job's request ``seq``
                       ``(INTERRUPT, job_id, attempt, reason)``: stop at the next save point
@@ -19,9 +22,6 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                       ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to the job's batch (R34)
                       ``(SAVE_STATE, job_id, attempt, seq, state)``: store its state (R37)
                       ``(READ_STATE, job_id, attempt, seq)``: the state it resumes from
-                      ``(READ_BATCH, job_id, attempt, seq)``: ``(batch, meta)``, the id of
-                      its batch and its metadata as JSON text, each or None
-                      (``jobpool.current_job()``, R48, R54)
 
 The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
 id (a job), so a child tells them apart; one waiting for a job drops the others (an
@@ -37,9 +37,8 @@ PROGRESS = 1
 BATCH_ADD = 2
 SAVE_STATE = 4
 READ_STATE = 5
-READ_BATCH = 6
 #: The tags of a child's requests.
-REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE, READ_BATCH)
+REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE)
 
 REPLY = "reply"
 INTERRUPT = "interrupt"
@@ -54,8 +53,8 @@ loads = marshal.loads
 
 
 def job_message(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
-                queue: str) -> bytes:
-    return marshal.dumps((job_id, attempt, name, payload, serializer, queue))
+                queue: str, batch: int | None = None, meta: str | None = None) -> bytes:
+    return marshal.dumps((job_id, attempt, name, payload, serializer, queue, batch, meta))
 
 
 def outcome_message(job_id: int, attempt: int, kind: int, error: str | None, delay: float | None,

@@ -1,6 +1,6 @@
 """What a running job asks of its pool, answered from the store: add to its batch
-(R34), save its state and read the state it resumes from (R37), which batch it is
-in and its metadata (R48, R54).
+(R34), save its state and read the state it resumes from (R37). (Which batch it is
+in and its metadata come with the job, R58.)
 
 One function for the supervisor (a child's request over its pipe) and for
 ``jobpool.testing.drain`` (the same request made in-process), so both answer alike:
@@ -42,6 +42,4 @@ def _carry_out(store: Any, owner: str, tag: int, job_id: int, attempt: int,
         return True
     if tag == protocol.READ_STATE:
         return store.read_state(owner, job_id, attempt)
-    if tag == protocol.READ_BATCH:
-        return store.batches.context_of(owner, job_id, attempt)
     raise ValueError(f"unknown request {tag!r}")

@@ -40,14 +40,15 @@ class Attempt:
                  "interrupted", "told", "last_state", "batch", "meta")
 
     def __init__(self, conn: Any, job_id: int, attempt: int, name: str | None = None,
-                 queue: str | None = None) -> None:
+                 queue: str | None = None, batch: int | None = None,
+                 meta: str | None = None) -> None:
         self.conn = conn            # the child's end of its pipe
         self.job_id = job_id
         self.attempt = attempt
         self.name = name            # the job's registered name (R48: log context)
         self.queue = queue          # the queue it was claimed from
-        self.batch: Any = _UNREAD   # its batch id, asked of the pool on first use (R48)
-        self.meta: Any = None       # its metadata (R54), asked with the batch
+        self.batch = batch          # its batch's id (R48), given with the job (R58)
+        self.meta = meta            # its metadata as JSON text (R54), given with the job
         self.last_report = 0.0      # monotonic time of the last report sent
         self.adds = 0               # jobs this attempt added to its batch so far (R34)
         self.seq = 0                # requests made so far; a reply names the one it answers
@@ -101,9 +102,6 @@ class Attempt:
 #: Set by the child while a job runs.
 current: Attempt | None = None
 
-#: ``Attempt.batch`` before anyone asked for it.
-_UNREAD = object()
-
 
 class CurrentJob(NamedTuple):
     """The job running now, as ``jobpool.current_job()`` tells it (R48)."""
@@ -122,20 +120,16 @@ def current_job() -> CurrentJob | None:
     """The job this code runs in (its id, name, attempt, queue, batch and metadata),
     or None outside a job run by a pool or by ``jobpool.testing.drain`` (R48, R54).
 
-    The batch and metadata are asked of the pool once per attempt, on the first call
-    (a round trip over the child's pipe), so a job that never asks pays nothing; the
-    rest the child was given with the job. Each call returns a fresh copy of the
-    metadata: a job that changes it changes its own copy."""
+    All of it came with the job (R58): no round trip to the pool. Each call returns
+    a fresh copy of the metadata: a job that changes it changes its own copy."""
     attempt = current
     if attempt is None:
         return None
-    if attempt.batch is _UNREAD:
-        attempt.batch, attempt.meta = attempt.request(protocol.READ_BATCH)
     return CurrentJob(attempt.job_id, attempt.name or "", attempt.attempt, attempt.queue or "",
-                      attempt.batch, _meta_of(attempt.meta))
+                      attempt.batch, meta_of(attempt.meta))
 
 
-def _meta_of(text: str | None) -> dict[str, Any]:
+def meta_of(text: str | None) -> dict[str, Any]:
     """R44/R54: the stored metadata as a dict; text that is not a JSON object (a row
     written by hand: ``jobs show`` flags it) reads as none, never a crash in the job."""
     if text is None:

@@ -258,7 +258,7 @@ class _Drain:
         cpu_before = time.process_time()
         previous = running.current
         running.current = running.Attempt(self.progress, job.job_id, job.attempt, job.name,
-                                          job.queue)
+                                          job.queue, job.batch, job.meta)
         try:
             kind, error, delay, result = self._body(job)
         finally:

@@ -77,12 +77,28 @@ def test_claim_marks_running_with_lease_and_spends_the_attempt(core_impl, core, 
     job_id = insert_job(store_path, timeout=60.0, run_at=NOW - 5)
     (job,), _ = core.claim(1, NOW)
     # The queue and when it was due travel with it (a pool's wait-time metric).
-    assert job == (job_id, "t.job", b"[[],{}]", "json", 1, 60.0, None, "default", NOW - 5)
+    assert job == (job_id, "t.job", b"[[],{}]", "json", 1, 60.0, None, "default", NOW - 5,
+                   None, None)
     row = rows(store_path)[0]
     assert row["status"] == "running"
     assert row["lease_owner"] == OWNER
     assert row["lease_expires_at"] == NOW + 60.0 + core_impl.LEASE_SLACK
     assert row["attempts"] == 1
+
+
+def test_the_claim_carries_the_batch_and_the_metadata_as_stored(core, store_path):
+    """R58: a job's batch id and its metadata's text come with the claim, whatever the
+    text holds (the child reads what is not a JSON object as none), ASCII or not."""
+    texts = ['{"tenant":"acme"}', '{"who":"caf\u00e9"}', "[1, 2]", "not json"]
+    ids = [insert_job(store_path) for _ in texts]
+    conn = sqlite3.connect(store_path, isolation_level=None)
+    for job_id, text in zip(ids, texts):
+        conn.execute("UPDATE jobs SET meta = ?, batch_id = ? WHERE id = ?", (text, job_id + 40, job_id))
+    conn.close()
+    claimed, refused = core.claim(10, NOW)
+    assert refused == []
+    assert [(j.job_id, j.batch, j.meta) for j in claimed] == [
+        (job_id, job_id + 40, text) for job_id, text in zip(ids, texts)]
 
 
 def test_options_left_unset_at_enqueue_take_the_jobs_registered_values(core_impl, core, store_path):

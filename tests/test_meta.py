@@ -95,6 +95,58 @@ def test_a_batch_members_adds_carry_its_metadata_unless_they_name_their_own(make
     store.close()
 
 
+GIVEN_APP = """
+import json
+from pathlib import Path
+import jobpool
+from jobpool import job, running, Middleware, add_middleware
+
+HERE = Path(__file__).parent
+
+def note(*items):
+    with open(HERE / "given.jsonl", "a") as fh:
+        fh.write(json.dumps(items) + "\\n")
+
+class SeesMeta(Middleware):
+    def before(self, job):
+        note("before", job.job_id, job.meta)
+        job.meta["changed"] = True          # its own copy
+
+add_middleware(SeesMeta())
+
+class NoPipe:
+    def __getattr__(self, name):
+        raise AssertionError(f"current_job() used the child's pipe ({name})")
+
+@job(name="meta.given")
+def given():
+    attempt = running.current
+    conn, attempt.conn = attempt.conn, NoPipe()
+    try:
+        me = jobpool.current_job()
+    finally:
+        attempt.conn = conn
+    note("job", me.id, me.batch, me.meta)
+"""
+
+
+def test_the_job_and_its_middleware_get_its_batch_and_metadata_with_it(make_any_app):
+    """R58 on both stores: the child is given the job's batch id and metadata with the
+    job: ``current_job()`` reads them without a word on its pipe, and middleware gets
+    the metadata as ``AttemptInfo.meta`` (a dict of its own)."""
+    app = make_any_app(GIVEN_APP)
+    store = app.store()
+    with store.batch() as batch:
+        member = store.enqueue_with("meta.given", batch=batch.id, meta={"tenant": "acme"}).id
+    plain = store.enqueue("meta.given").id
+    app.start("--procs", "1")
+    notes = [json.loads(line) for line in (app.dir / "given.jsonl").read_text().splitlines()]
+    assert sorted(map(tuple, notes), key=repr) == sorted([
+        ("before", member, {"tenant": "acme"}), ("job", member, batch.id, {"tenant": "acme"}),
+        ("before", plain, {}), ("job", plain, None, {})], key=repr)
+    store.close()
+
+
 @pytest.mark.parametrize("meta, words", [
     (["not", "a", "dict"], "meta must be a dict (a JSON object), not list"),
     ({1: "x"}, "meta: a key must be a string, not 1"),

@@ -275,7 +275,8 @@ CLAIM_ROWS = st.tuples(
     _values("json", "pickle"), _values(1, 2, 9), _values(1, 3), _values(0, 2),
     _values(30.0, 5, 0.001), _values(None, 1_700_000_000.0, 1_700_000_000, float("inf")),
     _values(0, -5, 7, 2**31 - 1, -(2**31)), _values(1_700_000_000.5, 12),
-    _values(0, 1, 3), _values(1_700_000_000.5, 99), _values(None, '[{"name": "x"}]', "[]"))
+    _values(0, 1, 3), _values(1_700_000_000.5, 99), _values(None, '[{"name": "x"}]', "[]"),
+    _values(None, 4, 2**62), _values(None, '{"k": "v"}', '{"k": "\u00e9"}', "[1]", "not json"))
 
 
 @pytest.mark.c_extension

@@ -129,17 +129,6 @@ class StoreBatches:
             counts[status] = counts.get(status, 0) + count
         return counts
 
-    def context_of(self, owner: str, job_id: int, attempt: int) -> tuple[int | None, str | None]:
-        """A running job's batch id (R48) and metadata as JSON text (R54), each None
-        when it has none, read fenced by its lease (``LeaseLostError`` when it is gone)."""
-        found = self.store.read_rows(f"reading the context of job {job_id}",
-                                     self.sql.RUNNING_CONTEXT,
-                                     {"id": job_id, "owner": owner, "attempt": attempt})
-        if not found:
-            raise LeaseLostError(f"job {job_id} (attempt {attempt}) no longer holds its lease")
-        batch_id, meta = found[0]
-        return batch_id, meta
-
     def add_from_member(self, owner: str, job_id: int, attempt: int, first_position: int,
                         jobs: Sequence[NewJob]) -> List[tuple[int, bool]]:
         """A running member's adds to its own batch, fenced by its lease (R8). Each

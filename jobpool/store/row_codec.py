@@ -361,7 +361,10 @@ CLAIM_COLUMNS: tuple[tuple[str, Rule], ...] = (
     ("id", ID), ("name", text), ("payload", payload), ("serializer", text),
     ("attempts", ATTEMPT), ("max_attempts", BUDGET), ("crashes", COUNT), ("timeout", SECONDS),
     ("deadline", optional(DEADLINE)), ("priority", PRIORITY), ("line_at", TIME),
-    ("follow_ups", FLAG), ("run_at", TIME), ("chain", optional(chain)))
+    ("follow_ups", FLAG), ("run_at", TIME), ("chain", optional(chain)),
+    # R58: carried to the child, which reads metadata that is not a JSON object as
+    # none (``running.current_job``): the claim checks only that it is text.
+    ("batch_id", optional(ID)), ("meta", optional(text)))
 
 #: A reclaim's columns (``RECLAIMABLE_EXPIRED``, ``RECLAIMABLE_OWNER``), in order.
 LEASE_COLUMNS: tuple[tuple[str, Rule], ...] = (
@@ -406,7 +409,7 @@ def decode_claim(row: tuple, queue: str, now: float,
     if why is not None:
         return Malformed(row[0], row[1], row[4], why)
     (job_id, name, data, serializer, attempt, max_attempts, crashes, timeout, deadline,
-     priority, line_at, follow_ups, run_at, _chain) = row
+     priority, line_at, follow_ups, run_at, _chain, batch, meta) = row
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogateescape")
     elif not isinstance(data, bytes):
@@ -415,7 +418,7 @@ def decode_claim(row: tuple, queue: str, now: float,
     # REAL column's whole value, and both cores hand it on as they read it.
     return Decoded(Lease(job_id, name, attempt, max_attempts, crashes, deadline, now, follow_ups),
                    Claimed(job_id, name, data, serializer, attempt, float(timeout), deadline, queue,
-                           float(run_at) + to_pool_clock),
+                           float(run_at) + to_pool_clock, batch, meta),
                    priority, float(line_at))
 
 

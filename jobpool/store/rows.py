@@ -301,6 +301,7 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
     rows = []
     args: Any
     shared = meta_json(meta) if meta is not None else None
+    stamping = hooks and bool(extensions.hooks_now())
     for index, item in enumerate(items):
         if isinstance(item, tuple):
             args, kwargs = item, None
@@ -315,7 +316,7 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
             row = with_payload(options, args, kwargs, keys[index] if keys else None, None,
                                max_payload)
             own = item.meta if isinstance(item, Signature) and item.meta is not None else None
-            if hooks and extensions.enqueue_hooks:
+            if stamping:
                 stamped = stamp(options.name, args, kwargs, meta if own is None else own)
                 text = meta_json(stamped) if stamped is not None else None
             else:

@@ -344,7 +344,8 @@ class Slots:
                     slot=slot.index, pid=slot.pid)
         try:
             slot.conn.send_bytes(protocol.job_message(job.job_id, job.attempt, job.name,
-                                                      job.payload, job.serializer, job.queue))
+                                                      job.payload, job.serializer, job.queue,
+                                                      job.batch, job.meta))
         except OSError:
             pass  # the child just died; its exit sentinel settles the job as a crash
 

@@ -760,7 +760,7 @@ _CLAIM_UPDATE = f"""UPDATE jobs AS j
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
           j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
-          j.chain::text
+          j.chain::text, j.batch_id, j.meta::text
 """
 CLAIM = f"\nWITH {_CLAIM_PICKED}\n{_CLAIM_UPDATE}"
 
@@ -947,7 +947,7 @@ RETURNING job_id
 #: them after a flag that tells a claimed row (true) from a settled attempt's id (false).
 _CLAIM_SHAPE = ("NULL::text, NULL::bytea, NULL::text, NULL::integer, NULL::integer, "
                 "NULL::integer, NULL::float8, NULL::float8, NULL::integer, NULL::float8, "
-                "NULL::integer, NULL::float8, NULL::text")
+                "NULL::integer, NULL::float8, NULL::text, NULL::bigint, NULL::text")
 
 
 def _turn_steps(name: str) -> str:
@@ -1247,9 +1247,6 @@ SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY stat
 #: FOR SHARE: a reclaim of the member waits for the adds (or they wait for it, and
 #: find the lease gone).
 MEMBER_BATCH = f"SELECT batch_id, meta::text FROM jobs WHERE {GUARD} FOR SHARE"
-#: R48/R54: what ``current_job()`` asks of the pool for a running job: its batch and
-#: its metadata (as JSON text), fenced like a settle.
-RUNNING_CONTEXT = f"SELECT batch_id, meta::text FROM jobs WHERE {GUARD}"
 FIND_ADD = """
 SELECT job_id FROM jobpool_batch_adds WHERE batch_id = %(batch_id)s AND add_key = %(add_key)s
 """

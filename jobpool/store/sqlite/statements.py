@@ -510,7 +510,8 @@ UPDATE jobs
                LIMIT :limit)
 RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
           timeout, deadline, priority, line_at,
-          (chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL), run_at, chain
+          (chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL), run_at, chain,
+          batch_id, meta
 """
 
 
@@ -844,9 +845,6 @@ SELECT status, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = :id GRO
 #: R34: the batch of a running member (and R54 its metadata, which its adds carry),
 #: fenced like a settle: a member whose lease is gone adds nothing.
 MEMBER_BATCH = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
-#: R48/R54: what ``current_job()`` asks of the pool for a running job: its batch and
-#: its metadata, fenced like a settle.
-RUNNING_CONTEXT = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
 FIND_ADD = """
 SELECT job_id FROM jobpool_batch_adds WHERE batch_id = :batch_id AND add_key = :add_key
 """

@@ -1,0 +1,150 @@
+"""OpenTelemetry, on its own whenever ``opentelemetry-api`` is importable (R57):
+``pip install jobpool[otel]``, nothing to configure.
+
+- At enqueue, a PRODUCER span ``enqueue NAME`` under the current span, and its
+  context (W3C ``traceparent``, and ``tracestate`` and baggage as the configured
+  propagator writes them) and the time go into the job's metadata under
+  ``META_KEY``, beside what the ``before_enqueue`` hooks stamp (R55). Only when a
+  span is current: an enqueue outside any trace writes nothing.
+- In the child, a ``wait NAME`` span from the enqueue to the run, and the job runs
+  inside a span named after the job, both children of that context, the run's made
+  current for the body and the middleware, so the job's own spans,
+  logs and outgoing calls join the producer's trace. With only the API installed
+  the span records nothing, but the context it carries is the producer's: the job
+  still sees the producer's trace id. Its attributes say the job's id, attempt,
+  queue and outcome; a failure records its exception and an error status.
+
+Nothing of OpenTelemetry is imported until a process first enqueues or runs a job,
+and never where the API is not installed: ``importlib.util.find_spec`` answers that
+once per process. A job with no context and a process with no SDK configured skip
+the span altogether, so a pool with only the API installed pays a check per job.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from typing import Any, Callable
+
+from jobpool import lifecycle
+
+#: The metadata key the producer's trace context travels under (R54's metadata).
+META_KEY = "jobpool.otel"
+#: Beside the context in the carrier: when the job was enqueued (ns since the epoch), the
+#: start of its wait span.
+ENQUEUED_AT = "jobpool.enqueued_ns"
+#: The instrumentation scope the spans are recorded under.
+SCOPE = "jobpool"
+
+_UNKNOWN, _OFF, _ON = 0, 1, 2
+_state = _UNKNOWN
+_trace: Any = None        # opentelemetry.trace, once loaded
+_propagate: Any = None    # opentelemetry.propagate
+_context: Any = None      # opentelemetry.context
+_no_sdk: tuple = ()       # the API's own tracer providers: no span would be recorded
+
+
+def _load() -> bool:
+    """Whether the API is here; loads it the first time it is asked, once."""
+    global _state, _trace, _propagate, _context, _no_sdk
+    if _state == _UNKNOWN:
+        _state = _OFF
+        try:
+            if importlib.util.find_spec("opentelemetry") is None:
+                return False
+            from opentelemetry import context, propagate, trace
+        except ImportError:  # a namespace without the API (another opentelemetry package)
+            return False
+        _trace, _propagate, _context = trace, propagate, context
+        _no_sdk = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        _state = _ON
+    return _state == _ON
+
+
+def _stamp(job: Any, meta: dict[str, Any]) -> None:
+    """R57: the job's enqueue span (a child of the current span, ended at once: it
+    marks the enqueue in the producer's trace), its context and the time into the
+    job's metadata (a ``before_enqueue``)."""
+    span = _trace.get_tracer(SCOPE).start_span(
+        f"enqueue {job.name}", kind=_trace.SpanKind.PRODUCER,
+        attributes={"jobpool.job.name": job.name})
+    carrier: dict[str, str] = {}
+    _propagate.inject(carrier, context=_trace.set_span_in_context(span))
+    span.end()
+    if carrier:
+        carrier[ENQUEUED_AT] = str(time.time_ns())
+        meta[META_KEY] = carrier
+
+
+def active() -> bool:
+    """Whether the API is installed (loaded on the first question)."""
+    return _state == _ON or (_state == _UNKNOWN and _load())
+
+
+def enqueue_hook() -> Callable[[Any, dict], None] | None:
+    """The stamp, when the API is installed and a valid span is current; else None
+    (an enqueue outside a trace takes every fast path it took without OpenTelemetry)."""
+    if _state == _OFF or (_state == _UNKNOWN and not _load()):
+        return None
+    if not _trace.get_current_span().get_span_context().is_valid:
+        return None
+    return _stamp
+
+
+def run_traced(name: str, job_id: int, attempt: int, queue: str | None, meta: str | None,
+               body: Callable[[], tuple]) -> tuple:
+    """``body()`` (the attempt, as ``child.run_attempt`` runs it: ``(kind, error, delay,
+    result, value, raised)``, where ``raised`` is what the body raised) inside the job's
+    span, with the producer's context current. Called when ``active()``; with neither
+    a context nor an SDK, it is ``body()``."""
+    carrier = _carrier(meta)
+    if carrier is None and isinstance(_trace.get_tracer_provider(), _no_sdk):
+        return body()
+    parent = _propagate.extract(carrier) if carrier is not None else None
+    tracer = _trace.get_tracer(SCOPE)
+    _waited(tracer, name, carrier, parent)
+    span = tracer.start_span(name, context=parent, kind=_trace.SpanKind.CONSUMER,
+                             attributes={"jobpool.job.id": job_id,
+                                         "jobpool.job.attempt": attempt,
+                                         "jobpool.job.queue": queue or ""})
+    token = _context.attach(_trace.set_span_in_context(span, parent))
+    try:
+        outcome = body()
+        kind, error, _delay, _result, _value, raised = outcome
+        span.set_attribute("jobpool.job.outcome", lifecycle.KIND_NAMES[kind])
+        if kind in (lifecycle.ERROR, lifecycle.FATAL):
+            if isinstance(raised, BaseException):
+                span.record_exception(raised)
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR,
+                                          (error or "").partition("\n")[0]))
+        return outcome
+    finally:
+        _context.detach(token)
+        span.end()
+
+
+def _waited(tracer: Any, name: str, carrier: dict[str, str] | None, parent: Any) -> None:
+    """The job's wait, from its enqueue to its run here (a scheduled delay included), as
+    a span beside the run's, when the metadata says when it was enqueued. The two
+    hosts' clocks are read as they are: a skewed one shows a wait too short or long."""
+    enqueued = carrier.get(ENQUEUED_AT) if carrier is not None else None
+    if enqueued is None or not enqueued.isdigit():
+        return
+    now = time.time_ns()
+    tracer.start_span(f"wait {name}", context=parent, start_time=min(int(enqueued), now)
+                      ).end(end_time=now)
+
+
+def _carrier(meta: str | None) -> dict[str, str] | None:
+    """The producer's context as the job's metadata carries it, or None (no metadata,
+    none under ``META_KEY``, or not a map of text: a row is never trusted, R44)."""
+    if meta is None or META_KEY not in meta:
+        return None
+    try:
+        found = json.loads(meta)
+    except (ValueError, RecursionError):
+        return None
+    carrier = found.get(META_KEY) if isinstance(found, dict) else None
+    if not isinstance(carrier, dict):
+        return None
+    return {k: v for k, v in carrier.items() if isinstance(k, str) and isinstance(v, str)} or None

@@ -1,0 +1,227 @@
+"""R57 (issue 28): OpenTelemetry, on by itself where ``opentelemetry-api`` is
+installed. The producer's trace context rides in the job's metadata; the job runs in
+a span that is a child of it, with that context current. Producer, pool and job are
+real processes here: the producer and the pool's child each record their spans with
+the SDK's in-memory exporter, and write them out for the test to compare."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk.trace")
+
+#: The pool's app: the SDK with an in-memory exporter in every child (unless the
+#: environment says API only), a job that notes the trace it sees, one that fails,
+#: and one that writes the spans the child finished so far.
+APP = """
+import json, os, sys
+from pathlib import Path
+from opentelemetry import trace
+from jobpool import job
+
+HERE = Path(__file__).parent
+if os.environ.get("TRACE_SDK") == "1":
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    EXPORTER = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    trace.set_tracer_provider(provider)
+
+@job(name="otel.seen")
+def seen(tag):
+    ctx = trace.get_current_span().get_span_context()
+    with open(HERE / "seen.jsonl", "a") as fh:
+        fh.write(json.dumps([tag, format(ctx.trace_id, "032x"), ctx.is_valid]) + "\\n")
+
+@job(name="otel.fails", max_attempts=1)
+def fails():
+    raise ValueError("no such thing")
+
+@job(name="otel.dump", max_attempts=1)
+def dump():
+    spans = [{"name": s.name, "trace": format(s.context.trace_id, "032x"),
+              "span": format(s.context.span_id, "016x"),
+              "start": s.start_time, "end": s.end_time,
+              "parent": format(s.parent.span_id, "016x") if s.parent else None,
+              "kind": s.kind.name, "status": s.status.status_code.name,
+              "attributes": dict(s.attributes),
+              "events": [e.name for e in s.events]} for s in EXPORTER.get_finished_spans()]
+    (HERE / "spans.json").write_text(json.dumps(spans))
+"""
+
+#: The producer: the SDK with an in-memory exporter, the enqueues inside a span of
+#: its own (the request that enqueues), one outside any span; prints what it recorded.
+PRODUCER = """
+import json, sys
+import jobpool
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+store = jobpool.connect(sys.argv[1])
+outside = store.enqueue("otel.seen", "outside").id
+with trace.get_tracer("producer").start_as_current_span("request") as span:
+    ctx = span.get_span_context()
+    ids = [store.enqueue("otel.seen", "inside").id, store.enqueue("otel.fails").id,
+           store.enqueue_many("otel.seen", [("many",)])[0].id]
+store.enqueue_with("otel.dump", priority=-1)
+store.close()
+finished = exporter.get_finished_spans()
+print(json.dumps({"trace": format(ctx.trace_id, "032x"), "span": format(ctx.span_id, "016x"),
+                  "outside": outside, "ids": ids,
+                  "recorded": [s.name for s in finished],
+                  "enqueues": [[format(s.context.span_id, "016x"), format(s.parent.span_id, "016x"),
+                                s.kind.name] for s in finished if s.name.startswith("enqueue ")]}))
+"""
+
+
+def _produce(app) -> dict:
+    done = subprocess.run([sys.executable, "-c", PRODUCER, str(app.db)], cwd=app.dir,
+                          env=app.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _seen(app) -> dict:
+    return {tag: (trace_id, valid) for tag, trace_id, valid in
+            (json.loads(line) for line in (app.dir / "seen.jsonl").read_text().splitlines())}
+
+
+def test_the_run_span_is_a_child_of_the_enqueuing_span_across_processes(make_any_app):
+    """R57 on both stores: each enqueue under the request's span is a PRODUCER span of
+    its own, its child; the job's span (named after the job) is in the producer's
+    trace, a child of its enqueue span, with the job's id, attempt, queue and
+    outcome, after a wait span from the enqueue; the context is current in the job's
+    body; a failure records its exception and an error status; an enqueue outside any
+    span carries nothing."""
+    app = make_any_app(APP)
+    app.env["TRACE_SDK"] = "1"
+    produced = _produce(app)
+    assert produced["recorded"] == ["enqueue otel.seen", "enqueue otel.fails",
+                                    "enqueue otel.seen", "request"]
+    assert all(parent == produced["span"] and kind == "PRODUCER"
+               for _span, parent, kind in produced["enqueues"])
+    enqueue_spans = [span for span, _parent, _kind in produced["enqueues"]]
+    app.start("--procs", "1")
+    seen = _seen(app)
+    assert seen["inside"] == (produced["trace"], True)
+    assert seen["many"] == (produced["trace"], True)
+    assert seen["outside"][0] != produced["trace"]   # a trace of its own, root at the run
+    spans = json.loads((app.dir / "spans.json").read_text())
+    by_id = {s["attributes"]["jobpool.job.id"]: s for s in spans if s["kind"] == "CONSUMER"}
+    waits = {s["parent"]: s for s in spans if s["name"].startswith("wait ")}
+    inside, failed, many = (by_id[i] for i in produced["ids"])
+    for span, enqueued in zip((inside, failed, many), enqueue_spans):
+        assert span["trace"] == produced["trace"]
+        assert span["parent"] == enqueued
+        wait = waits[enqueued]
+        assert wait["name"] == "wait " + span["name"] and wait["trace"] == produced["trace"]
+        assert wait["start"] <= wait["end"] <= span["start"]
+        assert span["attributes"]["jobpool.job.attempt"] == 1
+        assert span["attributes"]["jobpool.job.queue"] == "default"
+    assert inside["name"] == "otel.seen"
+    assert inside["attributes"]["jobpool.job.outcome"] == "done"
+    assert inside["status"] == "UNSET" and inside["events"] == []
+    assert failed["name"] == "otel.fails"
+    assert failed["attributes"]["jobpool.job.outcome"] == "error"
+    assert failed["status"] == "ERROR" and failed["events"] == ["exception"]
+    outside = by_id[produced["outside"]]
+    assert outside["parent"] is None and outside["trace"] == seen["outside"][0]
+    assert len(waits) == 3   # none for the job enqueued outside any span
+    store = app.store()
+    assert store.get(produced["outside"])["meta"] is None
+    assert set(store.get(produced["ids"][0])["meta"]) == {"jobpool.otel"}
+
+
+def test_with_only_the_api_in_the_pool_the_job_still_sees_the_producers_trace(make_app):
+    """R57: a pool with the API but no SDK records nothing, yet the job runs with the
+    producer's context current (its trace id), and a job enqueued outside any span
+    runs with none."""
+    app = make_app(APP.replace("otel.dump", "otel.unused"))
+    produced = _produce(app)
+    app.start("--procs", "1")
+    seen = _seen(app)
+    assert seen["inside"] == (produced["trace"], True)
+    assert seen["outside"] == ("0" * 32, False)
+
+
+#: Makes ``opentelemetry`` unimportable in the processes that read it: the extra absent.
+BLOCKER = """
+import sys
+
+class _NoOpenTelemetry:
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoOpenTelemetry())
+"""
+
+PLAIN_APP = """
+import json, sys
+from pathlib import Path
+from jobpool import job
+
+@job(name="plain.look")
+def look():
+    loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
+    (Path(__file__).parent / "loaded.json").write_text(json.dumps(loaded))
+"""
+
+
+def test_nothing_of_opentelemetry_is_imported_without_the_extra(make_app):
+    """R57: where the API cannot be imported, neither the producer (an enqueue, the
+    hooks it runs) nor the pool (its supervisor, its child running a job) imports
+    any of it, and the job runs as ever."""
+    app = make_app(PLAIN_APP)
+    (app.dir / "sitecustomize.py").write_text(textwrap.dedent(BLOCKER))
+    producer = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, jobpool
+        store = jobpool.connect({str(app.db)!r})
+        store.enqueue("plain.look"); store.enqueue_many("plain.look", [()])
+        store.close()
+        loaded = [m for m in sys.modules if m.startswith("opentelemetry")]
+        assert not loaded, loaded
+        import importlib.util
+        assert importlib.util.find_spec("jobpool") is not None
+        try:
+            import opentelemetry  # the blocker is in place
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("the blocker let opentelemetry in")
+    """)], cwd=app.dir, env=app.env, capture_output=True, text=True, timeout=60)
+    assert producer.returncode == 0, producer.stderr
+    assert [r["meta"] for r in app.rows("SELECT meta FROM jobs")] == [None, None]
+    app.start("--procs", "1")
+    assert json.loads((app.dir / "loaded.json").read_text()) == []
+
+
+def test_with_the_api_installed_an_enqueue_outside_a_span_imports_it_but_writes_nothing(
+        make_app):
+    """R57's check: the same producer with the API importable loads it (so the blocker
+    test above would see it) and, with no span current, writes no metadata."""
+    app = make_app(PLAIN_APP)
+    producer = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, jobpool
+        store = jobpool.connect({str(app.db)!r})
+        store.enqueue("plain.look")
+        store.close()
+        assert "opentelemetry.trace" in sys.modules
+    """)], cwd=app.dir, env=app.env, capture_output=True, text=True, timeout=60)
+    assert producer.returncode == 0, producer.stderr
+    assert [r["meta"] for r in app.rows("SELECT meta FROM jobs")] == [None]
+    app.start("--procs", "1")
+    assert "opentelemetry.trace" in json.loads((app.dir / "loaded.json").read_text())
