@@ -114,7 +114,8 @@ def pages(rows: int, made_batch: int) -> list[str]:
              f"status=done&{finished}", f"status=dead&{finished}&after={mid}",
              f"name=plan.n7&args=arg&{created}&scan=50000", "status=ready&group=g9"]
     return ["/", "/live", "/dead", "/scheduled", "/queues", "/pools", "/batches", "/periodic",
-            "/api/periodic", "/charts?hours=72", "/api/rollups?hours=72",
+            "/api/periodic", "/charts", "/charts?hours=24", "/charts?hours=72",
+            "/api/rollups?hours=72",
             f"/batches/{made_batch}", f"/jobs/{dead}", f"/jobs/{mid}", f"/jobs/{mid + 7}",
             f"/jobs/{CHAIN_STEP}", f"/jobs?chain={CHAIN}&after={CHAIN_STEP}",
             "/api/stats", "/api/pools", "/api/batches", "/api/queues", f"/api/jobs/{dead}",
