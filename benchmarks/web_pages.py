@@ -1,7 +1,9 @@
 """How long each page of `jobpool web` takes to render over a big store (R47, issue 27).
 
 The store is filled as tests/test_web_plans.py fills it (one INSERT … SELECT, then
-ANALYZE): ``--rows`` jobs of every status, with keys, batches, groups and errors. Each
+ANALYZE): ``--rows`` jobs of every status, with keys, batches, groups, chains and
+errors, and the pools' per-minute rollups of the three days a store keeps them (R56),
+up to now, for 30 job names, so ``/charts?hours=72`` draws the whole window. Each
 page and API read is then asked of the app in this process (Starlette's test client,
 no network), with the overview's shared snapshot made anew before each render (so it
 is read, not served from memory), and the median and the slowest of ``--repeat``
@@ -10,6 +12,7 @@ renders are printed, in ms.
     .venv/bin/python benchmarks/web_pages.py                       # SQLite, 1 000 000 rows
     .venv/bin/python benchmarks/web_pages.py --rows 100000
     .venv/bin/python benchmarks/web_pages.py --db postgresql://postgres@127.0.0.1:5432/test
+    .venv/bin/python benchmarks/web_pages.py --rows 100000 --only /charts   # the charts alone
 """
 from __future__ import annotations
 
@@ -28,13 +31,16 @@ sys.path.insert(0, str(ROOT))
 import jobpool  # noqa: E402
 from jobpool.web import create_app, live  # noqa: E402
 
-from tests.test_web_plans import _made_batch, fill_pg, fill_sqlite, pages  # noqa: E402
+from tests.test_web_plans import (_made_batch, fill_pg, fill_rollups_pg,  # noqa: E402
+                                  fill_rollups_sqlite, fill_sqlite, pages)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", default="", help="time only the pages whose path "
+                                                    "starts with this")
     parser.add_argument("--db", help="a PostgreSQL URL (a schema is made and dropped); "
                                      "default: a SQLite file in a temporary folder")
     options = parser.parse_args()
@@ -50,7 +56,7 @@ def main() -> None:
             worst = 0.0
             app = create_app(None, store=store)
             with TestClient(app) as client:
-                for path in pages(options.rows, batch):
+                for path in (p for p in pages(options.rows, batch) if p.startswith(options.only)):
                     took = []
                     for _ in range(options.repeat):
                         # The overview's snapshot read afresh, as its first viewer does.
@@ -73,12 +79,14 @@ def _store(options: argparse.Namespace, folder: str):
     if options.db is None:
         url = str(Path(folder) / "big.db")
         fill_sqlite(url, options.rows)
+        fill_rollups_sqlite(url, time.time())
         drop = lambda: None  # noqa: E731 - the folder goes with the with
     else:
         import psycopg
         schema = "jp_bench_" + uuid.uuid4().hex[:12]
         url = f"{options.db}{'&' if '?' in options.db else '?'}schema={schema}"
         fill_pg(url, options.rows)
+        fill_rollups_pg(url, time.time())
 
         def drop() -> None:
             with psycopg.connect(options.db, autocommit=True) as conn:

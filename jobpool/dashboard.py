@@ -55,10 +55,10 @@ _BAR = "━"
 
 # -- formatting ----------------------------------------------------------------------------
 
-def _count(n: int) -> str:
+def _count(n: int, capped: bool = False) -> str:
     """Thousands separated; from ten million on in millions, so a count is
-    never cut by its column."""
-    return f"{n:,}" if n < 10_000_000 else f"{n / 1_000_000:,.0f}M"
+    never cut by its column; a ``+`` after a count that is only a bound (R47)."""
+    return (f"{n:,}" if n < 10_000_000 else f"{n / 1_000_000:,.0f}M") + ("+" if capped else "")
 
 
 def duration(seconds: float) -> str:
@@ -239,11 +239,14 @@ def _drain(stopping: DrainView, now: float) -> str:
 
 
 def _totals(snapshot: Snapshot) -> Text:
-    t = snapshot.totals
+    t, capped = snapshot.totals, snapshot.capped
     dead = t.get("dead", 0)
-    return _line(f"ready {_count(t.get('ready', 0))}  sched {_count(t.get('scheduled', 0))}  "
-                 f"running {_count(t.get('running', 0))}  done {_count(t.get('done', 0))}  ",
-                 Text(f"dead {_count(dead)}", style="red" if dead else ""),
+
+    def count(key: str) -> str:
+        return _count(t.get(key, 0), key in capped)
+    return _line(f"ready {count('ready')}  sched {count('scheduled')}  "
+                 f"running {count('running')}  done {count('done')}  ",
+                 Text(f"dead {count('dead')}", style="red" if dead else ""),
                  Text(f"  {_count(snapshot.done_per_min)} done/min", style="bold"))
 
 
@@ -365,8 +368,10 @@ def _queues_section(queues: Sequence[QueueView], width: int, lines: int) -> list
     fitting, hidden = _fit(len(queues), lines)
     for q in queues[:fitting]:
         name = Text(f"{shown(q.queue)} (paused)", style="yellow") if q.paused else Text(shown(q.queue))
-        table.add_row(name, _count(q.ready), _count(q.scheduled), _count(q.running),
-                      Text(_count(q.dead), style="red" if q.dead else ""), _count(q.done_per_min))
+        table.add_row(name, _count(q.ready, "ready" in q.capped),
+                      _count(q.scheduled, "scheduled" in q.capped), _count(q.running),
+                      Text(_count(q.dead, "dead" in q.capped), style="red" if q.dead else ""),
+                      _count(q.done_per_min))
     return [table, _more(hidden, "queues")] if hidden else [table]
 
 
@@ -432,8 +437,11 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
     t = snapshot.totals
     busy = sum(1 for s in snapshot.slots if s.busy)
     clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.taken_at))
-    line = (f"{clock} ready={t.get('ready', 0)} scheduled={t.get('scheduled', 0)} "
-            f"running={t.get('running', 0)} done={t.get('done', 0)} dead={t.get('dead', 0)} "
+    more = {key: "+" if key in snapshot.capped else "" for key in t}
+    line = (f"{clock} ready={t.get('ready', 0)}{more.get('ready', '')} "
+            f"scheduled={t.get('scheduled', 0)}{more.get('scheduled', '')} "
+            f"running={t.get('running', 0)} done={t.get('done', 0)}{more.get('done', '')} "
+            f"dead={t.get('dead', 0)}{more.get('dead', '')} "
             f"done_per_min={snapshot.done_per_min} pools={len(snapshot.pools)} "
             f"slots={len(snapshot.slots)} busy={busy}")
     if snapshot.batches:

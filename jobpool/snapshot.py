@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobpool import core, liveness
 from jobpool.store import row_codec
-from jobpool.store.records import BatchStatus
+from jobpool.store.records import COUNT_MOST, BatchStatus
 
 if TYPE_CHECKING:
     from jobpool.store.base import Store
@@ -62,6 +62,8 @@ class QueueView:
     dead: int = 0
     done_per_min: int = 0
     paused: bool = False   # R38: no pool claims from it
+    #: R47: the counts that stopped at their bound: each is at least its number.
+    capped: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,8 @@ class Snapshot:
     ``totals`` has the keys ready, scheduled, running, done, dead (as
     ``store.stats()``); ``done_per_min`` is the jobs finished in the minute before
     ``taken_at``; ``unserved`` the ready jobs no live pool serves (R28).
+    ``capped``: the totals that are at least their number, not exact (R47: the
+    frame stops counting at ``COUNT_MOST``; ``store.stats()`` counts exactly).
     """
 
     taken_at: float
@@ -156,6 +160,7 @@ class Snapshot:
     stale_pools: int = 0
     unserved: tuple[UnservedView, ...] = ()
     batches: tuple[BatchView, ...] = ()
+    capped: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -178,14 +183,14 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
     counts, recent, running = rows.queue_counts, dict(rows.done_since), rows.running
     pools = tuple(_pool_view(p) for p in live)
     queues = queue_views(counts, recent, [q for p in pools for q in p.queues], rows.paused)
-    totals = _totals(queues, rows.done)
+    totals, capped = _totals(queues, rows.done)
     return Snapshot(taken_at=now, store=store.path, core=_core_name(pools), pools=pools,
                     slots=tuple(_slot_views(live, running, now)), queues=queues,
                     failures=tuple(_failure_view(r) for r in rows.failures), totals=totals,
                     done_per_min=sum(recent.values()), stale_pools=len(rows.pools) - len(live),
                     unserved=tuple(UnservedView(**u)
                                    for u in liveness.unserved(rows.ready_by_name, live)),
-                    batches=tuple(_batch_view(r) for r in rows.batches))
+                    batches=tuple(_batch_view(r) for r in rows.batches), capped=capped)
 
 
 def _batch_view(row: tuple) -> BatchView:
@@ -281,17 +286,33 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
 
 
 def queue_views(counts: Sequence[tuple], recent: Mapping[str, int],
-                 served: Sequence[str], paused: Sequence[str] = ()) -> tuple[QueueView, ...]:
+                 served: Sequence[str], paused: Sequence[str] = (),
+                 most: int | None = COUNT_MOST) -> tuple[QueueView, ...]:
     """Queues with live rows, recent completions, a live pool serving them, or
-    paused: an empty queue someone serves (or paused) is worth a row saying so."""
-    fields: dict[str, dict[str, int]] = {q: {} for q in (*served, *map(_queue_name, recent),
+    paused: an empty queue someone serves (or paused) is worth a row saying so.
+
+    R47: ``counts`` stop at ``most + 1`` rows (``None``: exact counts): a queue's
+    ready rows past it make its due and scheduled counts "at least" (``capped``);
+    dead rows past it in all make every queue's dead count so (they are the newest
+    ones, by queue)."""
+    fields: dict[str, dict[str, Any]] = {q: {} for q in (*served, *map(_queue_name, recent),
                                                            *paused)}
+    bound = math.inf if most is None else most
+    dead_capped = sum(count for _, status, count, _ in counts if status == "dead") > bound
     for queue, status, count, scheduled in counts:
         row = fields.setdefault(_queue_name(queue), {})
         if status == "ready":
             row["ready"], row["scheduled"] = count - int(scheduled), int(scheduled)
+            if count > bound:  # each at least as many as seen, shown at most the bound
+                row["ready"], row["scheduled"] = (min(row["ready"], bound),
+                                                  min(row["scheduled"], bound))
+                row["capped"] = row.get("capped", frozenset()) | {"ready", "scheduled"}
         else:
             row[status] = count
+    if dead_capped:
+        for row in fields.values():
+            row["dead"] = min(row.get("dead", 0), bound)
+            row["capped"] = row.get("capped", frozenset()) | {"dead"}
     done = {}
     for queue, count in recent.items():
         done[_queue_name(queue)] = done.get(_queue_name(queue), 0) + count
@@ -307,10 +328,23 @@ def _queue_name(queue: Any) -> str:
     return f"[{row_codec.MALFORMED}: {row_codec.shown(queue)}]"
 
 
-def _totals(queues: tuple[QueueView, ...], done: int) -> dict[str, int]:
-    return {"ready": sum(q.ready for q in queues), "scheduled": sum(q.scheduled for q in queues),
-            "running": sum(q.running for q in queues), "done": done,
-            "dead": sum(q.dead for q in queues)}
+def _totals(queues: tuple[QueueView, ...], done: int) -> tuple[dict[str, int], frozenset[str]]:
+    """The totals, and which of them are at least their number (R47): a capped
+    queue's, or done rows past ``COUNT_MOST`` (shown as that bound)."""
+    capped = frozenset(key for q in queues for key in q.capped)
+    if done > COUNT_MOST:
+        done, capped = COUNT_MOST, capped | {"done"}
+    dead = sum(q.dead for q in queues)  # of the newest dead rows: the bound when capped
+    return ({"ready": sum(q.ready for q in queues),
+             "scheduled": sum(q.scheduled for q in queues),
+             "running": sum(q.running for q in queues), "done": done,
+             "dead": min(dead, COUNT_MOST) if "dead" in capped else dead}, capped)
+
+
+def at_least(count: int, capped: bool) -> str:
+    """A count as the dashboards write it: thousands apart, and a ``+`` when it is
+    only a bound (R47: "10 000+")."""
+    return f"{count:,}".replace(",", " ") + ("+" if capped else "")
 
 
 def _failure_view(row: tuple) -> FailureView:

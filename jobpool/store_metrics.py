@@ -53,7 +53,7 @@ class _QueueGauges(Collector):
         read = self.read
         if read is not None:
             # The dashboard's reading of the same counts (ready split from scheduled).
-            views = queue_views(read.counts, {}, ())
+            views = queue_views(read.counts, {}, (), most=None)  # exact counts
             due = dict(read.oldest_due)
             for view in views:
                 for status in STATUSES:

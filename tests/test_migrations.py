@@ -137,3 +137,33 @@ def test_a_file_whose_tables_clash_with_jobpools_is_refused_and_untouched(tmp_pa
     with pytest.raises(NotAStoreError, match="jobs would clash"):
         jobpool.connect(db)
     assert {r["name"] for r in rows(db, "SELECT name FROM sqlite_master")} == {"jobs"}
+
+
+def test_a_schema_8_store_gets_the_chain_index_and_reads_a_chain_through_it(tmp_path):
+    """R47: upgrading a schema 8 store adds ``jobs_chain`` over the chain steps it holds,
+    and a chain's listing then reads them through it (the first job by id)."""
+    db = tmp_path / "eight.db"
+    jobpool.connect(db).close()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP INDEX jobs_chain")
+        conn.execute("UPDATE jobpool_meta SET value = '8' WHERE key = 'schema'")
+        conn.executemany(
+            "INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at,"
+            " line_at, created_at, chain_root) VALUES (?, 'default', 't.step', '[[],{}]',"
+            " 'json', 0, 'done', 0, 0, 0, ?)",
+            [(n, 10 if n > 10 and n % 2 else None) for n in range(1, 31)])
+    conn.close()
+    store = jobpool.connect(db)
+    try:
+        assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
+            {"value": str(migrations.CURRENT)}]
+        assert [j["id"] for j in store.list_jobs(chain=10)] == [10, *range(11, 31, 2)]
+        statements: list[str] = []
+        store.conn.set_trace_callback(statements.append)
+        store.list_jobs(chain=10, after=15)
+        store.conn.set_trace_callback(None)
+        plan = [row[3] for row in store.conn.execute("EXPLAIN QUERY PLAN " + statements[-1])]
+        assert any("jobs_chain (chain_root=? AND rowid>?)" in step for step in plan), plan
+    finally:
+        store.close()

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("starlette")
 
 from jobpool.handles import Signature  # noqa: E402
-from jobpool.lifecycle import CRASH, DONE, Outcome, Policy  # noqa: E402
+from jobpool.lifecycle import CRASH, DONE, FATAL, Outcome, Policy  # noqa: E402
 from jobpool.store.records import Heartbeat, ProgressReport  # noqa: E402
 
 from tests.test_web import (_client, _csrf, _dead_jobs, _web_actions,  # noqa: E402, F401
@@ -235,7 +235,8 @@ def test_a_jobs_page_shows_its_chain_in_order(any_store, store_url):
 def test_a_step_past_the_shown_part_of_a_long_chain_walks_by_keyset(any_store, store_url):
     from jobpool.web import pages
     length = pages.CHAIN_SHOWN + 3
-    root = any_store.enqueue_with("w.step", then=[Signature("w.step")] * (length - 1)).id
+    root = any_store.enqueue_with(
+        "w.step", then=[Signature("w.step")] * (length - 1) + [Signature("w.last")]).id
     claimer = any_store.claimer("pool-c", ["w.step"], ["default"], {})
     try:
         for _ in range(length - 1):  # each step done enqueues the next (R12)
@@ -251,6 +252,52 @@ def test_a_step_past_the_shown_part_of_a_long_chain_walks_by_keyset(any_store, s
         assert 'href="/jobs?chain=%d">the whole chain' % root in page
         assert f'<a id="previous-step" href="/jobs/{steps[-3]}">' in page
         assert f'<a id="next-step" href="/jobs/{steps[-1]}">' in page
+        # The step not enqueued yet is the newest step's, read past the shown 50.
+        assert _waiting(client.get(f"/jobs/{root}").text) == ["w.last"]
+
+
+def _waiting(html: str) -> list[str]:
+    """The names in a job page's table of chain steps not enqueued yet."""
+    if 'id="waiting-steps"' not in html:
+        return []
+    part = html.split('id="waiting-steps"', 1)[1].split("</table>", 1)[0]
+    return re.findall(r'<tr class="waiting"><td>\d+</td><td>([^<]*)</td>', part)
+
+
+@on_both_stores
+def test_a_jobs_page_shows_the_chains_steps_not_enqueued_yet(any_store, store_url):
+    """R12: a chain's steps wait in its newest step's row until each one's predecessor
+    completes; every step's page lists them, in order, with their queue, never their
+    arguments, and says what they wait for (a dead step: a retry)."""
+    first = any_store.enqueue_with("w.step", then=[
+        Signature("w.step2", ("secret-arg",)), Signature("w.step3").with_meta({"k": 1}),
+        Signature("w.step4")]).id
+    with _client(store_url) as client:
+        page = client.get(f"/jobs/{first}").text
+        assert _ids(page, "chain") == [first]  # the chain is shown before a step is enqueued
+        assert _waiting(page) == ["w.step2", "w.step3", "w.step4"]
+        assert "secret-arg" not in page
+        assert f"next: when job {first} does" in page
+        claimer = any_store.claimer("pool-c", ["w.step", "w.step2"], ["default"], {})
+        try:
+            assert _claimed(claimer) == [first]
+            claimer.turn([Outcome(first, 1, DONE, result="null", exit_status="0")], 1,
+                         time.time(), None)
+            second, = [j["id"] for j in any_store.list_jobs(chain=first)][1:]
+            for job_id in (first, second):
+                page = client.get(f"/jobs/{job_id}").text
+                assert _ids(page, "chain") == [first, second]
+                assert _waiting(page) == ["w.step3", "w.step4"]
+            claimer.turn([Outcome(second, 1, FATAL, "ValueError: no", exit_status="1")], 0,
+                         time.time(), None)
+        finally:
+            claimer.close()
+        assert any_store.get(second)["status"] == "dead"
+        page = client.get(f"/jobs/{first}").text
+        assert _waiting(page) == ["w.step3", "w.step4"]
+        assert f"Step {second} is dead: these are enqueued only if it is retried" in page
+        alone = any_store.enqueue_with("w.alone").id
+        assert 'id="waiting-steps"' not in client.get(f"/jobs/{alone}").text
 
 
 def test_a_jobs_page_shows_its_batch(any_store, store_url):
@@ -442,6 +489,56 @@ def test_the_queues_page_shows_counts_pauses_and_limits(any_store, store_url):
     by_queue = {q["queue"]: q for q in api["queues"]}
     assert by_queue["q1"]["counts"]["scheduled"] == 1 and by_queue["q2"]["limit"]["max_running"] == 3
     assert by_queue["q3"]["counts"]["ready"] == 0 and api["name_limits"] == [] and api["groups"] == []
+
+
+@on_both_stores
+def test_the_overview_counts_each_queue_to_a_bound_and_says_so(any_store, store_url):
+    """R47: a frame counts a queue's ready rows, the dead rows and the done rows to
+    ``COUNT_MOST`` and one more (``Store.dashboard``), and the overview, the queues
+    page and ``/api/queues`` show a count past it as at least the bound ("10 000+");
+    ``store.stats()`` (``/api/stats``) still counts exactly."""
+    from jobpool.store.records import COUNT_MOST
+    over = COUNT_MOST + 5
+    any_store.enqueue_many("w.big", [(n,) for n in range(over)], queue="big")
+    any_store.enqueue_many("w.small", [(1,), (2,)], queue="small")
+    any_store.enqueue_with("w.small", queue="small", delay=3600)
+    any_store.enqueue_many("w.end", [(n,) for n in range(2 * over)], queue="end")
+    claimer = any_store.claimer("pool-b", ["w.end"], ["end"], {})
+    try:
+        for kind in (DONE, FATAL):
+            left = over
+            while left:
+                ids = _claimed(claimer, min(left, 1000))
+                claimer.turn([Outcome(i, 1, kind, None if kind == DONE else "ValueError: x",
+                                      result="null" if kind == DONE else None, exit_status="0")
+                              for i in ids], 0, time.time(), None)
+                left -= len(ids)
+    finally:
+        claimer.close()
+    rows = any_store.dashboard(time.time())
+    counts = {(q, status): (n, later) for q, status, n, later in rows.queue_counts}
+    assert counts[("big", "ready")] == (COUNT_MOST + 1, 0)
+    assert counts[("small", "ready")] == (3, 1)
+    assert counts[("end", "dead")] == (COUNT_MOST + 1, 0) and rows.done == COUNT_MOST + 1
+    stats = any_store.stats()
+    assert (stats["ready"], stats["scheduled"], stats["done"], stats["dead"]) == (
+        over + 2, 1, over, over)
+    with _client(store_url) as client:
+        page = client.get("/").text
+        totals = dict(re.findall(r'id="total-(\w+)"><a [^>]*>([^<]*)</a>', page))
+        assert totals == {"ready": "10 002+", "scheduled": "1+", "running": "0",
+                          "done": "10 000+", "dead": "10 000+"}
+        for html in (page, client.get("/queues").text):
+            big = html.split('<a href="/jobs?queue=big">big</a>', 1)[1].split("</tr>", 1)[0]
+            assert re.findall(r"<td[^>]*>([^<]*)</td>", big)[:4] == [
+                "10 000+", "0+", "0", "0+"]
+            small = html.split('<a href="/jobs?queue=small">small</a>', 1)[1].split("</tr>")[0]
+            assert re.findall(r"<td[^>]*>([^<]*)</td>", small)[:4] == ["2", "1", "0", "0+"]
+        queues = {q["queue"]: q["counts"] for q in client.get("/api/queues").json()["queues"]}
+        assert queues["big"]["ready"] == COUNT_MOST and queues["big"]["capped"] == [
+            "dead", "ready", "scheduled"]
+        assert queues["small"]["capped"] == ["dead"] and queues["small"]["scheduled"] == 1
+        assert client.get("/api/stats").json()["ready"] == over + 2
 
 
 # -- the live overview ----------------------------------------------------------------------------

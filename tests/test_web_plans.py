@@ -39,7 +39,7 @@ EPOCH = 1_700_000_000.0
 SQLITE_FILL = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   attempts, max_attempts, timeout, lease_owner, lease_expires_at, last_error,
-                  created_at, started_at, finished_at, batch_id, grp)
+                  created_at, started_at, finished_at, batch_id, grp, chain_root)
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :rows)
 SELECT 'q' || (i % 20), 'plan.n' || (i % 200), CASE WHEN i % 7 = 0 THEN 'key-' || i END,
        '[["arg-' || i || '"],{}]', 'json', 0,
@@ -50,36 +50,52 @@ SELECT 'q' || (i % 20), 'plan.n' || (i % 200), CASE WHEN i % 7 = 0 THEN 'key-' |
        CASE WHEN i % 10 = 0 THEN 'ValueError: bad row ' || i END,
        :epoch + i, :epoch + i, CASE WHEN i % 10 < 7 THEN :epoch + i + 1 END,
        CASE WHEN i % 1000 < 100 THEN 1 + i / 1000 END,
-       CASE WHEN i % 3 = 0 THEN 'g' || (i % 30) END
+       CASE WHEN i % 3 = 0 THEN 'g' || (i % 30) END,
+       CASE WHEN i % 1000 BETWEEN 501 AND 530 THEN i - i % 1000 + 500 END
   FROM n
 """
 PG_FILL_JOBS = """
 INSERT INTO jobs (id, queue, name, key, payload, serializer, priority, status, run_at,
                   line_at, attempts, max_attempts, timeout, lease_owner, lease_expires_at,
-                  created_at, started_at, batch_id, grp)
+                  created_at, started_at, batch_id, grp, chain_root)
 SELECT i, 'q' || (i %% 20), 'plan.n' || (i %% 200), CASE WHEN i %% 7 = 0 THEN 'key-' || i END,
        convert_to('[["arg-' || i || '"],{}]', 'UTF8'), 'json', 0,
        CASE WHEN i %% 500 = 7 THEN 'running' ELSE 'ready' END,
        CASE WHEN i %% 50 = 9 THEN 1e12 ELSE %(epoch)s + i END, %(epoch)s + i, 1, 3, 60,
        CASE WHEN i %% 500 = 7 THEN 'plans-pool' END, CASE WHEN i %% 500 = 7 THEN 1e12 END,
        %(epoch)s + i, %(epoch)s + i, CASE WHEN i %% 1000 < 100 THEN 1 + i / 1000 END,
-       CASE WHEN i %% 3 = 0 THEN 'g' || (i %% 30) END
+       CASE WHEN i %% 3 = 0 THEN 'g' || (i %% 30) END,
+       CASE WHEN i %% 1000 BETWEEN 501 AND 530 THEN i - i %% 1000 + 500 END
   FROM generate_series(1, %(rows)s) AS i WHERE i %% 10 BETWEEN 7 AND 9
 """
 PG_FILL_FINISHED = """
 INSERT INTO finished_jobs (id, queue, name, key, payload, serializer, priority, status, run_at,
                            line_at, attempts, max_attempts, crashes, deferrals, last_error,
-                           created_at, started_at, finished_at, batch_id, grp)
+                           created_at, started_at, finished_at, batch_id, grp, chain_root)
 SELECT i, 'q' || (i %% 20), 'plan.n' || (i %% 200), CASE WHEN i %% 7 = 0 THEN 'key-' || i END,
        convert_to('[["arg-' || i || '"],{}]', 'UTF8'), 'json', 0,
        CASE WHEN i %% 10 = 0 THEN 'dead' ELSE 'done' END, %(epoch)s + i, %(epoch)s + i, 1, 3,
        0, 0, CASE WHEN i %% 10 = 0 THEN 'ValueError: bad row ' || i END,
        %(epoch)s + i, %(epoch)s + i, %(epoch)s + i + 1,
        CASE WHEN i %% 1000 < 100 THEN 1 + i / 1000 END,
-       CASE WHEN i %% 3 = 0 THEN 'g' || (i %% 30) END
+       CASE WHEN i %% 3 = 0 THEN 'g' || (i %% 30) END,
+       CASE WHEN i %% 1000 BETWEEN 501 AND 530 THEN i - i %% 1000 + 500 END
   FROM generate_series(1, %(rows)s) AS i WHERE i %% 10 NOT BETWEEN 7 AND 9
 """
 PG_SEQUENCE = "SELECT setval(pg_get_serial_sequence('jobs', 'id'), %(rows)s)"
+#: An attempt line of every finished row (its error for a dead one).
+SQLITE_FILL_ATTEMPTS = """
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error)
+SELECT id, 1, 'plans-pool-old', 1, created_at, finished_at,
+       CASE status WHEN 'dead' THEN 'error' ELSE 'done' END, last_error
+  FROM jobs WHERE status IN ('done', 'dead')
+"""
+PG_FILL_ATTEMPTS = """
+INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error)
+SELECT id, 1, 'plans-pool-old', 1, created_at, finished_at,
+       CASE status WHEN 'dead' THEN 'error' ELSE 'done' END, last_error
+  FROM finished_jobs ORDER BY id
+"""
 
 
 def pages(rows: int, made_batch: int) -> list[str]:
@@ -98,8 +114,10 @@ def pages(rows: int, made_batch: int) -> list[str]:
              f"status=done&{finished}", f"status=dead&{finished}&after={mid}",
              f"name=plan.n7&args=arg&{created}&scan=50000", "status=ready&group=g9"]
     return ["/", "/live", "/dead", "/scheduled", "/queues", "/pools", "/batches", "/periodic",
-            "/api/periodic", "/charts?hours=72", "/api/rollups?hours=72",
+            "/api/periodic", "/charts", "/charts?hours=24", "/charts?hours=72",
+            "/api/rollups?hours=72",
             f"/batches/{made_batch}", f"/jobs/{dead}", f"/jobs/{mid}", f"/jobs/{mid + 7}",
+            f"/jobs/{CHAIN_STEP}", f"/jobs?chain={CHAIN}&after={CHAIN_STEP}",
             "/api/stats", "/api/pools", "/api/batches", "/api/queues", f"/api/jobs/{dead}",
             "/jobs/all/retry?status=dead", "/jobs/all/cancel?status=ready&name=plan.n7",
             "/jobs/all/run-now?status=scheduled",
@@ -153,6 +171,7 @@ def fill_sqlite(path: str, rows: int) -> None:
     conn = sqlite3.connect(path)
     with conn:
         conn.execute(SQLITE_FILL, {"rows": rows, "epoch": EPOCH})
+        conn.execute(SQLITE_FILL_ATTEMPTS)
     conn.execute("ANALYZE")
     conn.close()
 
@@ -167,7 +186,7 @@ def fill_pg(url: str, rows: int) -> None:
     target = parse_url(url)
     with psycopg.connect(target.conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {target.schema}")
-        for statement in (PG_FILL_JOBS, PG_FILL_FINISHED, PG_SEQUENCE):
+        for statement in (PG_FILL_JOBS, PG_FILL_FINISHED, PG_SEQUENCE, PG_FILL_ATTEMPTS):
             conn.execute(statement, {"rows": rows, "epoch": EPOCH})
         conn.execute("ANALYZE")
 
@@ -232,6 +251,140 @@ def big_pg() -> Any:
     finally:
         admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         admin.close()
+
+
+class RecordedPg:
+    """While in use, every statement any psycopg cursor of this process runs, with its
+    parameters and whether the listing's settings (``LISTING_PLANS``) were set before it
+    in the same store transaction (the store sets them first, for all it reads then)."""
+
+    def __init__(self) -> None:
+        import threading
+        self.statements: list[tuple[str, Any, bool]] = []
+        self._local = threading.local()
+
+    def __enter__(self) -> "RecordedPg":
+        import psycopg
+
+        from jobpool.store.postgres import statements as pg_sql
+        from jobpool.store.postgres.store import PostgresStore
+        execute, transaction = self._originals = (psycopg.Cursor.execute,
+                                                  PostgresStore.transaction)
+        local, recorded = self._local, self.statements
+
+        def recording(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            text = query if isinstance(query, str) else str(query)
+            if text == pg_sql.LISTING_PLANS:
+                local.listing = True
+            else:
+                recorded.append((text, params, getattr(local, "listing", False)))
+            return execute(cursor, query, params, **kwargs)
+
+        def in_transaction(store: Any, what: str, fn: Any) -> Any:
+            local.listing = False
+            try:
+                return transaction(store, what, fn)
+            finally:
+                local.listing = False
+        psycopg.Cursor.execute = recording  # type: ignore[method-assign]
+        PostgresStore.transaction = in_transaction  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import psycopg
+
+        from jobpool.store.postgres.store import PostgresStore
+        psycopg.Cursor.execute, PostgresStore.transaction = self._originals
+
+
+#: Walks a PostgreSQL listing still makes in id order below a LIMIT, filtering as it
+#: goes (R28: "the table's id order stopped at the limit"), by index, with why each is
+#: let be for now (issue 27 keeps them open): it stops once the page (or the count's
+#: bound) is full, so it reads about limit ÷ density rows, and every row only when
+#: fewer match than the limit. Any other walk, and any of these not below a LIMIT,
+#: fails the test.
+PG_LIMITED_WALKS = {
+    # A status, a batch of finished rows or a search's window, newest first: no index
+    # holds a status's or a batch's ids in order (finished_jobs_status is by finish
+    # time, finished_jobs_batch by batch and status).
+    "jobs_pkey": "a page of a status, or of a search, in id order",
+    "finished_jobs_pkey": "a page of done or dead rows, or of a batch, in id order",
+    # The count of due or scheduled rows, to its bound, over every ready row's entry.
+    "jobs_ready_queue": "the count of due or scheduled rows",
+}
+
+
+def _bounded(plan: dict, limited: bool = False, filtered: bool = False) -> list[str]:
+    """The reads of jobs, finished_jobs or attempts in ``plan`` that may grow with the
+    table: a sequential scan, or a walk of an index with no condition to start it,
+    unless a LIMIT above it stops it with nothing filtered on the way, or with a
+    filter, along one of ``PG_LIMITED_WALKS``. A running-only index is as small as
+    the pools' slots."""
+    from tests.contract.test_pg_plans import BIG, RUNNING_ONLY
+    found = []
+    node, table, index = plan["Node Type"], plan.get("Relation Name"), plan.get("Index Name")
+    if node == "Limit":
+        limited, filtered = True, False
+    filtered = filtered or "Filter" in plan
+    if table in BIG and index not in RUNNING_ONLY:
+        walk = node in ("Index Scan", "Index Only Scan") and "Index Cond" not in plan
+        if node == "Seq Scan" or (walk and not (limited and (
+                not filtered or index in PG_LIMITED_WALKS))):
+            found.append(f"{node} on {table}" + (f" using {index}" if index else ""))
+    for child in plan.get("Plans", ()):
+        found.extend(_bounded(child, limited, filtered))
+    return found
+
+
+#: The reads a PostgreSQL page still makes of a whole status, and why each is let be:
+#: ``GET /api/stats`` answers the exact counts ``jobpool status --json`` prints (issue
+#: 27), and ``unserved`` counts the ready rows of each name (R28) when a pool is live.
+PG_KNOWN = ("COUNT_LIVE", "COUNT_FINISHED", "READY_BY_NAME")
+
+
+def test_every_page_reads_a_big_postgres_store_through_indexes(big_pg):
+    """R47 on PostgreSQL: every statement each page and API read runs, planned as the
+    store runs it (a generic plan, the listing's settings where it sets them), over a
+    store of ``ROWS`` jobs with statistics: no sequential scan of jobs, finished_jobs
+    or attempts, and no walk of one that a LIMIT does not stop (with a filter on the
+    way, only those of ``PG_LIMITED_WALKS``), but the exact counts of ``/api/stats``."""
+    from starlette.testclient import TestClient
+
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import open_connection, parse_url
+    from tests.contract.test_pg_plans import generic_plan
+    known = {" ".join(getattr(pg_sql, name).split()) for name in PG_KNOWN}
+    store = jobpool.connect(big_pg)
+    batch = _made_batch(store)
+    store.enqueue_occurrence("plan.n7", EPOCH)
+    walks: dict[str, dict[str, list[str]]] = {}
+    seen = 0
+    conn = open_connection(parse_url(big_pg))
+    try:
+        for path in pages(ROWS, batch):
+            with TestClient(create_app(None, store=store), follow_redirects=False) as client:
+                with RecordedPg() as recorded:
+                    answer = client.get(path)
+            assert answer.status_code == 200, (path, answer.text[:300])
+            reads = [(q, p, listing) for q, p, listing in recorded.statements
+                     if q.lstrip().upper().startswith(("SELECT", "WITH"))
+                     and " ".join(q.split()) not in known]
+            assert reads or path in ("/periodic", "/api/periodic"), path
+            seen += len(reads)
+            for query, params, listing in reads:
+                if params is not None and not isinstance(params, dict):  # %s placeholders
+                    names = [f"p{n}" for n in range(len(params))]
+                    query = query.replace("%s", "{}").format(*(f"%({n})s" for n in names))
+                    params = dict(zip(names, params))
+                plan = generic_plan(conn, query, params or {},
+                                    (pg_sql.LISTING_PLANS,) if listing else ())
+                if _bounded(plan):
+                    walks.setdefault(path, {})[" ".join(query.split())[:160]] = _bounded(plan)
+    finally:
+        conn.close()
+        store.close()
+    assert walks == {}
+    assert seen > len(pages(ROWS, batch))
 
 
 #: The job list's filters besides status (R47), each alone and a few together, as
@@ -302,26 +455,59 @@ def test_every_job_list_filter_reads_a_big_postgres_store_through_indexes(big_pg
 ROLLUP_NAMES = 30
 
 
-def _rollup_fill() -> dict[str, float]:
-    """The parameters of each store's fill of its rollups (``n`` rows, ``names`` a minute)."""
+def _rollup_fill(last: float) -> dict[str, float]:
+    """The parameters of each store's fill of its rollups (``n`` rows, ``names`` a
+    minute, the newest minute ``last``'s)."""
     from jobpool import rollups
     return {"n": int(rollups.KEEP // 60) * ROLLUP_NAMES, "names": ROLLUP_NAMES,
-            "epoch": rollups.minute_of(EPOCH)}
+            "epoch": rollups.minute_of(last)}
+
+
+def fill_rollups_sqlite(path: str, last: float = EPOCH) -> None:
+    """Every minute of the three days a store keeps, up to ``last``, for 30 job names
+    (a few done, retried and dead, and latencies and run times in their buckets), with
+    statistics (also the charts' store of benchmarks/web_pages.py)."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO jobpool_rollups (minute, name, done, retried, dead, "
+                "wait_n, wait_sum, wait_max, w3, run_n, run_sum, run_max, r5) "
+                "WITH RECURSIVE m(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM m WHERE i < :n) "
+                "SELECT :epoch - (i / :names) * 60, 'plan.n' || (i % :names), "
+                "1 + i % 50, i % 3, i % 7 = 0, 1 + i % 50, 0.01 * (1 + i % 50), 0.02, "
+                "1 + i % 50, 1 + i % 50, 0.5 * (1 + i % 50), 1.5, 1 + i % 50 FROM m",
+                _rollup_fill(last))
+        conn.execute("ANALYZE jobpool_rollups")
+    finally:
+        conn.close()
+
+
+def fill_rollups_pg(url: str, last: float = EPOCH) -> None:
+    """As ``fill_rollups_sqlite``, in the PostgreSQL store at ``url``."""
+    import psycopg
+
+    from jobpool.store.postgres.connection import parse_url
+    target = parse_url(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {target.schema}")
+        conn.execute(
+            "INSERT INTO jobpool_rollups (minute, name, done, retried, dead, wait_n, "
+            "wait_sum, wait_max, w3, run_n, run_sum, run_max, r5) "
+            "SELECT %(epoch)s - (i / %(names)s) * 60, 'plan.n' || (i %% %(names)s), "
+            "1 + i %% 50, i %% 3, (i %% 7 = 0)::int, 1 + i %% 50, 0.01 * (1 + i %% 50), 0.02, "
+            "1 + i %% 50, 1 + i %% 50, 0.5 * (1 + i %% 50), 1.5, 1 + i %% 50 "
+            "FROM generate_series(0, %(n)s) AS i ON CONFLICT DO NOTHING", _rollup_fill(last))
+        conn.execute("ANALYZE jobpool_rollups")
 
 
 def test_the_charts_read_a_window_of_the_rollups_key_not_the_table(big_sqlite):
     """R56: the charts' read is a range of the rollups' primary key (minute first),
     never a scan of them or of the jobs, over a store holding every minute kept."""
     from jobpool.store.sqlite import statements as sql
+    fill_rollups_sqlite(big_sqlite)
     conn = sqlite3.connect(big_sqlite)
     try:
-        with conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO jobpool_rollups (minute, name, done) "
-                "WITH RECURSIVE m(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM m WHERE i < :n) "
-                "SELECT :epoch - (i / :names) * 60, 'plan.n' || (i % :names), 1 FROM m",
-                _rollup_fill())
-        conn.execute("ANALYZE jobpool_rollups")
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql.READ_ROLLUPS,
                                                (EPOCH - 3 * 3600,))]
     finally:
@@ -335,14 +521,10 @@ def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
 
     from jobpool.store.postgres import statements as pg_sql
     from jobpool.store.postgres.connection import parse_url
+    fill_rollups_pg(big_pg)
     target = parse_url(big_pg)
     with psycopg.connect(target.conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {target.schema}")
-        conn.execute(
-            "INSERT INTO jobpool_rollups (minute, name, done) SELECT %(epoch)s - (i / %(names)s)"
-            " * 60, 'plan.n' || (i %% %(names)s), 1 FROM generate_series(0, %(n)s) AS i "
-            "ON CONFLICT DO NOTHING", _rollup_fill())
-        conn.execute("ANALYZE jobpool_rollups")
         (plan,), = conn.execute("EXPLAIN (FORMAT JSON) " + pg_sql.READ_ROLLUPS,
                                 {"since": EPOCH - 3 * 3600}).fetchone()
     nodes, todo = [], [plan["Plan"]]
@@ -354,20 +536,135 @@ def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
     assert any(n[2] == "jobpool_rollups_pkey" for n in nodes), nodes
 
 
-def test_a_jobs_chain_walk_reads_the_chain_index_both_ways(big_sqlite):
-    """Issue 27: a job's page past the shown part of a long chain reads the step before
-    and the step after it by keyset, through the chain's index, never a scan."""
-    store = jobpool.connect(big_sqlite)
+#: A chain of the filled rows: its first job, and its 30 steps (the rows 501-530 of each
+#: thousand) among a thousand other rows each side.
+CHAIN = 1000 * (ROWS // 2000) + 500
+CHAIN_STEP = CHAIN + 10
+
+
+def chain_reads() -> list[tuple[str, dict[str, Any]]]:
+    """Every ``list_jobs`` and ``count_jobs`` of ``CHAIN`` a page makes (the job page's
+    first steps, the steps before and after a job past them, the whole chain's list),
+    under each status, alone and with a name."""
+    import itertools
+    calls = []
+    for status, name, after, newest_first in itertools.product(
+            (None, "ready", "scheduled", "running", "done", "dead"), (None, "plan.n10"),
+            (None, CHAIN_STEP), (True, False)):
+        calls.append(("list_jobs", {"status": status, "name": name, "chain": CHAIN,
+                                    "after": after, "newest_first": newest_first, "limit": 1}))
+        calls.append(("count_jobs", {"status": status, "name": name, "chain": CHAIN,
+                                     "after": after, "newest_first": newest_first,
+                                     "at_most": 100}))
+    return calls
+
+
+def _sqlite_off_chain(conn: sqlite3.Connection, statement: str) -> list[str]:
+    """The steps of ``statement``'s plan that read ``jobs`` other than by the chain's
+    index or one id: what makes a chain's read grow with the rows written since it
+    began (a range of ids, a status's or a name's entries, a scan)."""
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement)]
+    return [step for step in plan if re.match(r"(SEARCH|SCAN) jobs\b", step)
+            and "INDEX jobs_chain " not in step and "PRIMARY KEY (rowid=?)" not in step]
+
+
+def _sqlite_chain_statements(store: Any) -> list[str]:
     statements: list[str] = []
+    store.conn.set_trace_callback(statements.append)
     try:
-        store.conn.set_trace_callback(statements.append)
-        for newest_first in (True, False):
-            store.list_jobs(chain=ROWS // 2, after=ROWS // 2 + 7, newest_first=newest_first,
-                            limit=1)
+        for call, kwargs in chain_reads():
+            getattr(store, call)(**kwargs)
+    finally:
         store.conn.set_trace_callback(None)
-        reads = [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]
-        assert len(reads) >= 2
-        assert {s: _sqlite_scans(store.conn, s) for s in reads
-                if _sqlite_scans(store.conn, s)} == {}
+    return [s for s in statements if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+
+
+def test_a_chains_steps_are_read_through_the_chain_index(big_sqlite):
+    """R47: the job page's steps of a chain, before and after a job, and the whole
+    chain's list and count read the chain's rows through ``jobs_chain`` and its first
+    job by id, under any status and name, never a range of the ids written since the
+    chain began; without the index the same reads walk them (the check can fail)."""
+    store = jobpool.connect(big_sqlite)
+    try:
+        steps = store.list_jobs(chain=CHAIN, limit=100)
+        assert [j["id"] for j in steps] == [CHAIN, *range(CHAIN + 1, CHAIN + 31)]
+        assert [j["id"] for j in store.list_jobs(chain=CHAIN, after=CHAIN_STEP, limit=1,
+                                                 newest_first=True)] == [CHAIN_STEP - 1]
+        reads = _sqlite_chain_statements(store)
+        assert len(reads) == len(chain_reads())
+        assert {s: _sqlite_off_chain(store.conn, s) for s in reads
+                if _sqlite_off_chain(store.conn, s)} == {}
     finally:
         store.close()
+    # A connection of its own: one that planned these statements keeps their plans.
+    conn = sqlite3.connect(big_sqlite, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        conn.execute("DROP INDEX jobs_chain")
+        assert [s for s in reads if not _sqlite_off_chain(conn, s)] == []
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def _pg_off_chain(plan: dict) -> list[str]:
+    """As ``_sqlite_off_chain``, of a PostgreSQL plan: each read of jobs or
+    finished_jobs that is not of a chain index, of a running-only index, or at the
+    chain's ids."""
+    from tests.contract.test_pg_plans import RUNNING_ONLY
+    found = []
+    node, table, index = plan["Node Type"], plan.get("Relation Name"), plan.get("Index Name")
+    reads_rows = table in ("jobs", "finished_jobs") and node != "Bitmap Heap Scan"
+    if reads_rows or node == "Bitmap Index Scan":
+        condition = plan.get("Index Cond") or ""
+        # Any index read at the chain's ids (its first job's, or those the chain
+        # indexes gave): as many rows as the chain has.
+        by_id = bool(index and re.search(r"\(id = (\$\d+|ANY \(\$\d+\))\)", condition))
+        if not (index and (index.endswith("_chain") or index in RUNNING_ONLY) or by_id):
+            found.append(f"{node} on {table or index}: {index} {condition}".strip())
+    for child in plan.get("Plans", ()):
+        found.extend(_pg_off_chain(child))
+    return found
+
+
+def test_a_chains_steps_are_read_through_the_postgres_chain_indexes(big_pg):
+    """R47, as above on PostgreSQL: each statement's generic plan, under the settings
+    the store reads with, reads jobs and finished_jobs through their chain indexes
+    (and the first job by id); with the indexes dropped it does not."""
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import open_connection, parse_url
+    from jobpool.store.postgres.store import PostgresStore
+    from tests.contract.test_pg_plans import generic_plan
+    store = jobpool.connect(big_pg)
+    ran: list[tuple[str, dict[str, Any]]] = []
+    try:
+        steps = store.list_jobs(chain=CHAIN, limit=100)
+        assert [j["id"] for j in steps] == [CHAIN, *range(CHAIN + 1, CHAIN + 31)]
+        original = PostgresStore._list
+
+        def recording(self: Any, what: str, query: str, params: dict[str, Any]) -> list:
+            ran.append((query, params))
+            return original(self, what, query, params)
+        PostgresStore._list = recording  # type: ignore[method-assign]
+        try:
+            for call, kwargs in chain_reads():
+                getattr(store, call)(**kwargs)
+        finally:
+            PostgresStore._list = original  # type: ignore[method-assign]
+    finally:
+        store.close()
+    assert len(ran) == len(chain_reads())
+    conn = open_connection(parse_url(big_pg))
+    try:
+        off = {}
+        for query, params in ran:
+            found = _pg_off_chain(generic_plan(conn, query, params, (pg_sql.LISTING_PLANS,)))
+            if found:
+                off[query] = found
+        assert off == {}
+        with conn.transaction(force_rollback=True):
+            conn.execute("DROP INDEX jobs_chain, finished_jobs_chain")
+            assert all(_pg_off_chain(generic_plan(conn, query, params, (pg_sql.LISTING_PLANS,)))
+                       for query, params in ran)
+    finally:
+        conn.close()

@@ -352,6 +352,12 @@ class Store(Protocol):
         """The attempt log of one job, oldest first (R19a)."""
         ...
 
+    def waiting_steps(self, job_id: int) -> list[dict[str, Any]]:
+        """R12: the steps of a chain that one job's success will enqueue, not enqueued
+        yet, in the order they run: each one's ``name``, ``queue`` and ``priority``
+        (never its arguments); [] when none (no chain, or its last step)."""
+        ...
+
     def stats(self, now: float | None = None) -> dict[str, Any]:
         """Counts by status and each running supervisor's counters (R29a)."""
         ...

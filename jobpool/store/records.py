@@ -79,8 +79,11 @@ class DashboardRows(NamedTuple):
     """One consistent read of what the dashboard shows (R29), as rows; the
     dashboard's ``snapshot`` module makes its views from them."""
 
-    #: (queue, status, count, scheduled) per queue and live status.
+    #: (queue, status, count, scheduled) per queue and status (ready, running, dead),
+    #: counted to ``COUNT_MOST + 1`` (R47): each queue's first ready rows in claim
+    #: order, every running row, the newest dead rows.
     queue_counts: list[tuple]
+    #: Done rows, counted to ``COUNT_MOST + 1``.
     done: int
     #: (queue, count) of jobs finished in the minute before ``now``.
     done_since: list[tuple]
@@ -100,6 +103,11 @@ class DashboardRows(NamedTuple):
 
 #: How many open batches a dashboard frame reads (it shows fewer on a small terminal).
 OPEN_BATCHES_SHOWN = 5
+#: R47: the most rows of a queue's ready rows, of dead rows and of done rows a dashboard
+#: frame counts; it reads one more, and a count past this one is shown "10 000+"
+#: (``jobpool.snapshot``), so a frame of a million-row store reads thousands of index
+#: entries, not a million. ``store.stats()`` counts exactly.
+COUNT_MOST = 10_000
 
 
 class BatchStatus(NamedTuple):

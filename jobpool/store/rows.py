@@ -405,6 +405,20 @@ def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_B
     }
 
 
+def waiting_steps(chain: Any) -> list[dict[str, Any]]:
+    """R12: a row's ``chain`` column as ``Store.waiting_steps`` answers it: each step's
+    name, queue and priority, never its arguments. R44: a column that is not a sound
+    list of steps is one step named for what it holds (``row_codec.flagged``'s words),
+    so no page fails on it."""
+    if chain is None:
+        return []
+    why = row_codec.chain(chain)
+    if why is not None:
+        return [{"name": f"[{row_codec.MALFORMED}: {why}]", "queue": None, "priority": None}]
+    return [{key: step.get(key) for key in ("name", "queue", "priority")}
+            for step in json.loads(chain)]
+
+
 def check_listed_status(status: str | None) -> None:
     if status is not None and status not in LISTED_STATUSES:
         raise EnqueueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
@@ -412,11 +426,15 @@ def check_listed_status(status: str | None) -> None:
 
 def listing_filters(name: str | None, queue: str | None, chain: int | None,
                     mark: Callable[[str], str], *, after: int | None = None,
-                    newest_first: bool = False) -> tuple[list[str], dict[str, Any]]:
+                    newest_first: bool = False,
+                    chain_of: Callable[[str], str] | None = None
+                    ) -> tuple[list[str], dict[str, Any]]:
     """The conditions of a listing of jobs of ``name``, in ``queue`` and of the chain
     started by job ``chain`` (each None: any), with their parameters; ``mark`` makes
-    a parameter's placeholder. A chain's steps are written after its first job, so
-    they are found from its id on, not in the whole table (R12). ``after``: the
+    a parameter's placeholder. A chain is its first job (by id) and the steps whose
+    ``chain_root`` is that id, read through the chain index (R12, R47), never a walk
+    of the ids written since the chain began; ``chain_of`` writes that condition of
+    the chain's placeholder where a store has its own form. ``after``: the
     keyset of the next page (R28), the jobs past that id in the listing's order
     (below it newest first, above it oldest first)."""
     where: list[str] = []
@@ -431,8 +449,8 @@ def listing_filters(name: str | None, queue: str | None, chain: int | None,
         where.append(f"queue = {mark('queue')}")
         params["queue"] = queue
     if chain is not None:
-        where.append(f"id >= {mark('chain')} AND (id = {mark('chain')} OR chain_root = "
-                     f"{mark('chain')})")
+        where.append(chain_of(mark("chain")) if chain_of is not None
+                     else f"(id = {mark('chain')} OR chain_root = {mark('chain')})")
         params["chain"] = chain
     return where, params
 

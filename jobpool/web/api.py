@@ -270,8 +270,9 @@ async def queues(request: Request) -> Response:
     def read(store: Any) -> dict[str, Any]:
         view = fleet.queues_view(store, request.app.state.live.get().snapshot)
         view["queues"] = [dict(q, counts=q["counts"] and {
-            k: getattr(q["counts"], k) for k in ("ready", "scheduled", "running", "dead",
-                                                 "done_per_min")}) for q in view["queues"]]
+            **{k: getattr(q["counts"], k) for k in ("ready", "scheduled", "running", "dead",
+                                                    "done_per_min")},
+            "capped": sorted(q["counts"].capped)}) for q in view["queues"]]
         return view
     return await _read(request, read)
 

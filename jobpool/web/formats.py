@@ -8,6 +8,7 @@ from typing import Any
 from jinja2 import Environment
 
 from jobpool.dashboard import duration
+from jobpool.snapshot import at_least
 
 
 def relative(at: float | None, now: float | None = None) -> str:
@@ -47,4 +48,5 @@ def iso(at: float | None) -> str:
 
 def install(env: Environment) -> None:
     env.filters.update(relative=relative, mib=mib, exit_code=exit_code,
-                       signal_name=signal_name, seconds=seconds, duration=duration, iso=iso)
+                       signal_name=signal_name, seconds=seconds, duration=duration, iso=iso,
+                       at_least=at_least)

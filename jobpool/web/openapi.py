@@ -39,8 +39,9 @@ SUMMARIES = {
     ("GET", "/api/batches/{batch_id:int}"): "A batch's status and its members by status",
     ("POST", "/api/batches/{batch_id:int}/cancel"): "Cancel a batch: no callback fires, its "
                                                     "ready members are dead",
-    ("GET", "/api/queues"): "Each queue's counts, pause and limit; the limits of job names "
-                            "with their groups and tokens",
+    ("GET", "/api/queues"): "Each queue's counts (those named in its counts' capped list "
+                            "stopped at 10 000: at least that many), pause and limit; the "
+                            "limits of job names with their groups and tokens",
     ("POST", "/api/queues/{queue:path}/pause"): "Pause a queue on every pool",
     ("POST", "/api/queues/{queue:path}/resume"): "Resume a paused queue",
     ("GET", "/api/openapi.json"): "This document",

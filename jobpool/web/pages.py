@@ -136,8 +136,9 @@ def waiting(row: dict[str, Any], now: float) -> str | None:
 
 
 def _job_view(store: Any, job_id: int) -> dict[str, Any]:
-    """A job's page: its row, attempts, chain (its first job and the steps after) and
-    batch, each read by its own ``Store`` call."""
+    """A job's page: its row, attempts, chain (its first job and the steps after, and
+    R12's steps not enqueued yet: the chain's newest step enqueues them one by one as
+    each completes) and batch, each read by its own ``Store`` call."""
     row = store.get(job_id)
     root = row["chain_root"] or job_id
     chain = store.list_jobs(chain=root, limit=CHAIN_SHOWN + 1)
@@ -150,10 +151,14 @@ def _job_view(store: Any, job_id: int) -> dict[str, Any]:
     previous = following = None
     if len(chain) > 1:
         previous, following = _steps_beside(store, root, job_id, chain[:CHAIN_SHOWN])
+    newest = chain[-1] if len(chain) <= CHAIN_SHOWN else store.list_jobs(
+        chain=root, newest_first=True, limit=1)[0]
+    waiting = store.waiting_steps(newest["id"]) if chain else []
     return {"row": row, "attempts": store.attempts(job_id),
-            "chain": chain[:CHAIN_SHOWN] if len(chain) > 1 else [],
+            "chain": chain[:CHAIN_SHOWN] if len(chain) > 1 or waiting else [],
             "chain_more": len(chain) > CHAIN_SHOWN, "chain_root": root, "batch": batch,
-            "previous_step": previous, "next_step": following}
+            "previous_step": previous, "next_step": following,
+            "waiting_steps": waiting, "newest_step": newest}
 
 
 def _steps_beside(store: Any, root: int, job_id: int,

@@ -55,12 +55,12 @@ def test_a_newer_revision_is_used_unless_it_needs_a_newer_jobpool(pg_url):
         jobpool.connect(pg_url)
 
 
-def _indexes(pg_url):
+def _indexes(pg_url, table="jobs"):
     schema = pg_url.rsplit("schema=", 1)[1]
     with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
         return {name for (name,) in conn.execute(
-            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = 'jobs'",
-            (schema,))}
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s",
+            (schema, table))}
 
 
 def test_the_running_rows_expiry_index_is_dropped_and_leases_are_still_reclaimed(pg_url):
@@ -84,3 +84,29 @@ def test_the_running_rows_expiry_index_is_dropped_and_leases_are_still_reclaimed
     claimer.close()
     assert store.get(job.id)["status"] == "ready"
     store.close()
+
+
+def test_a_revision_8_store_gets_the_chain_indexes_and_lists_a_chain(pg_url):
+    """R47: a writer upgrading a revision 8 store adds the chain indexes of ``jobs`` and
+    ``finished_jobs``; a chain's steps in either table are listed in order."""
+    jobpool.connect(pg_url).close()
+    _meta(pg_url, "DROP INDEX jobs_chain, finished_jobs_chain",
+          "UPDATE jobpool_meta SET value = '8' WHERE key = 'revision'",
+          "INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at,"
+          " line_at, created_at, chain_root) SELECT n, 'default', 'c.step', '[[],{}]', 'json',"
+          " 0, 'ready', 0, 0, 0, CASE WHEN n > 10 THEN 10 END FROM generate_series(10, 20) n",
+          "INSERT INTO finished_jobs (id, queue, name, payload, serializer, priority, status,"
+          " run_at, line_at, attempts, crashes, deferrals, created_at, finished_at, chain_root)"
+          " SELECT n, 'default', 'c.step', '[[],{}]', 'json', 0, 'done', 0, 0, 1, 0, 0, 0, 1,"
+          " CASE WHEN n % 2 = 1 THEN 10 END FROM generate_series(21, 30) n")
+    assert "jobs_chain" not in _indexes(pg_url)
+    store = jobpool.connect(pg_url)
+    try:
+        assert _meta(pg_url)["revision"] == pg_sql.SCHEMA_VERSION
+        assert "jobs_chain" in _indexes(pg_url)
+        assert "finished_jobs_chain" in _indexes(pg_url, "finished_jobs")
+        assert [j["id"] for j in store.list_jobs(chain=10)] == [*range(10, 21), *range(21, 31, 2)]
+        assert [j["id"] for j in store.list_jobs(chain=10, after=21, newest_first=True,
+                                                 limit=2)] == [20, 19]
+    finally:
+        store.close()

@@ -51,7 +51,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -576,11 +576,19 @@ CREATE_ROLLUPS = (
                 for c in COUNTS)
     + ", PRIMARY KEY (minute, name))")
 
+#: R47: a chain's steps by the id of its first job, in id order, in either table. Only
+#: chain steps have entries: ``chain_root`` never changes, and a row in no chain matches
+#: neither index's condition, so a claim or settle of one writes no entry here.
+CHAIN_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS jobs_chain ON jobs (chain_root, id) WHERE chain_root IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS finished_jobs_chain ON finished_jobs (chain_root, id)"
+    " WHERE chain_root IS NOT NULL")
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
-          *META_SCHEMA, CREATE_ROLLUPS)
+          *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -608,6 +616,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     7: (DROP_LEASE_INDEX,),
     # R56: the pools' per-minute rollups, read by the web dashboard's charts.
     8: (CREATE_ROLLUPS,),
+    # R47: a chain's steps found by its first job's id (the web dashboard's job page).
+    9: CHAIN_SCHEMA,
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -1322,6 +1332,11 @@ JOB_COLUMNS = (
     "cancel_requested, batch_id, state, state_at, meta"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM all_jobs WHERE id = %(id)s"
+#: R12: the steps one job's success will enqueue (``Store.waiting_steps``), in either table.
+WAITING_STEPS = """
+SELECT chain::text FROM jobs WHERE id = %(id)s
+UNION ALL SELECT chain::text FROM finished_jobs WHERE id = %(id)s
+"""
 
 #: R28: a listing reads its rows through an index in its order, so it stops at its
 #: limit; a sequential scan stops there only when the rows it wants are dense (a
@@ -1380,20 +1395,51 @@ SELECT queue, 'running', count(*), 0 FROM jobs WHERE status = 'running' GROUP BY
 UNION ALL
 SELECT queue, 'dead', count(*), 0 FROM finished_jobs WHERE status = 'dead' GROUP BY queue
 """
+#: R29, R47: the dashboard's per-queue counts, each stopped at ``%(most)s`` rows (as
+#: SQLite's ``DASHBOARD_QUEUE_COUNTS``): the queues with ready rows one seek each of
+#: ``jobs_ready_queue``, each queue's first ``most`` ready rows, every running row, and
+#: the newest ``most`` dead rows by queue.
+DASHBOARD_QUEUE_COUNTS = """
+WITH RECURSIVE queues(queue) AS (
+    (SELECT queue FROM jobs WHERE status = 'ready' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j WHERE j.status = 'ready' AND j.queue > q.queue
+             ORDER BY j.queue LIMIT 1)
+      FROM queues AS q WHERE q.queue IS NOT NULL)
+SELECT q.queue, 'ready', c.total, c.later
+  FROM queues AS q CROSS JOIN LATERAL (
+       SELECT count(*), count(*) FILTER (WHERE r.run_at > %(now)s)
+         FROM (SELECT j.run_at FROM jobs AS j WHERE j.status = 'ready' AND j.queue = q.queue
+                LIMIT %(most)s) AS r) AS c(total, later)
+ WHERE q.queue IS NOT NULL
+UNION ALL
+SELECT queue, 'running', count(*), 0 FROM jobs WHERE status = 'running' GROUP BY queue
+UNION ALL
+SELECT d.queue, 'dead', count(*), 0
+  FROM (SELECT queue FROM finished_jobs WHERE status = 'dead'
+         ORDER BY finished_at DESC LIMIT %(most)s) AS d GROUP BY d.queue
+"""
 #: ``jobpool metrics``: when the oldest due ready row of each queue became due.
 OLDEST_DUE = """
 SELECT queue, min(run_at) FROM jobs WHERE status = 'ready' AND run_at <= %(now)s GROUP BY queue
 """
-DONE_COUNT = "SELECT count(*) FROM finished_jobs WHERE status = 'done'"
+DONE_COUNT = """
+SELECT count(*) FROM (SELECT 1 FROM finished_jobs WHERE status = 'done' LIMIT %(most)s) AS d
+"""
 DONE_SINCE = """
 SELECT queue, count(*) FROM finished_jobs
  WHERE status = 'done' AND finished_at > %(since)s GROUP BY queue
 """
 #: The newest failed attempts (the outcomes SQLite's dashboard leaves out, likewise).
+#: Looked for among the newest ``FAILURE_WINDOW`` attempts only (as SQLite), a range of
+#: the attempts' key: a store whose last failure is a million attempts ago reads no
+#: more than that to say so (R47).
+FAILURE_WINDOW = 10_000
 RECENT_FAILURES = f"""
 SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
   FROM attempts AS a LEFT JOIN all_jobs AS j ON j.id = a.job_id
- WHERE a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
+ WHERE a.seq > (SELECT coalesce(max(seq), 0) FROM attempts) - %(window)s
+   AND a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
  ORDER BY a.seq DESC LIMIT %(limit)s
 """
 RUNNING_JOBS = """

@@ -34,7 +34,7 @@ from jobpool.store.postgres.connection import (Target, close_quietly, ensure_sch
                                          open_connection, parse_url, scope)
 from jobpool.store import row_codec, rows
 from jobpool.store.postgres import statements as pg_sql
-from jobpool.store.records import (OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
+from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 
 try:
@@ -75,6 +75,12 @@ LISTING_DIALECT = rows.ListingDialect(
                                       {"meta": json.dumps(pairs)}),
     meta_indexed=True,
 )
+#: R47: a chain's rows as the ids its first job and the chain indexes of both tables
+#: give, read first (an InitPlan): an ``id = … OR chain_root = …`` left the planner
+#: free to walk a table's primary key in the listing's order instead, to the chain's
+#: first id.
+CHAIN_OF = (lambda chain: f"id = ANY(ARRAY(SELECT {chain}::bigint UNION ALL "
+            f"SELECT id FROM all_jobs WHERE chain_root = {chain}::bigint))")
 
 class PostgresStore(SharedStore, AsyncEnqueue):
     """Where jobs live when many hosts share them (see the module docstring)."""
@@ -372,6 +378,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             raise JobNotFound(f"no job with id {job_id}")
         return self.job(found[0], raw_result=raw_result)
 
+    def waiting_steps(self, job_id: int) -> list[dict[str, Any]]:
+        found = self.read(f"reading the chain of job {job_id}", pg_sql.WAITING_STEPS,
+                          {"id": job_id})
+        return rows.waiting_steps(found[0][0] if found else None)
+
     _COLUMNS = [c.strip() for c in pg_sql.JOB_COLUMNS.split(",")]
 
     def job(self, row: tuple, *, raw_result: bool = False) -> dict[str, Any]:
@@ -390,7 +401,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         ``Store.list_jobs``), scheduled judged on the server's clock."""
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
-                                             after=after, newest_first=newest_first)
+                                             after=after, newest_first=newest_first,
+                                             chain_of=CHAIN_OF)
         searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
                                             newest_first=newest_first, **more)
         where, params = where + searched, dict(params, **found)
@@ -411,7 +423,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         ``at_most`` (R28)."""
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
-                                             after=after, newest_first=newest_first)
+                                             after=after, newest_first=newest_first,
+                                             chain_of=CHAIN_OF)
         searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
                                             newest_first=newest_first, **more)
         where, params = where + searched, dict(params, **found)
@@ -472,12 +485,18 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
         """R29: one frame's rows, read in one transaction (REPEATABLE READ would be
-        stricter; the counts of one statement are consistent with each other)."""
+        stricter; the counts of one statement are consistent with each other). R47:
+        each read is bounded (counts to ``COUNT_MOST + 1``), so the transaction plans
+        without sequential scans, as listings do: one stops at its bound only where
+        the rows it wants are dense."""
         def read(conn: Any) -> DashboardRows:
-            counts = conn.execute(pg_sql.QUEUE_COUNTS, {"now": now}).fetchall()
-            done = conn.execute(pg_sql.DONE_COUNT).fetchone()[0]
+            conn.execute(pg_sql.LISTING_PLANS)
+            most = {"most": COUNT_MOST + 1}
+            counts = conn.execute(pg_sql.DASHBOARD_QUEUE_COUNTS, {"now": now, **most}).fetchall()
+            done = conn.execute(pg_sql.DONE_COUNT, most).fetchone()[0]
             since = conn.execute(pg_sql.DONE_SINCE, {"since": now - 60.0}).fetchall()
-            failed = conn.execute(pg_sql.RECENT_FAILURES, {"limit": failures}).fetchall()
+            failed = conn.execute(pg_sql.RECENT_FAILURES, {
+                "limit": failures, "window": pg_sql.FAILURE_WINDOW}).fetchall()
             running = conn.execute(pg_sql.RUNNING_JOBS).fetchall()
             paused = [row[0] for row in conn.execute(pg_sql.PAUSED_QUEUES)]
             batches = conn.execute(pg_sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()

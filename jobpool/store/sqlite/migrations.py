@@ -49,6 +49,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     7: ("ALTER TABLE jobs ADD COLUMN meta TEXT",),
     # R56: the pools' per-minute rollups, read by the web dashboard's charts.
     8: (sql.CREATE_ROLLUPS,),
+    # R47: a chain's steps found by its first job's id (the web dashboard's job page).
+    9: (sql.CREATE_CHAIN_INDEX,),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

@@ -22,7 +22,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -421,6 +421,14 @@ CREATE_ROLLUPS = (
                 for c in COUNTS)
     + ", PRIMARY KEY (minute, name)) WITHOUT ROWID")
 
+#: R47: a chain's steps, by the id of its first job (the job page's steps before and
+#: after it, ``list_jobs(chain=)``), in id order (an SQLite index ends in the rowid).
+#: Only chain steps have an entry, written once at their insert: ``chain_root`` never
+#: changes, so no claim or settle writes to it, and a job in no chain costs nothing.
+CREATE_CHAIN_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_chain ON jobs (chain_root) WHERE chain_root IS NOT NULL
+"""
+
 SCHEMA = (
     CREATE_META,
     CREATE_JOBS,
@@ -438,6 +446,7 @@ SCHEMA = (
     *LIMIT_SCHEMA,
     *LISTING_SCHEMA,
     CREATE_ROLLUPS,
+    CREATE_CHAIN_INDEX,
 )
 
 # --- enqueue -------------------------------------------------------------------
@@ -908,6 +917,8 @@ JOB_COLUMNS = (
     "cancel_requested, batch_id, state, state_at, meta"
 )
 GET_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
+#: R12: the steps one job's success will enqueue (``Store.waiting_steps``).
+WAITING_STEPS = "SELECT chain FROM jobs WHERE id = ?"
 
 
 def list_jobs(where: list[str], *, newest_first: bool, index: str | None = None) -> str:
@@ -1004,6 +1015,36 @@ SELECT queue, status, count(*), 0
   FROM jobs INDEXED BY jobs_status WHERE status IN ('running', 'dead') GROUP BY queue, status
 """
 
+#: R29, R47: the dashboard's per-queue counts, each read stopped at ``:most`` rows, so a
+#: frame reads so many index entries a queue, not a backlog. The queues with ready rows
+#: come from the claim-order index one seek each (its first column), and each queue's
+#: ready rows are counted from its first ``:most`` entries in claim order (due and
+#: scheduled among them: with ``:most`` of them, both are at least that many). Running
+#: rows are all counted (at most the slots). Dead rows: the newest ``:most`` of them by
+#: queue (``dead_letter_limit`` keeps fewer by default).
+DASHBOARD_QUEUE_COUNTS = """
+WITH RECURSIVE queues(queue) AS (
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_claim_order
+             WHERE status = 'ready' AND queue > queues.queue)
+      FROM queues WHERE queue IS NOT NULL)
+SELECT queue, 'ready',
+       (SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_claim_order
+                               WHERE status = 'ready' AND queue = queues.queue LIMIT :most)),
+       (SELECT total(run_at > :now) FROM (SELECT run_at FROM jobs INDEXED BY jobs_claim_order
+                                          WHERE status = 'ready' AND queue = queues.queue
+                                          LIMIT :most))
+  FROM queues WHERE queue IS NOT NULL
+UNION ALL
+SELECT queue, 'running', count(*), 0
+  FROM jobs INDEXED BY jobs_status WHERE status = 'running' GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', count(*), 0
+  FROM (SELECT queue FROM jobs INDEXED BY jobs_status WHERE status = 'dead'
+         ORDER BY finished_at DESC LIMIT :most) GROUP BY queue
+"""
+
 #: ``jobpool metrics``: when the oldest due ready row of each queue became due,
 #: from the claim-order index alone.
 OLDEST_DUE = """
@@ -1011,8 +1052,11 @@ SELECT queue, min(run_at) FROM jobs INDEXED BY jobs_claim_order
  WHERE status = 'ready' AND run_at <= :now GROUP BY queue
 """
 
-#: R29: all done rows, counted in ``jobs_status`` without visiting the table.
-DONE_COUNT = "SELECT count(*) FROM jobs INDEXED BY jobs_status WHERE status = 'done'"
+#: R29: done rows, counted in ``jobs_status`` without visiting the table, to ``:most``.
+DONE_COUNT = """
+SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_status WHERE status = 'done'
+                       LIMIT :most)
+"""
 
 #: R29 done/min: the rows finished in the last minute, a short range of
 #: ``jobs_status (status, finished_at)``.
@@ -1043,7 +1087,7 @@ SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
 """
 
 #: Every statement the dashboard reads with, for the test that checks their query plans.
-DASHBOARD_QUERIES = (QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
+DASHBOARD_QUERIES = (DASHBOARD_QUEUE_COUNTS, DONE_COUNT, DONE_SINCE, RECENT_FAILURES, RUNNING_JOBS,
                      READY_BY_NAME, OPEN_BATCHES)
 
 # --- limits (R35, R36) ---------------------------------------------------------------
