@@ -184,6 +184,11 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
         "CRASH_CAUSES": (pg_sql.CRASH_CAUSES, {"id": 4}),
         "RELEASE_IN_DOUBT": (pg_sql.RELEASE_IN_DOUBT, {"owner": OWNER, "held": ids,
                                                       "held_attempts": [1] * len(ids)}),
+        # R26, R61: settles in doubt, by the success's row or the failure's line
+        "SETTLED_IN_DOUBT": (pg_sql.SETTLED_IN_DOUBT, {
+            "owner": OWNER, "ids": ids, "attempts": [1] * 3, "began": [now - 1.0] * 3,
+            "ended": [now] * 3}),
+        "LIST_ATTEMPTS": (pg_sql.LIST_ATTEMPTS, {"id": 4}),
         "RECLAIMABLE_EXPIRED": (pg_sql.RECLAIMABLE_EXPIRED, {"now": now}),
         "RECLAIMABLE_OWNER": (pg_sql.RECLAIMABLE_OWNER, {"now": now, "owner": OWNER}),
         "LEASE_OWNERS": (pg_sql.LEASE_OWNERS, {}),

@@ -296,7 +296,7 @@ def ensure_schema(conn: Any, target: Target, *, create: bool, upgrade: bool) -> 
         log.warning("upgrading the store in schema %s at %s from jobpool schema %d to %d",
                     target.schema, target.shown, revision, current)
         for step in range(revision + 1, current + 1):
-            for statement in pg_sql.STEPS[step]:
+            for statement in pg_sql.STEPS.get(step, ()):  # a revision may change only code
                 conn.execute(statement)
         _write_revision(conn)
 

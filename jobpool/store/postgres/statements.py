@@ -51,7 +51,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "11"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -166,9 +166,18 @@ CREATE TABLE IF NOT EXISTS finished_jobs (
     state            text,
     state_at         float8,
     grp              text,
-    meta             jsonb
+    meta             jsonb,
+    done_owner       text,
+    done_pid         integer,
+    done_peak_rss    bigint,
+    done_cpu_s       float8,
+    done_strays      integer
 )
 """
+#: R61: a clean success's attempt line, in its own ``finished_jobs`` row (``done_*``,
+#: NULL on every other row): its attempt, start and end are the row's ``attempts``,
+#: ``started_at`` and ``finished_at``; its outcome ``done``, with no error or exit status.
+DONE_LINE_COLUMNS = ("done_owner", "done_pid", "done_peak_rss", "done_cpu_s", "done_strays")
 
 #: R7: the claim walks this index in its ORDER BY, per queue, over ready rows only.
 CREATE_CLAIM_INDEX = """
@@ -608,6 +617,10 @@ STEPS: dict[int, tuple[str, ...]] = {
     7: (DROP_LEASE_INDEX,),
     # R56: the pools' per-minute rollups, read by the web dashboard's charts.
     8: (CREATE_ROLLUPS,),
+    # R61: a clean success's attempt line in its finished row.
+    11: tuple(f"ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS {column} {kind}"
+              for column, kind in zip(DONE_LINE_COLUMNS,
+                                      ("text", "integer", "bigint", "float8", "integer"))),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -869,11 +882,13 @@ _LIVE_ONLY = frozenset({"lease_owner", "lease_expires_at", "cancel_requested"})
 
 
 def finish_row(transition: lifecycle.Transition, dialect: Dialect, source: str,
-               overrides: dict[str, str] | None = None) -> str:
+               overrides: dict[str, str] | None = None, more: tuple[str, ...] = ()) -> str:
     """The ``INSERT`` that writes the rows of ``source`` (a CTE of rows deleted from
-    ``jobs``) into ``finished_jobs`` as ``transition`` leaves them, returning their ids."""
+    ``jobs``) into ``finished_jobs`` as ``transition`` leaves them, returning their ids;
+    ``more``: columns only ``overrides`` fill (a success's attempt line, R61)."""
     sets = transition.columns()
-    columns = (*_MOVED.split(", "), *_FINISHED_KEEPS, *(c for c in _FINISHED_ONLY if c in sets))
+    columns = (*_MOVED.split(", "), *_FINISHED_KEEPS, *(c for c in _FINISHED_ONLY if c in sets),
+               *more)
     return (f"INSERT INTO finished_jobs ({', '.join(columns)})\n"
             f"    SELECT {select_list(transition, columns, dialect, _LIVE_ONLY, overrides)}"
             f" FROM {source}\n    RETURNING id")
@@ -883,6 +898,9 @@ _SETTLES = lifecycle.SETTLES
 #: R44: a done row whose chain could not go on says why (the transition keeps the
 #: error otherwise).
 _CHAIN_STOPPED_OVERRIDE = {"last_error": _DONE_ERROR}
+#: R61: a success's attempt line, written into its finished row by the settle that
+#: moves it (from the turn's ``input``), where a failure's goes to ``attempts``.
+_DONE_LINE = dict(zip(DONE_LINE_COLUMNS, ("%(owner)s", "pid", "peak_rss", "cpu_s", "strays")))
 
 
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
@@ -924,13 +942,14 @@ _INPUT_TURN = """input AS (
 """
 _GUARD_MANY = ("j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt "
                "AND j.status = 'running'")
+#: R19a: the lines of the attempts a turn settled, but a success's (R61: in its row).
 _LOG_MANY = """
 INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
                       exit_status, peak_rss, cpu_s, strays)
 SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_status, peak_rss,
        cpu_s, strays
   FROM input JOIN settled USING (id)
-RETURNING job_id
+ WHERE input.kind <> 'done'
 """
 
 #: The claim's columns (``CLAIM``'s ``RETURNING``), as a turn statement's rows carry
@@ -950,7 +969,8 @@ def _turn_steps(name: str) -> str:
     if transition.finishes:
         done = name == "done"
         moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN input USING (id)",
-                           _CHAIN_STOPPED_OVERRIDE if done else None)
+                           {**_CHAIN_STOPPED_OVERRIDE, **_DONE_LINE} if done else None,
+                           DONE_LINE_COLUMNS if done else ())
         return (f"moved_{name} AS (DELETE FROM jobs AS j USING input AS i WHERE {guard}"
                 f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
                 + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
@@ -1000,12 +1020,13 @@ def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
     ordered = [name for name in TURN_KINDS if name in kinds]
     steps = "".join(_turn_steps(name) for name in ordered)
     settled = " UNION ALL ".join(f"SELECT id FROM settled_{name}" for name in ordered)
+    # A data-modifying step runs whether or not the statement reads it: ``logged``.
     text = f"WITH {_INPUT_TURN}{steps}settled AS ({settled}),\nlogged AS ({_LOG_MANY.strip()})"
     if not claim:
-        return f"{text}\nSELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n"
+        return f"{text}\nSELECT false, id, {_CLAIM_SHAPE} FROM settled\n"
     return (f"{text},\n{_CLAIM_PICKED},\nclaimed AS ({_CLAIM_UPDATE})\n"
             f"SELECT true, * FROM claimed\nUNION ALL\n"
-            f"SELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n")
+            f"SELECT false, id, {_CLAIM_SHAPE} FROM settled\n")
 
 
 CRASH_CAUSES = """
@@ -1028,14 +1049,22 @@ RETURNING id
 
 #: R26: which of the settles sent by turns whose connection dropped did commit, each
 #: known by the attempt log's line it wrote (R19a): this owner's, for that claim of the
-#: attempt (its start), dated by that turn's clock (no other settle has the same).
+#: attempt (its start), dated by that turn's clock (no other settle has the same). A
+#: success's line is in its finished row (R61), found by primary key; a failure's in
+#: ``attempts``.
 SETTLED_IN_DOUBT = """
+WITH doubted (job_id, attempt, started_at, ended_at) AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(began)s::float8[],
+                         %(ended)s::float8[]))
+SELECT f.id, f.attempts, f.started_at, f.finished_at
+  FROM doubted AS d JOIN finished_jobs AS f ON f.id = d.job_id
+ WHERE f.done_owner = %(owner)s AND (f.attempts, f.started_at, f.finished_at)
+                                   = (d.attempt, d.started_at, d.ended_at)
+UNION ALL
 SELECT job_id, attempt, started_at, ended_at
   FROM attempts
  WHERE owner = %(owner)s
-   AND (job_id, attempt, started_at, ended_at) IN (
-       SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(began)s::float8[],
-                            %(ended)s::float8[]))
+   AND (job_id, attempt, started_at, ended_at) IN (SELECT * FROM doubted)
 """
 
 # --- recovery (R23, R24) ------------------------------------------------------------------
@@ -1353,10 +1382,18 @@ def count_jobs(status: str | None, where: list[str]) -> str:
         f"(SELECT 1 FROM {table} WHERE {' AND '.join([condition, *where])} LIMIT %(most)s)"
         for table, condition in LISTED_PARTS[status])
     return f"SELECT count(*) FROM (SELECT 1 FROM ({parts}) AS found LIMIT %(most)s) AS counted"
+#: R19a: a job's attempt lines in order; a success's last, from its finished row (R61).
 LIST_ATTEMPTS = """
 SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s,
        strays
-  FROM attempts WHERE job_id = %(id)s ORDER BY seq
+  FROM (SELECT seq, attempt, owner, pid, started_at, ended_at, outcome, error, exit_status,
+               peak_rss, cpu_s, strays
+          FROM attempts WHERE job_id = %(id)s
+        UNION ALL
+        SELECT NULL, attempts, done_owner, done_pid, started_at, finished_at, 'done', NULL,
+               NULL, done_peak_rss, done_cpu_s, done_strays
+          FROM finished_jobs WHERE id = %(id)s AND done_owner IS NOT NULL) AS lines
+ ORDER BY seq NULLS LAST
 """
 NEXT_READY = """
 SELECT min(run_at) FROM jobs
