@@ -162,6 +162,10 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
             "log_errors": [None] * 3, "exit_statuses": [None] * 3,
             "peak_rsses": [30_000_000] * 3, "cpus": [0.01] * 3, "strays": [0] * 3,
             "owner": OWNER, "now": now}
+    # R61: the successes' own arrays
+    many.update(done_ids=ids, done_attempts=[1] * 3, done_results=[b"null"] * 3,
+                done_pids=[4321] * 3, done_peak_rsses=[30_000_000] * 3, done_cpus=[0.01] * 3,
+                done_strays=[0] * 3)
     lane = {"queue": "default", "name": "plans.limited", "grp": "g7", "priority": 1,
             "now": now, "count": 2, "id": 1, "seq": 0}
     new_job = {"queue": "default", "name": "plans.job", "key": "key-new", "payload": b"[[1],{}]",
@@ -218,7 +222,7 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     statements["turn_statement(every kind)"] = (pg_sql.turn_statement(every, False), turn)
     # A batch member's end (its row moved by the settle; the batch counts it in a trigger).
     member = {key: value[:1] if isinstance(value, list) else value for key, value in turn.items()}
-    member.update(ids=[2000], owner="plans-pool-member")
+    member.update(done_ids=[2000], owner="plans-pool-member")
     statements["turn_statement(done) of a batch member"] = (
         pg_sql.turn_statement(("done",), False), member)
     return statements
@@ -281,11 +285,9 @@ def test_a_batch_members_end_reads_by_index_in_its_triggers(filled):
     try:
         plans = _nested_plans(conn)
         now = time.time()
-        settle = {"ids": [member.id], "attempts": [claimed.attempt], "run_ats": [now],
-                  "errors": [None], "crashes": [0], "results": [b"null"], "pids": [4321],
-                  "began": [now - 1.0], "outcomes": ["done"], "log_errors": [None],
-                  "exit_statuses": [None], "peak_rsses": [None], "cpus": [None],
-                  "strays": [None], "kinds": ["done"], "owner": "plans-pool-members",
+        settle = {"done_ids": [member.id], "done_attempts": [claimed.attempt],
+                  "done_results": [b"null"], "done_pids": [4321], "done_peak_rsses": [None],
+                  "done_cpus": [None], "done_strays": [None], "owner": "plans-pool-members",
                   "now": now}
         # When its settle runs (rolled back: the plans are what is asked).
         with conn.transaction(force_rollback=True):

@@ -447,11 +447,19 @@ class PgTurn:
         ``pg_sql.turn_statement``; its answers go to their group."""
         pending, group = self._pending, self._group
         self._pending, self._group = [], SentGroup()
-        params: dict[str, Any] = {
-            name: [item_params[key] for _item, item_params in pending]
-            for name, key in _ARRAYS}
-        params["kinds"] = [item.decision.statement for item, _params in pending]
-        kinds = tuple(sorted(set(params["kinds"])))
+        # R61: successes travel in arrays of their own, with what a success needs.
+        done = [item_params for item, item_params in pending if item.decision.statement == "done"]
+        failed = [(item, item_params) for item, item_params in pending
+                  if item.decision.statement != "done"]
+        params: dict[str, Any] = {}
+        if done:
+            params.update((name, [item_params[key] for item_params in done])
+                          for name, key in _DONE_ARRAYS)
+        if failed:
+            params.update((name, [item_params[key] for _item, item_params in failed])
+                          for name, key in _ARRAYS)
+            params["kinds"] = [item.decision.statement for item, _params in failed]
+        kinds = tuple(sorted({item.decision.statement for item, _params in pending}))
         # Every pending settle is fenced by one owner (``settle``).
         params.update(claim or {}, owner=pending[0][1]["owner"], now=self.now)
         statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None)
@@ -509,10 +517,16 @@ class PgTurn:
         return sent
 
     def _params(self, item: Fenced) -> dict[str, Any]:
-        """The parameters of one attempt's settle and of its line in the log."""
+        """The parameters of one attempt's settle and of its line in the log (a
+        success's: only what its arrays carry, ``_DONE_ARRAYS``)."""
         lease, outcome, decision, owner, log_as = item
         now = self.now
         result = outcome.result
+        if decision.statement == "done":
+            return {"id": lease.job_id, "attempt": lease.attempt, "owner": owner,
+                    "result": result.encode() if isinstance(result, str) else result,
+                    "pid": outcome.pid, "peak_rss": outcome.peak_rss, "cpu_s": outcome.cpu_s,
+                    "strays": outcome.strays}
         logged = rows.attempt_params(lease, outcome, owner, now, log_as)
         return dict(logged, log_error=logged["error"], error=decision.reason,
                     result=result.encode() if isinstance(result, str) else result,
@@ -534,6 +548,10 @@ _ARRAYS = (("ids", "id"), ("attempts", "attempt"), ("run_ats", "run_at"), ("erro
            ("began", "started_at"), ("outcomes", "outcome"), ("log_errors", "log_error"),
            ("exit_statuses", "exit_status"), ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
            ("strays", "strays"))
+#: A success's arrays (R61: ``pg_sql._INPUT_DONE``).
+_DONE_ARRAYS = (("done_ids", "id"), ("done_attempts", "attempt"), ("done_results", "result"),
+                ("done_pids", "pid"), ("done_peak_rsses", "peak_rss"), ("done_cpus", "cpu_s"),
+                ("done_strays", "strays"))
 
 
 def _held(owner: str, held: Mapping[int, Lease]) -> dict[str, Any]:

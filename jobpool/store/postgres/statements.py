@@ -940,6 +940,15 @@ _INPUT_TURN = """input AS (
         AS i(id, attempt, new_run_at, new_error, new_crashes, new_result, pid, began,
              outcome, log_error, exit_status, peak_rss, cpu_s, strays, kind)),
 """
+#: R61: a success's attempts, apart: a success needs its id, attempt and result, and its
+#: line's pid and measures (no due time, error, crash count, outcome or exit status).
+_INPUT_DONE = """done_input AS (
+    SELECT * FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],
+                         %(done_results)s::bytea[], %(done_pids)s::integer[],
+                         %(done_peak_rsses)s::bigint[], %(done_cpus)s::float8[],
+                         %(done_strays)s::integer[])
+        AS i(id, attempt, new_result, pid, peak_rss, cpu_s, strays)),
+"""
 _GUARD_MANY = ("j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt "
                "AND j.status = 'running'")
 #: R19a: the lines of the attempts a turn settled, but a success's (R61: in its row).
@@ -949,7 +958,6 @@ INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome
 SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_status, peak_rss,
        cpu_s, strays
   FROM input JOIN settled USING (id)
- WHERE input.kind <> 'done'
 """
 
 #: The claim's columns (``CLAIM``'s ``RETURNING``), as a turn statement's rows carry
@@ -965,13 +973,14 @@ def _turn_steps(name: str) -> str:
     by the same statement, R12), the rest update them where they are. Its last step is
     ``settled_<name>``, returning the ids whose fence held."""
     transition = _SETTLES[name]
-    guard = f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
+    done = name == "done"
+    source = "done_input" if done else "input"
+    guard = _GUARD_MANY if done else f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
     if transition.finishes:
-        done = name == "done"
-        moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN input USING (id)",
+        moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN {source} USING (id)",
                            {**_CHAIN_STOPPED_OVERRIDE, **_DONE_LINE} if done else None,
                            DONE_LINE_COLUMNS if done else ())
-        return (f"moved_{name} AS (DELETE FROM jobs AS j USING input AS i WHERE {guard}"
+        return (f"moved_{name} AS (DELETE FROM jobs AS j USING {source} AS i WHERE {guard}"
                 f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
                 + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
     return f"""settled_{name} AS (
@@ -1007,8 +1016,9 @@ def turn_statement_numbered(kinds: tuple[str, ...], claim: bool) -> tuple[str, t
 
 @functools.lru_cache(maxsize=None)
 def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
-    """One turn as one statement: the settles of ``kinds`` (``%(kinds)s`` names each
-    attempt's, beside ``_INPUT_TURN``'s other arrays) and, when ``claim``, ``CLAIM`` with its
+    """One turn as one statement: the settles of ``kinds`` (successes in
+    ``_INPUT_DONE``'s arrays; the others in ``_INPUT_TURN``'s, ``%(kinds)s`` naming each
+    attempt's) and, when ``claim``, ``CLAIM`` with its
     parameters. Its rows: ``(false, id)`` for each attempt whose fence held, padded to
     the claim's columns, and ``(true, CLAIM's columns...)`` for each claimed row. One
     text per set of kinds, so each is prepared once (a pool meets a handful)."""
@@ -1020,8 +1030,12 @@ def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
     ordered = [name for name in TURN_KINDS if name in kinds]
     steps = "".join(_turn_steps(name) for name in ordered)
     settled = " UNION ALL ".join(f"SELECT id FROM settled_{name}" for name in ordered)
-    # A data-modifying step runs whether or not the statement reads it: ``logged``.
-    text = f"WITH {_INPUT_TURN}{steps}settled AS ({settled}),\nlogged AS ({_LOG_MANY.strip()})"
+    # Successes have their own arrays, the other kinds share theirs (``kinds`` tells
+    # them apart); a data-modifying step runs whether or not the statement reads it.
+    failures = set(kinds) != {"done"}
+    text = (f"WITH {_INPUT_DONE if 'done' in kinds else ''}{_INPUT_TURN if failures else ''}"
+            f"{steps}settled AS ({settled})"
+            + (f",\nlogged AS ({_LOG_MANY.strip()})" if failures else ""))
     if not claim:
         return f"{text}\nSELECT false, id, {_CLAIM_SHAPE} FROM settled\n"
     return (f"{text},\n{_CLAIM_PICKED},\nclaimed AS ({_CLAIM_UPDATE})\n"
