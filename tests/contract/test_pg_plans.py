@@ -175,6 +175,9 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     tables = {"jobs": "jobs", "finished": "finished_jobs"}
     statements = {
         "CLAIM": (pg_sql.CLAIM, claim),
+        # R62: the claim from a place in line
+        "CLAIM_AFTER": (pg_sql.CLAIM_AFTER, dict(claim, after_priority=0, after_line=now - 5.0,
+                                                 after_id=3000)),
         "CLAIM_IDS": (pg_sql.CLAIM_IDS, dict(claim, ids=[3001, 3002], caps=[None, 2])),
         "LANE_PAGE": (pg_sql.LANE_PAGE, {"names": ["plans.limited"], "queue": "default",
                                          "count": 4, "offset": 0, "now": now}),
@@ -220,6 +223,9 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     statements["turn_statement(every kind, claim)"] = (pg_sql.turn_statement(every, True),
                                                        dict(claim, **turn))
     statements["turn_statement(every kind)"] = (pg_sql.turn_statement(every, False), turn)
+    statements["turn_statement(done, claim after a place)"] = (
+        pg_sql.turn_statement(("done",), True, True),
+        dict(claim, **turn, after_priority=0, after_line=now - 5.0, after_id=3000))
     # A batch member's end (its row moved by the settle; the batch counts it in a trigger).
     member = {key: value[:1] if isinstance(value, list) else value for key, value in turn.items()}
     member.update(done_ids=[2000], owner="plans-pool-member")

@@ -757,7 +757,8 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 #: (a hash join over a sequential scan, or a merge join walking the whole primary key:
 #: 34 ms a claim at 50 000 ready rows, against 0.5 ms; ``tests/contract/test_pg_plans.py``).
 #: It returns ``row_codec.CLAIM_COLUMNS``, as SQLite's does: the follow-ups as flags
-#: (1, ``FOLLOW_ENDS``, for a chain; a batch counts its members by trigger here), and
+#: (1 for a chain or a batch member: its done may enqueue a row, R12, R34, R62; a batch
+#: counts its members by trigger here), and
 #: the chain itself as JSON text (as SQLite has it: the codec reads one form), which
 #: the codec checks before the job runs (R44).
 _CLAIM_PICKED = """picked AS (
@@ -772,10 +773,35 @@ _CLAIM_UPDATE = f"""UPDATE jobs AS j
    SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
-          j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
+          j.timeout, j.deadline, j.priority, j.line_at,
+          (j.chain IS NOT NULL OR j.batch_id IS NOT NULL)::integer, j.run_at,
           j.chain::text
 """
 CLAIM = f"\nWITH {_CLAIM_PICKED}\n{_CLAIM_UPDATE}"
+
+#: R62: the claim from a place in line (``%(after_priority)s``, ``%(after_line)s``,
+#: ``%(after_id)s``: the last row this claimer took in this queue): higher priorities
+#: walked from their front, then the same priority after that place, then the lower
+#: ones, each a range of the claim index, read only as far as the limit needs. Rows
+#: of this priority before the place (the entries of rows claimed since the oldest open
+#: transaction began, which no scan may drop while it lasts) are not walked again.
+_PICKED_FROM = """picked_{part} AS (
+    SELECT id FROM jobs
+     WHERE status = 'ready' AND queue = %(queue)s
+       AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
+       AND name = ANY(%(names)s::text[]) AND {where}
+     ORDER BY priority DESC, line_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED),
+"""
+_CLAIM_PICKED_AFTER = "".join(_PICKED_FROM.format(part=part, where=where) for part, where in (
+    ("above", "priority > %(after_priority)s::integer"),
+    ("on", "priority = %(after_priority)s::integer"
+           " AND (line_at, id) > (%(after_line)s::float8, %(after_id)s::bigint)"),
+    ("below", "priority < %(after_priority)s::integer"))) + """picked AS (
+    SELECT id FROM picked_above UNION ALL SELECT id FROM picked_on
+    UNION ALL SELECT id FROM picked_below LIMIT %(limit)s)"""
+CLAIM_AFTER = f"\nWITH {_CLAIM_PICKED_AFTER}\n{_CLAIM_UPDATE}"
 
 
 def claim_params(names, policies, default_policy) -> dict:
@@ -1009,13 +1035,14 @@ def numbered(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 @functools.lru_cache(maxsize=None)
-def turn_statement_numbered(kinds: tuple[str, ...], claim: bool) -> tuple[str, tuple[str, ...]]:
+def turn_statement_numbered(kinds: tuple[str, ...], claim: bool,
+                            after: bool = False) -> tuple[str, tuple[str, ...]]:
     """``turn_statement`` as ``numbered`` writes it (what the driver sends)."""
-    return numbered(turn_statement(kinds, claim))
+    return numbered(turn_statement(kinds, claim, after))
 
 
 @functools.lru_cache(maxsize=None)
-def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
+def turn_statement(kinds: tuple[str, ...], claim: bool, after: bool = False) -> str:
     """One turn as one statement: the settles of ``kinds`` (successes in
     ``_INPUT_DONE``'s arrays; the others in ``_INPUT_TURN``'s, ``%(kinds)s`` naming each
     attempt's) and, when ``claim``, ``CLAIM`` with its
@@ -1038,7 +1065,9 @@ def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
             + (f",\nlogged AS ({_LOG_MANY.strip()})" if failures else ""))
     if not claim:
         return f"{text}\nSELECT false, id, {_CLAIM_SHAPE} FROM settled\n"
-    return (f"{text},\n{_CLAIM_PICKED},\nclaimed AS ({_CLAIM_UPDATE})\n"
+    # R62: ``after``: the claim from the claimer's place in line (``CLAIM_AFTER``).
+    return (f"{text},\n{_CLAIM_PICKED_AFTER if after else _CLAIM_PICKED},\n"
+            f"claimed AS ({_CLAIM_UPDATE})\n"
             f"SELECT true, * FROM claimed\nUNION ALL\n"
             f"SELECT false, id, {_CLAIM_SHAPE} FROM settled\n")
 
