@@ -45,12 +45,17 @@ from compare import drop_schema, with_schema  # noqa: E402
 PROBE_ROWS = 64
 
 
-def probe_claims(store_url: str, count: int, stop: threading.Event | None = None) -> list[float]:
-    """Milliseconds for a 64-row claim, ``count`` times (or until ``stop``), each
-    rolled back so the queue is left as it was."""
+def probe_claims(store_url: str, count: int, stop: threading.Event | None = None,
+                 placed: list[float] | None = None) -> list[float]:
+    """Milliseconds for a 64-row claim from the front, ``count`` times (or until
+    ``stop``), each rolled back so the queue is left as it was. ``placed``: after each,
+    one from a place in line as a pool's claimer makes it (R62, when this tree has it),
+    timed into that list: the place is the first row the probe before it found, as for a
+    claimer whose last claim ended there."""
     target = parse_url(store_url)
     params = dict(pg_sql.claim_params(["bench.noop"], {}, DEFAULT_POLICY), owner="soak-probe",
                   slack=LEASE_SLACK, queue="default", limit=PROBE_ROWS)
+    claim_after = getattr(pg_sql, "CLAIM_AFTER", None)
     times = []
     with psycopg.connect(target.conninfo, options=f"-c search_path={target.schema}") as conn:
         while len(times) < count and not (stop and stop.is_set()):
@@ -60,6 +65,16 @@ def probe_claims(store_url: str, count: int, stop: threading.Event | None = None
             conn.rollback()
             if len(rows) != PROBE_ROWS:
                 raise SystemExit(f"a probe claimed {len(rows)} rows, not {PROBE_ROWS}")
+            if placed is not None and claim_after is not None:
+                first = min(rows, key=lambda row: (-row[9], row[10], row[0]))
+                started = time.perf_counter()
+                found = conn.execute(claim_after, dict(
+                    params, now=time.time(), after_priority=first[9], after_line=first[10],
+                    after_id=first[0])).fetchall()
+                placed.append((time.perf_counter() - started) * 1000)
+                conn.rollback()
+                if len(found) != PROBE_ROWS:
+                    raise SystemExit(f"a probe claimed {len(found)} rows, not {PROBE_ROWS}")
             if stop is not None:
                 time.sleep(0.05)
     return times
@@ -109,8 +124,9 @@ def main() -> int:
             env=env, cwd=BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stop = threading.Event()
         during: list[float] = []
+        placed: list[float] = []
         prober = threading.Thread(target=lambda: during.extend(
-            probe_claims(store_url, 10**9, stop)))
+            probe_claims(store_url, 10**9, stop, placed)))
         started = time.perf_counter()
         prober.start()
         time.sleep(5)
@@ -122,6 +138,8 @@ def main() -> int:
         if code != 0:
             raise SystemExit(f"the pool exited {code}: {pool.stderr.read()[-500:]}")
         result["during"] = summary(during)
+        if placed:
+            result["during_from_a_place"] = summary(placed)
         result["dead_rows_at_end"] = admin.execute(
             "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s"
             " AND relname = 'jobs'", (schema,)).fetchone()[0]

@@ -17,7 +17,7 @@ import pytest
 import jobpool
 from jobpool.config import PoolConfig
 from jobpool.errors import StoreError
-from jobpool.lifecycle import DONE, Outcome
+from jobpool.lifecycle import DONE, FATAL, Outcome
 from jobpool.supervisor import Supervisor
 
 from ..conftest import PG_URL
@@ -123,28 +123,31 @@ def test_a_held_job_whose_row_moved_to_its_next_attempt_is_given_back_too(pg_url
     store.close()
 
 
-def test_a_done_settle_whose_commit_reply_was_lost_is_done_not_lost(pg_url, lost_reply):
-    # R26, R8: the done settle committed; the turn only saw its connection drop
+@pytest.mark.parametrize("kind, status, line", [(DONE, "done", "done"), (FATAL, "dead", "fatal")])
+def test_a_finishing_settle_whose_commit_reply_was_lost_is_what_it_made_not_lost(
+        pg_url, lost_reply, kind, status, line):
+    # R26, R8: the settle committed; the turn only saw its connection drop. R61: a
+    # success's line is found in its finished row, a failure's in the attempt table.
     store = jobpool.connect(pg_url)
     job_id = store.enqueue("doubt.noop").id
     relayed = jobpool.connect(lost_reply.url)
     pool = relayed.claimer("host-a:1:1", ("doubt.noop",), ("default",), {})
     try:
         (claimed,) = pool.turn([], 1, time.time(), None)[1]
-        outcome = Outcome(job_id, claimed.attempt, DONE)
+        outcome = Outcome(job_id, claimed.attempt, kind, None if kind == DONE else "boom")
         with pytest.raises(StoreError):
             pool.turn([outcome], 0, time.time(), None)
         assert lost_reply.lost.exists()
-        assert store.get(job_id)["status"] == "done"  # the server did commit it
+        assert store.get(job_id)["status"] == status  # the server did commit it
         # The supervisor sends the outcome again (R26): the fence matches no row now,
-        # and the attempt is reported done, as that first commit made it.
+        # and the attempt is reported as that first commit made it.
         (settled,), claimed_now, _expired = pool.turn([outcome], 0, time.time(), None)
-        assert (settled.job_id, settled.attempt, settled.status) == (job_id, 1, "done")
+        assert (settled.job_id, settled.attempt, settled.status) == (job_id, 1, status)
         assert claimed_now == []
     finally:
         pool.close()
         relayed.close()
-    assert [a["outcome"] for a in store.attempts(job_id)] == ["done"]
+    assert [a["outcome"] for a in store.attempts(job_id)] == [line]
     store.close()
 
 

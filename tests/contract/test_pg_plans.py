@@ -162,6 +162,10 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
             "log_errors": [None] * 3, "exit_statuses": [None] * 3,
             "peak_rsses": [30_000_000] * 3, "cpus": [0.01] * 3, "strays": [0] * 3,
             "owner": OWNER, "now": now}
+    # R61: the successes' own arrays
+    many.update(done_ids=ids, done_attempts=[1] * 3, done_results=[b"null"] * 3,
+                done_pids=[4321] * 3, done_peak_rsses=[30_000_000] * 3, done_cpus=[0.01] * 3,
+                done_strays=[0] * 3)
     lane = {"queue": "default", "name": "plans.limited", "grp": "g7", "priority": 1,
             "now": now, "count": 2, "id": 1, "seq": 0}
     new_job = {"queue": "default", "name": "plans.job", "key": "key-new", "payload": b"[[1],{}]",
@@ -171,6 +175,9 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     tables = {"jobs": "jobs", "finished": "finished_jobs"}
     statements = {
         "CLAIM": (pg_sql.CLAIM, claim),
+        # R62: the claim from a place in line
+        "CLAIM_AFTER": (pg_sql.CLAIM_AFTER, dict(claim, after_priority=0, after_line=now - 5.0,
+                                                 after_id=3000)),
         "CLAIM_IDS": (pg_sql.CLAIM_IDS, dict(claim, ids=[3001, 3002], caps=[None, 2])),
         "LANE_PAGE": (pg_sql.LANE_PAGE, {"names": ["plans.limited"], "queue": "default",
                                          "count": 4, "offset": 0, "now": now}),
@@ -184,6 +191,11 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
         "CRASH_CAUSES": (pg_sql.CRASH_CAUSES, {"id": 4}),
         "RELEASE_IN_DOUBT": (pg_sql.RELEASE_IN_DOUBT, {"owner": OWNER, "held": ids,
                                                       "held_attempts": [1] * len(ids)}),
+        # R26, R61: settles in doubt, by the success's row or the failure's line
+        "SETTLED_IN_DOUBT": (pg_sql.SETTLED_IN_DOUBT, {
+            "owner": OWNER, "ids": ids, "attempts": [1] * 3, "began": [now - 1.0] * 3,
+            "ended": [now] * 3}),
+        "LIST_ATTEMPTS": (pg_sql.LIST_ATTEMPTS, {"id": 4}),
         "RECLAIMABLE_EXPIRED": (pg_sql.RECLAIMABLE_EXPIRED, {"now": now}),
         "RECLAIMABLE_OWNER": (pg_sql.RECLAIMABLE_OWNER, {"now": now, "owner": OWNER}),
         "LEASE_OWNERS": (pg_sql.LEASE_OWNERS, {}),
@@ -211,9 +223,12 @@ def hot_statements(schema: str) -> dict[str, tuple[str, dict]]:
     statements["turn_statement(every kind, claim)"] = (pg_sql.turn_statement(every, True),
                                                        dict(claim, **turn))
     statements["turn_statement(every kind)"] = (pg_sql.turn_statement(every, False), turn)
+    statements["turn_statement(done, claim after a place)"] = (
+        pg_sql.turn_statement(("done",), True, True),
+        dict(claim, **turn, after_priority=0, after_line=now - 5.0, after_id=3000))
     # A batch member's end (its row moved by the settle; the batch counts it in a trigger).
     member = {key: value[:1] if isinstance(value, list) else value for key, value in turn.items()}
-    member.update(ids=[2000], owner="plans-pool-member")
+    member.update(done_ids=[2000], owner="plans-pool-member")
     statements["turn_statement(done) of a batch member"] = (
         pg_sql.turn_statement(("done",), False), member)
     return statements
@@ -276,11 +291,9 @@ def test_a_batch_members_end_reads_by_index_in_its_triggers(filled):
     try:
         plans = _nested_plans(conn)
         now = time.time()
-        settle = {"ids": [member.id], "attempts": [claimed.attempt], "run_ats": [now],
-                  "errors": [None], "crashes": [0], "results": [b"null"], "pids": [4321],
-                  "began": [now - 1.0], "outcomes": ["done"], "log_errors": [None],
-                  "exit_statuses": [None], "peak_rsses": [None], "cpus": [None],
-                  "strays": [None], "kinds": ["done"], "owner": "plans-pool-members",
+        settle = {"done_ids": [member.id], "done_attempts": [claimed.attempt],
+                  "done_results": [b"null"], "done_pids": [4321], "done_peak_rsses": [None],
+                  "done_cpus": [None], "done_strays": [None], "owner": "plans-pool-members",
                   "now": now}
         # When its settle runs (rolled back: the plans are what is asked).
         with conn.transaction(force_rollback=True):

@@ -154,3 +154,33 @@ def test_a_chains_next_step_is_claimed_in_the_turn_that_finished_its_first(trace
     (next_step,) = claimed_now
     assert next_step.job_id != first and store.get(next_step.job_id)["status"] == "running"
     assert sent()[0]["Sync"] == 2
+
+
+def _bound(lines_text: str) -> list[int]:
+    """How many parameter values each Bind in a libpq trace carries."""
+    counts = []
+    for line in lines_text.splitlines():
+        if line.startswith("F\t") and line.split("\t")[2] == "Bind":
+            words = re.sub(r'"[^"]*"', "name", line.split("\t", 3)[3]).split()
+            formats = int(words[2])
+            counts.append(int(words[3 + formats]))
+    return counts
+
+
+def test_a_success_sends_fewer_values_than_a_failure(traced, tmp_path):
+    # R61: a turn that settles successes only binds their own arrays (id, attempt,
+    # result, pid and the line's measures), not a failure's due time, error, crash
+    # count, outcome and exit status.
+    store, claimer, start, sent = traced
+    store.enqueue_many(NAME, [(i,) for i in range(4)])
+    done, failed = turn(claimer, [], 2)[1]
+    start()
+    turn(claimer, [Outcome(done.job_id, done.attempt, DONE)], 0)
+    sent()
+    trace = (tmp_path / "trace").read_text()
+    turn(claimer, [Outcome(failed.job_id, failed.attempt, ERROR, "boom")], 0)
+    sent()
+    success, failure = _bound((tmp_path / "trace").read_text()[:len(trace)]), _bound(
+        (tmp_path / "trace").read_text()[len(trace):])
+    assert len(success) == len(failure) == 1, (success, failure)
+    assert success[0] < failure[0] - 5, (success, failure)

@@ -102,7 +102,11 @@ def _many(job_id: int, attempt: int) -> dict:
             "errors": [GIVEN["error"]], "crashes": [GIVEN["crashes"]],
             "results": [GIVEN["result"]], "pids": [1], "began": [95.0], "outcomes": ["test"],
             "log_errors": [None], "exit_statuses": [None], "peak_rsses": [None],
-            "cpus": [None], "strays": [None]}
+            "cpus": [None], "strays": [None],
+            # R61: a success's own arrays
+            "done_ids": [job_id], "done_attempts": [attempt], "done_results": [GIVEN["result"]],
+            "done_pids": [1], "done_peak_rsses": [None], "done_cpus": [None],
+            "done_strays": [None]}
 
 
 def statements(postgres: bool) -> list[tuple[str, str, str]]:

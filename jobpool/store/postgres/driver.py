@@ -52,6 +52,13 @@ except ImportError:  # pragma: no cover - PostgresStore refused to open first
 
 #: How often a claimer reads the server's clock again to correct its offset, seconds.
 CLOCK_EVERY = 60.0
+#: R62: how often a claimer that claims from its place in line walks a queue from its
+#: front again, seconds: the longest a row put back at its old place by another pool
+#: (a defer, a release, an expired lease) waits behind the rows after it.
+FRONT_EVERY = 1.0
+#: R62: the settles that put a row back at its old place in line, ahead of a claimer's
+#: (a done whose row has follow-ups may enqueue a batch's callbacks at its place, R34).
+_BACK_IN_PLACE = frozenset({"defer", "release", "interrupt", "requeue"})
 
 
 class SentGroup:
@@ -143,6 +150,10 @@ class PgDriver:
         #: it was last measured (R7a).
         self._clock_offset = 0.0
         self._clock_read_at = -math.inf
+        #: R62: per queue, the last row claimed (priority, line_at, id), and when
+        #: (monotonic) a claim last walked it from the front.
+        self._places: dict[str, tuple[int, float, int]] = {}
+        self._front_at: dict[str, float] = {}
         _ = self._connection()
 
     def serve(self, owner: str, names: Sequence[str], policies: dict[str, Policy]) -> None:
@@ -151,6 +162,34 @@ class PgDriver:
         self._claim_params = pg_sql.claim_params(names, policies, DEFAULT_POLICY)
         self._policies = policies
         self._name_claims = {}
+
+    # -- R62: the claim from a place in line -----------------------------------------------------
+
+    def place(self, queue: str) -> tuple[int, float, int] | None:
+        """Where in ``queue``'s line (priority, place, id) the next claim starts: after
+        the last row this claimer took there, or at the front (None) when it has no
+        such row or walked from the front ``FRONT_EVERY`` seconds ago."""
+        place = self._places.get(queue)
+        if place is None or time.monotonic() - self._front_at.get(queue, -math.inf) >= FRONT_EVERY:
+            return None
+        return place
+
+    def claimed_from(self, queue: str, rows: list[tuple], want: int,
+                     after: tuple[int, float, int] | None, keep: bool = True) -> None:
+        """Remember where a claim of ``want`` rows that took ``rows`` ended. One that
+        came back short found no more due rows after its start: the next starts at the
+        front (where rows put back at their old place wait); so does the next after a
+        claim that could not see a row its own turn put ahead (not ``keep``)."""
+        if after is None:
+            self._front_at[queue] = time.monotonic()
+        if not keep:
+            self._places.clear()
+            return
+        if not rows or len(rows) < want:
+            self._places.pop(queue, None)
+            return
+        last = max(rows, key=lambda row: (-row[_PRIORITY], row[_LINE_AT], row[0]))
+        self._places[queue] = (last[_PRIORITY], last[_LINE_AT], last[0])
 
     def limited_claim(self, plan: LimitPlan) -> LimitedClaim:
         return pg_limited_claim(plan, self._names)
@@ -217,6 +256,7 @@ class PgDriver:
             try:
                 if self._in_doubt:
                     released = turn.queue(pg_sql.RELEASE_IN_DOUBT, _held(self.owner, held))
+                    turn.from_front()  # R62: what it gives back is ahead of any place
                 if self._doubted:
                     committed = turn.queue(pg_sql.SETTLED_IN_DOUBT, self._doubt_params())
                 sent, expiring = body(turn)
@@ -254,6 +294,8 @@ class PgDriver:
         in doubt, and so are its claims, which the engine will not hold. On a
         connection still up they are given back at once (``RELEASE_IN_DOUBT``), so a
         failed turn leaves no lease behind; else the next turn does it."""
+        # R62: claims given back go back to their place in line, ahead of this one's.
+        self._places.clear()
         if turn is None or not (turn.committed or self._conn is None):
             return
         self._in_doubt = True
@@ -332,7 +374,7 @@ class PgTurn:
     a ``transaction`` (a reclaim) every statement runs as it is sent, inside it."""
 
     __slots__ = ("driver", "conn", "now", "_held", "decided", "committed", "_piped",
-                 "_pipeline", "_pending", "_group")
+                 "_pipeline", "_pending", "_group", "_front")
 
     def __init__(self, driver: PgDriver, conn: Any, now: float,
                  held: Mapping[int, Lease] | None, piped: bool = False) -> None:
@@ -350,6 +392,14 @@ class PgTurn:
         self._pipeline: Any = None
         self._pending: list[tuple[Fenced, dict]] = []
         self._group = SentGroup()
+        #: R62: a settle of this turn put a row ahead of the claimer's place in line:
+        #: its claims walk from the front, and so does the next turn's.
+        self._front = False
+
+    def from_front(self) -> None:
+        """R62: this turn's claims, and the next turn's, walk from the front."""
+        self._front = True
+        self.driver.claimed_from("", [], 0, None, keep=False)
 
     def queue(self, query: str, params: Any = None, raw: bool = False) -> Any:
         """Send ``query`` in the turn's open pipeline (opened here if none is, and
@@ -414,7 +464,7 @@ class PgTurn:
         return dict(driver._claim_params, owner=driver.owner, now=self.now, slack=LEASE_SLACK,
                     queue=queue, limit=want)
 
-    def claim(self, queue: str, want: int) -> list[tuple]:
+    def claim(self, queue: str, want: int, front: bool = False) -> list[tuple]:
         """The turn's settles so far and this claim as one statement, sent with its
         Sync: one round trip. A job it put back in line due now (a retry without
         backoff, a defer or reschedule of no delay) or a chain's next step it enqueued
@@ -422,13 +472,22 @@ class PgTurn:
         a turn on SQLite would. (A batch's callbacks, enqueued by a trigger, wake the
         pools by their notification, R34, R11a.)"""
         params = self._claim_params(queue, want)
-        if self._pending and self._pending[0][1]["owner"] != self.driver.owner:
+        driver = self.driver
+        if self._pending and self._pending[0][1]["owner"] != driver.owner:
             self.send_pending()  # a reclaim's settles are fenced by another owner
         again = any(_due_now(item) for item, _params in self._pending)
+        # R62: from this claimer's place in line, unless this turn put a row back
+        # where it was, or let a trigger enqueue one at its batch's place (ahead of it).
+        front = front or self._front
+        after = None if front else driver.place(queue)
+        if after is not None:
+            params.update(after_priority=after[0], after_line=after[1], after_id=after[2])
         if not self._pending:
-            return self._alone(pg_sql.CLAIM, params).fetchall()
-        cursor, group = self._send(params)
-        found: list[tuple] = []
+            found = self._alone(pg_sql.CLAIM_AFTER if after else pg_sql.CLAIM, params).fetchall()
+            driver.claimed_from(queue, found, want, after, keep=not front)
+            return found
+        cursor, group = self._send(params, after=after is not None)
+        found = []
         held: set[int] = set()
         for row in cursor.fetchall():
             if row[0]:
@@ -436,8 +495,9 @@ class PgTurn:
             else:
                 held.add(row[1])
         group.found(held)
+        driver.claimed_from(queue, found, want, after, keep=not front)
         if again and len(found) < want:
-            found += self.claim(queue, want - len(found))
+            found += self.claim(queue, want - len(found), front=True)
         return found
 
     def claim_name(self, queue: str, name: str, want: int) -> list[tuple]:
@@ -466,19 +526,28 @@ class PgTurn:
         if self._pending:
             self._send(None, last)
 
-    def _send(self, claim: dict[str, Any] | None, last: bool = False) -> tuple[Any, SentGroup]:
+    def _send(self, claim: dict[str, Any] | None, last: bool = False,
+              after: bool = False) -> tuple[Any, SentGroup]:
         """Send the pending settles (and ``claim``'s parameters) as one
         ``pg_sql.turn_statement``; its answers go to their group."""
         pending, group = self._pending, self._group
         self._pending, self._group = [], SentGroup()
-        params: dict[str, Any] = {
-            name: [item_params[key] for _item, item_params in pending]
-            for name, key in _ARRAYS}
-        params["kinds"] = [item.decision.statement for item, _params in pending]
-        kinds = tuple(sorted(set(params["kinds"])))
+        # R61: successes travel in arrays of their own, with what a success needs.
+        done = [item_params for item, item_params in pending if item.decision.statement == "done"]
+        failed = [(item, item_params) for item, item_params in pending
+                  if item.decision.statement != "done"]
+        params: dict[str, Any] = {}
+        if done:
+            params.update((name, [item_params[key] for item_params in done])
+                          for name, key in _DONE_ARRAYS)
+        if failed:
+            params.update((name, [item_params[key] for _item, item_params in failed])
+                          for name, key in _ARRAYS)
+            params["kinds"] = [item.decision.statement for item, _params in failed]
+        kinds = tuple(sorted({item.decision.statement for item, _params in pending}))
         # Every pending settle is fenced by one owner (``settle``).
         params.update(claim or {}, owner=pending[0][1]["owner"], now=self.now)
-        statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None)
+        statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None, after)
         values = [params[name] for name in names]
         cursor = (self._alone(statement, values, raw=True) if claim is not None or last
                   else self.queue(statement, values, raw=True))
@@ -525,6 +594,10 @@ class PgTurn:
             if held is not None and held.get(item.lease.job_id) is item.lease:
                 self.decided.append(item)
             params = self._params(item)
+            decision = item.decision
+            if decision.statement in _BACK_IN_PLACE or (
+                    decision.statement == "done" and item.lease.follow_ups):
+                self.from_front()
             if self._pending and (params["owner"] != self._pending[0][1]["owner"] or any(
                     pending.lease.job_id == item.lease.job_id for pending, _ in self._pending)):
                 self.send_pending()
@@ -533,10 +606,16 @@ class PgTurn:
         return sent
 
     def _params(self, item: Fenced) -> dict[str, Any]:
-        """The parameters of one attempt's settle and of its line in the log."""
+        """The parameters of one attempt's settle and of its line in the log (a
+        success's: only what its arrays carry, ``_DONE_ARRAYS``)."""
         lease, outcome, decision, owner, log_as = item
         now = self.now
         result = outcome.result
+        if decision.statement == "done":
+            return {"id": lease.job_id, "attempt": lease.attempt, "owner": owner,
+                    "result": result.encode() if isinstance(result, str) else result,
+                    "pid": outcome.pid, "peak_rss": outcome.peak_rss, "cpu_s": outcome.cpu_s,
+                    "strays": outcome.strays}
         logged = rows.attempt_params(lease, outcome, owner, now, log_as)
         return dict(logged, log_error=logged["error"], error=decision.reason,
                     result=result.encode() if isinstance(result, str) else result,
@@ -552,12 +631,19 @@ def _due_now(item: Fenced) -> bool:
             or (decision.statement == "done" and bool(item.lease.follow_ups)))
 
 
+#: Where a claimed row (``row_codec.CLAIM_COLUMNS``) has its priority and place in line.
+_PRIORITY, _LINE_AT = 9, 10
+
 #: A turn statement's arrays (``pg_sql.turn_statement``), from each attempt's parameters.
 _ARRAYS = (("ids", "id"), ("attempts", "attempt"), ("run_ats", "run_at"), ("errors", "error"),
            ("crashes", "crashes"), ("results", "result"), ("pids", "pid"),
            ("began", "started_at"), ("outcomes", "outcome"), ("log_errors", "log_error"),
            ("exit_statuses", "exit_status"), ("peak_rsses", "peak_rss"), ("cpus", "cpu_s"),
            ("strays", "strays"))
+#: A success's arrays (R61: ``pg_sql._INPUT_DONE``).
+_DONE_ARRAYS = (("done_ids", "id"), ("done_attempts", "attempt"), ("done_results", "result"),
+                ("done_pids", "pid"), ("done_peak_rsses", "peak_rss"), ("done_cpus", "cpu_s"),
+                ("done_strays", "strays"))
 
 
 def _held(owner: str, held: Mapping[int, Lease]) -> dict[str, Any]:

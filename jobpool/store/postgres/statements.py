@@ -51,7 +51,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -166,9 +166,18 @@ CREATE TABLE IF NOT EXISTS finished_jobs (
     state            text,
     state_at         float8,
     grp              text,
-    meta             jsonb
+    meta             jsonb,
+    done_owner       text,
+    done_pid         integer,
+    done_peak_rss    bigint,
+    done_cpu_s       float8,
+    done_strays      integer
 )
 """
+#: R61: a clean success's attempt line, in its own ``finished_jobs`` row (``done_*``,
+#: NULL on every other row): its attempt, start and end are the row's ``attempts``,
+#: ``started_at`` and ``finished_at``; its outcome ``done``, with no error or exit status.
+DONE_LINE_COLUMNS = ("done_owner", "done_pid", "done_peak_rss", "done_cpu_s", "done_strays")
 
 #: R7: the claim walks this index in its ORDER BY, per queue, over ready rows only.
 CREATE_CLAIM_INDEX = """
@@ -618,6 +627,10 @@ STEPS: dict[int, tuple[str, ...]] = {
     8: (CREATE_ROLLUPS,),
     # R47: a chain's steps found by its first job's id (the web dashboard's job page).
     9: CHAIN_SCHEMA,
+    # R61: a clean success's attempt line in its finished row.
+    10: tuple(f"ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS {column} {kind}"
+              for column, kind in zip(DONE_LINE_COLUMNS,
+                                      ("text", "integer", "bigint", "float8", "integer"))),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -754,7 +767,8 @@ NOTIFY_READY = "SELECT pg_notify(%(channel)s, %(queue)s)"
 #: (a hash join over a sequential scan, or a merge join walking the whole primary key:
 #: 34 ms a claim at 50 000 ready rows, against 0.5 ms; ``tests/contract/test_pg_plans.py``).
 #: It returns ``row_codec.CLAIM_COLUMNS``, as SQLite's does: the follow-ups as flags
-#: (1, ``FOLLOW_ENDS``, for a chain; a batch counts its members by trigger here), and
+#: (1 for a chain or a batch member: its done may enqueue a row, R12, R34, R62; a batch
+#: counts its members by trigger here), and
 #: the chain itself as JSON text (as SQLite has it: the codec reads one form), which
 #: the codec checks before the job runs (R44).
 _CLAIM_PICKED = """picked AS (
@@ -769,7 +783,8 @@ _CLAIM_UPDATE = f"""UPDATE jobs AS j
    SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
  WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.name, j.payload, j.serializer, j.attempts, j.max_attempts, j.crashes,
-          j.timeout, j.deadline, j.priority, j.line_at, (j.chain IS NOT NULL)::integer, j.run_at,
+          j.timeout, j.deadline, j.priority, j.line_at,
+          (j.chain IS NOT NULL OR j.batch_id IS NOT NULL)::integer, j.run_at,
           j.chain::text, j.batch_id, j.meta::text
 """
 CLAIM = f"\nWITH {_CLAIM_PICKED}\n{_CLAIM_UPDATE}"
@@ -783,6 +798,30 @@ UPDATE jobs AS j SET lease_expires_at = j.lease_expires_at + c.extra
  WHERE j.id = c.id AND j.attempts = c.attempt AND j.lease_owner = %(owner)s
    AND j.status = 'running'
 """
+
+#: R62: the claim from a place in line (``%(after_priority)s``, ``%(after_line)s``,
+#: ``%(after_id)s``: the last row this claimer took in this queue): higher priorities
+#: walked from their front, then the same priority after that place, then the lower
+#: ones, each a range of the claim index, read only as far as the limit needs. Rows
+#: of this priority before the place (the entries of rows claimed since the oldest open
+#: transaction began, which no scan may drop while it lasts) are not walked again.
+_PICKED_FROM = """picked_{part} AS (
+    SELECT id FROM jobs
+     WHERE status = 'ready' AND queue = %(queue)s
+       AND run_at <= GREATEST(%(now)s, extract(epoch FROM statement_timestamp()))
+       AND name = ANY(%(names)s::text[]) AND {where}
+     ORDER BY priority DESC, line_at, id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED),
+"""
+_CLAIM_PICKED_AFTER = "".join(_PICKED_FROM.format(part=part, where=where) for part, where in (
+    ("above", "priority > %(after_priority)s::integer"),
+    ("on", "priority = %(after_priority)s::integer"
+           " AND (line_at, id) > (%(after_line)s::float8, %(after_id)s::bigint)"),
+    ("below", "priority < %(after_priority)s::integer"))) + """picked AS (
+    SELECT id FROM picked_above UNION ALL SELECT id FROM picked_on
+    UNION ALL SELECT id FROM picked_below LIMIT %(limit)s)"""
+CLAIM_AFTER = f"\nWITH {_CLAIM_PICKED_AFTER}\n{_CLAIM_UPDATE}"
 
 
 def claim_params(names, policies, default_policy) -> dict:
@@ -889,11 +928,13 @@ _LIVE_ONLY = frozenset({"lease_owner", "lease_expires_at", "cancel_requested"})
 
 
 def finish_row(transition: lifecycle.Transition, dialect: Dialect, source: str,
-               overrides: dict[str, str] | None = None) -> str:
+               overrides: dict[str, str] | None = None, more: tuple[str, ...] = ()) -> str:
     """The ``INSERT`` that writes the rows of ``source`` (a CTE of rows deleted from
-    ``jobs``) into ``finished_jobs`` as ``transition`` leaves them, returning their ids."""
+    ``jobs``) into ``finished_jobs`` as ``transition`` leaves them, returning their ids;
+    ``more``: columns only ``overrides`` fill (a success's attempt line, R61)."""
     sets = transition.columns()
-    columns = (*_MOVED.split(", "), *_FINISHED_KEEPS, *(c for c in _FINISHED_ONLY if c in sets))
+    columns = (*_MOVED.split(", "), *_FINISHED_KEEPS, *(c for c in _FINISHED_ONLY if c in sets),
+               *more)
     return (f"INSERT INTO finished_jobs ({', '.join(columns)})\n"
             f"    SELECT {select_list(transition, columns, dialect, _LIVE_ONLY, overrides)}"
             f" FROM {source}\n    RETURNING id")
@@ -903,6 +944,9 @@ _SETTLES = lifecycle.SETTLES
 #: R44: a done row whose chain could not go on says why (the transition keeps the
 #: error otherwise).
 _CHAIN_STOPPED_OVERRIDE = {"last_error": _DONE_ERROR}
+#: R61: a success's attempt line, written into its finished row by the settle that
+#: moves it (from the turn's ``input``), where a failure's goes to ``attempts``.
+_DONE_LINE = dict(zip(DONE_LINE_COLUMNS, ("%(owner)s", "pid", "peak_rss", "cpu_s", "strays")))
 
 
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
@@ -942,15 +986,24 @@ _INPUT_TURN = """input AS (
         AS i(id, attempt, new_run_at, new_error, new_crashes, new_result, pid, began,
              outcome, log_error, exit_status, peak_rss, cpu_s, strays, kind)),
 """
+#: R61: a success's attempts, apart: a success needs its id, attempt and result, and its
+#: line's pid and measures (no due time, error, crash count, outcome or exit status).
+_INPUT_DONE = """done_input AS (
+    SELECT * FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[],
+                         %(done_results)s::bytea[], %(done_pids)s::integer[],
+                         %(done_peak_rsses)s::bigint[], %(done_cpus)s::float8[],
+                         %(done_strays)s::integer[])
+        AS i(id, attempt, new_result, pid, peak_rss, cpu_s, strays)),
+"""
 _GUARD_MANY = ("j.id = i.id AND j.lease_owner = %(owner)s AND j.attempts = i.attempt "
                "AND j.status = 'running'")
+#: R19a: the lines of the attempts a turn settled, but a success's (R61: in its row).
 _LOG_MANY = """
 INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, outcome, error,
                       exit_status, peak_rss, cpu_s, strays)
 SELECT id, attempt, %(owner)s, pid, began, %(now)s, outcome, log_error, exit_status, peak_rss,
        cpu_s, strays
   FROM input JOIN settled USING (id)
-RETURNING job_id
 """
 
 #: The claim's columns (``CLAIM``'s ``RETURNING``), as a turn statement's rows carry
@@ -966,12 +1019,14 @@ def _turn_steps(name: str) -> str:
     by the same statement, R12), the rest update them where they are. Its last step is
     ``settled_<name>``, returning the ids whose fence held."""
     transition = _SETTLES[name]
-    guard = f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
+    done = name == "done"
+    source = "done_input" if done else "input"
+    guard = _GUARD_MANY if done else f"i.kind = {quote_literal(name)} AND {_GUARD_MANY}"
     if transition.finishes:
-        done = name == "done"
-        moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN input USING (id)",
-                           _CHAIN_STOPPED_OVERRIDE if done else None)
-        return (f"moved_{name} AS (DELETE FROM jobs AS j USING input AS i WHERE {guard}"
+        moved = finish_row(transition, _MANY_MOVED_DIALECT, f"moved_{name} JOIN {source} USING (id)",
+                           {**_CHAIN_STOPPED_OVERRIDE, **_DONE_LINE} if done else None,
+                           DONE_LINE_COLUMNS if done else ())
+        return (f"moved_{name} AS (DELETE FROM jobs AS j USING {source} AS i WHERE {guard}"
                 f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
                 + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
     return f"""settled_{name} AS (
@@ -1000,15 +1055,17 @@ def numbered(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 @functools.lru_cache(maxsize=None)
-def turn_statement_numbered(kinds: tuple[str, ...], claim: bool) -> tuple[str, tuple[str, ...]]:
+def turn_statement_numbered(kinds: tuple[str, ...], claim: bool,
+                            after: bool = False) -> tuple[str, tuple[str, ...]]:
     """``turn_statement`` as ``numbered`` writes it (what the driver sends)."""
-    return numbered(turn_statement(kinds, claim))
+    return numbered(turn_statement(kinds, claim, after))
 
 
 @functools.lru_cache(maxsize=None)
-def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
-    """One turn as one statement: the settles of ``kinds`` (``%(kinds)s`` names each
-    attempt's, beside ``_INPUT_TURN``'s other arrays) and, when ``claim``, ``CLAIM`` with its
+def turn_statement(kinds: tuple[str, ...], claim: bool, after: bool = False) -> str:
+    """One turn as one statement: the settles of ``kinds`` (successes in
+    ``_INPUT_DONE``'s arrays; the others in ``_INPUT_TURN``'s, ``%(kinds)s`` naming each
+    attempt's) and, when ``claim``, ``CLAIM`` with its
     parameters. Its rows: ``(false, id)`` for each attempt whose fence held, padded to
     the claim's columns, and ``(true, CLAIM's columns...)`` for each claimed row. One
     text per set of kinds, so each is prepared once (a pool meets a handful)."""
@@ -1020,12 +1077,19 @@ def turn_statement(kinds: tuple[str, ...], claim: bool) -> str:
     ordered = [name for name in TURN_KINDS if name in kinds]
     steps = "".join(_turn_steps(name) for name in ordered)
     settled = " UNION ALL ".join(f"SELECT id FROM settled_{name}" for name in ordered)
-    text = f"WITH {_INPUT_TURN}{steps}settled AS ({settled}),\nlogged AS ({_LOG_MANY.strip()})"
+    # Successes have their own arrays, the other kinds share theirs (``kinds`` tells
+    # them apart); a data-modifying step runs whether or not the statement reads it.
+    failures = set(kinds) != {"done"}
+    text = (f"WITH {_INPUT_DONE if 'done' in kinds else ''}{_INPUT_TURN if failures else ''}"
+            f"{steps}settled AS ({settled})"
+            + (f",\nlogged AS ({_LOG_MANY.strip()})" if failures else ""))
     if not claim:
-        return f"{text}\nSELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n"
-    return (f"{text},\n{_CLAIM_PICKED},\nclaimed AS ({_CLAIM_UPDATE})\n"
+        return f"{text}\nSELECT false, id, {_CLAIM_SHAPE} FROM settled\n"
+    # R62: ``after``: the claim from the claimer's place in line (``CLAIM_AFTER``).
+    return (f"{text},\n{_CLAIM_PICKED_AFTER if after else _CLAIM_PICKED},\n"
+            f"claimed AS ({_CLAIM_UPDATE})\n"
             f"SELECT true, * FROM claimed\nUNION ALL\n"
-            f"SELECT false, job_id, {_CLAIM_SHAPE} FROM logged\n")
+            f"SELECT false, id, {_CLAIM_SHAPE} FROM settled\n")
 
 
 CRASH_CAUSES = """
@@ -1048,14 +1112,22 @@ RETURNING id
 
 #: R26: which of the settles sent by turns whose connection dropped did commit, each
 #: known by the attempt log's line it wrote (R19a): this owner's, for that claim of the
-#: attempt (its start), dated by that turn's clock (no other settle has the same).
+#: attempt (its start), dated by that turn's clock (no other settle has the same). A
+#: success's line is in its finished row (R61), found by primary key; a failure's in
+#: ``attempts``.
 SETTLED_IN_DOUBT = """
+WITH doubted (job_id, attempt, started_at, ended_at) AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(began)s::float8[],
+                         %(ended)s::float8[]))
+SELECT f.id, f.attempts, f.started_at, f.finished_at
+  FROM doubted AS d JOIN finished_jobs AS f ON f.id = d.job_id
+ WHERE f.done_owner = %(owner)s AND (f.attempts, f.started_at, f.finished_at)
+                                   = (d.attempt, d.started_at, d.ended_at)
+UNION ALL
 SELECT job_id, attempt, started_at, ended_at
   FROM attempts
  WHERE owner = %(owner)s
-   AND (job_id, attempt, started_at, ended_at) IN (
-       SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(began)s::float8[],
-                            %(ended)s::float8[]))
+   AND (job_id, attempt, started_at, ended_at) IN (SELECT * FROM doubted)
 """
 
 # --- recovery (R23, R24) ------------------------------------------------------------------
@@ -1375,10 +1447,18 @@ def count_jobs(status: str | None, where: list[str]) -> str:
         f"(SELECT 1 FROM {table} WHERE {' AND '.join([condition, *where])} LIMIT %(most)s)"
         for table, condition in LISTED_PARTS[status])
     return f"SELECT count(*) FROM (SELECT 1 FROM ({parts}) AS found LIMIT %(most)s) AS counted"
+#: R19a: a job's attempt lines in order; a success's last, from its finished row (R61).
 LIST_ATTEMPTS = """
 SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s,
        strays
-  FROM attempts WHERE job_id = %(id)s ORDER BY seq
+  FROM (SELECT seq, attempt, owner, pid, started_at, ended_at, outcome, error, exit_status,
+               peak_rss, cpu_s, strays
+          FROM attempts WHERE job_id = %(id)s
+        UNION ALL
+        SELECT NULL, attempts, done_owner, done_pid, started_at, finished_at, 'done', NULL,
+               NULL, done_peak_rss, done_cpu_s, done_strays
+          FROM finished_jobs WHERE id = %(id)s AND done_owner IS NOT NULL) AS lines
+ ORDER BY seq NULLS LAST
 """
 NEXT_READY = """
 SELECT min(run_at) FROM jobs
