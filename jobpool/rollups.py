@@ -113,6 +113,14 @@ def params(rows: Iterable[Rollup], now: float) -> list[tuple[Any, ...]]:
     return [(minute, row.name, *row.values) for row in rows]
 
 
+def by_minute(by: str) -> bool:
+    """Whether a store's ``rollup_totals(by=...)`` adds up per minute (else per name);
+    ``ValueError`` for anything else."""
+    if by not in ("minute", "name"):
+        raise ValueError(f"rollups add up by 'minute' or 'name', not {by!r}")
+    return by == "minute"
+
+
 def as_dicts(found: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
     """A store's ``minute, name, COUNTS…`` rows as dicts."""
     keys = ("minute", "name", *COUNTS)

@@ -112,6 +112,55 @@ def test_beats_of_several_pools_add_into_one_row_a_minute_and_name(any_store, st
     assert row[f"w{rollups.bucket(0.5)}"] == 1 and row[f"w{rollups.bucket(7.0)}"] == 1
 
 
+@on_both_stores
+def test_the_store_adds_a_window_up_per_minute_and_per_name_as_the_rows_merge(any_store,
+                                                                              store_url):
+    """R56: ``rollup_totals`` is the store's own sum of the window (what the charts read):
+    per minute of all names or of one, and per name, equal to ``rollups.merged`` of the
+    raw rows, empty minutes absent, the minute before ``since`` left out."""
+    base = 1_000_000_020.0
+    for minute, pool, counted in ((0, "pool-a", {"c.ok": (0.5, 1.0), "c.slow": (3.0, 40.0)}),
+                                  (0, "pool-b", {"c.ok": (7.0, 2.0)}),
+                                  (1, "pool-a", {"c.slow": (0.02, 0.3)}),
+                                  (3, "pool-a", {"c.ok": (0.2, 0.1), "c.slow": (90.0, 1.5)})):
+        beat = Rollups()
+        for name, (wait, run) in counted.items():
+            beat.claimed(name, wait)
+            beat.settled(name, "done" if run < 10 else "dead", run)
+        any_store.heartbeat(_beat(pool, beat), (), base + minute * rollups.MINUTE)
+    raw = any_store.rollups(0.0)
+    minutes = sorted({row["minute"] for row in raw})
+    if not store_url.startswith("postgresql"):  # PostgreSQL's minute is its server's now
+        assert len(minutes) == 3 and len(raw) == 5
+
+    def expect(rows):
+        return {k: pytest.approx(v) for k, v in rollups.merged(rows).items()}
+
+    def got(row):
+        return {k: row[k] for k in rollups.COUNTS}
+
+    for name in (None, "c.ok", "c.slow", "c.none"):
+        totals = any_store.rollup_totals(0.0, by="minute", name=name)
+        wanted = [m for m in minutes if any(r["minute"] == m and name in (None, r["name"])
+                                            for r in raw)]
+        assert [row["minute"] for row in totals] == wanted, name
+        for row in totals:
+            assert row["name"] is None
+            assert got(row) == expect([r for r in raw if r["minute"] == row["minute"]
+                                       and name in (None, r["name"])]), (name, row["minute"])
+    by_name = any_store.rollup_totals(0.0, by="name")
+    assert [row["name"] for row in by_name] == ["c.ok", "c.slow"]
+    for row in by_name:
+        assert row["minute"] is None
+        assert got(row) == expect([r for r in raw if r["name"] == row["name"]])
+    later = any_store.rollup_totals(minutes[-1], by="name")  # earlier minutes left out
+    assert {row["name"]: got(row) for row in later} == {
+        n: expect([r for r in raw if r["name"] == n and r["minute"] >= minutes[-1]])
+        for n in {r["name"] for r in raw if r["minute"] >= minutes[-1]}}
+    with pytest.raises(ValueError, match="not 'hour'"):
+        any_store.rollup_totals(0.0, by="hour")
+
+
 def test_rollups_older_than_they_are_kept_are_trimmed_by_the_next_beat(any_store):
     counted = Rollups()
     counted.settled("c.ok", "done", 1.0)
@@ -185,3 +234,26 @@ def test_the_charts_need_a_login_and_the_api_the_token(any_store, store_url):
         assert client.get("/api/rollups").status_code == 401
         assert client.get("/api/rollups",
                           headers={"authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_a_long_window_is_drawn_in_columns_of_several_minutes_and_the_api_stays_per_minute(
+        any_store, store_url):
+    """R56: three days on a 720-unit drawing are 720 columns of 6 minutes, each the sum
+    of its minutes (the page says so); ``/api/rollups`` keeps a row per minute."""
+    import time
+    now = time.time()
+    for minutes_ago in (1, 2, 3, 60 * 70):
+        counted = Rollups()
+        counted.settled("c.ok", "done", 0.5)
+        any_store.heartbeat(_beat("pool-a", counted), (), now - minutes_ago * rollups.MINUTE)
+    with _client(store_url) as client:
+        page = client.get("/charts", params={"hours": 72}).text
+        api = client.get("/api/rollups", params={"hours": 72}).json()
+        short = client.get("/charts", params={"hours": 1}).text
+    assert "Per 6 minutes from" in page and "Per minute from" in short
+    assert len(api["minutes"]) == 72 * 60
+    bars = [int(n) for n in re.findall(r'<rect class="done"[^>]*data-count="(\d+)"', page)]
+    assert sum(bars) == sum(m["done"] for m in api["minutes"]) == api["names"]["c.ok"]["done"]
+    if not store_url.startswith("postgresql"):  # there a beat's minute is the server's now
+        assert sum(m["done"] for m in api["minutes"]) == 4
+        assert len(bars) < 4  # three minutes in a row span two 6-minute columns at most

@@ -510,9 +510,16 @@ def test_the_charts_read_a_window_of_the_rollups_key_not_the_table(big_sqlite):
     try:
         plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql.READ_ROLLUPS,
                                                (EPOCH - 3 * 3600,))]
+        # what the charts read: the same range, added up per minute or per name
+        totals = {text: [row[3] for row in conn.execute(
+            "EXPLAIN QUERY PLAN " + text, {"since": EPOCH - 3 * 3600, "name": None})]
+            for text in (sql.ROLLUPS_BY_MINUTE, sql.ROLLUPS_BY_NAME)}
     finally:
         conn.close()
     assert plan == ["SEARCH jobpool_rollups USING PRIMARY KEY (minute>?)"], plan
+    for text, steps in totals.items():
+        assert "SEARCH jobpool_rollups USING PRIMARY KEY (minute>?)" in steps, (text, steps)
+        assert not any(step.startswith("SCAN") for step in steps), (text, steps)
 
 
 def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
@@ -525,15 +532,18 @@ def test_the_charts_read_postgres_rollups_through_their_key(big_pg):
     target = parse_url(big_pg)
     with psycopg.connect(target.conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {target.schema}")
-        (plan,), = conn.execute("EXPLAIN (FORMAT JSON) " + pg_sql.READ_ROLLUPS,
-                                {"since": EPOCH - 3 * 3600}).fetchone()
-    nodes, todo = [], [plan["Plan"]]
-    while todo:
-        node = todo.pop()
-        nodes.append((node["Node Type"], node.get("Relation Name"), node.get("Index Name")))
-        todo.extend(node.get("Plans", ()))
-    assert ("Seq Scan", "jobpool_rollups", None) not in nodes, nodes
-    assert any(n[2] == "jobpool_rollups_pkey" for n in nodes), nodes
+        plans = [conn.execute("EXPLAIN (FORMAT JSON) " + text,
+                              {"since": EPOCH - 3 * 3600, "name": None}).fetchone()[0]
+                 for text in (pg_sql.READ_ROLLUPS, pg_sql.ROLLUPS_BY_MINUTE,
+                              pg_sql.ROLLUPS_BY_NAME)]
+    for (plan,) in plans:
+        nodes, todo = [], [plan["Plan"]]
+        while todo:
+            node = todo.pop()
+            nodes.append((node["Node Type"], node.get("Relation Name"), node.get("Index Name")))
+            todo.extend(node.get("Plans", ()))
+        assert ("Seq Scan", "jobpool_rollups", None) not in nodes, nodes
+        assert any(n[2] == "jobpool_rollups_pkey" for n in nodes), nodes
 
 
 #: A chain of the filled rows: its first job, and its 30 steps (the rows 501-530 of each

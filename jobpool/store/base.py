@@ -489,6 +489,14 @@ class Store(Protocol):
         a range of the rollups' own key, never from the jobs."""
         ...
 
+    def rollup_totals(self, since: float, *, by: str,
+                      name: str | None = None) -> list[dict[str, Any]]:
+        """R56: the rollups from the minute ``since`` falls in on, added up by the
+        store's query (``jobpool.rollups.merged``'s sums and maxima) per minute
+        (``by="minute"``: of ``name``, or of every name) or per name (``by="name"``),
+        in that order; the other key is None. What a chart reads, a row per minute."""
+        ...
+
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: remove done rows older than ``result_ttl`` and dead rows past the limit,
         one bounded batch per call; how many went."""

@@ -29,6 +29,10 @@ HOURS_OFFERED = (1, 3, 6, 24, rollups.MAX_HOURS)
 WIDTH, HEIGHT = 720, 150
 #: Room above and below a line's dots, so the highest and the lowest are drawn whole.
 PAD = 4
+#: The most columns the page draws: one per SVG unit of its width. A longer window
+#: adds several minutes into a column (3 days: 6 minutes), which the page says; the
+#: API's data stays a row per minute.
+MOST_COLUMNS = WIDTH
 #: Colours of the throughput bars, by what they count.
 COLOURS = {"done": "#3a7d44", "retried": "#e0a030", "dead": "#c0392b"}
 
@@ -51,28 +55,34 @@ def window(query: Mapping[str, str]) -> tuple[int, str | None]:
     return hours, query.get("name") or None
 
 
-def read(store: Any, hours: int, name: str | None, now: float | None = None) -> dict[str, Any]:
+def read(store: Any, hours: int, name: str | None, now: float | None = None,
+         most_columns: int | None = None) -> dict[str, Any]:
     """The window's rollups: per minute (every minute of it, empty ones too), the chosen
     name's or all names' counts and times; per name, the window's totals; and the
-    names seen, for the page's choice."""
+    names seen, for the page's choice. ``most_columns``: at most that many entries in
+    ``minutes``, each adding up ``column_minutes`` minutes (the page's drawing)."""
     now = time.time() if now is None else now
     last = rollups.minute_of(now)
     first = last - (hours * 60 - 1) * rollups.MINUTE
-    found = store.rollups(first)
-    by_minute: dict[float, list[dict[str, Any]]] = {}
-    by_name: dict[str, list[dict[str, Any]]] = {}
-    for row in found:
-        by_name.setdefault(row["name"], []).append(row)
-        if name is None or row["name"] == name:
-            by_minute.setdefault(row["minute"], []).append(row)
+    # The store adds the window up (a row a minute, a row a name): three days of many
+    # names are a few thousand rows to read here, not a row per minute and name.
+    by_minute = {row["minute"]: row for row in store.rollup_totals(first, by="minute", name=name)}
+    empty = rollups.summary(rollups.merged(()))
+    width = -(-hours * 60 // most_columns) if most_columns else 1  # minutes a column
     minutes = []
-    for i in range(hours * 60):
+    for i in range(0, hours * 60, width):
         minute = first + i * rollups.MINUTE
-        minutes.append(dict(rollups.summary(rollups.merged(by_minute.get(minute, ()))),
-                            minute=minute))
+        found = [row for k in range(width)
+                 if (row := by_minute.get(minute + k * rollups.MINUTE)) is not None]
+        if not found:
+            shown = empty
+        else:
+            shown = rollups.summary(found[0] if len(found) == 1 else rollups.merged(found))
+        minutes.append(dict(shown, minute=minute))
     return {"hours": hours, "name": name, "from": first, "to": last + rollups.MINUTE,
-            "minutes": minutes,
-            "names": {n: rollups.summary(rollups.merged(rows)) for n, rows in sorted(by_name.items())}}
+            "column_minutes": width, "minutes": minutes,
+            "names": {row["name"]: rollups.summary(row)
+                      for row in store.rollup_totals(first, by="name")}}
 
 
 def throughput_chart(minutes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,7 +128,7 @@ async def charts_page(request: Request) -> Response:
         hours, name = window(request.query_params)
     except ValueError as exc:
         return PlainTextResponse(str(exc), status_code=400)
-    data = await run_in_threadpool(read, _store(request), hours, name)
+    data = await run_in_threadpool(read, _store(request), hours, name, None, MOST_COLUMNS)
     minutes = data["minutes"]
     return _render(request, "charts.html", data=data, hours_offered=HOURS_OFFERED,
                    throughput=throughput_chart(minutes),

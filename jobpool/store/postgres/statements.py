@@ -1213,6 +1213,15 @@ UPSERT_ROLLUP = (
 TRIM_ROLLUPS = "DELETE FROM jobpool_rollups WHERE minute < %(before)s"
 READ_ROLLUPS = ("SELECT minute, name, " + ", ".join(COUNTS) + " FROM jobpool_rollups "
                 "WHERE minute >= %(since)s ORDER BY minute, name")
+#: R56: the window added up in the query (as SQLite's); sums of ``bigint`` are
+#: ``numeric`` here, so they come back as ``bigint`` again.
+_TOTALS = ", ".join(f"max({c})" if c in MAXIMA else
+                    f"sum({c})::{'float8' if c.endswith('_sum') else 'bigint'}" for c in COUNTS)
+ROLLUPS_BY_MINUTE = ("SELECT minute, NULL, " + _TOTALS + " FROM jobpool_rollups "
+                     "WHERE minute >= %(since)s AND (%(name)s::text IS NULL OR name = %(name)s) "
+                     "GROUP BY minute ORDER BY minute")
+ROLLUPS_BY_NAME = ("SELECT NULL, name, " + _TOTALS + " FROM jobpool_rollups "
+                   "WHERE minute >= %(since)s GROUP BY name ORDER BY name")
 
 #: R24b: the last column says the row was made by this beat (see ``sql.UPSERT_POOL``).
 UPSERT_POOL = """

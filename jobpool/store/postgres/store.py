@@ -638,6 +638,12 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         return rollups.as_dicts(self.read("reading rollups", pg_sql.READ_ROLLUPS,
                                      {"since": rollups.minute_of(since)}))
 
+    def rollup_totals(self, since: float, *, by: str,
+                      name: str | None = None) -> list[dict[str, Any]]:
+        return rollups.as_dicts(self.read(
+            "reading rollups", pg_sql.ROLLUPS_BY_MINUTE if rollups.by_minute(by)
+            else pg_sql.ROLLUPS_BY_NAME, {"since": rollups.minute_of(since), "name": name}))
+
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
         def write(conn: Any) -> None:
             conn.execute(pg_sql.COMMIT_ASYNC)  # a report, not a transition: see heartbeat

@@ -802,6 +802,15 @@ TRIM_ROLLUPS = "DELETE FROM jobpool_rollups WHERE minute < ?"
 #: R56: the charts' window, by minute then name (a key range: never the jobs).
 READ_ROLLUPS = ("SELECT minute, name, " + ", ".join(COUNTS) + " FROM jobpool_rollups "
                 "WHERE minute >= ? ORDER BY minute, name")
+#: R56: the same window added up in the query, per minute (of the name ``?``, or of
+#: every name when it is NULL) or per name, so a page over three days of many names
+#: reads a row a minute, not a row a minute and name.
+_TOTALS = ", ".join(f"max({c})" if c in MAXIMA else f"sum({c})" for c in COUNTS)
+ROLLUPS_BY_MINUTE = ("SELECT minute, NULL, " + _TOTALS + " FROM jobpool_rollups "
+                     "WHERE minute >= :since AND (:name IS NULL OR name = :name) "
+                     "GROUP BY minute ORDER BY minute")
+ROLLUPS_BY_NAME = ("SELECT NULL, name, " + _TOTALS + " FROM jobpool_rollups "
+                   "WHERE minute >= :since GROUP BY name ORDER BY name")
 
 # --- batches (R34) ---------------------------------------------------------------------------
 

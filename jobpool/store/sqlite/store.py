@@ -808,6 +808,12 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         return rollups.as_dicts(self.read_rows("reading rollups", sql.READ_ROLLUPS,
                                           (rollups.minute_of(since),)))
 
+    def rollup_totals(self, since: float, *, by: str,
+                      name: str | None = None) -> list[dict[str, Any]]:
+        return rollups.as_dicts(self.read_rows(
+            "reading rollups", sql.ROLLUPS_BY_MINUTE if rollups.by_minute(by)
+            else sql.ROLLUPS_BY_NAME, {"since": rollups.minute_of(since), "name": name}))
+
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
         """R22: write progress reports now (the last one before a failure stays with it)."""
         self.transaction("writing progress", lambda conn: _write_progress(conn, owner, progress))
