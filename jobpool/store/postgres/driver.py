@@ -632,7 +632,8 @@ def _due_now(item: Fenced) -> bool:
 
 
 #: Where a claimed row (``row_codec.CLAIM_COLUMNS``) has its priority and place in line.
-_PRIORITY, _LINE_AT = 9, 10
+_PRIORITY, _LINE_AT = ([name for name, _rule in row_codec.CLAIM_COLUMNS].index(column)
+                       for column in ("priority", "line_at"))
 
 #: A turn statement's arrays (``pg_sql.turn_statement``), from each attempt's parameters.
 _ARRAYS = (("ids", "id"), ("attempts", "attempt"), ("run_ats", "run_at"), ("errors", "error"),
