@@ -5,7 +5,7 @@ callers keep, with no dependency on the store's internals.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
 from jobpool.errors import EnqueueError, JobFailed, JobpoolError, UnsafeResultError
@@ -73,14 +73,15 @@ class Handle:
         """One look at the job: ``(True, its result)`` when done, ``(False, its
         status)`` while unfinished; ``JobFailed`` when dead, ``UnsafeResultError``
         for a pickled result this process may not unpickle (R39)."""
-        from jobpool.serialize import SerializerRefused, decode_result, decoder_for
+        from jobpool.serialize import (SerializerRefused, decode_result, decoder_for,
+                                       result_serializer)
         job = store.get(self.id, raw_result=True)
         if job["status"] == "done":
             registered = options_of(job["name"])
             allowed = "pickle" if allow_pickle else (
                 registered.serializer if registered is not None else "json")
             try:
-                decoder = decoder_for(job["serializer"], allowed, "result")
+                decoder = decoder_for(result_serializer(job["result"]), allowed, "result")
             except SerializerRefused as exc:
                 raise UnsafeResultError(
                     f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
@@ -186,10 +187,29 @@ class Signature:
     #: Its own metadata (R54, R55): a chain step's, an ``enqueue_many`` item's or a
     #: ``Batch.add`` member's, instead of the call's; None: the call's.
     meta: dict | None = None
+    #: R59: the keyword under which a chain step is given its predecessor's result
+    #: (``with_previous``); None: it is called with its own arguments only.
+    previous: str | None = None
 
     def with_meta(self, meta: dict[str, Any] | None) -> "Signature":
         """This call with ``meta`` as its own metadata (``step.s(...).with_meta({...})``)."""
-        return Signature(self.name, self.args, self.kwargs, meta)
+        return replace(self, meta=meta)
+
+    def with_previous(self, keyword: str = "previous") -> "Signature":
+        """This chain step, called with its predecessor's result as the keyword
+        argument ``keyword`` (R59): ``first.s(...)`` then ``load.s(path).with_previous()``
+        runs ``load(path, previous=<what first returned>)``. The predecessor must store
+        its result as JSON (``store_result=True``, the JSON serializer); the store
+        writes it into this step's arguments in the transaction that ends the
+        predecessor, so the value is the one it stored, never read twice."""
+        return replace(self, previous=keyword)
+
+    def refuse_previous(self, label: str) -> None:
+        """R59: only a chain's step has a predecessor to take a result from; ``label``
+        names the call that was given this one elsewhere."""
+        if self.previous is not None:
+            raise EnqueueError(f"{label}: {self.name} asks for its predecessor's result "
+                               f"(with_previous), which only a chain's step (then=) has")
 
 
 # -- batches (R34) ----------------------------------------------------------------------------
@@ -227,6 +247,7 @@ class Batch:
         if not isinstance(signature, Signature):
             raise EnqueueError(f"Batch.add takes a signature (job.s(...)), "
                                f"not {type(signature).__name__}")
+        signature.refuse_previous("Batch.add")
         return self.store.enqueue_with(signature.name, args=signature.args,
                                        kwargs=signature.kwargs, batch=self.id,
                                        meta=signature.meta if meta is None else meta)

@@ -398,7 +398,7 @@ def _options_of(name: str) -> JobOptions | None:
     if job is None:
         return None
     return JobOptions(job.serializer, job.queue, job.priority, job.max_attempts, job.timeout,
-                      job.limit.group_by if job.limit else None, job.arguments)
+                      job.limit.group_by if job.limit else None, job.arguments, job.store_result)
 
 
 options.set_resolver(_options_of)

@@ -31,6 +31,8 @@ class JobOptions(NamedTuple):
     #: R1: the job's ``jobs.Arguments`` (``problem(args, kwargs)`` says why a call
     #: would not bind to its function, ``refusal`` words it); None: not checked.
     arguments: Any = None
+    #: R59: whether the job keeps what it returns (a chain step may ask for it).
+    store_result: bool = False
 
 
 def _nothing_registered(name: str) -> JobOptions | None:

@@ -230,6 +230,7 @@ class MemberBatch:
             raise EnqueueError(f"current_batch().add takes a signature (job.s(...)), "
                                f"not {type(signature).__name__}")
         from jobpool.store import rows
+        signature.refuse_previous("current_batch().add")
         # On a clock of 0: the store puts the rows on its own (rows.NewJob.at).
         row = rows.new_job(signature.name, signature.args, signature.kwargs, None, None, None,
                            None, None, None, None, 0.0, None, meta=meta)

@@ -104,6 +104,22 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc
 
 
+#: The first byte of every pickle ``encode_result`` writes (protocol 2 and later); no
+#: JSON text starts with it (it is not even a UTF-8 lead byte).
+_PICKLE_START = 0x80
+
+
+def result_serializer(data: bytes | str | None) -> str:
+    """The serializer a stored result was written with, read from the result itself.
+    The row's ``serializer`` is its payload's: a job registered with pickle whose row
+    was written as JSON (an enqueue by name, a chain step) keeps a pickled result in a
+    JSON row. Only which decoder to ask for is read here; ``decoder_for`` still judges
+    it against the registered job (R39)."""
+    if isinstance(data, (bytes, bytearray, memoryview)) and len(data) and data[0] == _PICKLE_START:
+        return "pickle"
+    return "json"
+
+
 def decode_result(data: bytes | str | None, serializer: str = "json") -> Any:
     if data is None:
         return None

@@ -191,6 +191,7 @@ def callback_json(signature: Signature | None, label: str, max_payload: int) -> 
         return None
     if not isinstance(signature, Signature):
         step_dict(signature, label, "batch callbacks", max_payload)  # refuses it
+    signature.refuse_previous(label)  # R59: a callback follows no one step
     if signature.kwargs and BATCH_KWARG in signature.kwargs:
         raise EnqueueError(f"{label}: the callback is given batch= by the store; "
                            f"it cannot have its own")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from keyword import iskeyword
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -219,6 +220,12 @@ def _name_problem(value: Any, field: str) -> str | None:
     return None
 
 
+def _keyword_problem(value: Any) -> str | None:
+    if isinstance(value, str) and value.isidentifier() and not iskeyword(value):
+        return None
+    return _not(value, "a keyword argument's name")
+
+
 #: A chain step's keys, as ``rows.step_dict`` writes them, and what each may hold:
 #: what the store's own statement (``ENQUEUE_SUCCESSOR``) needs to enqueue it, and
 #: what an enqueue of the step would have accepted (R1, R41). PostgreSQL casts
@@ -235,6 +242,9 @@ STEP_KEYS: dict[str, tuple[bool, Rule]] = {
     # named its own); without it the step carries its predecessor's (R54).
     "meta": (False, optional(Rule(lambda value: None if isinstance(value, dict)
                                   else _not(value, "a JSON object")))),
+    # R59: the keyword the step takes its predecessor's result under; the store
+    # writes a JSON path from it, so it is an identifier or nothing.
+    "previous": (False, optional(Rule(_keyword_problem))),
 }
 
 

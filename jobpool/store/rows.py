@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from keyword import iskeyword
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
@@ -306,6 +307,7 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
         if isinstance(item, tuple):
             args, kwargs = item, None
         elif isinstance(item, Signature):  # its name is ignored: this is `name`
+            item.refuse_previous(f"item {index}")
             args, kwargs = item.args, item.kwargs
         elif isinstance(item, list):
             args, kwargs = item, None
@@ -342,7 +344,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     for item in items:
         if isinstance(item, (tuple, list)):
             pairs.append([list(item), {}])
-        elif isinstance(item, Signature) and item.meta is None and (
+        elif isinstance(item, Signature) and item.meta is None and item.previous is None and (
                 item.kwargs is None or (isinstance(item.kwargs, dict)
                                         and all(isinstance(k, str) for k in item.kwargs))):
             pairs.append([list(item.args), item.kwargs or {}])
@@ -354,13 +356,22 @@ def json_batch(items: list) -> tuple[str, bool] | None:
         return None
 
 
-def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
-    """The ``chain`` column for ``then=``: each step validated like an enqueue (R1)."""
+def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES,
+               first: str | None = None) -> str | None:
+    """The ``chain`` column for ``then=``: each step validated like an enqueue (R1).
+    ``first``: the name of the job the chain follows (R59: a step asking for its
+    predecessor's result is checked against what that job keeps)."""
     if then is None:
         return None
     steps = list(then) if isinstance(then, (list, tuple)) else [then]
-    encoded = [step_dict(step, f"then[{index}]", "chained steps", max_payload)
-               for index, step in enumerate(steps)]
+    encoded = []
+    for index, step in enumerate(steps):
+        label = f"then[{index}]"
+        before = first if index == 0 else getattr(steps[index - 1], "name", None)
+        keyword = previous_keyword(step, label, before)
+        encoded.append(step_dict(step, label, "chained steps", max_payload,
+                                 given=None if keyword is None else {keyword: None},
+                                 previous=keyword))
     if not encoded:
         return None
     for index, (step, found) in enumerate(zip(steps, encoded)):
@@ -370,16 +381,45 @@ def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES) -> str | None:
     return json.dumps(encoded, separators=(",", ":"))
 
 
+def previous_keyword(step: Any, label: str, before: str | None) -> str | None:
+    """R59: the keyword a chain step takes its predecessor's result under (None: it
+    asks for none), refused when it could never work: not an identifier, one of the
+    step's own keyword arguments, or a predecessor this process registers that keeps
+    no JSON result (``before``: its name, when known)."""
+    keyword = getattr(step, "previous", None)
+    if keyword is None:
+        return None
+    if not isinstance(keyword, str) or not keyword.isidentifier() or iskeyword(keyword):
+        raise EnqueueError(f"{label}: with_previous takes a keyword argument's name, "
+                           f"not {keyword!r}")
+    if step.kwargs and keyword in step.kwargs:
+        raise EnqueueError(f"{label}: {step.name} is given {keyword}= by its predecessor; "
+                           f"it cannot have its own")
+    registered = job_options.options_of(before) if before is not None else None
+    if registered is not None and not registered.store_result:
+        raise EnqueueError(f"{label}: {step.name} asks for the result of {before}, which "
+                           f"keeps none: register it with store_result=True")
+    if registered is not None and registered.serializer != "json":
+        raise EnqueueError(f"{label}: {step.name} asks for the result of {before}, which "
+                           f"stores it with {registered.serializer}; only a JSON result "
+                           f"is passed on")
+    return keyword
+
+
 def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_BYTES,
-              given: dict[str, Any] | None = None) -> dict[str, Any]:
+              given: dict[str, Any] | None = None,
+              previous: str | None = None) -> dict[str, Any]:
     """A job the store itself enqueues later (a chain's next step, a batch's
     callback): ``{name, payload, queue, priority, max_attempts, timeout}``, with
     the options of its registration in this process when it has one. Its
     arguments travel as JSON: the store writes them into the new row. When the
     job is registered here its arguments, with the keyword arguments ``given``
-    that the store adds when it enqueues it, must bind to its function (R1)."""
+    that the store adds when it enqueues it, must bind to its function (R1).
+    ``previous``: the keyword the store fills with the predecessor's result (R59)."""
     if not isinstance(step, Signature):
         raise EnqueueError(f"{label} must be a signature (job.s(...)), not {type(step).__name__}")
+    if previous is None:
+        step.refuse_previous(label)
     try:
         job_options.validate_name(step.name)
     except ValueError as exc:
@@ -395,7 +435,7 @@ def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_B
                             {**(step.kwargs or {}), **given} if given else step.kwargs)
     except EnqueueError as exc:
         raise EnqueueError(f"{label}: {exc}") from None
-    return {
+    found = {
         "name": step.name,
         "payload": payload,
         "queue": job.queue if job else job_options.DEFAULT_QUEUE,
@@ -403,6 +443,9 @@ def step_dict(step: Any, label: str, what: str, max_payload: int = MAX_PAYLOAD_B
         "max_attempts": job.max_attempts if job else None,
         "timeout": job.timeout if job else None,
     }
+    if previous is not None:
+        found["previous"] = previous
+    return found
 
 
 def waiting_steps(chain: Any) -> list[dict[str, Any]]:

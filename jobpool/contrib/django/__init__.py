@@ -187,7 +187,7 @@ def _check(target: Any, name: str, options: dict[str, Any]) -> None:
     rows.new_job(name, options["args"], options["kwargs"], options["key"], options["delay"],
                  options["priority"], options["deadline"], options["max_attempts"],
                  options["queue"], options["timeout"], 0.0,
-                 rows.chain_json(options["then"], max_payload), max_payload, options["group"],
+                 rows.chain_json(options["then"], max_payload, name), max_payload, options["group"],
                  options["meta"])
 
 

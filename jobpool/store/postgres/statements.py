@@ -51,7 +51,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -593,11 +593,35 @@ CHAIN_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS finished_jobs_chain ON finished_jobs (chain_root, id)"
     " WHERE chain_root IS NOT NULL")
 
+#: R59: a chain step's arguments with its predecessor's result under ``keyword``
+#: (JSON null when it kept none), as text; NULL when that cannot be done (the result
+#: is not JSON text, as a pickled one is not; the arguments are not a JSON
+#: ``[args, kwargs]``), so a settle tests it rather than fail its statement, and the
+#: turn with it (R44). Its own function for its exception handler.
+CREATE_WITH_PREVIOUS_FUNCTION = """
+CREATE OR REPLACE FUNCTION jobpool_with_previous(payload text, keyword text, result bytea)
+RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    arguments jsonb;
+BEGIN
+    arguments := payload::jsonb;
+    IF jsonb_typeof(arguments) IS DISTINCT FROM 'array'
+       OR jsonb_typeof(arguments -> 1) IS DISTINCT FROM 'object' OR keyword IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN jsonb_set(arguments, ARRAY['1', keyword],
+                     COALESCE(convert_from(result, 'UTF8')::jsonb, 'null'::jsonb))::text;
+EXCEPTION WHEN data_exception OR character_not_in_repertoire OR untranslatable_character THEN
+    RETURN NULL;
+END
+$$
+"""
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
-          *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA)
+          *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA, CREATE_WITH_PREVIOUS_FUNCTION)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -631,6 +655,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     10: tuple(f"ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS {column} {kind}"
               for column, kind in zip(DONE_LINE_COLUMNS,
                                       ("text", "integer", "bigint", "float8", "integer"))),
+    # R59: a chain step given its predecessor's result.
+    11: (CREATE_WITH_PREVIOUS_FUNCTION,),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -878,9 +904,18 @@ def _json_integer(value: str, least: int, most: int) -> str:
     return _json_number_within(value, f"{{n}} = trunc({{n}}) AND {{n}} BETWEEN {least} AND {most}")
 
 
-def chain_step_fits(chain: str) -> str:
+def successor_payload(chain: str, result: str) -> str:
+    """R59: the next step's arguments as text: its own, or with the ``result`` (bytea)
+    of its predecessor under the keyword it names (NULL when that cannot be done)."""
+    step = f"({chain} -> 0)"
+    return (f"CASE WHEN {step} -> 'previous' IS NULL THEN {step} ->> 'payload' "
+            f"ELSE jobpool_with_previous({step} ->> 'payload', {step} ->> 'previous', {result}) END")
+
+
+def chain_step_fits(chain: str, result: str = "new_result") -> str:
     """R44: whether the next step of the jsonb ``chain`` can be enqueued by
-    ``_successor`` (every column it fills has its type, every cast succeeds), as a
+    ``_successor`` (every column it fills has its type, every cast succeeds; R59: a
+    step asking for its predecessor's ``result`` gets one that is JSON), as a
     condition that is never an error itself. The claim checked the whole chain
     (``row_codec.chain``); this guards a settle against a chain changed since, so one
     row's chain can never fail the statement, and with it the turn."""
@@ -889,6 +924,7 @@ def chain_step_fits(chain: str) -> str:
     return " ".join(f"""(CASE WHEN jsonb_typeof({chain}) = 'array' AND jsonb_typeof({step}) = 'object'
     THEN jsonb_typeof({step} -> 'name') = 'string' AND jsonb_typeof({step} -> 'queue') = 'string'
      AND jsonb_typeof({step} -> 'payload') = 'string'
+     AND ({step} -> 'previous' IS NULL OR {successor_payload(chain, result)} IS NOT NULL)
      AND {_json_integer(f"{step} -> 'priority'", PRIORITY_MIN, INT32_MAX)}
      AND {optional.format(v=f"{step} -> 'max_attempts'",
                           test=_json_integer(f"{step} -> 'max_attempts'", 1, INT32_MAX))}
@@ -902,17 +938,19 @@ _DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} 
                f"THEN {quote_literal(CHAIN_STOPPED)} ELSE last_error END")
 
 def _successor(moved: str, name: str = "successor") -> str:
-    """R12: a chain's next step, from the rows a finishing settle ``moved``, with
-    the step's own metadata when it has one (R55), else their own (R54)."""
+    """R12: a chain's next step, from the rows a finishing settle ``moved`` (with
+    the ``new_result`` each was given, R59), with the step's own metadata when it has
+    one (R55), else their own (R54)."""
+    payload = successor_payload("chain", "new_result")
     return f"""{name} AS (
     INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp, meta)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
-           convert_to(chain -> 0 ->> 'payload', 'UTF8'), 'json',
+           convert_to({payload}, 'UTF8'), 'json',
            (chain -> 0 ->> 'priority')::integer, 'ready', %(now)s, %(now)s,
            (chain -> 0 ->> 'max_attempts')::integer, NULL, (chain -> 0 ->> 'timeout')::float8,
            %(now)s, CASE WHEN jsonb_array_length(chain) > 1 THEN chain - 0 END, NULL,
            COALESCE(chain_root, id), {limited_group("chain -> 0 ->> 'name'", "jobpool_limits",
-                                                    jsonb_of("chain -> 0 ->> 'payload'"))},
+                                                    jsonb_of(payload))},
            CASE WHEN jsonb_typeof(chain -> 0 -> 'meta') = 'object' THEN chain -> 0 -> 'meta'
                 ELSE meta END
       FROM {moved} WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
@@ -1028,7 +1066,8 @@ def _turn_steps(name: str) -> str:
                            DONE_LINE_COLUMNS if done else ())
         return (f"moved_{name} AS (DELETE FROM jobs AS j USING {source} AS i WHERE {guard}"
                 f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
-                + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
+                + (_successor(f"moved_{name} JOIN done_input USING (id)", f"successor_{name}")
+                   + ",\n" if done else ""))
     return f"""settled_{name} AS (
     UPDATE jobs AS j SET {assignments(transition, _MANY_DIALECT)}
       FROM input AS i WHERE {guard} RETURNING j.id),

@@ -199,7 +199,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         meta, then = rows.stamp_call(name, args, kwargs, meta, then)  # R55
         # Validated on a clock of 0: the row takes the server's time when it is written.
         job = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
-                           queue, timeout, 0.0, rows.chain_json(then, self.max_payload),
+                           queue, timeout, 0.0, rows.chain_json(then, self.max_payload, name),
                            self.max_payload, group, meta)._replace(batch_id=batch)
         if connection is not None:
             # R5: inside the caller's own transaction, on its connection (whose

@@ -602,6 +602,16 @@ UPDATE jobpool_batches SET dead = dead + :cancelled, changed_at = :now
  WHERE id = :id AND finished_at IS NULL
 """
 
+#: R59: the next step's arguments: its own, with its predecessor's result (the row's
+#: ``result``, just written by SETTLE_DONE; JSON null when it kept none) under the
+#: keyword the step names, when it names one. ``json()`` refuses a result that is
+#: not JSON text (a pickled one is a BLOB), and with it the statement alone: the
+#: chain stops there, saying why (R44), as for any step that cannot be enqueued.
+_SUCCESSOR_PAYLOAD = """CASE WHEN json_extract(chain, '$[0].previous') IS NULL
+            THEN json_extract(chain, '$[0].payload')
+            ELSE json_set(json_extract(chain, '$[0].payload'),
+                          '$[1].' || json_extract(chain, '$[0].previous'), json(result)) END"""
+
 #: R12: the next step of a chain, enqueued in the transaction that completes its
 #: predecessor (run right after SETTLE_DONE matched), so a step is never lost or
 #: doubled. The rest of the chain travels with it. Run only for a job whose claim
@@ -612,12 +622,12 @@ ENQUEUE_SUCCESSOR = f"""
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   max_attempts, deadline, timeout, created_at, chain, chain_root, grp, meta)
 SELECT json_extract(chain, '$[0].queue'), json_extract(chain, '$[0].name'), NULL,
-       json_extract(chain, '$[0].payload'), 'json', json_extract(chain, '$[0].priority'),
+       {_SUCCESSOR_PAYLOAD}, 'json', json_extract(chain, '$[0].priority'),
        'ready', :now, :now, json_extract(chain, '$[0].max_attempts'), NULL,
        json_extract(chain, '$[0].timeout'), :now,
        CASE WHEN json_array_length(chain) > 1 THEN json_remove(chain, '$[0]') END,
        COALESCE(chain_root, id), {limited_group("json_extract(chain, '$[0].name')",
-                                                "json_extract(chain, '$[0].payload')")},
+                                                _SUCCESSOR_PAYLOAD)},
        CASE WHEN json_type(chain, '$[0].meta') = 'object' THEN json_extract(chain, '$[0].meta')
             ELSE meta END
   FROM jobs WHERE id = :id AND chain IS NOT NULL

@@ -271,7 +271,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         now = time.time() if now is None else now
         meta, then = rows.stamp_call(name, args, kwargs, meta, then)  # R55
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
-                           queue, timeout, now, rows.chain_json(then, self.max_payload),
+                           queue, timeout, now, rows.chain_json(then, self.max_payload, name),
                            self.max_payload, group, meta)
         period = None
         if batch is not None or key_period is not None:  # the per-call path stays short
