@@ -10,7 +10,8 @@ from jobpool.errors import (Defer, EnqueueError, Fatal, Interrupted, JobFailed, 
 from jobpool.extensions import (AttemptInfo, AttemptResult, EnqueueInfo, Middleware, add_middleware,
                                 on_child_start, remove_middleware)
 from jobpool.log_context import JobLogContext
-from jobpool.running import CurrentJob, current_batch, current_job, progress, resume_state, save_state
+from jobpool.running import (CurrentJob, batch_results, current_batch, current_job, progress,
+                             resume_state, save_state)
 from jobpool.jobs import Handle, Job, Signature, job, on_start
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def batch(*, on_success: Any = None, on_complete: Any = None) -> Any:
 
 __version__ = "0.1.0"
 
-__all__ = ["job", "connect", "batch", "current_batch", "save_state", "resume_state", "Interrupted",
+__all__ = ["job", "connect", "batch", "current_batch", "batch_results", "save_state", "resume_state", "Interrupted",
            "Retry", "Fatal", "Defer", "Reschedule",
            "progress", "on_start", "current_job", "CurrentJob", "JobLogContext",
            "Job", "Handle",

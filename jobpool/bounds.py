@@ -36,6 +36,11 @@ MAX_META_BYTES = 64 * 1024
 #: R63: the most rows of one name a slot may be given as one chunk (``@job(chunk=N)``):
 #: past a thousand, a chunk's last lease outlives anything a pool should promise.
 MAX_CHUNK = 1000
+#: R60: the most members' results one page of a batch's results holds, and the bytes
+#: at which a page stops early (never before its first result, itself at most
+#: ``MAX_PAYLOAD_BYTES``), so a page is one bounded message to a child.
+MAX_RESULTS_PAGE = 1000
+RESULTS_PAGE_BYTES = 8 * 1024 * 1024
 
 
 def utf8_size(text: str) -> int:

@@ -4,7 +4,7 @@ callers keep, with no dependency on the store's internals.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
@@ -13,6 +13,22 @@ from jobpool.options import options_of
 
 if TYPE_CHECKING:  # ``import jobpool`` loads no store module
     from jobpool.store.records import BatchStatus
+
+
+def stored_result(job_id: int, name: str, data: bytes | str | None,
+                  allow_pickle: bool = False) -> Any:
+    """A job's stored result, decoded as this process may (R39): a pickled one only
+    for a job it registers with pickle, or with ``allow_pickle``; otherwise
+    ``UnsafeResultError`` naming the job."""
+    from jobpool.serialize import SerializerRefused, decode_result, decoder_for, result_serializer
+    registered = options_of(name)
+    allowed = "pickle" if allow_pickle else (
+        registered.serializer if registered is not None else "json")
+    try:
+        decoder = decoder_for(result_serializer(data), allowed, "result")
+    except SerializerRefused as exc:
+        raise UnsafeResultError(f"job {job_id}: {exc} (pass allow_pickle=True to trust it)") from None
+    return decode_result(data, decoder)
 
 
 @dataclass(frozen=True)
@@ -73,19 +89,9 @@ class Handle:
         """One look at the job: ``(True, its result)`` when done, ``(False, its
         status)`` while unfinished; ``JobFailed`` when dead, ``UnsafeResultError``
         for a pickled result this process may not unpickle (R39)."""
-        from jobpool.serialize import (SerializerRefused, decode_result, decoder_for,
-                                       result_serializer)
         job = store.get(self.id, raw_result=True)
         if job["status"] == "done":
-            registered = options_of(job["name"])
-            allowed = "pickle" if allow_pickle else (
-                registered.serializer if registered is not None else "json")
-            try:
-                decoder = decoder_for(result_serializer(job["result"]), allowed, "result")
-            except SerializerRefused as exc:
-                raise UnsafeResultError(
-                    f"job {self.id}: {exc} (pass allow_pickle=True to trust it)") from None
-            return True, decode_result(job["result"], decoder)
+            return True, stored_result(self.id, job["name"], job["result"], allow_pickle)
         if job["status"] == "dead":
             raise JobFailed(self.id, job["last_error"] or "dead")
         return False, job["status"]
@@ -256,6 +262,22 @@ class Batch:
                  meta: dict[str, Any] | None = None) -> Handles:
         """Many members of one job, in one transaction (as ``enqueue_many``)."""
         return self.store.enqueue_many(name, items, batch=self.id, meta=meta)
+
+    def results(self, *, allow_pickle: bool = False, page: int = 100
+                ) -> Iterator[tuple[int, Any]]:
+        """R60: ``(id, result)`` of each member that stored a result (``store_result``),
+        in id order, read ``page`` members at a time as the iteration goes (a page
+        also stops at 8 MB). A pickled result is decoded as ``Handle.result`` would
+        (R39). Members swept with done jobs (``--result-ttl``) are gone."""
+        after = 0
+        while True:
+            found = self.store.batches.results(self.id, after=after, limit=page)
+            for member in found:
+                yield member.id, stored_result(member.id, member.name, member.result,
+                                               allow_pickle)
+            if not found:
+                return
+            after = found[-1].id
 
     def close(self) -> BatchStatus:
         """Arm the callbacks; if every member has ended already they fire now."""

@@ -22,6 +22,9 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                       ``rows`` (``rows.NewJob`` tuples, on a clock of 0) to the job's batch (R34)
                       ``(SAVE_STATE, job_id, attempt, seq, state)``: store its state (R37)
                       ``(READ_STATE, job_id, attempt, seq)``: the state it resumes from
+                      ``(BATCH_RESULTS, job_id, attempt, seq, batch_id, after, limit)``: a
+                      page of a batch's members' stored results (R60), as
+                      ``(id, name, result)`` tuples
 
 The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
 id (a job), so a child tells them apart; one waiting for a job drops the others (an
@@ -37,8 +40,9 @@ PROGRESS = 1
 BATCH_ADD = 2
 SAVE_STATE = 4
 READ_STATE = 5
+BATCH_RESULTS = 6
 #: The tags of a child's requests.
-REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE)
+REQUESTS = (BATCH_ADD, SAVE_STATE, READ_STATE, BATCH_RESULTS)
 
 REPLY = "reply"
 INTERRUPT = "interrupt"

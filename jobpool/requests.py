@@ -1,11 +1,12 @@
 """What a running job asks of its pool, answered from the store: add to its batch
-(R34), save its state and read the state it resumes from (R37). (Which batch it is
-in and its metadata come with the job, R58.)
+(R34), save its state and read the state it resumes from (R37), read a batch's
+results (R60). (Which batch it is in and its metadata come with the job, R58.)
 
 One function for the supervisor (a child's request over its pipe) and for
 ``jobpool.testing.drain`` (the same request made in-process), so both answer alike:
-each request is fenced by the attempt's lease, and a failure comes back as the
-error the job's call raises.
+each request that writes or reads the job's own row is fenced by the attempt's
+lease, and a failure comes back as the error the job's call raises. A batch's results
+are a plain read, as a producer's ``Batch.results`` is.
 """
 from __future__ import annotations
 
@@ -42,4 +43,11 @@ def _carry_out(store: Any, owner: str, tag: int, job_id: int, attempt: int,
         return True
     if tag == protocol.READ_STATE:
         return store.read_state(owner, job_id, attempt)
+    if tag == protocol.BATCH_RESULTS:
+        batch_id, after, limit = fields
+        try:
+            page = store.batches.results(batch_id, after=after, limit=limit)
+        except ValueError as exc:  # the child checked them: only a forged request
+            raise EnqueueError(f"batch results: {exc}") from None
+        return tuple(tuple(member) for member in page)  # marshal takes plain tuples
     raise ValueError(f"unknown request {tag!r}")

@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from jobpool import protocol
+from jobpool.bounds import MAX_RESULTS_PAGE
 from jobpool.errors import EnqueueError, Interrupted, LeaseLostError, StoreError
 
 #: R22: a job reporting progress in a tight loop sends at most one report per interval.
@@ -269,3 +271,45 @@ def current_batch() -> MemberBatch:
         raise RuntimeError("current_batch() is called outside a job run by a pool: "
                            "use store.batch() and Batch.add to add from elsewhere")
     return MemberBatch(attempt)
+
+
+def batch_results(batch: Any = None, *, page: int = 100,
+                  allow_pickle: bool = False) -> Iterator[tuple[int, Any]]:
+    """R60: ``(id, result)`` of each member of a batch that stored a result, in id
+    order, read from inside a job: a callback passes the ``batch=`` it was given
+    (or a batch id); a member, nothing, for its own batch. Read ``page`` members at a
+    time through the pool as the iteration goes, so a batch of any size costs a
+    bounded message each; results are decoded as ``Handle.result`` would (R39).
+    From a producer, ``Batch.results()`` reads the same."""
+    from jobpool.handles import stored_result
+    attempt = current
+    if attempt is None:
+        raise RuntimeError("batch_results() is called outside a job run by a pool: "
+                           "use store.batch(...) or Batch(store, id) and its results()")
+    if isinstance(batch, Mapping):
+        batch = batch.get("id")
+    elif batch is None:
+        batch = attempt.batch
+        if batch is None:
+            raise EnqueueError(f"job {attempt.job_id} is in no batch: pass the batch= a "
+                               f"callback receives, or a batch id")
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise ValueError(f"batch_results takes a callback's batch= or a batch id, "
+                         f"not {batch!r}")
+    if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_RESULTS_PAGE:
+        raise ValueError(f"page must be an integer from 1 to {MAX_RESULTS_PAGE}, not {page!r}")
+    return _results_of(attempt, batch, page, allow_pickle, stored_result)
+
+
+def _results_of(attempt: Attempt, batch_id: int, page: int, allow_pickle: bool,
+                decode: Any) -> Iterator[tuple[int, Any]]:
+    after = 0
+    while True:
+        if current is not attempt:
+            raise RuntimeError("a job's batch_results() is iterated after the job returned")
+        found = attempt.request(protocol.BATCH_RESULTS, batch_id, after, page)
+        for job_id, name, result in found:
+            yield job_id, decode(job_id, name, result, allow_pickle)
+        if not found:
+            return
+        after = found[-1][0]

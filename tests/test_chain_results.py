@@ -210,3 +210,142 @@ def test_a_drain_in_a_test_passes_results_down_the_chain(any_store):
                            then=[double.s().with_previous(), double.s().with_previous()])
     assert drain(any_store).done == 3
     assert _drained == [6, 12]
+
+
+# -- R60: a batch's callbacks read its members' results ----------------------------------
+
+BATCH_APP = """
+import json
+from pathlib import Path
+import jobpool
+from jobpool import job, Fatal
+
+HERE = Path(__file__).parent
+
+@job(name="br.square", store_result=True)
+def square(n):
+    return {"n": n, "square": n * n}
+
+@job(name="br.silent")
+def silent():
+    return "not kept"
+
+@job(name="br.fails", store_result=True)
+def fails():
+    raise Fatal("no result")
+
+@job(name="br.pickled", store_result=True, serializer="pickle")
+def pickled():
+    return frozenset({"p"})
+
+@job(name="br.gather")
+def gather(page, batch):
+    got = [[i, sorted(v) if isinstance(v, frozenset) else v]
+           for i, v in jobpool.batch_results(batch, page=page)]
+    (HERE / "gathered.json").write_text(json.dumps(got))
+"""
+
+
+def test_a_callback_reads_its_members_results_page_by_page(make_any_app):
+    """R60: the callback iterates ``(id, result)`` of the members that stored one, in
+    id order, through its pool a page at a time; members that kept nothing or went
+    dead are not there; a pickled result is decoded by the job that registers it.
+    The producer reads the same through ``Batch.results``."""
+    app = make_any_app(BATCH_APP)
+    store = app.store()
+    with store.batch(on_complete=Signature("br.gather", (2,))) as batch:
+        squares = [batch.add(Signature("br.square", (n,))).id for n in range(5)]
+        batch.add(Signature("br.silent"))
+        batch.add(Signature("br.fails"))
+        pickled = batch.add(Signature("br.pickled")).id
+    app.start("--procs", "2")
+    gathered = json.loads((app.dir / "gathered.json").read_text())
+    expected = [[i, {"n": n, "square": n * n}] for n, i in enumerate(squares)]
+    assert gathered == expected + [[pickled, ["p"]]]
+    from_producer = list(batch.results(page=3, allow_pickle=True))
+    assert from_producer == [tuple(x) for x in expected] + [(pickled, frozenset({"p"}))]
+    with pytest.raises(jobpool.UnsafeResultError):
+        list(batch.results())  # this process registers no pickle job
+    store.close()
+
+
+def test_batch_results_refuses_what_it_cannot_read(any_store):
+    """R60, R41: a page is bounded; outside a job there is no pool to ask."""
+    batch = any_store.batch()
+    for page in (0, 1001, "10", True):
+        with pytest.raises(ValueError, match="from 1 to 1000"):
+            list(batch.results(page=page))
+    with pytest.raises(RuntimeError, match="outside a job"):
+        jobpool.batch_results({"id": batch.id})
+    assert list(batch.results()) == []
+
+
+_read_in_drain: list = []
+
+
+@job(name="br.value", store_result=True)
+def value(n):
+    return n
+
+
+@job(name="br.collect")
+def collect(batch):
+    _read_in_drain.extend(jobpool.batch_results(batch, page=1))
+
+
+def test_batch_results_in_a_drain(any_store):
+    """R60 under ``jobpool.testing.drain``: the same request, answered in-process."""
+    from jobpool.testing import drain
+    _read_in_drain.clear()
+    with any_store.batch(on_success=collect.s()) as batch:
+        ids = [batch.add(value.s(n)).id for n in (5, 6, 7)]
+    drain(any_store)
+    assert _read_in_drain == list(zip(ids, (5, 6, 7)))
+
+
+# -- R60: a page of results is read through an index, never a walk -------------------------
+
+def _plan_steps(plan: dict) -> list[tuple[str, str | None]]:
+    """Every node of a PostgreSQL JSON plan as (node type, index name)."""
+    found = [(plan["Node Type"], plan.get("Index Name"))]
+    for child in plan.get("Plans", []):
+        found += _plan_steps(child)
+    return found
+
+
+def test_a_page_of_results_reads_the_members_index_on_sqlite(tmp_path):
+    """R60: SQLite reads a page from the members' index from its place (the index's
+    entries end in the id), with no sort."""
+    import sqlite3
+
+    from jobpool.store.sqlite import statements as sql
+    from tests.test_web_plans import fill_sqlite
+    path = str(tmp_path / "big.db")
+    fill_sqlite(path, 20_000)
+    conn = sqlite3.connect(path)
+    plan = " | ".join(row[3] for row in conn.execute(
+        "EXPLAIN QUERY PLAN " + sql.BATCH_RESULTS, {"id": 3, "after": 3050, "limit": 100}))
+    conn.close()
+    assert "USING INDEX jobs_batch (batch_id=? AND rowid>?)" in plan, plan
+    assert "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
+
+
+def test_a_page_of_results_reads_its_own_index_on_postgres(pg_url):
+    """R60: PostgreSQL reads a page from ``finished_jobs_results`` in id order from
+    its place: no sort of the batch's members, no walk of the table."""
+    import psycopg
+
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import parse_url
+    from tests.test_web_plans import fill_pg
+    fill_pg(pg_url, 20_000)
+    target = parse_url(pg_url)
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {target.schema}")
+        conn.execute("UPDATE finished_jobs SET result = '1' WHERE status = 'done'")
+        conn.execute("ANALYZE finished_jobs")
+        [(plan,)] = conn.execute("EXPLAIN (FORMAT JSON) " + pg_sql.BATCH_RESULTS,
+                                 {"id": 3, "after": 3050, "limit": 100}).fetchall()
+    steps = _plan_steps(plan[0]["Plan"])
+    assert ("Index Scan", "finished_jobs_results") in steps, steps
+    assert not any(node in ("Sort", "Seq Scan", "Bitmap Heap Scan") for node, _ in steps), steps

@@ -19,10 +19,11 @@ from types import ModuleType
 from typing import Any, List
 
 from jobpool import lifecycle
+from jobpool.bounds import MAX_RESULTS_PAGE, RESULTS_PAGE_BYTES
 from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
 from jobpool.handles import Batch, Signature
 from jobpool.options import options_of
-from jobpool.store.records import BatchStatus
+from jobpool.store.records import BatchStatus, MemberResult
 from jobpool.store.rows import NewJob, step_dict
 
 #: The keyword argument a batch's callback receives.
@@ -30,6 +31,9 @@ BATCH_KWARG = "batch"
 
 #: Finished batches swept per call of the pool's sweep.
 PURGE_BATCH = 500
+
+#: R60: members' results read in one page unless asked otherwise.
+RESULTS_PAGE = 100
 
 
 class StoreBatches:
@@ -128,6 +132,30 @@ class StoreBatches:
                                                   self.sql.BATCH_MEMBERS, {"id": batch_id}):
             counts[status] = counts.get(status, 0) + count
         return counts
+
+    def results(self, batch_id: int, *, after: int = 0,
+                limit: int = RESULTS_PAGE) -> List[MemberResult]:
+        """R60: up to ``limit`` members of ``batch_id`` that stored a result, in id
+        order after ``after``, as stored; a page also stops once it holds
+        ``bounds.RESULTS_PAGE_BYTES`` (never before its first row), so one page of
+        1 MB results stays a bounded message. Swept members are gone."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RESULTS_PAGE:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_RESULTS_PAGE}, "
+                             f"not {limit!r}")
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a job id (an integer from 0), not {after!r}")
+        found = self.store.read_rows(f"reading the results of batch {batch_id}",
+                                     self.sql.BATCH_RESULTS,
+                                     {"id": batch_id, "after": after, "limit": limit})
+        page: List[MemberResult] = []
+        size = 0
+        for job_id, name, result in found:
+            value = bytes(result) if isinstance(result, memoryview) else result
+            size += len(value)
+            if page and size > RESULTS_PAGE_BYTES:
+                break
+            page.append(MemberResult(job_id, name, value))
+        return page
 
     def add_from_member(self, owner: str, job_id: int, attempt: int, first_position: int,
                         jobs: Sequence[NewJob]) -> List[tuple[int, bool]]:

@@ -155,6 +155,15 @@ def _callback_name(spec: object) -> str | None:
     return spec["name"] if isinstance(spec, dict) else None
 
 
+class MemberResult(NamedTuple):
+    """R60: a batch member's stored result as the store keeps it (not decoded: the
+    reader's registration decides how, R39)."""
+
+    id: int
+    name: str
+    result: bytes | str
+
+
 class LimitRow(NamedTuple):
     """One row of ``jobpool_limits`` (R35, R36): a job name's declared limits, or a
     queue's (``scope`` 'queue': ``max_running`` only)."""

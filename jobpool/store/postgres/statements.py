@@ -323,6 +323,12 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_shards (
 CREATE_MEMBERS_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_batch ON jobs (batch_id) WHERE batch_id IS NOT NULL
 """
+#: R60: the members of a batch that stored a result, by id: a callback reads them in
+#: pages. Only a batch member's success with a result has an entry.
+CREATE_MEMBER_RESULTS_INDEX = """
+CREATE INDEX IF NOT EXISTS finished_jobs_results ON finished_jobs (batch_id, id)
+ WHERE batch_id IS NOT NULL AND status = 'done' AND result IS NOT NULL
+"""
 CREATE_FINISHED_MEMBERS_INDEX = """
 CREATE INDEX IF NOT EXISTS finished_jobs_batch ON finished_jobs (batch_id, status)
  WHERE batch_id IS NOT NULL
@@ -621,7 +627,8 @@ SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_
           CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
-          *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA, CREATE_WITH_PREVIOUS_FUNCTION)
+          *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA, CREATE_WITH_PREVIOUS_FUNCTION,
+          CREATE_MEMBER_RESULTS_INDEX)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -655,8 +662,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     10: tuple(f"ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS {column} {kind}"
               for column, kind in zip(DONE_LINE_COLUMNS,
                                       ("text", "integer", "bigint", "float8", "integer"))),
-    # R59: a chain step given its predecessor's result.
-    11: (CREATE_WITH_PREVIOUS_FUNCTION,),
+    # R59: a chain step given its predecessor's result; R60: a batch's results by page.
+    11: (CREATE_WITH_PREVIOUS_FUNCTION, CREATE_MEMBER_RESULTS_INDEX),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -1373,6 +1380,13 @@ BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs WHERE batch_id = %(id)s GROUP BY status
 UNION ALL
 SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY status
+"""
+#: R60: a page of a batch's members that stored a result (a done row is in
+#: ``finished_jobs``), in id order after ``after``, through ``finished_jobs_results``.
+BATCH_RESULTS = """
+SELECT id, name, result FROM finished_jobs
+ WHERE batch_id = %(id)s AND id > %(after)s AND status = 'done' AND result IS NOT NULL
+ ORDER BY batch_id, id LIMIT %(limit)s
 """
 #: FOR SHARE: a reclaim of the member waits for the adds (or they wait for it, and
 #: find the lease gone).

@@ -870,6 +870,13 @@ SELECT {BATCH_COLUMNS} FROM jobpool_batches INDEXED BY batches_finished
 BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = :id GROUP BY status
 """
+#: R60: a page of a batch's members that stored a result, in id order after
+#: ``:after``, through the members' index (its entries end in the id).
+BATCH_RESULTS = """
+SELECT id, name, result FROM jobs INDEXED BY jobs_batch
+ WHERE batch_id = :id AND id > :after AND status = 'done' AND result IS NOT NULL
+ ORDER BY id LIMIT :limit
+"""
 #: R34: the batch of a running member (and R54 its metadata, which its adds carry),
 #: fenced like a settle: a member whose lease is gone adds nothing.
 MEMBER_BATCH = f"SELECT batch_id, meta FROM jobs WHERE {GUARD}"
