@@ -24,7 +24,7 @@ from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
 from jobpool.handles import Batch, Signature
 from jobpool.options import options_of
 from jobpool.store.records import BatchStatus, MemberResult
-from jobpool.store.rows import NewJob, step_dict
+from jobpool.store.rows import NewJob, meta_json, stamp, step_dict
 
 #: The keyword argument a batch's callback receives.
 BATCH_KWARG = "batch"
@@ -232,6 +232,12 @@ def callback_json(signature: Signature | None, label: str, max_payload: int) -> 
     if "\\u0000" in step["payload"]:
         raise EnqueueError(f"{label}: a callback's arguments cannot hold a NUL character "
                            f"(a PostgreSQL store's JSON cannot)")
+    # R54, R55: its own metadata (``with_meta``), as the producer's hooks stamp it now,
+    # as they stamp a chain's steps at the enqueue.
+    meta = stamp(signature.name, signature.args, signature.kwargs, signature.meta, f"{label}: ")
+    if meta is not None:
+        meta_json(meta, f"{label}: meta")
+        step["meta"] = meta
     return json.dumps(step, separators=(",", ":"))
 
 

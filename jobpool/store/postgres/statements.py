@@ -389,7 +389,8 @@ FOR EACH ROW WHEN (OLD.batch_id IS NOT NULL) EXECUTE FUNCTION jobpool_member_end
 """
 
 #: R34, R11a: one callback enqueued by the store, due now, in the batch's place in
-#: line, its arguments given ``batch=``; the pools listening are woken at commit.
+#: line, its arguments given ``batch=``, with the metadata its signature carries (R54,
+#: revision 11); the pools listening are woken at commit.
 CREATE_ENQUEUE_CALLBACK_FUNCTION = """
 CREATE OR REPLACE FUNCTION jobpool_enqueue_callback(spec jsonb, info jsonb, line_at float8,
                                                     due float8, channel text) RETURNS bigint
@@ -398,13 +399,14 @@ DECLARE
     new_id bigint;
 BEGIN
     INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                      max_attempts, deadline, timeout, created_at, chain, grp)
+                      max_attempts, deadline, timeout, created_at, chain, grp, meta)
     VALUES (spec ->> 'queue', spec ->> 'name', NULL,
             convert_to(jsonb_set((spec ->> 'payload')::jsonb, '{1,batch}', info)::text, 'UTF8'),
             'json', (spec ->> 'priority')::integer, 'ready', due, line_at,
             (spec ->> 'max_attempts')::integer, NULL, (spec ->> 'timeout')::float8, due, NULL,
             (SELECT ''::text FROM jobpool_limits
-              WHERE scope = 'name' AND target = spec ->> 'name'))
+              WHERE scope = 'name' AND target = spec ->> 'name'),
+            CASE WHEN jsonb_typeof(spec -> 'meta') = 'object' THEN spec -> 'meta' END)
     RETURNING id INTO new_id;
     PERFORM pg_notify(channel, spec ->> 'queue');
     RETURN new_id;
@@ -663,7 +665,9 @@ STEPS: dict[int, tuple[str, ...]] = {
               for column, kind in zip(DONE_LINE_COLUMNS,
                                       ("text", "integer", "bigint", "float8", "integer"))),
     # R59: a chain step given its predecessor's result; R60: a batch's results by page.
-    11: (CREATE_WITH_PREVIOUS_FUNCTION, CREATE_MEMBER_RESULTS_INDEX),
+    # R54: a batch's callbacks enqueued with their signatures' metadata.
+    11: (CREATE_WITH_PREVIOUS_FUNCTION, CREATE_MEMBER_RESULTS_INDEX,
+         CREATE_ENQUEUE_CALLBACK_FUNCTION),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``

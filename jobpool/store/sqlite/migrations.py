@@ -51,6 +51,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     8: (sql.CREATE_ROLLUPS,),
     # R47: a chain's steps found by its first job's id (the web dashboard's job page).
     9: (sql.CREATE_CHAIN_INDEX,),
+    # R54: a batch's callbacks enqueued with the metadata their signatures carry.
+    10: (sql.DROP_BATCH_FINISHED, sql.CREATE_BATCH_FINISHED),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

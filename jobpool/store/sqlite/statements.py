@@ -22,7 +22,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -305,13 +305,15 @@ def _fire(column: str, condition: str) -> str:
     place in line the batch's creation time."""
     return f"""
     INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
-                      max_attempts, deadline, timeout, created_at, chain, grp)
+                      max_attempts, deadline, timeout, created_at, chain, grp, meta)
     SELECT json_extract(NEW.{column}, '$.queue'), json_extract(NEW.{column}, '$.name'), NULL,
            json_set(json_extract(NEW.{column}, '$.payload'), '$[1].batch', json({_BATCH_INFO})),
            'json', json_extract(NEW.{column}, '$.priority'), 'ready', NEW.changed_at,
            NEW.created_at, json_extract(NEW.{column}, '$.max_attempts'), NULL,
            json_extract(NEW.{column}, '$.timeout'), NEW.changed_at, NULL,
-           {limited_group(f"json_extract(NEW.{column}, '$.name')")}
+           {limited_group(f"json_extract(NEW.{column}, '$.name')")},
+           CASE WHEN json_type(NEW.{column}, '$.meta') = 'object'
+                THEN json_extract(NEW.{column}, '$.meta') END
      WHERE {condition};
     UPDATE jobpool_batches SET {column.replace('on_', '')}_job = last_insert_rowid()
      WHERE id = NEW.id AND {condition};
@@ -324,6 +326,8 @@ _FIRES_COMPLETE = "NEW.on_complete IS NOT NULL AND NEW.cancelled_at IS NULL"
 #: R34: when the last member of a closed batch ends (or a batch is closed with all its
 #: members ended), the same transaction enqueues its callbacks, once: ``on_success``
 #: only if no member went dead, ``on_complete`` always; a cancelled batch fires none.
+#: R54: each with the metadata its signature carries (schema 10), else none.
+DROP_BATCH_FINISHED = "DROP TRIGGER IF EXISTS batch_finished"
 CREATE_BATCH_FINISHED = f"""
 CREATE TRIGGER IF NOT EXISTS batch_finished
 AFTER UPDATE OF done, dead, closed_at, cancelled_at ON jobpool_batches
