@@ -52,38 +52,53 @@ class Handle:
         A pickled result is unpickled only when this process registers the job
         with ``serializer="pickle"`` or the caller passes ``allow_pickle=True``
         (R39: the row alone never decides to run an unpickler); otherwise
-        ``UnsafeResultError``.
+        ``UnsafeResultError``. R69: where the store can tell of the job's end
+        (PostgreSQL) the wait wakes when it ends; elsewhere it looks every ``poll`` s.
         """
         import time
         store = self._store()
         end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            finished, value = self._look(store, allow_pickle)
-            if finished:
-                return value
-            if end is not None and time.monotonic() >= end:
-                raise self._still(value, timeout)
-            time.sleep(poll)
+        finished, value = self._look(store, allow_pickle)
+        if finished:
+            return value
+        with store.finish_waiter(self.id, poll) as waiter:
+            while True:
+                finished, value = self._look(store, allow_pickle)
+                if finished:
+                    return value
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._still(value, timeout)
+                waiter.wait(left)
 
     async def aresult(self, timeout: float | None = None, *, poll: float = 0.05,
                       allow_pickle: bool = False) -> Any:
         """``result()`` for async code (R50): the same value and the same errors
         (``JobFailed``, ``TimeoutError``, ``UnsafeResultError``), each look at the
-        store made in a worker thread and each wait an ``asyncio.sleep``, so the
-        event loop runs on while the job does. Cancelling the awaiting task stops
-        the wait; the job runs on."""
+        store and each blocking wait made in a worker thread (a poll is an
+        ``asyncio.sleep``), so the event loop runs on while the job does. Cancelling
+        the awaiting task stops the wait; the job runs on."""
         import asyncio
         import time
         loop = asyncio.get_running_loop()
         end = None if timeout is None else time.monotonic() + timeout
         store = await loop.run_in_executor(None, self._store)
-        while True:
-            finished, value = await loop.run_in_executor(None, self._look, store, allow_pickle)
-            if finished:
-                return value
-            if end is not None and time.monotonic() >= end:
-                raise self._still(value, timeout)
-            await asyncio.sleep(poll)
+        finished, value = await loop.run_in_executor(None, self._look, store, allow_pickle)
+        if finished:
+            return value
+        waiter = await loop.run_in_executor(None, store.finish_waiter, self.id, poll)
+        try:
+            while True:
+                finished, value = await loop.run_in_executor(None, self._look, store,
+                                                             allow_pickle)
+                if finished:
+                    return value
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._still(value, timeout)
+                await waiter.await_(left)
+        finally:
+            await asyncio.shield(loop.run_in_executor(None, waiter.close))
 
     def _look(self, store: Any, allow_pickle: bool) -> tuple[bool, Any]:
         """One look at the job: ``(True, its result)`` when done, ``(False, its

@@ -507,6 +507,13 @@ class Store(Protocol):
         the WAL checkpointer), with ``stop()``; or None."""
         ...
 
+    def finish_waiter(self, job_id: int, poll: float) -> Any:
+        """R69: what ``Handle.result`` waits on after finding ``job_id`` unfinished: an
+        object with ``wait(seconds)``, ``await_(seconds)`` (each True when the store
+        told of the job's end, False when the time passed) and ``close()``; the store
+        tells where it can (PostgreSQL), else the caller looks every ``poll`` s."""
+        ...
+
     def listener(self) -> Any:
         """What wakes an idle pool when a job is enqueued (R11): an object with
         ``sock`` (selectable, or None), ``drain()``, ``move_down()``, ``close()`` and

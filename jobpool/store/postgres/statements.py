@@ -127,7 +127,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     state            text,
     state_at         float8,
     grp              text,
-    meta             jsonb
+    meta             jsonb,
+    waited           boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01,
         autovacuum_analyze_scale_factor = 0.02)
 """
@@ -601,6 +602,27 @@ CHAIN_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS finished_jobs_chain ON finished_jobs (chain_root, id)"
     " WHERE chain_root IS NOT NULL")
 
+#: R69: the channel a store's finished jobs are told on, as the server computes it from
+#: the schema it works in (``store.channel_name`` plus ``_done``), so no statement
+#: needs it given.
+FINISHED_CHANNEL = ("'jobpool_' || left(encode(sha256(convert_to(current_schema(), 'UTF8')), "
+                    "'hex'), 24) || '_done'")
+
+
+def told_if_waited(row: str = "") -> str:
+    """R69: the ``RETURNING`` column that tells a waiter (``Handle.result``) its job
+    finished: a notification of its id, at commit, only for a row some waiter marked
+    (``waited``); a row nobody waits for costs one test. ``row``: the row's alias."""
+    return (f"CASE WHEN {row}waited THEN pg_notify({FINISHED_CHANNEL}, {row}id::text)::text "
+            "END AS told")
+
+
+#: R69: a waiter marks the job it waits for, then reads it (a job that finished before
+#: the mark is read as finished; one that finishes after it tells the waiter).
+MARK_WAITED = "UPDATE jobs SET waited = true WHERE id = %(id)s AND NOT waited"
+#: The waiter's channel, named by the server as the statements that notify name it.
+FINISHED_CHANNEL_NAME = f"SELECT {FINISHED_CHANNEL}"
+
 #: R59: a chain step's arguments with its predecessor's result under ``keyword``
 #: (JSON null when it kept none), as text; NULL when that cannot be done (the result
 #: is not JSON text, as a pickled one is not; the arguments are not a JSON
@@ -666,8 +688,10 @@ STEPS: dict[int, tuple[str, ...]] = {
                                       ("text", "integer", "bigint", "float8", "integer"))),
     # R59: a chain step given its predecessor's result; R60: a batch's results by page.
     # R54: a batch's callbacks enqueued with their signatures' metadata.
+    # R69: a job some Handle.result waits for says so, and its end notifies.
     11: (CREATE_WITH_PREVIOUS_FUNCTION, CREATE_MEMBER_RESULTS_INDEX,
-         CREATE_ENQUEUE_CALLBACK_FUNCTION),
+         CREATE_ENQUEUE_CALLBACK_FUNCTION,
+         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false"),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -1004,7 +1028,7 @@ _DONE_LINE = dict(zip(DONE_LINE_COLUMNS, ("%(owner)s", "pid", "peak_rss", "cpu_s
 #: counts the member, and the attempt's line says ``malformed``.
 SETTLE_MALFORMED = _settle(f"""moved AS (
     DELETE FROM jobs WHERE id = %(id)s::bigint AND lease_owner = %(owner)s AND status = 'running'
-    RETURNING *),
+    RETURNING *, {told_if_waited()}),
 settled AS (
     {finish_row(lifecycle.MALFORMED, DIALECT, 'moved')})
 """)
@@ -1076,7 +1100,7 @@ def _turn_steps(name: str) -> str:
                            {**_CHAIN_STOPPED_OVERRIDE, **_DONE_LINE} if done else None,
                            DONE_LINE_COLUMNS if done else ())
         return (f"moved_{name} AS (DELETE FROM jobs AS j USING {source} AS i WHERE {guard}"
-                f" RETURNING j.*),\nsettled_{name} AS (\n    {moved}),\n"
+                f" RETURNING j.*, {told_if_waited('j.')}),\nsettled_{name} AS (\n    {moved}),\n"
                 + (_successor(f"moved_{name} JOIN done_input USING (id)", f"successor_{name}")
                    + ",\n" if done else ""))
     return f"""settled_{name} AS (
@@ -1201,7 +1225,8 @@ SELECT id, name, attempts, max_attempts, crashes, deadline, COALESCE(started_at,
 #: R31: a ready job is cancelled at once (moved to finished, dead); a running one
 #: is flagged for its owner.
 CANCEL_READY = f"""
-WITH moved AS (DELETE FROM jobs WHERE id = %(id)s AND status = 'ready' RETURNING *)
+WITH moved AS (DELETE FROM jobs WHERE id = %(id)s AND status = 'ready'
+               RETURNING *, {told_if_waited()})
 {finish_row(lifecycle.CANCEL_READY, DIALECT, "moved")}
 """
 REQUEST_CANCEL = """
@@ -1344,7 +1369,8 @@ UPDATE jobpool_batches SET cancelled_at = {_NOW}, closed_at = coalesce(closed_at
 RETURNING id
 """
 CANCEL_READY_MEMBERS = f"""
-WITH moved AS (DELETE FROM jobs WHERE batch_id = %(id)s AND status = 'ready' RETURNING *)
+WITH moved AS (DELETE FROM jobs WHERE batch_id = %(id)s AND status = 'ready'
+               RETURNING *, {told_if_waited()})
 {finish_row(lifecycle.CANCEL_READY, _SERVER_CLOCK, "moved")}
 """
 REQUEST_CANCEL_MEMBERS = """

@@ -33,6 +33,7 @@ from jobpool.store.connections import PerThread
 from jobpool.store.postgres.connection import (Target, close_quietly, ensure_schema, first_line,
                                          open_connection, parse_url, scope)
 from jobpool.store import row_codec, rows
+from jobpool.store.postgres import finish_wait
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
@@ -694,6 +695,10 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def on_store_error(self, error: BaseException) -> None:
         """Nothing to do here: the server keeps its own disk (R26 pauses and retries)."""
+
+    def finish_waiter(self, job_id: int, poll: float) -> Any:
+        """R69: told of the job's end by a notification (``finish_wait``)."""
+        return finish_wait.finish_waiter(self.target, job_id, poll)
 
     def listener(self) -> "Listener | PollOnly":
         """R11a: a LISTEN on the store's channel, so an enqueue on any host wakes the

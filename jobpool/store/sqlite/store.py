@@ -35,6 +35,7 @@ from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFA
 from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
                                    Requests)
 from jobpool.store.sqlite.wakeup import Notifier
+from jobpool.store.finish_wait import PollingWaiter
 
 
 log = logging.getLogger(__name__)
@@ -500,6 +501,11 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             return self.conn.execute(query, params).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"{what} failed: {exc}") from exc
+
+    def finish_waiter(self, job_id: int, poll: float) -> PollingWaiter:
+        """R69: a waiter that looks again every ``poll`` seconds: nothing tells a
+        process of another's commit to the file."""
+        return PollingWaiter(poll)
 
     def notify_ready(self) -> None:
         """R11: wake the pools on this host: jobs became ready."""

@@ -1,0 +1,82 @@
+"""R69 on PostgreSQL: a waiter LISTENs on its store's finished-jobs channel, marks the
+job it waits for (``jobs.waited``), and every statement that finishes a marked row
+notifies its id at commit (``statements.told_if_waited``); rows nobody waits for send
+nothing. The waiter still looks again every ``LOOK_AGAIN`` seconds: a job that ends
+another way (a retention sweep, a row moved by hand) or a notification lost with a
+connection costs that long at most.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from jobpool.errors import StoreError
+from jobpool.store.finish_wait import PollingWaiter, interval
+
+#: Seconds between looks at the job while waiting to be told.
+LOOK_AGAIN = 1.0
+#: The longest single wait an async caller hands to a worker thread: a cancelled
+#: ``aresult`` closes the waiter once the thread's wait ends, at most this late.
+ASYNC_SLICE = 0.25
+
+
+class NotifiedWaiter:
+    """A connection of its own that LISTENs for the end of one job."""
+
+    told = True
+
+    def __init__(self, target: Any, job_id: int) -> None:
+        import psycopg
+        from psycopg import sql as pgsql
+
+        from jobpool.store.postgres import statements as pg_sql
+        from jobpool.store.postgres.connection import open_connection
+        self._id = str(job_id)
+        self._conn: Any = open_connection(target, application="jobpool-result")
+        try:
+            [(channel,)] = self._conn.execute(pg_sql.FINISHED_CHANNEL_NAME).fetchall()
+            self._conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+            self._conn.execute(pg_sql.MARK_WAITED, {"id": job_id})
+        except psycopg.Error as exc:
+            self.close()
+            raise StoreError(f"waiting for job {job_id} failed: {exc}") from None
+
+    def wait(self, left: float | None) -> bool:
+        """Until the job's end is told, or ``LOOK_AGAIN`` (at most ``left``) passed."""
+        import psycopg
+        limit = interval(LOOK_AGAIN, left)
+        conn = self._conn
+        if conn is None:
+            time.sleep(limit)
+            return False
+        try:
+            for note in conn.notifies(timeout=limit):
+                if note.payload == self._id:
+                    return True
+        except psycopg.Error:
+            self.close()  # the connection went: look again on the timer
+        return False
+
+    async def await_(self, left: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.wait, interval(ASYNC_SLICE, left))
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> "NotifiedWaiter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def finish_waiter(target: Any, job_id: int, poll: float) -> NotifiedWaiter | PollingWaiter:
+    """The waiter for ``job_id`` on the store at ``target``: notified, or polling
+    every ``poll`` seconds behind a transaction-mode pooler (no LISTEN there)."""
+    if target.pooler:
+        return PollingWaiter(poll)
+    return NotifiedWaiter(target, job_id)
