@@ -1531,8 +1531,9 @@ SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
    AND a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
  ORDER BY a.seq DESC LIMIT %(limit)s
 """
+#: R29 slots (as SQLite's ``RUNNING_JOBS``), R67 with each job's metadata.
 RUNNING_JOBS = """
-SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
+SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage, meta::text
   FROM jobs WHERE status = 'running'
 """
 
