@@ -18,7 +18,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Sequence
 
 from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo
-from jobpool.display import markup_escape, shown
+from jobpool.display import markup_escape, meta_text, shown
 from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
@@ -786,7 +786,7 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.json:
-        print(json.dumps([_listed(row, _LIST_FIELDS) for row in rows]))
+        print(json.dumps([_listed(row, _LIST_FIELDS + ("meta",)) for row in rows]))
         return 0
     table = _table(box=None)
     cells = [(str(row["id"]), _cell(row["name"]), _cell(row["queue"]), row["status"],
@@ -797,9 +797,17 @@ def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:
         widths.append(min(40, max([len(column)] + [len(c[index]) for c in cells])))
         table.add_column(column, no_wrap=True, min_width=widths[-1])
     room = out.width - sum(widths) - 2 * len(widths) - 1
+    # R67: the metadata, when a listed job has some, shares the room left with the
+    # error, each cut with an ellipsis; a listing without metadata keeps its columns.
+    metas = [meta_text(row.get("meta")) for row in rows]
+    if any(metas):
+        errors = any(row["last_error"] or "malformed" in row for row in rows)
+        share = max(room // 2 - 1 if errors else room - 12, 10)
+        table.add_column("meta", overflow="ellipsis", no_wrap=True, max_width=share)
+        room -= share + 2
     table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=max(room, 10))
-    for row, cell in zip(rows, cells):
-        table.add_row(*cell, _error_cell(row))
+    for row, cell, meta in zip(rows, cells, metas):
+        table.add_row(*cell, *((meta,) if any(metas) else ()), _error_cell(row))
     out.print(table)
     if more > 0:
         then = f"--after {rows[-1]['id']} lists the next page"

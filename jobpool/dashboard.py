@@ -41,6 +41,9 @@ WIDE = 120
 #: there is still time to look at the job before the supervisor kills it.
 LATE_SHARE = 0.8
 
+#: R67: the most columns a running job's metadata takes in the wide frame.
+META_WIDTH = 32
+
 #: Rows kept for queues and for failures before slots take the rest; slots come
 #: first because they are what changes every second.
 QUEUE_ROWS = 3
@@ -310,21 +313,27 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool,
     # As wide as the longest name up to a cap; the progress column gets the rest,
     # since its stage text is what changes.
     table.add_column("name", max_width=40 if wide else 20, no_wrap=True, overflow="ellipsis")
+    # R67: the jobs' metadata, wide only (80 columns have no room for it), and only
+    # when a running job has some, so a store without metadata keeps its columns.
+    with_meta = wide and any(s.busy and s.meta for s in snapshot.slots)
     if wide:
         table.add_column("try", width=3, justify="right", no_wrap=True)
+    if with_meta:
+        table.add_column("meta", max_width=META_WIDTH, no_wrap=True, overflow="ellipsis")
     table.add_column("time", min_width=8, justify="right", no_wrap=True)
     table.add_column("progress", ratio=1, no_wrap=True, overflow="ellipsis")
     table.add_column("rss", min_width=4, justify="right", no_wrap=True)
     visible, hidden = _shown_slots(snapshot.slots, lines)
     for slot in visible:
-        table.add_row(*_slot_cells(snapshot, slot, wide))
+        table.add_row(*_slot_cells(snapshot, slot, wide, with_meta))
     if not hidden:
         return [table]
     busy = sum(1 for s in snapshot.slots if s.busy) - sum(1 for s in visible if s.busy)
     return [table, _more(hidden, f"slots ({busy} busy, {hidden - busy} idle)")]
 
 
-def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool) -> list[RenderableType]:
+def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool,
+                with_meta: bool = False) -> list[RenderableType]:
     label = str(slot.slot) if len(snapshot.pools) <= 1 else f"{slot.pool + 1}/{slot.slot}"
     pid = "" if slot.pid is None else str(slot.pid)
     if slot.busy:
@@ -337,6 +346,8 @@ def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool) -> list[Renderab
         pool = snapshot.pools[slot.pool] if 0 <= slot.pool < len(snapshot.pools) else None
         cells.insert(1, f"{pool.host}:{pool.pid}" if pool else "")
         cells.append("" if slot.attempt is None or not slot.busy else str(slot.attempt))
+    if with_meta:
+        cells.append(Text(shown(display.meta_text(slot.meta)) if slot.busy else "", style="dim"))
     return cells + rest + [_mib(slot.rss)]
 
 

@@ -61,3 +61,32 @@ def markup_escape(text: Any) -> str:
     """``text`` shown, with rich's markup characters escaped, to embed in markup."""
     from rich.markup import escape
     return escape(shown(text))
+
+
+def meta_text(meta: Any) -> str:
+    """R54, R67: a job's metadata on one line as ``key=value`` pairs, the form ``jobs list
+    --meta KEY=VALUE`` reads back: a text value as it is unless it would read back as
+    something else (``"7"``, ``"true"``, one with a space or an ``=``), then as JSON, and
+    any other value as compact JSON. Not yet shown (``shown`` makes it so); "" for none."""
+    if not isinstance(meta, dict):
+        return ""
+    import json
+    pairs = []
+    for key, value in meta.items():
+        text = value if isinstance(value, str) and _reads_back(value) else \
+            json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        pairs.append(f"{key}={text}")
+    return " ".join(pairs)
+
+
+def _reads_back(text: str) -> bool:
+    """Whether ``--meta key=TEXT`` would read TEXT as this same string, and a space
+    or ``=`` in it would not blur where a pair ends."""
+    import json
+    if not text or any(c.isspace() or c == "=" for c in text):
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False

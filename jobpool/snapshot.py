@@ -7,6 +7,7 @@ anything (``Store.dashboard``, whose queries walk indexes and never the whole
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,6 +45,8 @@ class SlotView:
     progress: float | None = None
     stage: str | None = None
     rss: int | None = None
+    #: R67: the job's metadata (R54), as its row holds it; None without any.
+    meta: Mapping[str, Any] | None = None
 
     @property
     def busy(self) -> bool:
@@ -254,7 +257,7 @@ def _slot_views(pools: Sequence[Mapping[str, Any]], running: Sequence[tuple],
 
 #: The columns of a running row (``RUNNING_JOBS``), in order.
 _RUNNING_COLUMNS = ("id", "name", "lease_owner", "attempts", "started_at", "timeout", "progress",
-                    "stage")
+                    "stage", "meta")
 
 
 def _running_row(row: tuple) -> tuple:
@@ -273,7 +276,7 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
                now: float) -> SlotView:
     if row is None:
         return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), rss=beat.get("rss"))
-    job_id, name, _owner, attempt, started, timeout, progress, stage, malformed = row
+    job_id, name, _owner, attempt, started, timeout, progress, stage, meta, malformed = row
     if (beat.get("job_id"), beat.get("attempt")) != (job_id, attempt):
         # Progress reaches the row at a heartbeat; this attempt has had none yet,
         # so what the row holds is the last report of an earlier attempt (R22).
@@ -282,7 +285,9 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
     return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), job_id=job_id, name=name,
                     attempt=attempt, started=started,
                     elapsed=None if started is None else max(0.0, now - started),
-                    timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"))
+                    timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"),
+                    # The codec checked it is a JSON object's text (R44: else None).
+                    meta=None if meta is None else json.loads(meta))
 
 
 def queue_views(counts: Sequence[tuple], recent: Mapping[str, int],

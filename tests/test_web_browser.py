@@ -224,6 +224,23 @@ def test_the_next_page_link_pages_through_the_jobs(any_store, serve, page):
     assert _listed(page) == [ids[4], ids[3]]
 
 
+def test_the_jobs_list_and_a_jobs_page_show_its_metadata_as_text(any_store, serve, page):
+    """R67: the metadata is in its own cell of the list and on the job page without
+    a reveal, a tag in it shown as text (the page runs no script from it)."""
+    from playwright.sync_api import expect
+    job_id = any_store.enqueue_with("b.meta", meta={"tenant": "acme",
+                                                     "note": "<img src=x onerror=alert(1)>"}).id
+    page.goto(serve() + "/jobs")
+    expect(page.locator(f'#jobs tr.job[data-id="{job_id}"] td.meta')).to_have_text(
+        'tenant=acme note="<img src=x onerror=alert(1)>"')
+    expect(page.locator("#jobs img")).to_have_count(0)
+    page.locator(f'#jobs tr.job[data-id="{job_id}"] a').click()
+    page.wait_for_url(re.compile(rf"/jobs/{job_id}$"))
+    expect(page.locator("tr", has=page.locator("th", has_text="meta")).locator("td")).to_have_text(
+        '{"tenant": "acme", "note": "<img src=x onerror=alert(1)>"}')
+    expect(page.locator("img")).to_have_count(0)
+
+
 def test_a_job_opens_from_the_list_and_reveals_its_arguments(any_store, serve, page):
     from playwright.sync_api import expect
     job_id = any_store.enqueue_with("b.show", args=["the-argument"]).id

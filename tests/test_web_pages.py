@@ -353,7 +353,7 @@ def test_the_pools_page_scales_and_stops_a_pool_and_each_is_an_event(any_store, 
         assert '<progress max="100" value="25.0">' in slots
         assert "<td>reading</td><td>30.0</td>" in slots
         running = client.get("/").text.split('id="running"', 1)[1].split("</table>", 1)[0]
-        assert f'<a href="/jobs/{busy}">{busy}</a></td><td>w.a</td><td>1</td>' in running
+        assert f'<a href="/jobs/{busy}">{busy}</a></td><td>w.a</td><td class="meta"></td><td>1</td>' in running
         assert "<td>reading</td><td>30.0</td>" in running
         row = page.split(f'data-owner="{owner}"', 1)[1].split("</tr>", 1)[0]
         assert "<td>web-1</td>" in row and "<td>running</td>" in row and "<td>7</td>" in row

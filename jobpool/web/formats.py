@@ -8,6 +8,7 @@ from typing import Any
 from jinja2 import Environment
 
 from jobpool.dashboard import duration
+from jobpool.display import meta_text
 from jobpool.snapshot import at_least
 
 
@@ -49,4 +50,4 @@ def iso(at: float | None) -> str:
 def install(env: Environment) -> None:
     env.filters.update(relative=relative, mib=mib, exit_code=exit_code,
                        signal_name=signal_name, seconds=seconds, duration=duration, iso=iso,
-                       at_least=at_least)
+                       at_least=at_least, meta_text=meta_text)

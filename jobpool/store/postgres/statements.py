@@ -1522,15 +1522,63 @@ LISTED_PARTS = {
 }
 
 
-def list_jobs(status: str | None, where: list[str], *, newest_first: bool) -> str:
+def list_jobs(status: str | None, where: list[str], *, newest_first: bool,
+              meta_near: bool = False, after: bool = False) -> str:
     """R28: ``jobs list``: each part's first ``%(limit)s`` rows, then the first of them
-    all, with the server's clock (a ready row not due yet is listed ``scheduled``)."""
+    all, with the server's clock (a ready row not due yet is listed ``scheduled``).
+    ``meta_near``: a metadata filter (``META_CONTAINS`` among ``where``) read newest
+    first, each part in two reads below ``%(after)s`` (``after``) or the table's
+    newest id, as ``META_NEAR`` says."""
     order = "id DESC" if newest_first else "id"
+    if meta_near:
+        return _meta_listing(status, where, after)
     parts = " UNION ALL ".join(
         f"({SELECT_JOB_FROM[table]} FROM {table} WHERE {' AND '.join([condition, *where])}"
         f" ORDER BY {order} LIMIT %(limit)s)" for table, condition in LISTED_PARTS[status])
     return (f"SELECT *, extract(epoch FROM now())::float8 FROM ({parts}) AS listed "
             f"ORDER BY {order} LIMIT %(limit)s")
+
+
+#: R54: a listing's metadata filter, ``list_jobs(meta=...)``: containment, which each
+#: table's GIN index (``META_SCHEMA``) serves.
+META_CONTAINS = "meta @> %(meta)s::jsonb"
+#: R54: how many ids below its keyset a metadata listing walks in id order first.
+#: No index holds both the containment and the id order (a GIN index returns its
+#: matches unordered), and the planner picks between walking the primary key
+#: newest first (fast when most rows match, a walk of the whole table when few do)
+#: and reading every match from the GIN index and sorting them (the reverse) by its
+#: estimate of how many rows match, which statistics often cannot make: a metadata
+#: value wider than ANALYZE keeps leaves it guessing 1 %, and jobs enqueued since the
+#: last ANALYZE (a burst of one tenant's) are missing from it. So each part is read
+#: in two steps of its own, neither left to that estimate: the ``META_NEAR`` newest
+#: ids, walked in id order (a broad filter's page is found there), and only when
+#: those held fewer rows than the page, the ids below them through the GIN index
+#: (a narrow filter's rows, all its matches read and sorted).
+META_NEAR = 10_000
+
+
+def _meta_listing(status: str | None, where: list[str], after: bool) -> str:
+    """``list_jobs`` with a metadata filter, newest first (``META_NEAR``): in each part
+    the near read hides the containment from the GIN index (``IS TRUE``: the planner
+    can only walk the primary key's range), and the far read hides the id from the
+    primary key (``id + 0``: the containment's index it is) and runs only when the near
+    read came back short (a condition of no row: the plan's one-time filter)."""
+    near, parts = [], []
+    for n, (table, condition) in enumerate(LISTED_PARTS[status]):
+        top = "%(after)s" if after else f"(SELECT coalesce(max(id), 0) + 1 FROM {table})"
+        hidden = [f"({c}) IS TRUE" if c == META_CONTAINS else c for c in where]
+        near.append(
+            f"near{n} AS MATERIALIZED ({SELECT_JOB_FROM[table]} FROM {table} WHERE "
+            f"{' AND '.join([condition, *hidden, f'id >= {top} - {META_NEAR}'])} "
+            f"ORDER BY id DESC LIMIT %(limit)s)")
+        parts.append(f"SELECT * FROM near{n}")
+        parts.append(
+            f"({SELECT_JOB_FROM[table]} FROM {table} WHERE "
+            f"{' AND '.join([condition, *where, f'id + 0 < {top} - {META_NEAR}'])} "
+            f"AND (SELECT count(*) FROM near{n}) < %(limit)s ORDER BY id + 0 DESC "
+            f"LIMIT %(limit)s)")
+    return (f"WITH {', '.join(near)} SELECT *, extract(epoch FROM now())::float8 FROM "
+            f"({' UNION ALL '.join(parts)}) AS listed ORDER BY id DESC LIMIT %(limit)s")
 
 
 def count_jobs(status: str | None, where: list[str]) -> str:
@@ -1614,8 +1662,9 @@ SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
    AND a.outcome NOT IN ({", ".join(f"'{o}'" for o in QUIET_OUTCOMES)})
  ORDER BY a.seq DESC LIMIT %(limit)s
 """
+#: R29 slots (as SQLite's ``RUNNING_JOBS``), R67 with each job's metadata.
 RUNNING_JOBS = """
-SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
+SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage, meta::text
   FROM jobs WHERE status = 'running'
 """
 

@@ -72,8 +72,7 @@ LISTING_DIALECT = rows.ListingDialect(
     past_newest="(SELECT coalesce(greatest((SELECT max(id) FROM jobs), "
                 "(SELECT max(id) FROM finished_jobs)), 0) + 1)",
     # R54: containment, which each table's GIN index on ``meta`` serves.
-    meta_matches=lambda pairs, mark: ([f"meta @> {mark('meta')}::jsonb"],
-                                      {"meta": json.dumps(pairs)}),
+    meta_matches=lambda pairs, mark: ([pg_sql.META_CONTAINS], {"meta": json.dumps(pairs)}),
     meta_indexed=True,
 )
 #: R47: a chain's rows as the ids its first job and the chain indexes of both tables
@@ -407,7 +406,10 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
                                             newest_first=newest_first, **more)
         where, params = where + searched, dict(params, **found)
-        query = pg_sql.list_jobs(status, where, newest_first=newest_first)
+        # R54: a metadata filter newest first is read near the keyset, then far below it.
+        query = pg_sql.list_jobs(status, where, newest_first=newest_first,
+                                 meta_near=newest_first and pg_sql.META_CONTAINS in where,
+                                 after=after is not None)
         jobs = []
         for row in self._list("listing jobs", query, dict(params, limit=limit)):
             job = self.job(row[:-1])

@@ -1110,9 +1110,10 @@ SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
 #: them. The heartbeat's slot list is up to a beat old (a job dispatched since
 #: is missing from it); it still gives each slot's pid and RSS, which only the
 #: supervisor knows. A short range of ``jobs_status``: running rows are at most
-#: the live pools' slots, plus leases of dead pools not yet reclaimed.
+#: the live pools' slots, plus leases of dead pools not yet reclaimed. R67: with
+#: each job's metadata, which the dashboards show beside it.
 RUNNING_JOBS = """
-SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage
+SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage, meta
   FROM jobs INDEXED BY jobs_status WHERE status = 'running'
 """
 
