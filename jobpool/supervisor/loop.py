@@ -113,6 +113,9 @@ class Supervisor:
             self.core.set_chunks(chunks)
         self.rng = rng or random.Random()
         self._selector = selectors.DefaultSelector()
+        #: R66: what the loop waits on while a turn is in flight: its answer, a signal
+        #: (the children's messages wait in their pipes until it lands).
+        self._flight_selector = selectors.DefaultSelector()
         #: --metrics: the pool's series, served from this loop (no thread: it forks).
         self.metrics_server: MetricsServer | None = None
         pool_metrics = None
@@ -213,6 +216,7 @@ class Supervisor:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self._selector.close()
+            self._flight_selector.close()
             self.core.close()
             self.store.close()  # the last connection out checkpoints and removes the WAL
         if self._released:
@@ -245,7 +249,8 @@ class Supervisor:
         while True:
             now = self.clock()
             timeout = self._wait_time(now)
-            for key, _mask in self._selector.select(timeout):
+            selector = self._selector if self._flight is None else self._flight_selector
+            for key, _mask in selector.select(timeout):
                 kind, slot, owner = key.data
                 # One batch can hold events of a child replaced earlier in the same
                 # batch, whose fd number the new child may already reuse: act only on
@@ -346,7 +351,8 @@ class Supervisor:
             deadline = min(deadline, self._look_again_at)
         if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
             deadline = min(deadline, now + self.metrics_server.wait_time())
-        if state.pending:
+        if state.pending and self._flight is None:
+            # (With a turn in flight its answer wakes the loop: R66.)
             deadline = min(deadline, self._store_pause_until)
         return max(0.0, min(deadline - now, self.config.poll_interval))
 
@@ -563,7 +569,7 @@ class Supervisor:
         self._flight = (sent, fileno, pending, free[:want], want, all_paused)
         if fileno is None:
             return self._land(now)
-        self._selector.register(fileno, selectors.EVENT_READ, ("turn", None, None))
+        self._flight_selector.register(fileno, selectors.EVENT_READ, ("turn", None, None))
         return False
 
     def _land(self, now: float, wait: bool = False) -> bool:
@@ -576,7 +582,7 @@ class Supervisor:
         sent, fileno, pending, free, want, all_paused = self._flight
         self._flight = None
         if fileno is not None:
-            self._selector.unregister(fileno)
+            self._flight_selector.unregister(fileno)
         state = self.state
         # Read even while paused: the answer is on its way, the connection is not free
         # until it has been read.
@@ -685,6 +691,7 @@ class Supervisor:
         self._signal_r.setblocking(False)
         self._signal_w.setblocking(False)
         self._selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None, None))
+        self._flight_selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None, None))
         try:
             self._old_wakeup_fd = signal.set_wakeup_fd(self._signal_w.fileno(),
                                                        warn_on_full_buffer=False)
