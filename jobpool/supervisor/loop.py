@@ -584,10 +584,13 @@ class Supervisor:
         if fileno is not None:
             self._flight_selector.unregister(fileno)
         state = self.state
-        # Read even while paused: the answer is on its way, the connection is not free
-        # until it has been read.
-        got = self._store_call(self.core.finish_turn, now, sent, settles=True,
-                               answer=fileno is not None)
+        if fileno is None:
+            got = sent.done  # a turn that ran whole: nothing left to read or to fail
+        else:
+            # Read even while paused: the answer is on its way, the connection is not
+            # free until it has been read.
+            got = self._store_call(self.core.finish_turn, now, sent, settles=True,
+                                   answer=True)
         if got is None:
             state.pending[:0] = pending
             if pending:
