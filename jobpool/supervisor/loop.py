@@ -5,7 +5,9 @@ past their hard timeout, settle finished attempts in one transaction, then
 reserve the free slots and claim at most that many jobs (R6), and dispatch them.
 It waits in one ``select`` over the child pipes, child exit sentinels, the
 wake-up socket and the signal pipe, so it never busy-polls and never blocks
-where a signal could not reach it (R11).
+where a signal could not reach it (R11). On PostgreSQL a turn goes out and is
+applied when its answer comes (R66): meanwhile the loop waits on that answer, the
+signal pipe and its timers.
 
 The children are ``slots.py``'s, the heartbeat and what rides on it are
 ``operations.py``'s; this module settles, claims, counts and stops.

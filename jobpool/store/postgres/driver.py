@@ -13,7 +13,9 @@ of its first queue (``pg_sql.turn_statement``), sent with its Sync on an autocom
 connection and so committed as it runs. What a turn sends besides (a limited claim's
 page and its claim, another queue, a row refused at claim, R10, R44) goes in a
 pipeline, one implicit transaction up to its one Sync. Answers are read after the
-commit that carries them.
+commit that carries them. A turn that is that one statement may be left in flight
+(R66: ``begin_turn`` sends it, ``finish_turn`` reads it, ``store/postgres/flight.py``);
+the supervisor's loop goes on meanwhile.
 
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
