@@ -18,14 +18,41 @@ imports no dialect: the layers test holds it (DESIGN section 11).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL, OWNER_DIED,
-                               Claimed, Lease, Outcome, Policy, Settled, decide)
+from jobpool.lifecycle import (CRASH, DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL,
+                               OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, claim_in_shares
 from jobpool.store import row_codec
 from jobpool.store.base import Answer, Driver, Fenced, Turn
+
+
+class TurnInFlight(NamedTuple):
+    """R66: a turn ``Claimer.begin_turn`` sent. ``flight``: the driver's, while its
+    answer may still be on its way (None: the turn ran whole, its result in ``done``)."""
+
+    flight: Any
+    done: tuple[list[Settled], list[Claimed], list[Settled]] | None
+    taken: list[int]
+    queue: str
+    now: float
+
+    def fileno(self) -> int | None:
+        """The socket the answer comes on; None: nothing in flight."""
+        return None if self.flight is None else self.flight.fileno()
+
+    def ready(self) -> bool:
+        """Whether ``finish_turn`` can read the answer without waiting."""
+        return self.flight is None or self.flight.ready()
+
+
+def _one_queue(queues: Sequence[str], shares: Sequence[Share] | None) -> str | None:
+    """The one queue a turn claims from, or None when it shares its slots among
+    several (those claims run one after another: no turn in flight, R66)."""
+    if shares is None:
+        return queues[0] if len(queues) == 1 else None
+    return shares[0][0] if len(shares) == 1 else None
 
 
 class Claimer:
@@ -96,16 +123,7 @@ class Claimer:
         chunked: dict[int, list[Claimed]] = {}
 
         def body(turn: Turn) -> tuple[list[Answer], list[Answer]]:
-            decided: list[Settled | Fenced] = []
-            for outcome in outcomes:
-                lease = self._inflight.get(outcome[0])
-                if lease is None or lease.attempt != outcome[1]:
-                    decided.append(Settled(outcome[0], lease.name if lease else "", outcome[1],
-                                           "lost", "not leased by this supervisor"))
-                    continue
-                taken.append(outcome[0])
-                decided.append(self._fenced(turn, lease, outcome, rng))
-            sent = turn.settle(decided)
+            sent = self._settle_outcomes(turn, outcomes, rng, taken)
             expiring: list[Answer] = []
             # Claimed.run_at is handed over on the pool's clock (``now``), where the
             # pool measures a job's wait; the row has it on the store's (R7a).
@@ -123,6 +141,81 @@ class Claimer:
             self._inflight.pop(job_id, None)
         self._inflight.update(leases)
         self.chunked = chunked
+        return settled, claimed, expired
+
+    def _settle_outcomes(self, turn: Turn, outcomes: Sequence[Outcome], rng: Any,
+                         taken: list[int]) -> list[Answer]:
+        """The fence test and ``lifecycle.decide`` for each outcome, handed to the
+        turn's settle; ``taken``: the jobs whose lease the turn settles."""
+        decided: list[Settled | Fenced] = []
+        for outcome in outcomes:
+            lease = self._inflight.get(outcome[0])
+            if lease is None or lease.attempt != outcome[1]:
+                decided.append(Settled(outcome[0], lease.name if lease else "", outcome[1],
+                                       "lost", "not leased by this supervisor"))
+                continue
+            taken.append(outcome[0])
+            decided.append(self._fenced(turn, lease, outcome, rng))
+        return turn.settle(decided)
+
+    # -- a turn in flight (R66) ----------------------------------------------------------------
+
+    def begin_turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: Any,
+                   shares: Sequence[Share] | None = None) -> TurnInFlight:
+        """``turn``, in two halves (R66): this one sends the turn, ``finish_turn`` reads
+        its answer and applies it. With a driver that can leave a statement in flight
+        (PostgreSQL's ``begin_turn``), a turn that is one statement (its settles and
+        the claim of one queue, with no limits, chunks or crash to look up first) goes
+        out here without waiting: ``TurnInFlight.fileno`` is the socket its answer
+        comes on. Any other turn (every SQLite turn) runs whole here, and
+        ``finish_turn`` hands its result back. The leases are the engine's as they
+        were until ``finish_turn``; no other call may use the claimer in between."""
+        begin = getattr(self.driver, "begin_turn", None)
+        queue = _one_queue(self.queues, shares)
+        if (begin is None or (not outcomes and n <= 0) or self._limits is not None
+                or self._chunks or (n > 0 and queue is None)
+                or any(outcome[2] == CRASH for outcome in outcomes)):
+            return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], "", now)
+        self.token_wait = None
+        taken: list[int] = []
+
+        def send(turn: Turn) -> tuple[list[Answer], Any]:
+            sent = self._settle_outcomes(turn, outcomes, rng, taken)
+            return sent, (turn.claim_later(queue, n) if n > 0 else None)  # type: ignore[attr-defined]
+
+        flight = begin(now, self._inflight, send)
+        if flight is None:  # the driver must look up what is in doubt first: a whole turn
+            return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], "", now)
+        return TurnInFlight(flight, None, taken, queue or "", now)
+
+    def finish_turn(self, turn_in_flight: TurnInFlight
+                    ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """The turn ``begin_turn`` sent: its answer read (waited for, if it has not
+        come), the rows it claimed through the codec and R10 as in ``turn``, and
+        ``(settled, claimed, expired)``. A failure raises ``StoreError`` as ``turn``
+        does: nothing applied, or in doubt (R26), the caller keeping its outcomes."""
+        flight = turn_in_flight.flight
+        if flight is None:
+            assert turn_in_flight.done is not None
+            return turn_in_flight.done
+        claimed: list[Claimed] = []
+        leases: dict[int, Lease] = {}
+        queue, now = turn_in_flight.queue, turn_in_flight.now
+
+        def body(turn: Turn, sent_late: tuple[list[Answer], Any]
+                 ) -> tuple[list[Answer], list[Answer]]:
+            sent, late = sent_late
+            expiring: list[Answer] = []
+            if late is not None:
+                self._admit(turn, late.found(), queue, now - turn.now, claimed, expiring,
+                            leases)
+            return sent, expiring
+
+        settled, expired = self.driver.finish_turn(flight, body)  # type: ignore[attr-defined]
+        for job_id in turn_in_flight.taken:
+            self._inflight.pop(job_id, None)
+        self._inflight.update(leases)
+        self.chunked = {}
         return settled, claimed, expired
 
     def _fenced(self, turn: Turn, lease: Lease, outcome: Outcome, rng: Any,

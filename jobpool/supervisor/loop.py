@@ -5,7 +5,9 @@ past their hard timeout, settle finished attempts in one transaction, then
 reserve the free slots and claim at most that many jobs (R6), and dispatch them.
 It waits in one ``select`` over the child pipes, child exit sentinels, the
 wake-up socket and the signal pipe, so it never busy-polls and never blocks
-where a signal could not reach it (R11).
+where a signal could not reach it (R11). On PostgreSQL a turn goes out and is
+applied when its answer comes (R66): meanwhile the loop waits on that answer, the
+signal pipe and its timers.
 
 The children are ``slots.py``'s, the heartbeat and what rides on it are
 ``operations.py``'s; this module settles, claims, counts and stops.
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from jobpool import core, events, jobs, lifecycle, procinfo, proctree, terminal
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
-from jobpool.lifecycle import Settled, settled_as
+from jobpool.lifecycle import Outcome, Settled, settled_as
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.factory import connect
@@ -113,6 +115,9 @@ class Supervisor:
             self.core.set_chunks(chunks)
         self.rng = rng or random.Random()
         self._selector = selectors.DefaultSelector()
+        #: R66: what the loop waits on while a turn is in flight: its answer, a signal
+        #: (the children's messages wait in their pipes until it lands).
+        self._flight_selector = selectors.DefaultSelector()
         #: --metrics: the pool's series, served from this loop (no thread: it forks).
         self.metrics_server: MetricsServer | None = None
         pool_metrics = None
@@ -147,6 +152,9 @@ class Supervisor:
         self._hold_until: float | None = None
         #: R11c: when the pool claims once more after a wake-up (None: no such look due).
         self._look_again_at: float | None = None
+        #: R66: the turn in flight (the claimer's ``TurnInFlight``), the outcomes it
+        #: settles, the slots it claims for and how many; None: no turn in flight.
+        self._flight: tuple[Any, int | None, list[Finished], list[Any], int, bool] | None = None
         self._next_status = 0.0
         self._old_handlers: dict[int, Any] = {}
         self._signal_r: Any = None  # the signal wake-up socket pair, once running
@@ -210,6 +218,7 @@ class Supervisor:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self._selector.close()
+            self._flight_selector.close()
             self.core.close()
             self.store.close()  # the last connection out checkpoints and removes the WAL
         if self._released:
@@ -242,7 +251,8 @@ class Supervisor:
         while True:
             now = self.clock()
             timeout = self._wait_time(now)
-            for key, _mask in self._selector.select(timeout):
+            selector = self._selector if self._flight is None else self._flight_selector
+            for key, _mask in selector.select(timeout):
                 kind, slot, owner = key.data
                 # One batch can hold events of a child replaced earlier in the same
                 # batch, whose fd number the new child may already reuse: act only on
@@ -256,6 +266,8 @@ class Supervisor:
                 elif kind == "metrics":
                     assert self.metrics_server is not None
                     self.metrics_server.ready(owner)
+                elif kind == "turn":
+                    pass  # R66: the turn in flight is answered; ``_turn`` reads it
                 elif kind == "wake":
                     self._listener.drain()
                     look_again = self._listener.look_again
@@ -274,6 +286,9 @@ class Supervisor:
             claimed_none = self._turn(now)
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
+                # R66: a heartbeat may resize the pool or take leases back on the
+                # claimer's connection: the turn in flight lands first.
+                self._land(now, wait=True)
                 self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()
@@ -326,7 +341,7 @@ class Supervisor:
         state = self.state
         hold_until = self._hold_until
         if (state.want_claim and not state.stopping and now >= self._store_pause_until
-                and self.slots.free() and hold_until is None):
+                and self.slots.free() and hold_until is None and self._flight is None):
             return 0.0
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat)
@@ -338,7 +353,8 @@ class Supervisor:
             deadline = min(deadline, self._look_again_at)
         if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
             deadline = min(deadline, now + self.metrics_server.wait_time())
-        if state.pending:
+        if state.pending and self._flight is None:
+            # (With a turn in flight its answer wakes the loop: R66.)
             deadline = min(deadline, self._store_pause_until)
         return max(0.0, min(deadline - now, self.config.poll_interval))
 
@@ -353,6 +369,8 @@ class Supervisor:
             self.exit_code = EXIT_STORE_GAVE_UP
             self.request_stop()
         busy = self.slots.busy_count()
+        if self._flight is not None:
+            return False  # R66: its answer settles outcomes and may bring jobs
         if busy or state.pending:
             if state.stopping and state.pending and not busy and now >= state.drain_until + 5:
                 log.error("stopping with %d outcomes the store did not accept; their leases "
@@ -398,14 +416,15 @@ class Supervisor:
 
     # -- the store ------------------------------------------------------------------------
 
-    def _store_call(self, what, now, *args, settles: bool = False):
-        """Call the claimer; on a store error pause (R26) and return None.
+    def _store_call(self, what, now, *args, settles: bool = False, answer: bool = False):
+        """Call the claimer; on a store error pause (R26) and return None. ``answer``:
+        it reads a turn in flight (R66), called even during a pause.
 
         The outage ends (``store_recovered``) when the store takes a turn that
         ``settles`` this pool's outcomes, or any call while none wait: a read that
         works on a store that cannot be written (a full disk passes a reclaim that
         finds nothing) is no recovery while outcomes still wait for their settle."""
-        if now < self._store_pause_until:
+        if now < self._store_pause_until and not answer:
             return None
         state = self.state
         try:
@@ -432,6 +451,7 @@ class Supervisor:
     def _recover_dead_owners(self, now: float) -> None:
         """R24 at start: leases held by a supervisor of this host that is gone, even one
         that died before its pools row was written (the heartbeat buries rows)."""
+        self._land(now, wait=True)  # R66: one statement at a time on the claimer's connection
         owners = self._store_call(self.core.lease_owners, now) or []
         for owner in owners:
             if owner and procinfo.owner_is_dead(owner):
@@ -440,6 +460,7 @@ class Supervisor:
     def _take_back(self, owner: str, reason: str, now: float) -> list | None:
         """Settle every lease of a dead ``owner`` now (R24, R24b); None if the store
         is down (the caller tries again later)."""
+        self._land(now, wait=True)  # R66: one statement at a time on the claimer's connection
         rows = self._store_call(self.core.reclaim_owner, now, owner, reason, now)
         if rows:
             events.emit(events.LEASES_RECLAIMED, owner=owner, jobs=len(rows))
@@ -448,6 +469,7 @@ class Supervisor:
         return rows
 
     def _reclaim(self, now: float) -> None:
+        self._land(now, wait=True)  # R66: one statement at a time on the claimer's connection
         rows = self._store_call(self.core.reclaim, now, now)
         if rows:
             events.emit(events.LEASES_RECLAIMED, owner="expired", jobs=len(rows))
@@ -499,10 +521,20 @@ class Supervisor:
                 events.emit(events.JOB_LEASE_LOST, job_id=job_id, name=name, attempt=attempt)
 
     def _turn(self, now: float) -> bool:
-        """Settle what finished and claim for the free slots, in one transaction.
+        """Settle what finished and claim for the free slots, in one transaction: the
+        turn in flight lands first when its answer is here (R66), and the next is
+        sent at once with the outcomes that came meanwhile.
 
         Returns True when a claim was made and found nothing (for --burst).
         """
+        claimed_none = False
+        if self._flight is not None:
+            if not self._flight[0].ready():
+                return False  # R66: one turn in flight at a time
+            claimed_none = self._land(now)
+        return self._send_turn(now) or claimed_none
+
+    def _send_turn(self, now: float) -> bool:
         state = self.state
         if self._hold_until is not None and now < self._hold_until and self._holding(now):
             return False
@@ -527,24 +559,67 @@ class Supervisor:
             return False
         pending = state.pending
         shares = self.plan.shares(want) if want else None
-        got = self._store_call(self.core.turn, now, [f.outcome for f in pending], want, now,
-                               self.rng, shares, settles=True)
+        sent = self._store_call(self.core.begin_turn, now, [f.outcome for f in pending], want,
+                                now, self.rng, shares, settles=True)
+        if sent is None:
+            if pending:
+                self.counters["settle_failures"] += 1
+            return False
+        # R66: the outcomes go with the turn; those that come meanwhile wait for the next.
+        state.pending = []
+        fileno = sent.fileno()
+        self._flight = (sent, fileno, pending, free[:want], want, all_paused)
+        if fileno is None:
+            return self._land(now)
+        self._flight_selector.register(fileno, selectors.EVENT_READ, ("turn", None, None))
+        return False
+
+    def _land(self, now: float, wait: bool = False) -> bool:
+        """R66: apply the turn in flight, if there is one and its answer is here (or
+        ``wait``: waiting for it): report what it settled, hand what it claimed to the
+        slots reserved when it was sent. On a store error its outcomes wait again,
+        first in line (R26). Returns True when its claim found nothing."""
+        if self._flight is None or not (wait or self._flight[0].ready()):
+            return False
+        sent, fileno, pending, free, want, all_paused = self._flight
+        self._flight = None
+        if fileno is not None:
+            self._flight_selector.unregister(fileno)
+        state = self.state
+        if fileno is None:
+            got = sent.done  # a turn that ran whole: nothing left to read or to fail
+        else:
+            # Read even while paused: the answer is on its way, the connection is not
+            # free until it has been read.
+            got = self._store_call(self.core.finish_turn, now, sent, settles=True,
+                                   answer=True)
         if got is None:
+            state.pending[:0] = pending
             if pending:
                 self.counters["settle_failures"] += 1
             return False
         settled, claimed, expired = got
-        state.pending = []
         if pending:
             self._report(settled, {(f.outcome.job_id, f.outcome.attempt): f for f in pending})
         self._report(expired)
         chunked = self.core.chunked  # R63: empty unless a name is chunked
+        # R66: a slot reserved when the turn was sent may have gone while it was in
+        # flight (a turn that ran whole had no while).
+        usable = (None if fileno is None else
+                  set(map(id, self.slots.free())) if not state.stopping else set())
         for slot, job in zip(free, claimed):
-            self.slots.dispatch(slot, job, now, chunked.get(job.job_id) if chunked else None)
+            if usable is None or id(slot) in usable:
+                self.slots.dispatch(slot, job, now, chunked.get(job.job_id) if chunked else None)
+            else:
+                # R66: claimed for a slot that went (the pool stopped, shrank, or its
+                # child died) while the claim was in flight: back in line, unstarted.
+                state.pending.append(Finished(Outcome(
+                    job.job_id, job.attempt, lifecycle.UNSTARTED,
+                    "not started: its slot went while its claim was in flight"), 0.0, job.queue))
         if not want:
             return all_paused
-        wait = self.core.token_wait
-        self._next_token = None if wait is None else now + wait
+        wait_s = self.core.token_wait
+        self._next_token = None if wait_s is None else now + wait_s
         state.want_claim = len(claimed) + len(expired) >= want
         return not claimed and not expired
 
@@ -621,6 +696,7 @@ class Supervisor:
         self._signal_r.setblocking(False)
         self._signal_w.setblocking(False)
         self._selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None, None))
+        self._flight_selector.register(self._signal_r, selectors.EVENT_READ, ("signal", None, None))
         try:
             self._old_wakeup_fd = signal.set_wakeup_fd(self._signal_w.fileno(),
                                                        warn_on_full_buffer=False)

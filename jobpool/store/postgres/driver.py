@@ -13,7 +13,9 @@ of its first queue (``pg_sql.turn_statement``), sent with its Sync on an autocom
 connection and so committed as it runs. What a turn sends besides (a limited claim's
 page and its claim, another queue, a row refused at claim, R10, R44) goes in a
 pipeline, one implicit transaction up to its one Sync. Answers are read after the
-commit that carries them.
+commit that carries them. A turn that is that one statement may be left in flight
+(R66: ``begin_turn`` sends it, ``finish_turn`` reads it, ``store/postgres/flight.py``);
+the supervisor's loop goes on meanwhile.
 
 Every failure is a ``StoreError`` with nothing applied (the transaction rolls
 back), so the supervisor keeps its outcomes and pauses (R26). A connection that
@@ -25,10 +27,12 @@ its claims are given back and its settles looked up (docs/RULES.md, R26).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from jobpool.errors import StoreError
@@ -41,6 +45,7 @@ from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limite
                                        rows_of)
 from jobpool.store.postgres.connection import (CLAIMER_OPTIONS, Target, first_line,
                                                open_connection, scope)
+from jobpool.store.postgres.flight import StatementInFlight, prepare
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +159,9 @@ class PgDriver:
         #: (monotonic) a claim last walked it from the front.
         self._places: dict[str, tuple[int, float, int]] = {}
         self._front_at: dict[str, float] = {}
+        #: R66: the names of the statements prepared on this connection for turns in
+        #: flight, by text (a new connection prepares again).
+        self._prepared: dict[str, bytes] = {}
         _ = self._connection()
 
     def serve(self, owner: str, names: Sequence[str], policies: dict[str, Policy]) -> None:
@@ -201,7 +209,16 @@ class PgDriver:
             self._conn = open_connection(self.target, application="jobpool-supervisor",
                                          settings=CLAIMER_OPTIONS)
             self._clock_read_at = -math.inf  # a new connection: read the server's clock again
+            self._prepared = {}
         return self._conn
+
+    def send_later(self, conn: Any, text: str, values: Sequence[Any]) -> StatementInFlight:
+        """R66: ``text`` (numbered) with ``values`` sent on ``conn`` without waiting for
+        its answer, prepared first if this connection has not yet."""
+        name = self._prepared.get(text)
+        if name is None:
+            name = self._prepared[text] = prepare(conn, text)
+        return StatementInFlight(conn, name, values)
 
     def _server_now(self, conn: Any) -> float:
         """R7a: the server's time, as this host's monotonic clock plus the offset last
@@ -247,19 +264,53 @@ class PgDriver:
         (or a turn that failed after a commit) first gives back the claims in doubt
         and reads which settles in doubt committed: in the same implicit transaction
         as its own statement."""
-        turn: PgTurn | None = None
+        flight = self.begin_turn(now, held, lambda turn: None, overlap=False)
+        assert flight is not None
+        return self.finish_turn(flight, lambda turn, _sent: body(turn))
+
+    def begin_turn(self, now: float, held: Mapping[int, Lease],
+                   send: Callable[[Any], Any], overlap: bool = True) -> PgFlight | None:
+        """R66: the first part of a turn: ``send(turn)`` puts its settles and claim on
+        the ``PgTurn`` (``PgTurn.claim_later``), and with ``overlap`` its one statement
+        goes out without waiting for the answer; ``finish_turn`` reads it. None when
+        this turn cannot be in flight (claims or settles in doubt to look up first, a
+        pooler between: the caller runs ``turn``), before anything is sent."""
+        if overlap and (self._in_doubt or self._doubted or self.target.pooler):
+            return None
         released: Any = None
         committed: Any = None
-        try:
+        begun: list[PgTurn] = []
+        with self._turn_failures(held, begun):
             conn = self._connection()
-            turn = PgTurn(self, conn, self._server_now(conn), held, piped=True)
+            turn = PgTurn(self, conn, self._server_now(conn), held, piped=True, late=overlap)
+            begun.append(turn)
             try:
                 if self._in_doubt:
                     released = turn.queue(pg_sql.RELEASE_IN_DOUBT, _held(self.owner, held))
                     turn.from_front()  # R62: what it gives back is ahead of any place
                 if self._doubted:
                     committed = turn.queue(pg_sql.SETTLED_IN_DOUBT, self._doubt_params())
-                sent, expiring = body(turn)
+                sent = send(turn)
+                if overlap:
+                    turn.send_pending(last=True)
+            except BaseException as exc:
+                turn.abandon(exc)
+                raise
+        return PgFlight(turn, held, sent, released, committed)
+
+    def finish_turn(self, flight: PgFlight,
+                    body: Callable[[Any, Any], tuple[list[Answer], list[Answer]]]
+                    ) -> tuple[list[Settled], list[Settled]]:
+        """The rest of the turn ``begin_turn`` sent: ``body(turn, what send returned)``
+        reads the answer (waiting for it if it has not come) and sends what follows
+        from it, then the answers are read after the commit that carries them. A
+        failure is R26's: nothing applied, or (the connection dropped with the
+        statement in flight, or after a Sync) in doubt, looked up by the next turn."""
+        turn, held = flight.turn, flight.held
+        with self._turn_failures(held, [turn]):
+            try:
+                turn.landed()
+                sent, expiring = body(turn, flight.sent)
                 turn.send_pending(last=True)
             except BaseException as exc:
                 # What the last Sync has not committed is not applied.
@@ -267,26 +318,32 @@ class PgDriver:
                 raise
             turn.sync()
             settled = settled_of(sent)
-            if committed is not None:
-                settled = self._settled_before(settled, committed.fetchall())
+            if flight.committed is not None:
+                settled = self._settled_before(settled, flight.committed.fetchall())
             expired = settled_of(expiring)
-            gave_back = released.fetchall() if released is not None else []
-        except psycopg.Error as exc:
-            # Nothing was applied, or (the connection dropped, or a Sync of this turn
-            # went through) perhaps some or all of it: the leases stay as they were
-            # until a turn commits.
-            error = self._failed("turn", exc)
-            self._after_failure(turn, held)
-            raise error from exc
-        except BaseException:
-            self._after_failure(turn, held)
-            raise
+            gave_back = flight.released.fetchall() if flight.released is not None else []
         if gave_back:
             log.warning("gave back %d claim(s) left in doubt by a dropped connection: jobs %s",
                         len(gave_back), ", ".join(str(r[0]) for r in gave_back))
         self._in_doubt = False
         self._doubted.clear()
         return settled, expired
+
+    @contextlib.contextmanager
+    def _turn_failures(self, held: Mapping[int, Lease], turn: list[PgTurn]) -> Iterator[None]:
+        """A part of a turn (``turn``: its ``PgTurn`` once made): a failure in it is a
+        ``StoreError``, after which nothing was applied, or (the connection dropped,
+        or a Sync of this turn went through) perhaps some or all of it: the leases
+        stay as they were until a turn commits (``_after_failure``)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            error = self._failed("turn", exc)
+            self._after_failure(turn[0] if turn else None, held)
+            raise error from exc
+        except BaseException:
+            self._after_failure(turn[0] if turn else None, held)
+            raise
 
     def _after_failure(self, turn: PgTurn | None, held: Mapping[int, Lease]) -> None:
         """R26: a turn that failed when its connection dropped, or after one of its
@@ -361,6 +418,28 @@ class PgDriver:
             self._conn = None
 
 
+class PgFlight(NamedTuple):
+    """R66: a turn ``PgDriver.begin_turn`` sent: its ``PgTurn`` (``statement``: the one
+    statement in flight, None once nothing waits on the server) and what the turn's
+    first part returned."""
+
+    turn: PgTurn
+    held: Mapping[int, Lease]
+    sent: Any
+    released: Any
+    committed: Any
+
+    def fileno(self) -> int | None:
+        """The socket its answer comes on; None: nothing in flight (read it now)."""
+        statement = self.turn.statement
+        return None if statement is None else statement.fileno()
+
+    def ready(self) -> bool:
+        """Whether its answer is here (reads what came, without blocking)."""
+        statement = self.turn.statement
+        return statement is None or statement.ready()
+
+
 class PgTurn:
     """One turn's statements on the driver's connection (the ``Turn`` protocol), their
     answers read after the commit. Settles wait in ``_pending`` until a claim takes
@@ -374,10 +453,11 @@ class PgTurn:
     a ``transaction`` (a reclaim) every statement runs as it is sent, inside it."""
 
     __slots__ = ("driver", "conn", "now", "_held", "decided", "committed", "_piped",
-                 "_pipeline", "_pending", "_group", "_front")
+                 "_pipeline", "_pending", "_group", "_front", "_late", "statement")
 
     def __init__(self, driver: PgDriver, conn: Any, now: float,
-                 held: Mapping[int, Lease] | None, piped: bool = False) -> None:
+                 held: Mapping[int, Lease] | None, piped: bool = False,
+                 late: bool = False) -> None:
         self.driver = driver
         self.conn = conn
         self.now = now
@@ -395,6 +475,10 @@ class PgTurn:
         #: R62: a settle of this turn put a row ahead of the claimer's place in line:
         #: its claims walk from the front, and so does the next turn's.
         self._front = False
+        #: R66: the turn's first statement may go without waiting for its answer
+        #: (``PgDriver.begin_turn``); ``statement`` is it while it is in flight.
+        self._late = late
+        self.statement: StatementInFlight | None = None
 
     def from_front(self) -> None:
         """R62: this turn's claims, and the next turn's, walk from the front."""
@@ -413,6 +497,8 @@ class PgTurn:
         return cursor.execute(query, params)
 
     def _open(self) -> None:
+        self.landed()
+        self._late = False  # a pipeline opened: the turn's statements run as sent
         if self._piped and self._pipeline is None:
             self._pipeline = self.conn.pipeline()
             self._pipeline.__enter__()
@@ -421,14 +507,33 @@ class PgTurn:
     def _alone(self, query: str, params: Any, raw: bool = False) -> Any:
         """Send ``query`` with its Sync, and what the open pipeline holds before it:
         one round trip, committed as it returns (behind a pooler, in a pipeline of its
-        own after its scope: each transaction there sets its schema)."""
+        own after its scope: each transaction there sets its schema). R66: the first
+        such statement of a turn begun to be in flight goes without waiting
+        (``statement``); its answer is read by ``landed``."""
+        self.landed()
         if self._pipeline is None and (not self._piped or not self.driver.target.pooler):
+            if self._late:
+                self._late = False
+                if not raw:
+                    query, names = _numbered(query)
+                    params = [params[name] for name in names]
+                self.statement = self.driver.send_later(self.conn, query, params)
+                return self.statement
             cursor = self._execute(query, params, raw)
             self.committed = self._piped
             return cursor
         cursor = self.queue(query, params, raw)
         self.sync()
         return cursor
+
+    def landed(self) -> None:
+        """R66: wait for the answer of the statement in flight, if one is: the turn
+        committed with it. Anything else the turn sends goes after it."""
+        statement, self.statement = self.statement, None
+        if statement is not None:
+            self._late = False
+            statement.rows()  # raises the error that ended it
+            self.committed = True
 
     def sync(self) -> None:
         """Close the open pipeline: its Sync commits the implicit transaction it holds
@@ -442,6 +547,11 @@ class PgTurn:
         """Undo what the open pipeline holds (a body that failed mid-turn): a BEGIN
         makes its implicit transaction an explicit one, rolled back; nothing of it is
         applied."""
+        if self.statement is not None:
+            try:
+                self.landed()  # R66: what was in flight may have committed
+            except psycopg.Error:
+                pass  # it did not, or the connection is gone: in doubt (R26)
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is None:
             return
@@ -471,6 +581,11 @@ class PgTurn:
         (R12) is not seen by its own claim (one snapshot): a second claim takes it, as
         a turn on SQLite would. (A batch's callbacks, enqueued by a trigger, wake the
         pools by their notification, R34, R11a.)"""
+        return self.claim_later(queue, want, front).found()
+
+    def claim_later(self, queue: str, want: int, front: bool = False) -> LateClaim:
+        """``claim``, sent: its rows read by ``LateClaim.found`` (R66: in a turn begun
+        to be in flight, the statement goes without waiting for them)."""
         params = self._claim_params(queue, want)
         driver = self.driver
         if self._pending and self._pending[0][1]["owner"] != driver.owner:
@@ -483,22 +598,10 @@ class PgTurn:
         if after is not None:
             params.update(after_priority=after[0], after_line=after[1], after_id=after[2])
         if not self._pending:
-            found = self._alone(pg_sql.CLAIM_AFTER if after else pg_sql.CLAIM, params).fetchall()
-            driver.claimed_from(queue, found, want, after, keep=not front)
-            return found
+            answer = self._alone(pg_sql.CLAIM_AFTER if after else pg_sql.CLAIM, params)
+            return LateClaim(self, queue, want, after, front, False, answer, None)
         cursor, group = self._send(params, after=after is not None)
-        found = []
-        held: set[int] = set()
-        for row in cursor.fetchall():
-            if row[0]:
-                found.append(row[1:])
-            else:
-                held.add(row[1])
-        group.found(held)
-        driver.claimed_from(queue, found, want, after, keep=not front)
-        if again and len(found) < want:
-            found += self.claim(queue, want - len(found), front=True)
-        return found
+        return LateClaim(self, queue, want, after, front, again, cursor, group)
 
     def claim_name(self, queue: str, name: str, want: int) -> list[tuple]:
         """R63: the claim of ``name``'s rows alone, sent with its Sync after the
@@ -620,6 +723,47 @@ class PgTurn:
         return dict(logged, log_error=logged["error"], error=decision.reason,
                     result=result.encode() if isinstance(result, str) else result,
                     crashes=decision.crashes, run_at=now + decision.delay)
+
+
+class LateClaim(NamedTuple):
+    """A claim sent by ``PgTurn.claim_later``; ``found`` reads its rows."""
+
+    turn: PgTurn
+    queue: str
+    want: int
+    after: tuple[int, float, int] | None
+    front: bool
+    again: bool
+    answer: Any   # a cursor, or a StatementInFlight
+    group: SentGroup | None
+
+    def found(self) -> list[tuple]:
+        """The claimed rows (the settles that went with them told their group which
+        fences held); R62's place noted; a second claim when the first came back short
+        and the turn put a row back due now."""
+        turn, want = self.turn, self.want
+        if self.answer is turn.statement:
+            turn.landed()
+        rows_read = self.answer.fetchall()
+        if self.group is None:
+            found = rows_read
+        else:
+            found = []
+            held: set[int] = set()
+            for row in rows_read:
+                if row[0]:
+                    found.append(row[1:])
+                else:
+                    held.add(row[1])
+            self.group.found(held)
+        turn.driver.claimed_from(self.queue, found, want, self.after, keep=not self.front)
+        if self.again and len(found) < want:
+            found += turn.claim(self.queue, want - len(found), front=True)
+        return found
+
+
+#: R66: a named statement as the numbered text sent to be prepared, and its names.
+_numbered = functools.lru_cache(maxsize=None)(pg_sql.numbered)
 
 
 def _due_now(item: Fenced) -> bool:

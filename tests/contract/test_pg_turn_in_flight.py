@@ -1,0 +1,125 @@
+"""R66: a PostgreSQL turn in flight. The claimer sends a turn (its settles and its claim,
+one statement) and returns; the answer is read later, and nothing is applied before.
+A connection terminated while the statement is still on the server is R26's path: the
+outcomes are sent again and settle as they would have, the claim in flight spent no
+attempt, and no lease is left that the engine does not hold."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jobpool
+from jobpool.errors import StoreError
+from jobpool.lifecycle import DONE, Outcome
+
+from ..conftest import PG_URL
+
+
+@jobpool.job(name="flight.noop")
+def noop(_n):
+    return None
+
+
+def _admin():
+    import psycopg
+    return psycopg.connect(PG_URL, autocommit=True)
+
+
+def _schema(pg_url: str) -> str:
+    return pg_url.rsplit("=", 1)[1]
+
+
+def _wait_until_blocked(admin, backend: int) -> None:
+    """Until ``backend`` waits for a row lock (its turn is on the server, in flight)."""
+    deadline = time.monotonic() + 30
+    while admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                        (backend,)).fetchone()[0] != "Lock":
+        assert time.monotonic() < deadline, "the turn never reached the row lock"
+        time.sleep(0.01)
+
+
+def _one_claimed(pg_url: str):
+    """A store with two jobs and a claimer that holds the first: (store, first id,
+    second id, claimer, the first's outcome done)."""
+    store = jobpool.connect(pg_url)
+    first, second = (h.id for h in store.enqueue_many("flight.noop", [(1,), (2,)]))
+    claimer = store.claimer("host-a:1:1", ("flight.noop",), ("default",), {})
+    (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+    assert job.job_id == first and claimer.inflight == 1
+    return store, first, second, claimer, Outcome(first, job.attempt, DONE)
+
+
+def test_a_turn_is_sent_and_applied_only_when_its_answer_is_read(pg_url):
+    store, first, second, claimer, outcome = _one_claimed(pg_url)
+    try:
+        with _admin() as admin:
+            admin.execute("BEGIN")
+            # Another session holds the row the settle must write: the turn waits there.
+            admin.execute(f"SELECT 1 FROM {_schema(pg_url)}.jobs WHERE id = %s FOR UPDATE",
+                          (first,))
+            flight = claimer.begin_turn([outcome], 1, time.time(), None)
+            assert flight.fileno() is not None  # sent, not answered
+            _wait_until_blocked(admin, claimer.driver._conn.info.backend_pid)
+            assert not flight.ready()
+            assert claimer.inflight == 1  # the engine's leases are as they were
+            admin.execute("ROLLBACK")
+        settled, claimed, _expired = claimer.finish_turn(flight)
+        assert [(s.job_id, s.status) for s in settled] == [(first, "done")]
+        assert [c.job_id for c in claimed] == [second] and claimer.inflight == 1
+    finally:
+        claimer.close()
+    assert store.get(first)["status"] == "done" and store.get(second)["status"] == "running"
+    store.close()
+
+
+def test_a_connection_terminated_with_a_turn_in_flight_loses_and_spends_nothing(pg_url):
+    store, first, second, claimer, outcome = _one_claimed(pg_url)
+    try:
+        backend = claimer.driver._conn.info.backend_pid
+        with _admin() as admin:
+            admin.execute("BEGIN")
+            admin.execute(f"SELECT 1 FROM {_schema(pg_url)}.jobs WHERE id = %s FOR UPDATE",
+                          (first,))
+            flight = claimer.begin_turn([outcome], 1, time.time(), None)
+            _wait_until_blocked(admin, backend)
+            with _admin() as killer:
+                assert killer.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone()[0]
+            admin.execute("ROLLBACK")
+        with pytest.raises(StoreError):
+            claimer.finish_turn(flight)
+        assert claimer.inflight == 1  # nothing applied: the outcome waits with the caller
+        # R26: sent again on a new connection, the outcome settles as it would have, and
+        # the claim that never committed spent no attempt.
+        settled, claimed, _expired = claimer.turn([outcome], 1, time.time(), None)
+        assert [(s.job_id, s.status) for s in settled] == [(first, "done")]
+        assert [(c.job_id, c.attempt) for c in claimed] == [(second, 1)]
+    finally:
+        claimer.close()
+    assert (store.get(first)["status"], store.get(first)["attempts"]) == ("done", 1)
+    assert store.stats()["running"] == 1
+    assert [a["outcome"] for a in store.attempts(first)] == ["done"]
+    store.close()
+
+
+def test_a_connection_lost_after_the_turn_committed_is_in_doubt_not_lost(pg_url):
+    # The turn committed on the server but its answer was never read: the connection
+    # is gone when it is. Its settle is looked up (R26), its claim given back (R6).
+    store, first, second, claimer, outcome = _one_claimed(pg_url)
+    try:
+        flight = claimer.begin_turn([outcome], 1, time.time(), None)
+        deadline = time.monotonic() + 30
+        while store.get(second)["status"] != "running":  # committed on the server
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        claimer.driver._conn.close()  # the connection goes before its answer is read
+        with pytest.raises(StoreError):
+            claimer.finish_turn(flight)
+        settled, claimed, _expired = claimer.turn([outcome], 0, time.time(), None)
+        assert [(s.job_id, s.status) for s in settled] == [(first, "done")]  # not lost
+        assert claimed == []
+    finally:
+        claimer.close()
+    row = store.get(second)
+    assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
+    store.close()
