@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from jobpool import lifecycle
 from jobpool.lifecycle import (ClearedIf, Earliest, Given, OneMoreAttempt, Shifted)
+from jobpool.store.attempt_log import DONE_LINE_COLUMNS
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.sqlite import statements as sql
 OWNER = "pool-t"
@@ -153,6 +154,12 @@ def test_each_statement_changes_exactly_what_the_table_says(store_url, any_store
         # Every column the row has before and after, and every one the transition sets
         # that its table has (a PostgreSQL row that moved tables keeps no lease).
         compared = (set(before) & set(after)) | (set(transition.columns()) & set(after))
+        # R61: a success's attempt line, written into its row by the settle itself
+        # (NULL in every other row the table's transitions leave).
+        line = {column: after.get(column) for column in DONE_LINE_COLUMNS}
+        assert line == (dict(zip(DONE_LINE_COLUMNS, (OWNER, 1, None, None, None)))
+                        if name == "done" else dict.fromkeys(DONE_LINE_COLUMNS)), name
+        compared -= set(DONE_LINE_COLUMNS)
         wrong = {c: (after[c], want[c]) for c in compared if after[c] != want[c]}
         assert not wrong, f"{name} ({form}): column: (found, the table's) {wrong}"
 

@@ -51,6 +51,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     8: (sql.CREATE_ROLLUPS,),
     # R47: a chain's steps found by its first job's id (the web dashboard's job page).
     9: (sql.CREATE_CHAIN_INDEX,),
+    # R61: a success's attempt line in its own row, not a row of attempts.
+    10: sql.ADD_DONE_LINE,
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.
