@@ -7,7 +7,6 @@ import itertools
 import time
 
 import jobpool
-from jobpool.store.attempt_log import DONE_LINE_COLUMNS
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.store.sqlite.store import SQLiteStore
@@ -97,7 +96,7 @@ def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
     conn.execute("DROP INDEX jobs_name")
     conn.execute("DROP INDEX jobs_queue")
     conn.execute("ALTER TABLE jobs DROP COLUMN meta")  # schema 5 had none (R54 added it)
-    for column in DONE_LINE_COLUMNS:  # nor a success's line (R61)
+    for column, _field in sql.DONE_LINE_HERE:  # nor a success's line (R61)
         conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
     conn.execute("UPDATE jobpool_meta SET value = '5' WHERE key = 'schema'")
     conn.commit()

@@ -260,8 +260,8 @@ class SqliteDriver:
             done = decision.statement == "done"
             if done:
                 # R61: the success's line goes into its row, written by the settle.
-                params.update(pid=outcome.pid, peak_rss=outcome.peak_rss, cpu_s=outcome.cpu_s,
-                              strays=outcome.strays)
+                params.update(pid=outcome.pid, exit_status=outcome.exit_status,
+                              peak_rss=outcome.peak_rss, cpu_s=outcome.cpu_s, strays=outcome.strays)
             changed = db.changes(sql.SETTLE[decision.statement], params)
             if changed != 1:
                 out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))

@@ -10,7 +10,7 @@ from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES
 from jobpool.rollups import COUNTS, MAXIMA
-from jobpool.store.attempt_log import DONE_LINE, DONE_LINE_COLUMNS, log_sql
+from jobpool.store.attempt_log import DONE_EXIT_STATUS, DONE_LINE, log_sql
 from jobpool.store.effects_sql import Dialect, assignments, quote_literal
 from jobpool.store.rows import ListingDialect
 
@@ -98,16 +98,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     meta             TEXT,
     done_owner       TEXT,
     done_pid         INTEGER,
+    done_exit_status TEXT,
     done_peak_rss    INTEGER,
     done_cpu_s       REAL,
     done_strays      INTEGER
 )
 """
-#: R61: the types of a success's attempt line in its row (``attempt_log.DONE_LINE``),
-#: added to a store of schema 9 by ``ADD_DONE_LINE``.
-_DONE_LINE_TYPES = ("TEXT", "INTEGER", "INTEGER", "REAL", "INTEGER")
+#: R61: a success's attempt line in its row (``attempt_log``), with its exit status, and
+#: each column's type: added to a store of schema 9 by ``ADD_DONE_LINE``.
+DONE_LINE_HERE = (*DONE_LINE, DONE_EXIT_STATUS)
+_DONE_LINE_TYPES = ("TEXT", "INTEGER", "INTEGER", "REAL", "INTEGER", "TEXT")
 ADD_DONE_LINE = tuple(f"ALTER TABLE jobs ADD COLUMN {column} {kind}"
-                      for column, kind in zip(DONE_LINE_COLUMNS, _DONE_LINE_TYPES))
+                      for (column, _field), kind in zip(DONE_LINE_HERE, _DONE_LINE_TYPES))
 
 #: R7: the claim walks this index in claim order, per queue, touching only ready
 #: rows; ``name`` and ``run_at`` ride along so the walk filters without visiting
@@ -581,7 +583,7 @@ GUARD = "id = :id AND lease_owner = :owner AND attempts = :attempt AND status = 
 #: ``rows.attempt_params`` names), where every other end of an attempt adds a row of
 #: ``attempts`` (``INSERT_ATTEMPT``).
 SETTLE = {name: f"UPDATE jobs SET {assignments(transition, DIALECT)}"
-                + "".join(f", {column} = :{given}" for column, given in DONE_LINE
+                + "".join(f", {column} = :{given}" for column, given in DONE_LINE_HERE
                           if name == "done")
                 + f" WHERE {GUARD}"
           for name, transition in lifecycle.SETTLES.items()}
@@ -1008,7 +1010,10 @@ def _where(conditions: list[str]) -> str:
 #: Why an operator action matched no row: the job's status, or no row at all.
 JOB_STATUS = "SELECT status FROM jobs WHERE id = ?"
 #: R19a: a job's attempt lines in order; a success's last, from its row (R61).
-LIST_ATTEMPTS = log_sql("jobs", "rowid", lambda name: f":{name}")
+LIST_ATTEMPTS = log_sql("jobs", "rowid", lambda name: f":{name}", DONE_LINE_HERE)
+#: Every job's attempt lines, in order of their ends: the whole log read as one table
+#: (as the tests read it).
+ALL_ATTEMPT_LINES = log_sql("jobs", "rowid", None, DONE_LINE_HERE)
 #: Next due time of claimable work, for --burst's "nothing due soon" test.
 NEXT_READY = """
 SELECT min(run_at) FROM jobs INDEXED BY jobs_claim_order
