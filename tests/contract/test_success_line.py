@@ -150,3 +150,23 @@ def test_a_store_from_before_the_step_shows_its_old_success_lines_once(store_url
         assert _logged(store_url) == [(old, 1, "done")]
     finally:
         store.close()
+
+
+def test_a_salvaged_sqlite_store_keeps_its_success_lines(tmp_path):
+    """``doctor --salvage`` copies a done job's row with its line (R61) beside the
+    failures' rows of ``attempts``."""
+    from jobpool.store.sqlite.doctor import salvage
+    old = str(tmp_path / "old.db")
+    store = jobpool.connect(old)
+    store.enqueue("c.job", 1)
+    try:
+        job_id = _one_success(store, "host-a:1:1", 42)
+    finally:
+        store.close()
+    salvage(old, str(tmp_path / "new.db"))
+    store = jobpool.connect(tmp_path / "new.db")
+    try:
+        assert [(a["outcome"], a["pid"], a["owner"]) for a in store.attempts(job_id)] == [
+            ("done", 42, "host-a:1:1")]
+    finally:
+        store.close()
