@@ -98,10 +98,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     meta             TEXT,
     done_owner       TEXT,
     done_pid         INTEGER,
-    done_exit_status TEXT,
     done_peak_rss    INTEGER,
     done_cpu_s       REAL,
-    done_strays      INTEGER
+    done_strays      INTEGER,
+    done_exit_status TEXT
 )
 """
 #: R61: a success's attempt line in its row (``attempt_log``), with its exit status, and
