@@ -21,6 +21,9 @@ import jobpool
 from jobpool import _core_py
 from jobpool.store.sqlite import statements as sql
 ROOT = Path(__file__).resolve().parent.parent
+#: R19a, R61: every attempt line of a SQLite store (a success's from its job's row), as
+#: a test's SQL reads the log: ``FROM {ATTEMPT_LINES}`` where it read ``FROM attempts``.
+ATTEMPT_LINES = f"({sql.ALL_ATTEMPT_LINES})"
 
 
 def pytest_addoption(parser):

@@ -10,7 +10,7 @@ import pytest
 from jobpool.errors import StoreError
 from jobpool.lifecycle import Outcome
 
-from .conftest import insert_job, rows
+from .conftest import ATTEMPT_LINES, insert_job, rows
 
 OWNER = "host:1:1"
 NOW = 10_000.0
@@ -285,7 +285,7 @@ def test_a_stale_settle_is_fenced_off_and_reported_lost(core_impl, core, store_p
     row = rows(store_path)[0]
     assert (row["status"], row["lease_owner"], row["attempts"]) == ("running", "host:9:9", 2)
     # The log has the attempt the reclaim ended, and nothing from the stale settle.
-    assert [(a["attempt"], a["outcome"], a["owner"]) for a in rows(store_path, "SELECT * FROM attempts")] \
+    assert [(a["attempt"], a["outcome"], a["owner"]) for a in rows(store_path, f"SELECT * FROM {ATTEMPT_LINES}")] \
         == [(1, "lease_expired", OWNER)]
     other.close()
 

@@ -96,6 +96,8 @@ def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
     conn.execute("DROP INDEX jobs_name")
     conn.execute("DROP INDEX jobs_queue")
     conn.execute("ALTER TABLE jobs DROP COLUMN meta")  # schema 5 had none (R54 added it)
+    for column, _field in sql.DONE_LINE_HERE:  # nor a success's line (R61)
+        conn.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
     conn.execute("UPDATE jobpool_meta SET value = '5' WHERE key = 'schema'")
     conn.commit()
     conn.close()

@@ -22,6 +22,9 @@ from jobpool.store import row_codec
 from jobpool.store.sqlite.claimer import SqliteClaimer
 from jobpool.store.sqlite.driver import SqliteDriver
 from jobpool.store.sqlite import statements as sql
+
+from .conftest import ATTEMPT_LINES
+
 NAMES = ["alpha", "beta", "gamma"]
 QUEUES = ("a", "b")
 POLICIES = {"alpha": (0.5, 10.0, 2, 3, 20.0), "beta": (0.0, 5.0, 3, 4, 45.0)}
@@ -69,8 +72,9 @@ def dump(path):
     conn = sqlite3.connect(path)
     jobs = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
     attempts = conn.execute("SELECT rowid, * FROM attempts ORDER BY rowid").fetchall()
+    lines = conn.execute(f"SELECT * FROM {ATTEMPT_LINES}").fetchall()  # R61: successes too
     conn.close()
-    return jobs, attempts
+    return jobs, attempts, lines
 
 
 def call(fn, *args):
@@ -231,7 +235,8 @@ def run(compiled, seed, tmpdir, steps=300, njobs=120):
     dp, dc = dump(paths["pure"]), dump(paths["compiled"])
     same("final jobs", dp[0], dc[0])
     same("final attempts", dp[1], dc[1])
-    outcomes = collections.Counter(row[7] for row in dp[1])
+    same("final attempt lines", dp[2], dc[2])
+    outcomes = collections.Counter(row[6] for row in dp[2])
     statuses = collections.Counter(row[7] for row in dp[0])
     shutil.rmtree(tmp)
     return stats, outcomes, statuses

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from .conftest import wait_for
+from .conftest import ATTEMPT_LINES, wait_for
 
 APP = """
 import os, time
@@ -200,7 +200,7 @@ def test_two_supervisors_on_one_store_never_run_one_job_twice(make_app):
     effects = side_effects(app)
     assert len(effects) == 3000
     assert sorted(map(int, effects)) == list(range(3000))
-    owners = {r["owner"] for r in app.rows("SELECT DISTINCT owner FROM attempts")}
+    owners = {r["owner"] for r in app.rows(f"SELECT DISTINCT owner FROM {ATTEMPT_LINES}")}
     assert len(owners) == 2  # both pools really took part
 
 
@@ -388,7 +388,7 @@ def test_max_tasks_per_child_recycles_children_without_losing_a_job(make_app):
     app = make_app(APP)
     app.store().enqueue_many("t.echo", [(i,) for i in range(6)])
     result = app.start("--procs", "1", "--max-tasks-per-child", "2")
-    outcomes = app.rows("SELECT outcome, pid FROM attempts")
+    outcomes = app.rows(f"SELECT outcome, pid FROM {ATTEMPT_LINES}")
     assert [o["outcome"] for o in outcomes] == ["done"] * 6  # no job caught a dying child
     assert len({o["pid"] for o in outcomes}) == 3
     assert result.stderr.count("child_recycled") >= 2

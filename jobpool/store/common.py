@@ -13,7 +13,7 @@ from typing import Any, Callable
 from jobpool import bounds, liveness
 from jobpool.errors import EnqueueError
 from jobpool.handles import Handle
-from jobpool.store import job_states, rows
+from jobpool.store import attempt_log, job_states, rows
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import Requests
@@ -41,6 +41,11 @@ class SharedStore:
     def enqueue(self, name: str, *args: Any, **kwargs: Any) -> Handle:
         """Queue one job by name with these arguments (``enqueue_with`` for options)."""
         return self.enqueue_with(name, args=args, kwargs=kwargs)
+
+    def attempts(self, job_id: int) -> list[dict[str, Any]]:
+        """The attempt log of one job, oldest first (R19a; a success's line last, R61)."""
+        return [dict(zip(attempt_log.LINE_FIELDS, row)) for row in self.read_rows(
+            f"reading attempts of job {job_id}", self.statements.LIST_ATTEMPTS, {"id": job_id})]
 
     # -- batches and limits (R34, R35, R36) ------------------------------------------------------
 

@@ -93,7 +93,7 @@ def _fetch(cursor):
 
 def _attempt_log(job_id: int, attempt: int) -> dict:
     return {"pid": 1, "started_at": 95.0, "outcome": "test", "log_error": None,
-            "exit_status": None, "peak_rss": None, "cpu_s": None, "strays": None,
+            "exit_status": "0", "peak_rss": None, "cpu_s": None, "strays": None,
             "id": job_id, "attempt": attempt}
 
 
@@ -153,6 +153,14 @@ def test_each_statement_changes_exactly_what_the_table_says(store_url, any_store
         # Every column the row has before and after, and every one the transition sets
         # that its table has (a PostgreSQL row that moved tables keeps no lease).
         compared = (set(before) & set(after)) | (set(transition.columns()) & set(after))
+        # R61: a success's attempt line, written into its row by the settle itself
+        # (NULL in every other row the table's transitions leave).
+        kept = dict(pg_sql.DONE_LINE if postgres else sql.DONE_LINE_HERE)
+        line = {column: after.get(column) for column in kept}
+        given = {"owner": OWNER, "pid": 1, "exit_status": "0"}  # as ``_attempt_log`` gives
+        assert line == ({column: given.get(field) for column, field in kept.items()}
+                        if name == "done" else dict.fromkeys(kept)), name
+        compared -= set(kept)
         wrong = {c: (after[c], want[c]) for c in compared if after[c] != want[c]}
         assert not wrong, f"{name} ({form}): column: (found, the table's) {wrong}"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import App, wait_for  # noqa: F401 - re-exported for the fault tests
+from tests.conftest import ATTEMPT_LINES, App, wait_for  # noqa: F401 - re-exported for the fault tests
 
 #: The job module every fault test runs. Side effects go to ``effects.txt`` with
 #: O_APPEND, one short line per write, so a killed child never leaves half a line.

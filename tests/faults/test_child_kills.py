@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .conftest import slot_children, fd_count, percentile, record_figure, stop_pool, vm_rss_kib, wait_for
+from .conftest import ATTEMPT_LINES, slot_children, fd_count, percentile, record_figure, stop_pool, vm_rss_kib, wait_for
 
 PROCS = 2
 JOBS = 2000
@@ -61,9 +61,10 @@ def test_random_child_kills_lose_nothing_and_slots_refill_fast(fault_app):
 
     # Refill: kill -> the replacement child's first job (its started_at, set at claim).
     first_start = {r["pid"]: r["first"] for r in app.rows(
-        "SELECT pid, min(started_at) AS first FROM attempts GROUP BY pid")}
+        f"SELECT pid, min(started_at) AS first FROM {ATTEMPT_LINES} GROUP BY pid")}
     refill_ms = [(first_start[new] - t) * 1000 for t, _victim, new in kills if new in first_start]
-    crash_rows = app.rows("SELECT error, exit_status, peak_rss FROM attempts WHERE outcome = 'crash'")
+    crash_rows = app.rows(f"SELECT error, exit_status, peak_rss FROM {ATTEMPT_LINES} "
+                          "WHERE outcome = 'crash'")
     statuses = dict((r["status"], r["n"]) for r in app.rows(
         "SELECT status, count(*) AS n FROM jobs GROUP BY status"))
     assert statuses == {"done": JOBS}
@@ -97,7 +98,7 @@ def test_children_dying_together_keep_their_forensics(fault_app):
     wait_for(lambda: len(list(app.dir.glob("d*.started"))) == 4, timeout=30)
     (app.dir / "die.go").write_text("")
     assert pool.wait(timeout=30) == 0
-    log = app.rows("SELECT exit_status, peak_rss, cpu_s FROM attempts")
+    log = app.rows(f"SELECT exit_status, peak_rss, cpu_s FROM {ATTEMPT_LINES}")
     assert [a["exit_status"] for a in log] == ["SIGKILL"] * 4
     missing = sum(1 for a in log if a["peak_rss"] is None or a["cpu_s"] is None)
     record_figure("2b. Four children killed at once: forensics kept",

@@ -1,7 +1,7 @@
 """Scenario 3 (R20): hard timeouts on a sleep, a C-level busy loop and a job ignoring SIGTERM."""
 from __future__ import annotations
 
-from .conftest import record_figure
+from .conftest import ATTEMPT_LINES, record_figure
 
 TIMEOUT = 1.0
 GRACE = 2.0  # supervisor.KILL_GRACE
@@ -36,11 +36,12 @@ def test_hard_timeouts_kill_within_the_grace_retry_and_reuse_the_slot(fault_app)
     done = [store.get(i)["status"] for i in after]
     assert done == ["done"] * len(after)
     # A killed child never runs another job: its slot got a fresh child.
-    after_kill = app.rows("SELECT k.job_id, k.pid, a.job_id AS later FROM attempts k JOIN attempts a "
+    after_kill = app.rows(f"SELECT k.job_id, k.pid, a.job_id AS later FROM {ATTEMPT_LINES} AS k "
+                          f"JOIN {ATTEMPT_LINES} AS a "
                           "ON a.pid = k.pid AND a.started_at > k.started_at "
                           "WHERE k.outcome = 'timeout'")
     assert after_kill == []
-    slots_reused = len({r["pid"] for r in app.rows("SELECT pid FROM attempts")})
+    slots_reused = len({r["pid"] for r in app.rows(f"SELECT pid FROM {ATTEMPT_LINES}")})
     record_figure("3. Hard timeout (timeout=1 s, grace 2 s)",
                   jobs=3, attempts_killed=6, retried=3, dead_after_budget=3,
                   other_jobs_done_on_reused_slots=len(done), child_pids_over_3_slots=slots_reused,

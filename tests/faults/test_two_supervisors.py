@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from .conftest import record_figure, stop_pool, wait_for
+from .conftest import ATTEMPT_LINES, record_figure, stop_pool, wait_for
 
 
 def _ends(app) -> collections.Counter:
@@ -27,7 +27,7 @@ def test_two_supervisors_without_faults_never_complete_a_job_twice(fault_app):
     assert sorted(ends) == list(range(jobs_n))
     doubles = sum(1 for n in ends.values() if n > 1)
     assert doubles == 0
-    per_owner = collections.Counter(r["owner"] for r in app.rows("SELECT owner FROM attempts"))
+    per_owner = collections.Counter(r["owner"] for r in app.rows(f"SELECT owner FROM {ATTEMPT_LINES}"))
     assert len(per_owner) == 2  # both really took part
     assert app.count("status = 'done' AND attempts = 1") == jobs_n
     record_figure("10a. Two supervisors, one store, no faults",
@@ -60,7 +60,7 @@ def test_two_supervisors_one_killed_and_restarted_finish_every_job(fault_app):
     assert sorted(ends) == list(range(jobs_n))
     doubles = {i for i, n in ends.items() if n > 1}
     assert doubles <= {arg_of[i] for i in held}
-    owners = {r["owner"] for r in app.rows("SELECT DISTINCT owner FROM attempts")}
+    owners = {r["owner"] for r in app.rows(f"SELECT DISTINCT owner FROM {ATTEMPT_LINES}")}
     assert len(owners) == 3
     record_figure("10b. Two supervisors, one SIGKILLed mid-run and restarted",
                   supervisors=2, procs_each=2, enqueued=jobs_n, completed=len(ends),

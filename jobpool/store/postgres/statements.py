@@ -24,6 +24,7 @@ from jobpool.bounds import INT32_MAX, PRIORITY_MIN
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES  # what the dashboard counts as no failure
 from jobpool.rollups import COUNTS, MAXIMA
+from jobpool.store.attempt_log import DONE_LINE, DONE_LINE_COLUMNS, log_sql
 from jobpool.store.effects_sql import Dialect, assignments, quote_literal, select_list
 from jobpool.store.row_codec import CHAIN_STOPPED
 
@@ -175,10 +176,8 @@ CREATE TABLE IF NOT EXISTS finished_jobs (
     done_strays      integer
 )
 """
-#: R61: a clean success's attempt line, in its own ``finished_jobs`` row (``done_*``,
-#: NULL on every other row): its attempt, start and end are the row's ``attempts``,
-#: ``started_at`` and ``finished_at``; its outcome ``done``, with no error or exit status.
-DONE_LINE_COLUMNS = ("done_owner", "done_pid", "done_peak_rss", "done_cpu_s", "done_strays")
+#: R61: a clean success's attempt line is in its own ``finished_jobs`` row
+#: (``attempt_log.DONE_LINE_COLUMNS``, NULL on every other row).
 
 #: R7: the claim walks this index in its ORDER BY, per queue, over ready rows only.
 CREATE_CLAIM_INDEX = """
@@ -1019,7 +1018,7 @@ _SETTLES = lifecycle.SETTLES
 _CHAIN_STOPPED_OVERRIDE = {"last_error": _DONE_ERROR}
 #: R61: a success's attempt line, written into its finished row by the settle that
 #: moves it (from the turn's ``input``), where a failure's goes to ``attempts``.
-_DONE_LINE = dict(zip(DONE_LINE_COLUMNS, ("%(owner)s", "pid", "peak_rss", "cpu_s", "strays")))
+_DONE_LINE = {column: "%(owner)s" if given == "owner" else given for column, given in DONE_LINE}
 
 
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
@@ -1588,18 +1587,7 @@ def count_jobs(status: str | None, where: list[str]) -> str:
         for table, condition in LISTED_PARTS[status])
     return f"SELECT count(*) FROM (SELECT 1 FROM ({parts}) AS found LIMIT %(most)s) AS counted"
 #: R19a: a job's attempt lines in order; a success's last, from its finished row (R61).
-LIST_ATTEMPTS = """
-SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s,
-       strays
-  FROM (SELECT seq, attempt, owner, pid, started_at, ended_at, outcome, error, exit_status,
-               peak_rss, cpu_s, strays
-          FROM attempts WHERE job_id = %(id)s
-        UNION ALL
-        SELECT NULL, attempts, done_owner, done_pid, started_at, finished_at, 'done', NULL,
-               NULL, done_peak_rss, done_cpu_s, done_strays
-          FROM finished_jobs WHERE id = %(id)s AND done_owner IS NOT NULL) AS lines
- ORDER BY seq NULLS LAST
-"""
+LIST_ATTEMPTS = log_sql("finished_jobs", "seq", lambda name: f"%({name})s")
 NEXT_READY = """
 SELECT min(run_at) FROM jobs
  WHERE status = 'ready' AND name = ANY(%(names)s) AND queue = ANY(%(queues)s)

@@ -447,12 +447,6 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         from jobpool.store.postgres.retention import PgDeadLetters
         return PgDeadLetters(self)
 
-    def attempts(self, job_id: int) -> list[dict[str, Any]]:
-        names = ("attempt", "owner", "pid", "started_at", "ended_at", "outcome", "error",
-                 "exit_status", "peak_rss", "cpu_s", "strays")
-        return [dict(zip(names, r)) for r in
-                self.read(f"reading attempts of job {job_id}", pg_sql.LIST_ATTEMPTS, {"id": job_id})]
-
     def stats(self, now: float | None = None) -> dict[str, Any]:
         """Counts by status (``ready``: due now by the server's clock; ``scheduled``:
         later) and each live pool's counters (R29a)."""

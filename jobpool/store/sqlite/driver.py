@@ -245,7 +245,7 @@ class SqliteDriver:
     def settle(self, items: Sequence[Settled | Fenced]) -> list[Answer]:
         """Each settle in turn: the fenced UPDATE ``decide`` named, then, where it
         held, the chain's next step (R12), the batch's count (R34), the lane (R35)
-        and the attempt's line in the log (R19a)."""
+        and the attempt's line in the log (R19a; a success's is in its row, R61)."""
         db = self._db
         now = self.now
         out: list[Answer] = []
@@ -254,10 +254,15 @@ class SqliteDriver:
                 out.append(item)
                 continue
             lease, outcome, decision, owner, log_as = item
-            changed = db.changes(sql.SETTLE[decision.statement], {
-                "id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
-                "result": outcome.result, "error": decision.reason,
-                "crashes": decision.crashes, "run_at": now + decision.delay})
+            params = {"id": lease.job_id, "owner": owner, "attempt": lease.attempt, "now": now,
+                      "result": outcome.result, "error": decision.reason,
+                      "crashes": decision.crashes, "run_at": now + decision.delay}
+            done = decision.statement == "done"
+            if done:
+                # R61: the success's line goes into its row, written by the settle.
+                params.update(pid=outcome.pid, exit_status=outcome.exit_status,
+                              peak_rss=outcome.peak_rss, cpu_s=outcome.cpu_s, strays=outcome.strays)
+            changed = db.changes(sql.SETTLE[decision.statement], params)
             if changed != 1:
                 out.append(Settled(lease.job_id, lease.name, lease.attempt, "lost", "lease lost"))
                 continue
@@ -271,7 +276,9 @@ class SqliteDriver:
             if lease.follow_ups & FOLLOW_LANE and decision.status == "ready":
                 # R35: a limited row back in line is in its lane again.
                 db.changes(sql.LANE_READY, {"id": lease.job_id})
-            db.changes(sql.INSERT_ATTEMPT, rows.attempt_params(lease, outcome, owner, now, log_as))
+            if not done:
+                db.changes(sql.INSERT_ATTEMPT,
+                           rows.attempt_params(lease, outcome, owner, now, log_as))
             out.append(Settled(lease.job_id, lease.name, lease.attempt, decision.status,
                                decision.reason))
         return out

@@ -53,6 +53,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     9: (sql.CREATE_CHAIN_INDEX,),
     # R54: a batch's callbacks enqueued with the metadata their signatures carry.
     10: (sql.DROP_BATCH_FINISHED, sql.CREATE_BATCH_FINISHED),
+    # R61: a success's attempt line in its own row, not a row of attempts.
+    11: sql.ADD_DONE_LINE,
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

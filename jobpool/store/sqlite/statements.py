@@ -10,6 +10,7 @@ from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES
 from jobpool.rollups import COUNTS, MAXIMA
+from jobpool.store.attempt_log import DONE_EXIT_STATUS, DONE_LINE, log_sql
 from jobpool.store.effects_sql import Dialect, assignments, quote_literal
 from jobpool.store.rows import ListingDialect
 
@@ -22,7 +23,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -94,9 +95,21 @@ CREATE TABLE IF NOT EXISTS jobs (
     state            TEXT,
     state_at         REAL,
     grp              TEXT,
-    meta             TEXT
+    meta             TEXT,
+    done_owner       TEXT,
+    done_pid         INTEGER,
+    done_peak_rss    INTEGER,
+    done_cpu_s       REAL,
+    done_strays      INTEGER,
+    done_exit_status TEXT
 )
 """
+#: R61: a success's attempt line in its row (``attempt_log``), with its exit status, and
+#: each column's type: added to a store of schema 10 by ``ADD_DONE_LINE``.
+DONE_LINE_HERE = (*DONE_LINE, DONE_EXIT_STATUS)
+_DONE_LINE_TYPES = ("TEXT", "INTEGER", "INTEGER", "REAL", "INTEGER", "TEXT")
+ADD_DONE_LINE = tuple(f"ALTER TABLE jobs ADD COLUMN {column} {kind}"
+                      for (column, _field), kind in zip(DONE_LINE_HERE, _DONE_LINE_TYPES))
 
 #: R7: the claim walks this index in claim order, per queue, touching only ready
 #: rows; ``name`` and ``run_at`` ride along so the walk filters without visiting
@@ -570,7 +583,13 @@ GUARD = "id = :id AND lease_owner = :owner AND attempts = :attempt AND status = 
 
 #: ``lifecycle.Decision.statement`` -> the fenced UPDATE that applies it: what each
 #: does to the row is ``lifecycle.SETTLES``'s.
-SETTLE = {name: f"UPDATE jobs SET {assignments(transition, DIALECT)} WHERE {GUARD}"
+#: R61: a success writes its attempt's line into its own row (from the parameters
+#: ``rows.attempt_params`` names), where every other end of an attempt adds a row of
+#: ``attempts`` (``INSERT_ATTEMPT``).
+SETTLE = {name: f"UPDATE jobs SET {assignments(transition, DIALECT)}"
+                + "".join(f", {column} = :{given}" for column, given in DONE_LINE_HERE
+                          if name == "done")
+                + f" WHERE {GUARD}"
           for name, transition in lifecycle.SETTLES.items()}
 SETTLE_DONE, SETTLE_RETRY, SETTLE_DEAD = SETTLE["done"], SETTLE["retry"], SETTLE["dead"]
 SETTLE_DEFER, SETTLE_RESCHEDULE = SETTLE["defer"], SETTLE["reschedule"]
@@ -1011,11 +1030,11 @@ def _where(conditions: list[str]) -> str:
 
 #: Why an operator action matched no row: the job's status, or no row at all.
 JOB_STATUS = "SELECT status FROM jobs WHERE id = ?"
-LIST_ATTEMPTS = """
-SELECT attempt, owner, pid, started_at, ended_at, outcome, error, exit_status, peak_rss, cpu_s,
-       strays
-  FROM attempts WHERE job_id = ? ORDER BY rowid
-"""
+#: R19a: a job's attempt lines in order; a success's last, from its row (R61).
+LIST_ATTEMPTS = log_sql("jobs", "rowid", lambda name: f":{name}", DONE_LINE_HERE)
+#: Every job's attempt lines, in order of their ends: the whole log read as one table
+#: (as the tests read it).
+ALL_ATTEMPT_LINES = log_sql("jobs", "rowid", None, DONE_LINE_HERE)
 #: Next due time of claimable work, for --burst's "nothing due soon" test.
 NEXT_READY = """
 SELECT min(run_at) FROM jobs INDEXED BY jobs_claim_order
@@ -1026,8 +1045,9 @@ COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
 
 # --- the dashboard (R29): read in one transaction by SQLiteStore.dashboard --------------
 
-#: Recent failures are looked for among this many newest attempts only, so a
-#: store whose last failure is a million attempts ago costs no scan to say so.
+#: Recent failures are looked for among this many newest rows of ``attempts`` only
+#: (a success's line is in its job's row, R61), so a store whose last failure is a
+#: million attempts ago costs no scan to say so.
 FAILURE_WINDOW = 10_000
 
 

@@ -589,15 +589,6 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             params["status"] = status
         return where, params
 
-    def attempts(self, job_id: int) -> list[dict[str, Any]]:
-        """The attempt log of one job, oldest first (R19a)."""
-        try:
-            cursor = self.conn.execute(sql.LIST_ATTEMPTS, (job_id,))
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row)) for row in cursor.fetchall()]
-        except sqlite3.Error as exc:
-            raise StoreError(f"reading attempts of job {job_id} failed: {exc}") from exc
-
     def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
         """When the earliest ready job of these names and queues is due (None: none)."""
         queues = list(queues)
