@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # ``import jobpool`` loads no store module
 
 
 def stored_result(job_id: int, name: str, data: bytes | str | None,
-                  allow_pickle: bool = False) -> Any:
+                  allow_pickle: bool = False, row_serializer: str = "json") -> Any:
     """A job's stored result, decoded as this process may (R39): a pickled one only
     for a job it registers with pickle, or with ``allow_pickle``; otherwise
     ``UnsafeResultError`` naming the job."""
@@ -25,7 +25,7 @@ def stored_result(job_id: int, name: str, data: bytes | str | None,
     allowed = "pickle" if allow_pickle else (
         registered.serializer if registered is not None else "json")
     try:
-        decoder = decoder_for(result_serializer(data), allowed, "result")
+        decoder = decoder_for(result_serializer(data, row_serializer), allowed, "result")
     except SerializerRefused as exc:
         raise UnsafeResultError(f"job {job_id}: {exc} (pass allow_pickle=True to trust it)") from None
     return decode_result(data, decoder)
@@ -61,6 +61,8 @@ class Handle:
         finished, value = self._look(store, allow_pickle)
         if finished:
             return value
+        if end is not None and time.monotonic() >= end:
+            raise self._still(value, timeout)  # "is it done?": no waiter to open
         with store.finish_waiter(self.id, poll) as waiter:
             while True:
                 finished, value = self._look(store, allow_pickle)
@@ -75,8 +77,8 @@ class Handle:
                       allow_pickle: bool = False) -> Any:
         """``result()`` for async code (R50): the same value and the same errors
         (``JobFailed``, ``TimeoutError``, ``UnsafeResultError``), each look at the
-        store and each blocking wait made in a worker thread (a poll is an
-        ``asyncio.sleep``), so the event loop runs on while the job does. Cancelling
+        store made in a worker thread and each wait on the loop itself (R69), so the
+        event loop runs on while the job does. Cancelling
         the awaiting task stops the wait; the job runs on."""
         import asyncio
         import time
@@ -86,7 +88,16 @@ class Handle:
         finished, value = await loop.run_in_executor(None, self._look, store, allow_pickle)
         if finished:
             return value
-        waiter = await loop.run_in_executor(None, store.finish_waiter, self.id, poll)
+        if end is not None and time.monotonic() >= end:
+            raise self._still(value, timeout)
+        opening = loop.run_in_executor(None, store.finish_waiter, self.id, poll)
+        try:
+            waiter = await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # Cancelled while the waiter's connection was being made: close it once made.
+            opening.add_done_callback(
+                lambda made: made.cancelled() or made.exception() or made.result().close())
+            raise
         try:
             while True:
                 finished, value = await loop.run_in_executor(None, self._look, store,
@@ -98,7 +109,7 @@ class Handle:
                     raise self._still(value, timeout)
                 await waiter.await_(left)
         finally:
-            await asyncio.shield(loop.run_in_executor(None, waiter.close))
+            waiter.close()  # no thread is in it: its waits run on this loop
 
     def _look(self, store: Any, allow_pickle: bool) -> tuple[bool, Any]:
         """One look at the job: ``(True, its result)`` when done, ``(False, its
@@ -106,7 +117,8 @@ class Handle:
         for a pickled result this process may not unpickle (R39)."""
         job = store.get(self.id, raw_result=True)
         if job["status"] == "done":
-            return True, stored_result(self.id, job["name"], job["result"], allow_pickle)
+            return True, stored_result(self.id, job["name"], job["result"], allow_pickle,
+                                       job["serializer"])
         if job["status"] == "dead":
             raise JobFailed(self.id, job["last_error"] or "dead")
         return False, job["status"]
@@ -289,7 +301,7 @@ class Batch:
             found = self.store.batches.results(self.id, after=after, limit=page)
             for member in found:
                 yield member.id, stored_result(member.id, member.name, member.result,
-                                               allow_pickle)
+                                               allow_pickle, member.serializer)
             if not found:
                 return
             after = found[-1].id

@@ -24,7 +24,7 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                       ``(READ_STATE, job_id, attempt, seq)``: the state it resumes from
                       ``(BATCH_RESULTS, job_id, attempt, seq, batch_id, after, limit)``: a
                       page of a batch's members' stored results (R60), as
-                      ``(id, name, result)`` tuples
+                      ``(id, name, serializer, result)`` tuples
 
 The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
 id (a job), so a child tells them apart; one waiting for a job drops the others (an

@@ -23,6 +23,10 @@ def answer(store: Any, owner: str, request: tuple) -> tuple[int, int, int, Any, 
         result = _carry_out(store, owner, tag, job_id, attempt, fields)
     except EnqueueError as exc:
         return job_id, attempt, seq, None, protocol.REFUSED, str(exc)
+    except (ValueError, TypeError, OverflowError) as exc:
+        # A request the job's own API would not have sent (its fields were made by
+        # hand): refused to the job, never an error of its pool.
+        return job_id, attempt, seq, None, protocol.REFUSED, f"request refused: {exc}"
     except LeaseLostError as exc:
         return job_id, attempt, seq, None, protocol.LEASE_LOST, str(exc)
     except StoreError as exc:
@@ -45,9 +49,6 @@ def _carry_out(store: Any, owner: str, tag: int, job_id: int, attempt: int,
         return store.read_state(owner, job_id, attempt)
     if tag == protocol.BATCH_RESULTS:
         batch_id, after, limit = fields
-        try:
-            page = store.batches.results(batch_id, after=after, limit=limit)
-        except ValueError as exc:  # the child checked them: only a forged request
-            raise EnqueueError(f"batch results: {exc}") from None
+        page = store.batches.results(batch_id, after=after, limit=limit)
         return tuple(tuple(member) for member in page)  # marshal takes plain tuples
     raise ValueError(f"unknown request {tag!r}")

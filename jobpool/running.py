@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from jobpool import protocol
-from jobpool.bounds import MAX_RESULTS_PAGE
+from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE
 from jobpool.errors import EnqueueError, Interrupted, LeaseLostError, StoreError
 
 #: R22: a job reporting progress in a tight loop sends at most one report per interval.
@@ -293,7 +293,7 @@ def batch_results(batch: Any = None, *, page: int = 100,
         if batch is None:
             raise EnqueueError(f"job {attempt.job_id} is in no batch: pass the batch= a "
                                f"callback receives, or a batch id")
-    if isinstance(batch, bool) or not isinstance(batch, int):
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= INT64_MAX:
         raise ValueError(f"batch_results takes a callback's batch= or a batch id, "
                          f"not {batch!r}")
     if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_RESULTS_PAGE:
@@ -308,8 +308,8 @@ def _results_of(attempt: Attempt, batch_id: int, page: int, allow_pickle: bool,
         if current is not attempt:
             raise RuntimeError("a job's batch_results() is iterated after the job returned")
         found = attempt.request(protocol.BATCH_RESULTS, batch_id, after, page)
-        for job_id, name, result in found:
-            yield job_id, decode(job_id, name, result, allow_pickle)
+        for job_id, name, serializer, result in found:
+            yield job_id, decode(job_id, name, result, allow_pickle, serializer)
         if not found:
             return
         after = found[-1][0]

@@ -109,12 +109,15 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
 _PICKLE_START = 0x80
 
 
-def result_serializer(data: bytes | str | None) -> str:
+def result_serializer(data: bytes | str | None, row_serializer: str = "json") -> str:
     """The serializer a stored result was written with, read from the result itself.
     The row's ``serializer`` is its payload's: a job registered with pickle whose row
     was written as JSON (an enqueue by name, a chain step) keeps a pickled result in a
-    JSON row. Only which decoder to ask for is read here; ``decoder_for`` still judges
-    it against the registered job (R39)."""
+    JSON row; a pickle row's result is a pickle whatever its first byte (protocols 0
+    and 1 start otherwise). Only which decoder to ask for is read here; ``decoder_for``
+    still judges it against the registered job (R39)."""
+    if row_serializer == "pickle":
+        return "pickle"
     if isinstance(data, (bytes, bytearray, memoryview)) and len(data) and data[0] == _PICKLE_START:
         return "pickle"
     return "json"

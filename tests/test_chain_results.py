@@ -323,11 +323,14 @@ def test_a_page_of_results_reads_the_members_index_on_sqlite(tmp_path):
     path = str(tmp_path / "big.db")
     fill_sqlite(path, 20_000)
     conn = sqlite3.connect(path)
-    plan = " | ".join(row[3] for row in conn.execute(
-        "EXPLAIN QUERY PLAN " + sql.BATCH_RESULTS, {"id": 3, "after": 3050, "limit": 100}))
+    for statement in (sql.BATCH_RESULT_SIZES, sql.BATCH_RESULTS):
+        plan = " | ".join(row[3] for row in conn.execute(
+            "EXPLAIN QUERY PLAN " + statement,
+            {"id": 3, "after": 3050, "limit": 100, "through": 3090}))
+        assert "USING INDEX jobs_batch (batch_id=? AND rowid>? AND rowid<?)" in plan \
+            or "USING INDEX jobs_batch (batch_id=? AND rowid>?)" in plan, plan
+        assert "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
     conn.close()
-    assert "USING INDEX jobs_batch (batch_id=? AND rowid>?)" in plan, plan
-    assert "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
 
 
 def test_a_page_of_results_reads_its_own_index_on_postgres(pg_url):
@@ -344,8 +347,63 @@ def test_a_page_of_results_reads_its_own_index_on_postgres(pg_url):
         conn.execute(f"SET search_path TO {target.schema}")
         conn.execute("UPDATE finished_jobs SET result = '1' WHERE status = 'done'")
         conn.execute("ANALYZE finished_jobs")
-        [(plan,)] = conn.execute("EXPLAIN (FORMAT JSON) " + pg_sql.BATCH_RESULTS,
-                                 {"id": 3, "after": 3050, "limit": 100}).fetchall()
-    steps = _plan_steps(plan[0]["Plan"])
-    assert ("Index Scan", "finished_jobs_results") in steps, steps
-    assert not any(node in ("Sort", "Seq Scan", "Bitmap Heap Scan") for node, _ in steps), steps
+        plans = [conn.execute("EXPLAIN (FORMAT JSON) " + statement,
+                              {"id": 3, "after": 3050, "limit": 100, "through": 3090}
+                              ).fetchone()[0]
+                 for statement in (pg_sql.BATCH_RESULT_SIZES, pg_sql.BATCH_RESULTS)]
+    for plan in plans:
+        steps = _plan_steps(plan[0]["Plan"])
+        assert ("Index Scan", "finished_jobs_results") in steps, steps
+        assert not any(node in ("Sort", "Seq Scan", "Bitmap Heap Scan")
+                       for node, _ in steps), steps
+
+
+@job(name="cr.deep", store_result=True)
+def deep():
+    import sys
+    sys.setrecursionlimit(100_000)
+    value: list = []
+    for _ in range(20_000):
+        value = [value]
+    return value
+
+
+def test_a_result_the_store_cannot_read_stops_its_chain_not_the_turn(any_store):
+    """R59, R44: a JSON result nested past what PostgreSQL's jsonb reads stops the
+    chain with a reason (SQLite's JSON refuses it alike), and the turn settles the
+    job and the next one."""
+    from jobpool.testing import drain
+    first = any_store.enqueue_with("cr.deep", then=takes.s().with_previous()).id
+    other = any_store.enqueue_with("cr.kept").id
+    drain(any_store)
+    row = any_store.get(first)
+    assert row["status"] == "done" and row["last_error"].startswith(row_codec.CHAIN_STOPPED)
+    assert any_store.get(other)["status"] == "done"
+    assert [j["name"] for j in any_store.list_jobs(limit=10)].count("cr.takes") == 0
+
+
+@job(name="br.big", store_result=True)
+def big(n):
+    return str(n) * (1024 * 1024 - 16)
+
+
+def test_a_page_of_results_stops_at_its_bytes(any_store):
+    """R60, R41: nine results of about 1 MB: the first page holds the eight that fit
+    in 8 MB, the iteration reads the ninth on the next page."""
+    from jobpool.testing import drain
+    with any_store.batch() as batch:
+        ids = [batch.add(big.s(n)).id for n in range(9)]
+    drain(any_store)
+    first = any_store.batches.results(batch.id, limit=100)
+    assert [m.id for m in first] == ids[:8]
+    assert [i for i, _ in batch.results()] == ids
+
+
+def test_a_forged_request_is_refused_to_the_job_never_the_pool(any_store):
+    """R60: fields a job's API would never send (a batch id past 64 bits) come back
+    as a refusal; the pool's answer path raises nothing."""
+    from jobpool import protocol, requests
+    answer = requests.answer(any_store, "pool-x", (protocol.BATCH_RESULTS, 1, 1, 1, 2**70, 0, 10))
+    assert answer[4] == protocol.REFUSED and "batch must be an integer" in answer[5]
+    answer = requests.answer(any_store, "pool-x", (protocol.BATCH_RESULTS, 1, 1, 1, "x", 0, 10))
+    assert answer[4] == protocol.REFUSED

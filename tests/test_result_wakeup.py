@@ -80,9 +80,14 @@ def test_a_cancelled_job_tells_its_waiter(pg_url):
         store.close()
 
 
-def test_result_returns_when_a_pool_finishes_the_job_and_leaves_no_connection(make_any_app):
+def test_result_returns_when_a_pool_finishes_the_job_and_leaves_no_connection(
+        make_any_app, monkeypatch):
     """R69 through the API: ``result`` and ``aresult`` wait for a real pool's run, and
-    close the waiter's connection when they return (PostgreSQL: none left over)."""
+    close the waiter's connection when they return (PostgreSQL: none left over). The
+    look on a timer is put past the test's timeout, so on PostgreSQL only the
+    notification can end the waits."""
+    from jobpool.store.postgres import finish_wait
+    monkeypatch.setattr(finish_wait, "LOOK_AGAIN", 600.0)
     app = make_any_app("""
 from jobpool import job
 
@@ -135,3 +140,37 @@ def test_sqlite_looks_again_on_a_timer(tmp_path):
         waiter.close()
     finally:
         store.close()
+
+
+def test_many_async_waits_share_the_loop_not_its_threads(pg_url, monkeypatch):
+    """R69: an ``aresult`` waits on the loop itself; twenty at once (more than the
+    loop's executor has threads) are all told when their jobs end."""
+    from jobpool.store.postgres import finish_wait
+    monkeypatch.setattr(finish_wait, "LOOK_AGAIN", 600.0)
+    store = jobpool.connect(pg_url)
+    handles = [store.enqueue_with("rw.answer", args=[n]) for n in range(20)]
+
+    async def wait_all():
+        waits = [asyncio.create_task(h.aresult(timeout=60)) for h in handles]
+        await asyncio.sleep(1.0)  # every wait has its waiter open
+        await asyncio.to_thread(drain, store)
+        return await asyncio.gather(*waits)
+
+    try:
+        assert asyncio.run(wait_all()) == [n * 2 for n in range(20)]
+        assert _waiters(pg_url) == 0
+    finally:
+        store.close()
+
+
+def test_a_zero_timeout_opens_no_waiter(any_store, monkeypatch):
+    """R69: ``result(timeout=0)`` ("is it done?") answers from one look."""
+    handle = any_store.enqueue_with("rw.answer", args=[6])
+
+    def refuse(*args):
+        raise AssertionError("a waiter was opened")
+    monkeypatch.setattr(any_store, "finish_waiter", refuse)
+    with pytest.raises(TimeoutError):
+        handle.result(timeout=0)
+    with pytest.raises(TimeoutError):
+        asyncio.run(handle.aresult(timeout=0))

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any, List
 
 from jobpool import lifecycle
-from jobpool.bounds import MAX_RESULTS_PAGE, RESULTS_PAGE_BYTES
+from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE, RESULTS_PAGE_BYTES
 from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
 from jobpool.handles import Batch, Signature
 from jobpool.options import options_of
@@ -136,26 +136,32 @@ class StoreBatches:
     def results(self, batch_id: int, *, after: int = 0,
                 limit: int = RESULTS_PAGE) -> List[MemberResult]:
         """R60: up to ``limit`` members of ``batch_id`` that stored a result, in id
-        order after ``after``, as stored; a page also stops once it holds
-        ``bounds.RESULTS_PAGE_BYTES`` (never before its first row), so one page of
-        1 MB results stays a bounded message. Swept members are gone."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RESULTS_PAGE:
-            raise ValueError(f"limit must be an integer from 1 to {MAX_RESULTS_PAGE}, "
-                             f"not {limit!r}")
-        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-            raise ValueError(f"after must be a job id (an integer from 0), not {after!r}")
-        found = self.store.read_rows(f"reading the results of batch {batch_id}",
-                                     self.sql.BATCH_RESULTS,
+        order after ``after``, as stored. A page also stops once it holds
+        ``RESULTS_PAGE_BYTES`` (never before its first row): the sizes are read
+        first, then only the results that fit, so one page of 1 MB results is a
+        bounded read and a bounded message. Swept members are gone."""
+        for what, value, least, most in (("batch", batch_id, 1, INT64_MAX),
+                                          ("after", after, 0, INT64_MAX),
+                                          ("limit", limit, 1, MAX_RESULTS_PAGE)):
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                raise ValueError(f"{what} must be an integer from {least} to {most}, "
+                                 f"not {value!r}")
+        where = f"the results of batch {batch_id}"
+        sizes = self.store.read_rows(f"reading {where}", self.sql.BATCH_RESULT_SIZES,
                                      {"id": batch_id, "after": after, "limit": limit})
-        page: List[MemberResult] = []
-        size = 0
-        for job_id, name, result in found:
-            value = bytes(result) if isinstance(result, memoryview) else result
-            size += len(value)
-            if page and size > RESULTS_PAGE_BYTES:
+        if not sizes:
+            return []
+        through, total = sizes[0][0], 0
+        for job_id, size in sizes:
+            total += size
+            if total > RESULTS_PAGE_BYTES and job_id != sizes[0][0]:
                 break
-            page.append(MemberResult(job_id, name, value))
-        return page
+            through = job_id
+        found = self.store.read_rows(f"reading {where}", self.sql.BATCH_RESULTS,
+                                     {"id": batch_id, "after": after, "through": through})
+        return [MemberResult(job_id, name, serializer,
+                             bytes(result) if isinstance(result, memoryview) else result)
+                for job_id, name, serializer, result in found]
 
     def add_from_member(self, owner: str, job_id: int, attempt: int, first_position: int,
                         jobs: Sequence[NewJob]) -> List[tuple[int, bool]]:

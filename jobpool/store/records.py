@@ -161,6 +161,7 @@ class MemberResult(NamedTuple):
 
     id: int
     name: str
+    serializer: str     # the row's (its payload's); a pickle job's result may be a pickle
     result: bytes | str
 
 

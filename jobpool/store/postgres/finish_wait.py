@@ -16,9 +16,6 @@ from jobpool.store.finish_wait import PollingWaiter, interval
 
 #: Seconds between looks at the job while waiting to be told.
 LOOK_AGAIN = 1.0
-#: The longest single wait an async caller hands to a worker thread: a cancelled
-#: ``aresult`` closes the waiter once the thread's wait ends, at most this late.
-ASYNC_SLICE = 0.25
 
 
 class NotifiedWaiter:
@@ -44,23 +41,50 @@ class NotifiedWaiter:
 
     def wait(self, left: float | None) -> bool:
         """Until the job's end is told, or ``LOOK_AGAIN`` (at most ``left``) passed."""
-        import psycopg
         limit = interval(LOOK_AGAIN, left)
+        if self._conn is None:
+            time.sleep(limit)
+            return False
+        return self._told(limit)
+
+    async def await_(self, left: float | None) -> bool:
+        """``wait`` on the running loop: it watches the connection's socket itself and
+        reads what came without blocking, so no worker thread waits (the loop's
+        executor has a handful, which a few waits would use up)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + interval(LOOK_AGAIN, left)
+        while self._conn is not None:
+            if self._told(0.0):
+                return True
+            remaining = end - loop.time()
+            if remaining <= 0 or self._conn is None:
+                return False
+            readable = loop.create_future()
+            fd = self._conn.fileno()
+            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            try:
+                await asyncio.wait_for(readable, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                loop.remove_reader(fd)
+        await asyncio.sleep(max(0.0, end - loop.time()))
+        return False
+
+    def _told(self, limit: float) -> bool:
+        """Whether this job's end came within ``limit`` seconds (0: what is already
+        on the socket); a lost connection lets go of it (look again on the timer)."""
+        import psycopg
         conn = self._conn
         if conn is None:
-            time.sleep(limit)
             return False
         try:
             for note in conn.notifies(timeout=limit):
                 if note.payload == self._id:
                     return True
         except psycopg.Error:
-            self.close()  # the connection went: look again on the timer
+            self.close()
         return False
-
-    async def await_(self, left: float | None) -> bool:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.wait, interval(ASYNC_SLICE, left))
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -76,7 +100,12 @@ class NotifiedWaiter:
 
 def finish_waiter(target: Any, job_id: int, poll: float) -> NotifiedWaiter | PollingWaiter:
     """The waiter for ``job_id`` on the store at ``target``: notified, or polling
-    every ``poll`` seconds behind a transaction-mode pooler (no LISTEN there)."""
+    every ``poll`` seconds behind a transaction-mode pooler (no LISTEN there) or when
+    a connection of its own cannot be had (the server's connections all in use): a
+    wait is never refused for want of being told."""
     if target.pooler:
         return PollingWaiter(poll)
-    return NotifiedWaiter(target, job_id)
+    try:
+        return NotifiedWaiter(target, job_id)
+    except StoreError:
+        return PollingWaiter(poll)

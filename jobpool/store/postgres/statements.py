@@ -221,6 +221,17 @@ SELECT id, queue, name, key, payload, serializer, priority, status, run_at, atte
 #: Every job, live or finished, as ``get`` reads them.
 CREATE_ALL_JOBS = "CREATE OR REPLACE VIEW all_jobs AS " + " UNION ALL ".join(
     f"{columns} FROM {table}" for table, columns in SELECT_JOB_FROM.items())
+#: The view as it is today, over a store upgraded from any revision: dropped first, as
+#: an older revision's view has other columns (``CREATE OR REPLACE`` cannot rename or
+#: drop one), and made once its last column exists (revision 6's ``meta``), not by the
+#: step that first made it (revision 3's, which would name ``meta`` too early).
+#: The columns it reads are made sure of first: a store labelled revision 3 by an early
+#: build of it has no ``state`` columns (that step gained them later).
+RECREATE_ALL_JOBS = (*(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind}"
+                       for table in ("jobs", "finished_jobs")
+                       for column, kind in (("batch_id", "bigint"), ("state", "text"),
+                                            ("state_at", "float8"), ("meta", "jsonb"))),
+                     "DROP VIEW IF EXISTS all_jobs", CREATE_ALL_JOBS)
 
 #: R19a: one row per attempt; ``seq`` orders them (the attempt number repeats after a Defer).
 CREATE_ATTEMPTS = """
@@ -640,7 +651,9 @@ BEGIN
     END IF;
     RETURN jsonb_set(arguments, ARRAY['1', keyword],
                      COALESCE(convert_from(result, 'UTF8')::jsonb, 'null'::jsonb))::text;
-EXCEPTION WHEN data_exception OR character_not_in_repertoire OR untranslatable_character THEN
+EXCEPTION WHEN OTHERS THEN
+    -- Whatever the text makes the server refuse (not JSON, NUL, a nesting past its
+    -- stack) is this row's data: the chain stops, the turn goes on (R44).
     RETURN NULL;
 END
 $$
@@ -665,7 +678,7 @@ STEPS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS state_at float8",
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS state text",
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS state_at float8",
-        CREATE_ALL_JOBS, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA),  # and unique key periods
+        CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA),  # and unique key periods
     # R35/R36: limits, a row's group (kept when it finishes, for a dead retry), lanes.
     4: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS grp text",
         "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS grp text", *LIMIT_SCHEMA),
@@ -673,7 +686,7 @@ STEPS: dict[int, tuple[str, ...]] = {
     5: LISTING_SCHEMA,
     # R54: a job's metadata, kept when it finishes, read by ``get`` (issue 28).
     6: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS meta jsonb",
-        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS meta jsonb", CREATE_ALL_JOBS,
+        "ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS meta jsonb", *RECREATE_ALL_JOBS,
         *META_SCHEMA),
     # Issue 25: the running rows' expiry index dropped; jobs_owners serves R23 too.
     7: (DROP_LEASE_INDEX,),
@@ -1410,12 +1423,19 @@ SELECT status, count(*) FROM jobs WHERE batch_id = %(id)s GROUP BY status
 UNION ALL
 SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY status
 """
-#: R60: a page of a batch's members that stored a result (a done row is in
-#: ``finished_jobs``), in id order after ``after``, through ``finished_jobs_results``.
-BATCH_RESULTS = """
-SELECT id, name, result FROM finished_jobs
+#: R60: the sizes of a page of a batch's members that stored a result (a done row is
+#: in ``finished_jobs``), in id order after ``after``, through ``finished_jobs_results``;
+#: then the results of those up to ``through``, where the page's bytes stop it.
+BATCH_RESULT_SIZES = """
+SELECT id, octet_length(result) FROM finished_jobs
  WHERE batch_id = %(id)s AND id > %(after)s AND status = 'done' AND result IS NOT NULL
  ORDER BY batch_id, id LIMIT %(limit)s
+"""
+BATCH_RESULTS = """
+SELECT id, name, serializer, result FROM finished_jobs
+ WHERE batch_id = %(id)s AND id > %(after)s AND id <= %(through)s AND status = 'done'
+   AND result IS NOT NULL
+ ORDER BY batch_id, id
 """
 #: FOR SHARE: a reclaim of the member waits for the adds (or they wait for it, and
 #: find the lease gone).

@@ -893,12 +893,19 @@ SELECT {BATCH_COLUMNS} FROM jobpool_batches INDEXED BY batches_finished
 BATCH_MEMBERS = """
 SELECT status, count(*) FROM jobs INDEXED BY jobs_batch WHERE batch_id = :id GROUP BY status
 """
-#: R60: a page of a batch's members that stored a result, in id order after
-#: ``:after``, through the members' index (its entries end in the id).
-BATCH_RESULTS = """
-SELECT id, name, result FROM jobs INDEXED BY jobs_batch
+#: R60: the sizes of a page of a batch's members that stored a result, in id order
+#: after ``:after``, through the members' index (its entries end in the id); then the
+#: results of those up to ``:through``, where the page's bytes stop it.
+BATCH_RESULT_SIZES = """
+SELECT id, length(CAST(result AS BLOB)) FROM jobs INDEXED BY jobs_batch
  WHERE batch_id = :id AND id > :after AND status = 'done' AND result IS NOT NULL
  ORDER BY id LIMIT :limit
+"""
+BATCH_RESULTS = """
+SELECT id, name, serializer, result FROM jobs INDEXED BY jobs_batch
+ WHERE batch_id = :id AND id > :after AND id <= :through AND status = 'done'
+   AND result IS NOT NULL
+ ORDER BY id
 """
 #: R34: the batch of a running member (and R54 its metadata, which its adds carry),
 #: fenced like a settle: a member whose lease is gone adds nothing.
