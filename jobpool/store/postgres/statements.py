@@ -1456,8 +1456,9 @@ LISTING_PLANS = "SET LOCAL enable_seqscan = off"
 #: R28: where ``jobs list`` finds the rows of each status it lists, as (table,
 #: condition): ready and running rows in ``jobs`` (apart, each status through its own
 #: partial indexes), done and dead ones in ``finished_jobs`` (apart too, R47: each
-#: status's rows are in id order in their own index and a batch's index). A ready row
-#: is due by the server's clock (R7a).
+#: status's rows are in id order in their own index and in a batch's index; together,
+#: a generic plan walked the primary key, filtering, for a queue's or a batch's page).
+#: A ready row is due by the server's clock (R7a).
 LISTED_PARTS = {
     "ready": (("jobs", "status = 'ready' AND run_at <= extract(epoch FROM now())"),),
     "scheduled": (("jobs", "status = 'ready' AND run_at > extract(epoch FROM now())"),),
