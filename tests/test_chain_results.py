@@ -334,7 +334,7 @@ def test_a_page_of_results_reads_the_members_index_on_sqlite(tmp_path):
 
 
 def test_a_page_of_results_reads_its_own_index_on_postgres(pg_url):
-    """R60: PostgreSQL reads a page from ``finished_jobs_results`` in id order from
+    """R60: PostgreSQL reads a page from ``finished_jobs_batch_ids`` in id order from
     its place: no sort of the batch's members, no walk of the table."""
     import psycopg
 
@@ -353,7 +353,7 @@ def test_a_page_of_results_reads_its_own_index_on_postgres(pg_url):
                  for statement in (pg_sql.BATCH_RESULT_SIZES, pg_sql.BATCH_RESULTS)]
     for plan in plans:
         steps = _plan_steps(plan[0]["Plan"])
-        assert ("Index Scan", "finished_jobs_results") in steps, steps
+        assert ("Index Scan", "finished_jobs_batch_ids") in steps, steps
         assert not any(node in ("Sort", "Seq Scan", "Bitmap Heap Scan")
                        for node, _ in steps), steps
 

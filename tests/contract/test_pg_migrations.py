@@ -110,3 +110,38 @@ def test_a_revision_8_store_gets_the_chain_indexes_and_lists_a_chain(pg_url):
                                                  limit=2)] == [20, 19]
     finally:
         store.close()
+
+
+def test_a_revision_10_store_gets_the_status_and_batch_indexes_in_id_order(pg_url):
+    """R47 (issue 27): a writer upgrading a revision 10 store adds the indexes of a
+    finished status's rows, of the ready rows by due time and of a batch's rows in id
+    order, and drops the batch indexes they replace; a batch's and a status's rows
+    are listed as before."""
+    step = next(n for n, statements in pg_sql.STEPS.items()
+                if pg_sql.DROP_OLD_MEMBERS_INDEXES in statements)
+    store = jobpool.connect(pg_url)
+    with store.batch() as made:
+        for n in range(3):
+            made.add(jobpool.Signature("c.member", (n,)))
+    late = store.enqueue_with("c.late", delay=3600)
+    store.close()
+    _meta(pg_url, "DROP INDEX finished_jobs_done, finished_jobs_dead, jobs_ready_due, "
+                  "jobs_batch_ids, finished_jobs_batch_ids",
+          "CREATE INDEX jobs_batch ON jobs (batch_id) WHERE batch_id IS NOT NULL",
+          "CREATE INDEX finished_jobs_batch ON finished_jobs (batch_id, status)"
+          " WHERE batch_id IS NOT NULL",
+          f"UPDATE jobpool_meta SET value = '{step - 1}' WHERE key = 'revision'")
+    store = jobpool.connect(pg_url)
+    try:
+        assert _meta(pg_url)["revision"] == pg_sql.SCHEMA_VERSION
+        live, finished = _indexes(pg_url), _indexes(pg_url, "finished_jobs")
+        assert {"jobs_ready_due", "jobs_batch_ids"} <= live and "jobs_batch" not in live
+        assert {"finished_jobs_done", "finished_jobs_dead", "finished_jobs_batch_ids"} \
+            <= finished and "finished_jobs_batch" not in finished
+        assert [j["id"] for j in store.list_jobs(batch=made.id, newest_first=True)] == sorted(
+            (j["id"] for j in store.list_jobs(batch=made.id)), reverse=True)
+        assert len(store.list_jobs(batch=made.id)) == 3
+        assert [j["id"] for j in store.list_jobs(status="scheduled")] == [late.id]
+        assert store.batch_status(made.id).pending == 3
+    finally:
+        store.close()

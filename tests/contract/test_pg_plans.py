@@ -36,6 +36,9 @@ BIG = {"jobs", "finished_jobs", "attempts"}
 #: Partial indexes of running rows only: as many as the pools have slots, so a walk of
 #: one without a condition is no walk of the backlog (``pg_sql.CREATE_OWNER_INDEX``).
 RUNNING_ONLY = {"jobs_owners"}
+#: Indexes of one finished status's rows in id order (revision 11): a walk of one is
+#: the range of that status, as a ``(status, id)`` index's with the status its condition.
+STATUS_ONLY = {"finished_jobs_done", "finished_jobs_dead"}
 OWNER = "plans-pool-0"
 #: The batch of 1 000 of the filled rows (an id clear of those the store gives).
 BATCH = 900_000
@@ -105,11 +108,13 @@ def _placeholders(statement: str) -> list[str]:
     return list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
 
 
-def generic_plan(conn, statement: str, params: dict, settings: tuple[str, ...] = ()) -> dict:
+def generic_plan(conn, statement: str, params: dict, settings: tuple[str, ...] = (), *,
+                 analyze: bool = False) -> dict:
     """The generic plan of ``statement`` prepared as psycopg prepares it for
     ``params`` (their Python types choose the parameters' types), read by ``EXPLAIN
-    EXECUTE`` after ``settings`` (what the store sets in that transaction); the
-    statement's one run, needed to prepare it, is rolled back."""
+    EXECUTE`` after ``settings`` (what the store sets in that transaction), and run
+    with ``analyze`` (``EXPLAIN ANALYZE``: the rows each node read); the statement's
+    runs are rolled back."""
     with conn.transaction(force_rollback=True):
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         for setting in settings:
@@ -121,21 +126,22 @@ def generic_plan(conn, statement: str, params: dict, settings: tuple[str, ...] =
         values = [params[key] for key in _placeholders(statement)]
         assert len(values) == len(types), (statement, types)
         arguments = f"({', '.join(['%s'] * len(values))})" if values else ""
-        explain = f"EXPLAIN (FORMAT JSON) EXECUTE {name}{arguments}"
+        explain = f"EXPLAIN ({'ANALYZE, ' if analyze else ''}FORMAT JSON) EXECUTE {name}{arguments}"
         return psycopg.ClientCursor(conn).execute(explain, values).fetchone()[0][0]["Plan"]
 
 
 def whole_reads(plan: dict) -> list[str]:
     """The nodes of ``plan`` that read one of the ``BIG`` tables whole: a sequential
     scan, or a walk of an index with no condition to start it (the whole table in
-    the index's order), unless that index holds running rows only."""
+    the index's order), unless that index holds running rows only, or one finished
+    status's rows (a range of the table)."""
     found = []
     table = plan.get("Relation Name")
     if table in BIG:
         node = plan["Node Type"]
         if node == "Seq Scan" or (node in ("Index Scan", "Index Only Scan")
                                   and "Index Cond" not in plan
-                                  and plan["Index Name"] not in RUNNING_ONLY):
+                                  and plan["Index Name"] not in RUNNING_ONLY | STATUS_ONLY):
             found.append(f"{node} on {table}" + (f" using {plan['Index Name']}"
                                                  if "Index Name" in plan else ""))
     for child in plan.get("Plans", ()):

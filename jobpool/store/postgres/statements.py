@@ -52,7 +52,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -330,20 +330,20 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_shards (
 )
 """
 
-#: A batch's live members (cancel) and finished ones (dead ids, ``batches show``).
+#: A batch's live members (cancel) and finished ones (dead ids, ``batches show``, a
+#: batch's counts by status from the index alone), each batch's (and status's) in id
+#: order (R47, revision 12: a batch's page newest first is a range of its own entries,
+#: however many rows were written since it began; finished rows are listed a status at
+#: a time, ``LISTED_PARTS``). Revisions 3-10 had ``jobs_batch (batch_id)`` and
+#: ``finished_jobs_batch (batch_id, status)``: the same entries, in no useful order.
 CREATE_MEMBERS_INDEX = """
-CREATE INDEX IF NOT EXISTS jobs_batch ON jobs (batch_id) WHERE batch_id IS NOT NULL
-"""
-#: R60: the members of a batch that stored a result, by id: a callback reads them in
-#: pages. Only a batch member's success with a result has an entry.
-CREATE_MEMBER_RESULTS_INDEX = """
-CREATE INDEX IF NOT EXISTS finished_jobs_results ON finished_jobs (batch_id, id)
- WHERE batch_id IS NOT NULL AND status = 'done' AND result IS NOT NULL
+CREATE INDEX IF NOT EXISTS jobs_batch_ids ON jobs (batch_id, id) WHERE batch_id IS NOT NULL
 """
 CREATE_FINISHED_MEMBERS_INDEX = """
-CREATE INDEX IF NOT EXISTS finished_jobs_batch ON finished_jobs (batch_id, status)
+CREATE INDEX IF NOT EXISTS finished_jobs_batch_ids ON finished_jobs (batch_id, status, id)
  WHERE batch_id IS NOT NULL
 """
+DROP_OLD_MEMBERS_INDEXES = "DROP INDEX IF EXISTS jobs_batch, finished_jobs_batch"
 CREATE_BATCH_ADDS = """
 CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
     batch_id bigint NOT NULL,
@@ -659,12 +659,32 @@ END
 $$
 """
 
+#: R47 (revision 12): a page of one status, newest first, as a walk of an index that
+#: holds that status's rows alone, in id order. Done and dead rows: one partial index
+#: each on ``finished_jobs (id)`` (an entry written once, by the settle that moves the
+#: row there): the planner then never prefers the primary key, filtered, which reads
+#: every newer row of the other status first. Ready rows by the time they are due,
+#: ``jobs (run_at) WHERE status = 'ready'``: scheduled (and retrying) rows are the
+#: range past now, a few among a big backlog; due ones the range up to now, a few
+#: among many scheduled (which status a ready row is listed under moves with the
+#: clock, so no index can hold one of them alone). Its condition names ``run_at IS NOT
+#: NULL`` (always so) so that only a statement that compares ``run_at`` may read it: a
+#: comparison implies it, while a count of one queue's ready rows, saying nothing of
+#: the time, keeps to ``jobs_ready_queue`` instead of walking every ready row by due
+#: time in the hope that the queue's rows come soon. A claim writes no entry to it (its
+#: row is running), an enqueue or a retry one.
+STATUS_SCHEMA = (
+    "CREATE INDEX IF NOT EXISTS finished_jobs_done ON finished_jobs (id) WHERE status = 'done'",
+    "CREATE INDEX IF NOT EXISTS finished_jobs_dead ON finished_jobs (id) WHERE status = 'dead'",
+    "CREATE INDEX IF NOT EXISTS jobs_ready_due ON jobs (run_at)"
+    " WHERE status = 'ready' AND run_at IS NOT NULL")
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
           *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA, CREATE_WITH_PREVIOUS_FUNCTION,
-          CREATE_MEMBER_RESULTS_INDEX)
+          *STATUS_SCHEMA)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -698,12 +718,15 @@ STEPS: dict[int, tuple[str, ...]] = {
     10: tuple(f"ALTER TABLE finished_jobs ADD COLUMN IF NOT EXISTS {column} {kind}"
               for column, kind in zip(DONE_LINE_COLUMNS,
                                       ("text", "integer", "bigint", "float8", "integer"))),
-    # R59: a chain step given its predecessor's result; R60: a batch's results by page.
+    # R59: a chain step given its predecessor's result.
     # R54: a batch's callbacks enqueued with their signatures' metadata.
     # R69: a job some Handle.result waits for says so, and its end notifies.
-    11: (CREATE_WITH_PREVIOUS_FUNCTION, CREATE_MEMBER_RESULTS_INDEX,
-         CREATE_ENQUEUE_CALLBACK_FUNCTION,
+    11: (CREATE_WITH_PREVIOUS_FUNCTION, CREATE_ENQUEUE_CALLBACK_FUNCTION,
          "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false"),
+    # R47 (issue 27): a status's and a batch's page through an index in id order (R60:
+    # a batch's results read by page through ``finished_jobs_batch_ids`` too).
+    12: (*STATUS_SCHEMA, CREATE_MEMBERS_INDEX, CREATE_FINISHED_MEMBERS_INDEX,
+         DROP_OLD_MEMBERS_INDEXES),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -1424,7 +1447,7 @@ UNION ALL
 SELECT status, count(*) FROM finished_jobs WHERE batch_id = %(id)s GROUP BY status
 """
 #: R60: the sizes of a page of a batch's members that stored a result (a done row is
-#: in ``finished_jobs``), in id order after ``after``, through ``finished_jobs_results``;
+#: in ``finished_jobs``), in id order after ``after``, through ``finished_jobs_batch_ids``;
 #: then the results of those up to ``through``, where the page's bytes stop it.
 BATCH_RESULT_SIZES = """
 SELECT id, octet_length(result) FROM finished_jobs
@@ -1528,8 +1551,10 @@ UNION ALL SELECT chain::text FROM finished_jobs WHERE id = %(id)s
 LISTING_PLANS = "SET LOCAL enable_seqscan = off"
 #: R28: where ``jobs list`` finds the rows of each status it lists, as (table,
 #: condition): ready and running rows in ``jobs`` (apart, each status through its own
-#: partial indexes), done and dead ones in ``finished_jobs``. A ready row is due by
-#: the server's clock (R7a).
+#: partial indexes), done and dead ones in ``finished_jobs`` (apart too, R47: each
+#: status's rows are in id order in their own index and in a batch's index; together,
+#: a generic plan walked the primary key, filtering, for a queue's or a batch's page).
+#: A ready row is due by the server's clock (R7a).
 LISTED_PARTS = {
     "ready": (("jobs", "status = 'ready' AND run_at <= extract(epoch FROM now())"),),
     "scheduled": (("jobs", "status = 'ready' AND run_at > extract(epoch FROM now())"),),
@@ -1537,7 +1562,7 @@ LISTED_PARTS = {
     "done": (("finished_jobs", "status = 'done'"),),
     "dead": (("finished_jobs", "status = 'dead'"),),
     None: (("jobs", "status = 'ready'"), ("jobs", "status = 'running'"),
-           ("finished_jobs", "TRUE")),
+           ("finished_jobs", "status = 'done'"), ("finished_jobs", "status = 'dead'")),
 }
 
 
