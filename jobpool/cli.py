@@ -972,14 +972,17 @@ def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     rows = store.dead.list(name=args.name, limit=args.limit)
     if args.json:
-        print(json.dumps([_listed(row, _LIST_FIELDS + ("finished_at",)) for row in rows]))
+        print(json.dumps([_listed(row, _LIST_FIELDS + ("finished_at", "meta")) for row in rows]))
         return 0
+    # R67: a dead job's metadata (which request, which tenant) beside it, when one has some.
+    metas = [meta_text(row.get("meta")) for row in rows]
     table = _table(box=None)
-    for column in ("id", "name", "attempts", "reason"):
-        table.add_column(column, overflow="ellipsis", no_wrap=column != "reason")
-    for row in rows:
+    for column in ("id", "name", "attempts", *(("meta",) if any(metas) else ()), "reason"):
+        table.add_column(column, overflow="ellipsis", no_wrap=column != "reason",
+                         max_width=max(out.width // 4, 10) if column == "meta" else None)
+    for row, meta in zip(rows, metas):
         table.add_row(str(row["id"]), _cell(row["name"]), f"{row['attempts']}/{row['max_attempts']}",
-                      _error_cell(row))
+                      *((meta,) if any(metas) else ()), _error_cell(row))
     out.print(table)
     return 0
 

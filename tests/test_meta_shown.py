@@ -137,3 +137,40 @@ def test_each_pair_shows_as_jobs_list_meta_reads_it_back(value, line):
     if not isinstance(value, dict):
         assert _meta_pair(line) == ("k", value)
 
+
+
+DEAD_APP = """
+from jobpool import job, Fatal
+
+@job(name="m.fails")
+def fails():
+    raise Fatal("no")
+"""
+
+
+def test_a_dead_jobs_metadata_is_in_the_dead_letters(make_any_app):
+    """R67: `dead list` (and `--json`) and the web dead-letters page show a dead job's
+    metadata beside it, escaped as text; a dead job without any shows an empty cell."""
+    from starlette.testclient import TestClient
+
+    from jobpool.web import create_app
+    app = make_any_app(DEAD_APP)
+    store = app.store()
+    tagged = store.enqueue_with("m.fails", meta=HOSTILE_META).id
+    plain = store.enqueue_with("m.fails").id
+    app.start("--procs", "1")
+    app.env["COLUMNS"] = "200"
+    listed = app.cli("dead", "list", "--db", str(app.db), check=True).stdout
+    _assert_no_escape_byte(listed)
+    assert listed.splitlines()[0].split()[:4] == ["id", "name", "attempts", "meta"]
+    [line] = [line for line in listed.splitlines() if line.split()[:1] == [str(tagged)]]
+    assert "tenant=acme" in line
+    as_json = {job["id"]: job["meta"] for job in json.loads(app.cli(
+        "dead", "list", "--db", str(app.db), "--json", check=True).stdout)}
+    assert as_json == {tagged: HOSTILE_META, plain: None}
+    with TestClient(create_app(str(app.db))) as client:
+        page = client.get("/dead").text
+    assert f'<td class="meta">{HOSTILE_HTML}</td>' in page
+    assert '<td class="meta"></td>' in page
+    assert "<i>x</i>" not in page and "\x1b" not in page
+    store.close()
