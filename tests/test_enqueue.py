@@ -278,6 +278,19 @@ def test_importing_jobpool_to_enqueue_loads_neither_the_child_nor_a_core():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_sqlite_producer_and_pool_load_no_asyncio_and_no_psycopg(tmp_path):
+    # What only async callers (R50, R69) or PostgreSQL need stays unloaded in a SQLite
+    # producer, its pool's supervisor and the children it forks.
+    import subprocess
+    import sys
+    code = ("import sys, jobpool; from jobpool.supervisor import loop; "
+            f"s = jobpool.connect({str(tmp_path / 's.db')!r}); s.enqueue('x.y', 1); "
+            "s.finish_waiter(1, 0.05).close(); s.close(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'psycopg')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_a_handle_asks_the_store_that_made_it_and_one_without_says_so(sqlite_store):
     # A handle never guesses the default store: job 1 of another store is not this one.
     from jobpool import Handle

@@ -9,7 +9,6 @@ notification that is lost or never sent costs time, never a wrong answer.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 
 
@@ -32,6 +31,7 @@ class PollingWaiter:
         return False
 
     async def await_(self, left: float | None) -> bool:
+        import asyncio  # only async callers pay for it
         await asyncio.sleep(interval(self.poll, left))
         return False
 

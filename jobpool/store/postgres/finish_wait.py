@@ -7,7 +7,6 @@ connection costs that long at most.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -51,6 +50,7 @@ class NotifiedWaiter:
         """``wait`` on the running loop: it watches the connection's socket itself and
         reads what came without blocking, so no worker thread waits (the loop's
         executor has a handful, which a few waits would use up)."""
+        import asyncio
         loop = asyncio.get_running_loop()
         end = loop.time() + interval(LOOK_AGAIN, left)
         while self._conn is not None:
