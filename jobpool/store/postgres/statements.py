@@ -1008,10 +1008,12 @@ _DONE_ERROR = (f"CASE WHEN chain IS NOT NULL AND NOT {chain_step_fits('chain')} 
                f"THEN {quote_literal(CHAIN_STOPPED)} ELSE last_error END")
 
 def _successor(moved: str, name: str = "successor") -> str:
-    """R12: a chain's next step, from the rows a finishing settle ``moved`` (with
-    the ``new_result`` each was given, R59), with the step's own metadata when it has
-    one (R55), else their own (R54)."""
-    payload = successor_payload("chain", "new_result")
+    """R12: a chain's next step, from the rows a finishing settle ``moved``, with the
+    step's own metadata when it has one (R55), else their own (R54). R59: the result a
+    row was given is looked up in ``done_input`` only for a step that asks for it, so a
+    turn without such a step joins nothing."""
+    result = "(SELECT i.new_result FROM done_input AS i WHERE i.id = m.id)"
+    payload = successor_payload("chain", result)
     return f"""{name} AS (
     INSERT INTO jobs ({_NEW_JOB_COLUMNS}, chain_root, grp, meta)
     SELECT chain -> 0 ->> 'queue', chain -> 0 ->> 'name', NULL,
@@ -1023,7 +1025,7 @@ def _successor(moved: str, name: str = "successor") -> str:
                                                     jsonb_of(payload))},
            CASE WHEN jsonb_typeof(chain -> 0 -> 'meta') = 'object' THEN chain -> 0 -> 'meta'
                 ELSE meta END
-      FROM {moved} WHERE chain IS NOT NULL AND {chain_step_fits('chain')})
+      FROM {moved} AS m WHERE chain IS NOT NULL AND {chain_step_fits('chain', result)})
 """
 
 
@@ -1136,8 +1138,7 @@ def _turn_steps(name: str) -> str:
                            DONE_LINE_COLUMNS if done else ())
         return (f"moved_{name} AS (DELETE FROM jobs AS j USING {source} AS i WHERE {guard}"
                 f" RETURNING j.*, {told_if_waited('j.')}),\nsettled_{name} AS (\n    {moved}),\n"
-                + (_successor(f"moved_{name} JOIN done_input USING (id)", f"successor_{name}")
-                   + ",\n" if done else ""))
+                + (_successor(f"moved_{name}", f"successor_{name}") + ",\n" if done else ""))
     return f"""settled_{name} AS (
     UPDATE jobs AS j SET {assignments(transition, _MANY_DIALECT)}
       FROM input AS i WHERE {guard} RETURNING j.id),
