@@ -123,3 +123,65 @@ def test_a_connection_lost_after_the_turn_committed_is_in_doubt_not_lost(pg_url)
     row = store.get(second)
     assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
     store.close()
+
+
+STOP_APP = """
+import time
+from pathlib import Path
+from jobpool import job
+
+HERE = Path(__file__).parent
+
+@job(name="flight.first")
+def first():
+    (HERE / "first.started").touch()
+    while not (HERE / "go").exists():
+        time.sleep(0.02)
+
+@job(name="flight.second")
+def second():
+    (HERE / "second.started").touch()
+"""
+
+
+def test_a_stop_while_a_turn_claims_gives_the_claimed_job_back_unstarted(make_app, pg_url):
+    """R66, R6: a pool stopped (SIGTERM) while its turn is on the server with a claim
+    for the slot its first job freed: the answer still settles that job, and the job
+    the claim took is given back unstarted (ready, no attempt spent), never run."""
+    import signal
+
+    from ..conftest import wait_for
+    app = make_app(STOP_APP)
+    app.db = pg_url
+    store = jobpool.connect(pg_url)
+    first = store.enqueue_with("flight.first").id
+    second = store.enqueue_with("flight.second").id
+    pool = app.spawn("--procs", "1")
+    try:
+        wait_for(lambda: (app.dir / "first.started").exists(), timeout=60)
+        with _admin() as admin:
+            admin.execute("BEGIN")
+            admin.execute(f"SELECT 1 FROM {_schema(pg_url)}.jobs WHERE id = %s FOR UPDATE",
+                          (first,))
+            (app.dir / "go").touch()  # the first ends; its turn (settle + claim) waits
+            backend = wait_for(lambda: admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = "
+                "'jobpool-supervisor' AND wait_event_type = 'Lock' "
+                "AND datname = current_database()").fetchone(), timeout=60)[0]
+            pool.send_signal(signal.SIGTERM)
+            time.sleep(0.5)  # the pool has the signal while its turn is on the server
+            assert admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                 (backend,)).fetchone()[0] == "Lock"
+            admin.execute("ROLLBACK")
+        assert pool.wait(timeout=60) == 0
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+    assert store.get(first)["status"] == "done"
+    row = store.get(second)
+    assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
+    assert not (app.dir / "second.started").exists()
+    # It was claimed by the turn in flight (not merely left in line): its given-back
+    # claim is in its attempt log.
+    assert [a["outcome"] for a in store.attempts(second)] == ["unstarted"]
+    store.close()
