@@ -31,6 +31,21 @@ def stored_result(job_id: int, name: str, data: bytes | str | None,
     return decode_result(data, decoder)
 
 
+def member_results(page_after: Any, allow_pickle: bool) -> Iterator[tuple[int, Any]]:
+    """R60: ``(id, result)`` of a batch's members, page by page: ``page_after(id)``
+    gives the ``(id, name, serializer, result)`` rows after ``id`` (none: the end),
+    from the store (a producer) or through the pool (a job); each decoded as
+    ``stored_result`` decodes it."""
+    after = 0
+    while True:
+        found = page_after(after)
+        for job_id, name, serializer, result in found:
+            yield job_id, stored_result(job_id, name, result, allow_pickle, serializer)
+        if not found:
+            return
+        after = found[-1][0]
+
+
 @dataclass(frozen=True)
 class Handle:
     """What an enqueue returns: the job's id, and whether it already existed (R3)."""
@@ -296,15 +311,9 @@ class Batch:
         in id order, read ``page`` members at a time as the iteration goes (a page
         also stops at 8 MB). A pickled result is decoded as ``Handle.result`` would
         (R39). Members swept with done jobs (``--result-ttl``) are gone."""
-        after = 0
-        while True:
-            found = self.store.batches.results(self.id, after=after, limit=page)
-            for member in found:
-                yield member.id, stored_result(member.id, member.name, member.result,
-                                               allow_pickle, member.serializer)
-            if not found:
-                return
-            after = found[-1].id
+        return member_results(
+            lambda after: self.store.batches.results(self.id, after=after, limit=page),
+            allow_pickle)
 
     def close(self) -> BatchStatus:
         """Arm the callbacks; if every member has ended already they fire now."""

@@ -281,7 +281,7 @@ def batch_results(batch: Any = None, *, page: int = 100,
     time through the pool as the iteration goes, so a batch of any size costs a
     bounded message each; results are decoded as ``Handle.result`` would (R39).
     From a producer, ``Batch.results()`` reads the same."""
-    from jobpool.handles import stored_result
+    from jobpool.handles import member_results
     attempt = current
     if attempt is None:
         raise RuntimeError("batch_results() is called outside a job run by a pool: "
@@ -298,18 +298,10 @@ def batch_results(batch: Any = None, *, page: int = 100,
                          f"not {batch!r}")
     if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_RESULTS_PAGE:
         raise ValueError(f"page must be an integer from 1 to {MAX_RESULTS_PAGE}, not {page!r}")
-    return _results_of(attempt, batch, page, allow_pickle, stored_result)
 
-
-def _results_of(attempt: Attempt, batch_id: int, page: int, allow_pickle: bool,
-                decode: Any) -> Iterator[tuple[int, Any]]:
-    after = 0
-    while True:
+    def page_after(after: int) -> Any:
         if current is not attempt:
             raise RuntimeError("a job's batch_results() is iterated after the job returned")
-        found = attempt.request(protocol.BATCH_RESULTS, batch_id, after, page)
-        for job_id, name, serializer, result in found:
-            yield job_id, decode(job_id, name, result, allow_pickle, serializer)
-        if not found:
-            return
-        after = found[-1][0]
+        return attempt.request(protocol.BATCH_RESULTS, batch, after, page)
+    return member_results(page_after, allow_pickle)
+

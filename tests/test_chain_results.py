@@ -407,3 +407,17 @@ def test_a_forged_request_is_refused_to_the_job_never_the_pool(any_store):
     assert answer[4] == protocol.REFUSED and "batch must be an integer" in answer[5]
     answer = requests.answer(any_store, "pool-x", (protocol.BATCH_RESULTS, 1, 1, 1, "x", 0, 10))
     assert answer[4] == protocol.REFUSED
+
+
+def test_a_pickle_rows_result_reads_back_whatever_its_first_byte():
+    """R39: a pickle row's result is a pickle even when its protocol (0 or 1) does not
+    start with the byte every later protocol starts with; still only for a caller
+    allowed to unpickle."""
+    import dill
+
+    from jobpool.handles import stored_result
+    old_protocol = dill.dumps({"n": 1}, protocol=0)
+    assert old_protocol[:1] != b"\x80"
+    assert stored_result(7, "cr.unregistered", old_protocol, True, "pickle") == {"n": 1}
+    with pytest.raises(jobpool.UnsafeResultError):
+        stored_result(7, "cr.unregistered", old_protocol, False, "pickle")

@@ -17,7 +17,20 @@ def interval(every: float, left: float | None) -> float:
     return max(0.0, every if left is None else min(every, left))
 
 
-class PollingWaiter:
+class Waiter:
+    """What every waiter is: closed when the ``with`` block that waits ends."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Waiter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PollingWaiter(Waiter):
     """A store that cannot tell (SQLite; PostgreSQL behind a transaction-mode pooler,
     which cannot LISTEN): the caller looks again every ``poll`` seconds."""
 
@@ -34,12 +47,3 @@ class PollingWaiter:
         import asyncio  # only async callers pay for it
         await asyncio.sleep(interval(self.poll, left))
         return False
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> "PollingWaiter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -11,13 +11,13 @@ import time
 from typing import Any
 
 from jobpool.errors import StoreError
-from jobpool.store.finish_wait import PollingWaiter, interval
+from jobpool.store.finish_wait import PollingWaiter, Waiter, interval
 
 #: Seconds between looks at the job while waiting to be told.
 LOOK_AGAIN = 1.0
 
 
-class NotifiedWaiter:
+class NotifiedWaiter(Waiter):
     """A connection of its own that LISTENs for the end of one job."""
 
     told = True
@@ -90,12 +90,6 @@ class NotifiedWaiter:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-    def __enter__(self) -> "NotifiedWaiter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def finish_waiter(target: Any, job_id: int, poll: float) -> NotifiedWaiter | PollingWaiter:
