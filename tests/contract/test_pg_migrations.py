@@ -145,3 +145,25 @@ def test_a_revision_10_store_gets_the_status_and_batch_indexes_in_id_order(pg_ur
         assert store.batch_status(made.id).pending == 3
     finally:
         store.close()
+
+
+def test_every_step_runs_twice_on_a_store_that_has_it(pg_url):
+    """An upgrade runs the store's own revision's step again (a build made while the
+    revision was being written labelled stores with it before its step was whole), so
+    each step must be harmless on a store that already holds it, jobs included."""
+    store = jobpool.connect(pg_url)
+    handle = store.enqueue_with("t.kept", args=[1], key="k")
+    store.close()
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {schema}")
+        for step, statements in sorted(pg_sql.STEPS.items()):
+            with conn.transaction():
+                for statement in statements:
+                    conn.execute(statement)
+    store = jobpool.connect(pg_url)
+    try:
+        row = store.get(handle.id)
+        assert (row["name"], row["status"], row["key"]) == ("t.kept", "ready", "k")
+    finally:
+        store.close()

@@ -688,7 +688,10 @@ SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
-#: release keeps working during a rolling restart).
+#: release keeps working during a rolling restart). Each may run twice on the same
+#: store (IF NOT EXISTS, OR REPLACE, IF EXISTS): an upgrade runs the store's own
+#: revision's step again, which heals a store an in-between build labelled with a
+#: revision before its step was whole (tests/test_migrations.py holds every step to it).
 STEPS: dict[int, tuple[str, ...]] = {
     2: (CREATE_QUEUES,),  # R38: paused queues
     3: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS batch_id bigint",  # R34: batches
