@@ -79,6 +79,10 @@ def test_a_slot_running_a_chunk_shows_its_waiting_rows_on_every_dashboard(make_a
         with TestClient(create_app(str(app.db)), follow_redirects=False) as client:
             overview = client.get("/").text
             pools_page = client.get("/pools").text
+            running_page = client.get("/jobs?status=running").text
+        listed_rows = running_page.split('id="jobs"', 1)[1].split("</table>", 1)[0]
+        assert sorted(int(part.split('"', 1)[0]) for part in
+                      listed_rows.split('data-id="')[1:]) == ids[:4], listed_rows
         for page, table in ((overview, "running"), (pools_page, "slots")):
             shown = page.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
             assert "<th>chunk waiting</th>" in shown, shown
