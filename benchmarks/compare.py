@@ -36,8 +36,9 @@ Workloads (sizes of a full run; ``--quick`` shrinks them and repeats once):
   by the harness before the run, ÷ (2 × wall).
 * W3: idle workers (a warm-up job has run, then 1 s of nothing), 200
   ``stamp(t)`` jobs enqueued one at a time 20 ms apart; p50 and p99 of
-  (job start - time just before the enqueue call), and p99 measured from the
-  moment the enqueue call returned.
+  (job start - time just before the enqueue call), their max (the slowest
+  pickup of the run), and p99 and max measured from the moment the enqueue call
+  returned.
 
 Every job body lives in ``bench_jobs/common.py``: each job appends one
 fixed-size record to a file opened ``O_APPEND``; done = size ÷ record size.
@@ -105,12 +106,16 @@ METRICS = {
     "w1_single": ("W1 enqueue one at a time ({single})", "jobs/s", True),
     "w1_bulk": ("W1 bulk enqueue ({bulk} rows)", "rows/s", True),
     "w2_eff": ("W2 {cpu_jobs} × {cpu_ms:g} ms CPU jobs, 2 procs", "efficiency", True),
+    "w2_wall": ("W2 wall", "s", False),
     "w3_p50": ("W3 pickup p50 ({stamps} jobs {gap_ms:g} ms apart)", "ms", False),
     "w3_p99": ("W3 pickup p99", "ms", False),
     "w3_p99_ret": ("W3 p99 from enqueue return", "ms", False),
+    "w3_max": ("W3 pickup max", "ms", False),
+    "w3_max_ret": ("W3 max from enqueue return", "ms", False),
 }
 METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
-                   "w2_eff": "w2", "w3_p50": "w3", "w3_p99": "w3", "w3_p99_ret": "w3"}
+                   "w2_eff": "w2", "w2_wall": "w2", "w3_p50": "w3", "w3_p99": "w3",
+                   "w3_p99_ret": "w3", "w3_max": "w3", "w3_max_ret": "w3"}
 ROW_ORDER = ("jobpool", JOBPOOL_PG, JOBPOOL_PG_NORMAL, "jobpool-normal", "sqlite-full",
              "sqlite-normal") + PEERS + PG_PEERS
 LABELS = {
@@ -651,7 +656,7 @@ class Harness:
             raise BenchError(f"{len(cpu)} cpu records for {n} jobs")
         # The definition: total job CPU (as the bodies measured it) ÷ 2 cores.
         # w2_eff_est is the same with 400 × one body measured by the harness.
-        return {"w2_eff": sum(cpu) / (2 * seconds), "w2_eff_est": n * self.job_cpu_s / (2 * seconds),
+        return {"w2_eff": sum(cpu) / (2 * seconds), "w2_wall": seconds, "w2_eff_est": n * self.job_cpu_s / (2 * seconds),
                 "w2_job_cpu_ms": 1000 * sum(cpu) / len(cpu)}
 
     def w3(self, system: str) -> dict:
@@ -672,7 +677,7 @@ class Harness:
         by_enqueue = sorted(recs, key=lambda r: r[2] - r[1])
         ret = [(t - after) * 1000.0 for (_tag, _v, t), after in zip(by_enqueue, out["after"])]
         return {"w3_p50": percentile(lat, 50), "w3_p99": percentile(lat, 99),
-                "w3_p99_ret": percentile(ret, 99)}
+                "w3_p99_ret": percentile(ret, 99), "w3_max": max(lat), "w3_max_ret": max(ret)}
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -712,7 +717,7 @@ def fmt(metric: str, value: float | None) -> str:
     unit = METRICS[metric][1]
     if unit == "efficiency":
         return f"{value:.3f}"
-    if unit == "ms":
+    if unit in ("ms", "s"):
         return f"{value:.2f}"
     return f"{value:,.0f}"
 
@@ -768,8 +773,10 @@ LIMITS = {
                "~55 us of validation, encoding and wake-up per call (BENCHMARKS.md, W1 enqueue)",
     "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "
             "here (BENCHMARKS.md, W1 bulk)",
-    "w2": "a ~1.1 ms round trip between a child's jobs (reply, one claim transaction, "
-          "dispatch) against a ceiling of 0.94-0.99 for two bare processes (BENCHMARKS.md, W2)",
+    "w2": "the pool's own share of the cores: ~1.15 ms between a child's jobs (reply, one "
+          "claim transaction, dispatch; ~0.037), start-up (~0.033) and the pool's CPU taken "
+          "from the bodies (~0.030), against 0.90-0.96 for two bare processes "
+          "(benchmarks/w2_split.py; BENCHMARKS.md, W2)",
     "w3": "the enqueuer's own durable commit: a bare fsync'd commit has a p99 of ~4 ms on "
           "this disk, more than half of Celery's p99 (BENCHMARKS.md, W3)",
     "pg": "with 2 procs a turn carries one or two jobs (R6) and turns run one after another; "
@@ -820,10 +827,17 @@ def targets(results: dict, postgres: bool = False) -> list[str]:
     line("W1 bulk, jobpool enqueue_many", f"{jp:,.0f} rows/s" if jp else None, "≥ 300,000 rows/s",
          jp and jp >= 300_000, "bulk")
     jp = med("w2_eff", "jobpool")
-    line("W2 efficiency, jobpool", f"{jp:.3f}" if jp else None, "≥ 0.97", jp and jp >= 0.97, "w2")
+    line("W2 efficiency, jobpool", f"{jp:.3f}" if jp else None, "≥ 0.95", jp and jp >= 0.95, "w2")
+    jp, huey = med("w2_wall", "jobpool"), med("w2_wall", "huey")
+    r = jp / huey if jp and huey else None
+    line("W2 wall, jobpool ÷ Huey", f"{r:.2f}" if r else None, "≤ 0.90", r and r <= 0.9, "w2")
     jp, cel = med("w3_p99", "jobpool"), med("w3_p99", "celery")
     r = jp / cel if jp and cel else None
     line("W3 p99, jobpool ÷ Celery", f"{r:.2f}" if r else None, "≤ 0.50", r and r <= 0.5, "w3")
+    worst = max((v for v in results.get("w3_max", {}).get("jobpool", []) if v is not None),
+                default=None)
+    line("W3 pickup max, jobpool (every run)", f"{worst:.1f} ms" if worst else None, "≤ 20 ms",
+         worst is not None and worst <= 20, "w3")
     if postgres:
         sq = med("w1_drain", "jobpool")
         for system, goal in ((JOBPOOL_PG, 0.4), (JOBPOOL_PG_NORMAL, 0.6)):

@@ -316,6 +316,10 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool,
     # R67: the jobs' metadata, wide only (80 columns have no room for it), and only
     # when a running job has some, so a store without metadata keeps its columns.
     with_meta = wide and any(s.busy and s.meta for s in snapshot.slots)
+    # R63: how many rows of a slot's chunk wait behind its job, only while some do.
+    with_waiting = any(s.busy and s.waiting for s in snapshot.slots)
+    if with_waiting:
+        table.add_column("wait", min_width=4, justify="right", no_wrap=True)
     if wide:
         table.add_column("try", width=3, justify="right", no_wrap=True)
     if with_meta:
@@ -325,7 +329,7 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool,
     table.add_column("rss", min_width=4, justify="right", no_wrap=True)
     visible, hidden = _shown_slots(snapshot.slots, lines)
     for slot in visible:
-        table.add_row(*_slot_cells(snapshot, slot, wide, with_meta))
+        table.add_row(*_slot_cells(snapshot, slot, wide, with_meta, with_waiting))
     if not hidden:
         return [table]
     busy = sum(1 for s in snapshot.slots if s.busy) - sum(1 for s in visible if s.busy)
@@ -333,7 +337,7 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool,
 
 
 def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool,
-                with_meta: bool = False) -> list[RenderableType]:
+                with_meta: bool = False, with_waiting: bool = False) -> list[RenderableType]:
     label = str(slot.slot) if len(snapshot.pools) <= 1 else f"{slot.pool + 1}/{slot.slot}"
     pid = "" if slot.pid is None else str(slot.pid)
     if slot.busy:
@@ -342,6 +346,8 @@ def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool,
     else:
         cells = [label, pid, Text("-", style="dim"), Text("idle", style="dim")]
         rest = ["", ""]
+    if with_waiting:
+        cells.append(_count(slot.waiting) if slot.busy and slot.waiting else "")
     if wide:
         pool = snapshot.pools[slot.pool] if 0 <= slot.pool < len(snapshot.pools) else None
         cells.insert(1, f"{pool.host}:{pool.pid}" if pool else "")

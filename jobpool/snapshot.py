@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobpool import core, liveness
+from jobpool import bounds, core, liveness
 from jobpool.store import row_codec
 from jobpool.store.records import COUNT_MOST, BatchStatus
 
@@ -47,6 +47,9 @@ class SlotView:
     rss: int | None = None
     #: R67: the job's metadata (R54), as its row holds it; None without any.
     meta: Mapping[str, Any] | None = None
+    #: R63: rows of the slot's chunk claimed with its job and waiting behind it, as
+    #: the heartbeat listed them and still running in the store; 0 without a chunk.
+    waiting: int = 0
 
     @property
     def busy(self) -> bool:
@@ -233,26 +236,50 @@ def _slot_views(pools: Sequence[Mapping[str, Any]], running: Sequence[tuple],
     heartbeat has not seen yet (dispatched since) go to the slots it reported
     idle or running a job that is no longer running, in slot order. A slot whose
     job finished since the heartbeat and that has no new row is idle.
+
+    R63: the rows a slot's chunk holds behind its job are running rows too; the
+    heartbeat lists them by slot, so they count as that slot's ``waiting`` rows
+    and never fill another slot. When the slot's job has finished since the
+    beat, the first of them still running is the one its child runs now. (Rows of
+    a chunk claimed since the beat are not listed yet: until the next beat they
+    are placed as any row the beat has not seen.)
     """
     by_owner: dict[str, dict[int, tuple]] = {}
     for job in map(_running_row, running):
         by_owner.setdefault(job[2], {})[job[0]] = job
     for index, pool in enumerate(pools):
         rows = by_owner.get(pool["owner"], {})
-        reported = {s["job_id"]: s for s in pool["slots"] if s.get("job_id") in rows}
-        unseen = sorted((r for r in rows.values() if r[0] not in reported),
+        beats = pool["slots"]
+        waiting_of = [[i for i in _waiting_ids(s) if i in rows] for s in beats]
+        in_chunks = {i for ids in waiting_of for i in ids}
+        reported = {s["job_id"]: s for s in beats
+                    if s.get("job_id") in rows and s["job_id"] not in in_chunks}
+        placed = reported.keys() | in_chunks
+        unseen = sorted((r for r in rows.values() if r[0] not in placed),
                         key=lambda r: (r[4] or 0.0, r[0]))
-        for s in pool["slots"]:
+        for s, waiting in zip(beats, waiting_of):
             job_id = s.get("job_id")
             row: tuple | None = rows.get(job_id) if reported.get(job_id) is s else None
+            if row is None and waiting:
+                row, waiting = rows[waiting[0]], waiting[1:]  # its chunk's next row runs now
             if row is None and unseen:
                 row = unseen.pop(0)
-            yield _slot_view(index, s["slot"], s, row, now)
+            yield _slot_view(index, s["slot"], s, row, now, len(waiting))
         # Rows left over run in slots the heartbeat did not list: one a scale-up
         # added since, or one retiring after a scale-down (its job still runs).
         last = max((s["slot"] for s in pool["slots"]), default=-1)
         for extra, left in enumerate(unseen, last + 1):
             yield _slot_view(index, extra, {}, left, now)
+
+
+def _waiting_ids(beat: Mapping[str, Any]) -> list[int]:
+    """R63: the ids a heartbeat's slot lists as its chunk's rows waiting behind its job.
+    R44: a pools row is data: a list that is not of job ids reads as none."""
+    ids = beat.get("waiting")
+    if (not isinstance(ids, list) or len(ids) > bounds.MAX_CHUNK
+            or not all(type(i) is int for i in ids)):
+        return []
+    return ids
 
 
 #: The columns of a running row (``RUNNING_JOBS``), in order.
@@ -273,7 +300,7 @@ def _running_row(row: tuple) -> tuple:
 
 
 def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
-               now: float) -> SlotView:
+               now: float, waiting: int = 0) -> SlotView:
     if row is None:
         return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), rss=beat.get("rss"))
     job_id, name, _owner, attempt, started, timeout, progress, stage, meta, malformed = row
@@ -287,7 +314,7 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
                     elapsed=None if started is None else max(0.0, now - started),
                     timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"),
                     # The codec checked it is a JSON object's text (R44: else None).
-                    meta=None if meta is None else json.loads(meta))
+                    meta=None if meta is None else json.loads(meta), waiting=waiting)
 
 
 def queue_views(counts: Sequence[tuple], recent: Mapping[str, int],

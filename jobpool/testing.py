@@ -21,7 +21,14 @@ that a drain does not:
 - ``jobpool.progress()`` writes each report through the store at once (R22);
 - a coroutine job runs in a new event loop, as in a pool's child (R20); a drain
   called from async code (an async test), whose loop is running, runs it in a
-  thread of its own while the drain waits.
+  thread of its own while the drain waits;
+- a job declared ``chunk=N`` (R63) is claimed as a pool's slot claims it: up to N
+  ready rows of its name in one turn, run here one after the other, each settled
+  on its own before the next starts; a row past its deadline when its turn comes
+  is dead without running; an interrupted drain gives back the rows that had not
+  started. A chunk never takes the drain past ``max_jobs`` (it is cut to what is
+  left); ``jobpool start --chunk`` has no counterpart here. Operators' cancels are
+  not read by a drain, so a row cancelled while it waits in a chunk still runs.
 """
 from __future__ import annotations
 
@@ -35,8 +42,8 @@ from typing import Any, Callable, NamedTuple
 from jobpool import coroutines, events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
 from jobpool.errors import Interrupted, JobpoolError, StoreError
-from jobpool.lifecycle import (ERROR, INTERRUPTED, RELEASE, Claimed, Outcome, Policy, Settled,
-                               settled_as)
+from jobpool.lifecycle import (DEADLINE_PASSED, ERROR, FATAL, INTERRUPTED, RELEASE, UNSTARTED,
+                               Claimed, Outcome, Policy, Settled, settled_as)
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Claimer, Store
 from jobpool.store.records import ProgressReport
@@ -87,6 +94,8 @@ class _Served(NamedTuple):
     queues: tuple[str, ...]
     policies: dict[str, Policy]
     hooks: dict[str, Callable[..., Any]]
+    #: R63: the chunk size of each name declared with ``chunk=`` above 1.
+    chunks: dict[str, int]
 
 
 def drain(store: Store | None = None, *, max_jobs: int = 10_000,
@@ -133,7 +142,8 @@ def _served() -> _Served:
                            "before drain()")
     names = tuple(sorted(registered))
     return _Served(names, jobs.served_queues(names), {n: job.policy for n, job in registered.items()},
-                   {n: job.on_dead for n, job in registered.items() if job.on_dead is not None})
+                   {n: job.on_dead for n, job in registered.items() if job.on_dead is not None},
+                   {n: job.chunk for n, job in registered.items() if job.chunk > 1})
 
 
 class _PipeToStore:
@@ -187,23 +197,33 @@ class _Drain:
         #: runner raises to stop a test (pytest-timeout's failure), which reach it
         #: here rather than in a child.
         self.interrupted: BaseException | None = None
+        #: The time every claim and settle is dated by: this host's, moved forward to
+        #: a job's due time when ``run_scheduled`` runs it early, and never back.
+        self.clock = 0.0
+        #: R63: the chunk sizes the claimer was last given (None: never given any).
+        self._chunks: dict[str, int] | None = None
 
     @property
     def drained(self) -> Drained:
         return Drained(**self.counts)
 
+    def _tick(self) -> float:
+        """The drain's clock now (``clock``: never back)."""
+        self.clock = max(self.clock, time.time())
+        return self.clock
+
     def run(self, max_jobs: int, run_scheduled: bool) -> Drained:
-        # The time every claim and settle is dated by: this host's, moved forward to
-        # a job's due time when ``run_scheduled`` runs it early, and never back.
-        clock = time.time()
+        self.clock = time.time()
         pending: list[Outcome] = []
         ran = 0
         waiting_until: float | None = None  # monotonic: a wait for the store's clock ends
         while True:
-            now = clock = max(clock, time.time())
+            now = self._tick()
             # One job a turn, its settle in the same transaction as the next claim,
             # as a pool with one slot turns (R6).
             want = 0 if ran >= max_jobs or self.interrupted is not None else 1
+            if want:
+                self._cut_chunks(max_jobs - ran)
             settled, claimed, expired = self.claimer.turn(pending, want, now, self.rng,
                                                           self.plan.shares(want))
             self._report(settled, pending)
@@ -212,9 +232,10 @@ class _Drain:
             if self.interrupted is not None:
                 raise self.interrupted
             if claimed:
-                ran += 1
+                rest = self.claimer.chunked.get(claimed[0].job_id, []) if self._chunks else []
+                ran += 1 + len(rest)
                 waiting_until = None
-                pending = [self._attempt(claimed[0], now)]
+                pending = self._chunk(claimed[0], rest, now)
                 continue
             if ran >= max_jobs:
                 due = self._next_due()
@@ -228,8 +249,8 @@ class _Drain:
             due = self._next_due()
             if due is None:
                 return self.drained
-            if due > clock:
-                clock = due  # run it now, as if its time had come
+            if due > self.clock:
+                self.clock = due  # run it now, as if its time had come
                 continue
             # Due by this clock, yet not claimed.
             real = time.time()
@@ -249,6 +270,42 @@ class _Drain:
                 raise DrainError(f"a job due at {due:.3f} was not claimed by that time on the "
                                  f"store's clock (does it lag this host's?)", self.drained)
             time.sleep(_WAIT_STEP)
+
+    def _cut_chunks(self, left: int) -> None:
+        """R63 in a drain: each chunk as its job declares it, cut to the ``left``
+        attempts ``max_jobs`` still allows, so that no claim takes the drain past it
+        (a pool turns chunks off under ``--max-jobs`` for the same reason)."""
+        if not self.served.chunks:
+            return
+        chunks = {name: min(size, left) for name, size in self.served.chunks.items()}
+        if chunks != self._chunks:
+            self.claimer.set_chunks(chunks)
+            self._chunks = chunks
+
+    def _chunk(self, head: Claimed, rest: list[Claimed], now: float) -> list[Outcome]:
+        """Run a claimed job, then the rest of its chunk (R63) one after the other, as
+        a slot's child runs them. Each row's outcome is settled in a turn of its own
+        before the next row starts (that turn claims nothing: the slot is not free); the
+        last one is returned, to be settled with the next claim. A row past its
+        deadline when its turn comes is dead without running (R10); when the test run
+        interrupts a row, the rows after it are given back unstarted, their attempt
+        with them."""
+        outcome = self._attempt(head, now)
+        for position, job in enumerate(rest):
+            if self.interrupted is not None:
+                reason = (f"not started: its chunk ended early (the drain was interrupted: "
+                          f"{type(self.interrupted).__name__})")
+                return [outcome, *(Outcome(j.job_id, j.attempt, UNSTARTED, reason)
+                                   for j in rest[position:])]
+            now = self._tick()
+            settled, _claimed, expired = self.claimer.turn([outcome], 0, now, self.rng)
+            self._report(settled, [outcome])
+            self._report(expired, [])
+            if job.deadline is not None and job.deadline < now:
+                outcome = Outcome(job.job_id, job.attempt, FATAL, DEADLINE_PASSED)
+            else:
+                outcome = self._attempt(job, now)
+        return [outcome]
 
     def _next_due(self) -> float | None:
         return self.store.next_due(self.served.names, self.plan.active)

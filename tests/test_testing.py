@@ -144,6 +144,13 @@ class WatchedClaimer:
     def set_limits(self, plan):
         self.claimer.set_limits(plan)
 
+    def set_chunks(self, chunks):
+        self.claimer.set_chunks(chunks)
+
+    @property
+    def chunked(self):
+        return self.claimer.chunked
+
     def close(self) -> None:
         self.watcher.closed += 1
         self.claimer.close()
@@ -336,6 +343,119 @@ def test_drain_runs_jobs_on_postgresql_too(pg_url):
         assert caught.value.drained == Drained(deferred=1)
     finally:
         store.close()
+
+
+# -- chunks (R63) --------------------------------------------------------------------------
+
+
+def _running(url: str, name: str) -> list[int]:
+    """The ids of ``name``'s running rows, as another connection sees them."""
+    store = jobpool.connect(url)
+    try:
+        return sorted(j["id"] for j in store.list_jobs(status="running", name=name))
+    finally:
+        store.close()
+
+
+@jobpool.job(name="testing.chunked", chunk=3)
+def chunked(url, before=None, fail=False):
+    """Notes what it sees: the rows of its name running, and how the row before it ended."""
+    store = jobpool.connect(url)
+    try:
+        ended = None if before is None else store.get(before)["status"]
+    finally:
+        store.close()
+    SEEN.append((jobpool.current_job().id, _running(url, "testing.chunked"), ended))
+    if fail:
+        raise jobpool.Fatal("this row fails alone")
+
+
+def test_drain_claims_a_chunk_together_and_settles_each_row_before_the_next_runs(
+        any_store, store_url):
+    ids: list[int] = []
+    for i in range(5):
+        ids.append(any_store.enqueue("testing.chunked", store_url,
+                                     before=ids[-1] if ids else None, fail=(i == 1)).id)
+    watched = WatchedStore(any_store)
+    assert drain(watched) == Drained(done=4, dead=1)
+    seen = {job_id: (running, ended) for job_id, running, ended in SEEN}
+    assert [job_id for job_id, _r, _e in SEEN] == ids  # one after the other, in claim order
+    # R63: the first three rows were claimed in one turn, for one slot: all running
+    # while the first ran; the next chunk is the two rows left.
+    assert seen[ids[0]][0] == ids[:3]
+    assert seen[ids[1]][0] == ids[1:3] and seen[ids[2]][0] == ids[2:3]
+    assert seen[ids[3]][0] == ids[3:]
+    # Each row settled on its own, before the next started: the failing one too.
+    assert [seen[i][1] for i in ids[1:]] == ["done", "dead", "done", "done"]
+    rows = [any_store.get(i) for i in ids]
+    assert [r["status"] for r in rows] == ["done", "dead", "done", "done", "done"]
+    assert rows[1]["last_error"].startswith("Fatal: this row fails alone")
+    assert all(r["attempts"] == 1 for r in rows)
+    assert [[a["outcome"] for a in any_store.attempts(i)] for i in ids] == [
+        ["done"], ["fatal"], ["done"], ["done"], ["done"]]
+    assert watched.closed == 1
+
+
+@jobpool.job(name="testing.chunk_waits", chunk=2)
+def chunk_waits(until):
+    """Runs until the Unix time ``until`` has passed (when given)."""
+    SEEN.append(jobpool.current_job().id)
+    while until is not None and time.time() <= until:
+        time.sleep(0.02)
+
+
+def test_a_row_past_its_deadline_when_its_turn_in_a_chunk_comes_is_dead_without_running(store):
+    # Claimed with the first row, in time; its deadline passes while the first runs.
+    deadline = time.time() + 3.0
+    first = store.enqueue("testing.chunk_waits", deadline).id
+    late = store.enqueue_with("testing.chunk_waits", args=(None,), deadline=deadline).id
+    assert drain(store) == Drained(done=1, dead=1)
+    assert SEEN == [first]  # the late row never ran
+    row = store.get(late)
+    assert (row["status"], row["attempts"]) == ("dead", 1)
+    assert row["last_error"] == "deadline passed"
+    # R10 judged when its turn came, not at the claim (which took it in time).
+    assert row["started_at"] < deadline
+
+
+@jobpool.job(name="testing.chunk_interrupted", chunk=4)
+def chunk_interrupted(stop):
+    SEEN.append(jobpool.current_job().id)
+    if stop:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_drain_gives_back_the_rows_of_its_chunk_that_had_not_started(any_store):
+    ids = [any_store.enqueue("testing.chunk_interrupted", i == 1).id for i in range(4)]
+    with pytest.raises(KeyboardInterrupt):
+        drain(any_store)
+    assert SEEN == ids[:2]
+    assert any_store.get(ids[0])["status"] == "done"
+    # The row the interruption reached gives its lease back, its attempt spent (R25) ...
+    row = any_store.get(ids[1])
+    assert (row["status"], row["attempts"]) == ("ready", 1)
+    assert [a["outcome"] for a in any_store.attempts(ids[1])] == ["released"]
+    # ... the rows after it never started: back in line, their attempts given back.
+    for job_id in ids[2:]:
+        row = any_store.get(job_id)
+        assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
+        (line,) = any_store.attempts(job_id)
+        assert line["outcome"] == "unstarted"
+        assert line["error"] == ("not started: its chunk ended early (the drain was "
+                                 "interrupted: KeyboardInterrupt)")
+
+
+def test_a_chunk_never_takes_a_drain_past_max_jobs(store):
+    ids = [store.enqueue("testing.chunk_interrupted", False).id for _ in range(4)]
+    with pytest.raises(DrainLimitError) as caught:
+        drain(store, max_jobs=3)
+    assert caught.value.drained == Drained(done=3)
+    assert SEEN == ids[:3]
+    # The chunk was cut to what max_jobs left: the fourth row was never claimed.
+    row = store.get(ids[3])
+    assert (row["status"], row["attempts"]) == ("ready", 0)
+    assert store.attempts(ids[3]) == []
+    assert drain(store) == Drained(done=1)
 
 
 # -- the pytest plugin ---------------------------------------------------------------------

@@ -546,7 +546,9 @@ class Slots:
                           "started": slot.started if job else None,
                           "timeout": job.timeout if job else None,
                           "progress": slot.progress, "stage": slot.stage,
-                          "rss": procinfo.rss_bytes(slot.pid) if slot.proc else None})
+                          "rss": procinfo.rss_bytes(slot.pid) if slot.proc else None,
+                          # R63: its chunk's rows waiting behind its job, in order.
+                          "waiting": [queued.job_id for queued in slot.queued]})
         return views
 
     def unreported_progress(self) -> list[Slot]:

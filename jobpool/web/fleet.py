@@ -37,12 +37,13 @@ def routes() -> list[Route]:
 
 def pools_view(store: Any, snapshot: Snapshot) -> dict[str, Any]:
     """Every pool row (a dead one with why), and the running jobs in their slots (of
-    the shared snapshot)."""
+    the shared snapshot); ``chunks``: whether a slot has rows of its chunk waiting (R63)."""
     slots: dict[str, list[Any]] = {}
     for slot in snapshot.slots:
         if slot.busy:
             slots.setdefault(snapshot.pools[slot.pool].owner, []).append(slot)
-    return {"pools": store.pools(), "slots": slots, "now": snapshot.taken_at}
+    return {"pools": store.pools(), "slots": slots, "now": snapshot.taken_at,
+            "chunks": any(slot.busy and slot.waiting for slot in snapshot.slots)}
 
 
 async def pools_page(request: Request) -> Response:
