@@ -10,8 +10,14 @@ behind, so the claim's index walk has more to skip. The script fills a fresh
 schema with ``--backlog`` no-op jobs, then times a 64-row claim (inside a
 transaction it rolls back, so the probe changes nothing) 200 times: before,
 while a pool drains ``--drain`` jobs with another session's transaction held
-open the whole time, and after that transaction ends and the table is vacuumed.
-It also prints what ``jobpool doctor`` reports during the drain.
+open the whole time, then with that transaction still open once the pool is gone (the
+floor the dead entries set, with nothing else running), and after that transaction ends
+and the table is vacuumed.
+It also prints what ``jobpool doctor`` reports during the drain. ``--explain``: at the
+end of the drain, with the transaction still open, the plans of the claim (from the
+front and from a place), of the expired-lease look (R23) and of a bare 64-row update by
+id, each run under ``EXPLAIN (ANALYZE, BUFFERS)`` and rolled back: where the time goes.
+The expired-lease look is then also timed beside the claim during the drain.
 """
 from __future__ import annotations
 
@@ -80,6 +86,49 @@ def probe_claims(store_url: str, count: int, stop: threading.Event | None = None
     return times
 
 
+def probe_expired(store_url: str, stop: threading.Event) -> list[float]:
+    """Milliseconds for the pool's expired-lease look (R23, ``RECLAIMABLE_EXPIRED``,
+    which a pool runs at each poll), every 50 ms until ``stop``, rolled back."""
+    target = parse_url(store_url)
+    times = []
+    with psycopg.connect(target.conninfo, options=f"-c search_path={target.schema}") as conn:
+        while not stop.is_set():
+            started = time.perf_counter()
+            conn.execute(pg_sql.RECLAIMABLE_EXPIRED, {"now": time.time()}).fetchall()
+            times.append((time.perf_counter() - started) * 1000)
+            conn.rollback()
+            time.sleep(0.05)
+    return times
+
+
+def explain_all(store_url: str) -> dict[str, list[str]]:
+    """R62's claim from the front and from a place, the expired-lease look and a bare
+    64-row update by id, each under ``EXPLAIN (ANALYZE, BUFFERS)`` in a transaction
+    rolled back (run while the other session's transaction is open)."""
+    target = parse_url(store_url)
+    params = dict(pg_sql.claim_params(["bench.noop"], {}, DEFAULT_POLICY), owner="soak-probe",
+                  slack=LEASE_SLACK, queue="default", limit=PROBE_ROWS, now=time.time())
+    plans: dict[str, list[str]] = {}
+    with psycopg.connect(target.conninfo, options=f"-c search_path={target.schema}") as conn:
+        def explain(label: str, text: str, values: dict) -> list[tuple]:
+            plans[label] = [r[0] for r in conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + text, values).fetchall()]
+            conn.rollback()
+            return []
+        rows = conn.execute(pg_sql.CLAIM, params).fetchall()
+        conn.rollback()
+        first = min(rows, key=lambda row: (-row[9], row[10], row[0]))
+        explain("claim from the front", pg_sql.CLAIM, params)
+        if getattr(pg_sql, "CLAIM_AFTER", None):
+            explain("claim from a place", pg_sql.CLAIM_AFTER, dict(
+                params, after_priority=first[9], after_line=first[10], after_id=first[0]))
+        explain("expired-lease look", pg_sql.RECLAIMABLE_EXPIRED, {"now": time.time()})
+        explain("bare 64-row update by id",
+                "UPDATE jobs SET status = 'running' WHERE id = ANY(%(ids)s::bigint[])",
+                {"ids": [row[0] for row in rows]})
+    return plans
+
+
 def summary(times: list[float]) -> dict:
     ordered = sorted(times)
     return {"claims": len(times), "p50_ms": round(statistics.median(ordered), 2),
@@ -93,6 +142,8 @@ def main() -> int:
     parser.add_argument("--backlog", type=int, default=1_000_000)
     parser.add_argument("--drain", type=int, default=50_000)
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--explain", action="store_true",
+                        help="the statements' plans, analyzed, at the end of the drain")
     args = parser.parse_args()
     schema = f"bench_soak_{secrets.token_hex(4)}"
     store_url = with_schema(args.url, schema)
@@ -127,17 +178,33 @@ def main() -> int:
         placed: list[float] = []
         prober = threading.Thread(target=lambda: during.extend(
             probe_claims(store_url, 10**9, stop, placed)))
+        expired: list[float] = []
+        expirer = threading.Thread(target=lambda: expired.extend(probe_expired(store_url, stop)))
         started = time.perf_counter()
         prober.start()
+        if args.explain:
+            expirer.start()
         time.sleep(5)
         result["doctor_during"] = pg_doctor.check(store_url).lines
         code = pool.wait(timeout=3600)
         result["drain_seconds"] = round(time.perf_counter() - started, 1)
         stop.set()
         prober.join()
+        if args.explain:
+            expirer.join()
         if code != 0:
             raise SystemExit(f"the pool exited {code}: {pool.stderr.read()[-500:]}")
+        # The transaction still open, the pool gone: what the dead entries cost a claim
+        # on a machine with nothing else to do (the floor the open transaction sets).
+        idle_placed: list[float] = []
+        result["open_pool_gone"] = summary(probe_claims(store_url, 200, placed=idle_placed))
+        if idle_placed:
+            result["open_pool_gone_from_a_place"] = summary(idle_placed)
+        if args.explain:
+            result["plans_at_end"] = explain_all(store_url)
         result["during"] = summary(during)
+        if expired:
+            result["expired_lease_look_during"] = summary(expired)
         if placed:
             result["during_from_a_place"] = summary(placed)
         result["dead_rows_at_end"] = admin.execute(

@@ -20,22 +20,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from jobpool.lifecycle import (CRASH, DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL,
+from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL,
                                OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
-from jobpool.queueplan import Share, claim_in_shares
+from jobpool.queueplan import Share, claim_in_shares, first_claim
 from jobpool.store import row_codec
 from jobpool.store.base import Answer, Driver, Fenced, Turn
 
 
 class TurnInFlight(NamedTuple):
     """R66: a turn ``Claimer.begin_turn`` sent. ``flight``: the driver's, while its
-    answer may still be on its way (None: the turn ran whole, its result in ``done``)."""
+    answer may still be on its way (None: the turn ran whole, its result in ``done``);
+    ``n`` and ``shares``: the slots it claims for and how they are shared, the rest of
+    its claims made once the answer is read."""
 
     flight: Any
     done: tuple[list[Settled], list[Claimed], list[Settled]] | None
     taken: list[int]
-    queue: str
+    n: int
+    shares: Sequence[Share] | None
     now: float
 
     def fileno(self) -> int | None:
@@ -45,14 +48,6 @@ class TurnInFlight(NamedTuple):
     def ready(self) -> bool:
         """Whether ``finish_turn`` can read the answer without waiting."""
         return self.flight is None or self.flight.ready()
-
-
-def _one_queue(queues: Sequence[str], shares: Sequence[Share] | None) -> str | None:
-    """The one queue a turn claims from, or None when it shares its slots among
-    several (those claims run one after another: no turn in flight, R66)."""
-    if shares is None:
-        return queues[0] if len(queues) == 1 else None
-    return shares[0][0] if len(shares) == 1 else None
 
 
 class Claimer:
@@ -164,58 +159,68 @@ class Claimer:
                    shares: Sequence[Share] | None = None) -> TurnInFlight:
         """``turn``, in two halves (R66): this one sends the turn, ``finish_turn`` reads
         its answer and applies it. With a driver that can leave a statement in flight
-        (PostgreSQL's ``begin_turn``), a turn that is one statement (its settles and
-        the claim of one queue, with no limits, chunks or crash to look up first) goes
-        out here without waiting: ``TurnInFlight.fileno`` is the socket its answer
-        comes on. Any other turn (every SQLite turn) runs whole here, and
-        ``finish_turn`` hands its result back. The leases are the engine's as they
-        were until ``finish_turn``; no other call may use the claimer in between."""
+        (PostgreSQL's ``begin_turn``), the turn's settles and its first claim (the one
+        ``claim_in_shares`` makes first) go out here as one statement without waiting:
+        ``TurnInFlight.fileno`` is the socket its answer comes on. A crash's earlier
+        causes (R19) are read before it is sent. What depends on that answer (the
+        claims of the other queues, a chunk's rows, R63, a second claim for a row put
+        back due now) is sent by ``finish_turn`` once it is read. A turn under limits
+        (R35, R36: the settles go before the groups' page, and the page decides the
+        claim) and every turn of a driver without ``begin_turn`` (SQLite) runs whole
+        here, and ``finish_turn`` hands its result back. The leases are the engine's as
+        they were until ``finish_turn``; no other call may use the claimer in between."""
         begin = getattr(self.driver, "begin_turn", None)
-        queue = _one_queue(self.queues, shares)
-        if (begin is None or (not outcomes and n <= 0) or self._limits is not None
-                or self._chunks or (n > 0 and queue is None)
-                or any(outcome[2] == CRASH for outcome in outcomes)):
-            return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], "", now)
+        if begin is None or (not outcomes and n <= 0) or self._limits is not None:
+            return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], 0, None,
+                                now)
         self.token_wait = None
         taken: list[int] = []
+        first = first_claim(shares, self.queues, n)
 
         def send(turn: Turn) -> tuple[list[Answer], Any]:
             sent = self._settle_outcomes(turn, outcomes, rng, taken)
-            return sent, (turn.claim_later(queue, n) if n > 0 else None)  # type: ignore[attr-defined]
+            return sent, (turn.claim_later(*first) if first else None)  # type: ignore[attr-defined]
 
         flight = begin(now, self._inflight, send)
         if flight is None:  # the driver must look up what is in doubt first: a whole turn
-            return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], "", now)
-        return TurnInFlight(flight, None, taken, queue or "", now)
+            return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], 0, None,
+                                now)
+        return TurnInFlight(flight, None, taken, n, shares, now)
 
     def finish_turn(self, turn_in_flight: TurnInFlight
                     ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
         """The turn ``begin_turn`` sent: its answer read (waited for, if it has not
-        come), the rows it claimed through the codec and R10 as in ``turn``, and
-        ``(settled, claimed, expired)``. A failure raises ``StoreError`` as ``turn``
-        does: nothing applied, or in doubt (R26), the caller keeping its outcomes."""
+        come), the rows it claimed through the codec and R10 as in ``turn``, the rest
+        of its claims made as ``turn`` makes them, and ``(settled, claimed, expired)``.
+        A failure raises ``StoreError`` as ``turn`` does: nothing applied, or in doubt
+        (R26), the caller keeping its outcomes."""
         flight = turn_in_flight.flight
         if flight is None:
             assert turn_in_flight.done is not None
             return turn_in_flight.done
         claimed: list[Claimed] = []
         leases: dict[int, Lease] = {}
-        queue, now = turn_in_flight.queue, turn_in_flight.now
+        chunked: dict[int, list[Claimed]] = {}
+        now = turn_in_flight.now
 
         def body(turn: Turn, sent_late: tuple[list[Answer], Any]
                  ) -> tuple[list[Answer], list[Answer]]:
             sent, late = sent_late
             expiring: list[Answer] = []
-            if late is not None:
-                self._admit(turn, late.found(), queue, now - turn.now, claimed, expiring,
-                            leases)
+            to_pool_clock = now - turn.now
+            first = [late] if late is not None else []
+            # The claim sent with the turn answers the first ask (``first_claim``).
+            claim_in_shares(turn_in_flight.shares, self.queues, turn_in_flight.n, claimed,
+                            lambda queue, want: self._claim_queue(
+                                turn, queue, want, to_pool_clock, claimed, expiring, leases,
+                                chunked, first.pop() if first else None))
             return sent, expiring
 
         settled, expired = self.driver.finish_turn(flight, body)  # type: ignore[attr-defined]
         for job_id in turn_in_flight.taken:
             self._inflight.pop(job_id, None)
         self._inflight.update(leases)
-        self.chunked = {}
+        self.chunked = chunked
         return settled, claimed, expired
 
     def _fenced(self, turn: Turn, lease: Lease, outcome: Outcome, rng: Any,
@@ -242,10 +247,15 @@ class Claimer:
 
     def _claim_queue(self, turn: Turn, queue: str, want: int, to_pool_clock: float,
                      claimed: list[Claimed], expiring: list[Answer],
-                     leases: dict[int, Lease], chunked: dict[int, list[Claimed]]) -> int:
+                     leases: dict[int, Lease], chunked: dict[int, list[Claimed]],
+                     sent: Any = None) -> int:
+        """Claim up to ``want`` rows of ``queue`` into ``claimed`` (``sent``: the claim
+        already sent for them, R66) and fill their chunks; how many rows it took."""
         now = turn.now
         limited = self._limits
-        if limited is None:
+        if sent is not None:  # R66: sent before limits a heartbeat read since, if any
+            found = sent.found()
+        elif limited is None:
             found = turn.claim(queue, want)
         else:
             # R35/R36: the groups' counts and buckets decide which rows to take.

@@ -129,6 +129,21 @@ class QueuePlan:
         return tuple(Share(q, quota[q]) for q in order)
 
 
+def first_claim(shares: Sequence[Share] | None, queues: Sequence[str],
+                n: int) -> tuple[str, int] | None:
+    """The first ``(queue, want)`` that ``claim_in_shares`` asks for (None: it asks for
+    none), whatever the claims answer: the claim a turn can send before it knows
+    anything (R66)."""
+    if n <= 0:
+        return None
+    if shares is None:
+        return (queues[0], n) if queues else None
+    for queue, quota in shares:
+        if min(quota, n) > 0:
+            return queue, min(quota, n)
+    return (shares[0][0], n) if shares else None
+
+
 def claim_in_shares(shares: Sequence[Share] | None, queues: Sequence[str], n: int,
                     claimed: list, claim_queue: Callable[[str, int], int]) -> None:
     """Fill up to ``n`` slots by ``shares``: each queue up to its quota, then what is

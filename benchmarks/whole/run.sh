@@ -7,6 +7,8 @@
 #                                       then `jobpool start --burst -q --procs 2`; all must be done
 #   run.sh enqueue  TREE [pg]           1 000 single enqueue() calls
 #
+# BENCH_JOB_MS=M (and BENCH_JOB_SPIN=1) makes each drained job take M ms asleep (on the CPU).
+#
 # START_ARGS (from the environment) go to `jobpool start` as extra flags, e.g.
 # START_ARGS=--coalesce-us=500 to time a start option against its default.
 # Each run uses a fresh SQLite file, or a fresh schema of $JOBPOOL_BENCH_PG (default the

@@ -155,6 +155,8 @@ class Supervisor:
         #: R66: the turn in flight (the claimer's ``TurnInFlight``), the outcomes it
         #: settles, the slots it claims for and how many; None: no turn in flight.
         self._flight: tuple[Any, int | None, list[Finished], list[Any], int, bool] | None = None
+        #: R66: R23's look for expired leases came due while a turn was in flight.
+        self._reclaim_after_turn = False
         self._next_status = 0.0
         self._old_handlers: dict[int, Any] = {}
         self._signal_r: Any = None  # the signal wake-up socket pair, once running
@@ -286,9 +288,9 @@ class Supervisor:
             claimed_none = self._turn(now)
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
-                # R66: a heartbeat may resize the pool or take leases back on the
-                # claimer's connection: the turn in flight lands first.
-                self._land(now, wait=True)
+                # R66: the heartbeat writes through the store's own connection, so it
+                # goes on while a turn is in flight (a leases' take-back lands it first);
+                # a slot it retires takes no job that turn claimed for it.
                 self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()
@@ -469,7 +471,10 @@ class Supervisor:
         return rows
 
     def _reclaim(self, now: float) -> None:
-        self._land(now, wait=True)  # R66: one statement at a time on the claimer's connection
+        if self._flight is not None:
+            # R66: the look for expired leases waits for no turn: it follows this one.
+            self._reclaim_after_turn = True
+            return
         rows = self._store_call(self.core.reclaim, now, now)
         if rows:
             events.emit(events.LEASES_RECLAIMED, owner="expired", jobs=len(rows))
@@ -593,6 +598,9 @@ class Supervisor:
             # free until it has been read.
             got = self._store_call(self.core.finish_turn, now, sent, settles=True,
                                    answer=True)
+        if self._reclaim_after_turn:
+            self._reclaim_after_turn = False
+            self._reclaim(now)
         if got is None:
             state.pending[:0] = pending
             if pending:
@@ -608,14 +616,17 @@ class Supervisor:
         usable = (None if fileno is None else
                   set(map(id, self.slots.free())) if not state.stopping else set())
         for slot, job in zip(free, claimed):
+            rest = chunked.get(job.job_id) if chunked else None
             if usable is None or id(slot) in usable:
-                self.slots.dispatch(slot, job, now, chunked.get(job.job_id) if chunked else None)
+                self.slots.dispatch(slot, job, now, rest)
             else:
                 # R66: claimed for a slot that went (the pool stopped, shrank, or its
-                # child died) while the claim was in flight: back in line, unstarted.
-                state.pending.append(Finished(Outcome(
-                    job.job_id, job.attempt, lifecycle.UNSTARTED,
-                    "not started: its slot went while its claim was in flight"), 0.0, job.queue))
+                # child died) while the claim was in flight: back in line, unstarted,
+                # with the rows of its chunk (R63).
+                state.pending.extend(Finished(Outcome(
+                    row.job_id, row.attempt, lifecycle.UNSTARTED,
+                    "not started: its slot went while its claim was in flight"), 0.0, row.queue)
+                    for row in [job, *(rest or ())])
         if not want:
             return all_paused
         wait_s = self.core.token_wait

@@ -185,3 +185,111 @@ def test_a_stop_while_a_turn_claims_gives_the_claimed_job_back_unstarted(make_ap
     # claim is in its attempt log.
     assert [a["outcome"] for a in store.attempts(second)] == ["unstarted"]
     store.close()
+
+
+# -- the turns that went whole before: a crash, chunks, several queues -------------------
+
+
+@jobpool.job(name="flight.other")
+def other(_n):
+    return None
+
+
+def _held_turn(pg_url, claimer, held_id, outcomes, want, shares=None):
+    """``claimer.begin_turn(outcomes, want)`` while another session holds the row of
+    ``held_id``: the turn is sent and waits there on the server (it is in flight), then
+    the row is let go and the turn finished: its ``(settled, claimed, expired)``."""
+    with _admin() as admin:
+        admin.execute("BEGIN")
+        admin.execute(f"SELECT 1 FROM {_schema(pg_url)}.jobs WHERE id = %s FOR UPDATE",
+                      (held_id,))
+        flight = claimer.begin_turn(outcomes, want, time.time(), None, shares)
+        assert flight.fileno() is not None  # sent, not answered
+        _wait_until_blocked(admin, claimer.driver._conn.info.backend_pid)
+        assert not flight.ready()
+        admin.execute("ROLLBACK")
+    return claimer.finish_turn(flight)
+
+
+def test_a_crash_to_quarantine_reads_its_causes_first_and_goes_in_flight(pg_url):
+    from jobpool.lifecycle import CRASH, Policy
+    store = jobpool.connect(pg_url)
+    first, second = (h.id for h in store.enqueue_many("flight.noop", [(1,), (2,)]))
+    claimer = store.claimer("host-a:1:1", ("flight.noop",), ("default",),
+                            {"flight.noop": Policy(max_crashes=1)})
+    try:
+        (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+        crash = Outcome(first, job.attempt, CRASH, "killed by signal 9")
+        settled, claimed, _expired = _held_turn(pg_url, claimer, first, [crash], 1)
+        assert [(s.job_id, s.status) for s in settled] == [(first, "dead")]
+        assert "quarantined: killed its child 1 times (killed by signal 9)" in settled[0].reason
+        assert [c.job_id for c in claimed] == [second]
+    finally:
+        claimer.close()
+    assert store.get(first)["status"] == "dead"
+    store.close()
+
+
+def test_a_chunks_rows_are_claimed_once_the_turn_in_flight_lands(pg_url):
+    store = jobpool.connect(pg_url)
+    first, *rest = (h.id for h in store.enqueue_many("flight.noop", [(i,) for i in range(5)]))
+    claimer = store.claimer("host-a:1:1", ("flight.noop",), ("default",), {})
+    try:
+        claimer.set_chunks({"flight.noop": 3})
+        (head,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+        assert head.job_id == first
+        assert [j.job_id for j in claimer.chunked[first]] == rest[:2]
+        done = [Outcome(job_id, 1, DONE) for job_id in (first, *rest[:2])]
+        settled, claimed, _expired = _held_turn(pg_url, claimer, first, done, 1)
+        assert sorted(s.status for s in settled) == ["done"] * 3
+        # The head came with the statement in flight, its chunk's rows after it.
+        assert [c.job_id for c in claimed] == [rest[2]]
+        assert [j.job_id for j in claimer.chunked[rest[2]]] == [rest[3]]
+        assert claimer.inflight == 2
+    finally:
+        claimer.close()
+    assert [store.get(i)["status"] for i in rest[2:]] == ["running", "running"]
+    store.close()
+
+
+def test_the_other_queues_are_claimed_once_the_turn_in_flight_lands(pg_url):
+    from jobpool.queueplan import Share
+    store = jobpool.connect(pg_url)
+    first = store.enqueue_with("flight.noop", args=(1,), queue="a").id
+    in_b = [store.enqueue_with("flight.other", args=(i,), queue="b").id for i in range(3)]
+    claimer = store.claimer("host-a:1:1", ("flight.noop", "flight.other"), ("a", "b"), {})
+    try:
+        (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+        assert job.job_id == first
+        # Queue a first (strict order): empty after the first job, so b gives the rest.
+        settled, claimed, _expired = _held_turn(
+            pg_url, claimer, first, [Outcome(first, 1, DONE)], 2)
+        assert [(s.job_id, s.status) for s in settled] == [(first, "done")]
+        assert [c.job_id for c in claimed] == in_b[:2]
+        # Shares by weight: a's share is asked for first, in flight; b's after.
+        settled, claimed, _expired = _held_turn(
+            pg_url, claimer, in_b[0], [Outcome(in_b[0], 1, DONE)], 1,
+            (Share("a", 1), Share("b", 0)))
+        assert [c.job_id for c in claimed] == [in_b[2]]
+    finally:
+        claimer.close()
+    store.close()
+
+
+def test_the_first_claim_sent_is_the_first_a_turn_asks_for():
+    """``first_claim`` is what ``claim_in_shares`` asks first, whatever the answers."""
+    import itertools
+    import random
+
+    from jobpool.queueplan import Share, claim_in_shares, first_claim
+    rng = random.Random(3)
+    for _ in range(500):
+        queues = [f"q{i}" for i in range(rng.randint(1, 3))]
+        n = rng.randint(0, 4)
+        shares = None if rng.random() < 0.3 else tuple(
+            Share(q, rng.randint(0, 3)) for q in rng.sample(queues, rng.randint(0, len(queues))))
+        asked: list[tuple[str, int]] = []
+        answers = itertools.cycle([0, 1, 5])
+        claim_in_shares(shares, queues, n, [], lambda q, w: asked.append((q, w)) or min(
+            w, next(answers)))
+        assert first_claim(shares, queues, n) == (asked[0] if asked else None)

@@ -566,8 +566,16 @@ class PgTurn:
         pipeline.__exit__(type(exc), exc, exc.__traceback__)
 
     def crash_causes(self, job_id: int) -> list[str]:
-        # In the turn's pipeline (behind a pooler its transaction is scoped first).
-        return [r[0] or "?" for r in self.queue(pg_sql.CRASH_CAUSES, {"id": job_id}).fetchall()]
+        """R19: a crashed attempt's earlier causes. In a turn begun to be in flight
+        (R66) they are read before it is sent, a statement of their own on the
+        autocommit connection, so the turn stays one statement: only this claimer's
+        settle writes the lines of an attempt it holds. Else in the turn's pipeline
+        (behind a pooler its transaction is scoped first)."""
+        if self._late and self._pipeline is None:
+            answer = self.conn.execute(pg_sql.CRASH_CAUSES, {"id": job_id})
+        else:
+            answer = self.queue(pg_sql.CRASH_CAUSES, {"id": job_id})
+        return [r[0] or "?" for r in answer.fetchall()]
 
     def _claim_params(self, queue: str, want: int) -> dict[str, Any]:
         driver = self.driver
