@@ -999,3 +999,41 @@ def test_a_few_rows_among_many_are_read_through_their_own_index_on_sqlite(skewed
 
 #: What a read of a handful of rows may cost (``vm_steps``): measured 5-50.
 FEW_STEPS = 20 * SKEWED_FEW
+
+
+def test_a_names_page_reads_that_names_rows_on_postgres(big_pg, monkeypatch):
+    """R47: the jobs page of one name and no status (its list and its count line), run as
+    the store runs it (a generic plan, the listing's settings), reads that name's rows
+    (and the running rows, as many as the slots): its finished rows together through
+    ``finished_jobs_name``. A status at a time, as revision 12 first listed them, the
+    dead part walked ``finished_jobs_dead`` filtering the name: every dead row (the
+    check can fail)."""
+    from jobpool.store import rows as store_rows
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import open_connection, parse_url
+    from jobpool.store.postgres.store import LISTING_DIALECT
+    from tests.contract.test_pg_plans import generic_plan
+    conn = open_connection(parse_url(big_pg))
+
+    def read() -> dict[tuple[str, str], int]:
+        found = {}
+        for name in ("plan.n7", "plan.n10", "plan.n11"):  # live, dead and done rows
+            where, params = store_rows.listing_filters(name, None, None, LISTING_DIALECT.mark,
+                                                       newest_first=True)
+            for kind, statement, extra in (
+                    ("list", pg_sql.list_jobs(None, where, newest_first=True), {"limit": 50}),
+                    ("count", pg_sql.count_jobs(None, where), {"most": 10_050})):
+                found[name, kind] = rows_read(generic_plan(
+                    conn, statement, dict(params, **extra), (pg_sql.LISTING_PLANS,),
+                    analyze=True))
+        return found
+    try:
+        found = read()
+        monkeypatch.setattr(pg_sql, "NAMED_PARTS", pg_sql.LISTED_PARTS[None])
+        apart = read()
+    finally:
+        conn.close()
+    # a name's rows are ROWS // 200; running rows ROWS // 500
+    assert {k: n for k, n in found.items() if n > ROWS // 50} == {}
+    assert {k for k, n in apart.items() if n > ROWS // 50} >= {("plan.n7", "list"),
+                                                                ("plan.n7", "count")}
