@@ -13,9 +13,9 @@ renders are printed, in ms.
     .venv/bin/python benchmarks/web_pages.py --rows 100000
     .venv/bin/python benchmarks/web_pages.py --db postgresql://postgres@127.0.0.1:5432/test
     .venv/bin/python benchmarks/web_pages.py --rows 100000 --only /charts   # the charts alone
-    .venv/bin/python benchmarks/web_pages.py --skewed --db postgresql://...   # a few among many
+    .venv/bin/python benchmarks/web_pages.py --skewed [--db postgresql://...]   # a few among many
 
-``--skewed`` (PostgreSQL) fills the skewed store of tests/test_web_plans.py instead
+``--skewed`` fills the skewed store of tests/test_web_plans.py instead
 (``--rows`` done rows with a handful dead, a backlog of a tenth as many ready rows with a
 handful scheduled and running, two small old batches) and times the pages of those
 few rows.
@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 import jobpool  # noqa: E402
 from jobpool.web import create_app, live  # noqa: E402
 
-from tests.test_web_plans import (SKEWED_PAGES, _made_batch, fill_pg,  # noqa: E402
-                                  fill_rollups_pg, fill_rollups_sqlite, fill_skewed_pg,
-                                  fill_sqlite, pages)
+from tests.test_web_plans import (SKEWED_PAGES, SQLITE_SKEWED_PAGES,  # noqa: E402
+                                  _made_batch, fill_pg, fill_rollups_pg, fill_rollups_sqlite,
+                                  fill_skewed_pg, fill_skewed_sqlite, fill_sqlite, pages)
 
 
 def main() -> None:
@@ -51,10 +51,8 @@ def main() -> None:
     parser.add_argument("--db", help="a PostgreSQL URL (a schema is made and dropped); "
                                      "default: a SQLite file in a temporary folder")
     parser.add_argument("--skewed", action="store_true",
-                        help="the skewed store and its pages (PostgreSQL only)")
+                        help="the skewed store and its pages")
     options = parser.parse_args()
-    if options.skewed and options.db is None:
-        parser.error("--skewed fills a PostgreSQL store: give --db")
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
@@ -67,7 +65,8 @@ def main() -> None:
             worst = 0.0
             app = create_app(None, store=store)
             with TestClient(app) as client:
-                timed = SKEWED_PAGES if options.skewed else pages(options.rows, batch)
+                timed = ((SQLITE_SKEWED_PAGES if options.db is None else SKEWED_PAGES)
+                         if options.skewed else pages(options.rows, batch))
                 for path in (p for p in timed if p.startswith(options.only)):
                     took = []
                     for _ in range(options.repeat):
@@ -90,8 +89,11 @@ def _store(options: argparse.Namespace, folder: str):
     start = time.perf_counter()
     if options.db is None:
         url = str(Path(folder) / "big.db")
-        fill_sqlite(url, options.rows)
-        fill_rollups_sqlite(url, time.time())
+        if options.skewed:
+            fill_skewed_sqlite(url, options.rows)
+        else:
+            fill_sqlite(url, options.rows)
+            fill_rollups_sqlite(url, time.time())
         drop = lambda: None  # noqa: E731 - the folder goes with the with
     else:
         import psycopg

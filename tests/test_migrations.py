@@ -170,3 +170,58 @@ def test_a_schema_8_store_gets_the_chain_index_and_reads_a_chain_through_it(tmp_
         assert any("jobs_chain (chain_root=? AND rowid>?)" in step for step in plan), plan
     finally:
         store.close()
+
+
+#: How a pool of schema 11 reads ``jobs_status`` (its retention sweep, R32), frozen: it may
+#: still be running while a newer one upgrades its store.
+SCHEMA_11_SWEEPS = (
+    ("SELECT id FROM jobs INDEXED BY jobs_status WHERE status = :status AND finished_at < :before"
+     " LIMIT :limit", {"status": "done", "before": 100.0, "limit": 500}),
+    ("SELECT finished_at FROM jobs INDEXED BY jobs_status WHERE status = 'dead'"
+     " ORDER BY finished_at DESC LIMIT 1 OFFSET :keep", {"keep": 0}),
+)
+
+
+def test_a_schema_11_store_gets_the_status_indexes_and_an_old_pools_sweep_still_reads(tmp_path):
+    """R47 (issue 27): upgrading a schema 11 store makes ``jobs_status`` anew over finished
+    rows only and adds ``jobs_status_ids`` and ``jobs_ready_due`` over the rows it holds;
+    the pages of one status then read through them, and the statements a schema 11 pool
+    sweeps with still read ``jobs_status`` by name (R26a: a rolling upgrade)."""
+    db = tmp_path / "eleven.db"
+    jobpool.connect(db).close()
+    conn = sqlite3.connect(db)
+    with conn:
+        for name in ("jobs_status", "jobs_status_ids", "jobs_ready_due"):
+            conn.execute(f"DROP INDEX {name}")
+        conn.execute("CREATE INDEX jobs_status ON jobs (status, finished_at)")  # schema 11's
+        conn.execute("UPDATE jobpool_meta SET value = '11' WHERE key = 'schema'")
+        conn.executemany(
+            "INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at,"
+            " line_at, created_at, finished_at) VALUES (?, 'default', 't.old', '[[],{}]', 'json',"
+            " 0, ?, ?, 0, 0, ?)",
+            [(n, status, 1e12 if n == 9 else 0, 5.0 if status in ("done", "dead") else None)
+             for n, status in enumerate(["done", "dead", "ready", "done", "ready", "done",
+                                         "dead", "ready", "ready"], start=1)])
+    conn.close()
+    store = jobpool.connect(db)
+    try:
+        assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
+            {"value": str(migrations.CURRENT)}]
+        indexes = {r["name"]: " ".join(r["sql"].split()) for r in rows(
+            db, "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
+        for made in sql.STATUS_SCHEMA:
+            name = made.split("EXISTS ")[1].split()[0]
+            assert indexes[name] == " ".join(made.split()).replace(" IF NOT EXISTS", ""), name
+        assert [j["id"] for j in store.list_jobs(status="done", newest_first=True)] == [6, 4, 1]
+        assert [j["id"] for j in store.list_jobs(status="scheduled")] == [9]
+        assert [j["id"] for j in store.list_jobs(status="ready", newest_first=True)] == [8, 5, 3]
+        assert store.count_jobs(status="dead", at_most=10) == 2
+        stats = store.stats()
+        assert (stats["ready"], stats["scheduled"], stats["done"], stats["dead"]) == (3, 1, 3, 2)
+        for sweep, params in SCHEMA_11_SWEEPS:
+            assert store.conn.execute(sweep, params).fetchall()
+        in_status = rows(db, "SELECT count(*) AS n FROM jobs INDEXED BY jobs_status"
+                             " WHERE status = 'done' OR status = 'dead' OR finished_at IS NOT NULL")
+        assert in_status == [{"n": 5}]
+    finally:
+        store.close()

@@ -147,8 +147,6 @@ KNOWN_WALKS = {
     "SCAN jobs USING INDEX jobs_claim_order": "the overview's per-queue counts",
     # Running rows only: as many as the pools have slots.
     "SCAN jobs USING INDEX jobs_leases": "running rows per queue and group",
-    # GET /api/stats: the exact counts `jobpool status --json` prints (issue 27).
-    "SCAN jobs USING COVERING INDEX jobs_status": "exact counts by status",
 }
 #: A page of the newest jobs with no filter, or the count past it: the table (or any
 #: index) walked from its end for at most LIMIT rows.
@@ -742,17 +740,58 @@ def fill_skewed_pg(url: str, rows: int) -> None:
     from jobpool.store.postgres.connection import parse_url
     jobpool.connect(url).close()
     target = parse_url(url)
-    live = max(rows // 10, 10 * SKEWED_FEW)
-    params = {"rows": rows, "live": live, "few": SKEWED_FEW, "epoch": EPOCH,
-              "spread": rows // SKEWED_FEW, "live_spread": live // SKEWED_FEW,
-              "finished_batch": SKEWED_FINISHED_BATCH, "live_batch": SKEWED_LIVE_BATCH}
+    params = _skewed_params(rows)
     with psycopg.connect(target.conninfo, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {target.schema}")
         conn.execute(SKEWED_FILL_FINISHED, params)
         conn.execute(SKEWED_FILL_JOBS, params)
         conn.execute("SELECT setval(pg_get_serial_sequence('jobs', 'id'), %(n)s)",
-                     {"n": rows + live})
+                     {"n": rows + params["live"]})
         conn.execute("ANALYZE")
+
+
+#: The skewed store as one SQLite table: ``rows`` finished rows, then the live ones.
+SKEWED_SQLITE_FILL = """
+INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at, line_at,
+                  attempts, max_attempts, timeout, lease_owner, lease_expires_at, last_error,
+                  created_at, started_at, finished_at, batch_id)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :rows + :live),
+     kind(i, live, running, later) AS (
+         SELECT i, i > :rows, i - :rows BETWEEN :few + 2 AND 2 * :few + 1,
+                i > :rows AND (i - :rows) % :live_spread = 1 FROM n)
+SELECT i, 'q' || (i % 4), 'skew.n' || (i % 10), '[[],{}]', 'json', 0,
+       CASE WHEN running THEN 'running' WHEN live THEN 'ready'
+            WHEN i % :spread = 1 THEN 'dead' ELSE 'done' END,
+       CASE WHEN later THEN 1e12 ELSE :epoch + i END, :epoch + i,
+       CASE WHEN running OR later AND i % 2 = 0 OR NOT live THEN 1 ELSE 0 END, 3, 60,
+       CASE WHEN running THEN 'skew-pool' END, CASE WHEN running THEN 1e12 END,
+       CASE WHEN NOT live AND i % :spread = 1 THEN 'ValueError: rare' END,
+       :epoch + i, CASE WHEN running OR NOT live THEN :epoch + i END,
+       CASE WHEN NOT live THEN :epoch + i + 1 END,
+       CASE WHEN i BETWEEN 2 AND 1 + :few THEN :finished_batch
+            WHEN i BETWEEN :rows + 2 AND :rows + 1 + :few THEN :live_batch END
+  FROM kind
+"""
+
+
+def _skewed_params(rows: int) -> dict[str, Any]:
+    live = max(rows // 10, 10 * SKEWED_FEW)
+    return {"rows": rows, "live": live, "few": SKEWED_FEW, "epoch": EPOCH,
+            "spread": rows // SKEWED_FEW, "live_spread": live // SKEWED_FEW,
+            "finished_batch": SKEWED_FINISHED_BATCH, "live_batch": SKEWED_LIVE_BATCH}
+
+
+def fill_skewed_sqlite(path: str, rows: int) -> None:
+    """The skewed store as a new SQLite store at ``path``, with statistics (also the
+    store of benchmarks/web_pages.py's ``--skewed``)."""
+    jobpool.connect(path).close()
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            conn.execute(SKEWED_SQLITE_FILL, _skewed_params(rows))
+        conn.execute("ANALYZE")
+    finally:
+        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -867,3 +906,134 @@ def test_the_overviews_counts_stop_at_their_bound_on_postgres(skewed_pg):
     # each queue's first ``most`` ready rows, a step per queue, the running and dead rows
     assert read["DASHBOARD_QUEUE_COUNTS"] <= (queues + 1) * (most + 2) + 2 * SKEWED_FEW, read
     assert read["DONE_COUNT"] <= most, read
+
+
+@pytest.fixture(scope="module")
+def skewed_sqlite(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("skewed") / "skewed.db")
+    fill_skewed_sqlite(path, ROWS)
+    return path
+
+
+#: SQLite's pages of a few rows among many (``SKEWED_PAGES``), and the first page of the
+#: statuses that are many there (done, and due ready rows): its 50 rows, not a sort of all.
+SQLITE_SKEWED_PAGES = (*SKEWED_PAGES, "/jobs?status=done", "/jobs?status=ready",
+                       "/api/jobs?status=done")
+
+
+def vm_steps(conn: sqlite3.Connection, statement: str) -> int:
+    """How many virtual machine instructions (in tens) SQLite runs for ``statement``:
+    it grows with the index entries and rows it reads and the rows it sorts."""
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+    conn.set_progress_handler(step, 10)
+    try:
+        conn.execute(statement).fetchall()
+    finally:
+        conn.set_progress_handler(None, 10)
+    return steps
+
+
+def _sqlite_skewed_reads(path: str) -> list[tuple[str, str]]:
+    """Every read of jobs each of ``SQLITE_SKEWED_PAGES`` makes, as (page, statement with
+    its values), each page answered 200."""
+    from starlette.testclient import TestClient
+    store = jobpool.connect(path)
+    recorded = Recorded(store)
+    reads = []
+    try:
+        for page in SQLITE_SKEWED_PAGES:
+            with TestClient(create_app(None, store=recorded), follow_redirects=False) as client:
+                recorded.statements.clear()
+                answer = client.get(page)
+            assert answer.status_code == 200, (page, answer.text[:300])
+            reads += [(page, s) for s in recorded.statements
+                      if s.lstrip().upper().startswith(("SELECT", "WITH"))
+                      and re.search(r"\bFROM jobs\b", s)]
+    finally:
+        store.close()
+    return reads
+
+
+def test_a_few_rows_among_many_are_read_through_their_own_index_on_sqlite(skewed_sqlite):
+    """R47 (issue 27, schema 12), as the PostgreSQL test above, on SQLite's skewed store
+    (one table): each page of a rare status or an old batch, and the first page of done
+    or due ready jobs, reads about as many rows as it shows (the count of a common
+    status stops at its bound): ready, done and dead rows are read in id order from
+    ``jobs_status_ids``, scheduled ones from ``jobs_ready_due``. With those indexes in
+    the shape schema 11 had (``jobs_status (status, finished_at)`` over every row),
+    the scheduled pages read every ready row and a page of done rows sorts them all
+    (the check can fail)."""
+    reads = _sqlite_skewed_reads(skewed_sqlite)
+    assert {page for page, _ in reads} == set(SQLITE_SKEWED_PAGES)
+    conn = sqlite3.connect(skewed_sqlite, isolation_level=None)
+    try:
+        found = {(page, s): vm_steps(conn, s) for page, s in reads}
+        conn.execute("BEGIN")
+        conn.execute("DROP INDEX jobs_status_ids")
+        conn.execute("DROP INDEX jobs_ready_due")
+        for name in ("jobs_status_ids", "jobs_ready_due"):  # schema 11's jobs_status
+            conn.execute(f"CREATE INDEX {name} ON jobs (status, finished_at)")
+        walked = {(page, s): vm_steps(conn, s) for page, s in reads}
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    # A few rows: a few instructions each. A first page of 50: about 50 rows' worth.
+    # The count of a common status reads to its bound (10 001), by design: not held.
+    over = {(page, " ".join(s.split())[:160]): n for (page, s), n in found.items()
+            if n > (FEW_STEPS if page in SKEWED_PAGES
+                    else 10 * FEW_STEPS if not s.startswith("SELECT count(*)") else n)}
+    assert over == {}
+    # In schema 11's shape, a scheduled page reads every ready row, and a page of done
+    # or due rows sorts them all (the due rows' statement no longer names the finish
+    # time that put them in id order there).
+    slow = {page for (page, s), n in walked.items() if n >= ROWS // 40
+            and (page in SKEWED_PAGES or not s.startswith("SELECT count(*)"))}
+    assert slow == {p for p in SQLITE_SKEWED_PAGES
+                    if "scheduled" in p or p.endswith("?status=done")} | {"/jobs?status=ready"}
+
+
+#: What a read of a handful of rows may cost (``vm_steps``): measured 5-50.
+FEW_STEPS = 20 * SKEWED_FEW
+
+
+def test_a_names_page_reads_that_names_rows_on_postgres(big_pg, monkeypatch):
+    """R47: the jobs page of one name and no status (its list and its count line), run as
+    the store runs it (a generic plan, the listing's settings), reads that name's rows
+    (and the running rows, as many as the slots): its finished rows together through
+    ``finished_jobs_name``. A status at a time, as revision 12 first listed them, the
+    dead part walked ``finished_jobs_dead`` filtering the name: every dead row (the
+    check can fail)."""
+    from jobpool.store import rows as store_rows
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import open_connection, parse_url
+    from jobpool.store.postgres.store import LISTING_DIALECT
+    from tests.contract.test_pg_plans import generic_plan
+    conn = open_connection(parse_url(big_pg))
+
+    def read() -> dict[tuple[str, str], int]:
+        found = {}
+        for name in ("plan.n7", "plan.n10", "plan.n11"):  # live, dead and done rows
+            where, params = store_rows.listing_filters(name, None, None, LISTING_DIALECT.mark,
+                                                       newest_first=True)
+            for kind, statement, extra in (
+                    ("list", pg_sql.list_jobs(None, where, newest_first=True), {"limit": 50}),
+                    ("count", pg_sql.count_jobs(None, where), {"most": 10_050})):
+                found[name, kind] = rows_read(generic_plan(
+                    conn, statement, dict(params, **extra), (pg_sql.LISTING_PLANS,),
+                    analyze=True))
+        return found
+    try:
+        found = read()
+        monkeypatch.setattr(pg_sql, "NAMED_PARTS", pg_sql.LISTED_PARTS[None])
+        apart = read()
+    finally:
+        conn.close()
+    # a name's rows are ROWS // 200; running rows ROWS // 500
+    assert {k: n for k, n in found.items() if n > ROWS // 50} == {}
+    assert {k for k, n in apart.items() if n > ROWS // 50} >= {("plan.n7", "list"),
+                                                                ("plan.n7", "count")}

@@ -1568,6 +1568,19 @@ LISTED_PARTS = {
     None: (("jobs", "status = 'ready'"), ("jobs", "status = 'running'"),
            ("finished_jobs", "status = 'done'"), ("finished_jobs", "status = 'dead'")),
 }
+#: R47: a name's page of every status: its finished rows together, in id order in
+#: ``finished_jobs_name (name, id)``, which holds a name's rows of both statuses. A
+#: status at a time, a generic plan read the dead part by walking ``finished_jobs_dead``
+#: and filtering the name, every dead row for a name with few (79 against 16 ms at a
+#: million rows, BENCHMARKS.md); the condition names both statuses, which neither
+#: status's index holds alone, so only the name's index serves it.
+NAMED_PARTS = (*LISTED_PARTS[None][:2], ("finished_jobs", "status IN ('done', 'dead')"))
+#: The listing's condition of a name (``rows.listing_filters``).
+NAME_FILTER = "name = %(name)s"
+
+
+def _listed_parts(status: str | None, where: list[str]) -> tuple[tuple[str, str], ...]:
+    return NAMED_PARTS if status is None and NAME_FILTER in where else LISTED_PARTS[status]
 
 
 def list_jobs(status: str | None, where: list[str], *, newest_first: bool,
@@ -1582,7 +1595,7 @@ def list_jobs(status: str | None, where: list[str], *, newest_first: bool,
         return _meta_listing(status, where, after)
     parts = " UNION ALL ".join(
         f"({SELECT_JOB_FROM[table]} FROM {table} WHERE {' AND '.join([condition, *where])}"
-        f" ORDER BY {order} LIMIT %(limit)s)" for table, condition in LISTED_PARTS[status])
+        f" ORDER BY {order} LIMIT %(limit)s)" for table, condition in _listed_parts(status, where))
     return (f"SELECT *, extract(epoch FROM now())::float8 FROM ({parts}) AS listed "
             f"ORDER BY {order} LIMIT %(limit)s")
 
@@ -1612,7 +1625,7 @@ def _meta_listing(status: str | None, where: list[str], after: bool) -> str:
     primary key (``id + 0``: the containment's index it is) and runs only when the near
     read came back short (a condition of no row: the plan's one-time filter)."""
     near, parts = [], []
-    for n, (table, condition) in enumerate(LISTED_PARTS[status]):
+    for n, (table, condition) in enumerate(_listed_parts(status, where)):
         top = "%(after)s" if after else f"(SELECT coalesce(max(id), 0) + 1 FROM {table})"
         hidden = [f"({c}) IS TRUE" if c == META_CONTAINS else c for c in where]
         near.append(
@@ -1633,7 +1646,7 @@ def count_jobs(status: str | None, where: list[str]) -> str:
     """How many rows ``list_jobs`` could list, counting at most ``%(most)s``."""
     parts = " UNION ALL ".join(
         f"(SELECT 1 FROM {table} WHERE {' AND '.join([condition, *where])} LIMIT %(most)s)"
-        for table, condition in LISTED_PARTS[status])
+        for table, condition in _listed_parts(status, where))
     return f"SELECT count(*) FROM (SELECT 1 FROM ({parts}) AS found LIMIT %(most)s) AS counted"
 #: R19a: a job's attempt lines in order; a success's last, from its finished row (R61).
 LIST_ATTEMPTS = log_sql("finished_jobs", "seq", lambda name: f"%({name})s")

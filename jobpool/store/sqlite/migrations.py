@@ -6,7 +6,11 @@ place, inside one ``BEGIN IMMEDIATE`` transaction, by the steps below, each from
 one version to the next. Steps are additive only (new tables, new columns with
 defaults), so a pool of the previous release that is still running during a
 rolling restart keeps working on the upgraded file: it never names what it does
-not know.
+not know. One step replaces what it drops: schema 12 makes ``jobs_status`` anew
+over finished rows only, under its name and with a condition every statement a
+schema 11 pool reads it with still satisfies (``statements.CREATE_STATUS_INDEX``);
+only a schema 11 dashboard's read of running rows through it would fail, and such
+a process refuses the file when it next opens it.
 
 Who may change a file: commands that write (``start``, ``enqueue``, the admin
 commands, ``connect()``) upgrade; read-only commands (``status``, ``top``,
@@ -55,6 +59,9 @@ STEPS: dict[int, tuple[str, ...]] = {
     10: (sql.DROP_BATCH_FINISHED, sql.CREATE_BATCH_FINISHED),
     # R61: a success's attempt line in its own row, not a row of attempts.
     11: sql.ADD_DONE_LINE,
+    # R47 (issue 27): a page of one status through an index in id order (finished rows)
+    # or by due time (ready rows); the status index over finished rows only.
+    12: sql.RESHAPE_STATUS_INDEX,
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

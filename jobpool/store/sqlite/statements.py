@@ -23,7 +23,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -139,10 +139,51 @@ CREATE INDEX IF NOT EXISTS jobs_leases
     ON jobs (lease_expires_at) WHERE status = 'running'
 """
 
-#: Counts by status, listings and sweeps of finished rows by age (R32).
+#: Finished rows by status and age: sweeps (R32), the dead letters newest first, done
+#: rows of the last minute. Only finished rows have an entry (schema 12): a settle
+#: writes one, an enqueue and a claim none (until schema 11 every row had one, which
+#: its claim moved; that was 9 % of a job's WAL, BENCHMARKS.md). The condition is
+#: written so that a pool of schema 11 still running while its store is upgraded can
+#: read through it by name (``INDEXED BY jobs_status``): its sweep's ``status =
+#: :status AND finished_at < :before`` (SQLite cannot see that a bound status is done
+#: or dead, but a finish time compared is a finish time that is not NULL) and its
+#: ``status = 'dead'`` and ``'done'`` reads. Every done or dead row has a finish time,
+#: so the three terms hold the same rows; a row that says otherwise (R44) is in it too.
 CREATE_STATUS_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, finished_at)
+ WHERE status = 'done' OR status = 'dead' OR finished_at IS NOT NULL
 """
+
+#: R47 (schema 12): the ready, done and dead rows of each status in id order (an
+#: SQLite index ends in the rowid), so a page of one of them, newest first, and its
+#: count read about as many entries as they show, however many rows are of the other
+#: statuses or older (a due ready row's page also reads the rows for their due time,
+#: skipping the scheduled ones among them). Running rows have none (``jobs_leases``
+#: holds them): a claim removes its row's entry at the front of the ready rows, next
+#: to where the settle of the turn before appended its done rows, so one page of the
+#: index takes both, and an enqueue appends one.
+CREATE_STATUS_IDS_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_status_ids ON jobs (status)
+ WHERE status = 'ready' OR status = 'done' OR status = 'dead'
+"""
+
+#: R47 (schema 12): ready rows by the time they are due. Scheduled and retrying rows
+#: (due after now) are a range of it, a few among a big backlog; due rows the range up
+#: to now (the page then sorts their ids). Whether a ready row is due moves with the
+#: clock, so no index can hold either alone. The count of scheduled rows reads it
+#: alone. An enqueue, a retry or a deferral writes an entry, a claim removes it.
+CREATE_READY_DUE_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_ready_due ON jobs (run_at) WHERE status = 'ready'
+"""
+
+#: R47: the index a page of one status (and no other indexed filter) reads its ids from.
+STATUS_INDEXES = {"ready": "jobs_status_ids", "scheduled": "jobs_ready_due",
+                  "running": "jobs_leases", "done": "jobs_status_ids", "dead": "jobs_status_ids"}
+
+#: Schema 12: the status index over finished rows only, and the two above.
+STATUS_SCHEMA = (CREATE_STATUS_INDEX, CREATE_STATUS_IDS_INDEX, CREATE_READY_DUE_INDEX)
+#: The upgrade from schema 11 (whose ``jobs_status`` held every row).
+RESHAPE_STATUS_INDEX = ("DROP INDEX IF EXISTS jobs_status", *STATUS_SCHEMA)
 
 #: One row per attempt: how it ended (R19a forensics). Defer undoes the attempt
 #: number, so (job_id, attempt) is not unique; rows are ordered by their rowid.
@@ -452,7 +493,7 @@ SCHEMA = (
     CREATE_CLAIM_INDEX,
     CREATE_KEY_INDEX,
     CREATE_LEASE_INDEX,
-    CREATE_STATUS_INDEX,
+    *STATUS_SCHEMA,
     CREATE_ATTEMPTS,
     CREATE_ATTEMPTS_INDEX,
     CREATE_POOLS,
@@ -927,7 +968,7 @@ PURGE_BATCHES = f"DELETE FROM jobpool_batches WHERE id IN ({_SWEPT_BATCHES})"
 
 # --- dead letters and retention (R32) --------------------------------------------------
 
-#: Newest dead first, through jobs_status.
+#: Newest dead first, through jobs_status (finished rows by status and age).
 LIST_DEAD = """
 SELECT {columns} FROM jobs WHERE status = 'dead' {name_filter}
  ORDER BY finished_at DESC LIMIT :limit
@@ -937,7 +978,9 @@ SELECT {columns} FROM jobs WHERE status = 'dead' {name_filter}
 RETRY_DEAD = f"""
 UPDATE jobs SET {assignments(lifecycle.RETRY_DEAD, DIALECT)} WHERE id = :id AND status = 'dead'
 """
-DEAD_IDS = "SELECT id FROM jobs WHERE status = 'dead' {name_filter} ORDER BY id"
+DEAD_IDS = """
+SELECT id FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead' {name_filter} ORDER BY id
+"""
 #: Deletes take at most ``limit`` rows per statement so a sweep never holds the
 #: write lock long enough to stall claims.
 DELETE_DEAD = "DELETE FROM jobs WHERE id = :id AND status = 'dead' RETURNING id"
@@ -956,7 +999,17 @@ DELETE_ATTEMPTS = "DELETE FROM attempts WHERE job_id = ?"
 
 # --- reading -------------------------------------------------------------------------
 
-COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
+#: Exact counts by status (``stats()``), each from an index of that status's rows alone
+#: (running: the leases; the others in id order).
+COUNT_BY_STATUS = """
+SELECT 'ready', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'ready'
+UNION ALL
+SELECT 'running', count(*) FROM jobs INDEXED BY jobs_leases WHERE status = 'running'
+UNION ALL
+SELECT 'done', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'done'
+UNION ALL
+SELECT 'dead', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead'
+"""
 #: R7/R28: ready rows per queue and name, from the claim-order index alone (it
 #: carries both), to tell which ready jobs no running pool serves.
 READY_BY_NAME = """
@@ -964,7 +1017,7 @@ SELECT queue, name, count(*) FROM jobs INDEXED BY jobs_claim_order
  WHERE status = 'ready' GROUP BY queue, name ORDER BY count(*) DESC, name
 """
 COUNT_SCHEDULED = """
-SELECT count(*) FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' AND run_at > ?
+SELECT count(*) FROM jobs INDEXED BY jobs_ready_due WHERE status = 'ready' AND run_at > ?
 """
 JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
@@ -1047,7 +1100,7 @@ NEXT_READY = """
 SELECT min(run_at) FROM jobs INDEXED BY jobs_claim_order
  WHERE status = 'ready' AND name IN ({names}) AND queue IN ({queues})
 """
-COUNT_RUNNING = "SELECT count(*) FROM jobs WHERE status = 'running'"
+COUNT_RUNNING = "SELECT count(*) FROM jobs INDEXED BY jobs_leases WHERE status = 'running'"
 
 
 # --- the dashboard (R29): read in one transaction by SQLiteStore.dashboard --------------
@@ -1060,16 +1113,19 @@ FAILURE_WINDOW = 10_000
 
 #: R29: per-queue counts of the live statuses. Ready rows are counted from the
 #: claim-order index alone (it carries ``run_at``, so due and scheduled split
-#: without visiting the table); running and dead rows through ``jobs_status``,
-#: which stays small (running: at most the slots; dead: ``dead_letter_limit``).
+#: without visiting the table); running rows through ``jobs_leases`` (at most the
+#: slots), dead ones through ``jobs_status_ids`` (``dead_letter_limit`` keeps few).
 #: Done rows are left out: no index leads with (queue, status), so a GROUP BY
 #: over every row scans the table (0.75-1.3 s on 1 000 000 rows).
 QUEUE_COUNTS = """
 SELECT queue, 'ready', count(*), total(run_at > :now)
   FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready' GROUP BY queue
 UNION ALL
-SELECT queue, status, count(*), 0
-  FROM jobs INDEXED BY jobs_status WHERE status IN ('running', 'dead') GROUP BY queue, status
+SELECT queue, 'running', count(*), 0
+  FROM jobs INDEXED BY jobs_leases WHERE status = 'running' GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', count(*), 0
+  FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead' GROUP BY queue
 """
 
 #: R29, R47: the dashboard's per-queue counts, each read stopped at ``:most`` rows, so a
@@ -1078,7 +1134,7 @@ SELECT queue, status, count(*), 0
 #: ready rows are counted from its first ``:most`` entries in claim order (due and
 #: scheduled among them: with ``:most`` of them, both are at least that many). Running
 #: rows are all counted (at most the slots). Dead rows: the newest ``:most`` of them by
-#: queue (``dead_letter_limit`` keeps fewer by default).
+#: queue, in id order (``dead_letter_limit`` keeps fewer by default).
 DASHBOARD_QUEUE_COUNTS = """
 WITH RECURSIVE queues(queue) AS (
     SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready')
@@ -1095,11 +1151,11 @@ SELECT queue, 'ready',
   FROM queues WHERE queue IS NOT NULL
 UNION ALL
 SELECT queue, 'running', count(*), 0
-  FROM jobs INDEXED BY jobs_status WHERE status = 'running' GROUP BY queue
+  FROM jobs INDEXED BY jobs_leases WHERE status = 'running' GROUP BY queue
 UNION ALL
 SELECT queue, 'dead', count(*), 0
-  FROM (SELECT queue FROM jobs INDEXED BY jobs_status WHERE status = 'dead'
-         ORDER BY finished_at DESC LIMIT :most) GROUP BY queue
+  FROM (SELECT queue FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead'
+         ORDER BY id DESC LIMIT :most) GROUP BY queue
 """
 
 #: ``jobpool metrics``: when the oldest due ready row of each queue became due,
@@ -1109,9 +1165,9 @@ SELECT queue, min(run_at) FROM jobs INDEXED BY jobs_claim_order
  WHERE status = 'ready' AND run_at <= :now GROUP BY queue
 """
 
-#: R29: done rows, counted in ``jobs_status`` without visiting the table, to ``:most``.
+#: R29: done rows, counted in ``jobs_status_ids`` without visiting the table, to ``:most``.
 DONE_COUNT = """
-SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_status WHERE status = 'done'
+SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_status_ids WHERE status = 'done'
                        LIMIT :most)
 """
 
@@ -1136,12 +1192,12 @@ SELECT a.job_id, j.name, a.attempt, a.outcome, a.ended_at, a.error
 #: R29 slots: the running rows, read with the counts so a slot row never lags
 #: them. The heartbeat's slot list is up to a beat old (a job dispatched since
 #: is missing from it); it still gives each slot's pid and RSS, which only the
-#: supervisor knows. A short range of ``jobs_status``: running rows are at most
-#: the live pools' slots, plus leases of dead pools not yet reclaimed. R67: with
-#: each job's metadata, which the dashboards show beside it.
+#: supervisor knows. All of ``jobs_leases``: running rows are at most the live
+#: pools' slots, plus leases of dead pools not yet reclaimed. R67: with each job's
+#: metadata, which the dashboards show beside it.
 RUNNING_JOBS = """
 SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage, meta
-  FROM jobs INDEXED BY jobs_status WHERE status = 'running'
+  FROM jobs INDEXED BY jobs_leases WHERE status = 'running'
 """
 
 #: Every statement the dashboard reads with, for the test that checks their query plans.

@@ -550,18 +550,19 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     @staticmethod
     def _index(status: str | None, name: str | None, queue: str | None, chain: int | None,
                more: dict[str, Any]) -> str | None:
-        """R47: a status the only filter an index serves is read from ``jobs_status``.
-        Given planner statistics, SQLite would walk the whole table in id order for a
-        page of one status (cheap while that status is common among the newest rows,
-        a read of every row when it is rare); a ready or running row's key in that
-        index has no finish time, so those come in id order, and a page of done or
-        dead rows is sorted from that status's entries alone."""
+        """R47: a status the only filter an index serves is read from the index of
+        that status's rows alone (``sql.STATUS_INDEXES``). Given planner statistics, SQLite
+        would walk the whole table in id order for a page of one status (cheap while
+        that status is common among the newest rows, a read of every row when it is
+        rare). Ready, done and dead rows come in id order (a due page skips the
+        scheduled rows among the ready ones); scheduled rows by due time, the few
+        past now, then sorted; running rows are as many as the slots."""
         if status is None or name is not None or queue is not None or chain is not None \
                 or more.get("key") is not None or more.get("batch") is not None \
                 or rows.searched(more.get("group"), more.get("error"), more.get("args"),
                                  more.get("created"), more.get("finished"), more.get("meta")):
             return None
-        return "jobs_status"
+        return sql.STATUS_INDEXES[status]
 
     @staticmethod
     def _listing(status: str | None, name: str | None, queue: str | None, chain: int | None,
@@ -573,20 +574,17 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         searched, found = rows.more_filters(sql.LISTING_DIALECT, status, name, after=after,
                                             newest_first=newest_first, **more)
         where, params = where + searched, dict(params, **found)
-        # A live row has no finish time (R47: so jobs_status holds it in id order). A
-        # chain's few rows come from its index: its status terms are kept from
-        # jobs_status (a unary +), which SQLite's statistics, blind to the NULL finish
-        # times of every live row, take for a lookup of a row or two.
+        # The status is written as a literal, so SQLite sees which partial index of
+        # one status's rows it may read (a bound one it cannot, where an index is
+        # named). A chain's few rows come from its index: its status terms are kept
+        # from the status indexes (a unary +).
         plain = "+" if chain is not None else ""
         if status in ("ready", "scheduled"):
-            where.append(f"{plain}status = 'ready' AND run_at " + ("<=" if status == "ready"
-                                                                   else ">")
-                         + f" :now AND {plain}finished_at IS NULL")
+            where.append(f"{plain}status = 'ready' AND {plain}run_at "
+                         + ("<=" if status == "ready" else ">") + " :now")
             params["now"] = now
         elif status is not None:
-            where.append(f"{plain}status = :status" + (f" AND {plain}finished_at IS NULL"
-                                                        if status == "running" else ""))
-            params["status"] = status
+            where.append(f"{plain}status = {sql.quote_literal(status)}")
         return where, params
 
     def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
