@@ -68,8 +68,10 @@ def reports(i):
 
 
 @jobpool.job(name="pump.slow", timeout=0.3, max_attempts=1)
-def slow():
-    time.sleep(30)
+def slow(marker=None):
+    time.sleep(5)
+    if marker:
+        (MARKERS / marker).write_text("ran past its hard timeout")
 
 
 def _enqueue_workload(store) -> None:
@@ -154,6 +156,27 @@ def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(t
     # And the workload did what it says: a sanity check of the reference itself.
     assert general.counters["completed"] == 32 and general.counters["dead"] == 3
     assert general.counters["retried"] == 1 and general.counters["deferred"] == 1
+
+
+def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):
+    # R20 inside the pump: with the poll and the heartbeat 30 s away, the only time due
+    # soon is the slow job's hard timeout, and the pump dispatched that job itself
+    # (the first job went out from the general loop's claim at start).
+    global MARKERS
+    MARKERS = tmp_path
+    monkeypatch.setattr("jobpool.supervisor.operations.HEARTBEAT_EVERY", 30.0)
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    store.enqueue("pump.ok", 1)
+    slow_id = store.enqueue("pump.slow", "late").id
+    pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
+                                 poll_interval=30.0, status_every=0, kill_grace=0.5))
+    assert pool.run() == 0
+    assert pool.pump.turns >= 1
+    row = store.get(slow_id)
+    assert row["status"] == "dead" and row["last_error"].startswith("timed out after 0.3 s")
+    assert not (tmp_path / "late").exists()  # killed long before its sleep ended
+    store.close()
 
 
 def test_a_pool_says_what_keeps_its_pump_off(tmp_path):
