@@ -5,7 +5,8 @@ and off, over two stores made alike: successes with results, a failure retried, 
 ``Fatal``, a ``Defer``, progress reports, a row past its deadline at claim (R10), a
 job killed at its hard timeout (R20), a chain step (R12). The rows (every column
 but times, pids and owners), the attempt log, the counters and the event stream must
-be the same, and so must what the pool added to the rollups (R56); the pump must have served turns (else the comparison proves nothing).
+be the same, and so must what the pool added to the rollups (R56) and, with
+``--metrics``, what its series counted; the pump must have served turns (else the comparison proves nothing).
 """
 from __future__ import annotations
 
@@ -119,7 +120,16 @@ def _rows(path: Path) -> tuple[list, list, list]:
     return jobs, lines, rollups
 
 
-def _run(where: Path, pump: bool) -> tuple:
+def _series(pool: Supervisor) -> list[str]:
+    """R28: what the pool's Prometheus series counted (counts, not times), or []."""
+    if pool.state.metrics is None:
+        return []
+    return sorted(line for line in pool.state.metrics.exposition().decode().splitlines()
+                  if line.startswith(("jobpool_jobs_total", "jobpool_job_wait_seconds_count",
+                                      "jobpool_job_run_seconds_count")))
+
+
+def _run(where: Path, pump: bool, metrics: str | None = None) -> tuple:
     global MARKERS
     where.mkdir()
     MARKERS = where
@@ -134,18 +144,22 @@ def _run(where: Path, pump: bool) -> tuple:
     logger.setLevel(logging.INFO)
     try:
         pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
-                                     poll_interval=0.05, kill_grace=0.5, pump=pump),
+                                     poll_interval=0.05, kill_grace=0.5, pump=pump,
+                                     metrics=metrics),
                           rng=random.Random(7))
         assert pool.run() == 0
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
-    return pool, _rows(path), handler.seen
+    return pool, (*_rows(path), _series(pool)), handler.seen
 
 
-def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(tmp_path):
-    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True)
-    general, general_rows, general_events = _run(tmp_path / "general", False)
+@pytest.mark.parametrize("metrics", [None, "127.0.0.1:0"])
+def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(tmp_path,
+                                                                               metrics):
+    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, metrics)
+    general, general_rows, general_events = _run(tmp_path / "general", False, metrics)
+    assert bool(pumped_rows[-1]) == bool(metrics)  # with --metrics, the series compared too
     assert general.pump is None and general.pump_off == "turned off"
     assert pumped.pump_off is None
     # The pump served the plain jobs' turns (most of the 33 claims).

@@ -24,8 +24,10 @@ or a turn after which the pool is no longer plain (a hook queued by a dead job).
 When it may run at all is the supervisor's to say (``Supervisor._pump_may_run``),
 and ``off_because`` names what keeps it off in a pool: turned off (``--no-pump``,
 ``JOBPOOL_PUMP=0``), a store whose turns go out in flight (PostgreSQL, R66: the pump
-is SQLite-only for now), ``--max-jobs``, ``--coalesce-us``, ``--metrics`` or memory
-limits. The general loop stays the reference: tests/test_pump.py runs one scripted
+is SQLite-only for now), ``--max-jobs``, ``--coalesce-us`` or memory limits. With
+``--metrics`` it runs, and every turn is reported by the general ``_report`` (the
+series count each settle by its queue); a metrics client's socket is a descriptor
+the general loop serves. The general loop stays the reference: tests/test_pump.py runs one scripted
 workload both ways and compares the rows, the counters and the events.
 """
 from __future__ import annotations
@@ -54,8 +56,6 @@ def off_because(config: PoolConfig, claimer: Any, slots: Slots) -> str | None:
         return "--max-jobs"
     if config.coalesce:
         return "--coalesce-us"
-    if config.metrics:
-        return "--metrics"
     if slots.memory_limits:
         return "memory limits"
     return None
@@ -172,9 +172,10 @@ class Pump:
     def _report_settled(self, settled: list[Settled], pending: list[Finished],
                         loud: bool) -> None:
         """Count and log a turn's settles as the general loop's ``_report`` does; a turn
-        whose settles are all successes of the attempts sent, in order, needs only its
-        counter, its rollup (R56) and, when somebody listens, its event."""
-        if len(settled) != len(pending) or any(
+        whose settles are all successes of the attempts sent, in order, in a pool with
+        no metrics, needs only its counter, its rollup (R56) and, when somebody
+        listens, its event."""
+        if self._state.metrics is not None or len(settled) != len(pending) or any(
                 row[3] != "done" or row[0] != ran.outcome.job_id
                 for row, ran in zip(settled, pending)):
             self._report(settled, {(f.outcome.job_id, f.outcome.attempt): f for f in pending})
