@@ -230,3 +230,15 @@ def test_the_pump_is_turned_off_by_the_flag_or_the_environment(tmp_path, switch)
                if '"pool_started"' in line]
     assert [event["pump"] for event in started] == ["turned off" if switch else "on"]
     assert jobpool.connect(path).stats()["done"] == 1
+
+
+def test_the_pump_stays_off_on_postgresql(pg_url):
+    # R66: a PostgreSQL turn goes out in flight; the pump is SQLite's for now.
+    jobpool.connect(pg_url).close()
+    pool = Supervisor(PoolConfig(db=pg_url, procs=1, names=("pump.ok",)))
+    try:
+        assert pool.pump is None
+        assert pool.pump_off == "its store's turns go out in flight (R66)"
+    finally:
+        pool.core.close()
+        pool.store.close()
