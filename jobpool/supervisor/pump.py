@@ -27,8 +27,11 @@ and ``off_because`` names what keeps it off in a pool: turned off (``--no-pump``
 is SQLite-only for now), ``--max-jobs``, ``--coalesce-us`` or memory limits. With
 ``--metrics`` it runs, and every turn is reported by the general ``_report`` (the
 series count each settle by its queue); a metrics client's socket is a descriptor
-the general loop serves. The general loop stays the reference: tests/test_pump.py runs one scripted
-workload both ways and compares the rows, the counters and the events.
+the general loop serves.
+
+The general loop stays the reference: tests/test_pump.py runs one scripted workload
+both ways and compares the rows, the attempt lines, the counters, the events, the
+rollups and the metrics' counts.
 """
 from __future__ import annotations
 
