@@ -6,7 +6,8 @@ and off, over two stores made alike: successes with results, a failure retried, 
 job killed at its hard timeout (R20), a chain step (R12). The rows (every column
 but times, pids and owners), the attempt log, the counters and the event stream must
 be the same, and so must what the pool added to the rollups (R56) and, with
-``--metrics``, what its series counted; the pump must have served turns (else the comparison proves nothing).
+``--metrics``, what its series counted; the pump must have served turns (else the
+comparison proves nothing).
 """
 from __future__ import annotations
 
