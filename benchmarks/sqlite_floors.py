@@ -241,8 +241,9 @@ def bare_pool(jobs: int, procs: int) -> dict[str, float]:
                 "jobs_per_turn": jobs / turns}
 
 
-def jobpool_drain(jobs: int, procs: int) -> dict[str, float]:
-    """``jobpool start --burst`` in a forked process: throughput and CPU by process."""
+def jobpool_drain(jobs: int, procs: int, *extra: str) -> dict[str, float]:
+    """``jobpool start --burst`` in a forked process: throughput and CPU by process
+    (``extra``: more flags for ``jobpool start``)."""
     import jobpool
     from jobpool import job
 
@@ -264,7 +265,7 @@ def jobpool_drain(jobs: int, procs: int) -> dict[str, float]:
             os.dup2(devnull, 2)
             began = time.perf_counter()
             code = cli.main(["start", "--db", path, "--burst", "-q", "--procs", str(procs),
-                             "--no-dashboard"])
+                             "--no-dashboard", *extra])
             wall = time.perf_counter() - began
             own = resource.getrusage(resource.RUSAGE_SELF)
             kids = resource.getrusage(resource.RUSAGE_CHILDREN)

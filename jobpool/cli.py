@@ -278,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hold a settle up to N microseconds while other children still "
                             "run, so their outcomes share one store transaction (throughput "
                             "for tiny jobs, at up to N us of pickup; default 0: settle at once)")
+    start.add_argument("--no-pump", dest="pump", action="store_false", default=config.PUMP,
+                       help="serve every job through the general loop, not the pump of "
+                            "plain jobs (the same behaviour, slower; JOBPOOL_PUMP=0 too)")
     start.add_argument("--chunk", type=_chunk_setting, action="append", default=[],
                        metavar="NAME=N",
                        help="give a free slot up to N ready rows of job NAME at once, run one "
@@ -565,7 +568,8 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         mode=args.mode, allow_world_writable=args.allow_world_writable,
         max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics,
-        coalesce=args.coalesce_us / 1e6, chunks=tuple(args.chunk))
+        coalesce=args.coalesce_us / 1e6, chunks=tuple(args.chunk),
+        pump=args.pump)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, job_records=True)
     supervisor = Supervisor(pool)

@@ -31,6 +31,12 @@ STATUS_EVERY = 10.0
 HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
 
 
+#: The supervisor's pump (``supervisor/pump.py``): the steady-state loop of plain jobs
+#: taken out of the general loop. ``JOBPOOL_PUMP=0`` (or ``--no-pump``) turns it off,
+#: leaving the general loop, which is the pump's reference, to serve every job.
+PUMP = os.environ.get("JOBPOOL_PUMP", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 #: How long a settle may wait for the outcomes of children still running, so that they
 #: share its transaction (``--coalesce-us``; 0: never). Bounded: it is pickup latency
 #: for the slots those outcomes free.
@@ -80,6 +86,8 @@ class PoolConfig:
     coalesce: float = 0.0
     #: R63: (name, rows) chunk sizes that override the jobs' own ``chunk=`` (``--chunk``).
     chunks: tuple[tuple[str, int], ...] = ()
+    #: Whether plain jobs go through the pump (``--no-pump``, ``JOBPOOL_PUMP=0``: not).
+    pump: bool = PUMP
 
     def validate(self) -> None:
         if self.procs < 1:

@@ -88,6 +88,18 @@ class Claimer:
     def inflight(self) -> int:
         return len(self._inflight)
 
+    @property
+    def plain(self) -> bool:
+        """Whether a turn is the ordinary claim: no limits to plan (R35, R36) and no
+        chunks to fill (R63). The supervisor's pump runs only then."""
+        return self._limits is None and not self._chunks
+
+    @property
+    def turns_whole(self) -> bool:
+        """Whether every turn runs whole in ``begin_turn`` (a driver that leaves no
+        statement in flight, R66: SQLite's)."""
+        return getattr(self.driver, "begin_turn", None) is None
+
     # -- one turn: settle, then claim (R6-R10, section 4) ------------------------------------
 
     def claim(self, n: int, now: float) -> tuple[list[Claimed], list[Settled]]:

@@ -31,6 +31,7 @@ from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.factory import connect
 from jobpool.store.sqlite.options import CLAIM_BUSY_TIMEOUT
+from jobpool.supervisor import pump
 from jobpool.supervisor.operations import Operations
 from jobpool.supervisor.slots import Slots
 from jobpool.supervisor.state import Finished, PoolState
@@ -141,6 +142,12 @@ class Supervisor:
             pool_metrics.slot_counts = self._slot_counts
             self.metrics_server = metrics.MetricsServer(listener, self._selector,
                                                         pool_metrics.exposition, self._healthy)
+        #: R68: the pump of plain jobs, or why this pool never runs it.
+        self.pump_off = pump.off_because(config, self.core, self.slots)
+        self.pump = None if self.pump_off else pump.Pump(
+            self.state, self.slots, self.core, self.plan, self._selector, clock=clock,
+            rng=self.rng, store_call=self._store_call, report=self._report,
+            may_run=self._pump_may_run)
         self._maintenance: Any = None  # the store's helper while running (R26a)
         self._store_pause_until = 0.0
         self._store_pause = 0.0
@@ -201,6 +208,7 @@ class Supervisor:
             self.operations.first_beat(self.clock())
             events.emit(events.POOL_STARTED, owner=self.owner, procs=self.slots.procs,
                         queues=str(self.plan), core=self.core.name,
+                        pump=self.pump_off or "on",
                         metrics=self.metrics_server.address if self.metrics_server else None)
             self._loop()
         finally:
@@ -250,9 +258,15 @@ class Supervisor:
         state = self.state
         slots = self.slots
         operations = self.operations
+        pump = self.pump
         while True:
             now = self.clock()
-            timeout = self._wait_time(now)
+            pumped_none = False
+            if pump is not None and self._pump_may_run(now):
+                # R68: plain jobs go round in the pump until something else needs us.
+                pumped_none = pump.run(self._pump_until(now))
+                now = self.clock()
+            timeout = 0.0 if pumped_none else self._wait_time(now)
             selector = self._selector if self._flight is None else self._flight_selector
             for key, _mask in selector.select(timeout):
                 kind, slot, owner = key.data
@@ -285,7 +299,7 @@ class Supervisor:
             slots.kill_overdue(now)
             slots.check_memory(now)
             self._timers(now)
-            claimed_none = self._turn(now)
+            claimed_none = self._turn(now) or pumped_none
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
                 # R66: the heartbeat writes through the store's own connection, so it
@@ -339,26 +353,54 @@ class Supervisor:
         self.exit_code = EXIT_STORE_REPLACED
         self.request_stop()
 
+    def _pump_may_run(self, now: float) -> bool:
+        """R68: whether nothing but plain jobs needs the loop now: children running or
+        outcomes to settle, no stop, no store pause, no turn in flight or held, no
+        limits or chunks to plan, no hooks to run, a registered pool with a queue
+        to claim from (the pump's entry, and after each of its turns)."""
+        state = self.state
+        operations = self.operations
+        return bool((state.pending or self.slots.busy_count()) and not state.stop_requests
+                    and self._flight is None and self._hold_until is None
+                    and now >= self._store_pause_until and self.core.plain
+                    and operations.registered and self.plan.active
+                    and not operations.hooks_queued and not len(operations.hooks))
+
+    def _pump_until(self, now: float) -> float:
+        """R68: when the general loop is due at the latest: its timers, and the status
+        line."""
+        until = self._next_due(now)
+        if self.config.status_every:
+            until = min(until, self._next_status)
+        return until
+
     def _wait_time(self, now: float) -> float:
         state = self.state
-        hold_until = self._hold_until
         if (state.want_claim and not state.stopping and now >= self._store_pause_until
-                and self.slots.free() and hold_until is None and self._flight is None):
+                and self.slots.free() and self._hold_until is None and self._flight is None):
             return 0.0
+        deadline = self._next_due(now)
+        if state.pending and self._flight is None:
+            # (With a turn in flight its answer wakes the loop: R66.)
+            deadline = min(deadline, self._store_pause_until)
+        return max(0.0, deadline - now)
+
+    def _next_due(self, now: float) -> float:
+        """The earliest time something comes due with time rather than with an event
+        (``_timers``, a slot's deadline, the heartbeat, the drain's end, a held turn, a
+        metrics client), a poll interval from now at the latest."""
+        state = self.state
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
-                       self.operations.next_heartbeat)
-        if hold_until is not None:
-            deadline = min(deadline, hold_until)
+                       self.operations.next_heartbeat, now + self.config.poll_interval)
+        if self._hold_until is not None:
+            deadline = min(deadline, self._hold_until)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)
         if self._look_again_at is not None:
             deadline = min(deadline, self._look_again_at)
         if self.metrics_server is not None:  # R28a: a client's deadline, if sooner
             deadline = min(deadline, now + self.metrics_server.wait_time())
-        if state.pending and self._flight is None:
-            # (With a turn in flight its answer wakes the loop: R66.)
-            deadline = min(deadline, self._store_pause_until)
-        return max(0.0, min(deadline - now, self.config.poll_interval))
+        return deadline
 
     def _finished(self, now: float, claimed_none: bool) -> bool:
         state = self.state

@@ -135,20 +135,61 @@ class Slots:
         conn = slot.conn
         try:
             while True:
-                message = protocol.loads(conn.recv_bytes())
-                if message[0] == protocol.OUTCOME:
-                    self._outcome(slot, message, now)
-                elif message[0] == protocol.PROGRESS:
-                    self._progress(slot, message)
-                elif message[0] in protocol.REQUESTS:
-                    self._request(slot, conn, message)
+                self.handle(slot, protocol.loads(conn.recv_bytes()), now)
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
         except (EOFError, OSError, ValueError):
-            # The child died mid-message; its exit sentinel settles the job.
-            self.selector.unregister(conn.fileno())
-            slot.conn = None
-            conn.close()
+            self.pipe_lost(slot, conn)
+
+    def pipe_lost(self, slot: Slot, conn: Any) -> None:
+        """The child died mid-message (or sent what is no message); its exit sentinel
+        settles the job."""
+        self.selector.unregister(conn.fileno())
+        slot.conn = None
+        conn.close()
+
+    def handle(self, slot: Slot, message: tuple, now: float) -> None:
+        """Act on one message of the slot's child: an outcome, a progress report or a
+        request (answered at once). Raises what ``read`` takes for a lost pipe."""
+        if message[0] == protocol.OUTCOME:
+            self._outcome(slot, message, now)
+        elif message[0] == protocol.PROGRESS:
+            self._progress(slot, message)
+        elif message[0] in protocol.REQUESTS:
+            self._request(slot, slot.conn, message)
+
+    def finish_plain(self, slot: Slot, message: tuple, now: float) -> bool:
+        """The pump's common case (``supervisor/pump.py``): ``_outcome`` and ``_finish``
+        for an outcome that needs none of their other branches, done here with none of
+        them; False, with nothing done, for any other message or slot (the caller
+        hands it to ``handle``). Plain: an outcome of the attempt the slot runs, not an
+        interrupt's, with no strays and no recycling, from a slot with no chunk, no
+        progress, no saved state, no cancel or stop asked, inside ``--procs``. The
+        parity test (tests/test_pump.py) holds the two roads to the same settles."""
+        if message[0] != protocol.OUTCOME or len(message) != 11:
+            return False
+        (_tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring,
+         strays) = message
+        job = slot.job
+        if (retiring or strays or kind == core.INTERRUPTED or job is None
+                or job.job_id != job_id or job.attempt != attempt
+                or slot.interrupting is not None or slot.killing is not None
+                or slot.progress is not None
+                or slot.stage is not None or slot.checkpointed or slot.queued
+                or slot.index >= self.procs):
+            return False
+        error = _clipped(error)
+        if isinstance(cpu_s, (int, float)):
+            slot.cpu_reported += cpu_s
+        state = self.state
+        state.pending.append(Finished(
+            Outcome(job_id, attempt, kind, error, delay, result, slot.pid, "0", peak_rss, cpu_s,
+                    None),
+            round(now - slot.started, 6), job.queue))
+        slot.job = None
+        self.table.clear(slot.index)
+        state.want_claim = True
+        return True
 
     def _outcome(self, slot: Slot, message: tuple, now: float) -> None:
         (_tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring,
@@ -156,8 +197,7 @@ class Slots:
         job = slot.job
         if job is None or not slot.runs(job_id, attempt):
             return  # a reply for a job this slot no longer holds (it was killed)
-        if error is not None:  # R41: whatever the child sent
-            error = bounds.clip(error if isinstance(error, str) else repr(error), bounds.MAX_ERROR_BYTES)
+        error = _clipped(error)
         if kind == core.INTERRUPTED:
             kind, error = self._interrupted(slot, error)
         if isinstance(cpu_s, (int, float)):
@@ -560,6 +600,13 @@ def progress_reports(slots: list[Slot]) -> list[ProgressReport]:
     return [ProgressReport(job_id=slot.job.job_id, attempt=slot.job.attempt,
                            percent=slot.progress, stage=slot.stage)
             for slot in slots if slot.job is not None]
+
+
+def _clipped(error: Any) -> str | None:
+    """R41: whatever a child sent as an attempt's error, as bounded text."""
+    if error is None:
+        return None
+    return bounds.clip(error if isinstance(error, str) else repr(error), bounds.MAX_ERROR_BYTES)
 
 
 def _signal(slot: Slot, signum: int) -> None:

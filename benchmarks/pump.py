@@ -1,0 +1,47 @@
+"""R68: the supervisor's pump against its general loop, on the no-op drain.
+
+    .venv/bin/python benchmarks/pump.py [--jobs 20000] [--procs 2] [--repeat 5]
+
+Runs ``sqlite_floors.jobpool_drain`` (``jobpool start --burst -q`` over no-op jobs on a
+fresh store, in a forked process, start-up not timed) alternately with the pump on
+and with ``--no-pump``, and prints for each the jobs/s and the supervisor's own CPU
+per job (``RUSAGE_SELF``, its children's apart), median, min and max, then the
+ratios of the medians. Both runs use the same tree: what differs is only the loop.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sqlite_floors import jobpool_drain  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--procs", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    runs: dict[str, list[dict[str, float]]] = {"pump": [], "general loop": []}
+    for _ in range(args.repeat):
+        runs["pump"].append(jobpool_drain(args.jobs, args.procs))
+        runs["general loop"].append(jobpool_drain(args.jobs, args.procs, "--no-pump"))
+    medians = {}
+    print(f"{args.jobs} no-op jobs, --procs {args.procs}, {args.repeat} alternating runs each")
+    for loop, results in runs.items():
+        for figure in ("jobs_per_s", "supervisor_cpu_us", "children_cpu_us"):
+            values = [r[figure] for r in results]
+            medians[loop, figure] = statistics.median(values)
+            print(f"{loop:<13} {figure:<18} median {statistics.median(values):>8.1f}  "
+                  f"min {min(values):>8.1f}  max {max(values):>8.1f}")
+    for figure in ("jobs_per_s", "supervisor_cpu_us"):
+        print(f"pump / general loop, {figure}: "
+              f"{medians['pump', figure] / medians['general loop', figure]:.3f}")
+
+
+if __name__ == "__main__":
+    main()

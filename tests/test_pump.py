@@ -1,0 +1,245 @@
+"""R68: the pump (``supervisor/pump.py``) against the general loop, its reference.
+
+One scripted workload runs through an in-process ``--burst`` pool twice, the pump on
+and off, over two stores made alike: successes with results, a failure retried, a
+``Fatal``, a ``Defer``, progress reports, a row past its deadline at claim (R10), a
+job killed at its hard timeout (R20), a chain step (R12). The rows (every column
+but times, pids and owners), the attempt log, the counters and the event stream must
+be the same, and so must what the pool added to the rollups (R56) and, with
+``--metrics``, what its series counted; the pump must have served turns (else the
+comparison proves nothing).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import jobpool
+from jobpool.config import PoolConfig
+from jobpool.supervisor import Supervisor
+
+from .conftest import ATTEMPT_LINES, ROOT
+
+#: Where the jobs leave their markers: each run's own directory (its children are
+#: forked after ``_run`` sets it), so the two stores' payloads are the same text.
+MARKERS = Path(".")
+
+NAMES = ("pump.ok", "pump.flaky", "pump.fatal", "pump.defers", "pump.reports", "pump.slow")
+
+
+@jobpool.job(name="pump.ok", store_result=True)
+def ok(i):
+    return {"i": i}
+
+
+@jobpool.job(name="pump.flaky", max_attempts=3, backoff_base=0.0)
+def flaky(marker):
+    path = MARKERS / marker
+    if not path.exists():
+        path.write_text("x")
+        raise RuntimeError("the first attempt fails")
+    return None
+
+
+@jobpool.job(name="pump.fatal")
+def fatal():
+    raise jobpool.Fatal("never")
+
+
+@jobpool.job(name="pump.defers")
+def defers(marker):
+    path = MARKERS / marker
+    if not path.exists():
+        path.write_text("x")
+        raise jobpool.Defer(0)
+
+
+@jobpool.job(name="pump.reports", store_result=True)
+def reports(i):
+    jobpool.progress(50.0, f"half of {i}")
+    return i
+
+
+@jobpool.job(name="pump.slow", timeout=0.3, max_attempts=1)
+def slow(marker=None):
+    time.sleep(5)
+    if marker:
+        (MARKERS / marker).write_text("ran past its hard timeout")
+
+
+def _enqueue_workload(store) -> None:
+    for i in range(6):
+        store.enqueue("pump.ok", i)
+    store.enqueue("pump.flaky", "flaky")
+    store.enqueue("pump.ok", 6)
+    store.enqueue("pump.fatal")
+    store.enqueue("pump.defers", "defers")
+    store.enqueue_with("pump.ok", args=(7,), deadline=time.time() - 60)  # R10
+    store.enqueue("pump.reports", 8)
+    store.enqueue_with("pump.ok", args=(9,), then=jobpool.Signature("pump.ok", (10,), {}))  # R12
+    store.enqueue("pump.slow")  # R20
+    for i in range(11, 31):
+        store.enqueue("pump.ok", i)
+
+
+class _Events(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: list[tuple] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "event", None)
+        fields = getattr(record, "fields", {})
+        if event is not None and "job_id" in fields:
+            self.seen.append((event, fields.get("job_id"), fields.get("name"),
+                              fields.get("attempt"), fields.get("reason")))
+
+
+_TIMELY = ("_at", "owner", "pid", "cpu", "rss", "lease", "deadline")
+
+
+def _rows(path: Path) -> tuple[list, list, list]:
+    db = sqlite3.connect(path)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(jobs)")
+               if not any(part in row[1] for part in _TIMELY)]
+    jobs = db.execute(f"SELECT {', '.join(columns)} FROM jobs ORDER BY id").fetchall()
+    lines = db.execute(f"SELECT job_id, attempt, outcome, substr(error, 1, 40) "
+                       f"FROM {ATTEMPT_LINES} ORDER BY job_id, attempt").fetchall()
+    # R56: what the pool added to the per-minute rollups, by name (counts, not times).
+    rollups = db.execute("SELECT name, sum(done), sum(retried), sum(dead), sum(wait_n), "
+                         "sum(run_n) FROM jobpool_rollups GROUP BY name ORDER BY name").fetchall()
+    db.close()
+    return jobs, lines, rollups
+
+
+def _series(pool: Supervisor) -> list[str]:
+    """R28: what the pool's Prometheus series counted (counts, not times), or []."""
+    if pool.state.metrics is None:
+        return []
+    return sorted(line for line in pool.state.metrics.exposition().decode().splitlines()
+                  if line.startswith(("jobpool_jobs_total", "jobpool_job_wait_seconds_count",
+                                      "jobpool_job_run_seconds_count")))
+
+
+def _run(where: Path, pump: bool, metrics: str | None = None) -> tuple:
+    global MARKERS
+    where.mkdir()
+    MARKERS = where
+    path = where / "jobpool.db"
+    store = jobpool.connect(path)
+    _enqueue_workload(store)
+    store.close()
+    handler = _Events()
+    logger = logging.getLogger("jobpool.events")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
+                                     poll_interval=0.05, kill_grace=0.5, pump=pump,
+                                     metrics=metrics),
+                          rng=random.Random(7))
+        assert pool.run() == 0
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    return pool, (*_rows(path), _series(pool)), handler.seen
+
+
+@pytest.mark.parametrize("metrics", [None, "127.0.0.1:0"])
+def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(tmp_path,
+                                                                               metrics):
+    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, metrics)
+    general, general_rows, general_events = _run(tmp_path / "general", False, metrics)
+    assert bool(pumped_rows[-1]) == bool(metrics)  # with --metrics, the series compared too
+    assert general.pump is None and general.pump_off == "turned off"
+    assert pumped.pump_off is None
+    # The pump served the plain jobs' turns (most of the 33 claims).
+    assert pumped.pump.turns >= 15, pumped.pump.turns
+    assert pumped_rows == general_rows
+    assert pumped.counters == general.counters
+    assert pumped_events == general_events
+    # And the workload did what it says: a sanity check of the reference itself.
+    assert general.counters["completed"] == 32 and general.counters["dead"] == 3
+    assert general.counters["retried"] == 1 and general.counters["deferred"] == 1
+
+
+def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):
+    # R20 inside the pump: with the poll and the heartbeat 30 s away, the only time due
+    # soon is the slow job's hard timeout, and the pump dispatched that job itself
+    # (the first job went out from the general loop's claim at start).
+    global MARKERS
+    MARKERS = tmp_path
+    monkeypatch.setattr("jobpool.supervisor.operations.HEARTBEAT_EVERY", 30.0)
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    store.enqueue("pump.ok", 1)
+    slow_id = store.enqueue("pump.slow", "late").id
+    pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
+                                 poll_interval=30.0, status_every=0, kill_grace=0.5))
+    assert pool.run() == 0
+    assert pool.pump.turns >= 1
+    row = store.get(slow_id)
+    assert row["status"] == "dead" and row["last_error"].startswith("timed out after 0.3 s")
+    assert not (tmp_path / "late").exists()  # killed long before its sleep ended
+    store.close()
+
+
+def test_a_pool_says_what_keeps_its_pump_off(tmp_path):
+    path = tmp_path / "jobpool.db"
+    jobpool.connect(path).close()
+    for options, why in (({"max_jobs": 5}, "--max-jobs"), ({"coalesce": 0.001}, "--coalesce-us"),
+                         ({"memory_limit": 100}, "memory limits"), ({}, None)):
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, names=("pump.ok",), **options))
+        try:
+            assert pool.pump_off == why
+            assert (pool.pump is None) == (why is not None)
+        finally:
+            pool.core.close()
+            pool.store.close()
+
+
+@pytest.mark.parametrize("switch", ["--no-pump", "JOBPOOL_PUMP=0", None])
+def test_the_pump_is_turned_off_by_the_flag_or_the_environment(tmp_path, switch):
+    (tmp_path / "pump_app.py").write_text(
+        "import jobpool\n\n@jobpool.job(name='pump.ok')\ndef ok(i):\n    return None\n")
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    store.enqueue("pump.ok", 1)
+    store.close()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
+               JOBPOOL_POLL_INTERVAL="0.2")
+    env.pop("JOBPOOL_PUMP", None)
+    args = ["--no-pump"] if switch == "--no-pump" else []
+    if switch == "JOBPOOL_PUMP=0":
+        env["JOBPOOL_PUMP"] = "0"
+    done = subprocess.run(
+        [sys.executable, "-m", "jobpool", "start", "--app", "pump_app", "--db", str(path),
+         "--burst", "--procs", "1", "--log-format", "json", "--no-dashboard", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    started = [json.loads(line) for line in done.stderr.splitlines() + done.stdout.splitlines()
+               if '"pool_started"' in line]
+    assert [event["pump"] for event in started] == ["turned off" if switch else "on"]
+    assert jobpool.connect(path).stats()["done"] == 1
+
+
+def test_the_pump_stays_off_on_postgresql(pg_url):
+    # R66: a PostgreSQL turn goes out in flight; the pump is SQLite's for now.
+    jobpool.connect(pg_url).close()
+    pool = Supervisor(PoolConfig(db=pg_url, procs=1, names=("pump.ok",)))
+    try:
+        assert pool.pump is None
+        assert pool.pump_off == "its store's turns go out in flight (R66)"
+    finally:
+        pool.core.close()
+        pool.store.close()
