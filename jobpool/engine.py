@@ -77,6 +77,9 @@ class Claimer:
         #: R63: after a turn, the rows each chunk's first row brings to its slot, by
         #: the first row's id (the Claimer protocol); empty without chunks.
         self.chunked: dict[int, list[Claimed]] = {}
+        #: R66: how the driver sends a turn and leaves it in flight; None: its turns
+        #: run whole (SQLite's).
+        self._begin_turn = getattr(driver, "begin_turn", None)
         driver.serve(owner, self._names, self.policies)
 
     @property
@@ -98,7 +101,7 @@ class Claimer:
     def turns_whole(self) -> bool:
         """Whether every turn runs whole in ``begin_turn`` (a driver that leaves no
         statement in flight, R66: SQLite's)."""
-        return getattr(self.driver, "begin_turn", None) is None
+        return self._begin_turn is None
 
     # -- one turn: settle, then claim (R6-R10, section 4) ------------------------------------
 
@@ -181,7 +184,7 @@ class Claimer:
         claim) and every turn of a driver without ``begin_turn`` (SQLite) runs whole
         here, and ``finish_turn`` hands its result back. The leases are the engine's as
         they were until ``finish_turn``; no other call may use the claimer in between."""
-        begin = getattr(self.driver, "begin_turn", None)
+        begin = self._begin_turn
         if begin is None or (not outcomes and n <= 0) or self._limits is not None:
             return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], 0, None,
                                 now)

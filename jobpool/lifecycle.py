@@ -129,6 +129,20 @@ class Outcome(NamedTuple):
     strays: int | None = None      # R40: processes it left running, killed with it
 
 
+def retired_at_its_turn(job_id: int, attempt: int, deadline: float | None,
+                        now: float) -> Outcome | None:
+    """R10 for a row that waited in a chunk (R63): past its deadline when its turn
+    comes, it is dead without running (this outcome); None: it runs."""
+    if deadline is not None and deadline < now:
+        return Outcome(job_id, attempt, FATAL, DEADLINE_PASSED)
+    return None
+
+
+def chunk_ended_early(why: str) -> str:
+    """R63: the reason a chunk's rows that never started are given back with."""
+    return f"not started: its chunk ended early ({why})"
+
+
 class Settled(NamedTuple):
     """What became of one outcome: status ``done``, ``ready``, ``dead`` or ``lost``
     (the fenced settle matched no row: another pool holds that attempt now)."""

@@ -129,19 +129,27 @@ class QueuePlan:
         return tuple(Share(q, quota[q]) for q in order)
 
 
+class _FirstAsk(Exception):
+    """Stops ``claim_in_shares`` at its first ask (``first_claim``)."""
+
+
 def first_claim(shares: Sequence[Share] | None, queues: Sequence[str],
                 n: int) -> tuple[str, int] | None:
     """The first ``(queue, want)`` that ``claim_in_shares`` asks for (None: it asks for
     none), whatever the claims answer: the claim a turn can send before it knows
-    anything (R66)."""
-    if n <= 0:
-        return None
-    if shares is None:
-        return (queues[0], n) if queues else None
-    for queue, quota in shares:
-        if min(quota, n) > 0:
-            return queue, min(quota, n)
-    return (shares[0][0], n) if shares else None
+    anything (R66). Read from ``claim_in_shares`` itself, stopped at that ask, so the
+    claim sent and the one the turn's answer is given to cannot drift apart."""
+    asked: list[tuple[str, int]] = []
+
+    def record(queue: str, want: int) -> int:
+        asked.append((queue, want))
+        raise _FirstAsk
+
+    try:
+        claim_in_shares(shares, queues, n, [], record)
+    except _FirstAsk:
+        pass
+    return asked[0] if asked else None
 
 
 def claim_in_shares(shares: Sequence[Share] | None, queues: Sequence[str], n: int,

@@ -42,8 +42,8 @@ from typing import Any, Callable, NamedTuple
 from jobpool import coroutines, events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
 from jobpool.errors import Interrupted, JobpoolError, StoreError
-from jobpool.lifecycle import (DEADLINE_PASSED, ERROR, FATAL, INTERRUPTED, RELEASE, UNSTARTED,
-                               Claimed, Outcome, Policy, Settled, settled_as)
+from jobpool.lifecycle import (ERROR, INTERRUPTED, RELEASE, UNSTARTED, Claimed, Outcome, Policy,
+                               Settled, chunk_ended_early, retired_at_its_turn, settled_as)
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Claimer, Store
 from jobpool.store.records import ProgressReport
@@ -232,7 +232,7 @@ class _Drain:
             if self.interrupted is not None:
                 raise self.interrupted
             if claimed:
-                rest = self.claimer.chunked.get(claimed[0].job_id, []) if self._chunks else []
+                rest = self.claimer.chunked.get(claimed[0].job_id, [])
                 ran += 1 + len(rest)
                 waiting_until = None
                 pending = self._chunk(claimed[0], rest, now)
@@ -293,18 +293,16 @@ class _Drain:
         outcome = self._attempt(head, now)
         for position, job in enumerate(rest):
             if self.interrupted is not None:
-                reason = (f"not started: its chunk ended early (the drain was interrupted: "
-                          f"{type(self.interrupted).__name__})")
+                reason = chunk_ended_early(
+                    f"the drain was interrupted: {type(self.interrupted).__name__}")
                 return [outcome, *(Outcome(j.job_id, j.attempt, UNSTARTED, reason)
                                    for j in rest[position:])]
             now = self._tick()
             settled, _claimed, expired = self.claimer.turn([outcome], 0, now, self.rng)
             self._report(settled, [outcome])
             self._report(expired, [])
-            if job.deadline is not None and job.deadline < now:
-                outcome = Outcome(job.job_id, job.attempt, FATAL, DEADLINE_PASSED)
-            else:
-                outcome = self._attempt(job, now)
+            outcome = (retired_at_its_turn(job.job_id, job.attempt, job.deadline, now)
+                       or self._attempt(job, now))
         return [outcome]
 
     def _next_due(self) -> float | None:

@@ -36,7 +36,6 @@ rollups and the metrics' counts.
 from __future__ import annotations
 
 import logging
-import math
 import selectors
 from typing import Any, Callable
 
@@ -86,8 +85,6 @@ class Pump:
         self._may_run = may_run
         #: How many turns the pump has run (the parity test asks that it ran).
         self.turns = 0
-        #: The earliest hard timeout (R20) of the jobs dispatched in this ``run``.
-        self._timeout_due = math.inf
 
     def run(self, until: float) -> bool:
         """Serve plain jobs until something else needs the general loop, at the latest
@@ -100,7 +97,7 @@ class Pump:
         loads = protocol.loads
         # Events cost their arguments only when somebody listens (R30): asked once.
         loud = events.logger.isEnabledFor(logging.INFO)
-        self._timeout_due = math.inf
+        next_deadline = slots.table.next_deadline
         while True:
             now = clock()
             if now >= until:
@@ -113,8 +110,8 @@ class Pump:
                     return True
                 if not self._may_run(now):
                     return False
-                if self._timeout_due < until:
-                    until = self._timeout_due  # R20: a job just dispatched times out first
+                # R20: a job running (one just dispatched among them) times out first
+                until = min(until, next_deadline())
             if not (state.pending or slots.busy_count()):
                 return False  # idle: the general loop waits for what comes
             ready = select(max(0.0, until - now))
@@ -165,8 +162,6 @@ class Pump:
         dispatch = self._slots.dispatch
         for slot, job in zip(free, claimed):
             dispatch(slot, job, now)
-            if now + job.timeout < self._timeout_due:
-                self._timeout_due = now + job.timeout  # the deadline the slot table holds
         if not want:
             return False
         state.want_claim = len(claimed) + len(expired) >= want

@@ -171,8 +171,7 @@ class Slots:
         (_tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring,
          strays) = message
         job = slot.job
-        if (retiring or strays or kind == core.INTERRUPTED or job is None
-                or job.job_id != job_id or job.attempt != attempt
+        if (retiring or strays or kind == core.INTERRUPTED or not slot.runs(job_id, attempt)
                 or slot.interrupting is not None or slot.killing is not None
                 or slot.progress is not None
                 or slot.stage is not None or slot.checkpointed or slot.queued
@@ -269,10 +268,9 @@ class Slots:
         queued = slot.queued
         while queued:
             job = queued.pop(0)  # type: ignore[union-attr]
-            if job.deadline is not None and job.deadline < now:
-                self.state.pending.append(Finished(
-                    Outcome(job.job_id, job.attempt, core.FATAL, lifecycle.DEADLINE_PASSED),
-                    0.0, job.queue))
+            retired = lifecycle.retired_at_its_turn(job.job_id, job.attempt, job.deadline, now)
+            if retired is not None:
+                self.state.pending.append(Finished(retired, 0.0, job.queue))
                 continue
             self.dispatch(slot, job, now)
             return
@@ -287,7 +285,7 @@ class Slots:
             why = slot.killing.partition("\n")[0]
         else:
             why = "its child exited"
-        reason = f"not started: its chunk ended early ({why})"
+        reason = lifecycle.chunk_ended_early(why)
         for job in slot.queued:
             self.state.pending.append(Finished(
                 Outcome(job.job_id, job.attempt, lifecycle.UNSTARTED, reason), 0.0, job.queue))

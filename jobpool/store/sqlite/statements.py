@@ -564,7 +564,8 @@ SELECT id FROM jobs WHERE name = ? AND key = ? AND status IN ('ready', 'running'
 #: R8/R9: one atomic statement inside BEGIN IMMEDIATE claims up to ``limit`` ready,
 #: due rows of one queue, in claim order (R7), for the names this supervisor knows.
 #: INDEXED BY pins the walk to the claim-order index: the planner otherwise may pick
-#: jobs_status and sort every ready row on each claim.
+#: an index of ready rows by status or by due time (``jobs_status_ids``,
+#: ``jobs_ready_due``) and sort every ready row on each claim.
 #: The attempt is spent here, at claim time. ``{names}`` is a fixed list of quoted
 #: literals built once per supervisor (see ``claim_sql``).
 CLAIM_TEMPLATE = f"""
@@ -1032,7 +1033,8 @@ WAITING_STEPS = "SELECT chain FROM jobs WHERE id = ?"
 
 def list_jobs(where: list[str], *, newest_first: bool, index: str | None = None) -> str:
     """R28: ``jobs list``: the ids through an index alone (``jobs_name``, ``jobs_queue``,
-    ``jobs_status``, or the table's id order with no filter), then those rows.
+    a status's own index, ``STATUS_INDEXES``, or the table's id order with no filter),
+    then those rows.
     ``where`` are conditions of named parameters; ``:limit`` bounds the rows;
     ``index``: the index the ids are read from (R47: the planner's choice otherwise)."""
     order = "id DESC" if newest_first else "id"
@@ -1100,7 +1102,6 @@ NEXT_READY = """
 SELECT min(run_at) FROM jobs INDEXED BY jobs_claim_order
  WHERE status = 'ready' AND name IN ({names}) AND queue IN ({queues})
 """
-COUNT_RUNNING = "SELECT count(*) FROM jobs INDEXED BY jobs_leases WHERE status = 'running'"
 
 
 # --- the dashboard (R29): read in one transaction by SQLiteStore.dashboard --------------
