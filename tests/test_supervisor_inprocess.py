@@ -161,11 +161,17 @@ def test_a_deadline_is_judged_on_the_pools_clock_at_claim(store, tmp_path):
 
 def test_each_way_back_to_ready_has_its_own_event_and_counter(store, tmp_path, pool_events):
     # R29a, R30: a Defer, a Reschedule and a shutdown release are not retries.
-    defer = store.enqueue("inproc.defers", str(tmp_path / "deferred")).id
-    resched = store.enqueue("inproc.reschedules", str(tmp_path / "rescheduled"), 2).id
-    # (a retry after 60 s of backoff: the pool's clock is 10 000 times the wall clock's)
+    # (a retry after 60 s of backoff: the pool's clock is 10 000 times the wall clock's,
+    # so each job's timeout is a day of it, 8.6 s of wall: with the default, a lease
+    # ran out in 33 ms of wall while a loaded machine still forked the child, R23 took
+    # the job back, and the retry this test counts became a lost lease)
+    day = 86_400.0
+    defer = store.enqueue_with("inproc.defers", args=[str(tmp_path / "deferred")],
+                               timeout=day).id
+    resched = store.enqueue_with("inproc.reschedules", args=[str(tmp_path / "rescheduled"), 2],
+                                 timeout=day).id
     start = time.time()
-    flaky = store.enqueue_with("inproc.flaky", max_attempts=2).id
+    flaky = store.enqueue_with("inproc.flaky", max_attempts=2, timeout=day).id
     pool = burst_pool(store.path, "inproc.defers", "inproc.reschedules", "inproc.flaky",
                       clock=lambda: start + (time.time() - start) * 10_000, wait_retries=3600)
     assert pool.run() == 0
