@@ -272,6 +272,16 @@ def _slot_views(pools: Sequence[Mapping[str, Any]], running: Sequence[tuple],
             yield _slot_view(index, extra, {}, left, now)
 
 
+def _waited(beat: Mapping[str, Any], most: float) -> float:
+    """R63: how long the beat's job waited in its chunk before it started (0 for a job
+    claimed on its own). R44: a pools row is data: anything but a number from 0 to
+    ``most`` (the row's whole time since its claim) reads as 0."""
+    waited = beat.get("waited")
+    if type(waited) not in (int, float) or not 0 <= waited <= most:
+        return 0.0
+    return float(waited)
+
+
 def _waiting_ids(beat: Mapping[str, Any]) -> list[int]:
     """R63: the ids a heartbeat's slot lists as its chunk's rows waiting behind its job.
     R44: a pools row is data: a list that is not of job ids reads as none."""
@@ -308,6 +318,9 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
         # Progress reaches the row at a heartbeat; this attempt has had none yet,
         # so what the row holds is the last report of an earlier attempt (R22).
         progress = stage = None
+    elif started is not None:
+        # R63: the row's started_at is its chunk's claim; it ran from its own start.
+        started += _waited(beat, now - started)
     stage = malformed or stage
     return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), job_id=job_id, name=name,
                     attempt=attempt, started=started,

@@ -36,6 +36,10 @@ def hold(n):
 """
 
 
+#: How long the first row of the chunk runs at least, so the next one waits that long.
+HELD = 1.5
+
+
 def _slots(store):
     return read_snapshot(store).slots
 
@@ -89,11 +93,23 @@ def test_a_slot_running_a_chunk_shows_its_waiting_rows_on_every_dashboard(make_a
             assert shown.count('class="job"') == 1, shown
             assert f'data-id="{ids[0]}"' in shown and '<td class="waiting">3</td>' in shown, shown
 
-        # The first row ends: the next row of the chunk runs in the slot, two behind it.
+        # The first row runs a while (HELD seconds at least since the chunk's claim) and
+        # ends: the next row of the chunk runs in the slot, two behind it.
+        claimed_at = store.get(ids[0])["started_at"]
+        wait_for(lambda: time.time() >= claimed_at + HELD, timeout=30)
         (app.dir / "go.0").touch()
         wait_for(lambda: (app.dir / "running.1").exists(), timeout=60)
         wait_for(lambda: [(s.job_id, s.waiting) for s in _slots(store)] == [(ids[1], 2)],
                  timeout=30)
+        # Once a heartbeat has seen it run, its time counts from its own start, not from
+        # the chunk's claim that the row's started_at records (the wait behind the first
+        # row is not its running time).
+        wait_for(lambda: store.pools()[0]["slots"][0]["job_id"] == ids[1], timeout=30)
+        (second,) = _slots(store)
+        row_started = store.get(ids[1])["started_at"]
+        assert row_started == claimed_at
+        assert second.started >= row_started + HELD, (second, row_started)
+        assert second.elapsed is not None and second.elapsed <= time.time() - row_started - HELD
         # The last row of the chunk runs with nothing behind it: no wait column.
         for n in (1, 2):
             (app.dir / f"go.{n}").touch()
@@ -145,5 +161,17 @@ def test_a_heartbeat_listing_waiting_rows_that_are_not_job_ids_shows_none(tmp_pa
         drawn = console.export_text()
         header = next(line for line in drawn.splitlines() if "progress" in line)
         assert "wait" not in _cells(header) and "script" not in drawn and "\x1b" not in drawn
+        # A slot's time waited in its chunk is read the same way: anything but a number
+        # from 0 to the row's time since its claim counts as no wait.
+        for waited in ("<script>x</script>", -5, 1e12, True, [1], float("nan")):
+            beat[0]["waited"] = waited
+            conn = sqlite3.connect(db, isolation_level=None)
+            try:
+                conn.execute("UPDATE pools SET slots = ? WHERE owner = ?",
+                             (json.dumps(beat), owner))
+            finally:
+                conn.close()
+            first_view = read_snapshot(store).slots[0]
+            assert first_view.started == now, (waited, first_view)
     finally:
         store.close()

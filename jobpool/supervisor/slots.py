@@ -40,7 +40,7 @@ class Slot:
 
     __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
                  "started", "progress", "stage", "progress_dirty", "retiring", "checkpointed",
-                 "interrupting", "interrupt_until", "cpu_reported", "queued")
+                 "interrupting", "interrupt_until", "cpu_reported", "queued", "claimed_at")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -65,6 +65,9 @@ class Slot:
         #: R63: the rows of its chunk that run after its job in its child, in order
         #: (claimed, not started: none of them runs until its turn).
         self.queued: list[Claimed] | tuple[()] = ()
+        #: When its job was claimed: ``started`` for a job of its own; for a row of a
+        #: chunk (R63), when the chunk's first row went to the child (its claim).
+        self.claimed_at = 0.0
 
     def runs(self, job_id: int, attempt: int) -> bool:
         """Whether this slot's child runs that very attempt now."""
@@ -272,7 +275,7 @@ class Slots:
             if retired is not None:
                 self.state.pending.append(Finished(retired, 0.0, job.queue))
                 continue
-            self.dispatch(slot, job, now)
+            self.dispatch(slot, job, now, in_chunk=True)
             return
         slot.queued = ()
 
@@ -364,11 +367,14 @@ class Slots:
         return frozenset(pids | self.other_children())
 
     def dispatch(self, slot: Slot, job: Claimed, now: float,
-                 rest: list[Claimed] | None = None) -> None:
+                 rest: list[Claimed] | None = None, in_chunk: bool = False) -> None:
         """Give a claimed job to the slot's idle child; ``rest``: the rows of its chunk,
-        run after it in the same child (R63)."""
+        run after it in the same child (R63); ``in_chunk``: the job is the next row of
+        the chunk the slot runs (claimed with its first row, not now)."""
         if rest:
             slot.queued = rest
+        if not in_chunk:
+            slot.claimed_at = now
         state = self.state
         state.rollups.claimed(job.name, now - job.run_at)
         if state.metrics is not None:
@@ -582,6 +588,9 @@ class Slots:
                           "job_id": job.job_id if job else None, "name": job.name if job else None,
                           "attempt": job.attempt if job else None,
                           "started": slot.started if job else None,
+                          # R63: how long a chunk's row waited behind the rows before
+                          # it, so a dashboard counts its time from its own start.
+                          "waited": round(slot.started - slot.claimed_at, 3) if job else None,
                           "timeout": job.timeout if job else None,
                           "progress": slot.progress, "stage": slot.stage,
                           "rss": procinfo.rss_bytes(slot.pid) if slot.proc else None,
