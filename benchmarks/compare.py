@@ -23,6 +23,9 @@ Workloads (sizes of a full run; ``--quick`` shrinks them and repeats once):
 * W1 drain: 10 000 ``noop(i)`` queued first, then 2 workers started; jobs/s from
   worker start until the counter reaches 10 000. jobpool is timed as the whole
   ``jobpool start --burst -q --procs 2`` process, exit included.
+* W1 drain, 8 procs (``w1-drain8``): the same with 8 workers (jobpool ``--procs 8``,
+  Huey ``-w 8``, Celery ``-c 8``, RQ 8, Dramatiq ``-p 8``) on the same 2 cores: how the
+  pool's overhead grows with more slots than cores, as users run CPU-bound pools.
 * W1 enqueue: 2 000 one-at-a-time enqueues of ``noop(i)``, no worker running:
   jobpool (durable default), jobpool ``durability="normal"``, raw SQLite
   (same schema and row, one transaction per row, WAL, synchronous FULL and
@@ -81,7 +84,7 @@ REDIS_PEERS = ("celery", "rq", "dramatiq")
 #: default batch of 10 and 20 concurrent jobs, procrastinate with 2 concurrent jobs.
 PG_PEERS = ("pgqueuer", "pgqueuer-batch", "procrastinate")
 SYSTEMS = ("jobpool",) + PEERS + PG_PEERS
-WORKLOADS = ("w1-drain", "w1-enqueue", "w1-bulk", "w2", "w3")
+WORKLOADS = ("w1-drain", "w1-drain8", "w1-enqueue", "w1-bulk", "w2", "w3")
 #: jobpool on the PostgreSQL store that ``--db`` names.
 JOBPOOL_PG = "jobpool-pg"
 #: jobpool on that store with ``?durability=normal`` (R26a; W1 drain only).
@@ -103,6 +106,7 @@ QUICK = dict(drain=1_000, cpu_jobs=40, cpu_ms=20.0, stamps=30, gap_ms=20.0, idle
 # metric key -> (title, unit, higher is better)
 METRICS = {
     "w1_drain": ("W1 drain {drain} noop jobs, 2 procs", "jobs/s", True),
+    "w1_drain8": ("W1 drain {drain} noop jobs, 8 procs", "jobs/s", True),
     "w1_single": ("W1 enqueue one at a time ({single})", "jobs/s", True),
     "w1_bulk": ("W1 bulk enqueue ({bulk} rows)", "rows/s", True),
     "w2_eff": ("W2 {cpu_jobs} × {cpu_ms:g} ms CPU jobs, 2 procs", "efficiency", True),
@@ -113,7 +117,7 @@ METRICS = {
     "w3_max": ("W3 pickup max", "ms", False),
     "w3_max_ret": ("W3 max from enqueue return", "ms", False),
 }
-METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
+METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_drain8": "w1-drain8", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
                    "w2_eff": "w2", "w2_wall": "w2", "w3_p50": "w3", "w3_p99": "w3",
                    "w3_p99_ret": "w3", "w3_max": "w3", "w3_max_ret": "w3"}
 ROW_ORDER = ("jobpool", JOBPOOL_PG, JOBPOOL_PG_NORMAL, "jobpool-normal", "sqlite-full",
@@ -525,17 +529,20 @@ class Harness:
 
     # workers ------------------------------------------------------------------------
 
-    def start_workers(self, system: str, log_name: str, burst: bool = False) -> list:
+    def start_workers(self, system: str, log_name: str, burst: bool = False,
+                      workers: int = 2) -> list:
+        """``system``'s workers: ``workers`` processes (or slots) in all."""
         bin_ = PEERS_VENV / "bin"
+        n = str(workers)
         if system in JOBPOOL_POOLS:
             cmd = [sys.executable, "-m", "jobpool", "start", "--app", "bench_jobs.jobpool_jobs",
-                   "--db", self.store_for(system), "--procs", "2", "-q"] + (["--burst"] if burst else [])
+                   "--db", self.store_for(system), "--procs", n, "-q"] + (["--burst"] if burst else [])
             return [self.procs.popen(cmd, env=self.env_for(system), log_name=log_name)]
         if system == "huey":
-            cmd = [bin_ / "huey_consumer", "bench_jobs.huey_jobs.huey", "-k", "process", "-w", "2",
+            cmd = [bin_ / "huey_consumer", "bench_jobs.huey_jobs.huey", "-k", "process", "-w", n,
                    "-q"]
         elif system == "celery":
-            cmd = [bin_ / "celery", "-A", "bench_jobs.celery_jobs", "worker", "-c", "2", "-P",
+            cmd = [bin_ / "celery", "-A", "bench_jobs.celery_jobs", "worker", "-c", n, "-P",
                    "prefork", "-Q", "bench", "-l", "WARNING", "--without-gossip",
                    "--without-mingle", "--without-heartbeat"]
         elif system == "rq":
@@ -544,13 +551,15 @@ class Harness:
                                            text=True).stdout
                 self.rq_pool = "worker-pool" in help_text
             if self.rq_pool:
-                cmd = [bin_ / "rq", "worker-pool", "-n", "2", "-u", self.redis_url, "-q", "bench"]
+                cmd = [bin_ / "rq", "worker-pool", "-n", n, "-u", self.redis_url, "-q", "bench"]
             else:
                 return [self.procs.popen([bin_ / "rq", "worker", "-u", self.redis_url, "-q",
                                           "bench"], env=self.env, log_name=log_name)
-                        for _ in range(2)]
+                        for _ in range(workers)]
         elif system == "dramatiq":
-            cmd = [bin_ / "dramatiq", "bench_jobs.dramatiq_jobs", "-p", "2", "-t", "1"]
+            cmd = [bin_ / "dramatiq", "bench_jobs.dramatiq_jobs", "-p", n, "-t", "1"]
+        elif workers != 2:
+            raise BenchError(f"{system} runs with 2 workers only here")
         elif system in ("pgqueuer", "pgqueuer-batch"):
             # BATCH_SIZE MAX_CONCURRENT_TASKS: jobs fetched per dequeue, asyncio tasks at once.
             sizes = ("1", "2") if system == "pgqueuer" else ("10", "20")
@@ -587,14 +596,15 @@ class Harness:
         for w in workers:
             self.procs.stop(w, grace=5.0)
 
-    def timed_drain(self, system: str, n: int, log_name: str) -> float:
-        """Workers started on a full queue; seconds until ``n`` jobs ran (jobpool: until
-        its ``--burst`` process exited)."""
+    def timed_drain(self, system: str, n: int, log_name: str, workers: int = 2) -> float:
+        """``workers`` workers started on a full queue; seconds until ``n`` jobs ran
+        (jobpool: until its ``--burst`` process exited)."""
         timeout = 120 + n * 0.1
-        workers = []
+        count, workers = workers, []
         try:
             t0 = time.perf_counter()
-            workers = self.start_workers(system, log_name, burst=(system in JOBPOOL_POOLS))
+            workers = self.start_workers(system, log_name, burst=(system in JOBPOOL_POOLS),
+                                         workers=count)
             if system in JOBPOOL_POOLS:
                 proc = workers[0]
                 counted = None
@@ -621,16 +631,20 @@ class Harness:
 
     # workloads ----------------------------------------------------------------------
 
-    def w1_drain(self, system: str) -> dict:
+    def w1_drain(self, system: str, workers: int = 2) -> dict:
         n = self.sizes["drain"]
+        metric = "w1_drain" if workers == 2 else f"w1_drain{workers}"
         self.reset(system)
         self.driver(system, "fill", "noop", n, 0, timeout=60 + n * 0.05)
         self.counted_s = None
-        seconds = self.timed_drain(system, n, f"{system}-w1-drain")
-        out = {"w1_drain": n / seconds}
+        seconds = self.timed_drain(system, n, f"{system}-{metric}", workers)
+        out = {metric: n / seconds}
         if self.counted_s:
-            out["w1_drain_until_counted"] = n / self.counted_s
+            out[f"{metric}_until_counted"] = n / self.counted_s
         return out
+
+    def w1_drain8(self, system: str) -> dict:
+        return self.w1_drain(system, workers=8)
 
     def w1_single(self, system: str) -> dict:
         n = self.sizes["single"]
@@ -814,6 +828,11 @@ def targets(results: dict, postgres: bool = False) -> list[str]:
     r = jp / peer if jp and peer else None
     line(f"W1 drain, jobpool ÷ best peer ({who})", f"{r:.2f}×" if r else None, "≥ 4×", r and r >= 4,
          "w1")
+    jp = med("w1_drain8", "jobpool")
+    peer, who = best_peer("w1_drain8")
+    if jp and peer:
+        lines.append(f"- W1 drain with 8 procs, jobpool ÷ best peer ({who}): {jp / peer:.2f}× "
+                     "(reported beside the 2-proc target, no target of its own)")
     jp, raw = med("w1_single", "jobpool"), med("w1_single", "sqlite-full")
     r = jp / raw if jp and raw else None
     line("W1 enqueue, durable jobpool ÷ raw SQLite FULL", f"{r:.2f}" if r else None, "≥ 0.90",
@@ -977,7 +996,7 @@ def main(argv=None) -> int:
 
         harness = Harness(procs, sizes, redis_url, loops, job_cpu, args.db)
         steps = plan(systems, workloads)
-        method = {"w1-drain": harness.w1_drain, "w1-enqueue": harness.w1_single,
+        method = {"w1-drain": harness.w1_drain, "w1-drain8": harness.w1_drain8, "w1-enqueue": harness.w1_single,
                   "w1-bulk": harness.w1_bulk, "w2": harness.w2, "w3": harness.w3}
         print(f"# {len(steps)} runs × {repeat} repeats; logs in {LOGS}", file=sys.stderr)
         for rep in range(repeat):
