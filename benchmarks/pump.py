@@ -1,12 +1,16 @@
 """R68: the supervisor's pump against its general loop, on the no-op drain.
 
-    .venv/bin/python benchmarks/pump.py [--jobs 20000] [--procs 2] [--repeat 5]
+    .venv/bin/python benchmarks/pump.py [--jobs 20000] [--procs 2] [--repeat 5] [--pump-only]
 
 Runs ``sqlite_floors.jobpool_drain`` (``jobpool start --burst -q`` over no-op jobs on a
 fresh store, in a forked process, start-up not timed) alternately with the pump on
 and with ``--no-pump``, and prints for each the jobs/s and the supervisor's own CPU
 per job (``RUSAGE_SELF``, its children's apart), median, min and max, then the
 ratios of the medians. Both runs use the same tree: what differs is only the loop.
+
+``--pump-only`` runs the pump alone: with ``PYTHONPATH=TREE`` it measures the jobpool of
+another checkout (the first line says which), so two trees are compared by running
+it alternately over each (an old tree against a new one's compiled turn, R68).
 """
 from __future__ import annotations
 
@@ -25,11 +29,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--pump-only", action="store_true",
+                        help="run the pump alone (to compare two trees, see above)")
     args = parser.parse_args()
-    runs: dict[str, list[dict[str, float]]] = {"pump": [], "general loop": []}
+    import jobpool
+    print(f"jobpool from {os.path.dirname(os.path.dirname(jobpool.__file__))}")
+    runs: dict[str, list[dict[str, float]]] = {"pump": []}
+    if not args.pump_only:
+        runs["general loop"] = []
     for _ in range(args.repeat):
         runs["pump"].append(jobpool_drain(args.jobs, args.procs))
-        runs["general loop"].append(jobpool_drain(args.jobs, args.procs, "--no-pump"))
+        if not args.pump_only:
+            runs["general loop"].append(jobpool_drain(args.jobs, args.procs, "--no-pump"))
     medians = {}
     print(f"{args.jobs} no-op jobs, --procs {args.procs}, {args.repeat} alternating runs each")
     for loop, results in runs.items():
@@ -38,7 +49,7 @@ def main() -> None:
             medians[loop, figure] = statistics.median(values)
             print(f"{loop:<13} {figure:<18} median {statistics.median(values):>8.1f}  "
                   f"min {min(values):>8.1f}  max {max(values):>8.1f}")
-    for figure in ("jobs_per_s", "supervisor_cpu_us"):
+    for figure in ("jobs_per_s", "supervisor_cpu_us") if not args.pump_only else ():
         print(f"pump / general loop, {figure}: "
               f"{medians['pump', figure] / medians['general loop', figure]:.3f}")
 

@@ -36,7 +36,7 @@ import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
 
 from jobpool.bounds import PRIORITY_MAX, PRIORITY_MIN
-from jobpool.lifecycle import Claimed, Lease
+from jobpool.lifecycle import Claimed, Lease, Settled
 from jobpool.store import row_codec
 from jobpool.store.row_codec import Decoded
 
@@ -241,6 +241,7 @@ cdef class _Prepared:
     (None for a positional ``?``)."""
     cdef sqlite3_stmt* st
     cdef tuple names
+    cdef bytes done_fields      # the compiled turn's field of each parameter (``_done_fields``)
 
     def __dealloc__(self):
         if self.st != NULL:
@@ -432,6 +433,114 @@ cdef class Connection:
         self._run(text, params, False, False)
         st = (<_Prepared>self._prepared[text]).st
         return 0 if sqlite3_stmt_readonly(st) else sqlite3_changes(self._db)
+
+    def plain_turn(self, str settle_text, str claim_text, owner, double now, double slack,
+                   queue, long long want, list done):
+        """R68: a whole turn whose every outcome is a success of a lease with no
+        follow-ups, stepped from here: ``BEGIN IMMEDIATE``, ``settle_text`` (the
+        driver's ``SETTLE_DONE``, which writes the success's attempt line into its row,
+        R61) bound straight from each ``(lease, outcome)`` pair of ``done``, then, when
+        ``want`` > 0, ``claim_text`` for up to ``want`` rows of ``queue``, then
+        ``COMMIT``. Returns ``(settled, decoded)``: a ``Settled`` per pair, in order
+        (``done``, or ``lost`` when the fenced update matched no row), and the claim's
+        rows as ``decode_claims`` answers them, in claim order (R7).
+
+        A row the C codec does not answer plainly (R44: the codec must read it), or
+        past its deadline (R10: retired, not run), would need the engine's own turn:
+        the transaction is rolled back, nothing applied, and the answer is None (the
+        engine then runs its turn). A failure raises with the transaction still open:
+        the caller rolls back (R26)."""
+        cdef _Prepared prepared = self._statement(settle_text)
+        cdef sqlite3_stmt* st = prepared.st
+        cdef const unsigned char* fields
+        cdef Py_ssize_t nfields, i
+        cdef int rc
+        cdef list settled = []
+        cdef list decoded = []
+        if prepared.done_fields is None:
+            prepared.done_fields = _done_fields(prepared.names)
+        fields = <const unsigned char*>PyBytes_AS_STRING(prepared.done_fields)
+        nfields = len(prepared.done_fields)
+        self._run("BEGIN IMMEDIATE", (), False, False)
+        for lease, outcome in done:
+            if not (isinstance(lease, tuple) and isinstance(outcome, tuple)):
+                raise TypeError("plain_turn takes (Lease, Outcome) pairs")
+            try:
+                for i in range(nfields):
+                    value = _done_value(fields[i], <tuple>lease, <tuple>outcome, owner, now)
+                    rc = _bind_value(st, <int>i + 1, value)
+                    if rc != SQLITE_OK:
+                        raise _db_error(self._db)
+                with nogil:
+                    rc = sqlite3_step(st)
+                if rc != SQLITE_DONE:
+                    raise _db_error(self._db)
+                changed = sqlite3_changes(self._db)
+            finally:
+                sqlite3_reset(st)
+                sqlite3_clear_bindings(st)
+            job_id, name, attempt = (<tuple>lease)[0], (<tuple>lease)[1], (<tuple>lease)[2]
+            settled.append(_record(Settled, (job_id, name, attempt, "done", None)) if changed == 1
+                           else _record(Settled, (job_id, name, attempt, "lost", "lease lost")))
+        if want > 0:
+            found = self._run(claim_text, {"owner": owner, "now": now, "slack": slack,
+                                           "queue": queue, "limit": want}, True, True)
+            for row in found:
+                item = _plain_claim(row, queue, now, 0.0)
+                if item is None or ((<tuple>item)[1].deadline is not None
+                                    and (<tuple>item)[1].deadline < now):
+                    self._run("ROLLBACK", (), False, False)
+                    return None
+                decoded.append(item)
+            if len(decoded) > 1:
+                decoded.sort(key=_claim_order)
+        self._run("COMMIT", (), False, False)
+        return settled, decoded
+
+
+# -- the compiled turn's settle (R68) ----------------------------------------------------
+
+cdef enum:
+    FROM_OUTCOME = 16   # a field code from here on is ``Outcome``'s field (code - 16)
+    OWNER = 40          # the turn's owner
+    NOW = 41            # the turn's now
+    NOTHING = 42        # NULL
+
+#: Each parameter ``SETTLE_DONE`` may name, and where ``plain_turn`` takes its value:
+#: the same values ``SqliteDriver.settle`` binds for a success (``decide`` gives a
+#: success no reason, its own crash count, and no delay). Below ``FROM_OUTCOME``, a
+#: field of the ``Lease`` (job_id 0, attempt 2, crashes 4); from it, of the ``Outcome``
+#: (result 5, pid 6, exit_status 7, peak_rss 8, cpu_s 9, strays 10).
+_DONE_FIELDS = {"id": 0, "attempt": 2, "crashes": 4, "result": FROM_OUTCOME + 5,
+                "pid": FROM_OUTCOME + 6, "exit_status": FROM_OUTCOME + 7,
+                "peak_rss": FROM_OUTCOME + 8, "cpu_s": FROM_OUTCOME + 9,
+                "strays": FROM_OUTCOME + 10, "owner": OWNER, "now": NOW, "run_at": NOW,
+                "error": NOTHING}
+
+
+cdef bytes _done_fields(tuple names):
+    """The field code of each parameter of the settle's text, in order; a parameter the
+    compiled turn does not know is an error (never a value left unbound)."""
+    codes = []
+    for name in names:
+        code = _DONE_FIELDS.get(name)
+        if code is None:
+            raise SqliteError(f"the compiled turn binds no parameter {name!r}", SQLITE_RANGE)
+        codes.append(code)
+    return bytes(codes)
+
+
+cdef inline object _done_value(unsigned char code, tuple lease, tuple outcome, object owner,
+                               double now):
+    if code < FROM_OUTCOME:
+        return lease[code]
+    if code < OWNER:
+        return outcome[code - FROM_OUTCOME]
+    if code == OWNER:
+        return owner
+    if code == NOW:
+        return now
+    return None
 
 
 # -- the claim's codec (R44), accelerated ---------------------------------------------------

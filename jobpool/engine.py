@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, EXPIRED, FATAL,
+from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, DONE, EXPIRED, FATAL,
                                OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, claim_in_shares, first_claim
@@ -80,6 +80,11 @@ class Claimer:
         #: R66: how the driver sends a turn and leaves it in flight; None: its turns
         #: run whole (SQLite's).
         self._begin_turn = getattr(driver, "begin_turn", None)
+        #: R68: how the driver runs a plain turn whole in compiled code (the compiled
+        #: SQLite driver's ``plain_turn``); None: every turn is this module's.
+        self._plain_turn = getattr(driver, "plain_turn", None)
+        #: How many turns ``plain_turn`` answered (the parity tests ask that it ran).
+        self.plain_turns = 0
         driver.serve(owner, self._names, self.policies)
 
     @property
@@ -128,6 +133,10 @@ class Claimer:
         self.token_wait = None
         if not outcomes and n <= 0:
             return [], claimed, []
+        if self._plain_turn is not None and self._limits is None and not self._chunks:
+            plain = self._turn_plain(outcomes, n, now, shares)
+            if plain is not None:
+                return plain
         taken: list[int] = []
         leases: dict[int, Lease] = {}
         chunked: dict[int, list[Claimed]] = {}
@@ -152,6 +161,48 @@ class Claimer:
         self._inflight.update(leases)
         self.chunked = chunked
         return settled, claimed, expired
+
+    def _turn_plain(self, outcomes: Sequence[Outcome], n: int, now: float,
+                    shares: Sequence[Share] | None
+                    ) -> tuple[list[Settled], list[Claimed], list[Settled]] | None:
+        """R68: ``turn`` through the driver's ``plain_turn`` (the compiled SQLite
+        driver's, stepped in C), for a turn it gives the same answer to: every outcome
+        a success (``decide``: done, no reason, its crash count kept) of an attempt
+        this claimer holds, with no follow-ups (R12, R34, R35), and a claim from one
+        queue (``claim_in_shares`` asks it for all ``n``). None: the turn is not
+        plain, or the driver met a row only this turn reads (R10, R44) and applied
+        nothing; ``turn`` then runs its own."""
+        inflight = self._inflight
+        done = []
+        for outcome in outcomes:
+            lease = inflight.get(outcome[0])
+            if (lease is None or lease.attempt != outcome[1] or outcome[2] != DONE
+                    or lease.follow_ups):
+                return None
+            done.append((lease, outcome))
+        if n <= 0:
+            queue = ""
+        elif shares is None:
+            if len(self.queues) != 1:
+                return None
+            queue = self.queues[0]
+        elif len(shares) == 1 and shares[0].quota >= n:
+            queue = shares[0].queue
+        else:
+            return None
+        answer = self._plain_turn(now, done, queue, n)
+        if answer is None:
+            return None
+        self.plain_turns += 1
+        settled, decoded = answer
+        for lease, _outcome in done:
+            inflight.pop(lease.job_id, None)
+        claimed = []
+        for lease, job, _priority, _line_at in decoded:
+            inflight[job.job_id] = lease
+            claimed.append(job)
+        self.chunked = {}
+        return settled, claimed, []
 
     def _settle_outcomes(self, turn: Turn, outcomes: Sequence[Outcome], rng: Any,
                          taken: list[int]) -> list[Answer]:

@@ -117,7 +117,7 @@ def random_outcome(rng, job_id, attempt):
     return Outcome(job_id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)
 
 
-def run(compiled, seed, tmpdir, steps=300, njobs=120):
+def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES):
     tmp = tempfile.mkdtemp(prefix="jp_parity_", dir=tmpdir)
     paths = {}
     for impl in ("pure", "compiled"):
@@ -125,9 +125,9 @@ def run(compiled, seed, tmpdir, steps=300, njobs=120):
         make_store(paths[impl], seed, njobs)
     from jobpool.store.sqlite.compiled import CompiledSqliteDriver
     cores = {
-        "pure": SqliteClaimer(paths["pure"], "sup-1", NAMES, QUEUES, POLICIES,
+        "pure": SqliteClaimer(paths["pure"], "sup-1", NAMES, queues, POLICIES,
                               driver=SqliteDriver, busy_timeout=0.05),
-        "compiled": SqliteClaimer(paths["compiled"], "sup-1", NAMES, QUEUES, POLICIES,
+        "compiled": SqliteClaimer(paths["compiled"], "sup-1", NAMES, queues, POLICIES,
                                   driver=CompiledSqliteDriver, busy_timeout=0.05),
     }
     rngs = {impl: random.Random(seed * 7 + 1) for impl in cores}
@@ -230,6 +230,9 @@ def run(compiled, seed, tmpdir, steps=300, njobs=120):
         else:
             both("inflight", "__getattribute__", "inflight")
 
+    # R68: how many turns the compiled driver stepped whole in C (the pure one has none).
+    assert cores["pure"].plain_turns == 0
+    stats["plain_turns"] = cores["compiled"].plain_turns
     for core in cores.values():
         core.close()
     dp, dc = dump(paths["pure"]), dump(paths["compiled"])
@@ -252,6 +255,18 @@ def test_the_compiled_driver_matches_the_pure_one(compiled_core, seed, tmp_path)
     assert sum(v for k, v in stats.items() if k.startswith("settled:")) > 50
     assert {"done", "error"} <= set(outcomes)
     assert {"done", "ready"} <= set(statuses)
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compiled_plain_turn_matches_the_engines_turn(compiled_core, seed, tmp_path):
+    # R68: with one queue, a claim, and a settle of successes only, runs whole in C
+    # (``plain_turn``); the engine's own turn takes every other one, and a turn whose
+    # claim meets a row past its deadline (R10) or one the codec must read (R44).
+    stats, outcomes, statuses = run(compiled_core, seed + 10, tmp_path, queues=("a",))
+    assert stats["plain_turns"] > 30, stats
+    assert stats["claimed"] > 30
+    assert {"done", "error"} <= set(outcomes)
 
 
 def test_the_compiled_core_shares_pythons_libsqlite3(compiled_core):

@@ -130,7 +130,15 @@ def _series(pool: Supervisor) -> list[str]:
                                       "jobpool_job_run_seconds_count")))
 
 
-def _run(where: Path, pump: bool, metrics: str | None = None) -> tuple:
+def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "compiled") -> tuple:
+    """One run of the workload; ``driver``: the SQLite driver its claimer uses (the
+    compiled one steps a plain turn in C, R68; the pure one is the reference)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("jobpool.core.NAME", driver)
+        return _run_with(where, pump, metrics)
+
+
+def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
     global MARKERS
     where.mkdir()
     MARKERS = where
@@ -155,19 +163,31 @@ def _run(where: Path, pump: bool, metrics: str | None = None) -> tuple:
     return pool, (*_rows(path), _series(pool)), handler.seen
 
 
+@pytest.mark.c_extension
 @pytest.mark.parametrize("metrics", [None, "127.0.0.1:0"])
-def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(tmp_path,
-                                                                               metrics):
-    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, metrics)
-    general, general_rows, general_events = _run(tmp_path / "general", False, metrics)
+def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(
+        compiled_core, tmp_path, metrics):
+    # Three roads (R68): the pump over the compiled driver (its plain turns
+    # stepped in C), the pump over the pure driver, and the general loop over the pure
+    # driver, the reference, where every turn is the engine's Python.
+    compiled, compiled_rows, compiled_events = _run(tmp_path / "compiled", True, metrics)
+    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, metrics, "pure")
+    general, general_rows, general_events = _run(tmp_path / "general", False, metrics, "pure")
     assert bool(pumped_rows[-1]) == bool(metrics)  # with --metrics, the series compared too
     assert general.pump is None and general.pump_off == "turned off"
-    assert pumped.pump_off is None
-    # The pump served the plain jobs' turns (most of the 33 claims).
+    assert pumped.pump_off is None and compiled.pump_off is None
+    # The pump served the plain jobs' turns (most of the 33 claims), and on the
+    # compiled driver most of them were stepped in C; never on the pure one.
     assert pumped.pump.turns >= 15, pumped.pump.turns
-    assert pumped_rows == general_rows
-    assert pumped.counters == general.counters
-    assert pumped_events == general_events
+    assert compiled.pump.turns >= 15, compiled.pump.turns
+    assert compiled.core.plain_turns >= 15, compiled.core.plain_turns
+    assert pumped.core.plain_turns == 0 and general.core.plain_turns == 0
+    for road, rows, counters, seen in (
+            ("pump, pure driver", pumped_rows, pumped.counters, pumped_events),
+            ("pump, compiled driver", compiled_rows, compiled.counters, compiled_events)):
+        assert rows == general_rows, road
+        assert counters == general.counters, road
+        assert seen == general_events, road
     # And the workload did what it says: a sanity check of the reference itself.
     assert general.counters["completed"] == 32 and general.counters["dead"] == 3
     assert general.counters["retried"] == 1 and general.counters["deferred"] == 1

@@ -209,6 +209,12 @@ class Driver(Protocol):
         """``body`` in one transaction (a reclaim), then its answers read."""
         ...
 
+    # Optional, found by ``getattr``: ``plain_turn(now, done, queue, want)``, a whole
+    # turn of successes (``(lease, outcome)`` pairs of leases with no follow-ups) and
+    # one queue's claim, answered as ``(settled, decoded)`` or None with nothing
+    # applied when the engine must run that turn itself (R68: the compiled SQLite
+    # driver's, stepped in C); and ``begin_turn``/``finish_turn``, a turn in flight (R66).
+
     def lease_owners(self) -> list[str]:
         ...
 

@@ -1,15 +1,27 @@
 """The compiled SQLite driver: ``SqliteDriver`` over the C connection of
-``jobpool/_core.pyx``, with the claim's codec (R44) answered in C.
+``jobpool/_core.pyx``, with the claim's codec (R44) answered in C, and the plain
+turn (R68) stepped in C.
 
 Only the road to SQLite is compiled; every statement, transaction and follow-up is
-the pure driver's own code, so the two cannot drift. Importing this module fails
+the pure driver's own code, so the two cannot drift. The plain turn runs the pure
+driver's own texts (``SETTLE_DONE`` and the claim), bound from the leases and
+outcomes in C; the engine offers it only a turn whose every outcome is a success of
+a lease it holds with no follow-ups, and takes its own turn whenever it answers None
+(tests/test_parity.py and tests/test_pump.py hold the two roads equal). Importing this module fails
 (``ImportError``) where the extension is not built, or links a libsqlite3 other than
 the one Python's ``sqlite3`` loaded (R42); ``claimer.driver_class`` then takes the
 pure driver.
 """
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
+
 from jobpool import _core
+from jobpool.errors import StoreError
+from jobpool.lifecycle import LEASE_SLACK, Lease, Outcome, Settled
+from jobpool.store.row_codec import Decoded
+from jobpool.store.sqlite import statements as sql
 from jobpool.store.sqlite.driver import SqliteDriver
 
 
@@ -19,3 +31,21 @@ class CompiledSqliteDriver(SqliteDriver):
     name = "compiled"
     connection = _core.Connection
     decode_claims = staticmethod(_core.decode_claims)
+
+    def plain_turn(self, now: float, done: Sequence[tuple[Lease, Outcome]], queue: str,
+                   want: int) -> tuple[list[Settled], list[Decoded]] | None:
+        """R68: settle ``done`` (successes of leases with no follow-ups) and claim up to
+        ``want`` rows of ``queue`` in one transaction stepped in C
+        (``_core.Connection.plain_turn``): ``(settled, decoded)``, or None, with
+        nothing applied, when a claimed row needs the engine's own turn (R10, R44). A
+        failure rolls back and raises ``StoreError`` with nothing applied (R26)."""
+        self.now = now
+        db = self._db
+        try:
+            return db.plain_turn(sql.SETTLE_DONE, self._claim_sql, self.owner, now,
+                                       LEASE_SLACK, queue, want, done)
+        except BaseException as exc:
+            self._rollback()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"turn failed: {exc}") from exc
+            raise
