@@ -22,7 +22,6 @@ reused by then (or, for libpq, send a goodbye over the parent's socket).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import weakref
 from typing import Any, Iterable, Protocol
@@ -39,7 +38,10 @@ _abandoned: list[Any] = []
 
 _libc: Any = None
 try:
-    _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The process's own symbols, libc's among them (as proctree reads prctl): asking
+    # ctypes.util.find_library instead runs ldconfig in a subprocess, about 10 ms at
+    # every import of this module, in every process that opens a store.
+    _libc = ctypes.CDLL(None, use_errno=True)
     _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
     _libc.munmap.restype = ctypes.c_int
 except (OSError, AttributeError):  # not a libc we can call: mappings stay (see unmap_store_files)

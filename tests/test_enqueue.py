@@ -291,6 +291,23 @@ def test_a_sqlite_producer_and_pool_load_no_asyncio_and_no_psycopg(tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+def test_a_producer_starts_no_process_to_import_jobpool_open_a_store_and_enqueue(tmp_path):
+    # Importing the library and enqueueing run no program (ctypes' find_library ran
+    # ldconfig at every import of the fork-safety module: ~10 ms of every process's
+    # start, and a fork inside the user's own, maybe threaded, application).
+    import subprocess
+    import sys
+    code = ("import sys; started = []\n"
+            "sys.addaudithook(lambda event, args: started.append(event) if event in "
+            "('subprocess.Popen', 'os.posix_spawn', 'os.fork', 'os.exec', 'os.system') "
+            "else None)\n"
+            "import jobpool\n"
+            f"s = jobpool.connect({str(tmp_path / 's.db')!r}); s.enqueue('x.y', 1); s.close()\n"
+            "print(started)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_a_handle_asks_the_store_that_made_it_and_one_without_says_so(sqlite_store):
     # A handle never guesses the default store: job 1 of another store is not this one.
     from jobpool import Handle
