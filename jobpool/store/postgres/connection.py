@@ -299,7 +299,7 @@ def ensure_schema(conn: Any, target: Target, *, create: bool, upgrade: bool) -> 
         # written labelled stores with it before its step was whole (revision 11
         # without ``jobs.waited``), and every step is written to be run twice.
         for step in range(max(revision, min(pg_sql.STEPS)), current + 1):
-            for statement in pg_sql.STEPS[step]:
+            for statement in pg_sql.STEPS.get(step, ()):
                 conn.execute(statement)
         _write_revision(conn)
 
