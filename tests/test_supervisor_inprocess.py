@@ -89,6 +89,19 @@ def buries_its_pool(store_url, marker_dir):
     (here / "finished-1").write_text("x")
 
 
+@jobpool.job(name="inproc.waits_for_sweeps")
+def waits_for_sweeps(store_url):
+    """Keeps its pool up until no done row is left in the store (a minute at most)."""
+    store = jobpool.connect(store_url)
+    try:
+        for _ in range(600):
+            if store.stats()["done"] == 0:
+                return
+            time.sleep(0.1)
+    finally:
+        store.close()
+
+
 class Events(logging.Handler):
     """The pool's events (R30), as (name, fields)."""
 
@@ -335,3 +348,32 @@ def test_a_pool_claims_nothing_before_a_heartbeat_registered_it(store, tmp_path)
     assert pool.run() == 0
     assert beats[:2] == [False, True] and claims_before_a_beat == []
     assert out.read_text() == "after a beat\n"
+
+
+def test_a_sweep_that_takes_a_full_batch_comes_again_at_the_next_heartbeat(store, tmp_path):
+    # R32: 1 200 done rows past their result_ttl, more than one sweep's batch (500)
+    from jobpool.supervisor.operations import SWEEP_EVERY
+    store.enqueue_many("inproc.old", [(i,) for i in range(1200)])
+    store.conn.execute("UPDATE jobs SET status = 'done', attempts = 1, started_at = 1, "
+                       "finished_at = 2 WHERE name = 'inproc.old'")
+    store.enqueue("inproc.waits_for_sweeps", str(store.path))
+    sweeps: list[tuple[float, int]] = []
+
+    class Watched:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def sweep(self, now, **limits):
+            removed = store.sweep(now, **limits)
+            sweeps.append((now, removed))
+            return removed
+    config = PoolConfig(db=store.path, procs=1, burst=True,
+                        names=("inproc.waits_for_sweeps",), poll_interval=0.05)
+    # When a pool runs while they are there
+    assert Supervisor(config, store=Watched()).run() == 0
+    # Then its sweeps took them a batch at a time, each after a full batch at the next
+    # heartbeat (a second later) rather than SWEEP_EVERY later, and none is left
+    assert [removed for _, removed in sweeps[:3]] == [500, 500, 200]
+    assert all(later - earlier < SWEEP_EVERY
+               for (earlier, _), (later, _) in zip(sweeps, sweeps[1:3]))
+    assert store.stats()["done"] == 1

@@ -32,6 +32,10 @@ PERIODIC_RETRY = 60.0
 
 #: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
 SWEEP_EVERY = 10.0
+#: R32: a sweep that removed at least this many rows took a whole batch of some kind
+#: (each store deletes up to 500 rows of each a sweep): more may be due, so the pool
+#: sweeps again at its next heartbeat rather than SWEEP_EVERY later.
+SWEEP_BATCH = 500
 
 
 class Operations:
@@ -137,10 +141,13 @@ class Operations:
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY
             try:
-                self.store.sweep(now, result_ttl=self.config.result_ttl,
-                                 dead_letter_limit=self.config.dead_letter_limit)
+                removed = self.store.sweep(now, result_ttl=self.config.result_ttl,
+                                           dead_letter_limit=self.config.dead_letter_limit)
             except StoreError as exc:
                 log.debug("retention sweep skipped: %s", exc)
+            else:
+                if removed >= SWEEP_BATCH:
+                    self._next_sweep = now  # behind: the next beat sweeps again (R32)
         if requests.stop:
             self.request_stop()
         if requests.procs is not None:

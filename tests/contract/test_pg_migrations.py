@@ -86,6 +86,41 @@ def test_the_running_rows_expiry_index_is_dropped_and_leases_are_still_reclaimed
     store.close()
 
 
+def test_a_revision_12_store_gets_the_cancel_index_and_a_cancel_still_reaches_its_pool(pg_url):
+    """R31 (revision 14): a store made before ``jobs_cancels`` gains it when a writer
+    opens it, and a cancel asked before the upgrade still reaches the pool running the
+    job through it; an expired lease is still taken back (R23)."""
+    step = next(n for n, statements in pg_sql.STEPS.items()
+                if pg_sql.CREATE_CANCEL_INDEX in statements)
+    store = jobpool.connect(pg_url)
+    expired = store.enqueue("c.job")
+    cancelled = store.enqueue("c.job")
+    store.close()
+    _meta(pg_url, "DROP INDEX jobs_cancels",
+          f"UPDATE jobpool_meta SET value = '{step - 2}' WHERE key = 'revision'",
+          "UPDATE jobs SET status = 'running', lease_owner = 'gone-host:1:1', attempts = 1, "
+          f"started_at = 1, lease_expires_at = 2 WHERE id = {expired.id}",
+          "UPDATE jobs SET status = 'running', lease_owner = 'host:1:1', attempts = 1, "
+          f"started_at = 1, lease_expires_at = 1e12, cancel_requested = 1 "
+          f"WHERE id = {cancelled.id}")
+    assert "jobs_cancels" not in _indexes(pg_url)
+    store = jobpool.connect(pg_url)
+    try:
+        assert _meta(pg_url)["revision"] == pg_sql.SCHEMA_VERSION
+        assert {"jobs_owners", "jobs_cancels"} <= _indexes(pg_url)
+        claimer = store.claimer("host:1:1", ("c.job",), ("default",), {})
+        assert [settled[0] for settled in claimer.reclaim(time.time())] == [expired.id]
+        claimer.close()
+        assert store.get(expired.id)["status"] == "ready"
+        schema = pg_url.rsplit("schema=", 1)[1]
+        with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {schema}")
+            assert conn.execute(pg_sql.CANCELS_FOR_OWNER,
+                                {"owner": "host:1:1"}).fetchall() == [(cancelled.id, 1)]
+    finally:
+        store.close()
+
+
 def test_a_revision_8_store_gets_the_chain_indexes_and_lists_a_chain(pg_url):
     """R47: a writer upgrading a revision 8 store adds the chain indexes of ``jobs`` and
     ``finished_jobs``; a chain's steps in either table are listed in order."""

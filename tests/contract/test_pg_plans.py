@@ -35,7 +35,7 @@ ROWS = 100_000
 BIG = {"jobs", "finished_jobs", "attempts"}
 #: Partial indexes of running rows only: as many as the pools have slots, so a walk of
 #: one without a condition is no walk of the backlog (``pg_sql.CREATE_OWNER_INDEX``).
-RUNNING_ONLY = {"jobs_owners"}
+RUNNING_ONLY = {"jobs_owners", "jobs_cancels"}
 #: Indexes of one finished status's rows in id order (revision 11): a walk of one is
 #: the range of that status, as a ``(status, id)`` index's with the status its condition.
 STATUS_ONLY = {"finished_jobs_done", "finished_jobs_dead"}
@@ -252,6 +252,35 @@ def test_no_hot_statement_reads_a_whole_table_under_its_generic_plan(filled):
     finally:
         conn.close()
     assert read_whole == {}
+
+
+def rows_read(plan: dict) -> int:
+    """Every row the scans of ``plan`` (run with ANALYZE) read: those they returned,
+    those their filters threw away, and their index rechecks'."""
+    own = 0
+    if "Relation Name" in plan:
+        own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
+               + plan.get("Rows Removed by Index Recheck", 0))
+    return own + sum(rows_read(child) for child in plan.get("Plans", ()))
+
+
+def test_the_heartbeats_look_for_cancels_reads_only_what_it_finds(filled):
+    """R31 (revision 14): a pool's heartbeat looks for the cancels asked of its jobs
+    through the running rows a cancel was asked for, not every running row of the
+    pool: here 200 run (50 of them this pool's), none asked to stop, so it reads no
+    row at all (through ``jobs_owners``, as revisions 7-13 did, it read those 50)."""
+    target = parse_url(filled)
+    conn = open_connection(target)
+    try:
+        params = {"owner": OWNER}
+        plan = generic_plan(conn, pg_sql.CANCELS_FOR_OWNER, params, analyze=True)
+        assert whole_reads(plan) == []
+        assert rows_read(plan) == 0, plan
+        # And it finds a cancel once one is asked for
+        conn.execute(pg_sql.REQUEST_CANCEL, {"id": 12})
+        assert conn.execute(pg_sql.CANCELS_FOR_OWNER, params).fetchall() == [(12, 1)]
+    finally:
+        conn.close()
 
 
 def _nested_plans(conn) -> list[dict]:

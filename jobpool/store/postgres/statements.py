@@ -52,7 +52,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "12"
+SCHEMA_VERSION = "14"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -190,11 +190,20 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_live_key ON jobs (name, key) WHERE key IS
 """
 #: R23, R24: a dead owner's leases, and expired leases by a walk of the running rows
 #: only (as many as the pools have slots), without a scan of the backlog. One index
-#: where revisions 1-6 had two: every claim writes an entry in each (issue 25).
+#: where revisions 1-6 had two: every claim writes an entry in each (issue 25). Kept
+#: by revision 14 over one by lease end (BENCHMARKS.md): under the claimer's generic
+#: plans a turn's settles find their rows through it by owner.
 CREATE_OWNER_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_owners ON jobs (lease_owner) WHERE status = 'running'
 """
 DROP_LEASE_INDEX = "DROP INDEX IF EXISTS jobs_leases"
+#: R31 (revision 14): running rows a cancel was asked for, by owner: the heartbeat's
+#: look for its own (``CANCELS_FOR_OWNER``) reads only those. A claim writes no entry
+#: here (a row is claimed with ``cancel_requested = 0``); a cancel one.
+CREATE_CANCEL_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_cancels ON jobs (lease_owner)
+ WHERE status = 'running' AND cancel_requested = 1
+"""
 #: Listings and retention of finished rows by age (R32).
 CREATE_FINISHED_INDEX = """
 CREATE INDEX IF NOT EXISTS finished_jobs_status ON finished_jobs (status, finished_at)
@@ -680,7 +689,7 @@ STATUS_SCHEMA = (
     " WHERE status = 'ready' AND run_at IS NOT NULL")
 
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
-          CREATE_OWNER_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
+          CREATE_OWNER_INDEX, CREATE_CANCEL_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
           *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA, CREATE_WITH_PREVIOUS_FUNCTION,
@@ -730,6 +739,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     # a batch's results read by page through ``finished_jobs_batch_ids`` too).
     12: (*STATUS_SCHEMA, CREATE_MEMBERS_INDEX, CREATE_FINISHED_MEMBERS_INDEX,
          DROP_OLD_MEMBERS_INDEXES),
+    # R31 (issue 25): the running rows a cancel was asked for.
+    14: (CREATE_CANCEL_INDEX,),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
