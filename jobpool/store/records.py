@@ -16,6 +16,10 @@ from jobpool.rollups import Rollup
 DEAD_LETTER_LIMIT = 10_000
 #: R32: how long done rows (and their results) are kept, seconds.
 RESULT_TTL = 24 * 3600.0
+#: R32: the most rows of one kind a sweep deletes, in a transaction of their own (each
+#: store's retention), so it never holds locks for long; a sweep that deleted this many
+#: may have left more, and its pool sweeps again at its next heartbeat.
+SWEEP_BATCH = 500
 
 
 class ProgressReport(NamedTuple):

@@ -21,7 +21,7 @@ from jobpool.limits import LimitPlan
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
 from jobpool.store.limit_store import describe, plan_from_rows
-from jobpool.store.records import Heartbeat, ProgressReport
+from jobpool.store.records import SWEEP_BATCH, Heartbeat, ProgressReport
 from jobpool.supervisor.slots import Slots, progress_reports
 from jobpool.supervisor.state import PoolState
 
@@ -32,10 +32,6 @@ PERIODIC_RETRY = 60.0
 
 #: How often the pool sweeps expired done rows and surplus dead rows (R32), seconds.
 SWEEP_EVERY = 10.0
-#: R32: a sweep that removed at least this many rows took a whole batch of some kind
-#: (each store deletes up to 500 rows of each a sweep): more may be due, so the pool
-#: sweeps again at its next heartbeat rather than SWEEP_EVERY later.
-SWEEP_BATCH = 500
 
 
 class Operations:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
 
 from jobpool.store.postgres import statements as pg_sql
+from jobpool.store.records import SWEEP_BATCH as BATCH
 if TYPE_CHECKING:
     from jobpool.store.postgres.store import PostgresStore
 
@@ -17,8 +18,6 @@ try:
 except ImportError:  # pragma: no cover - the store refused to open first
     psycopg = None  # type: ignore[assignment]
 
-#: Rows deleted per transaction by a purge, so it never holds locks for long.
-BATCH = 500
 
 
 class PgDeadLetters:

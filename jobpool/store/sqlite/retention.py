@@ -12,10 +12,7 @@ from typing import Any, Callable, Iterable, List, Protocol  # List: a method her
 
 from jobpool.errors import JobNotFound
 from jobpool.store.sqlite import statements as sql
-from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL
-
-#: Rows deleted per transaction.
-BATCH = 500
+from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL, SWEEP_BATCH as BATCH
 
 
 class Session(Protocol):
