@@ -14,15 +14,21 @@
   still sees the producer's trace id. Its attributes say the job's id, attempt,
   queue and outcome; a failure records its exception and an error status.
 
-Nothing of OpenTelemetry is imported until a process first enqueues or runs a job,
-and never where the API is not installed: ``importlib.util.find_spec`` answers that
-once per process. A job with no context and a process with no SDK configured skip
-the span altogether, so a pool with only the API installed pays a check per job.
+Nothing of OpenTelemetry is imported where the API is not installed
+(``importlib.util.find_spec`` answers that once per process), and a producer never
+imports it: a span can only be current where the application itself has loaded the
+API's context module, so until then an enqueue asks ``sys.modules`` and writes nothing
+(loading the API would cost a producer tens of milliseconds at its first enqueue).
+A pool loads it once, before it forks its children (``Supervisor``), so each child
+inherits it instead of importing it at its start. A job with no context and a process
+with no SDK configured skip the span altogether, so a pool with only the API installed
+pays a check per job.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 import time
 from typing import Any, Callable
 
@@ -42,6 +48,11 @@ _trace: Any = None        # opentelemetry.trace, once loaded
 _propagate: Any = None    # opentelemetry.propagate
 _context: Any = None      # opentelemetry.context
 _no_sdk: tuple = ()       # the API's own tracer providers: no span would be recorded
+
+
+#: The API's module that holds the current span: a span can be current only where it
+#: has been imported.
+_CONTEXT_MODULE = "opentelemetry.context"
 
 
 def _load() -> bool:
@@ -83,8 +94,11 @@ def active() -> bool:
 
 def enqueue_hook() -> Callable[[Any, dict], None] | None:
     """The stamp, when the API is installed and a valid span is current; else None
-    (an enqueue outside a trace takes every fast path it took without OpenTelemetry)."""
-    if _state == _OFF or (_state == _UNKNOWN and not _load()):
+    (an enqueue outside a trace takes every fast path it took without OpenTelemetry).
+    No span is current where nothing has loaded the API's context (see the module's
+    docstring): the API is then neither loaded nor asked."""
+    if _state == _OFF or (_state == _UNKNOWN and (_CONTEXT_MODULE not in sys.modules
+                                                  or not _load())):
         return None
     if not _trace.get_current_span().get_span_context().is_valid:
         return None

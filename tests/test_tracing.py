@@ -209,19 +209,26 @@ def test_nothing_of_opentelemetry_is_imported_without_the_extra(make_app):
     assert json.loads((app.dir / "loaded.json").read_text()) == []
 
 
-def test_with_the_api_installed_an_enqueue_outside_a_span_imports_it_but_writes_nothing(
+def test_with_the_api_installed_an_enqueue_outside_a_span_writes_nothing_and_loads_no_more(
         make_app):
-    """R57's check: the same producer with the API importable loads it (so the blocker
-    test above would see it) and, with no span current, writes no metadata."""
+    """R57's check, with the API importable: a producer that has not loaded the API's
+    context (so no span can be current) writes no metadata and imports none of it; one
+    that has (as an application using OpenTelemetry does), with no span current, asks
+    (the API is loaded) and writes nothing either. A pool loads it before it forks, so
+    its child has it when the job runs."""
     app = make_app(PLAIN_APP)
     producer = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import sys, jobpool
         store = jobpool.connect({str(app.db)!r})
         store.enqueue("plain.look")
+        loaded = [m for m in sys.modules if m.startswith("opentelemetry")]
+        assert not loaded, loaded
+        import opentelemetry.context  # the application's own use of the API
+        store.enqueue("plain.look")
         store.close()
         assert "opentelemetry.trace" in sys.modules
     """)], cwd=app.dir, env=app.env, capture_output=True, text=True, timeout=60)
     assert producer.returncode == 0, producer.stderr
-    assert [r["meta"] for r in app.rows("SELECT meta FROM jobs")] == [None]
+    assert [r["meta"] for r in app.rows("SELECT meta FROM jobs")] == [None, None]
     app.start("--procs", "1")
     assert "opentelemetry.trace" in json.loads((app.dir / "loaded.json").read_text())

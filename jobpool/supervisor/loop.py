@@ -23,7 +23,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from jobpool import core, events, jobs, lifecycle, procinfo, proctree, terminal
+from jobpool import core, events, jobs, lifecycle, procinfo, proctree, terminal, tracing
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.lifecycle import Outcome, Settled, settled_as
@@ -81,6 +81,9 @@ class Supervisor:
         if not names:
             raise JobpoolError("no jobs are registered: pass --app with the module that defines them")
         self.names = names
+        # R57: OpenTelemetry, where installed, loaded once here, before any child is
+        # forked: each child inherits it instead of importing it at its start.
+        tracing.active()
         self.queues = tuple(config.queues) if config.queues else jobs.served_queues(names)
         #: R7, R38: which queues each turn claims from, and how it shares the slots.
         self.plan = QueuePlan(self.queues, config.weights)
