@@ -333,7 +333,8 @@ def _bounded(plan: dict, limited: bool = False, filtered: bool = False) -> list[
     """The reads of jobs, finished_jobs or attempts in ``plan`` that may grow with the
     table: a sequential scan, or a walk of an index with no condition to start it,
     unless a LIMIT above it stops it with nothing filtered on the way, or with a
-    filter, along one of ``PG_LIMITED_WALKS``. A running-only index is as small as
+    filter, along one of ``PG_LIMITED_WALKS`` (a bitmap of an index with no condition
+    is a walk of it that no LIMIT stops). A running-only index is as small as
     the pools' slots; an index of one finished status's rows is that status's range."""
     from tests.contract.test_pg_plans import BIG, RUNNING_ONLY, STATUS_ONLY
     found = []
@@ -342,10 +343,15 @@ def _bounded(plan: dict, limited: bool = False, filtered: bool = False) -> list[
         limited, filtered = True, False
     # ``max(id)`` as the planner reads it: the index's last entry not NULL, one step.
     filtered = filtered or plan.get("Filter") not in (None, "(id IS NOT NULL)")
+    if node == "Bitmap Heap Scan":  # its bitmap's index, read with no condition: whole
+        index = next((child.get("Index Name") for child in plan.get("Plans", ())
+                      if child["Node Type"] == "Bitmap Index Scan"
+                      and "Index Cond" not in child), None)
     if table in BIG and index not in RUNNING_ONLY:
         walk = node in ("Index Scan", "Index Only Scan") and "Index Cond" not in plan \
             and index not in STATUS_ONLY
-        if node == "Seq Scan" or (walk and not (limited and (
+        bitmap = node == "Bitmap Heap Scan" and index is not None and index not in STATUS_ONLY
+        if node == "Seq Scan" or bitmap or (walk and not (limited and (
                 not filtered or index in PG_LIMITED_WALKS))):
             found.append(f"{node} on {table}" + (f" using {index}" if index else ""))
     for child in plan.get("Plans", ()):
@@ -1061,6 +1067,24 @@ def test_the_names_no_pool_serves_are_read_a_step_a_pair_on_postgres(skewed_pg):
     assert {k: seq_scans(p) for k, p in plans.items() if seq_scans(p)} == {}
     read = {k: rows_read(p) for k, p in plans.items()}
     assert read["READY_BY_NAME"] <= SKEWED_PAIRS + 1, read  # a step a pair, one past
+    # ... as the store runs them: the pairs, then the count of each one no pool serves,
+    # after the listing's settings and the bitmap's
+    store = jobpool.connect(skewed_pg)
+    try:
+        from jobpool.store.records import Heartbeat
+        store.heartbeat(Heartbeat(owner="plans-host:1:", host="plans-host", pid=1, procs=1,
+                                  queues=("q0", "q1", "q2", "q3"),
+                                  names=tuple(f"skew.n{n}" for n in range(1, 10)),
+                                  core="python", counters_json="{}", slots_json="[]"), [],
+                        time.time() + 86_400)
+        with RecordedPg() as recorded:
+            unserved = store.unserved()
+    finally:
+        store.close()
+    assert [(u["queue"], u["name"]) for u in unserved] == [("q0", "skew.n0"), ("q2", "skew.n0")]
+    ran = [q for q, _, listing in recorded.statements if listing]
+    assert ran[ran.index(pg_sql.PAIR_PLANS):] == [
+        pg_sql.PAIR_PLANS, pg_sql.READY_BY_NAME, pg_sql.READY_PAIR_COUNT, pg_sql.READY_PAIR_COUNT]
     assert read["READY_PAIR_COUNT"] <= most, read
     assert rows_read(old) >= ROWS // 20  # every ready row (ROWS // 10, less the running)
 
