@@ -14,6 +14,12 @@ renders are printed, in ms.
     .venv/bin/python benchmarks/web_pages.py --db postgresql://postgres@127.0.0.1:5432/test
     .venv/bin/python benchmarks/web_pages.py --rows 100000 --only /charts   # the charts alone
     .venv/bin/python benchmarks/web_pages.py --skewed [--db postgresql://...]   # a few among many
+    .venv/bin/python benchmarks/web_pages.py --skewed --pool --only /api/stats   # names unserved
+
+``--pool`` registers a live pool (on another host) that serves every queue and every
+name of the store but one, so the overview, ``/live`` and ``/api/stats`` also read the
+ready jobs no pool serves (R28, R47: only while a pool is live), and times
+``store.unserved()`` itself as a line of its own.
 
 ``--skewed`` fills the skewed store of tests/test_web_plans.py instead
 (``--rows`` done rows with a handful dead, a backlog of a tenth as many ready rows with a
@@ -52,6 +58,9 @@ def main() -> None:
                                      "default: a SQLite file in a temporary folder")
     parser.add_argument("--skewed", action="store_true",
                         help="the skewed store and its pages")
+    parser.add_argument("--pool", action="store_true",
+                        help="a live pool serving all but one name (the pages then read "
+                             "the ready jobs no pool serves)")
     options = parser.parse_args()
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
@@ -63,6 +72,10 @@ def main() -> None:
             batch = _made_batch(store)
             print(f"{'page':<100} {'median ms':>10} {'max ms':>8}")
             worst = 0.0
+            if options.pool:
+                print(f"unserved: {_live_pool_but_one(store)}", flush=True)
+                if "store.unserved()".startswith(options.only):
+                    worst = _time("store.unserved()", store.unserved, options.repeat)
             app = create_app(None, store=store)
             with TestClient(app) as client:
                 timed = ((SQLITE_SKEWED_PAGES if options.db is None else SKEWED_PAGES)
@@ -83,6 +96,34 @@ def main() -> None:
             store.close()
         finally:
             drop()
+
+
+def _time(what: str, read, repeat: int) -> float:
+    """Print the median and slowest of ``repeat`` calls of ``read``; return the slowest."""
+    took = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        read()
+        took.append((time.perf_counter() - start) * 1000)
+    print(f"{what:<100} {statistics.median(took):>10.1f} {max(took):>8.1f}", flush=True)
+    return max(took)
+
+
+def _live_pool_but_one(store) -> list[dict]:
+    """A live pool on another host serving every queue and name of the store's oldest
+    100 000 jobs (every queue and name the fills use) but the name of the oldest ready
+    job (one of the backlog's), its beat dated a day ahead; the ready jobs no pool
+    serves (that name's, and the 3 of the batch made through the API), as the store
+    says."""
+    from jobpool.store.records import Heartbeat
+    [oldest] = store.list_jobs(status="ready", limit=1)
+    pairs = {(j["queue"], j["name"]) for j in store.list_jobs(limit=100_000)}
+    names = sorted({name for _, name in pairs} - {oldest["name"]})
+    store.heartbeat(Heartbeat(owner="bench-host:1:", host="bench-host", pid=1, procs=1,
+                              queues=tuple(sorted({queue for queue, _ in pairs})),
+                              names=tuple(names), core="python", counters_json="{}",
+                              slots_json="[]"), [], time.time() + 86_400)
+    return store.unserved()
 
 
 def _store(options: argparse.Namespace, folder: str):

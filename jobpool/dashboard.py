@@ -193,8 +193,9 @@ def _where(snapshot: Snapshot, width: int, phase: str | None = None) -> Text:
 
 def _unserved(snapshot: Snapshot) -> Text:
     """R28: ready jobs no live pool serves (a name nobody registers, a queue nobody
-    reads) wait for ever; one line names them, largest first."""
-    groups = ", ".join(f"{u.count} {shown(u.name)}" + (f" ({shown(u.queue)})" if u.queue != "default" else "")
+    reads) wait for ever; one line names them, largest first (a count past its bound
+    with a ``+``, R47)."""
+    groups = ", ".join(f"{_count(u.count, u.capped)} {shown(u.name)}" + (f" ({shown(u.queue)})" if u.queue != "default" else "")
                        for u in snapshot.unserved)
     return _line(Text(f"ready, no pool serves: {groups}", style="bold yellow"))
 

@@ -9,7 +9,7 @@ R24b: paused, partitioned, or killed where no pid can be checked).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jobpool import procinfo
@@ -44,19 +44,21 @@ def chosen(pools: list[dict[str, Any]], *, owner: str | None = None,
 
 
 def describe_unserved(group: Mapping[str, Any]) -> str:
-    """One group of ``unserved`` as the log and ``status`` name it."""
-    return f"{group['count']} x {group['name']} (queue {group['queue']})"
+    """One group of ``unserved`` as the log and ``status`` name it ("10000+ x name" when
+    its count stopped at its bound, R47)."""
+    return f"{group['count']}{'+' if group.get('capped') else ''} x {group['name']} " \
+           f"(queue {group['queue']})"
 
 
-def unserved(ready: list[tuple[str, str, int]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Of ``(queue, name, count)`` ready groups, those no live pool serves, as
-    ``[{queue, name, count}]`` (R7, R28). Empty while no pool runs: then nothing
-    is served, and the pools list says so. A pool of an earlier release does not
-    record its names; it is taken to serve every name of its queues."""
+def unserved(pairs: Iterable[tuple[Any, Any]], live: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """Of the ``(queue, name)`` pairs of ready rows, those no live pool serves (R7,
+    R28). Empty while no pool runs: then nothing is served, and the pools list says
+    so. A pool of an earlier release does not record its names; it is taken to serve
+    every name of its queues."""
     if not live:
         return []
     served = [(set(p["queues"].split(",")), set(p["names"].split(",")) if p.get("names") else None)
               for p in live]
-    return [{"queue": queue, "name": name, "count": count} for queue, name, count in ready
+    return [(queue, name) for queue, name in pairs
             if not any(queue in queues and (names is None or name in names)
                        for queues, names in served)]

@@ -176,6 +176,8 @@ class UnservedView:
     queue: str
     name: str
     count: int
+    #: R47: ``count`` is only a bound ("10 000+").
+    capped: bool = False
 
 
 def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) -> Snapshot:
@@ -194,8 +196,7 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
                     slots=tuple(_slot_views(live, running, now)), queues=queues,
                     failures=tuple(_failure_view(r) for r in rows.failures), totals=totals,
                     done_per_min=sum(recent.values()), stale_pools=len(rows.pools) - len(live),
-                    unserved=tuple(UnservedView(**u)
-                                   for u in liveness.unserved(rows.ready_by_name, live)),
+                    unserved=tuple(UnservedView(**u) for u in rows.unserved),
                     batches=tuple(_batch_view(r) for r in rows.batches), capped=capped)
 
 

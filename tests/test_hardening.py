@@ -236,8 +236,8 @@ def test_ready_jobs_no_running_pool_serves_are_named_everywhere(make_app):
     wait_for(lambda: json.loads(app.cli("status", "--json", "--db", db).stdout)["supervisors"])
     status = json.loads(app.cli("status", "--json", "--db", db, check=True).stdout)
     assert status["unserved"] == [
-        {"queue": "default", "name": "t.nobody_registers", "count": 2},
-        {"queue": "unread", "name": "t.uses_std", "count": 1}]
+        {"queue": "default", "name": "t.nobody_registers", "count": 2, "capped": False},
+        {"queue": "unread", "name": "t.uses_std", "count": 1, "capped": False}]
     for command in (["status"], ["pools"]):
         out = app.cli(*command, "--db", db, check=True).stdout
         assert "no running pool serves it: 2 x t.nobody_registers (queue default)" in out

@@ -225,3 +225,37 @@ def test_a_schema_11_store_gets_the_status_indexes_and_an_old_pools_sweep_still_
         assert in_status == [{"n": 5}]
     finally:
         store.close()
+
+
+def test_a_schema_12_store_gets_its_ready_rows_keyed_by_queue_and_name(tmp_path):
+    """R28, R47 (issue 27, schema 13): upgrading a schema 12 store keys ``jobs_ready_due``
+    by queue, name and due time (schema 12 keyed it by due time alone) over the rows it
+    holds; the scheduled rows, the counts and the pairs of ready rows are read through it."""
+    db = tmp_path / "twelve.db"
+    jobpool.connect(db).close()
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("DROP INDEX jobs_ready_due")
+        conn.execute("CREATE INDEX jobs_ready_due ON jobs (run_at) WHERE status = 'ready'")
+        conn.execute("UPDATE jobpool_meta SET value = '12' WHERE key = 'schema'")
+        conn.executemany(
+            "INSERT INTO jobs (id, queue, name, payload, serializer, priority, status, run_at,"
+            " line_at, created_at) VALUES (?, ?, ?, '[[],{}]', 'json', 0, ?, ?, 0, 0)",
+            [(n, f"q{n % 2}", f"t.n{n % 3}", "done" if n == 6 else "ready",
+              1e12 if n in (2, 5) else 0) for n in range(1, 8)])
+    conn.close()
+    store = jobpool.connect(db)
+    try:
+        assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
+            {"value": str(migrations.CURRENT)}]
+        [index] = rows(db, "SELECT sql FROM sqlite_master WHERE name = 'jobs_ready_due'")
+        assert " ".join(index["sql"].split()) == " ".join(
+            sql.CREATE_READY_DUE_INDEX.split()).replace(" IF NOT EXISTS", "")
+        assert [j["id"] for j in store.list_jobs(status="scheduled")] == [2, 5]
+        assert store.count_jobs(status="scheduled", at_most=10) == 2
+        stats = store.stats()
+        assert (stats["ready"], stats["scheduled"], stats["done"]) == (4, 2, 1)
+        assert sorted(store.conn.execute(sql.READY_BY_NAME).fetchall()) == [
+            ("q0", "t.n1"), ("q0", "t.n2"), ("q1", "t.n0"), ("q1", "t.n1"), ("q1", "t.n2")]
+    finally:
+        store.close()

@@ -139,15 +139,21 @@ class Recorded:
 
 
 #: The walks of a whole index that pages still make, each for a count, and why it is
-#: let be (issue 27 keeps the first open): any other ``SCAN jobs`` fails the test.
+#: let be: any other ``SCAN jobs`` fails the test.
 KNOWN_WALKS = {
-    # The overview's counts per queue and status (jobpool.snapshot, shared with the
-    # terminal dashboard): every ready row's entry in the claim index, every running
-    # and dead row's in the status index, once per 1.5 s for all viewers.
-    "SCAN jobs USING INDEX jobs_claim_order": "the overview's per-queue counts",
     # Running rows only: as many as the pools have slots.
     "SCAN jobs USING INDEX jobs_leases": "running rows per queue and group",
 }
+
+
+def live_pool(store: Any) -> None:
+    """A pool on another host serving one queue and one name of the filled store, so
+    the pages also read the ready jobs no pool serves (R28: only while a pool is live).
+    Its beat is dated a day ahead, so it stays live however long the pages take."""
+    from jobpool.store.records import Heartbeat
+    store.heartbeat(Heartbeat(owner="plans-host:1:", host="plans-host", pid=1, procs=1,
+                              queues=("q7",), names=("plan.n7",), core="python",
+                              counters_json="{}", slots_json="[]"), [], time.time() + 86_400)
 #: A page of the newest jobs with no filter, or the count past it: the table (or any
 #: index) walked from its end for at most LIMIT rows.
 BOUNDED = re.compile(r"SELECT (id|1) FROM jobs (ORDER BY id( DESC)? )?LIMIT \d+\)")
@@ -206,10 +212,13 @@ def _made_batch(store: Any) -> int:
 
 def test_every_page_reads_a_big_sqlite_store_through_indexes(big_sqlite):
     from starlette.testclient import TestClient
+    from jobpool.store.sqlite import statements as sql
     store = jobpool.connect(big_sqlite)
     batch = _made_batch(store)
     store.enqueue_occurrence("plan.n7", EPOCH)  # a periodic job's last occurrence
+    live_pool(store)
     recorded = Recorded(store)
+    unserved = 0
     scans: dict[str, dict[str, list[str]]] = {}
     seen = 0
     try:
@@ -223,6 +232,7 @@ def test_every_page_reads_a_big_sqlite_store_through_indexes(big_sqlite):
                      if s.lstrip().upper().startswith(("SELECT", "WITH"))]
             assert reads, path
             seen += len(reads)
+            unserved += reads.count(sql.READY_BY_NAME)
             for statement in reads:
                 found = _sqlite_scans(store.conn, statement)
                 if found:
@@ -231,6 +241,7 @@ def test_every_page_reads_a_big_sqlite_store_through_indexes(big_sqlite):
         store.close()
     assert scans == {}
     assert seen > len(pages(ROWS, batch))
+    assert unserved >= 2  # the overview and /api/stats read the names no pool serves
 
 
 def filled_pg(fill: Any) -> Any:
@@ -322,7 +333,8 @@ def _bounded(plan: dict, limited: bool = False, filtered: bool = False) -> list[
     """The reads of jobs, finished_jobs or attempts in ``plan`` that may grow with the
     table: a sequential scan, or a walk of an index with no condition to start it,
     unless a LIMIT above it stops it with nothing filtered on the way, or with a
-    filter, along one of ``PG_LIMITED_WALKS``. A running-only index is as small as
+    filter, along one of ``PG_LIMITED_WALKS`` (a bitmap of an index with no condition
+    is a walk of it that no LIMIT stops). A running-only index is as small as
     the pools' slots; an index of one finished status's rows is that status's range."""
     from tests.contract.test_pg_plans import BIG, RUNNING_ONLY, STATUS_ONLY
     found = []
@@ -331,10 +343,15 @@ def _bounded(plan: dict, limited: bool = False, filtered: bool = False) -> list[
         limited, filtered = True, False
     # ``max(id)`` as the planner reads it: the index's last entry not NULL, one step.
     filtered = filtered or plan.get("Filter") not in (None, "(id IS NOT NULL)")
+    if node == "Bitmap Heap Scan":  # its bitmap's index, read with no condition: whole
+        index = next((child.get("Index Name") for child in plan.get("Plans", ())
+                      if child["Node Type"] == "Bitmap Index Scan"
+                      and "Index Cond" not in child), None)
     if table in BIG and index not in RUNNING_ONLY:
         walk = node in ("Index Scan", "Index Only Scan") and "Index Cond" not in plan \
             and index not in STATUS_ONLY
-        if node == "Seq Scan" or (walk and not (limited and (
+        bitmap = node == "Bitmap Heap Scan" and index is not None and index not in STATUS_ONLY
+        if node == "Seq Scan" or bitmap or (walk and not (limited and (
                 not filtered or index in PG_LIMITED_WALKS))):
             found.append(f"{node} on {table}" + (f" using {index}" if index else ""))
     for child in plan.get("Plans", ()):
@@ -344,8 +361,8 @@ def _bounded(plan: dict, limited: bool = False, filtered: bool = False) -> list[
 
 #: The reads a PostgreSQL page still makes of a whole status, and why each is let be:
 #: ``GET /api/stats`` answers the exact counts ``jobpool status --json`` prints (issue
-#: 27), and ``unserved`` counts the ready rows of each name (R28) when a pool is live.
-PG_KNOWN = ("COUNT_LIVE", "COUNT_FINISHED", "READY_BY_NAME")
+#: 27). (``READY_BY_NAME``, the names no pool serves, was here until revision 13.)
+PG_KNOWN = ("COUNT_LIVE", "COUNT_FINISHED")
 
 
 def test_every_page_reads_a_big_postgres_store_through_indexes(big_pg):
@@ -365,8 +382,9 @@ def test_every_page_reads_a_big_postgres_store_through_indexes(big_pg):
     store = jobpool.connect(big_pg)
     batch = _made_batch(store)
     store.enqueue_occurrence("plan.n7", EPOCH)
+    live_pool(store)
     walks: dict[str, dict[str, list[str]]] = {}
-    seen = 0
+    seen = unserved = 0
     finished_pages = ("/jobs?status=done", "/jobs?status=dead", "/jobs/all/retry?status=dead")
     by_status: list[tuple[str, dict, tuple[str, ...]]] = []
     conn = open_connection(parse_url(big_pg))
@@ -381,6 +399,7 @@ def test_every_page_reads_a_big_postgres_store_through_indexes(big_pg):
                      and " ".join(q.split()) not in known]
             assert reads or path in ("/periodic", "/api/periodic"), path
             seen += len(reads)
+            unserved += [q for q, *_ in reads].count(pg_sql.READY_BY_NAME)
             for query, params, listing in reads:
                 if params is not None and not isinstance(params, dict):  # %s placeholders
                     names = [f"p{n}" for n in range(len(params))]
@@ -395,6 +414,7 @@ def test_every_page_reads_a_big_postgres_store_through_indexes(big_pg):
                     by_status.append((query, params or {}, settings))
         assert walks == {}
         assert seen > len(pages(ROWS, batch))
+        assert unserved >= 2  # the overview and /api/stats read the names no pool serves
         assert len(by_status) >= len(finished_pages)
         with conn.transaction(force_rollback=True):
             conn.execute("DROP INDEX finished_jobs_done, finished_jobs_dead")
@@ -704,6 +724,9 @@ def test_a_chains_steps_are_read_through_the_postgres_chain_indexes(big_pg):
 #: old batches (one finished, one live) at the oldest ids.
 #: What each page lists is a few rows; a walk in id order would read the whole table.
 SKEWED_FEW = 5
+#: The skewed store's (queue, name) pairs of ready rows: ten names over four queues,
+#: each name in the two queues of its parity.
+SKEWED_PAIRS = 20
 SKEWED_FINISHED_BATCH, SKEWED_LIVE_BATCH = 1, 2
 SKEWED_FILL_FINISHED = """
 INSERT INTO finished_jobs (id, queue, name, payload, serializer, priority, status, run_at,
@@ -982,10 +1005,11 @@ def test_a_few_rows_among_many_are_read_through_their_own_index_on_sqlite(skewed
         conn.execute("ROLLBACK")
     finally:
         conn.close()
-    # A few rows: a few instructions each. A first page of 50: about 50 rows' worth.
+    # A few rows: a few instructions each (scheduled ones a step of the index per pair
+    # of queue and name first, schema 13). A first page of 50: about 50 rows' worth.
     # The count of a common status reads to its bound (10 001), by design: not held.
     over = {(page, " ".join(s.split())[:160]): n for (page, s), n in found.items()
-            if n > (FEW_STEPS if page in SKEWED_PAGES
+            if n > (FEW_STEPS + PAIR_STEPS * ("scheduled" in page) if page in SKEWED_PAGES
                     else 10 * FEW_STEPS if not s.startswith("SELECT count(*)") else n)}
     assert over == {}
     # In schema 11's shape, a scheduled page reads every ready row, and a page of done
@@ -999,6 +1023,97 @@ def test_a_few_rows_among_many_are_read_through_their_own_index_on_sqlite(skewed
 
 #: What a read of a handful of rows may cost (``vm_steps``): measured 5-50.
 FEW_STEPS = 20 * SKEWED_FEW
+#: What the walk of the skewed store's pairs of ready rows may cost: measured 6 a pair.
+PAIR_STEPS = 10 * SKEWED_PAIRS
+
+
+#: The names no pool serves as every store read them until schema 13 and revision 13:
+#: a count of every ready row by queue and name (kept to show that the checks below
+#: can fail).
+OLD_READY_BY_NAME = {
+    "sqlite": "SELECT queue, name, count(*) FROM jobs INDEXED BY jobs_claim_order"
+              " WHERE status = 'ready' GROUP BY queue, name ORDER BY count(*) DESC, name",
+    "postgres": "SELECT queue, name, count(*) FROM jobs WHERE status = 'ready'"
+                " GROUP BY queue, name ORDER BY count(*) DESC, name"}
+
+
+def test_the_names_no_pool_serves_are_read_a_step_a_pair_on_postgres(skewed_pg):
+    """R28, R47 (revision 13): the pairs of ready rows, run as the store runs them, read
+    one entry of ``jobs_ready_pairs`` a pair, and a pair's count stops at its bound
+    (``COUNT_MOST + 1`` on the page; a small bound here, below the pair's rows), over a
+    backlog of ``ROWS // 10`` ready rows: not every ready row, as the old count by name
+    did (the check can fail)."""
+    from jobpool.store.postgres import statements as pg_sql
+    from jobpool.store.postgres.connection import open_connection, parse_url
+    from tests.contract.test_pg_plans import generic_plan, seq_scans
+    most = 50
+    settings = (pg_sql.LISTING_PLANS, pg_sql.PAIR_PLANS)
+    conn = open_connection(parse_url(skewed_pg))
+    try:
+        pairs = conn.execute(pg_sql.READY_BY_NAME).fetchall()
+        assert len(pairs) == SKEWED_PAIRS == len(set(pairs))
+        assert pairs == sorted(conn.execute(
+            "SELECT DISTINCT queue, name FROM jobs WHERE status = 'ready'").fetchall())
+        queue, name = pairs[0]
+        assert conn.execute(pg_sql.READY_PAIR_COUNT, {
+            "queue": queue, "name": name, "most": most}).fetchone()[0] == most
+        plans = {"READY_BY_NAME": generic_plan(conn, pg_sql.READY_BY_NAME, {}, settings,
+                                               analyze=True),
+                 "READY_PAIR_COUNT": generic_plan(conn, pg_sql.READY_PAIR_COUNT, {
+                     "queue": queue, "name": name, "most": most}, settings, analyze=True)}
+        old = generic_plan(conn, OLD_READY_BY_NAME["postgres"], {}, settings, analyze=True)
+    finally:
+        conn.close()
+    assert {k: seq_scans(p) for k, p in plans.items() if seq_scans(p)} == {}
+    read = {k: rows_read(p) for k, p in plans.items()}
+    assert read["READY_BY_NAME"] <= SKEWED_PAIRS + 1, read  # a step a pair, one past
+    # ... as the store runs them: the pairs, then the count of each one no pool serves,
+    # after the listing's settings and the bitmap's
+    store = jobpool.connect(skewed_pg)
+    try:
+        from jobpool.store.records import Heartbeat
+        store.heartbeat(Heartbeat(owner="plans-host:1:", host="plans-host", pid=1, procs=1,
+                                  queues=("q0", "q1", "q2", "q3"),
+                                  names=tuple(f"skew.n{n}" for n in range(1, 10)),
+                                  core="python", counters_json="{}", slots_json="[]"), [],
+                        time.time() + 86_400)
+        with RecordedPg() as recorded:
+            unserved = store.unserved()
+    finally:
+        store.close()
+    assert [(u["queue"], u["name"]) for u in unserved] == [("q0", "skew.n0"), ("q2", "skew.n0")]
+    ran = [q for q, _, listing in recorded.statements if listing]
+    assert ran[ran.index(pg_sql.PAIR_PLANS):] == [
+        pg_sql.PAIR_PLANS, pg_sql.READY_BY_NAME, pg_sql.READY_PAIR_COUNT, pg_sql.READY_PAIR_COUNT]
+    assert read["READY_PAIR_COUNT"] <= most, read
+    assert rows_read(old) >= ROWS // 20  # every ready row (ROWS // 10, less the running)
+
+
+def test_the_names_no_pool_serves_are_read_a_step_a_pair_on_sqlite(skewed_sqlite):
+    """R28, R47 (schema 13), as the PostgreSQL test above: the pairs of ready rows are
+    read a seek of ``jobs_ready_due (queue, name, run_at)`` each, and a pair's count
+    stops at its bound; the old count by name walked every ready row's entry in the
+    claim index (the check can fail)."""
+    from jobpool.store.sqlite import statements as sql
+    conn = sqlite3.connect(skewed_sqlite, isolation_level=None)
+    try:
+        pairs = conn.execute(sql.READY_BY_NAME).fetchall()
+        assert len(pairs) == SKEWED_PAIRS == len(set(pairs))
+        assert sorted(pairs) == sorted(conn.execute(
+            "SELECT DISTINCT queue, name FROM jobs WHERE status = 'ready'").fetchall())
+        queue, name = min(pairs)
+        count = {"queue": queue, "name": name, "most": 50}
+        assert conn.execute(sql.READY_PAIR_COUNT, count).fetchone()[0] == 50
+        plans = [row[3] for statement in (sql.READY_BY_NAME, sql.READY_PAIR_COUNT)
+                 for row in conn.execute("EXPLAIN QUERY PLAN " + statement, count
+                                         if statement == sql.READY_PAIR_COUNT else ())]
+        assert [step for step in plans if step.startswith("SCAN jobs")] == []
+        steps = {"pairs": vm_steps(conn, sql.READY_BY_NAME),
+                 "old": vm_steps(conn, OLD_READY_BY_NAME["sqlite"])}
+    finally:
+        conn.close()
+    assert steps["pairs"] <= PAIR_STEPS, steps
+    assert steps["old"] >= ROWS // 40, steps  # every ready row's entry
 
 
 def test_a_names_page_reads_that_names_rows_on_postgres(big_pg, monkeypatch):

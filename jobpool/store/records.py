@@ -8,8 +8,10 @@ tuple through an index.
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
+from jobpool import liveness
 from jobpool.rollups import Rollup
 
 #: R32: dead rows kept, newest first (each store's sweep; the CLI's default).
@@ -97,8 +99,9 @@ class DashboardRows(NamedTuple):
     running: list[tuple]
     #: ``Store.pools()`` rows.
     pools: list[dict]
-    #: (queue, name, count) of ready jobs, only when some pool is live.
-    ready_by_name: list[tuple]
+    #: R28: the ready jobs no live pool serves (``unserved_groups``), only when some
+    #: pool is live.
+    unserved: list[dict]
     #: R38: the paused queues.
     paused: tuple[str, ...] | list[str] = ()
     #: R34: the newest open batches (rows of ``BATCH_COLUMNS``), at most ``OPEN_BATCHES_SHOWN``.
@@ -112,6 +115,23 @@ OPEN_BATCHES_SHOWN = 5
 #: (``jobpool.snapshot``), so a frame of a million-row store reads thousands of index
 #: entries, not a million. ``store.stats()`` counts exactly.
 COUNT_MOST = 10_000
+
+
+def unserved_groups(pairs: Iterable[tuple[Any, Any]], live: list[dict[str, Any]],
+                    count: Callable[[Any, Any], int]) -> list[dict[str, Any]]:
+    """R28, R47: of the ``(queue, name)`` pairs of ready rows (each found by one step of
+    an index), those no live pool serves (``liveness.unserved``), largest first, as
+    ``{queue, name, count, capped}``. ``count(queue, name)`` counts a pair's ready rows
+    to ``COUNT_MOST + 1``; past ``COUNT_MOST`` the count is that bound, ``capped``
+    (shown "10 000+"). Only pairs no pool serves are counted: a backlog every pool
+    serves costs a step per pair, however many rows it holds."""
+    groups = []
+    for queue, name in liveness.unserved(pairs, live):
+        counted = count(queue, name)
+        groups.append({"queue": queue, "name": name, "count": min(counted, COUNT_MOST),
+                       "capped": counted > COUNT_MOST})
+    # stable: pairs of one count stay in the index's order, by queue and name
+    return sorted(groups, key=lambda group: -group["count"])
 
 
 class BatchStatus(NamedTuple):

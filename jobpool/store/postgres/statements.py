@@ -688,12 +688,24 @@ STATUS_SCHEMA = (
     "CREATE INDEX IF NOT EXISTS jobs_ready_due ON jobs (run_at)"
     " WHERE status = 'ready' AND run_at IS NOT NULL")
 
+#: R28, R47 (revision 13): the (queue, name) pairs of ready rows, each found by one step
+#: of this index (``READY_BY_NAME``), to tell which ready jobs no running pool serves,
+#: and a pair's ready rows counted from its range. Its condition names ``name IS NOT
+#: NULL`` (always so) so that only a statement that names the name may read it: a
+#: count of one queue's ready rows, stopped at its bound, keeps to ``jobs_ready_queue``
+#: (whose walk stops there) instead of a bitmap of every ready row of the queue from
+#: this one. An enqueue or a retry writes an entry; a claim none (its row is running).
+CREATE_READY_PAIRS_INDEX = """
+CREATE INDEX IF NOT EXISTS jobs_ready_pairs ON jobs (queue, name)
+ WHERE status = 'ready' AND name IS NOT NULL
+"""
+
 SCHEMA = (CREATE_META, CREATE_JOBS, CREATE_FINISHED, CREATE_CLAIM_INDEX, CREATE_KEY_INDEX,
           CREATE_OWNER_INDEX, CREATE_CANCEL_INDEX, CREATE_FINISHED_INDEX, CREATE_HOOKS_INDEX,
           CREATE_ALL_JOBS, CREATE_ATTEMPTS, CREATE_ATTEMPTS_INDEX, CREATE_POOLS, CREATE_PERIODIC,
           CREATE_QUEUES, CREATE_FINISHED_KEY_INDEX, *BATCH_SCHEMA, *LIMIT_SCHEMA, *LISTING_SCHEMA,
           *META_SCHEMA, CREATE_ROLLUPS, *CHAIN_SCHEMA, CREATE_WITH_PREVIOUS_FUNCTION,
-          *STATUS_SCHEMA)
+          *STATUS_SCHEMA, CREATE_READY_PAIRS_INDEX)
 
 #: Version -> the statements that bring a store of the version before it up to it
 #: (additive only, as SQLite's ``migrations.STEPS``: a pool of the previous
@@ -739,6 +751,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     # a batch's results read by page through ``finished_jobs_batch_ids`` too).
     12: (*STATUS_SCHEMA, CREATE_MEMBERS_INDEX, CREATE_FINISHED_MEMBERS_INDEX,
          DROP_OLD_MEMBERS_INDEXES),
+    # R28, R47 (issue 27): the pairs of ready rows a step each (the names no pool serves).
+    13: (CREATE_READY_PAIRS_INDEX,),
     # R31 (issue 25): the running rows a cancel was asked for.
     14: (CREATE_CANCEL_INDEX,),
 }
@@ -1564,6 +1578,10 @@ UNION ALL SELECT chain::text FROM finished_jobs WHERE id = %(id)s
 #: count capped at 100 000 rows, a rare name). ``jobs list`` reads in a transaction
 #: of its own with this set: the planner then takes an index wherever there is one.
 LISTING_PLANS = "SET LOCAL enable_seqscan = off"
+#: R47: a count stopped at its bound reads its index in order: a bitmap of the index
+#: reads every entry of the range before the bound stops anything (where the planner
+#: thinks a pair's rows few, it takes one; a backlog of one name is a million).
+PAIR_PLANS = "SET LOCAL enable_bitmapscan = off"
 #: R28: where ``jobs list`` finds the rows of each status it lists, as (table,
 #: condition): ready and running rows in ``jobs`` (apart, each status through its own
 #: partial indexes), done and dead ones in ``finished_jobs`` (apart too, R47: each
@@ -1729,9 +1747,27 @@ SELECT id, name, lease_owner, attempts, started_at, timeout, progress, stage, me
   FROM jobs WHERE status = 'running'
 """
 
+#: R28, R47: the (queue, name) pairs of ready rows, to tell which ready jobs no running
+#: pool serves: a walk of ``jobs_ready_pairs`` that steps from each pair to the next
+#: (a loose index scan), one entry a pair, however many rows each holds.
 READY_BY_NAME = """
-SELECT queue, name, count(*) FROM jobs WHERE status = 'ready'
- GROUP BY queue, name ORDER BY count(*) DESC, name
+WITH RECURSIVE pairs(queue, name) AS (
+    (SELECT queue, name FROM jobs WHERE status = 'ready' AND name IS NOT NULL
+      ORDER BY queue, name LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.name FROM pairs CROSS JOIN LATERAL (
+        SELECT queue, name FROM jobs
+         WHERE status = 'ready' AND name IS NOT NULL
+           AND (queue, name) > (pairs.queue, pairs.name)
+         ORDER BY queue, name LIMIT 1) AS next)
+SELECT queue, name FROM pairs
+"""
+#: R28, R47: the ready rows of one pair no pool serves, counted to ``%(most)s``
+#: (``COUNT_MOST + 1``: more is shown "10 000+"), a range of ``jobs_ready_pairs`` walked
+#: in order, so it stops at the bound (read with ``PAIR_PLANS``).
+READY_PAIR_COUNT = """
+SELECT count(*) FROM (SELECT 1 FROM jobs WHERE status = 'ready' AND queue = %(queue)s
+                        AND name = %(name)s LIMIT %(most)s) AS pair
 """
 
 

@@ -36,7 +36,7 @@ from jobpool.store import row_codec, rows
 from jobpool.store.postgres import finish_wait
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
-                                   Requests)
+                                   Requests, unserved_groups)
 
 try:
     import psycopg
@@ -498,13 +498,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             paused = [row[0] for row in conn.execute(pg_sql.PAUSED_QUEUES)]
             batches = conn.execute(pg_sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()
             return DashboardRows(queue_counts=counts, done=done, done_since=since,
-                                 failures=failed, running=running, pools=[], ready_by_name=[],
+                                 failures=failed, running=running, pools=[], unserved=[],
                                  paused=paused, batches=batches)
         snapshot = self.transaction("reading the dashboard snapshot", read)
         pools = self.pools(now)
-        ready = self.read("reading ready jobs", pg_sql.READY_BY_NAME) \
-            if liveness.live_pools(pools) else []
-        return snapshot._replace(pools=pools, ready_by_name=ready)
+        return snapshot._replace(pools=pools, unserved=self._unserved(liveness.live_pools(pools)))
 
     def queue_metrics(self, now: float) -> QueueMetrics:
         """Per-queue counts and the oldest due job, dated by the server (R7a)."""
@@ -517,10 +515,27 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         return self.transaction("reading queue metrics", read)
 
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
-        live = liveness.live_pools(self.pools(now))
+        return self._unserved(liveness.live_pools(self.pools(now)))
+
+    def _unserved(self, live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """R28, R47: the (queue, name) pairs of ready rows, a step of
+        ``jobs_ready_pairs`` each, and the ready rows of those no live pool serves, each
+        counted to its bound (``records.unserved_groups``), in one transaction, with the
+        listing's settings and no bitmap (a pair's count stops at its bound in the
+        index's order: a scan would stop there only where the pair's rows are dense, a
+        bitmap never). Nothing is read while no pool is live."""
         if not live:
             return []
-        return liveness.unserved(self.read("reading ready jobs", pg_sql.READY_BY_NAME), live)
+        most = COUNT_MOST + 1
+
+        def read(conn: Any) -> list[dict[str, Any]]:
+            conn.execute(pg_sql.LISTING_PLANS)
+            conn.execute(pg_sql.PAIR_PLANS)
+            return unserved_groups(
+                conn.execute(pg_sql.READY_BY_NAME).fetchall(), live,
+                lambda queue, name: conn.execute(pg_sql.READY_PAIR_COUNT, {
+                    "queue": queue, "name": name, "most": most}).fetchone()[0])
+        return self.transaction("reading ready jobs", read)
 
     def next_due(self, names: Iterable[str], queues: Iterable[str]) -> float | None:
         queues = list(queues)

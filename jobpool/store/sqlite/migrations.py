@@ -62,6 +62,9 @@ STEPS: dict[int, tuple[str, ...]] = {
     # R47 (issue 27): a page of one status through an index in id order (finished rows)
     # or by due time (ready rows); the status index over finished rows only.
     12: sql.RESHAPE_STATUS_INDEX,
+    # R28, R47 (issue 27): ready rows keyed by queue and name before due time, so the
+    # pairs of ready rows (the names no pool serves) are found a seek each.
+    13: sql.REKEY_READY_DUE,
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

@@ -23,7 +23,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "12"
+SCHEMA_VERSION = "13"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -167,13 +167,16 @@ CREATE INDEX IF NOT EXISTS jobs_status_ids ON jobs (status)
  WHERE status = 'ready' OR status = 'done' OR status = 'dead'
 """
 
-#: R47 (schema 12): ready rows by the time they are due. Scheduled and retrying rows
-#: (due after now) are a range of it, a few among a big backlog; due rows the range up
-#: to now (the page then sorts their ids). Whether a ready row is due moves with the
-#: clock, so no index can hold either alone. The count of scheduled rows reads it
-#: alone. An enqueue, a retry or a deferral writes an entry, a claim removes it.
+#: R47 (schema 12, keyed by queue and name in schema 13): ready rows by queue, name and
+#: the time they are due. Each (queue, name) pair of ready rows is found by one seek
+#: (``READY_PAIRS``: the names no pool serves, R28), and within a pair the scheduled
+#: and retrying rows (due after now) are a range, a few among a big backlog. Whether a
+#: ready row is due moves with the clock, so no index can hold either alone. The count
+#: and the page of scheduled rows read it alone, a range per pair. An enqueue, a retry
+#: or a deferral writes an entry, a claim removes it (schema 12 keyed it by due time
+#: alone: the same writes, and a claim's entry as near the front of its pair's range).
 CREATE_READY_DUE_INDEX = """
-CREATE INDEX IF NOT EXISTS jobs_ready_due ON jobs (run_at) WHERE status = 'ready'
+CREATE INDEX IF NOT EXISTS jobs_ready_due ON jobs (queue, name, run_at) WHERE status = 'ready'
 """
 
 #: R47: the index a page of one status (and no other indexed filter) reads its ids from.
@@ -184,6 +187,8 @@ STATUS_INDEXES = {"ready": "jobs_status_ids", "scheduled": "jobs_ready_due",
 STATUS_SCHEMA = (CREATE_STATUS_INDEX, CREATE_STATUS_IDS_INDEX, CREATE_READY_DUE_INDEX)
 #: The upgrade from schema 11 (whose ``jobs_status`` held every row).
 RESHAPE_STATUS_INDEX = ("DROP INDEX IF EXISTS jobs_status", *STATUS_SCHEMA)
+#: The upgrade from schema 12 (whose ``jobs_ready_due`` was keyed by due time alone).
+REKEY_READY_DUE = ("DROP INDEX IF EXISTS jobs_ready_due", CREATE_READY_DUE_INDEX)
 
 #: One row per attempt: how it ended (R19a forensics). Defer undoes the attempt
 #: number, so (job_id, attempt) is not unique; rows are ordered by their rowid.
@@ -1011,14 +1016,50 @@ SELECT 'done', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'don
 UNION ALL
 SELECT 'dead', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead'
 """
-#: R7/R28: ready rows per queue and name, from the claim-order index alone (it
-#: carries both), to tell which ready jobs no running pool serves.
-READY_BY_NAME = """
-SELECT queue, name, count(*) FROM jobs INDEXED BY jobs_claim_order
- WHERE status = 'ready' GROUP BY queue, name ORDER BY count(*) DESC, name
+#: R28, R47 (schema 13): the (queue, name) pairs of ready rows, as ``ready_pairs(q, n)``
+#: (a last row of each queue has ``n`` NULL), walked through ``jobs_ready_due`` one seek
+#: a pair (each queue's first name, then each next name past the last): a backlog of a
+#: million rows over a few names reads a few entries, not every ready row.
+def queue_walk(table: str, column: str, index: str) -> str:
+    """A recursive CTE ``table(column)`` of the queues that have ready rows, each found by
+    one seek of ``index`` (which leads with the queue) past the one before, a last row
+    NULL."""
+    return f"""{table}({column}) AS (
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY {index} WHERE status = 'ready')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY {index}
+             WHERE status = 'ready' AND queue > {table}.{column})
+      FROM {table} WHERE {column} IS NOT NULL)"""
+
+
+READY_PAIRS_WALK = f"""
+WITH RECURSIVE {queue_walk("ready_queues", "q", "jobs_ready_due")},
+ready_pairs(q, n) AS (
+    SELECT q, (SELECT min(name) FROM jobs INDEXED BY jobs_ready_due
+                WHERE status = 'ready' AND queue = ready_queues.q)
+      FROM ready_queues WHERE q IS NOT NULL
+    UNION ALL
+    SELECT q, (SELECT min(name) FROM jobs INDEXED BY jobs_ready_due
+                WHERE status = 'ready' AND queue = ready_pairs.q AND name > ready_pairs.n)
+      FROM ready_pairs WHERE n IS NOT NULL)
 """
-COUNT_SCHEDULED = """
-SELECT count(*) FROM jobs INDEXED BY jobs_ready_due WHERE status = 'ready' AND run_at > ?
+#: R7/R28: the (queue, name) pairs of ready rows, to tell which ready jobs no running
+#: pool serves; ``READY_PAIR_COUNT`` then counts those no pool serves.
+READY_BY_NAME = READY_PAIRS_WALK + "SELECT q, n FROM ready_pairs WHERE n IS NOT NULL"
+#: R28, R47: the ready rows of one (queue, name) pair no pool serves, counted to ``:most``
+#: (``COUNT_MOST + 1``: more is shown "10 000+"), a range of ``jobs_ready_due``.
+READY_PAIR_COUNT = """
+SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_ready_due
+                       WHERE status = 'ready' AND queue = :queue AND name = :name LIMIT :most)
+"""
+#: The (queue, name) pairs of ``READY_PAIRS_WALK`` as the condition that reads a range of
+#: ``jobs_ready_due`` for each: an IN list (a join would have SQLite build a Bloom
+#: filter of the index first, a walk of every ready row's entry).
+IN_READY_PAIRS = "(queue, name) IN (SELECT q, n FROM ready_pairs WHERE n IS NOT NULL)"
+#: Scheduled rows: a range of ``jobs_ready_due`` for each (queue, name) pair.
+COUNT_SCHEDULED = READY_PAIRS_WALK + f"""
+SELECT count(*) FROM jobs INDEXED BY jobs_ready_due
+ WHERE {IN_READY_PAIRS} AND status = 'ready' AND run_at > ?
 """
 JOB_COLUMNS = (
     "id, queue, name, key, payload, serializer, priority, status, run_at, attempts, "
@@ -1039,12 +1080,17 @@ def list_jobs(where: list[str], *, newest_first: bool, index: str | None = None)
     ``index``: the index the ids are read from (R47: the planner's choice otherwise)."""
     order = "id DESC" if newest_first else "id"
     return (f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ("
-            f"SELECT id FROM jobs{_indexed(index)}{_where(where)} ORDER BY {order} LIMIT :limit)"
-            f" ORDER BY {order}")
+            f"{_rows_from(index, where)} ORDER BY {order} LIMIT :limit) ORDER BY {order}")
 
 
-def _indexed(index: str | None) -> str:
-    return f" INDEXED BY {index}" if index else ""
+def _rows_from(index: str | None, where: list[str], column: str = "id") -> str:
+    """``column`` (the id, or 1 to count) of the rows ``where`` holds, read through
+    ``index``; through ``jobs_ready_due`` (schema 13), a range of it for each (queue,
+    name) pair of ready rows (``READY_PAIRS_WALK``), as it leads with those."""
+    if index == "jobs_ready_due":
+        return (f"{READY_PAIRS_WALK} SELECT {column} FROM jobs INDEXED BY jobs_ready_due"
+                f"{_where([IN_READY_PAIRS, *where])}")
+    return f"SELECT {column} FROM jobs{f' INDEXED BY {index}' if index else ''}{_where(where)}"
 
 
 #: R47: how the listing's key, batch and searched filters (``rows.more_filters``) are
@@ -1084,7 +1130,7 @@ LISTING_DIALECT = ListingDialect(
 
 def count_jobs(where: list[str], index: str | None = None) -> str:
     """How many rows ``list_jobs(where)`` could list, counting at most ``:most``."""
-    return f"SELECT count(*) FROM (SELECT 1 FROM jobs{_indexed(index)}{_where(where)} LIMIT :most)"
+    return f"SELECT count(*) FROM ({_rows_from(index, where, '1')} LIMIT :most)"
 
 
 def _where(conditions: list[str]) -> str:
@@ -1136,13 +1182,8 @@ SELECT queue, 'dead', count(*), 0
 #: scheduled among them: with ``:most`` of them, both are at least that many). Running
 #: rows are all counted (at most the slots). Dead rows: the newest ``:most`` of them by
 #: queue, in id order (``dead_letter_limit`` keeps fewer by default).
-DASHBOARD_QUEUE_COUNTS = """
-WITH RECURSIVE queues(queue) AS (
-    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_claim_order WHERE status = 'ready')
-    UNION ALL
-    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_claim_order
-             WHERE status = 'ready' AND queue > queues.queue)
-      FROM queues WHERE queue IS NOT NULL)
+DASHBOARD_QUEUE_COUNTS = f"""
+WITH RECURSIVE {queue_walk("queues", "queue", "jobs_claim_order")}
 SELECT queue, 'ready',
        (SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_claim_order
                                WHERE status = 'ready' AND queue = queues.queue LIMIT :most)),

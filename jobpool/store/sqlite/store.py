@@ -33,7 +33,7 @@ from jobpool.store.connections import PerThread
 from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
                                           validate_mode)
 from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
-                                   Requests)
+                                   Requests, unserved_groups)
 from jobpool.store.sqlite.wakeup import Notifier
 from jobpool.store.finish_wait import PollingWaiter
 
@@ -736,8 +736,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 pools = self.pools(now)
                 # Only with a live pool: with none, nothing is served and the header says so.
                 with self._lenient(conn):
-                    ready = (conn.execute(sql.READY_BY_NAME).fetchall()
-                             if liveness.live_pools(pools) else [])
+                    unserved = self._unserved(conn, liveness.live_pools(pools))
                 paused = [row[0] for row in conn.execute(sql.PAUSED_QUEUES)]
                 batches = conn.execute(sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()
             finally:
@@ -745,7 +744,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         except sqlite3.Error as exc:
             raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
         return DashboardRows(queue_counts=counts, done=done, done_since=since, failures=failed,
-                             running=running, pools=pools, ready_by_name=ready, paused=paused,
+                             running=running, pools=pools, unserved=unserved, paused=paused,
                              batches=batches)
 
     def queue_metrics(self, now: float) -> QueueMetrics:
@@ -768,14 +767,23 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def unserved(self, now: float | None = None) -> list[dict[str, Any]]:
         """Ready jobs that no running pool serves (``liveness.unserved``): a name no
         pool registers, or a queue no pool reads, waits for ever with no other sign."""
-        live = liveness.live_pools(self.pools(now))
-        if not live:
-            return []
         try:
-            ready = self.conn.execute(sql.READY_BY_NAME).fetchall()
+            return self._unserved(self.conn, liveness.live_pools(self.pools(now)))
         except sqlite3.Error as exc:
             raise StoreError(f"reading ready jobs failed: {exc}") from exc
-        return liveness.unserved(ready, live)
+
+    @staticmethod
+    def _unserved(conn: sqlite3.Connection, live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """R28, R47: the (queue, name) pairs of ready rows, a step of ``jobs_ready_due``
+        each, and the ready rows of those no live pool serves, each counted to its
+        bound (``records.unserved_groups``). Nothing is read while no pool is live."""
+        if not live:
+            return []
+        most = COUNT_MOST + 1
+        return unserved_groups(
+            conn.execute(sql.READY_BY_NAME).fetchall(), live,
+            lambda queue, name: conn.execute(sql.READY_PAIR_COUNT, {
+                "queue": queue, "name": name, "most": most}).fetchone()[0])
 
     # -- a supervisor's side (R21, R22, R24b, R25, R27, R31) -------------------------------
 
