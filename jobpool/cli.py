@@ -759,19 +759,11 @@ def _error_cell(row: dict[str, Any]) -> str:
 
 
 def _meta_pair(text: str) -> tuple[str, Any]:
-    """R54: ``--meta KEY=VALUE``: VALUE as JSON when it reads as a JSON scalar
-    (``7``, ``true``, ``null``, ``"7"``), else as the text it is."""
-    key, equals, value = text.partition("=")
-    if not equals or not key:
-        raise argparse.ArgumentTypeError(f"--meta takes KEY=VALUE, not {text!r}")
+    """R54: ``--meta KEY=VALUE`` (``jobpool.listing.meta_pair``)."""
     try:
-        parsed = json.loads(value)
-    except ValueError:
-        return key, value
-    if isinstance(parsed, (dict, list)) or (
-            isinstance(parsed, float) and not abs(parsed) < float("inf")):  # NaN, Infinity
-        return key, value
-    return key, parsed
+        return listing.meta_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:

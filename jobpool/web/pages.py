@@ -116,7 +116,8 @@ async def jobs_page(request: Request) -> Response:
                    next_query=after and listing.query_of(chosen, after=after, limit=limit),
                    first_query=chosen["after"] and listing.query_of(chosen, after=None,
                                                                     limit=limit),
-                   bulk=[a for a in actions.BULK_STATUSES if actions.bulk_applies(a, chosen["status"])],
+                   bulk=[] if listing.searching(chosen) else [
+                       a for a in actions.BULK_STATUSES if actions.bulk_applies(a, chosen["status"])],
                    filter_query=listing.query_of(chosen, after=None),
                    selectable=bool(rows) and not request.app.state.access.read_only,
                    selected_actions=actions.SELECTED_BUTTONS,
