@@ -93,6 +93,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _queue_running(text: str) -> int:
+    """R35: ``limits set --running N`` (``bounds.queue_running``)."""
+    try:
+        return bounds.queue_running(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _chunk_setting(text: str) -> tuple[str, int]:
     """R63: ``--chunk NAME=N``."""
     name, sep, size = text.rpartition("=")
@@ -439,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits_set = limits_sub.add_parser(
         "set", parents=[common], help="at most N jobs of a queue running at once, on all pools")
     limits_set.add_argument("--queue", required=True)
-    limits_set.add_argument("--running", type=_positive_int, required=True, metavar="N")
+    limits_set.add_argument("--running", type=_queue_running, required=True, metavar="N")
     limits_clear = limits_sub.add_parser("clear", parents=[common], help="drop a queue's limit")
     limits_clear.add_argument("--queue", required=True)
     doctor = sub.add_parser("doctor", parents=[common],

@@ -45,6 +45,11 @@ SUMMARIES = {
                             "limits of job names with their groups and tokens",
     ("POST", "/api/queues/{queue:path}/pause"): "Pause a queue on every pool",
     ("POST", "/api/queues/{queue:path}/resume"): "Resume a paused queue",
+    ("POST", "/api/queues/{queue:path}/limit"): "Set the queue's limit: {running: N}, at most "
+                                                "N of its jobs running at once across every "
+                                                "pool (as jobpool limits set)",
+    ("DELETE", "/api/queues/{queue:path}/limit"): "Clear the queue's limit (as jobpool limits "
+                                                  "clear); 409 when it had none",
     ("GET", "/api/openapi.json"): "This document",
 }
 
