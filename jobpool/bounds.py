@@ -16,6 +16,21 @@ INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = INT32_MAX
+#: R35: the most jobs a queue limit lets run at once (PostgreSQL stores it as integer).
+MAX_QUEUE_RUNNING = INT32_MAX
+
+
+def queue_running(value: object) -> int:
+    """R35: a queue limit's ``running``, checked: a whole number from 1 to
+    ``MAX_QUEUE_RUNNING`` (digits, or an int that is not a bool); ``ValueError``
+    naming what was sent."""
+    number = int(value) if isinstance(value, str) and value.isascii() and value.strip().isdigit() \
+        else value
+    if isinstance(number, bool) or not isinstance(number, int) \
+            or not 1 <= number <= MAX_QUEUE_RUNNING:
+        raise ValueError(f"running must be a whole number from 1 to {MAX_QUEUE_RUNNING}, "
+                         f"not {value!r}")
+    return number
 
 #: The longest delay (enqueue ``delay``, ``Retry(after)``, ``Defer``, ``Reschedule``),
 #: in seconds: ten years. Past it a number is a mistake (``1e300``), not a plan.

@@ -93,6 +93,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _queue_running(text: str) -> int:
+    """R35: ``limits set --running N`` (``bounds.queue_running``)."""
+    try:
+        return bounds.queue_running(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _chunk_setting(text: str) -> tuple[str, int]:
     """R63: ``--chunk NAME=N``."""
     name, sep, size = text.rpartition("=")
@@ -439,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits_set = limits_sub.add_parser(
         "set", parents=[common], help="at most N jobs of a queue running at once, on all pools")
     limits_set.add_argument("--queue", required=True)
-    limits_set.add_argument("--running", type=_positive_int, required=True, metavar="N")
+    limits_set.add_argument("--running", type=_queue_running, required=True, metavar="N")
     limits_clear = limits_sub.add_parser("clear", parents=[common], help="drop a queue's limit")
     limits_clear.add_argument("--queue", required=True)
     doctor = sub.add_parser("doctor", parents=[common],
@@ -759,19 +767,11 @@ def _error_cell(row: dict[str, Any]) -> str:
 
 
 def _meta_pair(text: str) -> tuple[str, Any]:
-    """R54: ``--meta KEY=VALUE``: VALUE as JSON when it reads as a JSON scalar
-    (``7``, ``true``, ``null``, ``"7"``), else as the text it is."""
-    key, equals, value = text.partition("=")
-    if not equals or not key:
-        raise argparse.ArgumentTypeError(f"--meta takes KEY=VALUE, not {text!r}")
+    """R54: ``--meta KEY=VALUE`` (``jobpool.listing.meta_pair``)."""
     try:
-        parsed = json.loads(value)
-    except ValueError:
-        return key, value
-    if isinstance(parsed, (dict, list)) or (
-            isinstance(parsed, float) and not abs(parsed) < float("inf")):  # NaN, Infinity
-        return key, value
-    return key, parsed
+        return listing.meta_pair(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_jobs_list(args: argparse.Namespace, out: _Stdout) -> int:

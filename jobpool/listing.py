@@ -9,6 +9,7 @@ however many rows came and went since, reading no row it skips.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -81,3 +82,21 @@ def parse_time(text: str, what: str) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
+
+
+def meta_pair(text: str, what: str = "--meta") -> tuple[str, Any]:
+    """R54: a metadata filter's ``KEY=VALUE`` (``jobs list --meta``, the dashboard's
+    ``meta``): VALUE as JSON when it reads as a JSON scalar (``7``, ``true``,
+    ``null``, ``"7"``), else as the text it is; ``ValueError`` naming ``what`` for
+    text that is not KEY=VALUE."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise ValueError(f"{what} takes KEY=VALUE, not {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return key, value
+    if isinstance(parsed, (dict, list)) or (
+            isinstance(parsed, float) and not abs(parsed) < float("inf")):  # NaN, Infinity
+        return key, value
+    return key, parsed

@@ -185,3 +185,54 @@ def json_rows(done) -> list[dict]:
     import json
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+@on_both_stores
+def test_metadata_lists_exactly_the_jobs_whose_metadata_holds_every_pair(any_store, store_url):
+    """R54, R47: ``meta=KEY=VALUE`` (repeated: every pair), parsed as ``jobs list
+    --meta`` parses it (``7`` a number, ``"7"`` text), on the page and the API; the
+    filter stays in the form, the next page's link and the keyset pages; a pair that
+    is not KEY=VALUE is a 400 in the CLI's words, naming ``meta``."""
+    ids = [any_store.enqueue_with("f.meta", meta=meta).id for meta in (
+        {"tenant": 7, "tier": "gold"}, {"tenant": "7"}, {"tenant": 7.0, "tier": "gold"},
+        {"tenant": 7, "ok": True}, {"x": None}, None, {"tenant": 7, "tier": "gold"})]
+    with _client(store_url) as client:
+        assert _both(client, meta="tenant=7")[0] == [ids[6], ids[3], ids[2], ids[0]]
+        assert _both(client, meta='tenant="7"')[0] == [ids[1]]
+        assert _both(client, meta=["tenant=7", "tier=gold"])[0] == [ids[6], ids[2], ids[0]]
+        assert _both(client, meta="ok=true")[0] == [ids[3]]
+        assert _both(client, meta="x=null")[0] == [ids[4]]
+        assert _both(client, meta="tier=silver")[0] == []
+        assert _both(client, meta="")[0] == ids[::-1]  # an empty field filters nothing
+        # keyset pages of two, the filter kept in the next page's link and the form
+        page = client.get("/jobs", params={"meta": ["tenant=7", "tier=gold"], "limit": "2"})
+        assert _listed(page.text) == [ids[6], ids[2]]
+        assert 'name="meta" value="tenant=7"' in page.text
+        assert 'name="meta" value="tier=gold"' in page.text
+        assert 'name="bulk' not in page.text and "all matching" not in page.text
+        link = re.search(r'href="/jobs\?([^"]+)" id="next-page"', page.text).group(1)
+        assert "meta=tenant%3D7&amp;meta=tier%3Dgold" in link
+        rest = client.get("/jobs?" + link.replace("&amp;", "&"))
+        assert _listed(rest.text) == [ids[0]]
+        api = client.get("/api/jobs", params={"meta": ["tenant=7", "tier=gold"], "limit": "2"})
+        after = api.json()["next_after"]
+        assert after == ids[2]
+        assert [j["id"] for j in client.get("/api/jobs", params={
+            "meta": ["tenant=7", "tier=gold"], "limit": "2", "after": str(after)}).json()[
+            "jobs"]] == [ids[0]]
+        for bad in ("tier", "=gold"):
+            answer = client.get("/api/jobs", params={"meta": bad})
+            assert answer.status_code == 400
+            assert answer.json() == {"error": f"meta takes KEY=VALUE, not {bad!r}"}
+            shown = client.get("/jobs", params={"meta": bad})
+            assert shown.status_code == 400 and shown.text == f"meta takes KEY=VALUE, not {bad!r}"
+        # "all matching" takes the indexed filters on every store, not metadata
+        assert client.get("/jobs/all/cancel", params={
+            "status": "ready", "meta": "tenant=7"}).status_code == 400
+
+
+def test_a_hostile_metadata_filter_is_text_in_the_form(any_store, store_url):
+    with _client(store_url) as client:
+        page = client.get("/jobs", params={"meta": 'k="><script>alert(1)</script>'})
+    assert page.status_code == 200 and "<script>alert" not in page.text
+    assert 'value="k=&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in page.text

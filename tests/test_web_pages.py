@@ -713,6 +713,6 @@ def test_the_openapi_document_names_every_api_route_and_method(any_store, store_
     assert documented == routed
     assert {p["name"] for p in doc["paths"]["/api/jobs"]["get"]["parameters"]} == {
         "status", "name", "queue", "chain", "limit", "after", "key", "batch", "group", "error",
-        "args", "created_from", "created_to", "finished_from", "finished_to", "scan"}
+        "args", "created_from", "created_to", "finished_from", "finished_to", "meta", "scan"}
     assert doc["paths"]["/api/jobs/{job_id}/run-now"]["post"]["parameters"][0]["schema"] == {
         "type": "integer"}

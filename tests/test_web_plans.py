@@ -35,11 +35,12 @@ EPOCH = 1_700_000_000.0
 
 #: The backlog, per i in 1..ROWS: every 10th row dead with an error, 6 in 10 done, the
 #: rest ready (every 50th not due yet), running (every 500th) or ready; keys on every
-#: 7th row, a batch of every 1 000 rows' first 100, a limit's group on every 3rd.
+#: 7th row, a batch of every 1 000 rows' first 100, a limit's group on every 3rd, a
+#: tenant in the metadata of every 5th (R54).
 SQLITE_FILL = """
 INSERT INTO jobs (queue, name, key, payload, serializer, priority, status, run_at, line_at,
                   attempts, max_attempts, timeout, lease_owner, lease_expires_at, last_error,
-                  created_at, started_at, finished_at, batch_id, grp, chain_root)
+                  created_at, started_at, finished_at, batch_id, grp, chain_root, meta)
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :rows)
 SELECT 'q' || (i % 20), 'plan.n' || (i % 200), CASE WHEN i % 7 = 0 THEN 'key-' || i END,
        '[["arg-' || i || '"],{}]', 'json', 0,
@@ -51,13 +52,14 @@ SELECT 'q' || (i % 20), 'plan.n' || (i % 200), CASE WHEN i % 7 = 0 THEN 'key-' |
        :epoch + i, :epoch + i, CASE WHEN i % 10 < 7 THEN :epoch + i + 1 END,
        CASE WHEN i % 1000 < 100 THEN 1 + i / 1000 END,
        CASE WHEN i % 3 = 0 THEN 'g' || (i % 30) END,
-       CASE WHEN i % 1000 BETWEEN 501 AND 530 THEN i - i % 1000 + 500 END
+       CASE WHEN i % 1000 BETWEEN 501 AND 530 THEN i - i % 1000 + 500 END,
+       CASE WHEN i % 5 = 0 THEN '{"tenant":"t' || (i % 50) || '"}' END
   FROM n
 """
 PG_FILL_JOBS = """
 INSERT INTO jobs (id, queue, name, key, payload, serializer, priority, status, run_at,
                   line_at, attempts, max_attempts, timeout, lease_owner, lease_expires_at,
-                  created_at, started_at, batch_id, grp, chain_root)
+                  created_at, started_at, batch_id, grp, chain_root, meta)
 SELECT i, 'q' || (i %% 20), 'plan.n' || (i %% 200), CASE WHEN i %% 7 = 0 THEN 'key-' || i END,
        convert_to('[["arg-' || i || '"],{}]', 'UTF8'), 'json', 0,
        CASE WHEN i %% 500 = 7 THEN 'running' ELSE 'ready' END,
@@ -65,13 +67,15 @@ SELECT i, 'q' || (i %% 20), 'plan.n' || (i %% 200), CASE WHEN i %% 7 = 0 THEN 'k
        CASE WHEN i %% 500 = 7 THEN 'plans-pool' END, CASE WHEN i %% 500 = 7 THEN 1e12 END,
        %(epoch)s + i, %(epoch)s + i, CASE WHEN i %% 1000 < 100 THEN 1 + i / 1000 END,
        CASE WHEN i %% 3 = 0 THEN 'g' || (i %% 30) END,
-       CASE WHEN i %% 1000 BETWEEN 501 AND 530 THEN i - i %% 1000 + 500 END
+       CASE WHEN i %% 1000 BETWEEN 501 AND 530 THEN i - i %% 1000 + 500 END,
+       CASE WHEN i %% 5 = 0 THEN jsonb_build_object('tenant', 't' || (i %% 50)) END
   FROM generate_series(1, %(rows)s) AS i WHERE i %% 10 BETWEEN 7 AND 9
 """
 PG_FILL_FINISHED = """
 INSERT INTO finished_jobs (id, queue, name, key, payload, serializer, priority, status, run_at,
                            line_at, attempts, max_attempts, crashes, deferrals, last_error,
-                           created_at, started_at, finished_at, batch_id, grp, chain_root)
+                           created_at, started_at, finished_at, batch_id, grp, chain_root,
+                           meta)
 SELECT i, 'q' || (i %% 20), 'plan.n' || (i %% 200), CASE WHEN i %% 7 = 0 THEN 'key-' || i END,
        convert_to('[["arg-' || i || '"],{}]', 'UTF8'), 'json', 0,
        CASE WHEN i %% 10 = 0 THEN 'dead' ELSE 'done' END, %(epoch)s + i, %(epoch)s + i, 1, 3,
@@ -79,7 +83,8 @@ SELECT i, 'q' || (i %% 20), 'plan.n' || (i %% 200), CASE WHEN i %% 7 = 0 THEN 'k
        %(epoch)s + i, %(epoch)s + i, %(epoch)s + i + 1,
        CASE WHEN i %% 1000 < 100 THEN 1 + i / 1000 END,
        CASE WHEN i %% 3 = 0 THEN 'g' || (i %% 30) END,
-       CASE WHEN i %% 1000 BETWEEN 501 AND 530 THEN i - i %% 1000 + 500 END
+       CASE WHEN i %% 1000 BETWEEN 501 AND 530 THEN i - i %% 1000 + 500 END,
+       CASE WHEN i %% 5 = 0 THEN jsonb_build_object('tenant', 't' || (i %% 50)) END
   FROM generate_series(1, %(rows)s) AS i WHERE i %% 10 NOT BETWEEN 7 AND 9
 """
 PG_SEQUENCE = "SELECT setval(pg_get_serial_sequence('jobs', 'id'), %(rows)s)"
@@ -112,7 +117,9 @@ def pages(rows: int, made_batch: int) -> list[str]:
              f"chain={mid}", f"after={mid}", f"status=dead&after={mid}", "group=g3",
              "error=row%201", "args=arg-1", "status=dead&error=bad", created,
              f"status=done&{finished}", f"status=dead&{finished}&after={mid}",
-             f"name=plan.n7&args=arg&{created}&scan=50000", "status=ready&group=g9"]
+             f"name=plan.n7&args=arg&{created}&scan=50000", "status=ready&group=g9",
+             "meta=tenant=t5", "status=done&meta=tenant=t5", "name=plan.n5&meta=tenant=t5",
+             f"meta=tenant=t5&after={mid}"]
     return ["/", "/live", "/dead", "/scheduled", "/queues", "/pools", "/batches", "/periodic",
             "/api/periodic", "/charts", "/charts?hours=24", "/charts?hours=72",
             "/api/rollups?hours=72",
@@ -434,6 +441,8 @@ PG_FILTERS = [
     {"created": (EPOCH + 500, EPOCH + 1000)}, {"created": (None, EPOCH + 5)},
     {"name": "plan.n7", "args": "arg", "created": (EPOCH, None), "scan": 50_000},
     {"group": "g3", "after": 10_000}, {"error": "bad", "queue": "q7", "after": 10_000},
+    {"meta": {"tenant": "t5"}}, {"meta": {"tenant": "t5"}, "after": 10_000},
+    {"name": "plan.n5", "meta": {"tenant": "t5"}},
 ]
 
 
@@ -466,7 +475,10 @@ def test_every_job_list_filter_reads_a_big_postgres_store_through_indexes(big_pg
                                                        after=after, newest_first=True, **chosen)
                 where, params = where + found, dict(params, **bound)
                 for kind, statement, extra in (
-                        ("list", pg_sql.list_jobs(status, where, newest_first=True),
+                        # R54: a metadata filter as the store lists it (near, then far)
+                        ("list", pg_sql.list_jobs(
+                            status, where, newest_first=True,
+                            meta_near=pg_sql.META_CONTAINS in where, after=after is not None),
                          {"limit": 50}),
                         ("count", pg_sql.count_jobs(status, where), {"most": 10_050})):
                     plan = generic_plan(conn, statement, dict(params, **extra),

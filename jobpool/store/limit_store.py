@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from jobpool import bounds
+from jobpool.errors import EnqueueError
 from jobpool.limits import LimitPlan, NameLimit, parse_rate, refill
 from jobpool.store import rows as store_rows
 from jobpool.store.records import LimitRow
@@ -102,8 +104,13 @@ class StoreLimits:
 
     def set_queue(self, queue: str, running: int, set_by: str = "cli",
                   now: float | None = None) -> None:
-        """R35: at most ``running`` jobs of ``queue`` run at once, across all pools."""
+        """R35: at most ``running`` jobs of ``queue`` run at once, across all pools
+        (``EnqueueError`` for a queue name or a number it cannot be)."""
         queue = store_rows.queue_name(queue)
+        try:
+            running = bounds.queue_running(running)
+        except ValueError as exc:
+            raise EnqueueError(str(exc)) from None
         params = {"scope": "queue", "target": queue, "max_running": running, "rate": None,
                   "burst": 1, "group_by": None, "set_by": set_by,
                   "now": time.time() if now is None else now}

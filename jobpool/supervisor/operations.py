@@ -160,6 +160,9 @@ class Operations:
                                         unsettled=len(state.pending))
         if slots.scale_refused:
             counters["scale_refused"] = slots.scale_refused
+        if self.plan.weights is not None:
+            # R38: the weights this pool serves its queues by, for the dashboard's queues.
+            counters["weights"] = dict(zip(self.plan.queues, self.plan.weights))
         if state.stopping:
             # R25/R29: the dashboard shows a draining pool and when its drain ends.
             counters["stopping"] = {"running": slots.busy_count(),

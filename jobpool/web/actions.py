@@ -68,6 +68,32 @@ def resume(store: Any, who: str, queue: str) -> Done:
     return Done(changed, what)
 
 
+def set_limit(store: Any, who: str, target: tuple[str, int]) -> Done:
+    """R35: at most ``running`` jobs of ``queue`` at once across every pool, from each
+    pool's next heartbeat (``jobpool limits set --queue Q --running N``)."""
+    queue, running = target
+    try:
+        store.limits.set_queue(queue, running, set_by="web")
+    except EnqueueError as exc:  # a queue name or number the store refuses
+        ok, what = False, str(exc)
+    else:
+        ok, what = True, f"at most {running} running"
+    _log("limit", who, queue=queue, running=running, result=what)
+    return Done(ok, what)
+
+
+def clear_limit(store: Any, who: str, queue: str) -> Done:
+    """R35: the queue's limit gone (``jobpool limits clear --queue Q``)."""
+    try:
+        cleared = store.limits.clear_queue(queue)
+    except EnqueueError as exc:
+        cleared, what = False, str(exc)
+    else:
+        what = "no limit" if cleared else "had no limit"
+    _log("clear-limit", who, queue=queue, result=what)
+    return Done(cleared, what)
+
+
 def scale(store: Any, who: str, target: tuple[str, int]) -> Done:
     """R27: ask the running pool ``owner`` to run ``procs`` children (it takes the
     request at its next heartbeat)."""

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from jobpool import bounds
 from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.web import actions, charts, fleet, listing, openapi, schedules
 
@@ -43,6 +44,8 @@ def routes() -> list[Route]:
         Route("/api/rollups", rollups),
         Route("/api/queues/{queue:path}/pause", pause, methods=["POST"]),
         Route("/api/queues/{queue:path}/resume", resume, methods=["POST"]),
+        Route("/api/queues/{queue:path}/limit", set_limit, methods=["POST"]),
+        Route("/api/queues/{queue:path}/limit", clear_limit, methods=["DELETE"]),
     ]
 
 
@@ -211,6 +214,21 @@ async def resume(request: Request) -> Response:
     return await _write(request, actions.resume, request.path_params["queue"])
 
 
+async def set_limit(request: Request) -> Response:
+    """``{"running": N}``: at most N of the queue's jobs running at once (R35)."""
+    queue = request.path_params["queue"]
+
+    def target(body: Any) -> tuple[str, int]:
+        if not isinstance(body, dict) or set(body) != {"running"}:
+            raise ValueError('send {"running": N}, N a positive integer')
+        return queue, bounds.queue_running(body["running"])
+    return await _write(request, actions.set_limit, target)
+
+
+async def clear_limit(request: Request) -> Response:
+    return await _write(request, actions.clear_limit, request.path_params["queue"])
+
+
 async def _read(request: Request, read: Callable[[Any], Any]) -> Response:
     if (refused := _refused(request)) is not None:
         return refused
@@ -265,8 +283,8 @@ async def cancel_batch(request: Request) -> Response:
 
 
 async def queues(request: Request) -> Response:
-    """Each queue with jobs, a pause or a limit, and the limits of job names with
-    their groups, as the queues page shows them."""
+    """Each queue with jobs, a pause or a limit, with its weights in the live pools,
+    and the limits of job names with their groups, as the queues page shows them."""
     def read(store: Any) -> dict[str, Any]:
         view = fleet.queues_view(store, request.app.state.live.get().snapshot)
         view["queues"] = [dict(q, counts=q["counts"] and {

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from jobpool import bounds
 from jobpool.errors import BatchNotFound
 from jobpool.snapshot import Snapshot
 from jobpool.web import actions, listing
@@ -119,18 +120,38 @@ async def batch_cancel(request: Request) -> Response:
     return acted(request, f"batch {batch_id}: {done.what}", form.get("next"))
 
 
+def pool_weights(pools: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """R38: each queue's weight in each live pool that serves it by weights (``jobpool
+    start --queues high:3,default:1``), as the pool's heartbeat wrote them in its
+    counters: ``{queue: [{"pool": owner, "host": ..., "pid": ..., "weight": N}]}``. A
+    row is data (R44): weights that are not whole numbers above 0 are left out."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for pool in pools:
+        weights = pool["counters"].get("weights") if pool["dead"] is None else None
+        if not isinstance(weights, dict):
+            continue
+        for queue, weight in weights.items():
+            if isinstance(queue, str) and isinstance(weight, int) \
+                    and not isinstance(weight, bool) and weight > 0:
+                found.setdefault(queue, []).append({"pool": pool["owner"], "host": pool["host"],
+                                                    "pid": pool["pid"], "weight": weight})
+    return found
+
+
 def queues_view(store: Any, snapshot: Snapshot) -> dict[str, Any]:
     """Each queue with jobs, paused or limited: its counts (of the shared snapshot),
-    whether it is paused and its limit; and the limits of job names with their
-    groups and tokens (``store.limits.listing``)."""
+    whether it is paused, its limit and its weights in the live pools (R38: none
+    where no live pool weighs it); and the limits of job names with their groups and
+    tokens (``store.limits.listing``)."""
     limits = store.limits.listing()
     by_queue = {row["target"]: row for row in limits["limits"] if row["scope"] == "queue"}
     queues = {view.queue: view for view in snapshot.queues}
     paused = set(store.paused_queues())
     names = sorted(set(queues) | paused | set(by_queue))
+    weights = pool_weights(store.pools())
     rows = [{"queue": name, "counts": queues.get(name), "paused": name in paused,
-             "limit": by_queue.get(name)} for name in names]
-    return {"queues": rows,
+             "limit": by_queue.get(name), "weights": weights.get(name, [])} for name in names]
+    return {"queues": rows, "most_running": bounds.MAX_QUEUE_RUNNING,
             "name_limits": [row for row in limits["limits"] if row["scope"] == "name"],
             "groups": limits["groups"]}
 

@@ -42,9 +42,10 @@ def filters(query: Mapping[str, str]) -> tuple[dict[str, Any], int]:
     """The filters a query names (``status``, ``name``, ``queue``, ``chain``: the
     chain started by that job, in the order its steps run; ``key``, ``batch``;
     the searched ``group``, ``error``, ``args``, ``created_from``/``_to`` and
-    ``finished_from``/``_to``, and ``scan``), the keyset ``after`` (the page goes
-    on below that id) and the page size; ``ValueError`` with a one-line reason for
-    a status, cursor, time or limit that is not one."""
+    ``finished_from``/``_to``, ``meta`` (R54: ``KEY=VALUE``, as ``jobs list --meta``
+    takes it; repeated, every pair must match) and ``scan``), the keyset ``after``
+    (the page goes on below that id) and the page size; ``ValueError`` with a
+    one-line reason for a status, cursor, time, metadata pair or limit that is not one."""
     status = query.get("status") or None
     if status is not None and status not in LISTED_STATUSES:
         raise ValueError(f"status must be one of {', '.join(LISTED_STATUSES)}, not {status!r}")
@@ -57,6 +58,7 @@ def filters(query: Mapping[str, str]) -> tuple[dict[str, Any], int]:
     chosen["batch"] = _job_id(query, "batch", "a batch id")
     for key in TIMES:
         chosen[key] = _time(query, key)
+    chosen["meta"] = _meta(query)
     chosen["scan"] = _scan(query.get("scan"))
     store_filters(chosen)  # the store's refusals, said before any page is read
     return chosen, page_size(query.get("limit"))
@@ -67,6 +69,8 @@ def store_filters(chosen: Mapping[str, Any]) -> dict[str, Any]:
     only the filters that are set (a store that lists no more than the first four
     is asked for no more); ``ValueError`` for a combination the store refuses."""
     taken = {k: v for k, v in chosen.items() if v is not None and k not in TIMES}
+    if "meta" in taken:
+        taken["meta"] = dict(job_pages.meta_pair(text, "meta") for text in taken["meta"])
     for span in ("created", "finished"):
         low, high = chosen.get(f"{span}_from"), chosen.get(f"{span}_to")
         if low is not None or high is not None:
@@ -80,8 +84,10 @@ def store_filters(chosen: Mapping[str, Any]) -> dict[str, Any]:
 
 def searching(chosen: Mapping[str, Any]) -> bool:
     """Whether the list is a search within a window of ids (R47) rather than an
-    index's pages."""
-    return any(chosen.get(k) is not None for k in (*SEARCHED_TEXT, *TIMES))
+    index's pages. A metadata filter counts as one on every store (R54: SQLite
+    searches it; PostgreSQL reads it through an index), so that what an "all
+    matching" action takes is the same filters on both."""
+    return any(chosen.get(k) is not None for k in (*SEARCHED_TEXT, *TIMES, "meta"))
 
 
 #: Any dialect will do to check the filters without running them.
@@ -92,6 +98,16 @@ _NO_DIALECT = rows.ListingDialect(mark=str, contains=lambda c, p: c,
 def _time(query: Mapping[str, str], key: str) -> float | None:
     text = query.get(key) or None
     return None if text is None else job_pages.parse_time(text, key)
+
+
+def _meta(query: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The ``meta`` pairs a query names, as typed (a query string or form may repeat
+    it; empty ones are left out), each checked to be ``KEY=VALUE``; None: none."""
+    sent = query.getlist("meta") if hasattr(query, "getlist") else [query.get("meta")]
+    typed = tuple(text for text in sent if isinstance(text, str) and text)
+    for text in typed:
+        job_pages.meta_pair(text, "meta")
+    return typed or None
 
 
 def _scan(text: str | None) -> int | None:
@@ -122,7 +138,7 @@ def query_of(chosen: Mapping[str, Any], **changed: Any) -> str:
     out), for a link to another page of it."""
     from urllib.parse import urlencode
     merged = {**chosen, **changed}
-    return urlencode({k: v for k, v in merged.items() if v is not None})
+    return urlencode({k: v for k, v in merged.items() if v is not None}, doseq=True)
 
 
 def page(store: Any, chosen: dict[str, str | None], limit: int) -> tuple[list[dict[str, Any]], int]:

@@ -10,8 +10,9 @@ SUMMARIES = {
     ("GET", "/api/stats"): "Counts by status, each live pool's counters, unserved jobs and "
                            "paused queues (as jobpool status --json)",
     ("GET", "/api/jobs"): "A page of jobs, newest first (a chain oldest first): "
-                          "{jobs, more, next_after}; a search (group, error, args, a time "
-                          "range) reads a window of scan ids and adds searched: "
+                          "{jobs, more, next_after}; meta=KEY=VALUE (repeated: every pair) "
+                          "filters by metadata; a search (group, error, args, a time "
+                          "range; metadata where the store has no index for it) reads a window of scan ids and adds searched: "
                           "{from_id, to_id}",
     ("POST", "/api/jobs"): "Enqueue by name: {name, args, kwargs} and queue, key, delay, "
                            "priority, max_attempts; 201 {ok, result, id, duplicate}",
@@ -44,6 +45,11 @@ SUMMARIES = {
                             "limits of job names with their groups and tokens",
     ("POST", "/api/queues/{queue:path}/pause"): "Pause a queue on every pool",
     ("POST", "/api/queues/{queue:path}/resume"): "Resume a paused queue",
+    ("POST", "/api/queues/{queue:path}/limit"): "Set the queue's limit: {running: N}, at most "
+                                                "N of its jobs running at once across every "
+                                                "pool (as jobpool limits set)",
+    ("DELETE", "/api/queues/{queue:path}/limit"): "Clear the queue's limit (as jobpool limits "
+                                                  "clear); 409 when it had none",
     ("GET", "/api/openapi.json"): "This document",
 }
 
@@ -51,7 +57,7 @@ SUMMARIES = {
 QUERY = {
     "/api/jobs": ("status", "name", "queue", "chain", "limit", "after", "key", "batch",
                   "group", "error", "args", "created_from", "created_to", "finished_from",
-                  "finished_to", "scan"),
+                  "finished_to", "meta", "scan"),
     "/api/batches": ("open", "limit"),
     "/api/rollups": ("hours", "name"),
 }

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from jobpool import bounds
 from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.web import actions, auth, listing, live
@@ -116,7 +117,8 @@ async def jobs_page(request: Request) -> Response:
                    next_query=after and listing.query_of(chosen, after=after, limit=limit),
                    first_query=chosen["after"] and listing.query_of(chosen, after=None,
                                                                     limit=limit),
-                   bulk=[a for a in actions.BULK_STATUSES if actions.bulk_applies(a, chosen["status"])],
+                   bulk=[] if listing.searching(chosen) else [
+                       a for a in actions.BULK_STATUSES if actions.bulk_applies(a, chosen["status"])],
                    filter_query=listing.query_of(chosen, after=None),
                    selectable=bool(rows) and not request.app.state.access.read_only,
                    selected_actions=actions.SELECTED_BUTTONS,
@@ -336,7 +338,7 @@ _JOB_ACTIONS: dict[str, Callable[..., actions.Done]] = {
     "retry": actions.retry, "cancel": actions.cancel, "delete": actions.delete,
     "run-now": actions.run_now}
 _QUEUE_ACTIONS: dict[str, Callable[..., actions.Done]] = {
-    "pause": actions.pause, "resume": actions.resume}
+    "pause": actions.pause, "resume": actions.resume, "clear-limit": actions.clear_limit}
 
 
 async def _checked_form(request: Request) -> tuple[Any, Response | None]:
@@ -361,7 +363,24 @@ async def job_action(request: Request) -> Response:
 
 async def queue_action(request: Request) -> Response:
     queue = request.path_params["queue"]
+    if request.path_params["action"] == "limit":
+        return await _queue_limit(request, queue)
     return await _act(request, _QUEUE_ACTIONS, queue, f"queue {queue}")
+
+
+async def _queue_limit(request: Request, queue: str) -> Response:
+    """The queues page's "set limit" form (R35): its ``running`` checked as ``jobpool
+    limits set --running`` checks it (400 naming it, nothing written), then set."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    try:
+        running = bounds.queue_running(form.get("running"))
+    except ValueError as exc:
+        return PlainTextResponse(str(exc), status_code=400)
+    done = await run_in_threadpool(actions.set_limit, _store(request),
+                                   request.app.state.access.who, (queue, running))
+    return acted(request, f"queue {queue}: {done.what}", form.get("next"))
 
 
 async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], target: Any,
