@@ -20,6 +20,10 @@ does, over the SQLite driver (``store/sqlite/driver.py``). The compiled driver
   (a property test holds them equal on generated rows).
 
 ``SlotTable`` is ``_core_py.SlotTable`` with its deadlines in a C array.
+
+``read_message`` is ``_core_py.read_message``: a child's message read off its pipe in C,
+R68's success frame taken apart on the way (the struct module's unpack costs more than
+marshal's whole message; this costs none of the ``Connection`` framing's Python).
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
@@ -30,7 +34,9 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.limits cimport INT_MAX
 from libc.math cimport INFINITY, isfinite
+from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
 
 import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
@@ -43,6 +49,17 @@ from jobpool.store.row_codec import Decoded
 
 cdef extern from "<unistd.h>" nogil:
     int usleep(unsigned int usec)
+    ssize_t read(int fd, void* buf, size_t count)
+
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    int EINTR
+
+
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+    object PyErr_SetFromErrno(object kind)
 
 
 cdef extern from "sqlite3.h" nogil:
@@ -597,6 +614,87 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
         _record(Claimed, (job_id, name, data, serializer, attempt, float(timeout), deadline, queue,
                           float(run_at) + to_pool_clock, batch, meta)),
         priority, float(line_at)))
+
+
+#: R68: ``protocol.SUCCESS`` ("=BqiqdB": tag, job id, attempt, peak RSS, CPU, retiring),
+#: its size and its fields' offsets; tests/test_parity.py holds the two readers equal.
+cdef enum:
+    SUCCESS_SIZE = 30
+    AT_JOB_ID = 1
+    AT_ATTEMPT = 9
+    AT_RSS = 13
+    AT_CPU = 21
+    AT_RETIRING = 29
+
+
+cdef tuple _frame_fields(const unsigned char* at, Py_ssize_t size):
+    """The fields of a zero-tagged message of ``size`` bytes, or ValueError."""
+    cdef int64_t job_id, peak_rss
+    cdef int32_t attempt
+    cdef double cpu_s
+    if size != SUCCESS_SIZE or at[AT_RETIRING] > 1:
+        raise ValueError(f"a success frame of {size} bytes, not {SUCCESS_SIZE}, "
+                         f"or its retiring flag not 0 or 1")
+    memcpy(&job_id, at + AT_JOB_ID, 8)
+    memcpy(&attempt, at + AT_ATTEMPT, 4)
+    memcpy(&peak_rss, at + AT_RSS, 8)
+    memcpy(&cpu_s, at + AT_CPU, 8)
+    return (job_id, attempt, peak_rss, cpu_s, at[AT_RETIRING] == 1)
+
+
+cdef int _read_exactly(int fd, char* into, Py_ssize_t size, bint begun) except -1:
+    """Read ``size`` bytes from a blocking pipe as ``Connection._recv`` does: EOFError
+    at the end of the pipe before a message, OSError inside one, a signal's handler
+    run (and what it raises raised) on EINTR."""
+    cdef Py_ssize_t got = 0
+    cdef ssize_t n
+    while got < size:
+        with nogil:
+            n = read(fd, into + got, size - got)
+        if n > 0:
+            got += n
+        elif n == 0:
+            if got == 0 and not begun:
+                raise EOFError
+            raise OSError("got end of file during message")
+        elif errno == EINTR:
+            PyErr_CheckSignals()
+        else:
+            PyErr_SetFromErrno(OSError)
+    return 0
+
+
+def read_message(conn):
+    """``conn.recv_bytes()`` with R68's success frame read on the way (what
+    ``_core_py.read_message`` does in Python): the frame's fields, any other message's
+    bytes, ValueError for a zero tag of the wrong size or a flag out of range. The
+    length prefix is multiprocessing's (4 bytes big-endian, -1 then 8 for a long one);
+    the header and the message are two reads, no buffer kept between calls."""
+    cdef int fd = conn.fileno()
+    cdef unsigned char header[8]
+    cdef unsigned char frame[SUCCESS_SIZE]
+    cdef long long size
+    cdef int i
+    _read_exactly(fd, <char*>header, 4, False)
+    size = <int32_t>((<uint32_t>header[0] << 24) | (<uint32_t>header[1] << 16)
+                     | (<uint32_t>header[2] << 8) | <uint32_t>header[3])
+    if size == -1:
+        _read_exactly(fd, <char*>header, 8, True)
+        size = 0
+        for i in range(8):
+            size = (size << 8) | header[i]
+    if size < 0:
+        raise OSError(f"a message length of {size}")
+    if size == SUCCESS_SIZE:
+        _read_exactly(fd, <char*>frame, SUCCESS_SIZE, True)
+        if frame[0] == 0:
+            return _frame_fields(frame, SUCCESS_SIZE)
+        return PyBytes_FromStringAndSize(<char*>frame, SUCCESS_SIZE)
+    data = PyBytes_FromStringAndSize(NULL, size)
+    _read_exactly(fd, PyBytes_AS_STRING(data), size, True)
+    if size and (<unsigned char*>PyBytes_AS_STRING(data))[0] == 0:
+        _frame_fields(<const unsigned char*>PyBytes_AS_STRING(data), size)  # raises
+    return data
 
 
 def _claim_order(decoded):

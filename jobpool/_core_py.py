@@ -1,4 +1,5 @@
-"""The supervisor's slot table, in Python: the readable twin of ``_core.SlotTable``.
+"""The supervisor's slot table and its reader of a child's messages, in Python: the
+readable twins of ``_core.SlotTable`` and ``_core.read_message``.
 
 ``tests/test_core.py`` runs the slot table's tests against both. (The SQLite
 driver's compiled parts have their pure twins beside the driver they serve:
@@ -7,9 +8,22 @@ driver's compiled parts have their pure twins beside the driver they serve:
 from __future__ import annotations
 
 import math
+from typing import Any
+
+from jobpool.protocol import success_fields
 
 #: The API the compiled module mirrors name for name (tests/test_core.py).
-__all__ = ["SlotTable"]
+__all__ = ["SlotTable", "read_message"]
+
+
+def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:
+    """One message of a child's pipe (R68): a success frame's fields
+    (``protocol.success_fields``), or any other message's bytes; ValueError for a
+    malformed frame, what ``recv_bytes`` raises for a lost pipe. ``_core.read_message``
+    reads it in C (tests/test_parity.py holds the two equal)."""
+    data = conn.recv_bytes()
+    fields = success_fields(data)
+    return data if fields is None else fields
 
 
 class SlotTable:

@@ -52,13 +52,15 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
-            retire=lambda: False, startup_error: str | None = None) -> tuple[bytes, bool]:
+            retire=lambda: False, startup_error: str | None = None,
+            frames: bool = False) -> tuple[bytes, bool]:
     """Run one job and classify how it ended; never raises. Returns the outcome
     message and whether this child exits after sending it.
 
     ``retire()`` is asked after the job: True means this child exits after replying.
     ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
-    not run in it (its error is the attempt's), and the child is replaced."""
+    not run in it (its error is the attempt's), and the child is replaced.
+    ``frames``: a plain success goes out as ``protocol.SUCCESS``'s fixed frame (R68)."""
     cpu_before = _cpu_seconds()
     error: str | None
     if startup_error is not None:
@@ -71,6 +73,10 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
     cpu_s = _cpu_seconds() - cpu_before
     retiring = retire() or startup_error is not None
+    if frames and kind == lifecycle.DONE and error is None and delay is None and result is None \
+            and not strays:
+        return protocol.success_frame(job_id, attempt, _peak_rss_bytes(), cpu_s,
+                                      retiring), retiring
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
                                     _peak_rss_bytes(), cpu_s, retiring, strays), retiring
 
@@ -313,9 +319,11 @@ class StandardStreams:
         return True
 
 
-def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> None:
+def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
+               frames: bool = False) -> None:
     """Entry point of a forked child; returns (and the process exits) when recycled:
-    after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes."""
+    after ``max_tasks`` jobs, or when its RSS has passed ``max_memory`` bytes.
+    ``frames``: the supervisor reads success frames (R68, its compiled road)."""
     proctree.settle_forked(parent_pid, "jobpool-child")
     # R40: the job's processes are its own. Its own process group, so a timeout or a
     # cancel signals them together; a subreaper, so an orphan (a setsid grandchild
@@ -354,7 +362,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0) -> No
                         or not streams.restore())
         try:
             reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
-                                      startup_error)
+                                      startup_error, frames)
         finally:
             running.current = None
         try:

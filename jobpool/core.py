@@ -1,7 +1,8 @@
 """Pick the compiled parts (``_core``) when built, else their pure twins.
 
 What ``_core`` compiles: the SQLite driver's connection and claim codec (taken by
-``store/sqlite/claimer.py`` through ``NAME``) and the supervisor's slot table.
+``store/sqlite/claimer.py`` through ``NAME``), the supervisor's slot table and its
+reader of a child's messages (R68's success frame).
 ``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run
 every claimer test against both). Both stay importable for the tests.
 """
@@ -15,7 +16,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import SlotTable
+    from jobpool._core_py import SlotTable, read_message
     NAME = "pure"
 else:
     _impl = _core_py
@@ -28,6 +29,8 @@ else:
         except ImportError:
             pass
     SlotTable = _impl.SlotTable
+    #: R68: a child's message read, a success frame's fields taken (in C when built).
+    read_message = _impl.read_message
 
-__all__ = ["NAME", "SlotTable", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH",
+__all__ = ["NAME", "SlotTable", "read_message", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH",
            "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

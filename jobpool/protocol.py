@@ -26,6 +26,13 @@ child -> supervisor:  ``(OUTCOME, job_id, attempt, kind, error, delay, result, p
                       page of a batch's members' stored results (R60), as
                       ``(id, name, serializer, result)`` tuples
 
+R68: on the compiled road a child sends a plain success (kind DONE, no error, no delay,
+no stored result, no strays) as a fixed binary frame instead, ``SUCCESS``: a zero tag
+byte, the job id, the attempt, the peak RSS, the CPU seconds and the retiring flag, in
+the host's byte order (both ends run on one host). No marshal text starts with a zero
+byte, so the frame and the messages share the pipe; ``decode`` turns either into the
+message tuple, and the pump takes a frame's fields without building it.
+
 The supervisor's messages to a child start with a string (REPLY, INTERRUPT) or a job
 id (a job), so a child tells them apart; one waiting for a job drops the others (an
 interrupt for a job that finished first).
@@ -33,7 +40,10 @@ interrupt for a job that finished first).
 from __future__ import annotations
 
 import marshal
+import struct
 from typing import Any
+
+from jobpool.lifecycle import DONE
 
 OUTCOME = 0
 PROGRESS = 1
@@ -54,6 +64,40 @@ STORE_FAILED = "store"    # StoreError: the store could not take it now
 
 dumps = marshal.dumps
 loads = marshal.loads
+
+#: R68: a plain success's frame: tag (0), job id, attempt, peak RSS, CPU seconds, retiring.
+SUCCESS = struct.Struct("=BqiqdB")
+SUCCESS_TAG = 0
+
+
+def success_frame(job_id: int, attempt: int, peak_rss: int, cpu_s: float,
+                  retiring: bool) -> bytes:
+    return SUCCESS.pack(SUCCESS_TAG, job_id, attempt, peak_rss, cpu_s, retiring)
+
+
+def success_fields(data: bytes) -> tuple[int, int, int, float, bool] | None:
+    """A success frame's ``(job_id, attempt, peak_rss, cpu_s, retiring)``, or None for
+    any other message. A zero tag of the wrong length, or fields out of range, is no
+    message: ValueError, which a reader takes for a lost pipe, as bad marshal data."""
+    if not data or data[0] != SUCCESS_TAG:
+        return None
+    if len(data) != SUCCESS.size or data[-1] > 1:
+        raise ValueError(f"a success frame of {len(data)} bytes, not {SUCCESS.size}, "
+                         f"or its retiring flag not 0 or 1")
+    _tag, job_id, attempt, peak_rss, cpu_s, retiring = SUCCESS.unpack(data)
+    return job_id, attempt, peak_rss, cpu_s, retiring == 1
+
+
+def success_message(fields: tuple[int, int, int, float, bool]) -> tuple:
+    """The OUTCOME tuple a success frame stands for (the general road's message)."""
+    job_id, attempt, peak_rss, cpu_s, retiring = fields
+    return (OUTCOME, job_id, attempt, DONE, None, None, None, peak_rss, cpu_s, retiring, 0)
+
+
+def decode(data: bytes) -> tuple:
+    """A child's message as its tuple, a success frame's included (R68)."""
+    fields = success_fields(data)
+    return marshal.loads(data) if fields is None else success_message(fields)
 
 
 def job_message(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,

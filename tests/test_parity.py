@@ -17,6 +17,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from jobpool import lifecycle as P
+from jobpool import _core_py, protocol
 from jobpool.lifecycle import Outcome
 from jobpool.store import row_codec
 from jobpool.store.sqlite.claimer import SqliteClaimer
@@ -312,3 +313,72 @@ def test_the_compiled_codec_answers_as_the_codec_does(compiled_core, rows, shift
     assert [typed(list(d.job)) for d in got[0]] == [typed(list(d.job)) for d in expected[0]]
     assert [(d.priority, d.line_at) for d in got[0]] == [(d.priority, d.line_at) for d in expected[0]]
     assert got[1] == expected[1]
+
+
+def _read_frame(reader, source):
+    """What a success-frame reader answers (its repr, so a NaN of random bytes compares
+    equal to itself), or the exception class and words it raises."""
+    try:
+        got = reader(source)
+    except ValueError as exc:
+        return ValueError, str(exc)
+    return got if got is None or isinstance(got, bytes) else repr(typed(list(got)))
+
+
+#: R68: success frames as children send them, their fields' bounds included, and bytes
+#: around them: another message (marshal's), a zero tag of any size, a flag out of range.
+FRAMES = st.one_of(
+    st.builds(protocol.success_frame, st.integers(-(2**63), 2**63 - 1),
+              st.integers(-(2**31), 2**31 - 1), st.integers(0, 2**63 - 1),
+              st.floats(allow_nan=False), st.booleans()),
+    st.builds(protocol.outcome_message, st.integers(1, 2**40), st.integers(1, 9),
+              st.integers(0, 8), st.none() | st.text(max_size=5), st.none(), st.none(),
+              st.integers(0, 2**40), st.floats(0, 10), st.booleans(), st.integers(0, 2)),
+    st.binary(max_size=40).map(lambda b: b"\0" + b),
+    st.binary(max_size=40))
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    import multiprocess
+    ends = multiprocess.Pipe(duplex=True)
+    yield ends
+    for end in ends:
+        end.close()
+
+
+@pytest.mark.c_extension
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=FRAMES)
+def test_the_compiled_message_reader_answers_as_the_pure_one(compiled_core, pipe, data):
+    """R68: whatever a child writes on its pipe, the C reader answers as
+    ``_core_py.read_message`` does: a frame's fields (types and order), another
+    message's bytes, the same refusal in the same words."""
+    ours, childs = pipe
+    childs.send_bytes(data)
+    got = _read_frame(compiled_core.read_message, ours)
+    childs.send_bytes(data)
+    assert got == _read_frame(_core_py.read_message, ours)
+    if isinstance(got, str):  # a frame's fields: the general road's message has them
+        childs.send_bytes(data)
+        job_id, attempt, peak_rss, cpu_s, retiring = compiled_core.read_message(ours)
+        assert protocol.decode(data) == (protocol.OUTCOME, job_id, attempt, P.DONE, None, None,
+                                         None, peak_rss, cpu_s, retiring, 0)
+
+
+@pytest.mark.c_extension
+def test_the_compiled_message_reader_reads_a_long_message_and_the_pipes_end(compiled_core):
+    """multiprocessing's long prefix (over 2 GiB's is -1 and 8 bytes) is not sent here,
+    so a message past the pipe's buffer stands for the many reads; then the end."""
+    import multiprocess
+    import threading
+    ours, childs = multiprocess.Pipe(duplex=True)
+    big = protocol.dumps((protocol.PROGRESS, 1, 1, 50.0, "x" * 300_000))
+    writer = threading.Thread(target=childs.send_bytes, args=(big,))
+    writer.start()
+    assert compiled_core.read_message(ours) == big
+    writer.join()
+    childs.close()
+    with pytest.raises(EOFError):
+        compiled_core.read_message(ours)
+    ours.close()

@@ -2,7 +2,7 @@
 
 One scripted workload runs through an in-process ``--burst`` pool twice, the pump on
 and off, over two stores made alike: successes with results, a failure retried, a
-``Fatal``, a ``Defer``, progress reports, a row past its deadline at claim (R10), a
+``Fatal``, a ``Defer``, plain successes (R68's success frames on the compiled road), progress reports, a row past its deadline at claim (R10), a
 job killed at its hard timeout (R20), a chain step (R12). The rows (every column
 but times, pids and owners), the attempt log, the counters and the event stream must
 be the same, and so must what the pool added to the rollups (R56) and, with
@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import jobpool
+from jobpool import _core_py
 from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
 
@@ -33,12 +34,19 @@ from .conftest import ATTEMPT_LINES, ROOT
 #: forked after ``_run`` sets it), so the two stores' payloads are the same text.
 MARKERS = Path(".")
 
-NAMES = ("pump.ok", "pump.flaky", "pump.fatal", "pump.defers", "pump.reports", "pump.slow")
+NAMES = ("pump.ok", "pump.plain", "pump.flaky", "pump.fatal", "pump.defers", "pump.reports", "pump.slow")
 
 
 @jobpool.job(name="pump.ok", store_result=True)
 def ok(i):
     return {"i": i}
+
+
+@jobpool.job(name="pump.plain")
+def plain(i):
+    """A success with no stored result: on the compiled road its child sends it as
+    R68's success frame, on the pure road as the outcome message."""
+    return None
 
 
 @jobpool.job(name="pump.flaky", max_attempts=3, backoff_base=0.0)
@@ -76,6 +84,26 @@ def slow(marker=None):
         (MARKERS / marker).write_text("ran past its hard timeout")
 
 
+#: R44/R68: success frames a job forges on its own pipe before it ends, by what is wrong.
+FORGED = {
+    "short": b"\0" + b"\1" * 9,
+    "long": b"\0" * 31,
+    "flag": b"\0" * 29 + b"\2",
+}
+
+
+@jobpool.job(name="pump.forges", max_attempts=1)
+def forges(what):
+    from jobpool import protocol, running
+    attempt = running.current
+    if what == "stranger":  # well formed, for a job this slot does not run: refused
+        frame = protocol.success_frame(attempt.job_id + 1000, attempt.attempt, 1, 0.0, False)
+    else:
+        frame = FORGED[what]
+    attempt.conn.send_bytes(frame)
+    return None
+
+
 def _enqueue_workload(store) -> None:
     for i in range(6):
         store.enqueue("pump.ok", i)
@@ -89,6 +117,7 @@ def _enqueue_workload(store) -> None:
     store.enqueue("pump.slow")  # R20
     for i in range(11, 31):
         store.enqueue("pump.ok", i)
+        store.enqueue("pump.plain", i)
 
 
 class _Events(logging.Handler):
@@ -134,8 +163,16 @@ def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "com
     """One run of the workload; ``driver``: the SQLite driver its claimer uses (the
     compiled one steps a plain turn in C, R68; the pure one is the reference)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("jobpool.core.NAME", driver)
+        _drive(patch, driver)
         return _run_with(where, pump, metrics)
+
+
+def _drive(patch: pytest.MonkeyPatch, driver: str) -> None:
+    """Make ``driver`` (compiled or pure) this process's: its claimers' SQLite driver
+    and its reader of the children's messages (R68's success frames)."""
+    patch.setattr("jobpool.core.NAME", driver)
+    if driver == "pure":
+        patch.setattr("jobpool.core.read_message", _core_py.read_message)
 
 
 def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
@@ -189,8 +226,40 @@ def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(
         assert counters == general.counters, road
         assert seen == general_events, road
     # And the workload did what it says: a sanity check of the reference itself.
-    assert general.counters["completed"] == 32 and general.counters["dead"] == 3
+    # R68: the compiled road's children sent their plain successes as frames.
+    assert compiled.slots.frames and not pumped.slots.frames and not general.slots.frames
+    assert general.counters["completed"] == 52 and general.counters["dead"] == 3
     assert general.counters["retried"] == 1 and general.counters["deferred"] == 1
+
+
+@pytest.mark.parametrize("driver", ["pure", pytest.param("compiled",
+                                                          marks=pytest.mark.c_extension)])
+def test_a_malformed_success_frame_is_a_lost_pipe_and_a_strangers_is_refused(
+        tmp_path, driver, request):
+    # R44, R68: a frame of the wrong size or with a flag out of range is no message: the
+    # supervisor closes the pipe as for bad marshal data, the child dies on its next
+    # write and its exit settles the job as a crash; a frame for a job the slot does not
+    # run is dropped as a stray outcome is, and the job's own end follows. The pool
+    # goes on serving the jobs after each, in the pump on the compiled road.
+    if driver == "compiled":
+        request.getfixturevalue("compiled_core")
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    forged = {what: store.enqueue("pump.forges", what).id for what in (*FORGED, "stranger")}
+    after = [store.enqueue("pump.plain", i).id for i in range(5)]
+    with pytest.MonkeyPatch.context() as patch:
+        _drive(patch, driver)
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True,
+                                     names=("pump.forges", "pump.plain"), poll_interval=0.05))
+        assert pool.run() == 0
+    for what in FORGED:
+        row = store.get(forged[what])
+        assert row["status"] == "dead" and row["attempts"] == 1, (what, dict(row))
+        assert row["last_error"].startswith("child exited"), (what, row["last_error"])
+    assert store.get(forged["stranger"])["status"] == "done"
+    assert [store.get(i)["status"] for i in after] == ["done"] * 5
+    assert pool.slots.frames == (driver == "compiled")
+    store.close()
 
 
 def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):

@@ -17,7 +17,8 @@ needs serving: the earliest time the general loop waits for (a heartbeat, the po
 and R23's reclaim, a hard timeout R20, the status line: ``until``), any descriptor
 other than a slot's pipe (a child's exit, a wake-up, a signal), a message that is not
 a plain outcome (progress, a request, an interrupt's end: handled first, as the
-general loop would), a store error (R26: the outcomes wait again, first in line, and
+general loop would; a plain success comes as R68's frame, read without building
+its message), a store error (R26: the outcomes wait again, first in line, and
 the general loop's pause applies), a claim that found no row,
 or a turn after which the pool is no longer plain (a hook queued by a dead job).
 
@@ -39,7 +40,7 @@ import logging
 import selectors
 from typing import Any, Callable
 
-from jobpool import events, protocol
+from jobpool import core, events, protocol
 from jobpool.config import PoolConfig
 from jobpool.lifecycle import Settled
 from jobpool.queueplan import QueuePlan
@@ -94,6 +95,8 @@ class Pump:
         clock = self._clock
         select = self._selector.select
         finish_plain = slots.finish_plain
+        finish_success = slots.finish_success
+        read_message = core.read_message  # in C when the core is built (R68)
         loads = protocol.loads
         # Events cost their arguments only when somebody listens (R30): asked once.
         loud = events.logger.isEnabledFor(logging.INFO)
@@ -125,9 +128,14 @@ class Pump:
                     # The general loop serves it: the selector reports it again there.
                     return False
                 try:
-                    message = loads(owner.recv_bytes())
-                    if not finish_plain(slot, message, now):
-                        slots.handle(slot, message, now)
+                    got = read_message(owner)
+                    if isinstance(got, bytes):
+                        message = loads(got)
+                        if not finish_plain(slot, message, now):
+                            slots.handle(slot, message, now)
+                            leave = True
+                    elif not finish_success(slot, got, now):  # R68: a success frame's
+                        slots.handle(slot, protocol.success_message(got), now)  # fields
                         leave = True
                 except (EOFError, OSError, ValueError):
                     slots.pipe_lost(slot, owner)

@@ -99,6 +99,9 @@ class Slots:
         #: or fewer (R27).
         self.procs = config.procs
         self.table = core.SlotTable(config.procs)
+        #: R68: the children send a plain success as a frame on the compiled road; on
+        #: the pure one (``JOBPOOL_PURE=1``), the reference, as the outcome message.
+        self.frames = core.NAME == "compiled"
         self.all = [Slot(i) for i in range(config.procs)]
         #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
         self.scale_refused: str | None = None
@@ -113,7 +116,7 @@ class Slots:
         proc = Forked.start(child_main, child_conn, os.getpid(),
                             self.config.max_tasks_per_child,
                             (self.config.max_memory_per_child or 0) * 2**20,
-                            keep=(child_conn.fileno(),))
+                            self.frames, keep=(child_conn.fileno(),))
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at = None, math.inf
@@ -138,7 +141,7 @@ class Slots:
         conn = slot.conn
         try:
             while True:
-                self.handle(slot, protocol.loads(conn.recv_bytes()), now)
+                self.handle(slot, protocol.decode(conn.recv_bytes()), now)
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
         except (EOFError, OSError, ValueError):
@@ -173,14 +176,30 @@ class Slots:
             return False
         (_tag, job_id, attempt, kind, error, delay, result, peak_rss, cpu_s, retiring,
          strays) = message
+        if retiring or strays or kind == core.INTERRUPTED:
+            return False
+        return self._finish_plain(slot, job_id, attempt, kind, _clipped(error), delay, result,
+                                  peak_rss, cpu_s, now)
+
+    def finish_success(self, slot: Slot, fields: tuple, now: float) -> bool:
+        """``finish_plain`` for a success frame's fields (R68, ``protocol.SUCCESS``),
+        with no message tuple built; False, with nothing done, as there."""
+        job_id, attempt, peak_rss, cpu_s, retiring = fields
+        if retiring:
+            return False
+        return self._finish_plain(slot, job_id, attempt, core.DONE, None, None, None,
+                                  peak_rss, cpu_s, now)
+
+    def _finish_plain(self, slot: Slot, job_id: int, attempt: int, kind: int,
+                      error: str | None, delay: float | None, result: Any, peak_rss: Any,
+                      cpu_s: Any, now: float) -> bool:
         job = slot.job
-        if (retiring or strays or kind == core.INTERRUPTED or not slot.runs(job_id, attempt)
+        if (job is None or not slot.runs(job_id, attempt)
                 or slot.interrupting is not None or slot.killing is not None
                 or slot.progress is not None
                 or slot.stage is not None or slot.checkpointed or slot.queued
                 or slot.index >= self.procs):
             return False
-        error = _clipped(error)
         if isinstance(cpu_s, (int, float)):
             slot.cpu_reported += cpu_s
         state = self.state
