@@ -133,7 +133,7 @@ class Claimer:
         self.token_wait = None
         if not outcomes and n <= 0:
             return [], claimed, []
-        if self._plain_turn is not None and self._limits is None and not self._chunks:
+        if self._plain_turn is not None and self.plain:
             plain = self._turn_plain(outcomes, n, now, shares)
             if plain is not None:
                 return plain

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from jobpool import bounds
+from jobpool import bounds, liveness
 from jobpool.errors import BatchNotFound
 from jobpool.snapshot import Snapshot
 from jobpool.web import actions, listing
@@ -126,8 +126,8 @@ def pool_weights(pools: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     counters: ``{queue: [{"pool": owner, "host": ..., "pid": ..., "weight": N}]}``. A
     row is data (R44): weights that are not whole numbers above 0 are left out."""
     found: dict[str, list[dict[str, Any]]] = {}
-    for pool in pools:
-        weights = pool["counters"].get("weights") if pool["dead"] is None else None
+    for pool in liveness.live_pools(pools):
+        weights = pool["counters"].get("weights")
         if not isinstance(weights, dict):
             continue
         for queue, weight in weights.items():

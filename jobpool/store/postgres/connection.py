@@ -297,10 +297,9 @@ def ensure_schema(conn: Any, target: Target, *, create: bool, upgrade: bool) -> 
                     target.schema, target.shown, revision, current)
         # The store's own step runs again: builds made while a revision was being
         # written labelled stores with it before its step was whole (revision 11
-        # without ``jobs.waited``), and every step is written to be run twice. A
-        # revision number with no step adds nothing and is passed over.
+        # without ``jobs.waited``), and every step is written to be run twice.
         for step in range(max(revision, min(pg_sql.STEPS)), current + 1):
-            for statement in pg_sql.STEPS.get(step, ()):
+            for statement in pg_sql.STEPS[step]:
                 conn.execute(statement)
         _write_revision(conn)
 

@@ -36,7 +36,7 @@ from jobpool.store import row_codec, rows
 from jobpool.store.postgres import finish_wait
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
-                                   Requests, unserved_groups)
+                                   Requests, SWEEP_BATCH, unserved_groups)
 
 try:
     import psycopg
@@ -687,11 +687,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         def sweep(conn: Any) -> int:
             server_now = self.server_now(conn)
             removed = conn.execute(pg_sql.PURGE_FINISHED, {
-                "status": "done", "before": server_now - result_ttl, "limit": 500}).fetchone()[0]
+                "status": "done", "before": server_now - result_ttl, "limit": SWEEP_BATCH}).fetchone()[0]
             cutoff = conn.execute(pg_sql.DEAD_CUTOFF, {"keep": dead_letter_limit}).fetchone()
             if cutoff is not None:
                 removed += conn.execute(pg_sql.PURGE_FINISHED, {
-                    "status": "dead", "before": cutoff[0] + 1e-6, "limit": 500}).fetchone()[0]
+                    "status": "dead", "before": cutoff[0] + 1e-6, "limit": SWEEP_BATCH}).fetchone()[0]
             self.limits.purge_groups(conn, server_now)  # R35/R36: idle groups, not jobs
             return removed + self.batches.purge_in(conn, server_now - result_ttl)
         return self.transaction("retention sweep", sweep)

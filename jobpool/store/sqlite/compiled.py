@@ -43,7 +43,7 @@ class CompiledSqliteDriver(SqliteDriver):
         db = self._db
         try:
             return db.plain_turn(sql.SETTLE_DONE, self._claim_sql, self.owner, now,
-                                       LEASE_SLACK, queue, want, done)
+                                 LEASE_SLACK, queue, want, done)
         except BaseException as exc:
             self._rollback()
             if isinstance(exc, sqlite3.Error):

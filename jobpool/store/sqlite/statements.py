@@ -1016,10 +1016,6 @@ SELECT 'done', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'don
 UNION ALL
 SELECT 'dead', count(*) FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead'
 """
-#: R28, R47 (schema 13): the (queue, name) pairs of ready rows, as ``ready_pairs(q, n)``
-#: (a last row of each queue has ``n`` NULL), walked through ``jobs_ready_due`` one seek
-#: a pair (each queue's first name, then each next name past the last): a backlog of a
-#: million rows over a few names reads a few entries, not every ready row.
 def queue_walk(table: str, column: str, index: str) -> str:
     """A recursive CTE ``table(column)`` of the queues that have ready rows, each found by
     one seek of ``index`` (which leads with the queue) past the one before, a last row
@@ -1032,6 +1028,10 @@ def queue_walk(table: str, column: str, index: str) -> str:
       FROM {table} WHERE {column} IS NOT NULL)"""
 
 
+#: R28, R47 (schema 13): the (queue, name) pairs of ready rows, as ``ready_pairs(q, n)``
+#: (a last row of each queue has ``n`` NULL), walked through ``jobs_ready_due`` one seek
+#: a pair (each queue's first name, then each next name past the last): a backlog of a
+#: million rows over a few names reads a few entries, not every ready row.
 READY_PAIRS_WALK = f"""
 WITH RECURSIVE {queue_walk("ready_queues", "q", "jobs_ready_due")},
 ready_pairs(q, n) AS (
