@@ -262,6 +262,28 @@ def test_a_malformed_success_frame_is_a_lost_pipe_and_a_strangers_is_refused(
     store.close()
 
 
+@pytest.mark.c_extension
+@pytest.mark.parametrize("off", ["max_jobs", "pump"])
+def test_children_send_success_frames_only_where_the_pump_reads_them(
+        compiled_core, tmp_path, off):
+    # R68: a frame is read in C by the pump; in a pool the pump never serves (turned
+    # off, --max-jobs, a store whose turns go in flight) the children send the outcome
+    # message the general loop reads, and the jobs end as they would.
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    ids = [store.enqueue("pump.plain", i).id for i in range(4)]
+    with pytest.MonkeyPatch.context() as patch:
+        _drive(patch, "compiled")
+        options = dict(max_jobs=4) if off == "max_jobs" else dict(pump=False)
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True,
+                                     names=("pump.plain",), poll_interval=0.05, **options))
+        assert pool.run() == 0
+    assert pool.pump is None and pool.pump_off
+    assert not pool.slots.frames
+    assert [store.get(i)["status"] for i in ids] == ["done"] * 4
+    store.close()
+
+
 def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):
     # R20 inside the pump: with the poll and the heartbeat 30 s away, the only time due
     # soon is the slow job's hard timeout, and the pump dispatched that job itself
