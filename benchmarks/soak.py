@@ -13,6 +13,9 @@ while a pool drains ``--drain`` jobs with another session's transaction held
 open the whole time, then with that transaction still open once the pool is gone (the
 floor the dead entries set, with nothing else running), and after that transaction ends
 and the table is vacuumed.
+Beside each claim during the drain and once the pool is gone, the floors on the same
+connection: a bare ``SELECT 1`` and a bare update by id of the 64 rows the claim holds
+(in its transaction, rolled back), so a claim's time reads against what any statement takes at that moment.
 It also prints what ``jobpool doctor`` reports during the drain. ``--explain``: at the
 end of the drain, with the transaction still open, the plans of the claim (from the
 front and from a place), of the expired-lease look (R23) and of a bare 64-row update by
@@ -52,12 +55,17 @@ PROBE_ROWS = 64
 
 
 def probe_claims(store_url: str, count: int, stop: threading.Event | None = None,
-                 placed: list[float] | None = None) -> list[float]:
+                 placed: list[float] | None = None,
+                 floors: dict[str, list[float]] | None = None) -> list[float]:
     """Milliseconds for a 64-row claim from the front, ``count`` times (or until
     ``stop``), each rolled back so the queue is left as it was. ``placed``: after each,
     one from a place in line as a pool's claimer makes it (R62, when this tree has it),
     timed into that list: the place is the first row the probe before it found, as for a
-    claimer whose last claim ended there."""
+    claimer whose last claim ended there. ``floors``: after each, the floors beside it
+    on the same connection, timed into their lists: a bare round trip (``SELECT 1``)
+    and a bare update by id of the 64 rows the probe holds, in its transaction (so it
+    waits for no other session), rolled back: what any statement, and any 64-row write,
+    takes on the machine at that moment."""
     target = parse_url(store_url)
     params = dict(pg_sql.claim_params(["bench.noop"], {}, DEFAULT_POLICY), owner="soak-probe",
                   slack=LEASE_SLACK, queue="default", limit=PROBE_ROWS)
@@ -68,6 +76,13 @@ def probe_claims(store_url: str, count: int, stop: threading.Event | None = None
             started = time.perf_counter()
             rows = conn.execute(pg_sql.CLAIM, dict(params, now=time.time())).fetchall()
             times.append((time.perf_counter() - started) * 1000)
+            if floors is not None:
+                # On the rows this claim holds (in its transaction): waits for no one.
+                started = time.perf_counter()
+                conn.execute("UPDATE jobs SET status = 'running' WHERE id = ANY(%(ids)s::bigint[])",
+                             {"ids": [row[0] for row in rows]})
+                floors.setdefault("update_64_by_id", []).append(
+                    (time.perf_counter() - started) * 1000)
             conn.rollback()
             if len(rows) != PROBE_ROWS:
                 raise SystemExit(f"a probe claimed {len(rows)} rows, not {PROBE_ROWS}")
@@ -81,6 +96,12 @@ def probe_claims(store_url: str, count: int, stop: threading.Event | None = None
                 conn.rollback()
                 if len(found) != PROBE_ROWS:
                     raise SystemExit(f"a probe claimed {len(found)} rows, not {PROBE_ROWS}")
+            if floors is not None:
+                started = time.perf_counter()
+                conn.execute("SELECT 1").fetchall()
+                floors.setdefault("select_1", []).append(
+                    (time.perf_counter() - started) * 1000)
+                conn.rollback()
             if stop is not None:
                 time.sleep(0.05)
     return times
@@ -176,8 +197,9 @@ def main() -> int:
         stop = threading.Event()
         during: list[float] = []
         placed: list[float] = []
+        floors: dict[str, list[float]] = {}
         prober = threading.Thread(target=lambda: during.extend(
-            probe_claims(store_url, 10**9, stop, placed)))
+            probe_claims(store_url, 10**9, stop, placed, floors)))
         expired: list[float] = []
         expirer = threading.Thread(target=lambda: expired.extend(probe_expired(store_url, stop)))
         started = time.perf_counter()
@@ -197,7 +219,11 @@ def main() -> int:
         # The transaction still open, the pool gone: what the dead entries cost a claim
         # on a machine with nothing else to do (the floor the open transaction sets).
         idle_placed: list[float] = []
-        result["open_pool_gone"] = summary(probe_claims(store_url, 200, placed=idle_placed))
+        idle_floors: dict[str, list[float]] = {}
+        result["open_pool_gone"] = summary(probe_claims(store_url, 200, placed=idle_placed,
+                                                        floors=idle_floors))
+        for name, times in idle_floors.items():
+            result[f"open_pool_gone_floor_{name}"] = summary(times)
         if idle_placed:
             result["open_pool_gone_from_a_place"] = summary(idle_placed)
         if args.explain:
@@ -207,6 +233,8 @@ def main() -> int:
             result["expired_lease_look_during"] = summary(expired)
         if placed:
             result["during_from_a_place"] = summary(placed)
+        for name, times in floors.items():
+            result[f"during_floor_{name}"] = summary(times)
         result["dead_rows_at_end"] = admin.execute(
             "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s"
             " AND relname = 'jobs'", (schema,)).fetchone()[0]
