@@ -37,6 +37,9 @@ from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
+from posix.stat cimport struct_stat, fstat
+from posix.types cimport dev_t, ino_t
+from posix.wait cimport P_ALL, WEXITED, WNOHANG, WNOWAIT, siginfo_t, waitid
 
 import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
@@ -55,6 +58,7 @@ cdef extern from "<unistd.h>" nogil:
 cdef extern from "<errno.h>" nogil:
     int errno
     int EINTR
+    int ECHILD
 
 
 cdef extern from "Python.h":
@@ -830,3 +834,49 @@ cdef class SlotTable:
         return [i for i in range(n) if self._deadlines[i] <= now]
 
 
+
+
+# -- a child's checks after each job (R40, R43), as ``_core_py``'s ---------------------------
+
+cdef class OpenFiles:
+    """``_core_py.OpenFiles``: the descriptors' files looked at with ``fstat`` in C, no
+    stat result built (R43's question after every job)."""
+
+    cdef int _count
+    cdef int _fds[8]
+    cdef dev_t _devs[8]
+    cdef ino_t _inos[8]
+
+    def __init__(self, identities):
+        identities = list(identities)
+        if len(identities) > 8:
+            raise ValueError(f"{len(identities)} descriptors; at most 8")
+        self._count = 0
+        for fd, dev, ino in identities:
+            self._fds[self._count] = fd
+            self._devs[self._count] = dev
+            self._inos[self._count] = ino
+            self._count += 1
+
+    def changed(self):
+        cdef struct_stat st
+        cdef int i
+        moved = None
+        for i in range(self._count):
+            if (fstat(self._fds[i], &st) != 0 or st.st_dev != self._devs[i]
+                    or st.st_ino != self._inos[i]):
+                if moved is None:
+                    moved = []
+                moved.append(self._fds[i])
+        return () if moved is None else tuple(moved)
+
+
+def has_children():
+    """``_core_py.has_children``, the ``waitid`` made in C (no exception raised when
+    there is no child, the common case after a job)."""
+    cdef siginfo_t info
+    if waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0:
+        return True
+    if errno == ECHILD:
+        return False
+    raise OSError(errno, os.strerror(errno))

@@ -8,6 +8,7 @@ driver's compiled parts have their pure twins beside the driver they serve:
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from jobpool.protocol import success_fields
@@ -77,3 +78,38 @@ class SlotTable:
 
     def overdue(self, now: float) -> list[int]:
         return [i for i, d in enumerate(self._deadlines) if d <= now]
+
+
+# -- a child's checks after each job (R40, R43) -------------------------------------------
+
+class OpenFiles:
+    """The files some descriptors had when this was made (their device and inode): R43's
+    question after every job, whether the job pointed one elsewhere or closed it.
+    ``identities``: ``(fd, st_dev, st_ino)`` each."""
+
+    def __init__(self, identities: list[tuple[int, int, int]]) -> None:
+        self._identities = tuple(identities)
+
+    def changed(self) -> tuple[int, ...]:
+        """The descriptors that no longer name their file (closed, or another file),
+        in the order given; empty when none did."""
+        moved = []
+        for fd, dev, ino in self._identities:
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                moved.append(fd)
+                continue
+            if st.st_dev != dev or st.st_ino != ino:
+                moved.append(fd)
+        return tuple(moved)
+
+
+def has_children() -> bool:
+    """Whether this process has any child, running or not yet reaped (R40): ``waitid``
+    with ``WNOWAIT`` only looks, and fails with ECHILD when there is none."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True

@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from jobpool import (coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
+from jobpool import (core, coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
                      protocol, running, terminal, tracing)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
@@ -271,6 +271,15 @@ class StandardStreams:
                 self._saved[fd] = (os.dup(fd), (st.st_dev, st.st_ino))
             except OSError:
                 pass  # forked without it: nothing to restore
+        #: The streams restore looks at: those the child was forked with.
+        self._streams = [(fd, name) for fd, name in zip(self.FDS, self._NAMES)
+                         if fd in self._saved]
+        self._look()
+
+    def _look(self) -> None:
+        """What ``restore`` compares the descriptors with, after each job (R43)."""
+        self._files = core.OpenFiles([(fd, *identity)
+                                      for fd, (_copy, identity) in self._saved.items()])
 
     def detach_terminal(self, fds: tuple[int, ...]) -> None:
         """The terminal hung up (R27): ``fds`` (on it when forked) and the copies kept
@@ -294,23 +303,20 @@ class StandardStreams:
             except OSError:
                 continue
             self._saved[fd] = (copy, (st.st_dev, st.st_ino))
+        self._look()
 
     def restore(self) -> bool:
-        """Put back what the job changed; False if that failed (recycle the child)."""
-        for fd, (copy, identity) in self._saved.items():
+        """Put back what the job changed; False if that failed (recycle the child).
+        The descriptors are looked at in one call (``core.OpenFiles``: no stat result
+        built per descriptor when the core is compiled), since this runs after every job."""
+        for fd in self._files.changed():  # closed, or another file: put ours back
             try:
-                st = os.fstat(fd)
-                if (st.st_dev, st.st_ino) == identity:
-                    continue
-            except OSError:
-                pass  # closed: restore it
-            try:
-                os.dup2(copy, fd)
+                os.dup2(self._saved[fd][0], fd)
             except OSError:
                 return False
-        for fd, name in zip(self.FDS, self._NAMES):
+        for fd, name in self._streams:
             stream = getattr(sys, name, None)
-            if fd in self._saved and (stream is None or stream.closed):
+            if stream is None or stream.closed:
                 try:
                     setattr(sys, name, os.fdopen(fd, "r" if fd == 0 else "w", closefd=False,
                                                  buffering=1 if fd else -1))

@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from typing import Callable
 
 from jobpool import terminal
 
@@ -172,12 +173,21 @@ def _has_children() -> bool:
 
     ``waitid`` with ``WNOWAIT`` only looks; it fails with ECHILD when there is no
     child. With this process a subreaper, no child means no descendant, so the
-    walk of /proc can be skipped."""
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
+    walk of /proc can be skipped. Asked after every job: ``core.has_children``
+    makes the call in C when the core is built (no exception raised when there is
+    no child)."""
+    global _look_for_children
+    look = _look_for_children
+    if look is None:
+        # Not at import: a producer (which opens a store, and so this module) never
+        # runs a job and need not load the core.
+        from jobpool import core
+        look = _look_for_children = core.has_children
+    return look()
+
+
+#: ``core.has_children``, once a job has ended in this process (``_has_children``).
+_look_for_children: Callable[[], bool] | None = None
 
 
 def _reap(pids: set[int]) -> None:

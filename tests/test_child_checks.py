@@ -1,0 +1,73 @@
+"""A child's two checks after every job, compiled and pure alike (R40, R43).
+
+``core.OpenFiles`` answers R43's question (did the job point a standard stream
+elsewhere, or close it?) and ``core.has_children`` R40's (did it leave a process
+behind?). The compiled core makes both calls in C; its twin in ``_core_py`` is the
+reference. Real pools exercise both through ``tests/test_integrity.py`` and the fault
+suite; here each answer is checked on both implementations.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from jobpool import _core_py
+
+
+@pytest.fixture(params=["pure", pytest.param("compiled", marks=pytest.mark.c_extension)])
+def impl(request):
+    if request.param == "pure":
+        return _core_py
+    return request.getfixturevalue("compiled_core")
+
+
+def _identity(fd: int) -> tuple[int, int, int]:
+    st = os.fstat(fd)
+    return fd, st.st_dev, st.st_ino
+
+
+def test_open_files_names_each_descriptor_closed_or_pointed_elsewhere(impl, tmp_path):
+    fds = [os.open(tmp_path / f"f{i}", os.O_CREAT | os.O_WRONLY) for i in range(3)]
+    other = os.open(tmp_path / "other", os.O_CREAT | os.O_WRONLY)
+    try:
+        files = impl.OpenFiles([_identity(fd) for fd in fds])
+        assert files.changed() == ()
+        os.dup2(other, fds[2])  # the job pointed one at another file
+        assert files.changed() == (fds[2],)
+        os.close(fds[0])  # and closed another
+        assert files.changed() == (fds[0], fds[2])  # in the order given
+        os.dup2(os.open(tmp_path / "f0", os.O_WRONLY), fds[0])  # the same file again
+        assert files.changed() == (fds[2],)
+    finally:
+        for fd in (*fds, other):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def test_has_children_sees_a_child_until_it_is_reaped(impl):
+    # In a process of its own, whose children the test knows: none, one running, one
+    # ended but not reaped (still a child), then none again.
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            answers = [impl.has_children()]
+            kid = os.fork()
+            if kid == 0:
+                time.sleep(30)
+                os._exit(0)
+            answers.append(impl.has_children())
+            os.kill(kid, signal.SIGKILL)
+            answers.append(impl.has_children())  # killed, not reaped: still a child
+            os.waitpid(kid, 0)
+            answers.append(impl.has_children())
+            code = 0 if answers == [False, True, True, False] else 2
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
