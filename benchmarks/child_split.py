@@ -85,26 +85,35 @@ def main() -> None:
             setattr(owner, name, timed(name, getattr(owner, name)))
     connection = multiprocess.connection.Connection
     connection.send_bytes = timed("send_bytes", connection.send_bytes)
-    receive = connection.recv_bytes
     last: list[float] = []
     me = os.getpid()
 
-    def recv_bytes(self: Any, *a: Any, **k: Any) -> bytes:
-        if last:
-            total = totals.setdefault("loop", [0, 0.0])
-            total[0] += 1
-            total[1] += clock() - last[0]
-        try:
-            data = receive(self, *a, **k)
-        except EOFError:
-            if os.getpid() != me:  # a child at the pool's end: its averages
+    def reader(read: Callable[..., Any]) -> Callable[..., Any]:
+        """A child's read of its next job: the loop's boundary, and at the pipe's end
+        (the pool ending) the child's averages written out."""
+        def next_job(*a: Any, **k: Any) -> Any:
+            if os.getpid() == me:
+                return read(*a, **k)  # the supervisor's own reads are not a child's
+            if last:
+                total = totals.setdefault("loop", [0, 0.0])
+                total[0] += 1
+                total[1] += clock() - last[0]
+            try:
+                data = read(*a, **k)
+            except EOFError:
                 lines = [f"  {name:<16} {count:>7} calls {spent / count * 1e6:>8.2f}"
                          for name, (count, spent) in sorted(totals.items())]
                 os.write(1, (f"child {os.getpid()}\n" + "\n".join(lines) + "\n").encode())
-            raise
-        last[:] = [clock()]
-        return data
-    connection.recv_bytes = recv_bytes
+                raise
+            last[:] = [clock()]
+            return data
+        return next_job
+    # Older trees read with the connection's own call, newer ones through the core.
+    connection.recv_bytes = reader(connection.recv_bytes)
+    core = importlib.import_module("jobpool.core")
+    if hasattr(core, "write_message"):
+        core.read_message = reader(core.read_message)
+        core.write_message = timed("write_message", core.write_message)
     code = cli.main(["start", "--db", path, "--burst", "-q", "--procs", str(args.procs),
                      "--no-dashboard"])
     if code:

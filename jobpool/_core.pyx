@@ -39,6 +39,7 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 from posix.stat cimport struct_stat, fstat
 from posix.types cimport dev_t, ino_t
+from posix.uio cimport iovec, writev
 from posix.wait cimport P_ALL, WEXITED, WNOHANG, WNOWAIT, siginfo_t, waitid
 
 import os
@@ -699,6 +700,52 @@ def read_message(conn):
     if size and (<unsigned char*>PyBytes_AS_STRING(data))[0] == 0:
         _frame_fields(<const unsigned char*>PyBytes_AS_STRING(data), size)  # raises
     return data
+
+
+def write_message(conn, bytes data):
+    """``conn.send_bytes(data)`` (what ``_core_py.write_message`` calls) in one system
+    call: multiprocessing's length prefix (4 bytes big-endian; -1 then 8 for a message
+    over 2 GiB) and the bytes written together (``writev``), a partial write carried
+    on as ``Connection._send`` does; OSError when the other end is gone, a signal's
+    handler run (and what it raises raised) on EINTR."""
+    cdef int fd = conn.fileno()
+    cdef unsigned long long size = <unsigned long long>PyBytes_GET_SIZE(data)
+    cdef unsigned char header[12]
+    cdef iovec parts[2]
+    cdef ssize_t n
+    cdef size_t left
+    cdef int i
+    if size > 0x7fffffff:
+        for i in range(4):
+            header[i] = 0xff
+        for i in range(8):
+            header[4 + i] = (size >> (8 * (7 - i))) & 0xff
+        parts[0].iov_len = 12
+    else:
+        for i in range(4):
+            header[i] = (size >> (8 * (3 - i))) & 0xff
+        parts[0].iov_len = 4
+    parts[0].iov_base = header
+    parts[1].iov_base = PyBytes_AS_STRING(data)
+    parts[1].iov_len = size
+    left = parts[0].iov_len + size
+    while left:
+        with nogil:
+            n = writev(fd, parts, 2)
+        if n < 0:
+            if errno == EINTR:
+                PyErr_CheckSignals()
+                continue
+            PyErr_SetFromErrno(OSError)
+        left -= <size_t>n
+        if <size_t>n >= parts[0].iov_len:
+            n -= parts[0].iov_len
+            parts[0].iov_len = 0
+            parts[1].iov_base = <char*>parts[1].iov_base + n
+            parts[1].iov_len -= <size_t>n
+        else:
+            parts[0].iov_base = <char*>parts[0].iov_base + n
+            parts[0].iov_len -= <size_t>n
 
 
 def _claim_order(decoded):

@@ -14,7 +14,7 @@ from typing import Any
 from jobpool.protocol import success_fields
 
 #: The API the compiled module mirrors name for name (tests/test_core.py).
-__all__ = ["SlotTable", "read_message"]
+__all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "has_children"]
 
 
 def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:
@@ -25,6 +25,12 @@ def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:
     data = conn.recv_bytes()
     fields = success_fields(data)
     return data if fields is None else fields
+
+
+def write_message(conn: Any, data: bytes) -> None:
+    """One message onto a child's or the supervisor's pipe: ``conn.send_bytes(data)``;
+    ``_core.write_message`` writes the same bytes in one system call."""
+    conn.send_bytes(data)
 
 
 class SlotTable:

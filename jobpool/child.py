@@ -347,9 +347,12 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     startup_error = run_child_start_hooks()
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
+    # The pipe's messages, read and written in C when the core is built (the same bytes
+    # as ``recv_bytes``/``send_bytes``; a job's own requests still use ``conn``).
+    read_message, write_message = core.read_message, core.write_message
     while True:
         try:
-            message = conn.recv_bytes()
+            message = read_message(conn)
         except (EOFError, OSError):
             return  # the supervisor closed our pipe: it is stopping or gone
         job = protocol.loads(message)
@@ -372,8 +375,8 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
         finally:
             running.current = None
         try:
-            conn.send_bytes(reply)
-        except (BrokenPipeError, OSError):
+            write_message(conn, reply)
+        except OSError:
             return
         if retiring:
             return

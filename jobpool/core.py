@@ -2,7 +2,7 @@
 
 What ``_core`` compiles: the SQLite driver's connection and claim codec (taken by
 ``store/sqlite/claimer.py`` through ``NAME``), the supervisor's slot table and its
-reader of a child's messages (R68's success frame), and a child's two checks after
+reader and writer of the pipes' messages (R68's success frame), and a child's two checks after
 every job (R40's look for a child process, R43's look at the standard streams' files).
 ``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run
 every claimer test against both). Both stay importable for the tests.
@@ -17,7 +17,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import OpenFiles, SlotTable, has_children, read_message
+    from jobpool._core_py import OpenFiles, SlotTable, has_children, read_message, write_message
     NAME = "pure"
 else:
     _impl = _core_py
@@ -32,10 +32,12 @@ else:
     SlotTable = _impl.SlotTable
     #: R68: a child's message read, a success frame's fields taken (in C when built).
     read_message = _impl.read_message
+    #: A message onto a pipe, its length prefix with it (one system call when built).
+    write_message = _impl.write_message
     #: R43: whether a job pointed a standard stream elsewhere (``fstat`` in C when built).
     OpenFiles = _impl.OpenFiles
     #: R40: whether this process has a child (``waitid`` in C when built).
     has_children = _impl.has_children
 
-__all__ = ["NAME", "SlotTable", "read_message", "OpenFiles", "has_children", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH",
+__all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH",
            "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

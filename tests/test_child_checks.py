@@ -1,4 +1,5 @@
-"""A child's two checks after every job, compiled and pure alike (R40, R43).
+"""What a child does around every job, compiled and pure alike: its two checks after
+the job (R40, R43) and the pipe's message written (the job to it, its reply back).
 
 ``core.OpenFiles`` answers R43's question (did the job point a standard stream
 elsewhere, or close it?) and ``core.has_children`` R40's (did it leave a process
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
+
+import multiprocess
 
 from jobpool import _core_py
 
@@ -71,3 +75,27 @@ def test_has_children_sees_a_child_until_it_is_reaped(impl):
             os._exit(code)
     _pid, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("size", [0, 5, 70_000, 3_000_000])
+def test_a_message_written_is_what_send_bytes_writes_and_recv_bytes_reads(impl, size):
+    # The same bytes on the wire as multiprocessing's own send (its length prefix
+    # included), read back whole by ``recv_bytes``; a message larger than the pipe
+    # holds goes out in parts while the other end reads.
+    data = os.urandom(size)
+    ours, theirs = multiprocess.get_context("fork").Pipe(duplex=True)
+    reference, reference_end = multiprocess.get_context("fork").Pipe(duplex=True)
+    try:
+        writer = threading.Thread(target=impl.write_message, args=(ours, data))
+        writer.start()
+        assert theirs.recv_bytes() == data
+        writer.join()
+        impl.write_message(ours, data[:64])
+        reference.send_bytes(data[:64])
+        assert os.read(theirs.fileno(), 4096) == os.read(reference_end.fileno(), 4096)
+        theirs.close()
+        with pytest.raises(OSError):
+            impl.write_message(ours, b"after the other end closed")
+    finally:
+        for conn in (ours, reference, reference_end):
+            conn.close()

@@ -406,9 +406,9 @@ class Slots:
         events.emit(events.JOB_CLAIMED, job_id=job.job_id, name=job.name, attempt=job.attempt,
                     slot=slot.index, pid=slot.pid)
         try:
-            slot.conn.send_bytes(protocol.job_message(job.job_id, job.attempt, job.name,
-                                                      job.payload, job.serializer, job.queue,
-                                                      job.batch, job.meta))
+            core.write_message(slot.conn, protocol.job_message(
+                job.job_id, job.attempt, job.name, job.payload, job.serializer, job.queue,
+                job.batch, job.meta))
         except OSError:
             pass  # the child just died; its exit sentinel settles the job as a crash
 
