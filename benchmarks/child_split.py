@@ -88,16 +88,20 @@ def main() -> None:
     last: list[float] = []
     me = os.getpid()
 
+    reading: list[bool] = []
+
     def reader(read: Callable[..., Any]) -> Callable[..., Any]:
         """A child's read of its next job: the loop's boundary, and at the pipe's end
-        (the pool ending) the child's averages written out."""
+        (the pool ending) the child's averages written out. A read inside another (the
+        pure ``read_message`` calls ``recv_bytes``) is not counted again."""
         def next_job(*a: Any, **k: Any) -> Any:
-            if os.getpid() == me:
+            if os.getpid() == me or reading:
                 return read(*a, **k)  # the supervisor's own reads are not a child's
             if last:
                 total = totals.setdefault("loop", [0, 0.0])
                 total[0] += 1
                 total[1] += clock() - last[0]
+            reading.append(True)
             try:
                 data = read(*a, **k)
             except EOFError:
@@ -105,6 +109,8 @@ def main() -> None:
                          for name, (count, spent) in sorted(totals.items())]
                 os.write(1, (f"child {os.getpid()}\n" + "\n".join(lines) + "\n").encode())
                 raise
+            finally:
+                reading.clear()
             last[:] = [clock()]
             return data
         return next_job

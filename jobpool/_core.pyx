@@ -23,7 +23,13 @@ does, over the SQLite driver (``store/sqlite/driver.py``). The compiled driver
 
 ``read_message`` is ``_core_py.read_message``: a child's message read off its pipe in C,
 R68's success frame taken apart on the way (the struct module's unpack costs more than
-marshal's whole message; this costs none of the ``Connection`` framing's Python).
+marshal's whole message; this costs none of the ``Connection`` framing's Python); the
+child reads its next job with it too. ``write_message`` is its other half: a message
+and its length prefix in one ``writev``.
+
+``OpenFiles`` and ``has_children`` are a child's two checks after every job (R43's look
+at its standard streams' files, R40's look for a process left behind), their system
+calls made here with no Python result built for them.
 """
 cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer
@@ -702,12 +708,13 @@ def read_message(conn):
     return data
 
 
-def write_message(conn, bytes data):
+def write_message(conn, bytes data not None):
     """``conn.send_bytes(data)`` (what ``_core_py.write_message`` calls) in one system
     call: multiprocessing's length prefix (4 bytes big-endian; -1 then 8 for a message
     over 2 GiB) and the bytes written together (``writev``), a partial write carried
     on as ``Connection._send`` does; OSError when the other end is gone, a signal's
-    handler run (and what it raises raised) on EINTR."""
+    handler run (and what it raises raised) on EINTR. ``data`` is ``bytes`` (what
+    ``protocol`` builds), never another buffer."""
     cdef int fd = conn.fileno()
     cdef unsigned long long size = <unsigned long long>PyBytes_GET_SIZE(data)
     cdef unsigned char header[12]
@@ -922,8 +929,10 @@ def has_children():
     """``_core_py.has_children``, the ``waitid`` made in C (no exception raised when
     there is no child, the common case after a job)."""
     cdef siginfo_t info
-    if waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0:
+    cdef int failed = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT)
+    cdef int err = errno  # read before any Python object is made
+    if failed == 0:
         return True
-    if errno == ECHILD:
+    if err == ECHILD:
         return False
-    raise OSError(errno, os.strerror(errno))
+    raise OSError(err, os.strerror(err))

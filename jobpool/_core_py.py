@@ -1,5 +1,7 @@
-"""The supervisor's slot table and its reader of a child's messages, in Python: the
-readable twins of ``_core.SlotTable`` and ``_core.read_message``.
+"""The supervisor's slot table, the pipes' reader and writer of messages and a child's
+two checks after every job, in Python: the readable twins of ``_core.SlotTable``,
+``_core.read_message``, ``_core.write_message``, ``_core.OpenFiles`` and
+``_core.has_children``.
 
 ``tests/test_core.py`` runs the slot table's tests against both. (The SQLite
 driver's compiled parts have their pure twins beside the driver they serve:
@@ -18,7 +20,8 @@ __all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "has_child
 
 
 def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:
-    """One message of a child's pipe (R68): a success frame's fields
+    """One message of a pipe (a child's to the supervisor, R68, or the supervisor's
+    to a child): a success frame's fields
     (``protocol.success_fields``), or any other message's bytes; ValueError for a
     malformed frame, what ``recv_bytes`` raises for a lost pipe. ``_core.read_message``
     reads it in C (tests/test_parity.py holds the two equal)."""

@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any
 
-from jobpool import (core, coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
+from jobpool import (coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
                      protocol, running, terminal, tracing)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
@@ -278,6 +278,7 @@ class StandardStreams:
 
     def _look(self) -> None:
         """What ``restore`` compares the descriptors with, after each job (R43)."""
+        from jobpool import core  # see child_main
         self._files = core.OpenFiles([(fd, *identity)
                                       for fd, (_copy, identity) in self._saved.items()])
 
@@ -348,7 +349,10 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes
-    # as ``recv_bytes``/``send_bytes``; a job's own requests still use ``conn``).
+    # as ``recv_bytes``/``send_bytes``; a job's own requests still use ``conn``). Loaded
+    # here, not with this module: the compiled core also holds the SQLite driver, whose
+    # store modules a child never loads (R43; its parent, which forked it, has them).
+    from jobpool import core
     read_message, write_message = core.read_message, core.write_message
     while True:
         try:

@@ -39,5 +39,6 @@ else:
     #: R40: whether this process has a child (``waitid`` in C when built).
     has_children = _impl.has_children
 
-__all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children", "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH",
-           "TIMEOUT", "RETRY", "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]
+__all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
+           "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY",
+           "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

@@ -168,11 +168,12 @@ def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "com
 
 
 def _drive(patch: pytest.MonkeyPatch, driver: str) -> None:
-    """Make ``driver`` (compiled or pure) this process's: its claimers' SQLite driver
-    and its reader of the children's messages (R68's success frames)."""
+    """Make ``driver`` (compiled or pure) this process's: its claimers' SQLite driver,
+    the pipes' reader and writer (R68's success frames) and the children's checks."""
     patch.setattr("jobpool.core.NAME", driver)
     if driver == "pure":
-        patch.setattr("jobpool.core.read_message", _core_py.read_message)
+        for name in ("read_message", "write_message", "OpenFiles", "has_children"):
+            patch.setattr(f"jobpool.core.{name}", getattr(_core_py, name))
 
 
 def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
@@ -267,7 +268,7 @@ def test_a_malformed_success_frame_is_a_lost_pipe_and_a_strangers_is_refused(
 def test_children_send_success_frames_only_where_the_pump_reads_them(
         compiled_core, tmp_path, off):
     # R68: a frame is read in C by the pump; in a pool the pump never serves (turned
-    # off, --max-jobs, a store whose turns go in flight) the children send the outcome
+    # off, --max-jobs, or any other reason it is off) the children send the outcome
     # message the general loop reads, and the jobs end as they would.
     path = tmp_path / "jobpool.db"
     store = jobpool.connect(path)

@@ -99,8 +99,10 @@ class Slots:
         #: or fewer (R27).
         self.procs = config.procs
         self.table = core.SlotTable(config.procs)
-        #: R68: the children send a plain success as a frame on the compiled road; on
-        #: the pure one (``JOBPOOL_PURE=1``), the reference, as the outcome message.
+        #: R68: the children send a plain success as a frame on the compiled road where
+        #: the pump may serve the pool (the supervisor turns this off where it never
+        #: does); on the pure road (``JOBPOOL_PURE=1``), the reference, as the outcome
+        #: message.
         self.frames = core.NAME == "compiled"
         self.all = [Slot(i) for i in range(config.procs)]
         #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
