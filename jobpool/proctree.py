@@ -23,7 +23,6 @@ import os
 import signal
 import sys
 import time
-from typing import Callable
 
 from jobpool import terminal
 
@@ -176,18 +175,10 @@ def _has_children() -> bool:
     walk of /proc can be skipped. Asked after every job: ``core.has_children``
     makes the call in C when the core is built (no exception raised when there is
     no child)."""
-    global _look_for_children
-    look = _look_for_children
-    if look is None:
-        # Not at import: a producer (which opens a store, and so this module) never
-        # runs a job and need not load the core.
-        from jobpool import core
-        look = _look_for_children = core.has_children
-    return look()
-
-
-#: ``core.has_children``, once a job has ended in this process (``_has_children``).
-_look_for_children: Callable[[], bool] | None = None
+    # Imported here, not with this module: a producer opens a store, and so this
+    # module, but never runs a job and need not load the core.
+    from jobpool import core
+    return core.has_children()
 
 
 def _reap(pids: set[int]) -> None:

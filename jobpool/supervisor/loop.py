@@ -151,9 +151,11 @@ class Supervisor:
             self.state, self.slots, self.core, self.plan, self._selector, clock=clock,
             rng=self.rng, store_call=self._store_call, report=self._report,
             may_run=self._pump_may_run)
-        # R68: success frames only where the pump reads them in C; elsewhere (no pump:
-        # PostgreSQL, --max-jobs, ...) the general loop would decode each in Python.
-        self.slots.frames = self.slots.frames and self.pump is not None
+        # R68: success frames on the compiled road only, and only where the pump reads
+        # them in C; elsewhere (no pump: PostgreSQL, --max-jobs, ...) the general loop
+        # would decode each in Python. The pure road (``JOBPOOL_PURE=1``), the
+        # reference, sends the outcome message.
+        self.slots.frames = core.NAME == "compiled" and self.pump is not None
         self._maintenance: Any = None  # the store's helper while running (R26a)
         self._store_pause_until = 0.0
         self._store_pause = 0.0

@@ -99,11 +99,10 @@ class Slots:
         #: or fewer (R27).
         self.procs = config.procs
         self.table = core.SlotTable(config.procs)
-        #: R68: the children send a plain success as a frame on the compiled road where
-        #: the pump may serve the pool (the supervisor turns this off where it never
-        #: does); on the pure road (``JOBPOOL_PURE=1``), the reference, as the outcome
-        #: message.
-        self.frames = core.NAME == "compiled"
+        #: R68: whether the children send a plain success as a frame (the supervisor
+        #: decides, once it knows whether the pump may serve the pool); else as the
+        #: outcome message.
+        self.frames = False
         self.all = [Slot(i) for i in range(config.procs)]
         #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
         self.scale_refused: str | None = None
