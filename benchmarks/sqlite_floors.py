@@ -24,6 +24,12 @@ except where the line says so:
   at once. Jobs/s, the parent's CPU per job (``getrusage``) and jobs per transaction.
   It is the floor of any design that commits one transaction per turn under R6; a
   compiled loop can take the Python out of it, not the transaction or the pipe;
+* ``bare pool over jobpool's turn``: the same bare loop, raw pipes and children, but
+  each wake-up is jobpool's own turn (the engine's ``Claimer.turn`` over the compiled
+  driver, on a store made by ``jobpool.connect``): what jobpool's schema and statements
+  allow a pool whose loop and children cost nothing more than the bare ones. The
+  distance from here to ``bare pool`` is the store's; from ``jobpool`` to here, the
+  supervisor's loop and the children's;
 * ``jobpool``: ``jobpool start --burst -q --procs N`` over the same number of no-op
   jobs on a fresh store, run in a forked process so that the supervisor's own CPU
   (``RUSAGE_SELF``) and its children's (``RUSAGE_CHILDREN``) are read apart.
@@ -187,10 +193,67 @@ def _bare_child(jobs_r: int, answers_w: int) -> None:
         os.write(answers_w, frame)
 
 
-def bare_pool(jobs: int, procs: int) -> dict[str, float]:
-    """Drain ``jobs`` rows with the smallest R6 pool: see the module's docstring."""
+class _BareTurn:
+    """The bare pool's transaction: settle the ids that came back, claim ``want``."""
+
+    def __init__(self, path: str, jobs: int) -> None:
+        self.db = bare_store(path, jobs)
+
+    def turn(self, finished: list[int], want: int) -> list[int]:
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        for job_id in finished:
+            db.execute(SETTLE, (job_id,))
+        claimed = db.execute(CLAIM, (1.0, want)).fetchall() if want else []
+        db.execute("COMMIT")
+        return [job_id for (job_id,) in claimed]
+
+    def left(self) -> int:
+        left = self.db.execute("SELECT count(*) FROM jobs WHERE status != 2").fetchone()[0]
+        self.db.close()
+        return left
+
+
+class _JobpoolTurn:
+    """jobpool's own turn (the engine over the compiled driver) in the bare loop: a
+    finished id settles as a success of the attempt its claim gave."""
+
+    def __init__(self, path: str, jobs: int) -> None:
+        import random
+
+        import jobpool
+        from jobpool import job
+
+        @job(name="floors.pool")
+        def pool_noop(i):
+            return None
+
+        self.store = jobpool.connect(path)
+        self.store.enqueue_many("floors.pool", [(i,) for i in range(jobs)])
+        self.claimer = self.store.claimer("floors-owner", ["floors.pool"], ["default"], {})
+        self.rng = random.Random(1)
+        self.attempts: dict[int, int] = {}
+
+    def turn(self, finished: list[int], want: int) -> list[int]:
+        from jobpool.lifecycle import DONE, Outcome
+        outcomes = [Outcome(job_id, self.attempts.pop(job_id), DONE) for job_id in finished]
+        _, claimed, _ = self.claimer.turn(outcomes, want, time.time(), self.rng)
+        for row in claimed:
+            self.attempts[row.job_id] = row.attempt
+        return [row.job_id for row in claimed]
+
+    def left(self) -> int:
+        self.claimer.close()
+        left = self.store.stats()["ready"] + self.store.stats()["running"]
+        self.store.close()
+        return left
+
+
+def bare_pool(jobs: int, procs: int, store_kind: type = _BareTurn) -> dict[str, float]:
+    """Drain ``jobs`` rows with the smallest R6 pool: see the module's docstring.
+    ``store_kind``: whose transaction each wake-up runs (the bare one, or jobpool's)."""
     with tempfile.TemporaryDirectory() as where:
-        db = bare_store(os.path.join(where, "pool.db"), jobs)
+        store = store_kind(os.path.join(where, "pool.db"), jobs)
         children = []
         for _ in range(procs):
             jobs_r, jobs_w = os.pipe()
@@ -210,15 +273,11 @@ def bare_pool(jobs: int, procs: int) -> dict[str, float]:
         before = resource.getrusage(resource.RUSAGE_SELF)
         began = time.perf_counter()
         while done < jobs:
-            db.execute("BEGIN IMMEDIATE")
-            for job_id in finished:
-                db.execute(SETTLE, (job_id,))
-            claimed = db.execute(CLAIM, (1.0, len(free))).fetchall() if free else []
-            db.execute("COMMIT")
+            claimed = store.turn(finished, len(free))
             turns += 1
             done += len(finished)
             finished = []
-            for (job_id,) in claimed:
+            for job_id in claimed:
                 os.write(free.pop(), job_id.to_bytes(8, "little"))
             if done >= jobs:
                 break
@@ -232,8 +291,7 @@ def bare_pool(jobs: int, procs: int) -> dict[str, float]:
             os.close(jobs_w)
             os.close(answers_r)
             os.waitpid(pid, 0)
-        left = db.execute("SELECT count(*) FROM jobs WHERE status != 2").fetchone()[0]
-        db.close()
+        left = store.left()
         if left:
             raise SystemExit(f"bare pool: {left} rows not done")
         cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -306,6 +364,10 @@ def main() -> None:
         keep(f"bare pool --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
         keep("bare pool: parent CPU per job (µs)", pool["parent_cpu_us"])
         keep("bare pool: jobs per transaction", pool["jobs_per_turn"])
+        pool = bare_pool(args.jobs, args.procs, _JobpoolTurn)
+        keep(f"bare pool over jobpool's turn --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
+        keep("bare pool over jobpool's turn: parent CPU per job (µs)", pool["parent_cpu_us"])
+        keep("bare pool over jobpool's turn: jobs per transaction", pool["jobs_per_turn"])
         drain = jobpool_drain(args.jobs, args.procs)
         keep(f"jobpool --procs {args.procs} (jobs/s)", drain["jobs_per_s"])
         keep("jobpool: supervisor CPU per job (µs)", drain["supervisor_cpu_us"])
