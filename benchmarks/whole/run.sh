@@ -7,7 +7,8 @@
 #                                       then `jobpool start --burst -q --procs 2`; all must be done
 #   run.sh enqueue  TREE [pg]           1 000 single enqueue() calls
 #
-# BENCH_JOB_MS=M (and BENCH_JOB_SPIN=1) makes each drained job take M ms asleep (on the CPU).
+# BENCH_JOB_MS=M (and BENCH_JOB_SPIN=1) makes each drained job take M ms asleep (on the CPU);
+# BENCH_LIMIT=N declares the job max_running=N (every turn a limited one, R35).
 #
 # START_ARGS (from the environment) go to `jobpool start` as extra flags, e.g.
 # START_ARGS=--coalesce-us=500 to time a start option against its default.
