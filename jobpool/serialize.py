@@ -20,6 +20,8 @@ _POWER = {"json": 0, "pickle": 1}
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+#: ``json.loads``'s own decoder, for text already known to be UTF-8 (``decode_payload``).
+_decode_text = json.JSONDecoder().decode
 #: The payload encoder, shared with the store's batch path so both write the same text.
 encoder = _encoder
 
@@ -81,7 +83,13 @@ def decoder_for(row_serializer: str, job_serializer: str, what: str = "payload")
 def decode_payload(data: bytes | str, serializer: str) -> tuple[tuple, dict]:
     """Decode a stored payload back to ``(args, kwargs)``; raises ValueError if it cannot."""
     if serializer == "json":
-        value = json.loads(data)
+        if type(data) is bytes and data[:1] == b"[" and data[1:2] != b"\0":
+            # Bytes that start as a JSON array does in UTF-8 (no BOM, no NUL second
+            # byte): the decoding ``json.loads`` would pick, done here without asking
+            # again for every job. Other bytes (UTF-16 or -32, a BOM) and text go to it.
+            value = _decode_text(data.decode("utf-8", "surrogatepass"))
+        else:
+            value = json.loads(data)
         if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], list)
                 or not isinstance(value[1], dict)):
             raise ValueError("payload is not a JSON [args, kwargs] pair")

@@ -453,3 +453,45 @@ def test_both_cores_settle_a_wrong_lease_they_take_back_whatever_its_owner_holds
                             (held,)).fetchall() == [("malformed",)]
     finally:
         conn.close()
+
+
+def _as_json_loads_reads_it(data):
+    """What decoding ``data`` gave before the payload's fast path: ``json.loads`` and
+    the pair check, or the error's type and words."""
+    try:
+        value = json.loads(data)
+    except Exception as exc:  # noqa: BLE001 - compared by type and words
+        return ("refused", type(exc).__name__, str(exc))
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)
+            and isinstance(value[1], dict)):
+        return ("refused", "ValueError", "payload is not a JSON [args, kwargs] pair")
+    return ("decoded", tuple(value[0]), value[1])
+
+
+def _decoded(data):
+    from jobpool.serialize import decode_payload
+    try:
+        return ("decoded", *decode_payload(data, "json"))
+    except Exception as exc:  # noqa: BLE001
+        return ("refused", type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("data", [
+    b'[[1],{}]', b"[", b"[\x00", b"[\x00\x00\x00", '[[1],{}]'.encode("utf-16-le"),
+    '[[1],{}]'.encode("utf-32-le"), b"\xef\xbb\xbf[[1],{}]", b"[[1],{}] x", b'[["\xed\xa0\x80"],{}]',
+    b'[["\xff"],{}]', b" [[1],{}]", "[[1],{}]"])
+def test_a_payload_decodes_as_json_reads_it_whatever_its_bytes(data):
+    # R44: a row's payload is written by anyone who can write the store; the child's
+    # shortcut for UTF-8 bytes must decode or refuse exactly as json.loads does.
+    assert _decoded(data) == _as_json_loads_reads_it(data)
+
+
+def test_any_bytes_after_a_bracket_decode_as_json_reads_them():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.binary(max_size=24).map(lambda tail: b"[" + tail))
+    def check(data):
+        assert _decoded(data) == _as_json_loads_reads_it(data)
+    check()
