@@ -128,6 +128,10 @@ def pool(work, out, loops):
 
 
 def main():
+    # The bytecode an ordinary install has: under PYTHONDONTWRITEBYTECODE a tree never
+    # compiled would compile its modules again at the pool's start, in "before first".
+    import compileall
+    compileall.compile_dir(os.path.join(TREE, "jobpool"), quiet=1)
     loops = common.calibrate()
     work = tempfile.mkdtemp(prefix="w2-split-")
     try:
