@@ -782,7 +782,7 @@ def table(results: dict, sizes: dict, failures: dict) -> list[str]:
 LIMITS = {
     "w1": "the supervisor's CPU per job: its turn (~100 us on jobpool's schema, ~45 us bare) "
           "and the loop's Python around it; a bare loop over jobpool's own turn drains "
-          "2.6x Huey here, a bare R6 pool over a bare table 4.6x (BENCHMARKS.md, the floors "
+          "2.4-2.6x Huey here, a bare R6 pool over a bare table 4.6-5.5x (BENCHMARKS.md, the floors "
           "again, with a bare loop over jobpool's own turn)",
     "enqueue": "the WAL fsync, whose own rate varies by a third between repeats, plus "
                "~55 us of validation, encoding and wake-up per call (BENCHMARKS.md, W1 enqueue)",
