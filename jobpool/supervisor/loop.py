@@ -297,8 +297,11 @@ class Supervisor:
                     look_again = self._listener.look_again
                     self._rewire_listener()  # a listener that lost its connection leaves
                     state.want_claim = True
-                    if look_again is not None and self._look_again_at is None:
-                        # R11c: enqueues this notification covered may commit just after it.
+                    if look_again is not None:
+                        # R11c: enqueues this notification covered may commit up to
+                        # look_again after it was sent: the second look follows the latest
+                        # wake-up (an earlier one's would come before what a producer that
+                        # notified since counts on).
                         self._look_again_at = self.clock() + look_again
                 else:
                     self._drain_signal_pipe()

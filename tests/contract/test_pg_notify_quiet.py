@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psycopg
 import pytest
@@ -137,3 +138,52 @@ def test_an_idle_pool_runs_a_burst_of_enqueues_long_before_its_poll(pg_url, tmp_
         out, err = pool.communicate(timeout=60)
         store.close()
     assert pool.returncode == 0, err
+
+
+def test_a_quiet_enqueue_counts_from_when_the_notification_was_sent(quiet_store, listening,
+                                                                    monkeypatch):
+    # The reply to the notifying enqueue comes late (a slow network, a paused producer):
+    # a pool woke on its notification then, so its second look is 25 ms after that, not
+    # after this process read the reply. An enqueue 25 ms after the sending notifies after
+    # all, however soon after the reply it comes.
+    statement = quiet_store.statement
+    replies = []
+
+    def late_reply(what, fn):
+        answer = statement(what, fn)
+        if not replies:
+            time.sleep(2 * pg_store.LOOK_AGAIN)  # the first reply, read late
+        replies.append(what)
+        return answer
+
+    monkeypatch.setattr(quiet_store, "statement", late_reply)
+    quiet_store.enqueue_with("q.touch", args=("a",))
+    quiet_store.enqueue_with("q.touch", args=("b",))  # at once after the first's reply
+    assert _notifications(listening) == 2
+    assert quiet_store.stats()["ready"] == 2
+
+
+def test_a_quiet_enqueue_behind_another_producers_notification_runs_at_once(pg_url, tmp_path):
+    # Two producers: the second notifies while the pool's second look for the first's
+    # notification is pending, then enqueues quietly, counting on its own. The pool's
+    # second look follows its latest wake-up, so the quiet job is found then, never at
+    # the 120 s poll.
+    producers = [jobpool.connect(pg_url), jobpool.connect(pg_url)]
+    for producer in producers:
+        producer.notify_quiet = 3600.0
+    pool = _pool(pg_url, tmp_path)
+    try:
+        wait_for(lambda: producers[0].pools(), timeout=30)
+        first, second, quiet = (tmp_path / name for name in ("first", "second", "quiet"))
+        producers[0].enqueue("q.touch", str(first))
+        time.sleep(pg_store.LOOK_AGAIN * 0.6)
+        producers[1].enqueue("q.touch", str(second))
+        time.sleep(pg_store.LOOK_AGAIN * 0.6)
+        producers[1].enqueue("q.touch", str(quiet))  # no notification: counts on "second"'s
+        wait_for(quiet.exists, timeout=20)
+        assert first.exists() and second.exists()
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        pool.communicate(timeout=60)
+        for producer in producers:
+            producer.close()

@@ -224,16 +224,21 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def _plain_enqueue(self, job: rows.NewJob) -> Handle:
         """R11c: one statement; without its notification when one into the same queue
-        committed less than ``notify_quiet`` ago, which a woken pool's second look
-        (``LOOK_AGAIN`` after it) covers, as long as this one commits within that."""
+        was sent less than ``notify_quiet`` ago, which a woken pool's second look
+        (``LOOK_AGAIN`` after it) covers, as long as this one commits within that of
+        the notifying one's sending."""
         queue = job.queue
         last = self._notified.get(queue)
-        quiet = (job.run_at == 0 and last is not None
-                 and time.monotonic() - last < self.notify_quiet)
+        sent = time.monotonic()
+        quiet = job.run_at == 0 and last is not None and sent - last < self.notify_quiet
         if not quiet:
             handle = self.statement(f"enqueue of {job.name}", lambda conn: self._insert(conn, job))
             if job.run_at == 0:
-                self._notified[queue] = time.monotonic()
+                # Counted from before the statement went: a pool can wake on its
+                # notification before this process has read the reply, and its second look
+                # (``LOOK_AGAIN`` after it wakes) must not come before the time a quiet
+                # enqueue counts on below.
+                self._notified[queue] = sent
             return handle
         handle = self.statement(f"enqueue of {job.name}",
                                 lambda conn: self._insert(conn, job, quiet=True))
