@@ -244,7 +244,8 @@ class _JobpoolTurn:
 
     def left(self) -> int:
         self.claimer.close()
-        left = self.store.stats()["ready"] + self.store.stats()["running"]
+        counts = self.store.stats()
+        left = counts["ready"] + counts["running"]
         self.store.close()
         return left
 
