@@ -27,6 +27,8 @@ marshal's whole message; this costs none of the ``Connection`` framing's Python)
 child reads its next job with it too. ``write_message`` is its other half: a message
 and its length prefix in one ``writev``.
 
+Every ``Connection`` opens its store through ``_walbuf.h``'s VFS, so each commit's WAL
+frames go to the file in one write (``wal_writes`` counts them).
 ``OpenFiles`` and ``has_children`` are a child's two checks after every job (R43's look
 at its standard streams' files, R40's look for a process left behind), their system
 calls made here with no Python result built for them.
@@ -151,6 +153,28 @@ _ours, _theirs = _same_sqlite_as_python()
 if _ours != _theirs:
     raise ImportError(f"jobpool._core links a libsqlite3 other than the one Python's sqlite3 "
                       f"module loaded ({_ours:#x} != {_theirs or 0:#x}); using the pure driver")
+
+
+# -- the WAL's writes, one a commit (``_walbuf.h``) -----------------------------------------
+
+cdef extern from "_walbuf.h" nogil:
+    int walbuf_register()
+    long long walbuf_late
+    long long walbuf_flushes
+    long long walbuf_gathered
+
+#: The VFS every ``Connection`` opens its store through: the unix VFS, its WAL writes
+#: gathered into one a commit (see ``_walbuf.h``).
+cdef const char* _VFS = b"jobpool-walbuf"
+if walbuf_register() != SQLITE_OK:
+    raise ImportError("jobpool._core could not register its SQLite VFS; using the pure driver")
+
+
+def wal_writes():
+    """``(late, writes, gathered)`` in this process so far: the commits whose WAL bytes
+    the guard had to write (0 while SQLite writes its WAL as ``_walbuf.h`` expects),
+    the writes made of gathered bytes, and the writes SQLite asked for that they hold."""
+    return walbuf_late, walbuf_flushes, walbuf_gathered
 
 
 # -- the connection ---------------------------------------------------------------------
@@ -334,7 +358,7 @@ cdef class Connection:
         c_filename = filename
         with nogil:
             # Never created here (no SQLITE_OPEN_CREATE): a store is made by its store.
-            rc = sqlite3_open_v2(c_filename, &db, SQLITE_OPEN_READWRITE, NULL)
+            rc = sqlite3_open_v2(c_filename, &db, SQLITE_OPEN_READWRITE, _VFS)
         if rc != SQLITE_OK:
             exc = _db_error(db)
             sqlite3_close_v2(db)

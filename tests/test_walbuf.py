@@ -1,0 +1,232 @@
+"""The compiled driver's WAL writes gathered into one a commit (``jobpool/_walbuf.h``,
+issue 26): the same bytes in the same order, in the file before the commit returns.
+
+What could go wrong, each asked here: a commit published in the WAL index before its
+frames are in the file (another process would read pages that are not there), a
+commit whose write failed but was answered as done (the full disk's error must be the
+commit's), a writer killed with gathered bytes (a commit it was told was done must be
+there, a half one must not), writes SQLite makes out of order (a page rewritten inside
+its transaction, a transaction larger than the gathering's 64 KiB), and the guard that
+counts a commit published with bytes still gathered (it must stay 0).
+"""
+from __future__ import annotations
+
+import os
+import random
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import jobpool
+from jobpool.config import PoolConfig
+from jobpool.supervisor import Supervisor
+
+pytestmark = pytest.mark.c_extension
+
+ROWS = 200
+TOTAL = ROWS * 1000
+
+
+def _ledger(path) -> None:
+    """A store of its own kind: ``ROWS`` accounts of 1 000 each, in WAL mode with the
+    stores' 1 KiB pages, each row padded so a transfer dirties pages across the file."""
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA page_size=1024")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER, pad BLOB)")
+    conn.executemany("INSERT INTO accounts VALUES (?, 1000, ?)",
+                     [(i, os.urandom(300)) for i in range(ROWS)])
+    conn.commit()
+    conn.close()
+
+
+def _open(compiled_core, path):
+    """The compiled connection as a supervisor's driver sets it: its commits not synced
+    (``synchronous=NORMAL``, R26a), so nothing but the gathering's own rule writes them."""
+    db = compiled_core.Connection(str(path), 30.0)
+    db.changes("PRAGMA synchronous=NORMAL")
+    return db
+
+
+def _transfer(db, rng: random.Random, moves: int) -> None:
+    """One transaction of ``moves`` transfers between random accounts (the sum stays)."""
+    db.changes("BEGIN IMMEDIATE")
+    for _ in range(moves):
+        a, b = rng.sample(range(ROWS), 2)
+        amount = rng.randint(1, 50)
+        db.changes("UPDATE accounts SET balance = balance - :n, pad = :pad WHERE id = :id",
+                   {"n": amount, "pad": os.urandom(300), "id": a})
+        db.changes("UPDATE accounts SET balance = balance + :n WHERE id = :id",
+                   {"n": amount, "id": b})
+    db.changes("COMMIT")
+
+
+def test_a_pools_turns_reach_the_wal_in_one_write_a_commit(compiled_core, tmp_path):
+    # Through the public road: an in-process pool over the compiled driver drains plain
+    # jobs; its commits each gathered several of SQLite's writes into one, and none
+    # was published with bytes still gathered.
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    store.enqueue_many("walbuf.noop", [(i,) for i in range(300)])
+    store.close()
+    late0, writes0, gathered0 = compiled_core.wal_writes()
+    pool = Supervisor(PoolConfig(db=str(path), procs=2, burst=True, names=("walbuf.noop",),
+                                 poll_interval=0.05))
+    assert pool.run() == 0
+    late, writes, gathered = compiled_core.wal_writes()
+    assert late == late0
+    assert writes - writes0 >= 150  # a turn carries a job or two: a write a turn
+    # Each commit's frames (a header and a page each, several pages a turn) in one write.
+    assert (gathered - gathered0) >= 4 * (writes - writes0)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall() == [
+            ("done", 300)]
+
+
+@jobpool.job(name="walbuf.noop")
+def noop(i):
+    return None
+
+
+READER = textwrap.dedent("""
+    import sqlite3, sys, time
+    path, total, until = sys.argv[1], int(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+    conn = sqlite3.connect(path, timeout=30)
+    reads = 0
+    while time.monotonic() < until:
+        (got,) = conn.execute("SELECT sum(balance) FROM accounts").fetchone()
+        if got != total:
+            sys.exit(f"read a sum of {got}, not {total}, after {reads} reads")
+        reads += 1
+    print(reads)
+""")
+
+
+def test_another_process_reads_every_commit_whole(compiled_core, tmp_path):
+    # A reader in another process sums the accounts over and over while the compiled
+    # connection commits transfers of every size: small ones (a few frames), ones past
+    # the gathering's 64 KiB, and ones whose pages spill from a tiny cache and are
+    # written again inside their transaction (a write back in the WAL, out of order).
+    # Were a commit published before its frames were in the file, the reader would
+    # read pages that are not there: a wrong sum or a malformed image.
+    path = tmp_path / "ledger.db"
+    _ledger(path)
+    db = _open(compiled_core, path)
+    late0 = compiled_core.wal_writes()[0]
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), str(TOTAL), "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rng = random.Random(5)
+    commits = 0
+    try:
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            if commits % 50 == 25:
+                db.changes("PRAGMA cache_size=8")      # spills, pages written twice
+                _transfer(db, rng, 400)
+                db.changes("PRAGMA cache_size=-2000")
+            elif commits % 10 == 5:
+                _transfer(db, rng, 300)                # past 64 KiB of frames
+            else:
+                _transfer(db, rng, 2)
+            commits += 1
+            if commits % 4 == 0:
+                time.sleep(0.002)  # the reader's moment, right after a commit
+    finally:
+        out, err = reader.communicate(timeout=60)
+        db.close()
+    assert reader.returncode == 0, err
+    assert int(out) > 10 and commits > 50
+    assert compiled_core.wal_writes()[0] == late0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("SELECT sum(balance) FROM accounts").fetchone() == (TOTAL,)
+
+
+def test_a_writer_killed_mid_commit_leaves_every_commit_it_made_and_no_half_one(
+        compiled_core, tmp_path):
+    # A forked writer commits transfers and notes after each commit of its counter how
+    # many it has made; it is killed (SIGKILL) mid-run. Every commit it noted is in the
+    # store, the sum holds, and the image is whole.
+    path = tmp_path / "ledger.db"
+    noted = tmp_path / "noted"
+    _ledger(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE made (n INTEGER)")
+        conn.execute("INSERT INTO made VALUES (0)")
+    for seed in range(3):
+        noted.write_bytes(bytes(8))
+        pid = os.fork()
+        if pid == 0:  # the writer
+            try:
+                fd = os.open(noted, os.O_WRONLY)
+                db = _open(compiled_core, path)
+                rng = random.Random(seed)
+                while True:
+                    db.changes("BEGIN IMMEDIATE")
+                    db.changes("UPDATE made SET n = n + 1")
+                    db.changes("COMMIT")
+                    (made,) = db.rows("SELECT n FROM made")[0]
+                    os.pwrite(fd, made.to_bytes(8, "little"), 0)
+                    time.sleep(0.001)  # the kill's likeliest moment: right after a commit
+                    _transfer(db, rng, rng.choice((2, 2, 2, 300)))
+            finally:
+                os._exit(1)
+        time.sleep(0.3 + 0.2 * seed)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        last = int.from_bytes(noted.read_bytes(), "little")
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            assert conn.execute("SELECT sum(balance) FROM accounts").fetchone() == (TOTAL,)
+            (made,) = conn.execute("SELECT n FROM made").fetchone()
+        assert last > 0 and made >= last  # a commit it noted done is there
+
+
+@pytest.mark.parametrize("moves", [2, 300])
+def test_a_commit_whose_write_fails_fails_and_applies_nothing(compiled_core, tmp_path, moves):
+    # The WAL may not grow past 4 KiB (RLIMIT_FSIZE: the write fails with EFBIG, as on
+    # a full disk): the gathered write that ends a small commit fails (2 transfers), or
+    # the one a large commit makes at 64 KiB before its end (300), the commit says so,
+    # and the store holds what it held before, whole.
+    path = tmp_path / "ledger.db"
+    _ledger(path)
+    with sqlite3.connect(path) as conn:
+        before = conn.execute("SELECT id, balance FROM accounts ORDER BY id").fetchall()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(read_end)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            db = _open(compiled_core, path)
+            db.rows("SELECT count(*) FROM accounts")  # the WAL open, its size fixed
+            wal = os.path.getsize(f"{path}-wal")
+            resource.setrlimit(resource.RLIMIT_FSIZE, (wal + 4096, wal + 4096))
+            try:
+                _transfer(db, random.Random(1), moves)
+                code = 4  # the commit said it was done
+            except compiled_core.SqliteError as exc:
+                os.write(write_end, str(exc).encode())
+                code = 0
+            if db.in_transaction:
+                db.changes("ROLLBACK")
+            db.close()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    said = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    assert said
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("SELECT id, balance FROM accounts ORDER BY id").fetchall() == before
