@@ -6,8 +6,10 @@ This VFS ("jobpool-walbuf") is the system's unix VFS with one change: the writes
 WAL file are gathered while they run on from one another and written together, as one
 write, when the commit's last frame (the frame whose header carries the database's
 size) has been given, and before anything else is done with that file (a read, a sync,
-a truncation, its size, a file control, its close), before a write elsewhere in it, and
-past 64 KiB. Every byte reaches the file in the order SQLite wrote it and before the
+a truncation, its size, a file control, its close), before a write elsewhere in it,
+past 64 KiB, and when the write transaction ends (its writer's lock let go: a rolled-back
+transaction's frames that a full cache wrote early go then, as SQLite wrote them, so
+nothing is left to land later on another writer's frames). Every byte reaches the file in the order SQLite wrote it and before the
 call that ends the commit returns, so what SQLite answers (an error such as a full
 disk included) is what the write answered, and a commit is published in the WAL index
 only after its frames are in the file. As a guard, the main file's ``xShmBarrier``
@@ -60,6 +62,10 @@ static WalbufFile *walbuf_mains;
    writes made, and the writes they stood for. */
 static sqlite3_int64 walbuf_late, walbuf_flushes, walbuf_gathered;
 
+static void walbuf_count(sqlite3_int64 *counter) {
+    __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
 static int walbuf_flush(WalbufFile *p) {
     int rc;
     p->commit_given = 0;
@@ -68,7 +74,7 @@ static int walbuf_flush(WalbufFile *p) {
     }
     rc = p->real->pMethods->xWrite(p->real, p->buf, p->len, p->start);
     p->len = 0;
-    walbuf_flushes++;
+    walbuf_count(&walbuf_flushes);
     return rc;
 }
 
@@ -99,20 +105,18 @@ static int walbuf_wal_read(sqlite3_file *f, void *into, int amt, sqlite3_int64 o
 static int walbuf_wal_write(sqlite3_file *f, const void *data, int amt, sqlite3_int64 off) {
     WalbufFile *p = (WalbufFile *)f;
     int rc;
+    /* Whether this is the commit frame's page (its header came last): the commit ends
+       with it, whatever is written before it to make room. */
+    int ends_commit = p->commit_given;
     sqlite3_int64 end = p->end;
     p->end = off + amt > end ? off + amt : end;
     if (amt == WALBUF_FRAME_HEADER && off < end) {
         /* A header of this transaction's frames written again: the commit's checksums
            rewritten (a page of the transaction was written twice), the last of them the
            commit frame's, with no page after it. Written at once, after what was
-           gathered; were it a commit frame's header after all, its page is not kept. */
-        const unsigned char *h = (const unsigned char *)data;
+           gathered. */
         rc = walbuf_flush(p);
-        if (rc == SQLITE_OK) {
-            rc = p->real->pMethods->xWrite(p->real, data, amt, off);
-        }
-        p->commit_given = (h[4] | h[5] | h[6] | h[7]) != 0;
-        return rc;
+        return rc != SQLITE_OK ? rc : p->real->pMethods->xWrite(p->real, data, amt, off);
     }
     if (p->len && off != p->start + p->len) {
         rc = walbuf_flush(p);                 /* a write elsewhere: what came first, first */
@@ -124,7 +128,7 @@ static int walbuf_wal_write(sqlite3_file *f, const void *data, int amt, sqlite3_
         p->buf = sqlite3_malloc(WALBUF_CAP);  /* gathered only under the guard, below */
     }
     if (p->buf == NULL || amt > WALBUF_CAP - p->len) {
-        rc = walbuf_flush(p);
+        rc = walbuf_flush(p);                 /* no room: what was gathered goes first */
         if (rc != SQLITE_OK) {
             return rc;
         }
@@ -137,8 +141,8 @@ static int walbuf_wal_write(sqlite3_file *f, const void *data, int amt, sqlite3_
     }
     memcpy(p->buf + p->len, data, (size_t)amt);
     p->len += amt;
-    walbuf_gathered++;
-    if (p->commit_given) {
+    walbuf_count(&walbuf_gathered);
+    if (ends_commit) {
         return walbuf_flush(p);               /* the commit frame's page: the commit ends */
     }
     if (amt == WALBUF_FRAME_HEADER) {
@@ -242,10 +246,19 @@ static int walbuf_shm_map(sqlite3_file *f, int page, int size, int extend, void 
 }
 static int walbuf_shm_lock(sqlite3_file *f, int offset, int n, int flags) {
     WalbufFile *p = (WalbufFile *)f;
-    int rc = p->real->pMethods->xShmLock(p->real, offset, n, flags);
-    if (rc == SQLITE_OK && offset == WALBUF_WRITE_LOCK
-            && flags == (SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE) && p->wal != NULL) {
-        p->wal->end = 0;                      /* a write transaction begins */
+    WalbufFile *wal = offset == WALBUF_WRITE_LOCK ? p->wal : NULL;
+    int rc;
+    if (wal != NULL && flags == (SQLITE_SHM_UNLOCK | SQLITE_SHM_EXCLUSIVE)) {
+        /* A write transaction ends. A commit wrote its bytes when it ended; what is left
+           is a rolled-back transaction's frames that a full cache wrote early (past the
+           WAL's last commit, never read). They go now, while the lock is held, as SQLite
+           wrote them: kept, they would later land on another writer's frames. */
+        walbuf_flush(wal);
+    }
+    rc = p->real->pMethods->xShmLock(p->real, offset, n, flags);
+    if (rc == SQLITE_OK && wal != NULL && flags == (SQLITE_SHM_LOCK | SQLITE_SHM_EXCLUSIVE)) {
+        wal->end = 0;                         /* a write transaction begins */
+        wal->commit_given = 0;
     }
     return rc;
 }
@@ -253,7 +266,7 @@ static void walbuf_shm_barrier(sqlite3_file *f) {
     WalbufFile *p = (WalbufFile *)f;
     WalbufFile *wal = p->wal;
     if (wal != NULL && wal->len) {
-        walbuf_late++;                        /* the guard: see the header's comment */
+        walbuf_count(&walbuf_late);           /* the guard: see the header's comment */
         walbuf_flush(wal);
     }
     p->real->pMethods->xShmBarrier(p->real);

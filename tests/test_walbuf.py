@@ -230,3 +230,65 @@ def test_a_commit_whose_write_fails_fails_and_applies_nothing(compiled_core, tmp
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert conn.execute("SELECT id, balance FROM accounts ORDER BY id").fetchall() == before
+
+
+def test_a_commit_of_any_size_ends_in_its_own_write(compiled_core, tmp_path):
+    # Commits of 1 to 150 pages of 1 KiB: wherever the commit frame's page falls against
+    # the gathering's 64 KiB (the page that makes room for itself must still end the
+    # commit), no commit is left for the guard to write.
+    path = tmp_path / "pages.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA page_size=1024")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (x BLOB)")
+    db = _open(compiled_core, path)
+    db.changes("PRAGMA wal_autocheckpoint=0")
+    late0 = compiled_core.wal_writes()[0]
+    for rows in range(1, 151):
+        db.changes("BEGIN IMMEDIATE")
+        db.changes("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < :n)"
+                   " INSERT INTO t SELECT randomblob(900) FROM c", {"n": rows})
+        db.changes("COMMIT")
+        assert compiled_core.wal_writes()[0] == late0, f"a commit of {rows} rows"
+    db.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (150 * 151 // 2,)
+
+
+def test_a_rolled_back_transactions_early_frames_never_land_on_another_writers(
+        compiled_core, tmp_path):
+    # A full cache makes SQLite write a transaction's frames before its end; the
+    # transaction is then rolled back. Another writer (Python's sqlite3, the unix VFS)
+    # then commits frames at those very offsets of the WAL. The rolled-back frames must
+    # have gone to the file while the first writer held the lock, never later over the
+    # second writer's commits (the checkpoint first, so the rollback reads nothing
+    # back from the WAL).
+    path = tmp_path / "two.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA page_size=1024")
+    other.execute("PRAGMA journal_mode=WAL")
+    other.execute("PRAGMA wal_autocheckpoint=0")
+    other.execute("CREATE TABLE t (x BLOB)")
+    other.execute("CREATE TABLE u (y BLOB)")
+    other.execute("INSERT INTO u VALUES (randomblob(10))")
+    other.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    db = _open(compiled_core, path)
+    db.changes("PRAGMA cache_size=20")
+    late0 = compiled_core.wal_writes()[0]
+    db.changes("BEGIN IMMEDIATE")
+    db.changes("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 100)"
+               " INSERT INTO t SELECT randomblob(900) FROM c")
+    db.changes("ROLLBACK")
+    for _ in range(30):
+        other.execute("INSERT INTO u VALUES (randomblob(500))")
+    other.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 40)"
+                  " INSERT INTO u SELECT randomblob(900) FROM c")
+    assert db.rows("SELECT count(*) FROM t") == [(0,)]
+    assert db.rows("SELECT count(*) FROM u") == [(71,)]
+    db.close()
+    other.close()
+    assert compiled_core.wal_writes()[0] == late0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("SELECT count(*) FROM u").fetchone() == (71,)
