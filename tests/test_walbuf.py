@@ -33,13 +33,22 @@ ROWS = 200
 TOTAL = ROWS * 1000
 
 
-def _ledger(path) -> None:
-    """A store of its own kind: ``ROWS`` accounts of 1 000 each, in WAL mode with the
-    stores' 1 KiB pages, each row padded so a transfer dirties pages across the file."""
-    conn = sqlite3.connect(path)
+def _wal_file(path, *tables: str) -> sqlite3.Connection:
+    """A database of its own kind, in WAL mode with the stores' 1 KiB pages and these
+    tables, and Python's connection to it (autocommit)."""
+    conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA page_size=1024")
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER, pad BLOB)")
+    for table in tables:
+        conn.execute(f"CREATE TABLE {table}")
+    return conn
+
+
+def _ledger(path) -> None:
+    """``ROWS`` accounts of 1 000 each, each row padded so a transfer dirties pages
+    across the file."""
+    conn = _wal_file(path, "accounts (id INTEGER PRIMARY KEY, balance INTEGER, pad BLOB)")
+    conn.execute("BEGIN")
     conn.executemany("INSERT INTO accounts VALUES (?, 1000, ?)",
                      [(i, os.urandom(300)) for i in range(ROWS)])
     conn.commit()
@@ -237,10 +246,7 @@ def test_a_commit_of_any_size_ends_in_its_own_write(compiled_core, tmp_path):
     # the gathering's 64 KiB (the page that makes room for itself must still end the
     # commit), no commit is left for the guard to write.
     path = tmp_path / "pages.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA page_size=1024")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("CREATE TABLE t (x BLOB)")
+    _wal_file(path, "t (x BLOB)").close()
     db = _open(compiled_core, path)
     db.changes("PRAGMA wal_autocheckpoint=0")
     late0 = compiled_core.wal_writes()[0]
@@ -265,12 +271,8 @@ def test_a_rolled_back_transactions_early_frames_never_land_on_another_writers(
     # second writer's commits (the checkpoint first, so the rollback reads nothing
     # back from the WAL).
     path = tmp_path / "two.db"
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("PRAGMA page_size=1024")
-    other.execute("PRAGMA journal_mode=WAL")
+    other = _wal_file(path, "t (x BLOB)", "u (y BLOB)")
     other.execute("PRAGMA wal_autocheckpoint=0")
-    other.execute("CREATE TABLE t (x BLOB)")
-    other.execute("CREATE TABLE u (y BLOB)")
     other.execute("INSERT INTO u VALUES (randomblob(10))")
     other.execute("PRAGMA wal_checkpoint(PASSIVE)")
     db = _open(compiled_core, path)
