@@ -165,6 +165,7 @@ cdef extern from "_walbuf.h" nogil:
 
 #: The VFS every ``Connection`` opens its store through: the unix VFS, its WAL writes
 #: gathered into one a commit (see ``_walbuf.h``).
+WAL_VFS = "jobpool-walbuf"
 cdef const char* _VFS = b"jobpool-walbuf"
 if walbuf_register() != SQLITE_OK:
     raise ImportError("jobpool._core could not register its SQLite VFS; using the pure driver")

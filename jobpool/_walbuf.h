@@ -17,6 +17,9 @@ only after its frames are in the file. As a guard, the main file's ``xShmBarrier
 gathered, and counts it: ``late`` stays 0 while SQLite writes as described above
 (tests/test_walbuf.py asks it after a pool's drain).
 
+The supervisor's compiled connection opens its store through it, and so does every
+store connection Python's ``sqlite3`` opens in a process whose core is built (a
+producer's enqueue: one write where SQLite makes two a page; ``store/sqlite/store.py``).
 Everything else (the main database file, the locks, the shared memory, temporary
 files) goes to the unix VFS's own methods, on files the unix VFS opened, so POSIX locks
 stay in its one table per process (R42). */
@@ -329,6 +332,15 @@ static int walbuf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int 
     return rc;
 }
 
+/* A fork while another thread opens or closes a file would leave the child the list's
+   lock held by a thread it does not have: the fork waits for the lock instead. */
+static void walbuf_before_fork(void) {
+    pthread_mutex_lock(&walbuf_lock);
+}
+static void walbuf_after_fork(void) {
+    pthread_mutex_unlock(&walbuf_lock);
+}
+
 /* Registers the VFS (not as the default) once; SQLITE_OK, or what failed. */
 static int walbuf_register(void) {
     static int done = 0;
@@ -375,6 +387,9 @@ static int walbuf_register(void) {
     m->xSync = walbuf_wal_sync;
     m->xFileSize = walbuf_wal_size;
     m->xFileControl = walbuf_wal_control;
+    if (pthread_atfork(walbuf_before_fork, walbuf_after_fork, walbuf_after_fork) != 0) {
+        return SQLITE_ERROR;
+    }
     rc = sqlite3_vfs_register(&walbuf_vfs, 0);
     if (rc == SQLITE_OK) {
         done = 1;

@@ -1,7 +1,8 @@
 """Pick the compiled parts (``_core``) when built, else their pure twins.
 
 What ``_core`` compiles: the SQLite driver's connection and claim codec (taken by
-``store/sqlite/claimer.py`` through ``NAME``), the supervisor's slot table and its
+``store/sqlite/claimer.py`` through ``NAME``), the VFS every store connection opens
+through (``WAL_VFS``), the supervisor's slot table and its
 reader and writer of the pipes' messages (R68's success frame), and a child's two checks after
 every job (R40's look for a child process, R43's look at the standard streams' files).
 ``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run
@@ -19,6 +20,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
 if TYPE_CHECKING:
     from jobpool._core_py import OpenFiles, SlotTable, has_children, read_message, write_message
     NAME = "pure"
+    WAL_VFS: str | None = None
 else:
     _impl = _core_py
     #: Which SQLite driver this process's claimers use: ``compiled`` or ``pure``.
@@ -38,7 +40,11 @@ else:
     OpenFiles = _impl.OpenFiles
     #: R40: whether this process has a child (``waitid`` in C when built).
     has_children = _impl.has_children
+    #: The SQLite VFS a store's connections open through when the core is built (each
+    #: commit's WAL frames in one write, ``_walbuf.h``); None: SQLite's own.
+    WAL_VFS = getattr(_impl, "WAL_VFS", None)
 
 __all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
+           "WAL_VFS",
            "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY",
            "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

@@ -294,3 +294,49 @@ def test_a_rolled_back_transactions_early_frames_never_land_on_another_writers(
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert conn.execute("SELECT count(*) FROM u").fetchone() == (71,)
+
+
+def test_a_producers_enqueues_go_through_the_vfs_and_read_back_anywhere(compiled_core, tmp_path):
+    # A store opened by ``jobpool.connect`` in a process whose core is built enqueues
+    # through the VFS: each enqueue's commit one write standing for several. What it
+    # wrote reads back the same through SQLite's own VFS (another connection) and
+    # drains in a pool.
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    _late0, writes0, gathered0 = compiled_core.wal_writes()
+    for i in range(200):
+        store.enqueue("walbuf.noop", i)
+    late, writes, gathered = compiled_core.wal_writes()
+    store.close()
+    assert late == _late0
+    assert writes - writes0 >= 200
+    assert gathered - gathered0 >= 4 * (writes - writes0)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*), count(DISTINCT payload) FROM jobs"
+                            " WHERE status = 'ready'").fetchone() == (200, 200)
+    pool = Supervisor(PoolConfig(db=str(path), procs=2, burst=True, names=("walbuf.noop",),
+                                 poll_interval=0.05))
+    assert pool.run() == 0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall() == [
+            ("done", 200)]
+
+
+def test_the_pure_road_opens_stores_through_sqlites_own_vfs(tmp_path):
+    # JOBPOOL_PURE=1 means no compiled part at all: a store's connections go through
+    # SQLite's own VFS (the core, built or not, is never asked).
+    script = textwrap.dedent("""
+        import sys, jobpool
+        from jobpool import core
+        assert core.NAME == "pure" and core.WAL_VFS is None, (core.NAME, core.WAL_VFS)
+        store = jobpool.connect(sys.argv[1])
+        store.enqueue("walbuf.any", 1)
+        assert "jobpool._core" not in sys.modules
+        print(store.stats()["ready"])
+    """)
+    found = subprocess.run([sys.executable, "-c", script, str(tmp_path / "pure.db")],
+                           env={**os.environ, "JOBPOOL_PURE": "1"}, capture_output=True,
+                           text=True, timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "1"

@@ -10,6 +10,7 @@ import logging
 import os
 import sqlite3
 import time
+import urllib.parse
 import weakref
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -58,6 +59,18 @@ def _disk_full(error: BaseException | None) -> bool:
             return True
         error = error.__cause__
     return False
+
+
+def connect_file(path: str, **options: Any) -> sqlite3.Connection:
+    """Python's connection to a store's file, through the compiled core's VFS when the
+    core is this process's (``core.WAL_VFS``: each commit's WAL frames in one write, so
+    an enqueue makes one write where SQLite makes two a page); through SQLite's own
+    with ``JOBPOOL_PURE=1`` or no core built. The file is the same either way."""
+    from jobpool import core  # loads the compiled core, which registers the VFS
+    if core.WAL_VFS is None:
+        return sqlite3.connect(path, **options)
+    address = urllib.parse.quote(os.fsencode(path), safe="/")
+    return sqlite3.connect(f"file:{address}?vfs={core.WAL_VFS}", uri=True, **options)
 
 
 def durability_setting(durability: str | None) -> str:
@@ -202,8 +215,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         try:
             # check_same_thread=False: close() and a fork's release close every
             # thread's connection from one thread; each is used by its own thread only.
-            conn = sqlite3.connect(path, isolation_level=None, timeout=self.busy_timeout,
-                                   check_same_thread=False)
+            conn = connect_file(path, isolation_level=None, timeout=self.busy_timeout,
+                                check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {path}: {exc}") from exc
         try:
