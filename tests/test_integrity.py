@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -79,6 +80,37 @@ def test_the_default_store_beside_an_explicit_one_leaves_the_file_intact(make_ap
     finally:
         factory.close_default_store()
         first.close()
+
+
+def test_the_applications_own_sqlite3_connection_beside_a_store_leaves_the_file_intact(
+        make_app):
+    """R42 with two VFSes: where the core is built a store's connections open through the
+    core's (``_walbuf.h``); the application's own ``sqlite3.connect`` of the same file
+    goes through SQLite's. Both must keep one table of POSIX locks: closing the
+    application's connection, and writing through it, leave the store's locks and WAL
+    whole."""
+    app = make_app(NOOP_APP)
+    first = jobpool.connect(app.db)
+    own: list[sqlite3.Connection] = []
+
+    def look():
+        conn = sqlite3.connect(app.db, isolation_level=None)
+        conn.execute("CREATE TABLE IF NOT EXISTS app_notes (n INTEGER)")
+        conn.execute("INSERT INTO app_notes VALUES (1)")
+        own.append(conn)
+        return SimpleNamespace(stats=lambda: conn.execute("SELECT count(*) FROM jobs").fetchone())
+
+    try:
+        _enqueue_around_a_pool(app, first, look)
+        own.pop().close()  # closed while the first store's connection is open
+        for i in range(5):
+            first.enqueue("t.noop", 200 + i)
+        assert integrity(app.db) == [("ok",)]
+        assert statuses(first) == {"done": 20, "ready": 25}
+    finally:
+        first.close()
+        for conn in own:
+            conn.close()
 
 
 def test_a_store_opened_by_another_thread_leaves_the_file_intact(make_app):
