@@ -780,10 +780,12 @@ def table(results: dict, sizes: dict, failures: dict) -> list[str]:
 #: What the profiles in BENCHMARKS.md ("What limits us now") found stops each
 #: target this machine does not meet; printed under a row that is not met.
 LIMITS = {
-    "w1": "the supervisor's CPU per job: its turn (~100 us on jobpool's schema, ~45 us bare) "
-          "and the loop's Python around it; a bare loop over jobpool's own turn drains "
+    "w1": "the supervisor's CPU per job: its turn (~100 us on jobpool's schema, ~45 us bare; "
+          "since its WAL writes went to one a commit, SQLite's own work, ~3.5 lock calls and "
+          "the wake-up of the child it hands the next job) and the loop's Python around it "
+          "(about a third of its CPU); a bare loop over jobpool's own turn drains "
           "2.4-2.6x Huey here, a bare R6 pool over a bare table 4.6-5.5x (BENCHMARKS.md, the floors "
-          "again, with a bare loop over jobpool's own turn)",
+          "again, with a bare loop over jobpool's own turn; a commit's WAL frames in one write)",
     "enqueue": "the WAL fsync, whose own rate varies by a third between repeats, plus "
                "~55 us of validation, encoding and wake-up per call (BENCHMARKS.md, W1 enqueue)",
     "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "
