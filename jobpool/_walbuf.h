@@ -50,6 +50,7 @@ struct WalbufFile {
     WalbufFile *wal;
     const char *name;
     WalbufFile *next;
+    unsigned long forks;       /* ``walbuf_forks`` when opened: in a child, an inherited file */
 };
 
 /* Where the unix VFS's own file record starts in ours. */
@@ -64,6 +65,9 @@ static WalbufFile *walbuf_mains;
 /* What the guard wrote (a commit SQLite published with bytes still gathered), the
    writes made, and the writes they stood for. */
 static sqlite3_int64 walbuf_late, walbuf_flushes, walbuf_gathered;
+/* How many forks this process is from the one that opened the files it holds: a file
+   opened before a fork is its parent's, and so are the bytes it gathered. */
+static unsigned long walbuf_forks;
 
 static void walbuf_count(sqlite3_int64 *counter) {
     __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
@@ -73,6 +77,13 @@ static int walbuf_flush(WalbufFile *p) {
     int rc;
     p->commit_given = 0;
     if (p->len == 0) {
+        return SQLITE_OK;
+    }
+    if (p->forks != walbuf_forks) {
+        /* A forked child's copy of its parent's transaction (a child that closes what it
+           inherited rolls it back): the parent writes these bytes, or drops them, itself;
+           written from here they could land on frames committed since. */
+        p->len = 0;
         return SQLITE_OK;
     }
     rc = p->real->pMethods->xWrite(p->real, p->buf, p->len, p->start);
@@ -294,6 +305,7 @@ static int walbuf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int 
     WalbufFile *p = (WalbufFile *)f;
     int rc;
     memset(p, 0, sizeof(*p));
+    p->forks = walbuf_forks;
     p->real = (sqlite3_file *)((char *)p + WALBUF_HEAD);
     rc = walbuf_real->xOpen(walbuf_real, name, p->real, flags, out_flags);
     if (rc != SQLITE_OK || p->real->pMethods == NULL) {
@@ -333,11 +345,17 @@ static int walbuf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int 
 }
 
 /* A fork while another thread opens or closes a file would leave the child the list's
-   lock held by a thread it does not have: the fork waits for the lock instead. */
+   lock held by a thread it does not have: the fork waits for the lock instead. The
+   child counts the fork, so the files it inherited write none of their parent's
+   gathered bytes (``walbuf_flush``). */
 static void walbuf_before_fork(void) {
     pthread_mutex_lock(&walbuf_lock);
 }
 static void walbuf_after_fork(void) {
+    pthread_mutex_unlock(&walbuf_lock);
+}
+static void walbuf_in_child(void) {
+    walbuf_forks++;
     pthread_mutex_unlock(&walbuf_lock);
 }
 
@@ -387,7 +405,7 @@ static int walbuf_register(void) {
     m->xSync = walbuf_wal_sync;
     m->xFileSize = walbuf_wal_size;
     m->xFileControl = walbuf_wal_control;
-    if (pthread_atfork(walbuf_before_fork, walbuf_after_fork, walbuf_after_fork) != 0) {
+    if (pthread_atfork(walbuf_before_fork, walbuf_after_fork, walbuf_in_child) != 0) {
         return SQLITE_ERROR;
     }
     rc = sqlite3_vfs_register(&walbuf_vfs, 0);

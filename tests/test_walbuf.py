@@ -11,6 +11,7 @@ counts a commit published with bytes still gathered (it must stay 0).
 """
 from __future__ import annotations
 
+import gc
 import os
 import random
 import resource
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -340,3 +342,84 @@ def test_the_pure_road_opens_stores_through_sqlites_own_vfs(tmp_path):
                            text=True, timeout=60)
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == "1"
+
+
+def test_a_forked_child_never_writes_its_parents_gathered_frames(compiled_core, tmp_path):
+    # A transaction larger than the cache writes frames early; the process forks with
+    # them gathered. The parent rolls back, empties the WAL and commits new rows through
+    # other connections; then the child lets the store it inherited go (finalised: its
+    # connection closes, rolling back the parent's transaction in its copy). Written from
+    # the child, the gathered frames would land on the parent's new commits.
+    path = tmp_path / "forked.db"
+    store = jobpool.connect(path)
+    conn = store.conn
+    conn.execute("CREATE TABLE big (x BLOB)")
+    conn.execute("PRAGMA cache_size=20")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("BEGIN IMMEDIATE")
+    for _ in range(200):
+        conn.execute("INSERT INTO big VALUES (randomblob(1000))")
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: waits, then lets the inherited store go
+        code = 1
+        try:
+            os.read(go_r, 1)
+            del conn, store
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    conn.execute("ROLLBACK")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for _ in range(120):
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("INSERT INTO big VALUES (randomblob(3000))")
+        other.close()
+    os.write(go_w, b"x")
+    _, status = os.waitpid(pid, 0)
+    os.close(go_r)
+    os.close(go_w)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.close()
+    check = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sqlite3
+        conn = sqlite3.connect({str(path)!r})
+        print(conn.execute("PRAGMA integrity_check").fetchall(),
+              conn.execute("SELECT count(*) FROM big").fetchone())
+    """)], capture_output=True, text=True, timeout=60)
+    assert check.stdout.strip() == "[('ok',)] (120,)", check.stdout + check.stderr
+
+
+def test_a_path_that_starts_with_two_slashes_is_the_same_file(compiled_core, tmp_path):
+    # "//tmp/x.db" names "/tmp/x.db" to the system, and so to SQLite's own opening; in
+    # the VFS's URI form it must not become a host ("file://tmp/x.db").
+    plain = tmp_path / "slashes.db"
+    store = jobpool.connect("/" + str(plain))
+    store.enqueue("walbuf.noop", 1)
+    store.close()
+    with sqlite3.connect(plain) as conn:
+        assert conn.execute("SELECT name FROM jobs").fetchall() == [("walbuf.noop",)]
+
+
+def test_a_name_sqlite_reads_as_a_uri_opens_one_file_on_every_road(
+        compiled_core, tmp_path, monkeypatch):
+    # SQLite reads a name starting "file:" as a URI (this build opens URIs by default),
+    # and so do the store's other openers (its checkpointer, a claimer's driver): a
+    # store given such a path (``connect`` takes a ``Path`` as a path) must write the
+    # file they read.
+    monkeypatch.chdir(tmp_path)
+    name = Path("file:uri.db")
+    store = jobpool.connect(name)
+    store.enqueue_many("walbuf.noop", [(i,) for i in range(5)])
+    store.close()
+    other = sqlite3.connect(str(name))  # SQLite's own reading of the name
+    try:
+        assert other.execute("SELECT count(*) FROM jobs").fetchone() == (5,)
+    finally:
+        other.close()
+    db = compiled_core.Connection(str(name), 5.0)
+    try:
+        assert db.rows("SELECT count(*) FROM jobs") == [(5,)]
+    finally:
+        db.close()

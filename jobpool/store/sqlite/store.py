@@ -67,10 +67,17 @@ def connect_file(path: str, **options: Any) -> sqlite3.Connection:
     an enqueue makes one write where SQLite makes two a page); through SQLite's own
     with ``JOBPOOL_PURE=1`` or no core built. The file is the same either way."""
     from jobpool import core  # loads the compiled core, which registers the VFS
-    if core.WAL_VFS is None:
+    name = os.fsencode(path)
+    if core.WAL_VFS is None or b"\0" in name or name.startswith(b"file:"):
+        # SQLite's own reading of the name, as every other connection to the store
+        # opens it (the driver's, the checkpointer's): a name that SQLite itself takes
+        # for a URI, and one with a NUL (refused), stay its own.
         return sqlite3.connect(path, **options)
-    address = urllib.parse.quote(os.fsencode(path), safe="/")
-    return sqlite3.connect(f"file:{address}?vfs={core.WAL_VFS}", uri=True, **options)
+    address = urllib.parse.quote(name, safe="/")
+    # "file:" then the path; an absolute path after an empty authority ("file://"), so
+    # that one starting "//" is not read as a host.
+    prefix = "file://" if name.startswith(b"/") else "file:"
+    return sqlite3.connect(f"{prefix}{address}?vfs={core.WAL_VFS}", uri=True, **options)
 
 
 def durability_setting(durability: str | None) -> str:
