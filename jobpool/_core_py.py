@@ -16,7 +16,12 @@ from typing import Any
 from jobpool.protocol import success_fields
 
 #: The API the compiled module mirrors name for name (tests/test_core.py).
-__all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "has_children"]
+__all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
+           "WAL_VFS"]
+
+#: The SQLite VFS a store's connections open through: SQLite's own here (None); the
+#: compiled module's gathers each commit's WAL writes into one (``_walbuf.h``).
+WAL_VFS: str | None = None
 
 
 def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:

@@ -7,12 +7,13 @@ WAL file are gathered while they run on from one another and written together, a
 write, when the commit's last frame (the frame whose header carries the database's
 size) has been given, and before anything else is done with that file (a read, a sync,
 a truncation, its size, a file control, its close), before a write elsewhere in it,
-past 64 KiB, and when the write transaction ends (its writer's lock let go: a rolled-back
-transaction's frames that a full cache wrote early go then, as SQLite wrote them, so
-nothing is left to land later on another writer's frames). Every byte reaches the file in the order SQLite wrote it and before the
-call that ends the commit returns, so what SQLite answers (an error such as a full
-disk included) is what the write answered, and a commit is published in the WAL index
-only after its frames are in the file. As a guard, the main file's ``xShmBarrier``
+past 64 KiB, and when the write transaction ends (its writer's lock let go: a
+rolled-back transaction's frames that a full cache wrote early go then, as SQLite wrote
+them, so nothing is left to land later on another writer's frames). Every byte reaches
+the file in the order SQLite wrote it and before the call that ends the commit returns,
+so what SQLite answers (an error such as a full disk included) is what the write
+answered, and a commit is published in the WAL index only after its frames are in the
+file. As a guard, the main file's ``xShmBarrier``
 (which SQLite calls while it publishes a commit) writes whatever a commit left
 gathered, and counts it: ``late`` stays 0 while SQLite writes as described above
 (tests/test_walbuf.py asks it after a pool's drain).
@@ -38,7 +39,6 @@ typedef struct WalbufFile WalbufFile;
 struct WalbufFile {
     sqlite3_file base;
     sqlite3_file *real;        /* the unix VFS's file, just after this record */
-    int is_wal;
     /* a WAL file: the bytes gathered, from offset ``start`` */
     char *buf;
     int len;
@@ -303,7 +303,7 @@ static int walbuf_unfetch(sqlite3_file *f, sqlite3_int64 off, void *at) {
 static int walbuf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags,
                        int *out_flags) {
     WalbufFile *p = (WalbufFile *)f;
-    int rc;
+    int rc, is_wal;
     memset(p, 0, sizeof(*p));
     p->forks = walbuf_forks;
     p->real = (sqlite3_file *)((char *)p + WALBUF_HEAD);
@@ -320,15 +320,15 @@ static int walbuf_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int 
         p->base.pMethods = NULL;
         return SQLITE_CANTOPEN;
     }
-    p->is_wal = (flags & SQLITE_OPEN_WAL) != 0;
-    p->base.pMethods = p->is_wal ? &walbuf_wal_methods : &walbuf_main_methods;
+    is_wal = (flags & SQLITE_OPEN_WAL) != 0;
+    p->base.pMethods = is_wal ? &walbuf_wal_methods : &walbuf_main_methods;
     if (name != NULL && (flags & SQLITE_OPEN_MAIN_DB)) {
         p->name = name;
         pthread_mutex_lock(&walbuf_lock);
         p->next = walbuf_mains;
         walbuf_mains = p;
         pthread_mutex_unlock(&walbuf_lock);
-    } else if (p->is_wal && name != NULL) {
+    } else if (is_wal && name != NULL) {
         const char *db = sqlite3_filename_database(name);
         WalbufFile *m;
         pthread_mutex_lock(&walbuf_lock);

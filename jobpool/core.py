@@ -18,9 +18,9 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import OpenFiles, SlotTable, has_children, read_message, write_message
+    from jobpool._core_py import (WAL_VFS, OpenFiles, SlotTable, has_children, read_message,
+                                  write_message)
     NAME = "pure"
-    WAL_VFS: str | None = None
 else:
     _impl = _core_py
     #: Which SQLite driver this process's claimers use: ``compiled`` or ``pure``.
@@ -42,7 +42,7 @@ else:
     has_children = _impl.has_children
     #: The SQLite VFS a store's connections open through when the core is built (each
     #: commit's WAL frames in one write, ``_walbuf.h``); None: SQLite's own.
-    WAL_VFS = getattr(_impl, "WAL_VFS", None)
+    WAL_VFS = _impl.WAL_VFS
 
 __all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
            "WAL_VFS",

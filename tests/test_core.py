@@ -467,3 +467,11 @@ def test_a_core_released_for_a_fork_holds_nothing_of_the_store_and_settles_after
     core.close()
     with pytest.raises((sqlite3.ProgrammingError, StoreError)):
         core.claim(1, NOW)
+
+
+def test_the_compiled_module_has_every_name_of_its_pure_twin(compiled_core):
+    # ``_core_py.__all__`` is the API the compiled module mirrors: ``jobpool.core`` takes
+    # each name from whichever is loaded.
+    from jobpool import _core_py
+    assert [name for name in _core_py.__all__ if not hasattr(compiled_core, name)] == []
+    assert compiled_core.WAL_VFS == "jobpool-walbuf" and _core_py.WAL_VFS is None
