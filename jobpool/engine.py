@@ -230,22 +230,29 @@ class Claimer:
         ``TurnInFlight.fileno`` is the socket its answer comes on. A crash's earlier
         causes (R19) are read before it is sent. What depends on that answer (the
         claims of the other queues, a chunk's rows, R63, a second claim for a row put
-        back due now) is sent by ``finish_turn`` once it is read. A turn under limits
-        (R35, R36: the settles go before the groups' page, and the page decides the
-        claim) and every turn of a driver without ``begin_turn`` (SQLite) runs whole
-        here, and ``finish_turn`` hands its result back. The leases are the engine's as
+        back due now) is sent by ``finish_turn`` once it is read. Under limits (R35,
+        R36) the settles go with the first statement of the limited claim instead, in a
+        transaction its page's locks are held in until ``finish_turn`` has planned,
+        taken and charged the rows and committed. Every turn of a driver without
+        ``begin_turn`` (SQLite) runs whole here, and ``finish_turn`` hands its result
+        back. The leases are the engine's as
         they were until ``finish_turn``; no other call may use the claimer in between."""
         begin = self._begin_turn
-        if begin is None or (not outcomes and n <= 0) or self._limits is not None:
+        if begin is None or (not outcomes and n <= 0):
             return TurnInFlight(None, self.turn(outcomes, n, now, rng, shares), [], 0, None,
                                 now)
         self.token_wait = None
         taken: list[int] = []
         first = first_claim(shares, self.queues, n)
+        limited = self._limits
 
         def send(turn: Turn) -> tuple[list[Answer], Any]:
             sent = self._settle_outcomes(turn, outcomes, rng, taken)
-            return sent, (turn.claim_later(*first) if first else None)  # type: ignore[attr-defined]
+            if not first:
+                return sent, None
+            if limited is None:
+                return sent, turn.claim_later(*first)  # type: ignore[attr-defined]
+            return sent, turn.limited_later(limited, *first)  # type: ignore[attr-defined]
 
         flight = begin(now, self._inflight, send)
         if flight is None:  # the driver must look up what is in doubt first: a whole turn
@@ -318,14 +325,17 @@ class Claimer:
         """Claim up to ``want`` rows of ``queue`` into ``claimed`` (``sent``: the claim
         already sent for them, R66) and fill their chunks; how many rows it took."""
         now = turn.now
-        limited = self._limits
-        if sent is not None:  # R66: sent before limits a heartbeat read since, if any
+        # R66: a claim sent in flight keeps the limits it was sent under (a heartbeat
+        # may have read others since).
+        limited = self._limits if sent is None else sent.limited
+        if sent is not None and limited is None:
             found = sent.found()
         elif limited is None:
             found = turn.claim(queue, want)
         else:
             # R35/R36: the groups' counts and buckets decide which rows to take.
-            source = turn.limited_source(limited)
+            source = (turn.limited_source(limited) if sent is None
+                      else turn.limited_source(limited, sent))  # type: ignore[call-arg]
             picked = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
             found = turn.claim_chosen(limited, picked) if picked.ids else []
             # Only the rows the statement took (under their caps) cost a token and a

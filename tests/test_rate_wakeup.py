@@ -23,6 +23,13 @@ def tick(i):
     return i
 
 
+def turn(pool: Supervisor, now: float) -> None:
+    """One turn, read: on PostgreSQL it goes in flight (R66, limited turns too), and
+    the loop applies it when its answer comes."""
+    pool._turn(now)
+    pool._land(now, wait=True)
+
+
 @pytest.fixture
 def pool_on(store_url):
     made = []
@@ -52,7 +59,7 @@ def test_a_pool_held_back_by_its_rate_wakes_when_the_next_token_is_due(store_url
     pool = pool_on(lambda: now[0])
     assert pool.operations.first_beat(now[0])  # registers the pool, writes the job's limit
     pool._timers(now[0])  # the first poll: a claim is wanted
-    pool._turn(now[0])
+    turn(pool, now[0])
     # A burst of one: one job started, four slots, two rows left behind the bucket.
     assert pool.counters["claimed"] == 1
     assert not pool.state.want_claim
@@ -63,7 +70,7 @@ def test_a_pool_held_back_by_its_rate_wakes_when_the_next_token_is_due(store_url
     now[0] += 0.11
     pool._timers(now[0])
     assert pool.state.want_claim
-    pool._turn(now[0])
+    turn(pool, now[0])
     assert pool.counters["claimed"] == 2
     assert pool._wait_time(now[0]) <= 0.1 + 0.01
 
@@ -73,7 +80,7 @@ def test_a_pool_with_no_rated_job_held_back_waits_for_its_poll(store_url, pool_o
     pool = pool_on(lambda: now[0])
     assert pool.operations.first_beat(now[0])
     pool._timers(now[0])
-    pool._turn(now[0])  # nothing to claim
+    turn(pool, now[0])  # nothing to claim
     assert pool.counters["claimed"] == 0
     assert pool._next_token is None
     assert pool._wait_time(now[0]) >= 0.5  # the heartbeat or the poll, whichever is first

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
-from jobpool.limits import Lane, LaneState, LimitPlan
+from jobpool.limits import Lane, LaneState, LimitPlan, plan_claim
 
 Query = Callable[[str, dict], list]
 
@@ -112,6 +112,47 @@ def rows_of(conn: Any) -> Query:
         # what the statement is, not by its cursor.
         return cursor.fetchall() if _returns_rows(text) else []
     return query
+
+
+class _FirstStatement(Exception):
+    """Raised by ``first_statement``'s query to stop ``plan_claim`` there."""
+
+
+def first_statement(statements: ModuleType, limited: LimitedClaim, queue: str, want: int,
+                    now: float) -> tuple[str, dict] | None:
+    """The first statement ``plan_claim`` runs for this claim, ``(text, params)``
+    (None: it runs none), whatever its answer: what a turn in flight can send with its
+    settles before it knows anything (R66). Read from ``plan_claim`` itself, stopped at
+    that statement, so the statement sent and the one its answer is given to cannot
+    drift apart (``answered_first``)."""
+    asked: list[tuple[str, dict]] = []
+
+    def record(text: str, params: dict) -> list:
+        asked.append((text, params))
+        raise _FirstStatement
+
+    try:
+        plan_claim(SqlLimitedSource(statements, record, limited), limited.plan, queue, want,
+                   now, limited.has_unlimited)
+    except _FirstStatement:
+        pass
+    return asked[0] if asked else None
+
+
+def answered_first(query: Query, first: tuple[str, dict], answer: Any) -> Query:
+    """``query``, whose first statement, when it is ``first``, is answered by
+    ``answer.fetchall()`` (``first`` already ran, in this transaction); any other is
+    run by ``query``."""
+    waiting = [first]
+
+    def ask(text: str, params: dict) -> list:
+        if waiting:
+            sent_text, sent_params = waiting.pop()
+            if text == sent_text and params == sent_params:
+                rows = answer.fetchall()
+                return rows if _returns_rows(text) else []
+        return query(text, params)
+    return ask
 
 
 def _returns_rows(text: str) -> bool:

@@ -18,10 +18,10 @@ LOAD, FREE, RATED = "l.load", "l.free", "l.rated"
 NAMES = (LOAD, FREE, RATED)
 
 
-@pytest.fixture(params=["compiled", "pure", "postgres"])
+@pytest.fixture(params=["compiled", "pure", "postgres", "postgres-in-flight"])
 def store(request, tmp_path, monkeypatch):
     import jobpool
-    if request.param == "postgres":
+    if request.param.startswith("postgres"):
         url = request.getfixturevalue("pg_url")
     else:
         url = str(tmp_path / "jobpool.db")
@@ -34,15 +34,34 @@ def store(request, tmp_path, monkeypatch):
     store.close()
 
 
+class InFlight:
+    """R66: a claimer whose every turn is sent and then landed (``begin_turn``,
+    ``finish_turn``), as a PostgreSQL pool's loop runs them: a claim under limits goes
+    out with the turn's settles in a transaction left open until it lands."""
+
+    def __init__(self, claimer):
+        self.claimer = claimer
+
+    def turn(self, outcomes, n, now, rng, shares=None):
+        flight = self.claimer.begin_turn(outcomes, n, now, rng, shares)
+        if n > 0:
+            assert flight.flight is not None and flight.fileno() is not None  # sent, unread
+        return self.claimer.finish_turn(flight)
+
+    def __getattr__(self, name):
+        return getattr(self.claimer, name)
+
+
 @pytest.fixture
-def claimer(store):
+def claimer(store, request):
     made = []
+    in_flight = request.node.callspec.params.get("store") == "postgres-in-flight"
 
     def make(owner="pool-a", queues=("default",)):
         c = store.claimer(owner, NAMES, queues, {})
         c.set_limits(store.limits.plan().for_pool(NAMES, queues))
         made.append(c)
-        return c
+        return InFlight(c) if in_flight else c
     yield make
     for c in made:
         c.close()

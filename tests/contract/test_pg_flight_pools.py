@@ -56,6 +56,11 @@ def chunky(n):
 @job(name="fl.second")
 def second():
     _ran("second")
+
+
+@job(name="fl.limited", max_running=1, group_by="tag")
+def limited(tag):
+    _ran("limited-" + tag)
 """
 
 
@@ -237,4 +242,26 @@ def test_a_pool_shrunk_while_its_claim_is_in_flight_gives_that_job_back(make_app
     assert sorted(_ran(app)) == ["freed", "kept", "second"]
     assert store.get(third)["attempts"] == 1
     assert [a["outcome"] for a in store.attempts(third)] == ["unstarted", "done"]
+    store.close()
+
+
+def test_a_limited_claim_in_flight_for_a_stopping_pool_gives_its_job_back(make_app, pg_url):
+    """R35 with R66: a pool under limits sends its settle and the groups' page in one
+    transaction and goes on; the pool stopped while that turn waited on the server, so
+    the limited job its claim took goes back unstarted, and its group is not left
+    held."""
+    app, store = _app(make_app, pg_url)
+    first = store.enqueue_with("fl.block", args=("first",)).id
+    held = store.enqueue_with("fl.limited", args=("a",)).id
+    pool = app.spawn("--procs", "1")
+    wait_for(lambda: _ran(app) == ["first"], timeout=60)
+    _stop_mid_turn(app, pg_url, pool, first, app.dir / "first.go")
+    assert store.get(first)["status"] == "done"
+    _given_back_unstarted(store, held)
+    assert _ran(app) == ["first"]
+    assert store.limits.listing()["limits"]  # the pool ran under the job's limit
+    # A pool started again runs it: the group's row was let go with the transaction.
+    again = app.spawn("--procs", "1", "--burst")
+    assert again.wait(timeout=60) == 0
+    assert store.get(held)["status"] == "done" and _ran(app) == ["first", "limited-a"]
     store.close()

@@ -293,3 +293,119 @@ def test_the_first_claim_sent_is_the_first_a_turn_asks_for():
         claim_in_shares(shares, queues, n, [], lambda q, w: asked.append((q, w)) or min(
             w, next(answers)))
         assert first_claim(shares, queues, n) == (asked[0] if asked else None)
+
+
+# -- a turn under limits (R35, R36) ---------------------------------------------------------
+
+
+def _limited_claimer(store, name, limit):
+    from jobpool.limits import NameLimit
+    store.limits.declare({name: NameLimit(name, limit, None, 1, "customer")}, "test")
+    claimer = store.claimer("host-a:1:1", (name,), ("default",), {})
+    claimer.set_limits(store.limits.plan().for_pool((name,), ("default",)))
+    return claimer
+
+
+def _limited_turn(store, limit):
+    """Three jobs of group "a" under ``limit``, the first claimed: (their ids, the
+    claimer, the first's outcome done)."""
+    ids = [store.enqueue_with("flight.noop", args=(i,), group="a").id for i in range(3)]
+    claimer = _limited_claimer(store, "flight.noop", limit)
+    (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+    return ids, claimer, Outcome(ids[0], job.attempt, DONE)
+
+
+def _answered(flight) -> None:
+    """Until the turn's answer is here (read, not yet applied)."""
+    deadline = time.monotonic() + 30
+    while not flight.ready():
+        assert time.monotonic() < deadline, "the turn was never answered"
+        time.sleep(0.01)
+
+
+def _group_free(pg_url, name, group) -> bool:
+    """Whether another session could lock ``group``'s row now (SKIP LOCKED: not held)."""
+    with _admin() as admin:
+        return bool(admin.execute(
+            f"SELECT 1 FROM {_schema(pg_url)}.jobpool_groups WHERE name = %s AND grp = %s "
+            "FOR UPDATE SKIP LOCKED", (name, group)).fetchall())
+
+
+def test_a_limited_turn_goes_in_flight_holding_its_groups_until_it_lands(pg_url):
+    # R66 with R35: the turn's settles and the groups' page go out in one pipeline that
+    # opens a transaction; the page's locks are held, and nothing is claimed, until the
+    # answer is read and the claim it decides commits.
+    store = jobpool.connect(pg_url)
+    ids = [store.enqueue_with("flight.noop", args=(i,), group="a").id for i in range(4)]
+    claimer = _limited_claimer(store, "flight.noop", 2)
+    try:
+        (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+        assert job.job_id == ids[0] and _group_free(pg_url, "flight.noop", "a")
+        flight = claimer.begin_turn([Outcome(ids[0], job.attempt, DONE)], 3, time.time(), None)
+        assert flight.fileno() is not None  # sent, not read
+        _answered(flight)
+        # Answered, not landed: the group is held, its settle and claim not committed.
+        assert not _group_free(pg_url, "flight.noop", "a")
+        assert store.get(ids[0])["status"] == "running"
+        settled, claimed, _expired = claimer.finish_turn(flight)
+        assert [(s.job_id, s.status) for s in settled] == [(ids[0], "done")]
+        # The settle went before the page: the group's one running job is gone, so
+        # the limit of 2 takes two more.
+        assert [c.job_id for c in claimed] == ids[1:3]
+        assert _group_free(pg_url, "flight.noop", "a")
+    finally:
+        claimer.close()
+    assert [store.get(i)["status"] for i in ids] == ["done", "running", "running", "ready"]
+    store.close()
+
+
+def test_a_connection_terminated_under_a_limited_turn_in_flight_applies_nothing(pg_url):
+    # R66, R26: the transaction the limited turn opened dies with its connection; its
+    # settle is sent again and its group was never charged.
+    store = jobpool.connect(pg_url)
+    ids, claimer, outcome = _limited_turn(store, 1)
+    try:
+        flight = claimer.begin_turn([outcome], 1, time.time(), None)
+        assert flight.fileno() is not None
+        _answered(flight)
+        assert not _group_free(pg_url, "flight.noop", "a")
+        with _admin() as killer:
+            assert killer.execute("SELECT pg_terminate_backend(%s)",
+                                  (claimer.driver._conn.info.backend_pid,)).fetchone()[0]
+        with pytest.raises(StoreError):
+            claimer.finish_turn(flight)
+        assert claimer.inflight == 1  # nothing applied: the outcome waits with the caller
+        assert store.get(ids[0])["status"] == "running" and _group_free(
+            pg_url, "flight.noop", "a")
+        settled, claimed, _expired = claimer.turn([outcome], 1, time.time(), None)
+        assert [(s.job_id, s.status) for s in settled] == [(ids[0], "done")]
+        assert [(c.job_id, c.attempt) for c in claimed] == [(ids[1], 1)]
+    finally:
+        claimer.close()
+    assert [store.get(i)["status"] for i in ids] == ["done", "running", "ready"]
+    assert [a["outcome"] for a in store.attempts(ids[0])] == ["done"]
+    store.close()
+
+
+def test_a_limited_turn_whose_statement_fails_in_flight_rolls_back_whole(pg_url, monkeypatch):
+    # R66: an error in the transaction sent in flight (here its page) leaves nothing of
+    # it applied, the connection usable, and the next turn settles and claims.
+    from jobpool.store.postgres import statements as pg_sql
+    store = jobpool.connect(pg_url)
+    ids, claimer, outcome = _limited_turn(store, 1)
+    try:
+        page = pg_sql.LANE_PAGE
+        monkeypatch.setattr(pg_sql, "LANE_PAGE", page.replace("SELECT p.id,", "SELECT 1/0, p.id,"))
+        flight = claimer.begin_turn([outcome], 1, time.time(), None)
+        assert flight.fileno() is not None
+        with pytest.raises(StoreError, match="division by zero"):
+            claimer.finish_turn(flight)
+        monkeypatch.setattr(pg_sql, "LANE_PAGE", page)
+        assert store.get(ids[0])["status"] == "running" and claimer.inflight == 1
+        settled, claimed, _expired = claimer.finish_turn(
+            claimer.begin_turn([outcome], 1, time.time(), None))
+        assert [(s.job_id, s.status) for s in settled] == [(ids[0], "done")]
+        assert [c.job_id for c in claimed] == [ids[1]]
+    finally:
+        claimer.close()
+    store.close()

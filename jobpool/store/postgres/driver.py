@@ -41,11 +41,11 @@ from jobpool.limits import LimitPlan, Picked
 from jobpool.store import row_codec, rows
 from jobpool.store.base import Answer, Fenced, settled_of
 from jobpool.store.postgres import statements as pg_sql
-from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, pg_limited_claim,
-                                       rows_of)
+from jobpool.store.limit_claim import (LimitedClaim, SqlLimitedSource, answered_first,
+                                       first_statement, pg_limited_claim, rows_of)
 from jobpool.store.postgres.connection import (CLAIMER_OPTIONS, Target, first_line,
                                                open_connection, scope)
-from jobpool.store.postgres.flight import StatementInFlight, prepare
+from jobpool.store.postgres.flight import StatementInFlight, TransactionInFlight, prepare
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,23 @@ class PgDriver:
         if name is None:
             name = self._prepared[text] = prepare(conn, text)
         return StatementInFlight(conn, name, values)
+
+    def begin_later(self, conn: Any, statements: Sequence[tuple[str, Any]]
+                    ) -> TransactionInFlight:
+        """R66: ``BEGIN`` and ``statements`` sent on ``conn`` in one pipeline without
+        waiting for their answers, the transaction left open (``TransactionInFlight``).
+        Each is ``(numbered text, values)``, prepared first if this connection has not
+        yet, or ``(text, None)`` for a text with its values bound in it."""
+        sent: list[tuple[bytes | None, Any]] = []
+        for text, values in statements:
+            if values is None:
+                sent.append((None, text))
+                continue
+            name = self._prepared.get(text)
+            if name is None:
+                name = self._prepared[text] = prepare(conn, text)
+            sent.append((name, values))
+        return TransactionInFlight(conn, sent)
 
     def _server_now(self, conn: Any) -> float:
         """R7a: the server's time, as this host's monotonic clock plus the offset last
@@ -453,7 +470,8 @@ class PgTurn:
     a ``transaction`` (a reclaim) every statement runs as it is sent, inside it."""
 
     __slots__ = ("driver", "conn", "now", "_held", "decided", "committed", "_piped",
-                 "_pipeline", "_pending", "_group", "_front", "_late", "statement")
+                 "_pipeline", "_pending", "_group", "_front", "_late", "statement",
+                 "_explicit")
 
     def __init__(self, driver: PgDriver, conn: Any, now: float,
                  held: Mapping[int, Lease] | None, piped: bool = False,
@@ -478,7 +496,10 @@ class PgTurn:
         #: R66: the turn's first statement may go without waiting for its answer
         #: (``PgDriver.begin_turn``); ``statement`` is it while it is in flight.
         self._late = late
-        self.statement: StatementInFlight | None = None
+        self.statement: StatementInFlight | TransactionInFlight | None = None
+        #: R66: a transaction sent in flight (``limited_later``) is open on the
+        #: connection: what follows runs in it, and ``sync`` commits it.
+        self._explicit = False
 
     def from_front(self) -> None:
         """R62: this turn's claims, and the next turn's, walk from the front."""
@@ -511,7 +532,8 @@ class PgTurn:
         such statement of a turn begun to be in flight goes without waiting
         (``statement``); its answer is read by ``landed``."""
         self.landed()
-        if self._pipeline is None and (not self._piped or not self.driver.target.pooler):
+        if self._pipeline is None and not self._explicit and (
+                not self._piped or not self.driver.target.pooler):
             if self._late:
                 self._late = False
                 if not raw:
@@ -533,11 +555,16 @@ class PgTurn:
         if statement is not None:
             self._late = False
             statement.rows()  # raises the error that ended it
-            self.committed = True
+            self.committed = self.committed or statement.commits
 
     def sync(self) -> None:
         """Close the open pipeline: its Sync commits the implicit transaction it holds
-        (R26a: waiting for its WAL flush when the store is durable), one round trip."""
+        (R26a: waiting for its WAL flush when the store is durable), one round trip.
+        A transaction sent in flight (``limited_later``) ends there with its COMMIT."""
+        if self._explicit:
+            self._open()
+            self.conn.execute("COMMIT")
+            self._explicit = False
         if self._pipeline is not None:
             pipeline, self._pipeline = self._pipeline, None
             pipeline.__exit__(None, None, None)
@@ -553,17 +580,25 @@ class PgTurn:
             except psycopg.Error:
                 pass  # it did not, or the connection is gone: in doubt (R26)
         pipeline, self._pipeline = self._pipeline, None
-        if pipeline is None:
-            return
         conn = self.conn
-        if not (conn.closed or conn.broken) and (
-                conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.ABORTED):
-            try:
-                conn.execute("BEGIN")
-                conn.execute("ROLLBACK")
-            except psycopg.Error:
-                pass  # the connection is gone: nothing of it committed
-        pipeline.__exit__(type(exc), exc, exc.__traceback__)
+        if pipeline is not None:
+            if not (conn.closed or conn.broken) and (
+                    conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.ABORTED):
+                try:
+                    conn.execute("BEGIN")
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass  # the connection is gone: nothing of it committed
+            pipeline.__exit__(type(exc), exc, exc.__traceback__)
+        if self._explicit:
+            # R66: the transaction sent in flight is still open (or failed): rolled back.
+            self._explicit = False
+            if not (conn.closed or conn.broken) and (
+                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass  # the connection is gone: nothing of it committed
 
     def crash_causes(self, job_id: int) -> list[str]:
         """R19: a crashed attempt's earlier causes. In a turn begun to be in flight
@@ -641,6 +676,16 @@ class PgTurn:
               after: bool = False) -> tuple[Any, SentGroup]:
         """Send the pending settles (and ``claim``'s parameters) as one
         ``pg_sql.turn_statement``; its answers go to their group."""
+        statement, values, group = self._settle_statement(claim, after)
+        cursor = (self._alone(statement, values, raw=True) if claim is not None or last
+                  else self.queue(statement, values, raw=True))
+        group.cursor = cursor
+        return cursor, group
+
+    def _settle_statement(self, claim: dict[str, Any] | None, after: bool
+                          ) -> tuple[str, list[Any], SentGroup]:
+        """The pending settles (and ``claim``'s parameters) as one numbered
+        ``pg_sql.turn_statement``, its values, and the group their answers go to."""
         pending, group = self._pending, self._group
         self._pending, self._group = [], SentGroup()
         # R61: successes travel in arrays of their own, with what a success needs.
@@ -659,19 +704,46 @@ class PgTurn:
         # Every pending settle is fenced by one owner (``settle``).
         params.update(claim or {}, owner=pending[0][1]["owner"], now=self.now)
         statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None, after)
-        values = [params[name] for name in names]
-        cursor = (self._alone(statement, values, raw=True) if claim is not None or last
-                  else self.queue(statement, values, raw=True))
-        group.cursor = cursor
-        return cursor, group
+        return statement, [params[name] for name in names], group
 
-    def limited_source(self, limited: LimitedClaim) -> SqlLimitedSource:
-        # The groups' locks (FOR UPDATE SKIP LOCKED) are taken through it, in this
-        # turn's implicit transaction, which ends at the pipeline's Sync: a source per
-        # claim. The turn's settles go first, so the groups' counts see them (R35).
+    def limited_source(self, limited: LimitedClaim, sent: LimitedLater | None = None
+                       ) -> SqlLimitedSource:
+        """The groups' locks (FOR UPDATE SKIP LOCKED) are taken through it, in this
+        turn's implicit transaction, which ends at the pipeline's Sync (or the
+        transaction ``limited_later`` sent, which its COMMIT ends): a source per claim.
+        The turn's settles go first, so the groups' counts see them (R35). ``sent``:
+        the first statement is answered by what ``limited_later`` sent."""
         self.send_pending()
         self._open()
-        return SqlLimitedSource(pg_sql, rows_of(self.conn), limited)
+        query = rows_of(self.conn)
+        if sent is not None and sent.first is not None:
+            query = answered_first(query, sent.first, sent.answer)
+        return SqlLimitedSource(pg_sql, query, limited)
+
+    def limited_later(self, limited: LimitedClaim, queue: str, want: int) -> LimitedLater:
+        """R66: a limited claim's first part, sent: in a turn begun to be in flight, the
+        turn's settles and the first statement ``plan_claim`` runs (the groups' page,
+        a queue's count or a probe, ``first_statement``) go out in one pipeline that
+        opens a transaction (``TransactionInFlight``), and the turn returns; the rest of
+        the claim runs in that transaction once the answer is read
+        (``limited_source``), and its last Sync commits it. Elsewhere nothing is sent
+        here."""
+        first = first_statement(pg_sql, limited, queue, want, self.now)
+        if not self._late or first is None or self._pipeline is not None:
+            return LimitedLater(limited, None, None)
+        statements: list[tuple[str, Any]] = []
+        group = None
+        if self._pending:
+            statement, values, group = self._settle_statement(None, False)
+            statements.append((statement, values))
+        text, params = first
+        statements.append((psycopg.ClientCursor(self.conn).mogrify(text, params), None))
+        self._late = False
+        flight = self.statement = self.driver.begin_later(self.conn, statements)
+        self._explicit = True
+        if group is not None:
+            group.cursor = flight.answer(0)
+        return LimitedLater(limited, first, flight.answer(len(statements) - 1))
 
     def claim_chosen(self, limited: LimitedClaim, picked: Picked) -> list[tuple]:
         return self.queue(limited.claim_ids, dict(
@@ -733,6 +805,17 @@ class PgTurn:
                     crashes=decision.crashes, run_at=now + decision.delay)
 
 
+class LimitedLater(NamedTuple):
+    """A limited claim's first part, sent by ``PgTurn.limited_later`` (``first``: the
+    statement sent and ``answer`` its answer; None: nothing was sent), given back to
+    ``PgTurn.limited_source``; ``limited``: the claim it was sent for (a heartbeat may
+    read new limits while it is in flight)."""
+
+    limited: LimitedClaim
+    first: tuple[str, dict] | None
+    answer: Any
+
+
 class LateClaim(NamedTuple):
     """A claim sent by ``PgTurn.claim_later``; ``found`` reads its rows."""
 
@@ -744,6 +827,11 @@ class LateClaim(NamedTuple):
     again: bool
     answer: Any   # a cursor, or a StatementInFlight
     group: SentGroup | None
+
+    @property
+    def limited(self) -> None:
+        """An ordinary claim: sent under no limits (``LimitedLater.limited``)."""
+        return None
 
     def found(self) -> list[tuple]:
         """The claimed rows (the settles that went with them told their group which

@@ -1,5 +1,6 @@
-"""One statement sent on a psycopg connection without waiting for its answer (R66): the
-turn a PostgreSQL pool has in flight while its loop goes on with its children.
+"""A statement (or a transaction's first statements) sent on a psycopg connection without
+waiting for the answer (R66): the turn a PostgreSQL pool has in flight while its loop
+goes on with its children.
 
 psycopg's own calls each wait for their answer: ``execute`` does, and so does a
 pipeline's ``sync()`` (it reads every result up to the Sync before it returns); its
@@ -17,6 +18,10 @@ values go as text, typed by the prepared statement (the turn statement casts eve
 array), so a value's Python type never has to match a type fixed at the first turn.
 At most one statement is in flight on a connection, and nothing else uses that
 connection until its answer has been read (``rows``).
+
+A turn under limits needs its settles and the groups' page in the transaction its claim
+commits in: ``TransactionInFlight`` sends ``BEGIN`` and those statements in one libpq
+pipeline with one Sync, which leaves the transaction open for what follows.
 """
 from __future__ import annotations
 
@@ -39,6 +44,9 @@ class StatementInFlight:
     for them if need be) or raises the ``psycopg.Error`` that ended it."""
 
     __slots__ = ("conn", "_pgconn", "_socket", "_result", "_error", "_rows")
+
+    #: Its answer is its commit's (an autocommit statement: ``PgTurn.landed``).
+    commits = True
 
     def __init__(self, conn: Any, name: bytes, values: Sequence[Any]) -> None:
         self.conn = conn
@@ -102,6 +110,137 @@ class StatementInFlight:
         if not results:
             raise psycopg.OperationalError("the server sent no answer to the turn")
         self._result = results[-1]
+
+
+class TransactionInFlight:
+    """R66: a transaction's first statements sent on ``conn`` (autocommit, idle) in one
+    pipeline and not yet answered: ``BEGIN``, each statement, one Sync. The ``BEGIN``
+    makes the transaction explicit, so the Sync ends the pipeline, not the transaction:
+    once the answers are read (``rows``) the connection is idle in it, and what follows
+    runs in it until a ``COMMIT`` (or a ``ROLLBACK``). A limited claim's turn sends its
+    settles and the groups' first read so (``PgTurn.limited_later``): the locks that
+    read takes are held until the claim they decide has committed.
+
+    Each statement is ``(name, values)`` for one prepared by ``prepare``, or ``(None,
+    text)`` for a text psycopg bound itself (``ClientCursor.mogrify``). ``answer(i)``
+    reads the rows of the i-th as a cursor's ``fetchall`` would. Like
+    ``StatementInFlight``: ``fileno`` to wait on, ``ready`` without blocking, ``rows``
+    waiting; an error in any statement is what they raise (the statements after it
+    are not run, and the transaction is left failed for the caller to roll back)."""
+
+    #: Nothing of it is committed once it is answered (``PgTurn.landed``).
+    commits = False
+
+    __slots__ = ("conn", "_pgconn", "_socket", "_results", "_error", "_broken", "_done",
+                 "_query")
+
+    def __init__(self, conn: Any, statements: Sequence[tuple[bytes | None, Any]]) -> None:
+        self.conn = conn
+        pgconn = self._pgconn = conn.pgconn
+        self._socket = pgconn.socket
+        #: The last result of each statement, BEGIN first; None: not answered yet.
+        self._results: list[Any] = [None] * (len(statements) + 1)
+        self._error: BaseException | None = None
+        #: The connection failed: no more answers will come.
+        self._broken = False
+        #: Every answer up to the Sync is read.
+        self._done = False
+        #: The statement whose results come next (0: the BEGIN).
+        self._query = 0
+        tx = Transformer(conn)
+        try:
+            pgconn.enter_pipeline_mode()
+            pgconn.send_query_params(b"BEGIN", None)
+            for name, values in statements:
+                if name is None:
+                    pgconn.send_query_params(values.encode(), None)
+                else:
+                    params = tx.dump_sequence(list(values), [PyFormat.TEXT] * len(values))
+                    pgconn.send_query_prepared(name, params,
+                                               param_formats=[pq.Format.TEXT] * len(values))
+            pgconn.pipeline_sync()
+            while pgconn.flush():  # what the socket did not take at once
+                select.select([], [self._socket], [], 1.0)
+        except psycopg.Error as exc:
+            self._error = exc
+            self._broken = True
+
+    def fileno(self) -> int:
+        return self._socket
+
+    def ready(self) -> bool:
+        """Read what the server sent so far, without blocking: True once every answer
+        up to the Sync (or the error that ended them) is here."""
+        if self._done or self._broken:
+            return True
+        pgconn = self._pgconn
+        try:
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                res = pgconn.get_result()
+                if res is None:  # this statement's results are all read
+                    self._query += 1
+                    continue
+                status = res.status
+                if status == pq.ExecStatus.PIPELINE_SYNC:
+                    self._done = True
+                    break
+                if status in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+                    self._results[self._query] = res
+                elif status != pq.ExecStatus.PIPELINE_ABORTED and self._error is None:
+                    self._error = psycopg.errors.error_from_result(
+                        res, encoding=self.conn.info.encoding)
+        except psycopg.Error as exc:  # the connection failed: nothing more will come
+            self._error = self._error or exc
+            self._broken = True
+        if self._done:
+            self._leave_pipeline()
+        return self._done or self._broken
+
+    def rows(self) -> list[tuple]:
+        """Wait for every answer; raise the error that ended them, if one did."""
+        while not self.ready():
+            select.select([self._socket], [], [], 1.0)
+        if self._error is not None:
+            raise self._error
+        return []
+
+    def answer(self, index: int) -> "_Answer":
+        """The ``index``-th statement's answer, read as a cursor is."""
+        return _Answer(self, index + 1)
+
+    def _rows_of(self, query: int) -> list[tuple]:
+        self.rows()
+        result = self._results[query]
+        if result is None or result.ntuples == 0:
+            return []
+        tx = Transformer(self.conn)
+        tx.set_pgresult(result)
+        return tx.load_rows(0, result.ntuples, tuple)
+
+    def _leave_pipeline(self) -> None:
+        """Back out of libpq's pipeline mode once nothing more is owed (psycopg's own
+        calls come next)."""
+        pgconn = self._pgconn
+        if pgconn.pipeline_status == pq.PipelineStatus.OFF:
+            return
+        try:
+            pgconn.exit_pipeline_mode()
+        except psycopg.Error as exc:
+            self._error = self._error or exc
+
+
+class _Answer:
+    """One statement of a ``TransactionInFlight``, read as a cursor: ``fetchall``."""
+
+    __slots__ = ("_flight", "_query")
+
+    def __init__(self, flight: TransactionInFlight, query: int) -> None:
+        self._flight = flight
+        self._query = query
+
+    def fetchall(self) -> list[tuple]:
+        return self._flight._rows_of(self._query)
 
 
 def prepare(conn: Any, text: str) -> bytes:
