@@ -220,17 +220,14 @@ class PgDriver:
             name = self._prepared[text] = prepare(conn, text)
         return StatementInFlight(conn, name, values)
 
-    def begin_later(self, conn: Any, statements: Sequence[tuple[str, Any]]
+    def begin_later(self, conn: Any, statements: Sequence[tuple[str, Sequence[Any]]]
                     ) -> TransactionInFlight:
         """R66: ``BEGIN`` and ``statements`` sent on ``conn`` in one pipeline without
         waiting for their answers, the transaction left open (``TransactionInFlight``).
         Each is ``(numbered text, values)``, prepared first if this connection has not
-        yet, or ``(text, None)`` for a text with its values bound in it."""
-        sent: list[tuple[bytes | None, Any]] = []
+        yet."""
+        sent: list[tuple[bytes, Sequence[Any]]] = []
         for text, values in statements:
-            if values is None:
-                sent.append((None, text))
-                continue
             name = self._prepared.get(text)
             if name is None:
                 name = self._prepared[text] = prepare(conn, text)
@@ -736,8 +733,10 @@ class PgTurn:
         if self._pending:
             statement, values, group = self._settle_statement(None, False)
             statements.append((statement, values))
-        text, params = first
-        statements.append((psycopg.ClientCursor(self.conn).mogrify(text, params), None))
+        # Prepared once per connection, as the turn statement is (planning the page
+        # every turn would cost the server more than running it).
+        text, names = _numbered(first[0])
+        statements.append((text, [first[1][name] for name in names]))
         self._late = False
         flight = self.statement = self.driver.begin_later(self.conn, statements)
         self._explicit = True

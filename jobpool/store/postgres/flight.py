@@ -121,9 +121,8 @@ class TransactionInFlight:
     settles and the groups' first read so (``PgTurn.limited_later``): the locks that
     read takes are held until the claim they decide has committed.
 
-    Each statement is ``(name, values)`` for one prepared by ``prepare``, or ``(None,
-    text)`` for a text psycopg bound itself (``ClientCursor.mogrify``). ``answer(i)``
-    reads the rows of the i-th as a cursor's ``fetchall`` would. Like
+    Each statement is ``(name, values)``, prepared by ``prepare``. ``answer(i)`` reads
+    the rows of the i-th as a cursor's ``fetchall`` would. Like
     ``StatementInFlight``: ``fileno`` to wait on, ``ready`` without blocking, ``rows``
     waiting; an error in any statement is what they raise (the statements after it
     are not run, and the transaction is left failed for the caller to roll back)."""
@@ -134,7 +133,7 @@ class TransactionInFlight:
     __slots__ = ("conn", "_pgconn", "_socket", "_results", "_error", "_broken", "_done",
                  "_query")
 
-    def __init__(self, conn: Any, statements: Sequence[tuple[bytes | None, Any]]) -> None:
+    def __init__(self, conn: Any, statements: Sequence[tuple[bytes, Sequence[Any]]]) -> None:
         self.conn = conn
         pgconn = self._pgconn = conn.pgconn
         self._socket = pgconn.socket
@@ -152,12 +151,9 @@ class TransactionInFlight:
             pgconn.enter_pipeline_mode()
             pgconn.send_query_params(b"BEGIN", None)
             for name, values in statements:
-                if name is None:
-                    pgconn.send_query_params(values.encode(), None)
-                else:
-                    params = tx.dump_sequence(list(values), [PyFormat.TEXT] * len(values))
-                    pgconn.send_query_prepared(name, params,
-                                               param_formats=[pq.Format.TEXT] * len(values))
+                params = tx.dump_sequence(list(values), [PyFormat.TEXT] * len(values))
+                pgconn.send_query_prepared(name, params,
+                                           param_formats=[pq.Format.TEXT] * len(values))
             pgconn.pipeline_sync()
             while pgconn.flush():  # what the socket did not take at once
                 select.select([], [self._socket], [], 1.0)

@@ -1799,7 +1799,7 @@ WITH page AS (
            SELECT l.id, l.priority, l.name, l.grp, l.served_at, l.seq FROM jobpool_lanes AS l
             WHERE l.queue = %(queue)s AND l.name = each_name.name
             ORDER BY l.priority DESC, l.served_at NULLS FIRST, l.name, l.grp
-            LIMIT %(count)s + %(offset)s) AS l
+            LIMIT %(count)s::bigint + %(offset)s::bigint) AS l
      ORDER BY l.priority DESC, l.served_at NULLS FIRST, l.name, l.grp
      LIMIT %(count)s OFFSET %(offset)s),
 made AS (
