@@ -5,6 +5,7 @@ Each test counts every job against what was enqueued and asks SQLite's own
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -246,6 +247,76 @@ def test_eight_threads_enqueue_on_one_store_while_a_pool_drains(make_any_app, st
         pool.terminate()
         pool.wait(timeout=60)
         store.close()
+
+
+CLOSED_UNDER_THREADS = """
+import json, sys, threading, time
+import jobpool
+from jobpool import fork_safety
+from jobpool.errors import StoreError
+
+store = jobpool.connect(sys.argv[1])
+stop = threading.Event()
+ids, errors = [], []
+
+def user():
+    while not stop.is_set():
+        try:
+            ids.append(store.enqueue("t.noop", 1).id)
+            store.list_jobs(limit=500)
+            store.stats()
+        except StoreError as exc:
+            errors.append(str(exc))
+        except Exception as exc:
+            errors.append("not a StoreError: %r" % exc)
+
+threads = [threading.Thread(target=user) for _ in range(3)]
+for thread in threads:
+    thread.start()
+deadline, closes = time.monotonic() + float(sys.argv[2]), 0
+while time.monotonic() < deadline:
+    # What an application's shutdown does, and what the release before a fork does.
+    store.close() if closes % 2 else fork_safety.release_before_fork()
+    closes += 1
+    time.sleep(0.001)
+stop.set()
+for thread in threads:
+    thread.join()
+store.close()
+print(json.dumps({"ids": ids, "errors": sorted(set(errors)), "closes": closes}))
+"""
+
+
+@pytest.mark.parametrize("road", ["compiled", "pure", "postgres"])
+def test_a_store_closed_while_its_threads_use_it_fails_their_calls_cleanly(request, tmp_path,
+                                                                          road):
+    """R42: ``close()`` (or the release before a fork, R43) closes every thread's
+    connection from the thread that calls it. A call another thread is making on one
+    of them fails with a StoreError that says the connection was closed; the process
+    never dies or hangs under it (Python's module read a closed SQLite connection's
+    handle after a statement stepped: a segmentation fault; a psycopg connection
+    closed under a statement left its thread waiting on a socket that was gone), and
+    every enqueue that returned an id is in the store."""
+    url = (request.getfixturevalue("pg_url") if road == "postgres"
+           else str(tmp_path / "jobpool.db"))
+    jobpool.connect(url).close()
+    script = tmp_path / "closing.py"
+    script.write_text(CLOSED_UNDER_THREADS)
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), JOBPOOL_PURE="1" if road == "pure" else "0")
+    done = subprocess.run([sys.executable, "-X", "faulthandler", str(script), url, "2"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout)
+    assert found["closes"] > 50 and found["ids"]
+    closed = "closed database" if road != "postgres" else "connection is closed"
+    assert all(closed in e for e in found["errors"]), found["errors"]
+    store = jobpool.connect(url)
+    try:
+        assert store.stats()["ready"] == len(found["ids"]) == len(set(found["ids"]))
+    finally:
+        store.close()
+    if road != "postgres":
+        assert integrity(url) == [("ok",)]
 
 
 # -- what a job can reach (R43) ----------------------------------------------------------

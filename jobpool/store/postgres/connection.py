@@ -233,11 +233,16 @@ def scope(conn: Any, target: Target) -> None:
 
 
 def close_quietly(conn: Any) -> None:
-    """Close a connection that may be broken already (the server dropped it)."""
-    try:
-        conn.close()
-    except psycopg.Error:
-        pass
+    """Close a connection that may be broken already (the server dropped it), once the
+    statement another thread may be running on it has its answer (R42: a store's
+    ``close`` closes every thread's connection; closed under a running statement, its
+    thread would wait for an answer on a socket that is gone, for ever). psycopg
+    holds the connection's lock for each statement."""
+    with conn.lock:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
 
 
 def first_line(exc: BaseException) -> str:

@@ -31,6 +31,7 @@ from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.common import SharedStore
 from jobpool.store.sqlite.checkpoint import wal_settings
 from jobpool.store.connections import PerThread
+from jobpool.store.sqlite import guarded
 from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
                                           validate_mode)
 from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
@@ -167,7 +168,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         self.max_payload = max_payload
         self._create = create
         self._check = check
-        self._connections = PerThread(self._open, sqlite3.Connection.close)
+        self._connections = PerThread(self._open, guarded.close)
         self._notifier = Notifier(path)
         #: The claimers made over this store's file, released with it before a fork.
         self._claimers: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -221,9 +222,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             create_file(path, self.mode)
         try:
             # check_same_thread=False: close() and a fork's release close every
-            # thread's connection from one thread; each is used by its own thread only.
+            # thread's connection from one thread; each is used by its own thread only,
+            # and a close waits for the statement another thread is stepping (guarded).
             conn = connect_file(path, isolation_level=None, timeout=self.busy_timeout,
-                                check_same_thread=False)
+                                check_same_thread=False, factory=guarded.GuardedConnection)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {path}: {exc}") from exc
         try:
