@@ -63,6 +63,10 @@ class GuardedCursor(sqlite3.Cursor):
             super().close()
 
 
+_new_cursor = sqlite3.Connection.cursor
+_cursor_execute = sqlite3.Cursor.execute
+
+
 class GuardedConnection(sqlite3.Connection):
     """``sqlite3.Connection`` with a ``guard`` held by every call that steps a
     statement or ends a transaction, and by ``close`` (see the module docstring).
@@ -78,9 +82,13 @@ class GuardedConnection(sqlite3.Connection):
         return cursor
 
     # The module's own ``execute`` makes a plain cursor (not through ``cursor``):
-    # these make a guarded one, as its shortcut would.
-    def execute(self, *args: Any, **kwargs: Any) -> Any:
-        return self.cursor().execute(*args, **kwargs)
+    # these make a guarded one, as its shortcut would. ``execute`` is on every
+    # enqueue's path several times: one Python frame, the rest the module's own calls.
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        cursor = _new_cursor(self, GuardedCursor)
+        cursor.guard = guard = self.guard
+        with guard:
+            return _cursor_execute(cursor, sql, parameters)
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
         return self.cursor().executemany(*args, **kwargs)
