@@ -15,6 +15,8 @@ from jobpool.lifecycle import DONE, Outcome
 
 from ..conftest import PG_URL
 
+psycopg = pytest.importorskip("psycopg")
+
 
 @jobpool.job(name="flight.noop")
 def noop(_n):
@@ -22,7 +24,6 @@ def noop(_n):
 
 
 def _admin():
-    import psycopg
     return psycopg.connect(PG_URL, autocommit=True)
 
 
@@ -323,6 +324,20 @@ def _answered(flight) -> None:
         time.sleep(0.01)
 
 
+def _next_turn_settles(claimer, outcome, want: int) -> list[int]:
+    """The turn after one that failed: ``outcome`` settles done; the ids it claimed."""
+    settled, claimed, _expired = claimer.finish_turn(
+        claimer.begin_turn([outcome], want, time.time(), None))
+    assert [(s.job_id, s.status) for s in settled] == [(outcome.job_id, "done")]
+    return [c.job_id for c in claimed]
+
+
+def _outside_any_transaction(claimer) -> None:
+    conn = claimer.driver._conn
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+
+
 def _group_free(pg_url, name, group) -> bool:
     """Whether another session could lock ``group``'s row now (SKIP LOCKED: not held)."""
     with _admin() as admin:
@@ -402,10 +417,55 @@ def test_a_limited_turn_whose_statement_fails_in_flight_rolls_back_whole(pg_url,
             claimer.finish_turn(flight)
         monkeypatch.setattr(pg_sql, "LANE_PAGE", page)
         assert store.get(ids[0])["status"] == "running" and claimer.inflight == 1
-        settled, claimed, _expired = claimer.finish_turn(
-            claimer.begin_turn([outcome], 1, time.time(), None))
-        assert [(s.job_id, s.status) for s in settled] == [(ids[0], "done")]
-        assert [c.job_id for c in claimed] == [ids[1]]
+        assert _next_turn_settles(claimer, outcome, 1) == [ids[1]]
+    finally:
+        claimer.close()
+    store.close()
+
+
+def test_a_limited_turn_that_fails_after_it_lands_leaves_its_connection_clean(pg_url):
+    # R66, R26: a write of the claim's charge fails (here a trigger refuses the lane's
+    # move to the back of the rotation; a lock timeout does the same) after the answer
+    # was read: its COMMIT is refused. Nothing of the turn is applied, the connection
+    # is left outside any transaction, and the turns after it (the clock read and a
+    # statement prepared anew on the way) settle and claim.
+    store = jobpool.connect(pg_url)
+    ids, claimer, outcome = _limited_turn(store, 2)
+    schema = _schema(pg_url)
+    try:
+        with _admin() as admin:
+            admin.execute(
+                f"CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN IF NEW.served_at IS DISTINCT FROM OLD.served_at THEN "
+                "RAISE EXCEPTION 'the lane may not move'; END IF; RETURN NEW; END $$; "
+                f"CREATE TRIGGER refuse BEFORE UPDATE ON {schema}.jobpool_lanes "
+                f"FOR EACH ROW EXECUTE FUNCTION {schema}.refuse()")
+            with pytest.raises(StoreError, match="the lane may not move"):
+                claimer.finish_turn(claimer.begin_turn([outcome], 2, time.time(), None))
+            admin.execute(f"DROP TRIGGER refuse ON {schema}.jobpool_lanes")
+        _outside_any_transaction(claimer)
+        assert store.get(ids[0])["status"] == "running" and claimer.inflight == 1
+        claimer.driver._clock_read_at = -float("inf")  # the clock is due again
+        assert _next_turn_settles(claimer, outcome, 2) == ids[1:3]
+    finally:
+        claimer.close()
+    store.close()
+
+
+def test_a_limited_turn_with_a_value_postgresql_refuses_sends_nothing(pg_url):
+    # R66: an outcome whose error text PostgreSQL cannot hold (a NUL) fails its turn
+    # before anything is sent; the connection is as it was, and the other outcomes
+    # settle in the next turn.
+    from jobpool.lifecycle import ERROR
+    store = jobpool.connect(pg_url)
+    ids, claimer, outcome = _limited_turn(store, 2)
+    try:
+        (other,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+        bad = Outcome(other.job_id, other.attempt, ERROR, "ValueError: a\x00b")
+        with pytest.raises(StoreError, match="NUL"):
+            claimer.finish_turn(claimer.begin_turn([bad], 1, time.time(), None))
+        _outside_any_transaction(claimer)
+        _next_turn_settles(claimer, outcome, 1)
     finally:
         claimer.close()
     store.close()

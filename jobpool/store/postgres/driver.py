@@ -205,12 +205,20 @@ class PgDriver:
     # -- the connection and the server's clock ------------------------------------------------
 
     def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = open_connection(self.target, application="jobpool-supervisor",
-                                         settings=CLAIMER_OPTIONS)
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            conn = self._conn = open_connection(self.target, application="jobpool-supervisor",
+                                                settings=CLAIMER_OPTIONS)
             self._clock_read_at = -math.inf  # a new connection: read the server's clock again
             self._prepared = {}
-        return self._conn
+        elif conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            # Every use of the claimer's connection ends its transaction (R66: a turn
+            # in flight's explicit one included); one left open or failed would fail
+            # every turn after it, so it is never built on.
+            log.warning("the claimer's connection was left inside a transaction: "
+                        "rolled back")
+            _leave_transaction(conn)
+        return conn
 
     def send_later(self, conn: Any, text: str, values: Sequence[Any]) -> StatementInFlight:
         """R66: ``text`` (numbered) with ``values`` sent on ``conn`` without waiting for
@@ -326,11 +334,11 @@ class PgDriver:
                 turn.landed()
                 sent, expiring = body(turn, flight.sent)
                 turn.send_pending(last=True)
+                turn.sync()
             except BaseException as exc:
                 # What the last Sync has not committed is not applied.
                 turn.abandon(exc)
                 raise
-            turn.sync()
             settled = settled_of(sent)
             if flight.committed is not None:
                 settled = self._settled_before(settled, flight.committed.fetchall())
@@ -561,11 +569,12 @@ class PgTurn:
         if self._explicit:
             self._open()
             self.conn.execute("COMMIT")
-            self._explicit = False
         if self._pipeline is not None:
             pipeline, self._pipeline = self._pipeline, None
-            pipeline.__exit__(None, None, None)
+            pipeline.__exit__(None, None, None)  # leaves pipeline mode, failed or not
             self.committed = True
+        # Only once its COMMIT went through: a failure before leaves it for ``abandon``.
+        self._explicit = False
 
     def abandon(self, exc: BaseException) -> None:
         """Undo what the open pipeline holds (a body that failed mid-turn): a BEGIN
@@ -587,15 +596,10 @@ class PgTurn:
                 except psycopg.Error:
                     pass  # the connection is gone: nothing of it committed
             pipeline.__exit__(type(exc), exc, exc.__traceback__)
-        if self._explicit:
-            # R66: the transaction sent in flight is still open (or failed): rolled back.
-            self._explicit = False
-            if not (conn.closed or conn.broken) and (
-                    conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
-                try:
-                    conn.execute("ROLLBACK")
-                except psycopg.Error:
-                    pass  # the connection is gone: nothing of it committed
+        # R66: the transaction sent in flight, open or failed (its COMMIT refused), or
+        # any other a failure left the connection in: rolled back, never built on.
+        self._explicit = False
+        _leave_transaction(conn)
 
     def crash_causes(self, job_id: int) -> list[str]:
         """R19: a crashed attempt's earlier causes. In a turn begun to be in flight
@@ -855,6 +859,22 @@ class LateClaim(NamedTuple):
         if self.again and len(found) < want:
             found += turn.claim(self.queue, want - len(found), front=True)
         return found
+
+
+def _leave_transaction(conn: Any) -> None:
+    """Roll back what ``conn`` is inside of, if anything (a failed transaction
+    included), and leave libpq's pipeline mode if something left it on; a connection
+    that cannot is closed (the next use opens another: R26's path)."""
+    if conn.closed or conn.broken:
+        return
+    pgconn = conn.pgconn
+    try:
+        if pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+            pgconn.exit_pipeline_mode()
+        if pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+    except psycopg.Error:
+        conn.close()
 
 
 #: R66: a named statement as the numbered text sent to be prepared, and its names.

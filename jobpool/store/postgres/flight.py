@@ -146,14 +146,17 @@ class TransactionInFlight:
         self._done = False
         #: The statement whose results come next (0: the BEGIN).
         self._query = 0
+        # Every value is written first: one that cannot be sent (a text holding a NUL)
+        # fails here, before anything is sent or libpq's mode changes.
         tx = Transformer(conn)
+        dumped = [(name, tx.dump_sequence(list(values), [PyFormat.TEXT] * len(values)))
+                  for name, values in statements]
         try:
             pgconn.enter_pipeline_mode()
             pgconn.send_query_params(b"BEGIN", None)
-            for name, values in statements:
-                params = tx.dump_sequence(list(values), [PyFormat.TEXT] * len(values))
+            for name, params in dumped:
                 pgconn.send_query_prepared(name, params,
-                                           param_formats=[pq.Format.TEXT] * len(values))
+                                           param_formats=[pq.Format.TEXT] * len(params))
             pgconn.pipeline_sync()
             while pgconn.flush():  # what the socket did not take at once
                 select.select([], [self._socket], [], 1.0)
