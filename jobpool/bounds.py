@@ -64,14 +64,34 @@ def utf8_size(text: str) -> int:
 
 
 def clip(text: str | None, limit: int) -> str | None:
-    """``text`` cut to ``limit`` UTF-8 bytes, with a marker saying how much went."""
-    if text is None or len(text) * 4 <= limit:
+    """``text`` from a job (an attempt's error, a progress stage), as every store can
+    hold it (``storable``), cut to ``limit`` UTF-8 bytes with a marker saying how much
+    went."""
+    if text is None:
+        return None
+    text = storable(text)
+    if len(text) * 4 <= limit:
         return text
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
     marker = f" [... {len(data) - limit} more bytes cut]"
     return data[:max(0, limit - len(marker))].decode("utf-8", "ignore") + marker
+
+
+def storable(text: str) -> str:
+    """``text`` as both stores can hold it, still saying what it said: a NUL (which
+    PostgreSQL's text refuses) written ``\\x00``, and a lone surrogate (a str that is
+    not UTF-8, from bytes decoded with ``surrogateescape``, which neither store's
+    driver can encode) written as its ``\\udcff`` escape. A job's text is never
+    trusted to be writable: refused at the settle, it would fail every turn after."""
+    if text.isascii():
+        return text.replace("\x00", "\\x00") if "\x00" in text else text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def check_priority(value: int) -> str | None:

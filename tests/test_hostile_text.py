@@ -100,3 +100,37 @@ def test_shown_escapes_controls_and_keeps_text():
     assert display.shown("tab\tand\nnewline kept, [brackets] too") == "tab\tand\nnewline kept, [brackets] too"
     assert display.shown("\u202eevil") == "\\u202eevil"
     assert display.shown_line("first\nsecond") == "first"
+
+
+UNSTORABLE_APP = r"""
+import jobpool
+from jobpool import job
+
+@job(name="t.unstorable", max_attempts=1)
+def unstorable():
+    jobpool.progress(10, "stage \x00 \udcff")
+    raise ValueError("a\x00b \udcff c")
+
+@job(name="t.fine")
+def fine(i):
+    return i
+"""
+
+
+def test_a_job_whose_text_no_store_can_hold_fails_alone(make_any_app, store_url):
+    """A job's error (and its stage) holding a NUL, which PostgreSQL's text refuses,
+    and a lone surrogate, which neither store's driver can encode: the supervisor
+    died at the settle (SQLite), or failed every turn after it (PostgreSQL). The text
+    is stored with both written as escapes; the job is dead, the pool goes on."""
+    app = make_any_app(UNSTORABLE_APP)
+    store = app.store()
+    bad = store.enqueue_with("t.unstorable").id
+    for i in range(5):
+        store.enqueue("t.fine", i)
+    pool = app.spawn("--procs", "2", "--burst", "-q")
+    _out, err = pool.communicate(timeout=120)
+    assert pool.returncode == 0, err
+    row = store.get(bad)
+    assert row["status"] == "dead", row
+    assert "a\\x00b \\udcff c" in row["last_error"]
+    assert store.stats()["done"] == 5
