@@ -48,7 +48,11 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
             data = _encoder.encode([list(args), kwargs])
         except (TypeError, ValueError) as exc:
             raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
-        size = len(data.encode("utf-8"))
+        try:
+            size = len(data.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise EnqueueError("payload holds text that is not valid Unicode (a lone "
+                               "surrogate): JSON cannot carry it") from None
     else:
         import dill
         try:

@@ -3,6 +3,8 @@ the caller's transaction (R5), and job registration (R1a, R2)."""
 from __future__ import annotations
 
 import inspect
+import json
+import re
 import sqlite3
 from datetime import datetime, timedelta, timezone
 
@@ -320,3 +322,38 @@ def test_a_handle_asks_the_store_that_made_it_and_one_without_says_so(sqlite_sto
         Handle(made.id).status()
     with pytest.raises(JobpoolError, match="no store to ask"):
         Handle(made.id).result(timeout=0)
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda s: s.enqueue_with("t.x", key="a\udcff"), "key holds text that is not valid Unicode"),
+    (lambda s: s.enqueue_with("t.x", key="a\x00b"), "key must not hold a NUL character"),
+    (lambda s: s.enqueue_with("t.x", args=("a\udcff",)),
+     "payload holds text that is not valid Unicode"),
+    (lambda s: s.enqueue_many("t.x", [(1,), ("a\udcff",)]),
+     "item 1: payload holds text that is not valid Unicode"),
+    (lambda s: s.enqueue_many("t.x", [(1,), ([1], {"k": "\udcff"})]),
+     "item 1: payload holds text that is not valid Unicode"),
+    (lambda s: s.enqueue_many("t.x", [(1,)], keys=["k\x00"]),
+     "keys[0] must not hold a NUL character"),
+    (lambda s: s.enqueue_with("t.x", meta={"k": "v\x00"}), "meta holds a NUL character"),
+    (lambda s: s.enqueue_with("t.x", meta={"k": "v\udcff"}),
+     "meta holds text that is not valid Unicode"),
+], ids=["key-surrogate", "key-nul", "args-surrogate", "many-surrogate", "many-pair-surrogate",
+        "keys-nul", "meta-nul", "meta-surrogate"])
+def test_text_no_store_can_hold_is_refused_alike_at_enqueue(store, call, said):
+    """R1, R41: a key or metadata holding a NUL (PostgreSQL refuses it, SQLite kept
+    it) and any text holding a lone surrogate (neither store's driver can encode it:
+    a raw UnicodeEncodeError) are an EnqueueError naming what is wrong, on both
+    stores alike, with nothing written."""
+    with pytest.raises(EnqueueError, match=re.escape(said)):
+        call(store)
+    assert store.stats()["ready"] == 0
+
+
+def test_a_nul_in_arguments_and_an_escaped_one_in_metadata_are_kept(store):
+    # JSON carries a NUL in an argument as an escape, in a payload both stores keep as
+    # text; a backslash and "u0000" written in metadata are not a NUL.
+    job_id = store.enqueue_with("t.x", args=("a\x00b",), meta={"k": "v\\u0000"}).id
+    row = store.get(job_id)
+    assert json.loads(row["payload"]) == [["a\x00b"], {}]
+    assert row["meta"] == {"k": "v\\u0000"}

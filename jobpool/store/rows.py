@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from keyword import iskeyword
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
@@ -152,21 +153,40 @@ def meta_json(meta: Any, what: str = "meta") -> str:
         raise EnqueueError(f"{what} is not JSON: {exc}") from None
     except RecursionError:
         raise EnqueueError(f"{what} is not JSON: nested too deeply") from None
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise EnqueueError(f"{what} holds text that is not valid Unicode (a lone "
-                           f"surrogate)") from None
+    size = len(_valid_unicode(text, what))
+    if _JSON_NUL.search(text):
+        # SQLite would keep it; PostgreSQL's jsonb refuses it: refused on both alike.
+        raise EnqueueError(f"{what} holds a NUL character, which a store's JSON cannot hold")
     if size > bounds.MAX_META_BYTES:
         raise EnqueueError(f"{what} is {size} bytes of JSON, over the "
                            f"{bounds.MAX_META_BYTES}-byte limit")
     return text
 
 
+#: A NUL in JSON text: ``\u0000`` after an even number of backslashes (an odd one
+#: escapes a backslash written in the string itself).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _valid_unicode(text: str, what: str) -> bytes:
+    """``text`` in UTF-8, or an ``EnqueueError``: a str holding a lone surrogate (bytes
+    decoded with ``surrogateescape``) is not text either store can hold."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EnqueueError(f"{what} holds text that is not valid Unicode (a lone "
+                           f"surrogate)") from None
+
+
 def check_key(key: Any, what: str) -> str:
-    """R3/R41: a key is a non-empty string of at most ``bounds.MAX_KEY_BYTES``."""
+    """R3/R41: a key is a non-empty string of at most ``bounds.MAX_KEY_BYTES``, text
+    both stores hold alike (no NUL, which PostgreSQL's text refuses; valid Unicode)."""
     if not isinstance(key, str) or not key:
         raise EnqueueError(f"{what} must be a non-empty string, not {key!r}")
+    if "\x00" in key:
+        raise EnqueueError(f"{what} must not hold a NUL character, not {key!r}")
+    if not key.isascii():
+        _valid_unicode(key, what)
     size = bounds.utf8_size(key)
     if size > bounds.MAX_KEY_BYTES:
         raise EnqueueError(f"{what} is {size} bytes, over the {bounds.MAX_KEY_BYTES} allowed (R41)")
@@ -337,8 +357,8 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     """
     if set(map(type, items)) <= {tuple, list}:
         try:
-            return json_batch_encoder.encode(items), True
-        except (TypeError, ValueError):
+            return _utf8_only(json_batch_encoder.encode(items)), True
+        except (TypeError, ValueError):  # a lone surrogate's UnicodeEncodeError too
             return None
     pairs = []
     for item in items:
@@ -351,9 +371,17 @@ def json_batch(items: list) -> tuple[str, bool] | None:
         else:
             return None
     try:
-        return json_batch_encoder.encode(pairs), False
+        return _utf8_only(json_batch_encoder.encode(pairs)), False
     except (TypeError, ValueError):
         return None
+
+
+def _utf8_only(text: str) -> str:
+    """``text``, once it is known to be UTF-8 (a lone surrogate is not: the per-item
+    path then names the item, ``encode_payload``); ``UnicodeEncodeError`` if not."""
+    if not text.isascii():
+        text.encode("utf-8")
+    return text
 
 
 def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES,
