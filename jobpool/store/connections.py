@@ -92,5 +92,9 @@ class PerThread(Generic[C]):
         with self._lock:
             closing, self._open_now = self._open_now, []
             self._stamp = (self._stamp[0], self._stamp[1] + 1)
+        # The caller's own first: a write lock it holds goes with it, so another
+        # thread's statement waiting on that lock ends before its close waits for it.
+        mine = getattr(self._local, "conn", None)
+        closing.sort(key=lambda conn: conn is not mine)
         for conn in closing:
             self._close(conn)
