@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -317,6 +318,44 @@ def test_a_store_closed_while_its_threads_use_it_fails_their_calls_cleanly(reque
         store.close()
     if road != "postgres":
         assert integrity(url) == [("ok",)]
+
+
+def test_a_close_from_the_thread_holding_the_write_lock_lets_the_waiting_thread_write(
+        tmp_path):
+    """R42: ``close()`` closes the calling thread's connection first. Another thread's
+    enqueue waiting for the write lock this thread holds then gets it and commits,
+    before its own connection is closed; closed last, the caller waited for that
+    enqueue's statement (the guard), which waited for the caller's lock, until the
+    busy timeout failed it ("database is locked")."""
+    path = str(tmp_path / "jobpool.db")
+    store = jobpool.connect(path, busy_timeout=3.0)
+    store.close()  # so that the writer's connection is opened first: the older one
+    got: list = []
+    opened, locked = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        store.stats()  # this thread's connection, open
+        opened.set()
+        assert locked.wait(10)
+        try:
+            got.append(store.enqueue("t.noop", 1).id)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            got.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert opened.wait(10)
+    store.conn.execute("BEGIN IMMEDIATE")  # this thread holds the write lock
+    locked.set()
+    time.sleep(0.3)  # the writer waits for the lock, inside its statement
+    store.close()  # rolls back this thread's transaction, the lock with it
+    thread.join(30)
+    assert len(got) == 1 and isinstance(got[0], int), got
+    reopened = jobpool.connect(path)
+    try:
+        assert reopened.get(got[0])["status"] == "ready"
+    finally:
+        reopened.close()
 
 
 # -- what a job can reach (R43) ----------------------------------------------------------
