@@ -79,19 +79,44 @@ def clip(text: str | None, limit: int) -> str | None:
     return data[:max(0, limit - len(marker))].decode("utf-8", "ignore") + marker
 
 
+def not_unicode(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (a str decoded from bytes with
+    ``surrogateescape``): not UTF-8, so neither store's driver can write it."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+#: What the refusals of such text say (``not_unicode``).
+NOT_UNICODE = "holds text that is not valid Unicode (a lone surrogate)"
+
+
 def storable(text: str) -> str:
     """``text`` as both stores can hold it, still saying what it said: a NUL (which
     PostgreSQL's text refuses) written ``\\x00``, and a lone surrogate (a str that is
     not UTF-8, from bytes decoded with ``surrogateescape``, which neither store's
     driver can encode) written as its ``\\udcff`` escape. A job's text is never
     trusted to be writable: refused at the settle, it would fail every turn after."""
-    if text.isascii():
-        return text.replace("\x00", "\\x00") if "\x00" in text else text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if not_unicode(text):
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
+def attempt_error(error: object) -> str | None:
+    """R41: whatever a child sent as an attempt's error, as bounded, storable text."""
+    if error is None:
+        return None
+    return clip(error if isinstance(error, str) else repr(error), MAX_ERROR_BYTES)
+
+
+def stage_text(stage: object) -> str | None:
+    """R41, R22: a progress stage a job reported, as bounded, storable text (None: not
+    text)."""
+    return clip(stage, MAX_STAGE_BYTES) if isinstance(stage, str) else None
 
 
 def check_priority(value: int) -> str | None:

@@ -35,6 +35,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from jobpool import bounds
 from jobpool.errors import EnqueueError, JobpoolError, RegistryError
 
 #: The most characters a group value may have (it is stored with every row).
@@ -146,6 +147,8 @@ def check_group(value: Any, what: str = "group") -> str:
     if not text or len(text) > MAX_GROUP_CHARS or "\0" in text:
         raise EnqueueError(f"{what} must be 1 to {MAX_GROUP_CHARS} characters without NUL, "
                            f"not {value!r}")
+    if bounds.not_unicode(text):
+        raise EnqueueError(f"{what} {bounds.NOT_UNICODE}")
     return text
 
 

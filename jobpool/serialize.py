@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from jobpool import bounds
 from jobpool.errors import EnqueueError
 
 SERIALIZERS = ("json", "pickle")
@@ -48,11 +49,9 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
             data = _encoder.encode([list(args), kwargs])
         except (TypeError, ValueError) as exc:
             raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
-        try:
-            size = len(data.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise EnqueueError("payload holds text that is not valid Unicode (a lone "
-                               "surrogate): JSON cannot carry it") from None
+        if bounds.not_unicode(data):
+            raise EnqueueError(f"payload {bounds.NOT_UNICODE}: JSON cannot carry it")
+        size = bounds.utf8_size(data)
     else:
         import dill
         try:
@@ -111,9 +110,12 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         import dill
         return dill.dumps(value)
     try:
-        return _encoder.encode(value)
+        text = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc
+    if bounds.not_unicode(text):
+        raise ValueError(f"result {bounds.NOT_UNICODE}: JSON cannot carry it")
+    return text
 
 
 #: The first byte of every pickle ``encode_result`` writes (protocol 2 and later); no

@@ -39,7 +39,7 @@ import random
 import time
 from typing import Any, Callable, NamedTuple
 
-from jobpool import coroutines, events, jobs, procinfo, protocol, requests, running
+from jobpool import bounds, coroutines, events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
 from jobpool.errors import Interrupted, JobpoolError, StoreError
 from jobpool.lifecycle import (ERROR, INTERRUPTED, RELEASE, UNSTARTED, Claimed, Outcome, Policy,
@@ -175,7 +175,9 @@ class _PipeToStore:
             return
         _tag, job_id, attempt, percent, stage = request
         try:
-            self.store.set_progress(self.owner, [ProgressReport(job_id, attempt, percent, stage)])
+            # As a pool's slots take it (R41): bounded, storable text.
+            self.store.set_progress(self.owner, [ProgressReport(job_id, attempt, percent,
+                                                                bounds.stage_text(stage))])
         except StoreError as exc:
             log.debug("progress of job %s not written: %s", job_id, exc)
 
@@ -325,8 +327,9 @@ class _Drain:
         elif kind == INTERRUPTED:
             # Nothing here asks a job to stop (R37): it raised Interrupted itself.
             kind, error = ERROR, "Interrupted raised by the job itself, with no stop or cancel asked"
-        return Outcome(job.job_id, job.attempt, kind, error, delay, result, pid=os.getpid(),
-                       cpu_s=time.process_time() - cpu_before)
+        # As a pool's slots take it (R41): bounded, storable text.
+        return Outcome(job.job_id, job.attempt, kind, bounds.attempt_error(error), delay, result,
+                       pid=os.getpid(), cpu_s=time.process_time() - cpu_before)
 
     def _body(self, job: Claimed) -> tuple[int, str | None, float | None, Any]:
         registered = jobs.lookup(job.name)

@@ -338,8 +338,9 @@ def test_a_handle_asks_the_store_that_made_it_and_one_without_says_so(sqlite_sto
     (lambda s: s.enqueue_with("t.x", meta={"k": "v\x00"}), "meta holds a NUL character"),
     (lambda s: s.enqueue_with("t.x", meta={"k": "v\udcff"}),
      "meta holds text that is not valid Unicode"),
+    (lambda s: s.enqueue_with("t.x", group="g\udcff"), "group holds text that is not valid Unicode"),
 ], ids=["key-surrogate", "key-nul", "args-surrogate", "many-surrogate", "many-pair-surrogate",
-        "keys-nul", "meta-nul", "meta-surrogate"])
+        "keys-nul", "meta-nul", "meta-surrogate", "group-surrogate"])
 def test_text_no_store_can_hold_is_refused_alike_at_enqueue(store, call, said):
     """R1, R41: a key or metadata holding a NUL (PostgreSQL refuses it, SQLite kept
     it) and any text holding a lone surrogate (neither store's driver can encode it:

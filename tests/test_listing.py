@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import time
 
+import pytest
+
 import jobpool
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.rows import LISTED_STATUSES
@@ -113,3 +115,18 @@ def test_an_older_sqlite_store_gets_the_listing_indexes_when_upgraded(tmp_path):
         assert conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone() == (sql.SCHEMA_VERSION,)
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("filters, named", [
+    ({"name": "a\x00"}, "the name filter"), ({"name": "a\udcff"}, "the name filter"),
+    ({"name": "l.one", "key": "k\x00"}, "the key filter"),
+    ({"group": "g\x00", "newest_first": True}, "the group filter"),
+    ({"error": "e\udcff", "newest_first": True}, "the error filter"),
+    ({"args": "a\x00", "newest_first": True}, "the args filter"),
+    ({"meta": {"k": "v\x00"}, "newest_first": True}, "the meta 'k' filter"),
+])
+def test_a_text_filter_no_store_can_compare_is_refused_alike(any_store, filters, named):
+    # A NUL (PostgreSQL's text holds none: a StoreError there, nothing on SQLite) and a
+    # lone surrogate (a raw UnicodeEncodeError on both) are a ValueError naming the filter.
+    with pytest.raises(ValueError, match=named):
+        any_store.list_jobs(**filters)

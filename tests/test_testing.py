@@ -525,3 +525,30 @@ def test_loading_the_plugin_loads_no_driver_and_no_runner():
             " 'prometheus_client'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@jobpool.job(name="testing.unstorable", max_attempts=3)
+def _unstorable():
+    jobpool.progress(10, "stage \x00 \udcff")
+    raise ValueError("a\x00b \udcff c")
+
+
+@jobpool.job(name="testing.unstorable_result", max_attempts=3, store_result=True)
+def _unstorable_result():
+    return {"text": "a\udcff"}
+
+
+def test_drain_stores_a_jobs_unstorable_text_as_a_pool_does(any_store):
+    """R41 in ``drain`` as in a pool's slots: an error and a stage holding a NUL and
+    a lone surrogate are stored with both escaped (the drain raised, or on
+    PostgreSQL lost the outcome); a result holding a lone surrogate is dead at once,
+    never retried (the child died on it, a crash that ran the body again)."""
+    failing = any_store.enqueue_with("testing.unstorable").id
+    result = any_store.enqueue_with("testing.unstorable_result").id
+    drained = drain(any_store)
+    assert drained.dead == 1 and drained.retried == 1
+    row = any_store.get(failing)
+    assert row["status"] == "ready" and "a\\x00b \\udcff c" in row["last_error"]
+    row = any_store.get(result)
+    assert row["status"] == "dead" and row["attempts"] == 1
+    assert "result holds text that is not valid Unicode" in row["last_error"]

@@ -153,7 +153,9 @@ def meta_json(meta: Any, what: str = "meta") -> str:
         raise EnqueueError(f"{what} is not JSON: {exc}") from None
     except RecursionError:
         raise EnqueueError(f"{what} is not JSON: nested too deeply") from None
-    size = len(_valid_unicode(text, what))
+    if bounds.not_unicode(text):
+        raise EnqueueError(f"{what} {bounds.NOT_UNICODE}")
+    size = bounds.utf8_size(text)
     if _JSON_NUL.search(text):
         # SQLite would keep it; PostgreSQL's jsonb refuses it: refused on both alike.
         raise EnqueueError(f"{what} holds a NUL character, which a store's JSON cannot hold")
@@ -168,16 +170,6 @@ def meta_json(meta: Any, what: str = "meta") -> str:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def _valid_unicode(text: str, what: str) -> bytes:
-    """``text`` in UTF-8, or an ``EnqueueError``: a str holding a lone surrogate (bytes
-    decoded with ``surrogateescape``) is not text either store can hold."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise EnqueueError(f"{what} holds text that is not valid Unicode (a lone "
-                           f"surrogate)") from None
-
-
 def check_key(key: Any, what: str) -> str:
     """R3/R41: a key is a non-empty string of at most ``bounds.MAX_KEY_BYTES``, text
     both stores hold alike (no NUL, which PostgreSQL's text refuses; valid Unicode)."""
@@ -185,8 +177,8 @@ def check_key(key: Any, what: str) -> str:
         raise EnqueueError(f"{what} must be a non-empty string, not {key!r}")
     if "\x00" in key:
         raise EnqueueError(f"{what} must not hold a NUL character, not {key!r}")
-    if not key.isascii():
-        _valid_unicode(key, what)
+    if bounds.not_unicode(key):
+        raise EnqueueError(f"{what} {bounds.NOT_UNICODE}")
     size = bounds.utf8_size(key)
     if size > bounds.MAX_KEY_BYTES:
         raise EnqueueError(f"{what} is {size} bytes, over the {bounds.MAX_KEY_BYTES} allowed (R41)")
@@ -358,7 +350,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     if set(map(type, items)) <= {tuple, list}:
         try:
             return _utf8_only(json_batch_encoder.encode(items)), True
-        except (TypeError, ValueError):  # a lone surrogate's UnicodeEncodeError too
+        except (TypeError, ValueError):
             return None
     pairs = []
     for item in items:
@@ -378,9 +370,9 @@ def json_batch(items: list) -> tuple[str, bool] | None:
 
 def _utf8_only(text: str) -> str:
     """``text``, once it is known to be UTF-8 (a lone surrogate is not: the per-item
-    path then names the item, ``encode_payload``); ``UnicodeEncodeError`` if not."""
-    if not text.isascii():
-        text.encode("utf-8")
+    path then names the item, ``encode_payload``); ``ValueError`` if not."""
+    if bounds.not_unicode(text):
+        raise ValueError(bounds.NOT_UNICODE)
     return text
 
 
@@ -572,11 +564,22 @@ def meta_pairs(meta: Any) -> dict[str, Any]:
     for key, value in meta.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"a meta filter's key is a non-empty string, not {key!r}")
+        _filter_text(f"meta {key!r}", key)
+        _filter_text(f"meta {key!r}", value)
         if not isinstance(value, META_FILTER_TYPES) or (
                 isinstance(value, float) and not math.isfinite(value)):
             raise ValueError(f"meta filter {key}: a value is a string, a finite number, true, "
                              f"false or null, not {value!r}")
     return dict(meta)
+
+
+def _filter_text(what: str, text: Any) -> None:
+    """A listing's text filter is text a store can compare: no NUL (PostgreSQL's text
+    holds none, so it matches nothing there) and valid Unicode; ``ValueError`` naming
+    the filter."""
+    if isinstance(text, str) and ("\x00" in text or bounds.not_unicode(text)):
+        raise ValueError(f"the {what} filter must be valid Unicode text without NUL, "
+                         f"not {text!r}")
 
 
 def more_filters(dialect: ListingDialect, status: str | None, name: str | None, *,
@@ -598,6 +601,9 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     ``after - scan``. ``meta`` (R54: ``{key: value}``, each key's value equal to its
     value) is read through an index where the dialect has one, else searched so.
     ``ValueError`` for a filter that cannot be served so."""
+    for what, text in (("name", name), ("key", key), ("group", group), ("error", error),
+                       ("args", args)):
+        _filter_text(what, text)
     mark = dialect.mark
     where: list[str] = []
     params: dict[str, Any] = {}

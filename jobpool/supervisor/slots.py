@@ -179,7 +179,7 @@ class Slots:
          strays) = message
         if retiring or strays or kind == core.INTERRUPTED:
             return False
-        return self._finish_plain(slot, job_id, attempt, kind, _clipped(error), delay, result,
+        return self._finish_plain(slot, job_id, attempt, kind, bounds.attempt_error(error), delay, result,
                                   peak_rss, cpu_s, now)
 
     def finish_success(self, slot: Slot, fields: tuple, now: float) -> bool:
@@ -219,7 +219,7 @@ class Slots:
         job = slot.job
         if job is None or not slot.runs(job_id, attempt):
             return  # a reply for a job this slot no longer holds (it was killed)
-        error = _clipped(error)
+        error = bounds.attempt_error(error)
         if kind == core.INTERRUPTED:
             kind, error = self._interrupted(slot, error)
         if isinstance(cpu_s, (int, float)):
@@ -244,7 +244,7 @@ class Slots:
         _tag, job_id, attempt, percent, stage = message
         if slot.runs(job_id, attempt):
             slot.progress, slot.progress_dirty = percent, True
-            slot.stage = bounds.clip(stage, bounds.MAX_STAGE_BYTES) if isinstance(stage, str) else None
+            slot.stage = bounds.stage_text(stage)
 
     def _request(self, slot: Slot, conn: Any, message: tuple) -> None:
         """A running job's request: its child waits for the answer, and its settle
@@ -627,13 +627,6 @@ def progress_reports(slots: list[Slot]) -> list[ProgressReport]:
     return [ProgressReport(job_id=slot.job.job_id, attempt=slot.job.attempt,
                            percent=slot.progress, stage=slot.stage)
             for slot in slots if slot.job is not None]
-
-
-def _clipped(error: Any) -> str | None:
-    """R41: whatever a child sent as an attempt's error, as bounded text."""
-    if error is None:
-        return None
-    return bounds.clip(error if isinstance(error, str) else repr(error), bounds.MAX_ERROR_BYTES)
 
 
 def _signal(slot: Slot, signum: int) -> None:
