@@ -469,3 +469,22 @@ def test_a_limited_turn_with_a_value_postgresql_refuses_sends_nothing(pg_url):
     finally:
         claimer.close()
     store.close()
+
+
+def test_a_claimer_connection_left_inside_a_transaction_is_rolled_back_before_its_turn(pg_url):
+    # R26, R66: whatever left the claimer's connection inside a transaction (a failure
+    # its own handling missed), the next turn does not build on it: it is rolled back.
+    store = jobpool.connect(pg_url)
+    (first,) = store.enqueue_many("flight.noop", [(1,)]).ids
+    claimer = store.claimer("host-a:1:1", ("flight.noop",), ("default",), {})
+    try:
+        conn = claimer.driver._connection()
+        conn.execute("BEGIN")
+        conn.execute(f"UPDATE {_schema(pg_url)}.jobs SET priority = 7 WHERE id = %s", (first,))
+        (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+        assert job.job_id == first
+        _outside_any_transaction(claimer)
+    finally:
+        claimer.close()
+    assert store.get(first)["priority"] == 0  # the stray write was never committed
+    store.close()

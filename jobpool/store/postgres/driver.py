@@ -206,18 +206,19 @@ class PgDriver:
 
     def _connection(self) -> Any:
         conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            conn = self._conn = open_connection(self.target, application="jobpool-supervisor",
-                                                settings=CLAIMER_OPTIONS)
-            self._clock_read_at = -math.inf  # a new connection: read the server's clock again
-            self._prepared = {}
-        elif conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        if conn is not None and not (conn.closed or conn.broken) and (
+                conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE):
             # Every use of the claimer's connection ends its transaction (R66: a turn
             # in flight's explicit one included); one left open or failed would fail
             # every turn after it, so it is never built on.
             log.warning("the claimer's connection was left inside a transaction: "
                         "rolled back")
-            _leave_transaction(conn)
+            _leave_transaction(conn)  # or closed, when it cannot be
+        if conn is None or conn.closed or conn.broken:
+            conn = self._conn = open_connection(self.target, application="jobpool-supervisor",
+                                                settings=CLAIMER_OPTIONS)
+            self._clock_read_at = -math.inf  # a new connection: read the server's clock again
+            self._prepared = {}
         return conn
 
     def send_later(self, conn: Any, text: str, values: Sequence[Any]) -> StatementInFlight:
