@@ -148,12 +148,13 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
             return job
 
         def _keyed(self, store, key: str, handle_id: int, duplicate: bool) -> bool:
-            """R3: a duplicate names the live holder; a new job means the old one ended."""
+            """R3: a duplicate names the live holder; a new job means the old one ended
+            (a dead job retried in place, under its own id, is its key's holder again)."""
             holder = self.key_holder.get(key)
             if duplicate:
                 assert handle_id == holder, (key, handle_id, holder)
                 return False
-            if holder is not None:
+            if holder is not None and holder != handle_id:
                 assert store.get(holder)["status"] in ("done", "dead"), (key, holder)
             self.key_holder[key] = handle_id
             return True
