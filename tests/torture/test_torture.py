@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import os
 import random
 import re
 import signal
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition, rule,
                                  run_state_machine_as_test)
@@ -549,6 +550,14 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
     return Torture
 
 
+#: The bounded run's seed: its episodes are the same on every run, and they do not move
+#: when the model's source changes (hypothesis's derandomized seed is a digest of that
+#: source, so a one-line change of the model chose other episodes, which then tried
+#: fewer rules). Chosen so that they try every rule (asserted below);
+#: JOBPOOL_TORTURE_SEED tries another.
+BOUNDED_SEED = int(os.environ.get("JOBPOOL_TORTURE_SEED") or 0)
+
+
 @pytest.mark.timeout(MODE.timeout)
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_torture_accounts_for_every_job(kind, request, tmp_path):
@@ -557,6 +566,8 @@ def test_torture_accounts_for_every_job(kind, request, tmp_path):
     machine = machine_for(kind, tmp_path, pg_base, totals)
     # An episode takes seconds: shrinking a failure takes many minutes, so only on request.
     phases = list(Phase) if MODE.shrink else [Phase.explicit, Phase.reuse, Phase.generate]
+    if not MODE.long:
+        machine = seed(BOUNDED_SEED)(machine)
     started = time.monotonic()
     run_state_machine_as_test(machine, settings=settings(
         max_examples=MODE.episodes, stateful_step_count=MODE.steps, deadline=None,
