@@ -334,8 +334,7 @@ class Claimer:
             found = turn.claim(queue, want)
         else:
             # R35/R36: the groups' counts and buckets decide which rows to take.
-            source = (turn.limited_source(limited) if sent is None
-                      else turn.limited_source(limited, sent))  # type: ignore[call-arg]
+            source = turn.limited_source(limited)
             picked = plan_claim(source, limited.plan, queue, want, now, limited.has_unlimited)
             found = turn.claim_chosen(limited, picked) if picked.ids else []
             # Only the rows the statement took (under their caps) cost a token and a

@@ -477,7 +477,7 @@ class PgTurn:
 
     __slots__ = ("driver", "conn", "now", "_held", "decided", "committed", "_piped",
                  "_pipeline", "_pending", "_group", "_front", "_late", "statement",
-                 "_explicit")
+                 "_explicit", "_sent_first")
 
     def __init__(self, driver: PgDriver, conn: Any, now: float,
                  held: Mapping[int, Lease] | None, piped: bool = False,
@@ -506,6 +506,9 @@ class PgTurn:
         #: R66: a transaction sent in flight (``limited_later``) is open on the
         #: connection: what follows runs in it, and ``sync`` commits it.
         self._explicit = False
+        #: R66: the limited claim's first statement that went with it, and its answer,
+        #: for the claim's ``limited_source`` (the first one of the turn).
+        self._sent_first: LimitedLater | None = None
 
     def from_front(self) -> None:
         """R62: this turn's claims, and the next turn's, walk from the front."""
@@ -708,16 +711,17 @@ class PgTurn:
         statement, names = pg_sql.turn_statement_numbered(kinds, claim is not None, after)
         return statement, [params[name] for name in names], group
 
-    def limited_source(self, limited: LimitedClaim, sent: LimitedLater | None = None
-                       ) -> SqlLimitedSource:
+    def limited_source(self, limited: LimitedClaim) -> SqlLimitedSource:
         """The groups' locks (FOR UPDATE SKIP LOCKED) are taken through it, in this
         turn's implicit transaction, which ends at the pipeline's Sync (or the
         transaction ``limited_later`` sent, which its COMMIT ends): a source per claim.
-        The turn's settles go first, so the groups' counts see them (R35). ``sent``:
-        the first statement is answered by what ``limited_later`` sent."""
+        The turn's settles go first, so the groups' counts see them (R35). The turn's
+        first limited claim has its first statement answered by what ``limited_later``
+        sent."""
         self.send_pending()
         self._open()
         query = rows_of(self.conn)
+        sent, self._sent_first = self._sent_first, None
         if sent is not None and sent.first is not None:
             query = answered_first(query, sent.first, sent.answer)
         return SqlLimitedSource(pg_sql, query, limited)
@@ -747,7 +751,8 @@ class PgTurn:
         self._explicit = True
         if group is not None:
             group.cursor = flight.answer(0)
-        return LimitedLater(limited, first, flight.answer(len(statements) - 1))
+        self._sent_first = LimitedLater(limited, first, flight.answer(len(statements) - 1))
+        return self._sent_first
 
     def claim_chosen(self, limited: LimitedClaim, picked: Picked) -> list[tuple]:
         return self.queue(limited.claim_ids, dict(
@@ -811,9 +816,10 @@ class PgTurn:
 
 class LimitedLater(NamedTuple):
     """A limited claim's first part, sent by ``PgTurn.limited_later`` (``first``: the
-    statement sent and ``answer`` its answer; None: nothing was sent), given back to
-    ``PgTurn.limited_source``; ``limited``: the claim it was sent for (a heartbeat may
-    read new limits while it is in flight)."""
+    statement sent and ``answer`` its answer, which the turn's ``limited_source``
+    takes; None: nothing was sent); ``limited``: the claim it was sent for (a
+    heartbeat may read new limits while it is in flight: the engine claims under
+    these)."""
 
     limited: LimitedClaim
     first: tuple[str, dict] | None
