@@ -72,7 +72,7 @@ def clip(text: str | None, limit: int) -> str | None:
     text = storable(text)
     if len(text) * 4 <= limit:
         return text
-    data = text.encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8")  # storable: UTF-8 now
     if len(data) <= limit:
         return text
     marker = f" [... {len(data) - limit} more bytes cut]"
