@@ -5,6 +5,7 @@ outcomes are sent again and settle as they would have, the claim in flight spent
 attempt, and no lease is left that the engine does not hold."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -307,13 +308,22 @@ def _limited_claimer(store, name, limit):
     return claimer
 
 
-def _limited_turn(store, limit):
-    """Three jobs of group "a" under ``limit``, the first claimed: (their ids, the
-    claimer, the first's outcome done)."""
-    ids = [store.enqueue_with("flight.noop", args=(i,), group="a").id for i in range(3)]
-    claimer = _limited_claimer(store, "flight.noop", limit)
-    (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
-    return ids, claimer, Outcome(ids[0], job.attempt, DONE)
+@contextlib.contextmanager
+def _limited_turn(pg_url, limit):
+    """A store with three jobs of group "a" under ``limit`` and a claimer that holds
+    the first: ``(store, their ids, claimer, the first's outcome done)``, both closed
+    after."""
+    store = jobpool.connect(pg_url)
+    try:
+        ids = [store.enqueue_with("flight.noop", args=(i,), group="a").id for i in range(3)]
+        claimer = _limited_claimer(store, "flight.noop", limit)
+        try:
+            (job,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
+            yield store, ids, claimer, Outcome(ids[0], job.attempt, DONE)
+        finally:
+            claimer.close()
+    finally:
+        store.close()
 
 
 def _answered(flight) -> None:
@@ -377,9 +387,7 @@ def test_a_limited_turn_goes_in_flight_holding_its_groups_until_it_lands(pg_url)
 def test_a_connection_terminated_under_a_limited_turn_in_flight_applies_nothing(pg_url):
     # R66, R26: the transaction the limited turn opened dies with its connection; its
     # settle is sent again and its group was never charged.
-    store = jobpool.connect(pg_url)
-    ids, claimer, outcome = _limited_turn(store, 1)
-    try:
+    with _limited_turn(pg_url, 1) as (store, ids, claimer, outcome):
         flight = claimer.begin_turn([outcome], 1, time.time(), None)
         assert flight.fileno() is not None
         _answered(flight)
@@ -395,20 +403,15 @@ def test_a_connection_terminated_under_a_limited_turn_in_flight_applies_nothing(
         settled, claimed, _expired = claimer.turn([outcome], 1, time.time(), None)
         assert [(s.job_id, s.status) for s in settled] == [(ids[0], "done")]
         assert [(c.job_id, c.attempt) for c in claimed] == [(ids[1], 1)]
-    finally:
-        claimer.close()
-    assert [store.get(i)["status"] for i in ids] == ["done", "running", "ready"]
-    assert [a["outcome"] for a in store.attempts(ids[0])] == ["done"]
-    store.close()
+        assert [store.get(i)["status"] for i in ids] == ["done", "running", "ready"]
+        assert [a["outcome"] for a in store.attempts(ids[0])] == ["done"]
 
 
 def test_a_limited_turn_whose_statement_fails_in_flight_rolls_back_whole(pg_url, monkeypatch):
     # R66: an error in the transaction sent in flight (here its page) leaves nothing of
     # it applied, the connection usable, and the next turn settles and claims.
     from jobpool.store.postgres import statements as pg_sql
-    store = jobpool.connect(pg_url)
-    ids, claimer, outcome = _limited_turn(store, 1)
-    try:
+    with _limited_turn(pg_url, 1) as (store, ids, claimer, outcome):
         page = pg_sql.LANE_PAGE
         monkeypatch.setattr(pg_sql, "LANE_PAGE", page.replace("SELECT p.id,", "SELECT 1/0, p.id,"))
         flight = claimer.begin_turn([outcome], 1, time.time(), None)
@@ -418,9 +421,6 @@ def test_a_limited_turn_whose_statement_fails_in_flight_rolls_back_whole(pg_url,
         monkeypatch.setattr(pg_sql, "LANE_PAGE", page)
         assert store.get(ids[0])["status"] == "running" and claimer.inflight == 1
         assert _next_turn_settles(claimer, outcome, 1) == [ids[1]]
-    finally:
-        claimer.close()
-    store.close()
 
 
 def test_a_limited_turn_that_fails_after_it_lands_leaves_its_connection_clean(pg_url):
@@ -429,10 +429,8 @@ def test_a_limited_turn_that_fails_after_it_lands_leaves_its_connection_clean(pg
     # was read: its COMMIT is refused. Nothing of the turn is applied, the connection
     # is left outside any transaction, and the turns after it (the clock read and a
     # statement prepared anew on the way) settle and claim.
-    store = jobpool.connect(pg_url)
-    ids, claimer, outcome = _limited_turn(store, 2)
-    schema = _schema(pg_url)
-    try:
+    with _limited_turn(pg_url, 2) as (store, ids, claimer, outcome):
+        schema = _schema(pg_url)
         with _admin() as admin:
             admin.execute(
                 f"CREATE FUNCTION {schema}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
@@ -447,9 +445,6 @@ def test_a_limited_turn_that_fails_after_it_lands_leaves_its_connection_clean(pg
         assert store.get(ids[0])["status"] == "running" and claimer.inflight == 1
         claimer.driver._clock_read_at = -float("inf")  # the clock is due again
         assert _next_turn_settles(claimer, outcome, 2) == ids[1:3]
-    finally:
-        claimer.close()
-    store.close()
 
 
 def test_a_limited_turn_with_a_value_postgresql_refuses_sends_nothing(pg_url):
@@ -457,18 +452,13 @@ def test_a_limited_turn_with_a_value_postgresql_refuses_sends_nothing(pg_url):
     # before anything is sent; the connection is as it was, and the other outcomes
     # settle in the next turn.
     from jobpool.lifecycle import ERROR
-    store = jobpool.connect(pg_url)
-    ids, claimer, outcome = _limited_turn(store, 2)
-    try:
+    with _limited_turn(pg_url, 2) as (store, ids, claimer, outcome):
         (other,) = claimer.finish_turn(claimer.begin_turn([], 1, time.time(), None))[1]
         bad = Outcome(other.job_id, other.attempt, ERROR, "ValueError: a\x00b")
         with pytest.raises(StoreError, match="NUL"):
             claimer.finish_turn(claimer.begin_turn([bad], 1, time.time(), None))
         _outside_any_transaction(claimer)
         _next_turn_settles(claimer, outcome, 1)
-    finally:
-        claimer.close()
-    store.close()
 
 
 def test_a_claimer_connection_left_inside_a_transaction_is_rolled_back_before_its_turn(pg_url):
