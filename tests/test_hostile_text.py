@@ -134,3 +134,37 @@ def test_a_job_whose_text_no_store_can_hold_fails_alone(make_any_app, store_url)
     assert row["status"] == "dead", row
     assert "a\\x00b \\udcff c" in row["last_error"]
     assert store.stats()["done"] == 5
+
+
+STAGE_APP = r"""
+import time
+from pathlib import Path
+import jobpool
+from jobpool import job
+
+@job(name="t.stage_waits")
+def stage_waits():
+    jobpool.progress(10, "stage \x00 \udcff")
+    while not (Path(__file__).parent / "go").exists():
+        time.sleep(0.02)
+"""
+
+
+def test_a_stage_no_store_can_hold_is_written_escaped_while_its_job_runs(make_any_app):
+    """R22, R41: a running job's stage holding a NUL and a lone surrogate reaches the
+    store as the pool writes progress, both written as escapes, and the job goes on."""
+    from tests.conftest import wait_for
+    app = make_any_app(STAGE_APP)
+    store = app.store()
+    job_id = store.enqueue_with("t.stage_waits").id
+    pool = app.spawn("--procs", "1", "--burst", "-q")
+    try:
+        stage = wait_for(lambda: store.get(job_id)["stage"], timeout=60)
+        assert stage == "stage \\x00 \\udcff"
+        (app.dir / "go").touch()
+        _out, err = pool.communicate(timeout=120)
+        assert pool.returncode == 0, err
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+    assert store.get(job_id)["status"] == "done"
