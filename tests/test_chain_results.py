@@ -45,6 +45,10 @@ def quiet():
 @job(name="cr.pickled", store_result=True, serializer="pickle")
 def pickled():
     return {1, 2}
+
+@job(name="cr.nul", store_result=True)
+def nul():
+    return {"text": "a\\x00b", "a\\x00": ["\\x00"]}
 """
 
 
@@ -85,6 +89,25 @@ def test_a_predecessor_that_keeps_no_result_passes_none(make_any_app):
     store.enqueue_with("cr.quiet", then=Signature("cr.report").with_previous())
     app.start("--procs", "1")
     assert _seen(app) == [["report", None, "plain"]]
+    store.close()
+
+
+def test_a_result_holding_nul_is_passed_on_by_both_stores(make_any_app):
+    """R59, R41: a result whose JSON holds a NUL character (escaped, as JSON writes
+    it) reaches the step whole on both stores, beside the step's own keyword
+    arguments. PostgreSQL's jsonb cannot hold one: the arguments are written around
+    the result's text there, never through jsonb (revision 15)."""
+    app = make_any_app(APP)
+    store = app.store()
+    first = store.enqueue_with("cr.nul", then=[
+        Signature("cr.report", kwargs={"note": "with\x00nul"}).with_previous(),
+        Signature("cr.add", (1,)).with_previous("counted")]).id
+    app.start("--procs", "1")
+    given = {"text": "a\x00b", "a\x00": ["\x00"]}
+    assert _seen(app)[0] == ["report", given, "with\x00nul"]
+    assert store.get(first)["last_error"] is None
+    [step] = _by_name(store, "cr.report")
+    assert step["status"] == "done"
     store.close()
 
 
@@ -380,6 +403,52 @@ def test_a_result_the_store_cannot_read_stops_its_chain_not_the_turn(any_store):
     assert row["status"] == "done" and row["last_error"].startswith(row_codec.CHAIN_STOPPED)
     assert any_store.get(other)["status"] == "done"
     assert [j["name"] for j in any_store.list_jobs(limit=10)].count("cr.takes") == 0
+
+
+@job(name="cr.returns", store_result=True)
+def returns(text):
+    return text
+
+
+@job(name="cr.echo", store_result=True)
+def echo(previous=None):
+    return previous
+
+
+@pytest.mark.parametrize("text", [
+    "a\\u0000b",        # a backslash and "u0000": no NUL, kept as written
+    "\\\x00",           # a backslash, then a NUL
+    "\uffff alone",       # the noncharacter PostgreSQL's rewrite uses, with no NUL
+    "\x00\x00",          # two NULs side by side
+])
+def test_a_result_reaches_the_step_exactly_as_it_was_returned(any_store, text):
+    """R59: the step is given the very text its predecessor returned, a NUL, a
+    backslash written before ``u0000`` and U+FFFF included, on both stores."""
+    from jobpool.testing import drain
+    first = any_store.enqueue_with("cr.returns", args=[text], then=echo.s().with_previous()).id
+    drain(any_store)
+    assert any_store.get(first)["last_error"] is None
+    [step] = [j for j in any_store.list_jobs(limit=10) if j["name"] == "cr.echo"]
+    assert jobpool.Handle(step["id"], store=any_store).result(timeout=5) == text
+
+
+def test_a_result_holding_a_nul_and_uffff_stops_the_chain_on_postgres_only(any_store,
+                                                                          store_url):
+    """R59: PostgreSQL passes a NUL on by writing it through jsonb as U+FFFF, so a
+    result that holds both cannot be written there: the chain stops saying why, as
+    for any step that cannot be enqueued (R44). SQLite passes it on."""
+    from jobpool.testing import drain
+    text = "\x00 and \uffff"
+    first = any_store.enqueue_with("cr.returns", args=[text], then=echo.s().with_previous()).id
+    drain(any_store)
+    row = any_store.get(first)
+    steps = [j for j in any_store.list_jobs(limit=10) if j["name"] == "cr.echo"]
+    if not store_url.startswith("postgresql"):
+        assert row["last_error"] is None
+        assert jobpool.Handle(steps[0]["id"], store=any_store).result(timeout=5) == text
+    else:
+        assert row["status"] == "done" and row["last_error"].startswith(row_codec.CHAIN_STOPPED)
+        assert steps == []
 
 
 @job(name="br.big", store_result=True)

@@ -52,7 +52,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "14"
+SCHEMA_VERSION = "15"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -647,22 +647,46 @@ FINISHED_CHANNEL_NAME = f"SELECT {FINISHED_CHANNEL}"
 #: is not JSON text, as a pickled one is not; the arguments are not a JSON
 #: ``[args, kwargs]``), so a settle tests it rather than fail its statement, and the
 #: turn with it (R44). Its own function for its exception handler.
-CREATE_WITH_PREVIOUS_FUNCTION = """
+#:
+#: jsonb cannot hold a NUL character, which SQLite's JSON passes on: where the texts
+#: hold a NUL's escape (``\u0000``, not an escaped backslash's ``\\u0000``), each goes
+#: through jsonb as U+FFFF's escape and comes back out as a NUL's (revision 15). U+FFFF
+#: is a noncharacter, kept for a program's own use; texts that also hold it (raw or
+#: escaped) are not rewritten, and the chain stops there as it did before.
+CREATE_WITH_PREVIOUS_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION jobpool_with_previous(payload text, keyword text, result bytea)
 RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
+    nul_escape CONSTANT text := '(?<!\\)((?:\\\\)*)\\u0000';
+    given text;
     arguments jsonb;
+    nuls boolean;
 BEGIN
+    given := COALESCE(convert_from(result, 'UTF8'), 'null');
+    nuls := strpos(payload, '\u0000') > 0 OR strpos(given, '\u0000') > 0;
+    IF nuls THEN
+        IF strpos(lower(payload || given), '\uffff') > 0
+           OR strpos(payload || given, U&'\FFFF') > 0 THEN
+            RETURN NULL;
+        END IF;
+        payload := regexp_replace(payload, nul_escape, '\1\\uffff', 'g');
+        given := regexp_replace(given, nul_escape, '\1\\uffff', 'g');
+    END IF;
     arguments := payload::jsonb;
     IF jsonb_typeof(arguments) IS DISTINCT FROM 'array'
        OR jsonb_typeof(arguments -> 1) IS DISTINCT FROM 'object' OR keyword IS NULL THEN
         RETURN NULL;
     END IF;
-    RETURN jsonb_set(arguments, ARRAY['1', keyword],
-                     COALESCE(convert_from(result, 'UTF8')::jsonb, 'null'::jsonb))::text;
+    payload := jsonb_set(arguments, ARRAY['1', keyword], given::jsonb)::text;
+    IF nuls THEN
+        -- jsonb writes U+FFFF as itself, never escaped: each is a NUL that went in.
+        payload := replace(payload, U&'\FFFF', '\u0000');
+    END IF;
+    RETURN payload;
 EXCEPTION WHEN OTHERS THEN
-    -- Whatever the text makes the server refuse (not JSON, NUL, a nesting past its
-    -- stack) is this row's data: the chain stops, the turn goes on (R44).
+    -- Whatever else the text makes the server refuse (not JSON, a lone surrogate, a
+    -- nesting past its stack) is this row's data: the chain stops, the turn goes on
+    -- (R44).
     RETURN NULL;
 END
 $$
@@ -755,6 +779,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     13: (CREATE_READY_PAIRS_INDEX,),
     # R31 (issue 25): the running rows a cancel was asked for.
     14: (CREATE_CANCEL_INDEX,),
+    # R59, R41: a predecessor's result holding a NUL passed on, as SQLite does.
+    15: (CREATE_WITH_PREVIOUS_FUNCTION,),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
