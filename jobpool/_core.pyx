@@ -28,7 +28,10 @@ child reads its next job with it too. ``write_message`` is its other half: a mes
 and its length prefix in one ``writev``.
 
 Every ``Connection`` opens its store through ``_walbuf.h``'s VFS, so each commit's WAL
-frames go to the file in one write (``wal_writes`` counts them).
+frames go to the file in one write (``wal_writes`` counts them). So does every store
+connection Python's ``sqlite3`` opens in a process that loaded this module, and each
+of those gets an SQL function that makes it wait for a lock in short sleeps too
+(``jobpool_busy_waits``, R26a: a producer beside a pool).
 ``OpenFiles`` and ``has_children`` are a child's two checks after every job (R43's look
 at its standard streams' files, R40's look for a process left behind), their system
 calls made here with no Python result built for them.
@@ -134,6 +137,29 @@ cdef extern from "sqlite3.h" nogil:
     const void* sqlite3_column_blob(sqlite3_stmt* stmt, int col)
     int sqlite3_column_bytes(sqlite3_stmt* stmt, int col)
     const char* sqlite3_column_name(sqlite3_stmt* stmt, int col)
+
+    ctypedef struct sqlite3_vfs
+    ctypedef struct sqlite3_context
+    ctypedef struct sqlite3_value
+    int SQLITE_UTF8
+    int SQLITE_DIRECTONLY
+    int SQLITE_FCNTL_VFS_POINTER
+    int sqlite3_auto_extension(void (*entry)() noexcept nogil)
+    int sqlite3_file_control(sqlite3* db, const char* name, int op, void* arg)
+    int sqlite3_create_function_v2(
+        sqlite3* db, const char* name, int nargs, int flags, void* app,
+        void (*call)(sqlite3_context*, int, sqlite3_value**) noexcept nogil,
+        void (*step)(sqlite3_context*, int, sqlite3_value**) noexcept nogil,
+        void (*final)(sqlite3_context*) noexcept nogil,
+        void (*destroy)(void*) noexcept nogil)
+    sqlite3* sqlite3_context_db_handle(sqlite3_context* context)
+    void* sqlite3_user_data(sqlite3_context* context)
+    int sqlite3_value_type(sqlite3_value* value)
+    sqlite3_int64 sqlite3_value_int64(sqlite3_value* value)
+    void sqlite3_result_int(sqlite3_context* context, int value)
+    void sqlite3_result_error(sqlite3_context* context, const char* text, int nbytes)
+    void* sqlite3_malloc64(unsigned long long size)
+    void sqlite3_free(void* memory)
 
 
 def _same_sqlite_as_python():
@@ -303,36 +329,123 @@ cdef class _Prepared:
 
 
 cdef enum:
-    BUSY_FIRST_US = 50      # the busy handler's first sleep, microseconds
-    BUSY_LONGEST_US = 1000  # and its longest
+    BUSY_FIRST_US = 50      # the driver's busy handler's first sleep, microseconds
+    BUSY_LONGEST_US = 1000  # and its longest (a producer's too)
+    # A producer's first sleep: longer than the driver's, whose turns hold the lock for
+    # tens of microseconds. Producers' commits hold it through their fsync, and with
+    # shorter first sleeps producers beside each other handed the lock back and forth
+    # after every commit (every enqueue waited; BENCHMARKS.md, R26a).
+    PRODUCER_FIRST_US = 200
 
 
 cdef struct BusyWait:
     long long limit_us      # the connection's busy timeout
     long long waited_us     # slept so far for the lock being waited on
+    long long first_us      # its first sleep (doubling up to ``BUSY_LONGEST_US``)
+
+
+#: How many sleeps ``_busy_wait`` made in this process (a test asks whether a
+#: connection waits in it; an increment lost between two threads does not matter).
+cdef long long _busy_sleeps = 0
 
 
 cdef int _busy_wait(void* arg, int count) noexcept nogil:
-    """SQLite's busy handler for a driver's connection: wait for the lock up to the
-    busy timeout, as ``sqlite3_busy_timeout`` does, but in sleeps of 50 µs doubling to
-    at most 1 ms, where SQLite's own handler sleeps 1, 2, 5, 10, 15… ms. A lock a
-    producer's commit or a checkpoint holds for a millisecond or two then costs the
-    supervisor's turn about that long instead of the next step of that ladder (3, 8,
-    18 ms): the pickup latency of a job enqueued while the pool turns."""
+    """SQLite's busy handler for a driver's connection and a producer's: wait for the
+    lock up to the busy timeout, as ``sqlite3_busy_timeout`` does, but in sleeps of 50
+    µs (a producer's: 200 µs) doubling to at most 1 ms, where SQLite's own handler
+    sleeps 1, 2, 5, 10, 15… ms. A lock a producer's commit or a checkpoint holds for a
+    millisecond or two then costs the supervisor's turn about that long instead of the
+    next step of that ladder (3, 8, 18 ms): the pickup latency of a job enqueued while
+    the pool turns. And a producer beside a pool gets in between its turns."""
     cdef BusyWait* wait = <BusyWait*>arg
     cdef long long step
     if count == 0:
         wait.waited_us = 0
     if wait.waited_us >= wait.limit_us:
         return 0
-    step = BUSY_FIRST_US << (count if count < 5 else 5)
+    step = wait.first_us << (count if count < 5 else 5)
     if step > BUSY_LONGEST_US:
         step = BUSY_LONGEST_US
     if step > wait.limit_us - wait.waited_us:
         step = wait.limit_us - wait.waited_us
     usleep(<unsigned int>step)
     wait.waited_us += step
+    global _busy_sleeps
+    _busy_sleeps += 1
     return 1
+
+
+def busy_sleeps():
+    """How many sleeps the short busy waits (``_busy_wait``) made in this process."""
+    return _busy_sleeps
+
+
+# -- a producer's busy waits (R26a) ------------------------------------------------------------
+#
+# Python's ``sqlite3`` gives a connection SQLite's own busy handler (sleeps of 1, 2, 5,
+# 10 ... 100 ms) and no way to choose another. A producer that meets a pool's turn
+# (which holds the write lock for tens of microseconds, thousands of times a second)
+# then sleeps a millisecond, meets the next turn, sleeps longer: while a pool drains,
+# its enqueues slow down tenfold and some wait a second. So every connection opened
+# through this module's VFS (``connect_file`` opens a store's so when the core is built)
+# gets an SQL function, ``jobpool_busy_waits(ms)``, that gives it short waits
+# (``_busy_wait``, from 200 µs) up to ``ms`` milliseconds; ``connect_file`` calls it
+# once, after Python set its own timeout. The function is DIRECTONLY: no view or
+# trigger a store holds can call it. Other connections of the process are left alone.
+
+cdef extern from *:
+    """
+    static sqlite3_vfs* walbuf_vfs_pointer(void) { return &walbuf_vfs; }
+    """
+    sqlite3_vfs* walbuf_vfs_pointer() nogil
+
+
+cdef void _set_busy_waits(sqlite3_context* context, int nargs,
+                          sqlite3_value** args) noexcept nogil:
+    cdef BusyWait* wait = <BusyWait*>sqlite3_user_data(context)
+    cdef sqlite3_int64 ms
+    if sqlite3_value_type(args[0]) != SQLITE_INTEGER:
+        sqlite3_result_error(context, "jobpool_busy_waits takes whole milliseconds", -1)
+        return
+    ms = sqlite3_value_int64(args[0])
+    if ms < 0:
+        sqlite3_result_error(context, "jobpool_busy_waits takes no negative time", -1)
+        return
+    wait.limit_us = (ms if ms < INT_MAX else INT_MAX) * 1000
+    wait.waited_us = 0
+    sqlite3_busy_handler(sqlite3_context_db_handle(context), _busy_wait, wait)
+    sqlite3_result_int(context, 1)
+
+
+cdef void _free_busy_wait(void* wait) noexcept nogil:
+    sqlite3_free(wait)
+
+
+cdef int _on_open(sqlite3* db, const char** error, const void* api) noexcept nogil:
+    """SQLite's auto-extension entry, run for every connection the process opens:
+    ``jobpool_busy_waits`` for those whose store goes through ``walbuf_vfs``."""
+    cdef sqlite3_vfs* vfs = NULL
+    cdef BusyWait* wait
+    if sqlite3_file_control(db, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK \
+            or vfs != walbuf_vfs_pointer():
+        return SQLITE_OK
+    wait = <BusyWait*>sqlite3_malloc64(sizeof(BusyWait))
+    if wait == NULL:
+        # No function: ``connect_file``'s call of it fails, and the store with it, as
+        # on any allocation that fails while a store opens.
+        return SQLITE_OK
+    wait.limit_us = 0
+    wait.waited_us = 0
+    wait.first_us = PRODUCER_FIRST_US
+    # On failure SQLite itself frees ``wait`` (the destructor runs).
+    sqlite3_create_function_v2(db, "jobpool_busy_waits", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
+                               wait, _set_busy_waits, NULL, NULL, _free_busy_wait)
+    return SQLITE_OK
+
+
+if sqlite3_auto_extension(<void (*)() noexcept nogil>_on_open) != SQLITE_OK:
+    raise ImportError("jobpool._core could not register its SQLite auto-extension; "
+                      "using the pure driver")
 
 
 @cython.final
@@ -367,6 +480,7 @@ cdef class Connection:
         self._db = db
         self._busy.limit_us = <long long>(min(timeout_ms, <double>INT_MAX) * 1000.0)
         self._busy.waited_us = 0
+        self._busy.first_us = BUSY_FIRST_US
         sqlite3_busy_handler(db, _busy_wait, &self._busy)
 
     def __dealloc__(self):

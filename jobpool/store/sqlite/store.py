@@ -62,11 +62,16 @@ def _disk_full(error: BaseException | None) -> bool:
     return False
 
 
+#: ``sqlite3.connect``'s own busy timeout, seconds, when none is given.
+_SQLITE_TIMEOUT = 5.0
+
+
 def connect_file(path: str, **options: Any) -> sqlite3.Connection:
     """Python's connection to a store's file, through the compiled core's VFS when the
     core is this process's (``core.WAL_VFS``: each commit's WAL frames in one write, so
-    an enqueue makes one write where SQLite makes two a page); through SQLite's own
-    with ``JOBPOOL_PURE=1`` or no core built. The file is the same either way."""
+    an enqueue makes one write where SQLite makes two a page, and a lock is waited for
+    in short sleeps); through SQLite's own with ``JOBPOOL_PURE=1`` or no core built.
+    The file is the same either way."""
     from jobpool import core  # loads the compiled core, which registers the VFS
     name = os.fsencode(path)
     if core.WAL_VFS is None or b"\0" in name or name.startswith(b"file:"):
@@ -78,7 +83,17 @@ def connect_file(path: str, **options: Any) -> sqlite3.Connection:
     # "file:" then the path; an absolute path after an empty authority ("file://"), so
     # that one starting "//" is not read as a host.
     prefix = "file://" if name.startswith(b"/") else "file:"
-    return sqlite3.connect(f"{prefix}{address}?vfs={core.WAL_VFS}", uri=True, **options)
+    conn = sqlite3.connect(f"{prefix}{address}?vfs={core.WAL_VFS}", uri=True, **options)
+    # R26a: a lock another process holds is waited for in short sleeps (the driver's),
+    # up to the same timeout, not in SQLite's 1, 2, 5, 10 ... ms: a producer beside a
+    # pool that turns thousands of times a second would otherwise sleep past them all.
+    try:
+        conn.execute("SELECT jobpool_busy_waits(?)",
+                     (round(options.get("timeout", _SQLITE_TIMEOUT) * 1000),)).fetchall()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def durability_setting(durability: str | None) -> str:
