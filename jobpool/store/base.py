@@ -532,6 +532,13 @@ class Store(Protocol):
         before the pool pauses and retries (SQLite: a full disk)."""
         ...
 
+    def contended(self, error: BaseException) -> bool:
+        """R26: whether ``error`` says only that another writer held the store's lock
+        past the caller's busy timeout (SQLite's "database is locked": a bulk enqueue,
+        a checkpoint), so the pool tries again at its poll interval instead of
+        backing off as from a failure."""
+        ...
+
     def replaced(self) -> str | None:
         """R45: what the store's path names now, in words, if no longer the file this
         store opened (None: it still does, or the store is no file)."""

@@ -489,8 +489,14 @@ class Supervisor:
             first = self._store_pause == 0.0  # log once per episode, not once per try
             if first:
                 self._store_down_since = self.clock()
-            self._store_pause = min(STORE_PAUSE_MAX, max(self.config.poll_interval,
-                                                         self._store_pause * 2))
+            if self.store.contended(exc):
+                # Another writer's lock (a bulk enqueue, a checkpoint): the busy wait
+                # already spaced the tries, and the next one should come soon after the
+                # lock is let go, not after a pause grown through a long holding.
+                self._store_pause = self.config.poll_interval
+            else:
+                self._store_pause = min(STORE_PAUSE_MAX, max(self.config.poll_interval,
+                                                             self._store_pause * 2))
             if first:
                 events.emit(events.STORE_ERROR, error=str(exc), pause=self._store_pause,
                             unsettled=len(state.pending))

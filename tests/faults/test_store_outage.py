@@ -84,6 +84,40 @@ def test_a_locked_store_pauses_the_pool_without_a_hot_loop_and_settles_everythin
                   resumed_after_ms=[e["resumed_after_ms"] for e in episodes])
 
 
+#: R26: another writer's lock held this long, with the pool polling every ``LONG_POLL`` s:
+#: a pause doubled through the holding (0.1, 0.2 ... 6.4 s) would have the pool's next
+#: try come seconds after the lock is let go.
+LONG_HOLD = 14 * CLAIM_BUSY_TIMEOUT
+LONG_POLL = 0.1
+
+
+@pytest.mark.slow
+def test_a_lock_held_long_is_tried_again_each_poll_so_work_resumes_when_it_goes(fault_app):
+    """R26: a lock another writer holds for many busy timeouts (a bulk enqueue of a
+    million rows) is no failure of the store: the pool tries again every poll interval,
+    not after a pause that doubled while the lock was held, so work resumes about as
+    soon as the lock is let go (here within a second, where doubling left it idle for
+    more than two)."""
+    app = fault_app
+    app.store().enqueue_many("f.work", [(i, 0.01) for i in range(400)])
+    pool = app.spawn_pool("--procs", "2", env={"JOBPOOL_POLL_INTERVAL": str(LONG_POLL)})
+    wait_for(lambda: app.count("status = 'done'") >= 20, timeout=60, interval=0.02)
+    locker = sqlite3.connect(app.db, isolation_level=None, timeout=30)
+    locker.execute("BEGIN EXCLUSIVE")
+    time.sleep(LONG_HOLD)
+    done_held = app.count("status = 'done'")
+    locker.execute("ROLLBACK")
+    locker.close()
+    released = time.monotonic()
+    wait_for(lambda: app.count("status = 'done'") > done_held, timeout=30, interval=0.01)
+    resumed = time.monotonic() - released
+    assert pool.poll() is None, app.log_of(pool)
+    assert resumed < 1.0, (resumed, app.log_of(pool)[-2000:])
+    log = app.log_of(pool)
+    assert log.count("store_error") == 1 and "database is locked" in log, log
+    assert stop_pool(pool) == 0
+
+
 def _fill(directory) -> int:
     """Write a filler file until the file system is full; returns its size."""
     written = 0

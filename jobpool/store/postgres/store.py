@@ -712,6 +712,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def on_store_error(self, error: BaseException) -> None:
         """Nothing to do here: the server keeps its own disk (R26 pauses and retries)."""
 
+    def contended(self, error: BaseException) -> bool:
+        """R26: never on PostgreSQL, whose row locks a turn passes over (``SKIP
+        LOCKED``) or waits for without a busy timeout: every error backs off."""
+        return False
+
     def finish_waiter(self, job_id: int, poll: float) -> Any:
         """R69: told of the job's end by a notification (``finish_wait``)."""
         return finish_wait.finish_waiter(self.target, job_id, poll)

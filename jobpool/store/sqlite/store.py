@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: SQLite's primary result code for "database or disk is full".
 _SQLITE_FULL = 13
+#: ... for "database is locked" (another connection's lock, past the busy timeout).
+_SQLITE_BUSY = 5
 #: SQLite's primary result code for "file is not a database".
 _SQLITE_NOTADB = 26
 #: ... and for "unable to open database file" (no permission to read it, say).
@@ -52,14 +54,19 @@ _SQLITE_CANTOPEN = 14
 _SQLITE_READONLY = 8
 
 
-def _disk_full(error: BaseException | None) -> bool:
-    """Whether ``error`` (or what it was raised from) is SQLite's SQLITE_FULL."""
+def _sqlite_code(error: BaseException | None) -> int | None:
+    """SQLite's primary result code in ``error`` or what it was raised from."""
     while error is not None:
         code = getattr(error, "sqlite_errorcode", None)
-        if code is not None and code & 0xFF == _SQLITE_FULL:
-            return True
+        if code is not None:
+            return code & 0xFF
         error = error.__cause__
-    return False
+    return None
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what it was raised from) is SQLite's SQLITE_FULL."""
+    return _sqlite_code(error) == _SQLITE_FULL
 
 
 #: ``sqlite3.connect``'s own busy timeout, seconds, when none is given.
@@ -223,6 +230,11 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except (sqlite3.Error, StoreError) as exc:
             log.debug("checkpoint after a full disk failed: %s", exc)
+
+    def contended(self, error: BaseException) -> bool:
+        """R26: whether ``error`` is SQLITE_BUSY: another writer held the lock past the
+        busy timeout (a bulk enqueue, a checkpoint), no failure of the store."""
+        return _sqlite_code(error) == _SQLITE_BUSY
 
     def replaced(self) -> str | None:
         """R45: what the path names now, in words, if not the file this store opened."""
