@@ -101,3 +101,19 @@ def test_other_connections_of_the_process_are_left_alone(store_path, tmp_path):
     with pytest.raises(sqlite3.OperationalError, match="no such function"):
         own.execute("SELECT jobpool_busy_waits(10)")
     own.close()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, "5", True])
+def test_a_busy_timeout_that_is_no_time_is_refused_naming_it(tmp_path, timeout):
+    with pytest.raises(ValueError, match="busy_timeout must be a number of seconds"):
+        jobpool.connect(tmp_path / "t.db", busy_timeout=timeout)
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_an_endless_busy_timeout_waits_as_long_as_sqlite_can(tmp_path):
+    """An infinite (or huge) timeout opens the store, its waits capped at SQLite's own
+    longest (a C int of milliseconds)."""
+    for timeout in (float("inf"), 1e12):
+        store = jobpool.connect(tmp_path / "t.db", busy_timeout=timeout)
+        assert store.enqueue("bw.noop", 1).id >= 1
+        store.close()

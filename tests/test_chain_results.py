@@ -490,3 +490,21 @@ def test_a_pickle_rows_result_reads_back_whatever_its_first_byte():
     assert stored_result(7, "cr.unregistered", old_protocol, True, "pickle") == {"n": 1}
     with pytest.raises(jobpool.UnsafeResultError):
         stored_result(7, "cr.unregistered", old_protocol, False, "pickle")
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_postgres_passes_a_nul_on_whatever_the_sessions_string_setting(pg_url, conforming):
+    """R59 (revision 15): the function that writes a step's arguments reads its own
+    backslashes the same in a session with ``standard_conforming_strings`` off (a
+    server or role configured for old applications)."""
+    import psycopg
+    jobpool.connect(pg_url).close()
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"SET search_path = {schema}")
+        conn.execute(f"SET standard_conforming_strings = {conforming}")
+        given = "\\ \x00 \\u0000"  # a backslash, a NUL, a backslash before "u0000"
+        ((written,),) = conn.execute(
+            "SELECT jobpool_with_previous(%s, %s, convert_to(%s, 'UTF8'))",
+            ('[[1], {"x": "\\u0000"}]', "previous", json.dumps(given))).fetchall()
+    assert json.loads(written) == [[1], {"x": "\x00", "previous": given}]

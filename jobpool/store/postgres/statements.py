@@ -657,20 +657,24 @@ CREATE_WITH_PREVIOUS_FUNCTION = r"""
 CREATE OR REPLACE FUNCTION jobpool_with_previous(payload text, keyword text, result bytea)
 RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
-    nul_escape CONSTANT text := '(?<!\\)((?:\\\\)*)\\u0000';
+    -- A NUL's escape, not an escaped backslash's "u0000"; E'' strings, so a session
+    -- with standard_conforming_strings off reads the backslashes alike.
+    nul_escape CONSTANT text := E'(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000';
+    nul CONSTANT text := E'\\u0000';
+    stand_in CONSTANT text := chr(65535);  -- U+FFFF, whose escape stands in for a NUL's
     given text;
     arguments jsonb;
     nuls boolean;
 BEGIN
     given := COALESCE(convert_from(result, 'UTF8'), 'null');
-    nuls := strpos(payload, '\u0000') > 0 OR strpos(given, '\u0000') > 0;
+    nuls := strpos(payload, nul) > 0 OR strpos(given, nul) > 0;
     IF nuls THEN
-        IF strpos(lower(payload || given), '\uffff') > 0
-           OR strpos(payload || given, U&'\FFFF') > 0 THEN
+        IF strpos(lower(payload || given), E'\\uffff') > 0
+           OR strpos(payload || given, stand_in) > 0 THEN
             RETURN NULL;
         END IF;
-        payload := regexp_replace(payload, nul_escape, '\1\\uffff', 'g');
-        given := regexp_replace(given, nul_escape, '\1\\uffff', 'g');
+        payload := regexp_replace(payload, nul_escape, E'\\1\\\\uffff', 'g');
+        given := regexp_replace(given, nul_escape, E'\\1\\\\uffff', 'g');
     END IF;
     arguments := payload::jsonb;
     IF jsonb_typeof(arguments) IS DISTINCT FROM 'array'
@@ -680,7 +684,7 @@ BEGIN
     payload := jsonb_set(arguments, ARRAY['1', keyword], given::jsonb)::text;
     IF nuls THEN
         -- jsonb writes U+FFFF as itself, never escaped: each is a NUL that went in.
-        payload := replace(payload, U&'\FFFF', '\u0000');
+        payload := replace(payload, stand_in, nul);
     END IF;
     RETURN payload;
 EXCEPTION WHEN OTHERS THEN

@@ -71,6 +71,9 @@ def _disk_full(error: BaseException | None) -> bool:
 
 #: ``sqlite3.connect``'s own busy timeout, seconds, when none is given.
 _SQLITE_TIMEOUT = 5.0
+#: The longest a lock is waited for, seconds: SQLite's own busy timeout is a C int of
+#: milliseconds, so a longer one (or an infinite one) waits this long (24 days).
+_LONGEST_WAIT = (2**31 - 1) / 1000
 
 
 def connect_file(path: str, **options: Any) -> sqlite3.Connection:
@@ -94,9 +97,10 @@ def connect_file(path: str, **options: Any) -> sqlite3.Connection:
     # R26a: a lock another process holds is waited for in short sleeps (the driver's),
     # up to the same timeout, not in SQLite's 1, 2, 5, 10 ... ms: a producer beside a
     # pool that turns thousands of times a second would otherwise sleep past them all.
+    timeout = options.get("timeout", _SQLITE_TIMEOUT)
     try:
         conn.execute("SELECT jobpool_busy_waits(?)",
-                     (round(options.get("timeout", _SQLITE_TIMEOUT) * 1000),)).fetchall()
+                     (round(min(max(timeout, 0.0), _LONGEST_WAIT) * 1000),)).fetchall()
     except BaseException:
         conn.close()
         raise
@@ -185,6 +189,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         #: Read-only commands never write the file: no new tables, no upgrade (R26a).
         self._readonly = readonly
         self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) \
+                or not busy_timeout >= 0:
+            raise ValueError(f"busy_timeout must be a number of seconds, 0 or more, "
+                             f"not {busy_timeout!r}")
         self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
         self.max_payload = max_payload
