@@ -18,6 +18,15 @@ A supervisor commits about nine pages per job, and in a loop of turns that
 difference was a fifth of the time per turn (BENCHMARKS.md). ``journal_size_limit``
 trims a WAL that a burst of writers grew past ``sql.WAL_KEEP_BYTES`` back to that
 size the next time it starts over.
+
+A RESTART (or TRUNCATE) holds new writers back while it waits for readers, and a
+reader that keeps an old snapshot open (another program's transaction left open, a
+shell) makes it wait its whole busy timeout every time: the pool's turns waited with
+it, and a drain ran at a third of its speed. So a restart waits ``RESTART_WAIT`` at
+most, one that such a reader refused is tried again after a pause that doubles (up
+to ``RESTART_RETRY_MAX``), and once the WAL could not start over for
+``PINNED_WARN_AFTER`` seconds the checkpointer says so, once, in the pool's log: the
+WAL grows for as long as that reader stays (R26a).
 """
 from __future__ import annotations
 
@@ -34,6 +43,16 @@ log = logging.getLogger(__name__)
 
 #: Seconds between checkpoints.
 INTERVAL = 0.1
+#: The longest a checkpoint that starts the WAL over waits for readers and the
+#: writer, seconds (it holds new writers back meanwhile).
+RESTART_WAIT = 0.01
+#: The longest pause before a restart that a reader refused is tried again, seconds.
+RESTART_RETRY_MAX = 5.0
+#: After the WAL could not start over for this long, seconds, the checkpointer warns
+#: (``JOBPOOL_WAL_WARN_AFTER`` sets it: the tests' knob).
+PINNED_WARN_AFTER = float(os.environ.get("JOBPOOL_WAL_WARN_AFTER", "30"))
+#: What a WAL frame adds to its page, bytes.
+FRAME_HEADER_BYTES = 24
 #: WAL size past which the checkpoint also starts the file over, bytes.
 RESTART_BYTES = sql.WAL_RESTART_BYTES
 #: Below this many times ``RESTART_BYTES`` of room, the disk counts as tight (R26a).
@@ -75,30 +94,71 @@ class Checkpointer:
 def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
     proctree.settle_forked(parent_pid, "jobpool-ckpt")
     try:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=0.2)
+        conn = sqlite3.connect(path, isolation_level=None, timeout=RESTART_WAIT)
     except sqlite3.Error as exc:
         log.warning("checkpointer cannot open %s: %s", path, exc)
         return
     try:
         conn.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
+        frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + FRAME_HEADER_BYTES
+        restarts = Restarts(path)
         wal = path + "-wal"
         folder = os.path.dirname(os.path.abspath(path))
         while True:
             time.sleep(interval)
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 size = wal_size(wal)
                 bound, tight = wal_bound(folder, size)
-                if size > bound:
+                # The frames in use, not the file: a WAL started over keeps its size
+                # (up to journal_size_limit) and is written over from its start.
+                if (size if tight else max(frames, 0) * frame_bytes) > bound \
+                        and restarts.due(time.monotonic()):
                     # On a tight disk the WAL's space goes back to the file system
                     # (TRUNCATE), so the store itself has room to grow into.
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if tight
-                                 else "PRAGMA wal_checkpoint(RESTART)").fetchone()
+                    refused = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if tight
+                                           else "PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
+                    restarts.tried(time.monotonic(), bool(refused), size, interval)
             except sqlite3.Error as exc:
                 # A busy or failing store is the main loop's to report (R26).
                 log.debug("checkpoint skipped: %s", exc)
     finally:
         conn.close()
+
+
+class Restarts:
+    """When the checkpointer next tries to start the WAL over, and the warning once a
+    reader has kept it from doing so for ``PINNED_WARN_AFTER`` seconds."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.next_try = 0.0
+        self.refusals = 0
+        self.refused_since: float | None = None
+        self.warned = False
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_try
+
+    def tried(self, now: float, refused: bool, wal_bytes: int, interval: float) -> None:
+        if not refused:
+            if self.warned:
+                log.warning("the WAL of %s starts over again: the read transaction that held "
+                            "it has ended", self.path)
+            self.next_try, self.refusals, self.refused_since, self.warned = 0.0, 0, None, False
+            return
+        self.refusals += 1
+        self.next_try = now + min(RESTART_RETRY_MAX, interval * 2 ** self.refusals)
+        if self.refused_since is None:
+            self.refused_since = now
+        held = now - self.refused_since
+        if not self.warned and held >= PINNED_WARN_AFTER:
+            self.warned = True
+            log.warning("the WAL of %s (%d MB) has not started over for %d s: another "
+                        "connection keeps a read transaction open on the store (a program "
+                        "or a shell that began one and has not ended it). Until it ends, "
+                        "the WAL grows and every pool on the store slows down",
+                        self.path, wal_bytes // 2**20, held)
 
 
 def wal_size(wal: str) -> int:
