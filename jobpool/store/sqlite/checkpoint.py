@@ -143,8 +143,8 @@ class Restarts:
     def tried(self, now: float, refused: bool, wal_bytes: int, interval: float) -> None:
         if not refused:
             if self.warned:
-                log.warning("the WAL of %s starts over again: the read transaction that held "
-                            "it has ended", self.path)
+                log.warning("the WAL of %s starts over again: the transaction that held it "
+                            "has ended", self.path)
             self.next_try, self.refusals, self.refused_since, self.warned = 0.0, 0, None, False
             return
         self.refusals += 1
@@ -155,10 +155,10 @@ class Restarts:
         if not self.warned and held >= PINNED_WARN_AFTER:
             self.warned = True
             log.warning("the WAL of %s (%d MB) has not started over for %d s: another "
-                        "connection keeps a read transaction open on the store (a program "
-                        "or a shell that began one and has not ended it). Until it ends, "
-                        "the WAL grows and every pool on the store slows down",
-                        self.path, wal_bytes // 2**20, held)
+                        "connection keeps a transaction open on the store (most often a "
+                        "read: a program or a shell that began one and has not ended it). "
+                        "Until it ends, the WAL grows and every pool on the store slows "
+                        "down", self.path, wal_bytes // 2**20, held)
 
 
 def wal_size(wal: str) -> int:
