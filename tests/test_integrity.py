@@ -330,32 +330,68 @@ def test_a_close_from_the_thread_holding_the_write_lock_lets_the_waiting_thread_
     path = str(tmp_path / "jobpool.db")
     store = jobpool.connect(path, busy_timeout=3.0)
     store.close()  # so that the writer's connection is opened first: the older one
-    got: list = []
     opened, locked = threading.Event(), threading.Event()
 
-    def writer() -> None:
+    def first() -> None:
         store.stats()  # this thread's connection, open
         opened.set()
         assert locked.wait(10)
-        try:
-            got.append(store.enqueue("t.noop", 1).id)
-        except Exception as exc:  # noqa: BLE001 - the test reads it
-            got.append(exc)
-
-    thread = threading.Thread(target=writer)
-    thread.start()
+    thread, got = _enqueue_in_a_thread(store, first)
     assert opened.wait(10)
     store.conn.execute("BEGIN IMMEDIATE")  # this thread holds the write lock
     locked.set()
     time.sleep(0.3)  # the writer waits for the lock, inside its statement
     store.close()  # rolls back this thread's transaction, the lock with it
     thread.join(30)
+    _assert_enqueued(path, got)
+
+
+def _enqueue_in_a_thread(store, first=lambda: None) -> tuple[threading.Thread, list]:
+    """A thread that runs ``first``, then enqueues one job: the started thread, and the
+    list its enqueue's id (or what it raised) goes into."""
+    got: list = []
+
+    def writer() -> None:
+        first()
+        try:
+            got.append(store.enqueue("t.noop", 1).id)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            got.append(exc)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    return thread, got
+
+
+def _assert_enqueued(path, got: list) -> None:
+    """The thread's enqueue returned an id, and the job is in the store, ready."""
     assert len(got) == 1 and isinstance(got[0], int), got
     reopened = jobpool.connect(path)
     try:
         assert reopened.get(got[0])["status"] == "ready"
     finally:
         reopened.close()
+
+
+def test_a_close_waits_for_another_threads_whole_transaction(tmp_path, monkeypatch):
+    """R42: a close from another thread waits for a transaction to end, not only for
+    the statement stepping. Here the enqueue's transaction dwells between its BEGIN
+    and its insert (as a loaded machine makes it, now and then); a close that took the
+    connection in that moment failed the enqueue with "Cannot operate on a closed
+    database" after it had got the lock."""
+    store = jobpool.connect(tmp_path / "jobpool.db")
+    between = threading.Event()
+    insert_unique = store._insert_unique
+
+    def dwelling(*args, **kwargs):
+        between.set()
+        time.sleep(0.3)
+        return insert_unique(*args, **kwargs)
+    monkeypatch.setattr(store, "_insert_unique", dwelling)
+    thread, got = _enqueue_in_a_thread(store)
+    assert between.wait(10)
+    store.close()
+    thread.join(30)
+    _assert_enqueued(tmp_path / "jobpool.db", got)
 
 
 # -- what a job can reach (R43) ----------------------------------------------------------

@@ -663,18 +663,24 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     def transaction(self, what: str, fn):
         """Run ``fn(conn)`` in one BEGIN IMMEDIATE transaction; StoreError naming
-        ``what`` on failure (for this module and the store's own modules)."""
+        ``what`` on failure (for this module and the store's own modules).
+
+        R42: the whole transaction holds the connection's guard, so a ``close()`` from
+        another thread waits for its end, not only for the statement stepping: a close
+        between its ``BEGIN`` and its write failed an enqueue that had just got the
+        lock ("Cannot operate on a closed database")."""
         conn = self.conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+        with conn.guard:
             try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                _rollback(conn)
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"{what} failed: {exc}") from exc
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
+            except sqlite3.Error as exc:
+                raise StoreError(f"{what} failed: {exc}") from exc
         return result
 
     def cancel(self, job_id: int, now: float | None = None) -> str:
