@@ -17,18 +17,11 @@ from jobpool.protocol import success_fields
 
 #: The API the compiled module mirrors name for name (tests/test_core.py).
 __all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
-           "WAL_VFS", "busy_sleeps"]
+           "WAL_VFS"]
 
 #: The SQLite VFS a store's connections open through: SQLite's own here (None); the
 #: compiled module's gathers each commit's WAL writes into one (``_walbuf.h``).
 WAL_VFS: str | None = None
-
-
-def busy_sleeps() -> int:
-    """How many short sleeps this process's connections made waiting for a lock: none
-    here, where every connection keeps SQLite's own busy handler (R26a); the compiled
-    module counts its own."""
-    return 0
 
 
 def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:

@@ -18,8 +18,8 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import (WAL_VFS, OpenFiles, SlotTable, busy_sleeps, has_children,
-                                  read_message, write_message)
+    from jobpool._core_py import (WAL_VFS, OpenFiles, SlotTable, has_children, read_message,
+                                  write_message)
     NAME = "pure"
 else:
     _impl = _core_py
@@ -43,11 +43,8 @@ else:
     #: The SQLite VFS a store's connections open through when the core is built (each
     #: commit's WAL frames in one write, ``_walbuf.h``); None: SQLite's own.
     WAL_VFS = _impl.WAL_VFS
-    #: R26a: the short sleeps made so far waiting for a lock (0 with the pure twins,
-    #: whose connections keep SQLite's own waits).
-    busy_sleeps = _impl.busy_sleeps
 
 __all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
-           "WAL_VFS", "busy_sleeps",
+           "WAL_VFS",
            "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY",
            "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

@@ -27,7 +27,7 @@ def noop(i):
 
 @pytest.fixture
 def store_path(compiled_core, tmp_path):
-    if core.NAME != "compiled":
+    if core.NAME != "compiled":  # the stores of this process use the pure twins
         pytest.skip("JOBPOOL_PURE=1: store connections keep SQLite's own busy handler")
     path = tmp_path / "busy.db"
     jobpool.connect(path).close()
@@ -41,19 +41,19 @@ def _hold_write_lock(path) -> sqlite3.Connection:
     return other
 
 
-def test_an_enqueue_meeting_a_held_lock_waits_in_short_sleeps(store_path):
+def test_an_enqueue_meeting_a_held_lock_waits_in_short_sleeps(store_path, compiled_core):
     """The producer's connection waits in the core's handler (it counts its sleeps;
     SQLite's own would not), and its enqueue is written once the lock is let go."""
     store = jobpool.connect(store_path)
     other = _hold_write_lock(store_path)
-    before = core.busy_sleeps()
+    before = compiled_core.busy_sleeps()
     done: list = []
     producer = threading.Thread(target=lambda: done.append(store.enqueue("bw.noop", 1)))
     producer.start()
     waited_for = time.monotonic() + 30
-    while core.busy_sleeps() < before + 3 and time.monotonic() < waited_for:
+    while compiled_core.busy_sleeps() < before + 3 and time.monotonic() < waited_for:
         time.sleep(0.005)
-    sleeps = core.busy_sleeps() - before
+    sleeps = compiled_core.busy_sleeps() - before
     other.execute("ROLLBACK")
     other.close()
     producer.join(30)
@@ -62,13 +62,13 @@ def test_an_enqueue_meeting_a_held_lock_waits_in_short_sleeps(store_path):
     store.close()
 
 
-def test_the_wait_still_ends_at_the_stores_busy_timeout(store_path):
+def test_the_wait_still_ends_at_the_stores_busy_timeout(store_path, compiled_core):
     """R26a: short sleeps, the same timeout: a lock held past it is a StoreError that
     says the store is locked, and not before the timeout has passed."""
     store = jobpool.connect(store_path, busy_timeout=0.3)
     store.stats()  # this thread's connection, opened before the lock is taken
     other = _hold_write_lock(store_path)
-    before = core.busy_sleeps()
+    before = compiled_core.busy_sleeps()
     began = time.monotonic()
     with pytest.raises(StoreError, match="locked"):
         store.enqueue("bw.noop", 1)
@@ -76,7 +76,7 @@ def test_the_wait_still_ends_at_the_stores_busy_timeout(store_path):
     other.execute("ROLLBACK")
     other.close()
     assert waited >= 0.3
-    assert core.busy_sleeps() > before
+    assert compiled_core.busy_sleeps() > before
     assert store.stats()["ready"] == 0
     store.close()
 

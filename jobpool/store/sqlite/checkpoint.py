@@ -101,7 +101,7 @@ def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
     try:
         conn.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
         frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + FRAME_HEADER_BYTES
-        restarts = Restarts(path)
+        restarts = Restarts(path, interval)
         wal = path + "-wal"
         folder = os.path.dirname(os.path.abspath(path))
         while True:
@@ -118,7 +118,7 @@ def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
                     # (TRUNCATE), so the store itself has room to grow into.
                     refused = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if tight
                                            else "PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
-                    restarts.tried(time.monotonic(), bool(refused), size, interval)
+                    restarts.tried(time.monotonic(), bool(refused), size)
             except sqlite3.Error as exc:
                 # A busy or failing store is the main loop's to report (R26).
                 log.debug("checkpoint skipped: %s", exc)
@@ -130,8 +130,9 @@ class Restarts:
     """When the checkpointer next tries to start the WAL over, and the warning once a
     reader has kept it from doing so for ``PINNED_WARN_AFTER`` seconds."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, interval: float) -> None:
         self.path = path
+        self.interval = interval  # the first pause after a refusal is twice this
         self.next_try = 0.0
         self.refusals = 0
         self.refused_since: float | None = None
@@ -140,7 +141,7 @@ class Restarts:
     def due(self, now: float) -> bool:
         return now >= self.next_try
 
-    def tried(self, now: float, refused: bool, wal_bytes: int, interval: float) -> None:
+    def tried(self, now: float, refused: bool, wal_bytes: int) -> None:
         if not refused:
             if self.warned:
                 log.warning("the WAL of %s starts over again: the transaction that held it "
@@ -148,7 +149,7 @@ class Restarts:
             self.next_try, self.refusals, self.refused_since, self.warned = 0.0, 0, None, False
             return
         self.refusals += 1
-        self.next_try = now + min(RESTART_RETRY_MAX, interval * 2 ** self.refusals)
+        self.next_try = now + min(RESTART_RETRY_MAX, self.interval * 2 ** self.refusals)
         if self.refused_since is None:
             self.refused_since = now
         held = now - self.refused_since
