@@ -204,25 +204,17 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict, soft_limit: float | No
     problem = job.arguments.problem(args, kwargs)
     if problem is not None:
         return lifecycle.FATAL, job.arguments.refusal(job.name, problem), None, None, None, None
+    pid = os.getpid()
     try:
         value = job.fn(*args, **kwargs)
         if job.is_coroutine:
             value = coroutines.run(value, soft_limit)
-    except Retry as exc:
-        return lifecycle.RETRY, f"Retry: {exc.reason}", exc.after, None, None, exc
-    except Fatal as exc:
-        return lifecycle.FATAL, f"Fatal: {exc.reason}", None, None, None, exc
-    except Defer as exc:
-        return lifecycle.DEFER, f"Defer: {exc.reason}", exc.delay, None, None, exc
-    except Reschedule as exc:
-        return lifecycle.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None, None, exc
-    except Interrupted as exc:
-        # R37: stopped at a save point; the pool decides what that means (it asked).
-        return lifecycle.INTERRUPTED, f"interrupted at a save point ({exc.reason})", None, None, \
-            None, exc
-    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are failures too
-        kind = lifecycle.FATAL if job.fatal and isinstance(exc, job.fatal) else lifecycle.ERROR
-        return kind, _describe(exc), None, None, None, exc
+    except BaseException as exc:  # noqa: BLE001 - classified below, in the job's own process
+        if os.getpid() != pid:
+            end_forked_copy(exc)
+        return _raised(job, exc)
+    if os.getpid() != pid:
+        end_forked_copy(None)
     # An awaitable that nobody awaited: the body it stands for never ran, so the
     # attempt is not done. Dead at once (FATAL): every attempt would return one.
     # Only the type is looked at, and not for None or JSON's types: a plain job's
@@ -243,6 +235,55 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict, soft_limit: float | No
         return lifecycle.FATAL, (f"result cannot be stored: it is {size} bytes, over the "
                             f"{MAX_PAYLOAD_BYTES}-byte limit"), None, None, value, None
     return lifecycle.DONE, None, None, result, value, None
+
+
+def _raised(job: jobs.Job, exc: BaseException):
+    """``_outcome_of``'s answer for an attempt whose body raised ``exc``."""
+    if isinstance(exc, Retry):
+        return lifecycle.RETRY, f"Retry: {exc.reason}", exc.after, None, None, exc
+    if isinstance(exc, Fatal):
+        return lifecycle.FATAL, f"Fatal: {exc.reason}", None, None, None, exc
+    if isinstance(exc, Defer):
+        return lifecycle.DEFER, f"Defer: {exc.reason}", exc.delay, None, None, exc
+    if isinstance(exc, Reschedule):
+        return lifecycle.RESCHEDULE, f"Reschedule: {exc.reason}", exc.delay, None, None, exc
+    if isinstance(exc, Interrupted):
+        # R37: stopped at a save point; the pool decides what that means (it asked).
+        return lifecycle.INTERRUPTED, f"interrupted at a save point ({exc.reason})", None, None, \
+            None, exc
+    # Any other, SystemExit and KeyboardInterrupt included, is a failure too.
+    kind = lifecycle.FATAL if job.fatal and isinstance(exc, job.fatal) else lifecycle.ERROR
+    return kind, _describe(exc), None, None, None, exc
+
+
+def end_forked_copy(raised: BaseException | None) -> None:
+    """End a process the job forked that came back out of the job's function (R40):
+    it returned, or raised (``sys.exit()`` included), in the copy the fork made of
+    this child, so it is on its way back into the child's loop, where it would report
+    an outcome for the attempt its parent is still running and read the next job off
+    the same pipe. It ends here instead, as a Python program whose main code ended
+    so would (0, a ``SystemExit``'s status, or 1 after the traceback on stderr), its
+    standard streams flushed and without the exit handlers it inherited, as
+    ``multiprocessing``'s forked processes end."""
+    code = 0
+    try:
+        if isinstance(raised, SystemExit):
+            status = raised.code
+            if status is None or isinstance(status, int):
+                code = int(status or 0)
+            else:
+                print(status, file=sys.stderr)
+                code = 1
+        elif raised is not None:
+            traceback.print_exception(raised)
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except BaseException:  # noqa: BLE001 - a closed stream, a broken __str__: still end
+        code = code or 1
+    finally:
+        os._exit(code & 0xFF)
 
 
 def _safe_text(exc: BaseException) -> str:
@@ -345,7 +386,10 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     if on_terminal:
         # The supervisor forwards its terminal's hang-up (R27): see terminal.py.
         signal.signal(signal.SIGHUP, lambda signum, frame: streams.detach_terminal(on_terminal))
+    me = os.getpid()
     startup_error = run_child_start_hooks()
+    if os.getpid() != me:
+        end_forked_copy(None)  # R40: a start hook's fork came back here
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes
@@ -378,6 +422,10 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                                       startup_error, frames)
         finally:
             running.current = None
+        if os.getpid() != me:
+            # R40: a fork made around the job's body (by a middleware's hook, say) came
+            # back here; the job's own function ends its forks itself (_outcome_of).
+            end_forked_copy(None)
         try:
             write_message(conn, reply)
         except OSError:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
+
 import pytest
 
 from .conftest import alive, wait_for
@@ -106,3 +109,111 @@ def forgets():
     assert app.rows("SELECT status FROM jobs WHERE id = ?", (job_id,)) == [{"status": "done"}]
     assert '"event": "strays_killed"' not in result.stderr
     assert [a["strays"] for a in app.store().attempts(job_id)] == [None]
+
+
+FORKING_APP = """
+import os, sys
+from pathlib import Path
+from jobpool import job
+
+HERE = Path(__file__).parent
+
+@job(name="t.forks", max_attempts=3, store_result=True)
+def forks(how):
+    pid = os.fork()
+    if pid == 0:
+        # The copy the fork made comes back out of the job's function.
+        if how == "exit0":
+            sys.exit(0)
+        if how == "exit3":
+            sys.exit(3)
+        if how == "raise":
+            raise ValueError("raised in the copy")
+        return "the copy's result"
+    _pid, status = os.waitpid(pid, 0)
+    return {"copy": os.waitstatus_to_exitcode(status), "pid": os.getpid()}
+
+@job(name="t.mark")
+def mark(i):
+    with open(HERE / "marks", "a") as fh:
+        fh.write(f"{i} {os.getpid()}\\n")
+"""
+
+FORK_ENDINGS = {"exit0": 0, "exit3": 3, "raise": 1, "return": 0}
+
+
+def test_a_process_the_job_forked_that_comes_back_out_of_it_ends_there(make_app):
+    """R40: a fork whose copy returns from the job's function, or raises out of it
+    (``sys.exit()`` included), ends there with the status a program would. Before,
+    the copy went on into the child's loop: it reported its ``SystemExit`` as the
+    attempt's outcome while the job itself was still running (a job that succeeded
+    was dead, or retried beside itself), and read the next job off the same pipe."""
+    app = make_app(FORKING_APP)
+    store = app.store()
+    forked, marks = {}, 0
+    for how in FORK_ENDINGS:
+        forked[how] = store.enqueue("t.forks", how)
+        for _ in range(3):
+            store.enqueue("t.mark", marks)
+            marks += 1
+    result = app.start("--procs", "1", "-q")
+    assert result.returncode == 0, result.stderr
+    pids = set()
+    for how, handle in forked.items():
+        row = store.get(handle.id)
+        assert (row["status"], row["attempts"]) == ("done", 1), (how, row)
+        got = handle.result(timeout=5)
+        assert got["copy"] == FORK_ENDINGS[how], how
+        pids.add(got["pid"])
+    lines = (app.dir / "marks").read_text().split()
+    assert sorted(int(i) for i in lines[::2]) == list(range(marks))  # each ran once
+    pids.update(int(p) for p in lines[1::2])
+    assert len(pids) == 1  # one child ran everything: none was replaced
+    assert "ValueError: raised in the copy" in result.stderr  # the copy's own traceback
+
+
+def test_a_fork_made_by_a_middleware_or_a_child_start_hook_that_comes_back_ends_there(make_app):
+    """R40's siblings: a fork made around the job's body (a middleware's ``after``) or
+    before any job (an ``on_child_start`` hook) whose copy returns into the child's
+    loop ends there too."""
+    app = make_app(FORKING_APP + """
+import time
+import jobpool
+
+class Reporter(jobpool.Middleware):
+    def after(self, info, result):
+        if os.fork():
+            time.sleep(0.2)  # both return, the copy first
+
+def start():
+    if os.fork():
+        time.sleep(0.3)  # both return, the copy first: it would read the first job
+
+jobpool.add_middleware(Reporter())
+jobpool.on_child_start(start)
+""")
+    store = app.store()
+    for i in range(6):
+        store.enqueue("t.mark", i)
+    result = app.start("--procs", "1", "-q")
+    assert result.returncode == 0, result.stderr
+    lines = (app.dir / "marks").read_text().split()
+    assert sorted(int(i) for i in lines[::2]) == list(range(6))  # each ran once
+    assert len(set(lines[1::2])) == 1  # in one child
+    assert [store.get(i)["attempts"] for i in range(1, 7)] == [1] * 6
+
+
+def test_a_fork_that_comes_back_out_of_a_job_in_testing_drain_ends_there(make_app):
+    """R40 in ``jobpool.testing.drain`` (the caller's own process): the copy does not
+    go on with the caller's program."""
+    app = make_app(FORKING_APP)
+    app.store().enqueue("t.forks", "return")
+    (app.dir / "drain_it.py").write_text(
+        "import jobpool, app_module\n"
+        "from jobpool import testing\n"
+        f"drained = testing.drain(jobpool.connect({str(app.db)!r}))\n"
+        "print('after the drain', drained.done, flush=True)\n".replace("app_module", app.module))
+    ran = subprocess.run([sys.executable, "drain_it.py"], cwd=app.dir, env=app.env,
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == ["after the drain 1"]
