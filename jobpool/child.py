@@ -68,7 +68,7 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     else:
         kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
     # R40: whatever the attempt started and left running ends with it, success included.
-    strays = proctree.kill_strays()
+    strays = proctree.kill_strays(spare=proctree.python_helpers())
     if strays:
         log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
     cpu_s = _cpu_seconds() - cpu_before
@@ -398,37 +398,42 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     # store modules a child never loads (R43; its parent, which forked it, has them).
     from jobpool import core
     read_message, write_message = core.read_message, core.write_message
-    while True:
-        try:
-            message = read_message(conn)
-        except (EOFError, OSError):
-            return  # the supervisor closed our pipe: it is stopping or gone
-        job = protocol.loads(message)
-        if isinstance(job[0], str):
-            continue  # an interrupt for the job just finished (R37): it is over
-        job_id, attempt, name, payload, serializer, queue, batch, meta = job
-        running.current = running.Attempt(conn, job_id, attempt, name, queue, batch, meta)
-        done += 1
+    try:
+        while True:
+            try:
+                message = read_message(conn)
+            except (EOFError, OSError):
+                return  # the supervisor closed our pipe: it is stopping or gone
+            job = protocol.loads(message)
+            if isinstance(job[0], str):
+                continue  # an interrupt for the job just finished (R37): it is over
+            job_id, attempt, name, payload, serializer, queue, batch, meta = job
+            running.current = running.Attempt(conn, job_id, attempt, name, queue, batch, meta)
+            done += 1
 
-        def retire(done: int = done) -> bool:
-            # Decided before the reply goes out, so the supervisor never sends a job
-            # to a child that is about to exit. A leaky job's memory goes back to
-            # the system with this process.
-            return bool((max_tasks and done >= max_tasks)
-                        or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
-                        or not streams.restore())
-        try:
-            reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
-                                      startup_error, frames)
-        finally:
-            running.current = None
-        if os.getpid() != me:
-            # R40: a fork made around the job's body (by a middleware's hook, say) came
-            # back here; the job's own function ends its forks itself (_outcome_of).
-            end_forked_copy(None)
-        try:
-            write_message(conn, reply)
-        except OSError:
-            return
-        if retiring:
-            return
+            def retire(done: int = done) -> bool:
+                # Decided before the reply goes out, so the supervisor never sends a job
+                # to a child that is about to exit. A leaky job's memory goes back to
+                # the system with this process.
+                return bool((max_tasks and done >= max_tasks)
+                            or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
+                            or not streams.restore())
+            try:
+                reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
+                                          startup_error, frames)
+            finally:
+                running.current = None
+            if os.getpid() != me:
+                # R40: a fork made around the job's body (by a middleware's hook, say) came
+                # back here; the job's own function ends its forks itself (_outcome_of).
+                end_forked_copy(None)
+            try:
+                write_message(conn, reply)
+            except OSError:
+                return
+            if retiring:
+                return
+    finally:
+        # R40: the helpers Python keeps for this process (a pool's fork server, say)
+        # end with it, not after it as orphans of the supervisor's.
+        proctree.end_python_helpers()

@@ -120,10 +120,12 @@ def descendants(pid: int, exclude: frozenset[int] = frozenset()) -> list[int]:
     return order
 
 
-def kill_strays(exclude: frozenset[int] = frozenset(), *, count_ended: bool = False) -> int:
+def kill_strays(exclude: frozenset[int] = frozenset(), *, count_ended: bool = False,
+                spare: frozenset[int] = frozenset()) -> int:
     """SIGKILL every running descendant of this process but ``exclude``'s subtrees,
     reap those that are our own children, and return how many the attempt had left
-    behind.
+    behind. ``spare``: processes left running and uncounted themselves (the helpers
+    Python keeps for this process, ``python_helpers``); what runs below them is not.
 
     Killing a parent reparents its children to us (a subreaper), so this repeats
     until a round finds nothing running: a tree that forks while it is being
@@ -136,7 +138,7 @@ def kill_strays(exclude: frozenset[int] = frozenset(), *, count_ended: bool = Fa
     me = os.getpid()
     killed: set[int] = set()
     for _round in range(KILL_ROUNDS):
-        found = descendants(me, exclude)
+        found = [p for p in descendants(me, exclude) if p not in spare]
         strays = _running(found)
         if count_ended:
             killed.update(p for p in found if p not in strays)
@@ -146,11 +148,63 @@ def kill_strays(exclude: frozenset[int] = frozenset(), *, count_ended: bool = Fa
                 killed.add(stray)
             except ProcessLookupError:
                 pass
-        _reap(set(children(me)) - exclude)
+        # A spared helper is not reaped either: its owner waits for it itself, and
+        # would fail (ECHILD) on one reaped here.
+        _reap(set(children(me)) - exclude - spare)
         if not strays:
             break
         time.sleep(0.001 * _round)
     return len(killed)
+
+
+#: Python's ``multiprocessing`` (and ``multiprocess``, its twin): the helper processes
+#: it starts once and keeps for the life of the process that started them, as
+#: (module, the module's instance, the attribute holding the helper's pid).
+_HELPERS = tuple((f"{package}.{module}", instance, attribute)
+                 for package in ("multiprocessing", "multiprocess")
+                 for module, instance, attribute in (
+                     ("forkserver", "_forkserver", "_forkserver_pid"),
+                     ("resource_tracker", "_resource_tracker", "_pid")))
+
+
+def python_helpers() -> frozenset[int]:
+    """The helper processes Python's ``multiprocessing`` started for this process and
+    keeps for its whole life (R40's amendment): the fork server (the "forkserver"
+    start method, the default on Linux from Python 3.14) and the resource tracker
+    ("spawn" and "forkserver"). They are the process's, not the job's that first
+    needed them: killed after that job, the next job's pool failed in the child
+    ("ChildProcessError: [Errno 10] No child processes": the fork server's owner
+    asks after its pid) or warned that the tracker "died unexpectedly". Read from
+    the modules only when a job imported them, and only if the pid is a child of
+    this process's."""
+    pids = set()
+    for module_name, instance, attribute in _HELPERS:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        pid = getattr(getattr(module, instance, None), attribute, None)
+        if isinstance(pid, int) and pid > 0:
+            pids.add(pid)
+    if not pids:
+        return frozenset()
+    return frozenset(pids.intersection(children(os.getpid())))
+
+
+def end_python_helpers() -> None:
+    """End the helpers ``python_helpers`` names, at the end of the process they serve
+    (a pool's child that retires or whose pool stops), so that none is left to the
+    supervisor as an orphan to kill and count. Killed, not asked to stop: the resource
+    tracker ends at the end of its pipe, which the fork server and whatever it forked
+    hold too, so waiting for it could wait for ever."""
+    for pid in python_helpers():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def _running(pids: list[int]) -> list[int]:

@@ -217,3 +217,62 @@ def test_a_fork_that_comes_back_out_of_a_job_in_testing_drain_ends_there(make_ap
                          capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.splitlines() == ["after the drain 1"]
+
+
+POOLS_APP = """
+import multiprocessing, os
+from jobpool import job
+
+def square(x):
+    return x * x
+
+def own_children():
+    found = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children") as fh:
+            found += [int(p) for p in fh.read().split()]
+    return found
+
+@job(name="t.pool", store_result=True, max_attempts=1)
+def pool(method):
+    with multiprocessing.get_context(method).Pool(2) as workers:
+        squares = workers.map(square, range(4))
+    return {"squares": squares, "helpers": own_children()}
+
+@job(name="t.left_running", max_attempts=1)
+def left_running():
+    import time
+    # Started by the fork server, never joined: the job's one stray.
+    multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(60,)).start()
+"""
+
+
+@pytest.mark.parametrize("recycle", [False, True], ids=["one child", "a child a job"])
+def test_the_helpers_python_keeps_for_a_child_serve_its_next_jobs_too(make_app, recycle):
+    """R40's amendment: the fork server and the resource tracker that a job's
+    ``multiprocessing`` pool started are the child's, spared after the job (killed,
+    the next job's forkserver pool failed with "ChildProcessError: [Errno 10] No child
+    processes", and a spawn pool's tracker "died unexpectedly"), and ended with the
+    child. What a job leaves running below them is still its stray."""
+    app = make_app(POOLS_APP)
+    store = app.store()
+    jobs = [store.enqueue("t.pool", method)
+            for method in ("forkserver", "forkserver", "spawn", "spawn")]
+    left_running = store.enqueue("t.left_running").id
+    jobs.append(store.enqueue("t.pool", "forkserver"))
+    extra = ("--max-tasks-per-child", "1") if recycle else ()
+    result = app.start("--procs", "1", "--log-format", "json", *extra)
+    assert result.returncode == 0, result.stderr
+    helpers = set()
+    for handle in jobs:
+        got = handle.result(timeout=5)
+        assert got["squares"] == [0, 1, 4, 9]
+        assert [a["strays"] or 0 for a in store.attempts(handle.id)] == [0]
+        helpers.update(got["helpers"])
+    assert [a["strays"] for a in store.attempts(left_running)] == [1]  # its process
+    assert store.get(left_running)["status"] == "done"
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert [e for e in events if e["event"] == "strays_killed"
+            and e.get("job_id") != left_running] == [], result.stderr
+    assert "died unexpectedly" not in result.stderr
+    assert helpers and not any(alive(pid) for pid in helpers)  # they ended with their child
