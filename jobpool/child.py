@@ -67,6 +67,7 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         kind, error, delay, result = lifecycle.ERROR, startup_error, None, None
     else:
         kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
+    end_alarm_left()
     # R40: whatever the attempt started and left running ends with it, success included.
     strays = proctree.kill_strays(spare=proctree.python_helpers())
     if strays:
@@ -79,6 +80,16 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
                                       retiring), retiring
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
                                     _peak_rss_bytes(), cpu_s, retiring, strays), retiring
+
+
+def end_alarm_left() -> None:
+    """R20's amendment: a timer the job armed itself (``signal.alarm()``,
+    ``setitimer(ITIMER_REAL)``) and left running ends with the attempt. Its SIGALRM
+    would otherwise come during the next job of this child, or between two: by
+    default it ends the process, and an innocent job was settled as the crash (or
+    failed on the job's own handler). One system call when no timer runs."""
+    if signal.getitimer(signal.ITIMER_REAL)[0]:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _cpu_seconds() -> float:

@@ -350,6 +350,50 @@ def test_a_soft_timeout_lets_the_job_clean_up_first(make_app):
     assert app.store().get(job_id)["last_error"].startswith("SoftTimeout: soft timeout after 0.3 s")
 
 
+ALARM_APP = """
+import os, signal, time
+from jobpool import job
+
+@job(name="t.arms", max_attempts=1)
+def arms(how):
+    if how == "handler":
+        def on_alarm(signum, frame):
+            raise TimeoutError("the job's own alarm")
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+    else:
+        signal.alarm(1)  # SIGALRM's default: end the process
+    return os.getpid()
+
+@job(name="t.waits", max_attempts=1)
+def waits():
+    time.sleep(1.5)
+    return os.getpid()
+
+@job(name="t.polite", timeout=5, soft_timeout=0.3, max_attempts=1)
+def polite():
+    time.sleep(10)
+"""
+
+
+def test_a_timer_a_job_left_armed_ends_with_its_attempt(make_app):
+    """R20's amendment: before, the SIGALRM of an ``alarm()`` a job left armed came
+    during the next job of its child, which was settled as the crash ("child killed
+    by SIGALRM") or failed on the first job's handler. A soft timeout (R20) still
+    fires in that child afterwards."""
+    app = make_app(ALARM_APP)
+    store = app.store()
+    ids = []
+    for how in ("default", "handler"):
+        ids += [store.enqueue("t.arms", how).id, store.enqueue("t.waits").id]
+    polite = store.enqueue("t.polite").id
+    app.start("--procs", "1")
+    rows = [store.get(i) for i in ids]
+    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1)] * 4, rows
+    assert len({store.attempts(i)[0]["pid"] for i in ids + [polite]}) == 1  # one child
+    assert store.get(polite)["last_error"].startswith("SoftTimeout: soft timeout after 0.3 s")
+
+
 def test_a_child_over_max_memory_is_recycled_after_its_job(make_app):
     app = make_app(LIMITS_APP)
     store = app.store()
