@@ -53,21 +53,23 @@ def _describe(exc: BaseException) -> str:
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
             retire=lambda: False, startup_error: str | None = None,
-            frames: bool = False) -> tuple[bytes, bool]:
+            frames: bool = False, signals: "SignalState | None" = None) -> tuple[bytes, bool]:
     """Run one job and classify how it ended; never raises. Returns the outcome
     message and whether this child exits after sending it.
 
     ``retire()`` is asked after the job: True means this child exits after replying.
     ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
     not run in it (its error is the attempt's), and the child is replaced.
-    ``frames``: a plain success goes out as ``protocol.SUCCESS``'s fixed frame (R68)."""
+    ``frames``: a plain success goes out as ``protocol.SUCCESS``'s fixed frame (R68).
+    ``signals``: the child's signal state, put back once the job is over (R20)."""
     cpu_before = _cpu_seconds()
     error: str | None
     if startup_error is not None:
         kind, error, delay, result = lifecycle.ERROR, startup_error, None, None
     else:
         kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
-    end_alarm_left()
+    if signals is not None:
+        signals.restore()
     # R40: whatever the attempt started and left running ends with it, success included.
     strays = proctree.kill_strays(spare=proctree.python_helpers())
     if strays:
@@ -82,14 +84,24 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
                                     _peak_rss_bytes(), cpu_s, retiring, strays), retiring
 
 
-def end_alarm_left() -> None:
-    """R20's amendment: a timer the job armed itself (``signal.alarm()``,
-    ``setitimer(ITIMER_REAL)``) and left running ends with the attempt. Its SIGALRM
-    would otherwise come during the next job of this child, or between two: by
-    default it ends the process, and an innocent job was settled as the crash (or
-    failed on the job's own handler). One system call when no timer runs."""
-    if signal.getitimer(signal.ITIMER_REAL)[0]:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+class SignalState:
+    """What a job may leave of the child's signal state that would reach the next
+    jobs of the child, put back after each attempt (R20's amendment): a timer it
+    armed itself and left running (``signal.alarm()``, ``setitimer(ITIMER_REAL)``),
+    and signals it blocked. The timer's SIGALRM came during the next job, or between
+    two: by default it ends the process, and an innocent job was settled as the
+    crash (or failed on the job's own handler). A SIGALRM left blocked kept the next
+    jobs' soft timeouts from firing (each ran to its hard timeout). Two system calls
+    after a job that left neither."""
+
+    def __init__(self) -> None:
+        #: The signals the child blocks between jobs (read, not changed).
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+
+    def restore(self) -> None:
+        if signal.getitimer(signal.ITIMER_REAL)[0]:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
 
 
 def _cpu_seconds() -> float:
@@ -398,6 +410,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
         # The supervisor forwards its terminal's hang-up (R27): see terminal.py.
         signal.signal(signal.SIGHUP, lambda signum, frame: streams.detach_terminal(on_terminal))
     me = os.getpid()
+    signals = SignalState()
     startup_error = run_child_start_hooks()
     if os.getpid() != me:
         end_forked_copy(None)  # R40: a start hook's fork came back here
@@ -431,7 +444,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                             or not streams.restore())
             try:
                 reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
-                                          startup_error, frames)
+                                          startup_error, frames, signals)
             finally:
                 running.current = None
             if os.getpid() != me:

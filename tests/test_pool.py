@@ -370,6 +370,10 @@ def waits():
     time.sleep(1.5)
     return os.getpid()
 
+@job(name="t.blocks", max_attempts=1)
+def blocks():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # and never unblocks it
+
 @job(name="t.polite", timeout=5, soft_timeout=0.3, max_attempts=1)
 def polite():
     time.sleep(10)
@@ -379,17 +383,19 @@ def polite():
 def test_a_timer_a_job_left_armed_ends_with_its_attempt(make_app):
     """R20's amendment: before, the SIGALRM of an ``alarm()`` a job left armed came
     during the next job of its child, which was settled as the crash ("child killed
-    by SIGALRM") or failed on the first job's handler. A soft timeout (R20) still
-    fires in that child afterwards."""
+    by SIGALRM") or failed on the first job's handler; and after a job that left
+    SIGALRM blocked, the next job's soft timeout never fired (it ran to its hard
+    timeout)."""
     app = make_app(ALARM_APP)
     store = app.store()
     ids = []
     for how in ("default", "handler"):
         ids += [store.enqueue("t.arms", how).id, store.enqueue("t.waits").id]
+    ids.append(store.enqueue("t.blocks").id)
     polite = store.enqueue("t.polite").id
     app.start("--procs", "1")
     rows = [store.get(i) for i in ids]
-    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1)] * 4, rows
+    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1)] * 5, rows
     assert len({store.attempts(i)[0]["pid"] for i in ids + [polite]}) == 1  # one child
     assert store.get(polite)["last_error"].startswith("SoftTimeout: soft timeout after 0.3 s")
 
