@@ -23,6 +23,21 @@ from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_paylo
 
 log = logging.getLogger(__name__)
 
+#: How many forks made this process, counted in each copy a fork makes (an at-fork
+#: hook): code that ran a job's function, or a hook's, tells by it whether it is still
+#: the same process or a copy the job's code forked (R40), with no system call. Every
+#: fork of Python's runs the hook (``os.fork``, ``multiprocessing``'s, ``os.forkpty``).
+_forks_into = 0
+
+
+def _count_fork() -> None:
+    global _forks_into
+    _forks_into += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
 def _peak_rss_bytes() -> int:
     # ru_maxrss is in KiB on Linux.
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -227,16 +242,16 @@ def _outcome_of(job: jobs.Job, args: tuple, kwargs: dict, soft_limit: float | No
     problem = job.arguments.problem(args, kwargs)
     if problem is not None:
         return lifecycle.FATAL, job.arguments.refusal(job.name, problem), None, None, None, None
-    pid = os.getpid()
+    forks = _forks_into
     try:
         value = job.fn(*args, **kwargs)
         if job.is_coroutine:
             value = coroutines.run(value, soft_limit)
     except BaseException as exc:  # noqa: BLE001 - classified below, in the job's own process
-        if os.getpid() != pid:
+        if _forks_into != forks:
             end_forked_copy(exc)
         return _raised(job, exc)
-    if os.getpid() != pid:
+    if _forks_into != forks:
         end_forked_copy(None)
     # An awaitable that nobody awaited: the body it stands for never ran, so the
     # attempt is not done. Dead at once (FATAL): every attempt would return one.
@@ -409,10 +424,10 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     if on_terminal:
         # The supervisor forwards its terminal's hang-up (R27): see terminal.py.
         signal.signal(signal.SIGHUP, lambda signum, frame: streams.detach_terminal(on_terminal))
-    me = os.getpid()
+    me = _forks_into
     signals = SignalState()
     startup_error = run_child_start_hooks()
-    if os.getpid() != me:
+    if _forks_into != me:
         end_forked_copy(None)  # R40: a start hook's fork came back here
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
@@ -447,7 +462,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                                           startup_error, frames, signals)
             finally:
                 running.current = None
-            if os.getpid() != me:
+            if _forks_into != me:
                 # R40: a fork made around the job's body (by a middleware's hook, say) came
                 # back here; the job's own function ends its forks itself (_outcome_of).
                 end_forked_copy(None)
