@@ -119,6 +119,11 @@ def parse_address(text: str, what: str = "metrics address") -> Address:
     host, sep, port_text = raw.rpartition(":")
     if not sep:
         host, port_text = "", raw
+    # A host alone ("127.0.0.1", "localhost", "[::1]"), not a port that is no number.
+    if (raw.startswith("[") and raw.endswith("]")) or (not sep and raw and not raw.isdigit() and (
+            raw.replace(".", "").isdigit() or raw[0].isalpha())):
+        raise JobpoolError(f"{what} {text!r}: no port: write HOST:PORT, or PORT alone "
+                           f"for this host's loopback")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
         try:

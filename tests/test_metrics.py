@@ -160,6 +160,10 @@ def test_healthz_says_503_once_the_loop_has_not_turned_and_a_silent_client_block
     ("localhost:http", "the port must be a number"),
     ("::1:9100", "write an IPv6 host in brackets"),
     ("[nothost]:9100", "'nothost' is not an IPv6 address"),
+    ("127.0.0.1", "'127.0.0.1': no port: write HOST:PORT"),  # a host alone
+    ("localhost", "no port: write HOST:PORT"),
+    ("[::1]", "no port: write HOST:PORT"),
+    ("9x", "the port must be a number from 0 to 65535, not '9x'"),
 ])
 def test_a_bad_metrics_address_is_one_line(address, words):
     with pytest.raises(JobpoolError, match=words.replace("[", r"\[")):
