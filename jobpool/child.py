@@ -353,7 +353,16 @@ class StandardStreams:
         #: The streams restore looks at: those the child was forked with.
         self._streams = [(fd, name) for fd, name in zip(self.FDS, self._NAMES)
                          if fd in self._saved]
+        self._objects: dict[str, Any] = {}
+        self.keep_objects()
         self._look()
+
+    def keep_objects(self) -> None:
+        """Take the ``sys`` stream objects as they are now as those a job finds (asked
+        again after the ``on_child_start`` hooks, which may wrap them): one a job put
+        in their place (``sys.stdout = io.StringIO()``, a redirect left in force) is
+        put back after it, or every later job's output went into it (R43)."""
+        self._objects = {name: getattr(sys, name, None) for _fd, name in self._streams}
 
     def _look(self) -> None:
         """What ``restore`` compares the descriptors with, after each job (R43)."""
@@ -394,14 +403,20 @@ class StandardStreams:
                 os.dup2(self._saved[fd][0], fd)
             except OSError:
                 return False
+        objects = self._objects
         for fd, name in self._streams:
             stream = getattr(sys, name, None)
+            if stream is not objects[name]:
+                stream = objects[name]
+                setattr(sys, name, stream)
             if stream is None or stream.closed:
                 try:
-                    setattr(sys, name, os.fdopen(fd, "r" if fd == 0 else "w", closefd=False,
-                                                 buffering=1 if fd else -1))
+                    stream = os.fdopen(fd, "r" if fd == 0 else "w", closefd=False,
+                                       buffering=1 if fd else -1)
                 except OSError:
                     return False
+                setattr(sys, name, stream)
+                objects[name] = stream
         return True
 
 
@@ -429,6 +444,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     startup_error = run_child_start_hooks()
     if _forks_into != me:
         end_forked_copy(None)  # R40: a start hook's fork came back here
+    streams.keep_objects()
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes

@@ -104,6 +104,49 @@ def test_a_job_that_closes_its_standard_streams_does_not_break_the_next_jobs(mak
     assert _marks(app) == ["after0", "after1", "after2"]
 
 
+STREAMS_APP = """
+import contextlib, io, sys
+import jobpool
+from jobpool import job
+
+@job(name="t.takes_std")
+def takes_std(how):
+    if how == "assigned":
+        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+    else:  # a redirect entered and never left
+        contextlib.redirect_stdout(io.StringIO()).__enter__()
+        contextlib.redirect_stderr(io.StringIO()).__enter__()
+
+@job(name="t.says")
+def says(i):
+    print(f"out {i} {type(sys.stdout).__name__}", flush=True)
+    print(f"err {i}", file=sys.stderr, flush=True)
+
+class Tagged(io.TextIOWrapper):
+    pass
+
+@jobpool.on_child_start
+def tag_stdout():  # what a start hook sets up is what every job finds
+    sys.stdout = Tagged(sys.stdout.buffer, line_buffering=True)
+    print("tagged", flush=True)
+"""
+
+
+def test_a_job_that_replaces_its_sys_streams_does_not_take_the_next_jobs_output(make_app):
+    """R43: ``sys.stdout`` and ``sys.stderr`` objects a job put in place (and left) are
+    put back after it, as the child had them after its start hooks; before, every
+    later job of the child printed into the job's StringIO."""
+    app = make_app(STREAMS_APP)
+    store = app.store()
+    for i, how in enumerate(("assigned", "redirected")):
+        store.enqueue("t.takes_std", how)
+        store.enqueue("t.says", i)
+    result = app.start("--procs", "1", "-q")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["tagged", "out 0 Tagged", "out 1 Tagged"]
+    assert [line for line in result.stderr.splitlines() if line.startswith("err")] == \
+        ["err 0", "err 1"]
+
 @pytest.mark.parametrize("name, reason", [
     ("t.bad_result", "result cannot be stored"),
     ("t.huge_result", "over the 1048576-byte limit"),
