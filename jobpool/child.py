@@ -103,20 +103,38 @@ class SignalState:
     """What a job may leave of the child's signal state that would reach the next
     jobs of the child, put back after each attempt (R20's amendment): a timer it
     armed itself and left running (``signal.alarm()``, ``setitimer(ITIMER_REAL)``),
-    and signals it blocked. The timer's SIGALRM came during the next job, or between
-    two: by default it ends the process, and an innocent job was settled as the
-    crash (or failed on the job's own handler). A SIGALRM left blocked kept the next
-    jobs' soft timeouts from firing (each ran to its hard timeout). Two system calls
-    after a job that left neither."""
+    signals it blocked, and the handlers it set for the signals a later job may meet.
+    The timer's SIGALRM came during the next job, or between two: by default it ends
+    the process, and an innocent job was settled as the crash (or failed on the job's
+    own handler). A SIGALRM left blocked kept the next jobs' soft timeouts from firing
+    (each ran to its hard timeout); SIGPIPE set back to its default killed a later job
+    that wrote to a closed pipe (Python ignores it, so that job would see an error).
+    Two system calls after a job that left none of these."""
+
+    #: Handlers put back: what a later job meets (a pipe, a child's end, a stop, a
+    #: hang-up, a user signal); SIGALRM's is the soft timeout's to set (R20).
+    HANDLED = (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+               signal.SIGUSR1, signal.SIGUSR2)
 
     def __init__(self) -> None:
         #: The signals the child blocks between jobs (read, not changed).
         self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+        self.handlers: tuple = ()
+        self.keep_handlers()
+
+    def keep_handlers(self) -> None:
+        """Take the handlers as they are now as those a job finds (asked again after
+        the ``on_child_start`` hooks, which may set their own)."""
+        self.handlers = tuple((signum, signal.getsignal(signum)) for signum in self.HANDLED)
 
     def restore(self) -> None:
         if signal.getitimer(signal.ITIMER_REAL)[0]:
             signal.setitimer(signal.ITIMER_REAL, 0)
         signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+        getsignal = signal.getsignal
+        for signum, handler in self.handlers:
+            if getsignal(signum) is not handler and handler is not None:
+                signal.signal(signum, handler)
 
 
 def _cpu_seconds() -> float:
@@ -445,6 +463,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     if _forks_into != me:
         end_forked_copy(None)  # R40: a start hook's fork came back here
     streams.keep_objects()
+    signals.keep_handlers()
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes

@@ -370,6 +370,21 @@ def waits():
     time.sleep(1.5)
     return os.getpid()
 
+@job(name="t.unignores", max_attempts=1)
+def unignores():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # and leaves it so
+
+@job(name="t.writes_to_a_closed_pipe", max_attempts=1, store_result=True)
+def writes_to_a_closed_pipe():
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        os.write(write_end, b"x")
+    except BrokenPipeError:
+        return "an error, as Python has it"
+    finally:
+        os.close(write_end)
+
 @job(name="t.blocks", max_attempts=1)
 def blocks():
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # and never unblocks it
@@ -383,19 +398,24 @@ def polite():
 def test_a_timer_a_job_left_armed_ends_with_its_attempt(make_app):
     """R20's amendment: before, the SIGALRM of an ``alarm()`` a job left armed came
     during the next job of its child, which was settled as the crash ("child killed
-    by SIGALRM") or failed on the first job's handler; and after a job that left
-    SIGALRM blocked, the next job's soft timeout never fired (it ran to its hard
-    timeout)."""
+    by SIGALRM") or failed on the first job's handler; after a job that set SIGPIPE
+    back to its default, a later job writing to a closed pipe was killed; and after a
+    job that left SIGALRM blocked, the next job's soft timeout never fired (it ran to
+    its hard timeout)."""
     app = make_app(ALARM_APP)
     store = app.store()
     ids = []
     for how in ("default", "handler"):
         ids += [store.enqueue("t.arms", how).id, store.enqueue("t.waits").id]
+    ids.append(store.enqueue("t.unignores").id)
+    pipe = store.enqueue("t.writes_to_a_closed_pipe")
+    ids.append(pipe.id)
     ids.append(store.enqueue("t.blocks").id)
     polite = store.enqueue("t.polite").id
     app.start("--procs", "1")
     rows = [store.get(i) for i in ids]
-    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1)] * 5, rows
+    assert [(r["status"], r["attempts"]) for r in rows] == [("done", 1)] * 7, rows
+    assert pipe.result(timeout=5) == "an error, as Python has it"
     assert len({store.attempts(i)[0]["pid"] for i in ids + [polite]}) == 1  # one child
     assert store.get(polite)["last_error"].startswith("SoftTimeout: soft timeout after 0.3 s")
 
