@@ -452,6 +452,11 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     except OSError:
         pass
     proctree.become_subreaper()
+    # A job reads no one's input: its stdin is at end-of-file (R43's amendment), as
+    # multiprocessing gives its processes. On the pool's terminal, a read from this
+    # process group (not the terminal's foreground) stopped the child until its hard
+    # timeout; from a pipe, it took the supervisor's input.
+    terminal.point_at_null((0,))
     streams = StandardStreams()
     on_terminal = terminal.terminal_fds()
     if on_terminal:

@@ -173,3 +173,43 @@ def test_ctrl_c_on_top_leaves_the_last_frame_once(make_app):
         term.close()
     screen = _last_frame_once(term)
     assert re.match(r"default\s+2\s+0\s+0\s+0\s+0$", [line for line in screen if line][-1])
+
+
+ASKING_APP = """
+from jobpool import job
+
+@job(name="t.asks", timeout=60, max_attempts=1, store_result=True)
+def asks():
+    try:
+        return "answered " + input("your name? ")
+    except EOFError:
+        return "end of input"
+"""
+
+
+def test_a_job_that_reads_its_stdin_meets_its_end_on_a_terminal(make_app):
+    """R43's amendment: a job's stdin is at end-of-file, as multiprocessing gives its
+    processes. Before, on the pool's terminal the child (in a process group of its
+    own, not the terminal's foreground) was stopped by its read until the hard timeout."""
+    app = make_app(ASKING_APP)
+    handle = app.store().enqueue("t.asks")
+    began = time.monotonic()
+    term = Terminal(app, "start", "--app", app.module, "--db", str(app.db), "--burst",
+                    "--procs", "1", "--no-dashboard", "-q")
+    try:
+        assert term.wait() == 0
+    finally:
+        term.close()
+    assert handle.result(timeout=5) == "end of input"
+    assert time.monotonic() - began < 30  # not the hard timeout's 60 s
+
+
+def test_a_job_that_reads_its_stdin_does_not_take_the_pools_input(make_app):
+    """The same from a pipe: the pool's input is not the job's."""
+    app = make_app(ASKING_APP)
+    handle = app.store().enqueue("t.asks")
+    ran = subprocess.run([sys.executable, "-m", "jobpool", "start", "--app", app.module, "--db",
+                          str(app.db), "--burst", "--procs", "1", "-q"], cwd=app.dir, env=app.env,
+                         input=b"secret\n", capture_output=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert handle.result(timeout=5) == "end of input"
