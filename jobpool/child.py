@@ -6,6 +6,7 @@ single-writer per host and nothing store-related crosses a fork.
 """
 from __future__ import annotations
 
+import _signal
 import logging
 import os
 import resource
@@ -125,15 +126,18 @@ class SignalState:
     def keep_handlers(self) -> None:
         """Take the handlers as they are now as those a job finds (asked again after
         the ``on_child_start`` hooks, which may set their own)."""
-        self.handlers = tuple((signum, signal.getsignal(signum)) for signum in self.HANDLED)
+        self.handlers = tuple((int(signum), _signal.getsignal(signum))
+                              for signum in self.HANDLED)
 
     def restore(self) -> None:
         if signal.getitimer(signal.ITIMER_REAL)[0]:
             signal.setitimer(signal.ITIMER_REAL, 0)
         signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-        getsignal = signal.getsignal
+        # The C module's own look-up: ``signal.getsignal`` makes an enum of each
+        # answer, fifteen times the cost, after every job.
+        getsignal = _signal.getsignal
         for signum, handler in self.handlers:
-            if getsignal(signum) is not handler and handler is not None:
+            if getsignal(signum) != handler and handler is not None:
                 signal.signal(signum, handler)
 
 
