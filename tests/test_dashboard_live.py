@@ -176,7 +176,9 @@ def test_ctrl_c_on_top_leaves_the_last_frame_once(make_app):
 
 
 ASKING_APP = """
-from jobpool import job
+import os
+from pathlib import Path
+from jobpool import Fatal, job
 
 @job(name="t.asks", timeout=60, max_attempts=1, store_result=True)
 def asks():
@@ -184,6 +186,17 @@ def asks():
         return "answered " + input("your name? ")
     except EOFError:
         return "end of input"
+
+def asks_too(job, reason):  # an on_dead hook that reads its stdin
+    try:
+        heard = "answered " + input("and yours? ")
+    except EOFError:
+        heard = "end of input"
+    (Path(__file__).parent / "hook.txt").write_text(heard)
+
+@job(name="t.dies", max_attempts=1, on_dead=asks_too)
+def dies():
+    raise Fatal("for the hook")
 """
 
 
@@ -193,6 +206,7 @@ def test_a_job_that_reads_its_stdin_meets_its_end_on_a_terminal(make_app):
     own, not the terminal's foreground) was stopped by its read until the hard timeout."""
     app = make_app(ASKING_APP)
     handle = app.store().enqueue("t.asks")
+    app.store().enqueue("t.dies")
     began = time.monotonic()
     term = Terminal(app, "start", "--app", app.module, "--db", str(app.db), "--burst",
                     "--procs", "1", "--no-dashboard", "-q")
@@ -201,6 +215,7 @@ def test_a_job_that_reads_its_stdin_meets_its_end_on_a_terminal(make_app):
     finally:
         term.close()
     assert handle.result(timeout=5) == "end of input"
+    assert (app.dir / "hook.txt").read_text() == "end of input"  # its on_dead hook's too
     assert time.monotonic() - began < 30  # not the hard timeout's 60 s
 
 
@@ -208,8 +223,10 @@ def test_a_job_that_reads_its_stdin_does_not_take_the_pools_input(make_app):
     """The same from a pipe: the pool's input is not the job's."""
     app = make_app(ASKING_APP)
     handle = app.store().enqueue("t.asks")
+    app.store().enqueue("t.dies")
     ran = subprocess.run([sys.executable, "-m", "jobpool", "start", "--app", app.module, "--db",
                           str(app.db), "--burst", "--procs", "1", "-q"], cwd=app.dir, env=app.env,
                          input=b"secret\n", capture_output=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert handle.result(timeout=5) == "end of input"
+    assert (app.dir / "hook.txt").read_text() == "end of input"
