@@ -593,7 +593,8 @@ def _with_dashboard(supervisor, db: str) -> int:
     dashboard shows the rest) go to the dashboard over a pipe and print above its
     frame; closing the pipe tells it the pool is done."""
     from jobpool import dashboard
-    from jobpool.forked import Forked
+    from jobpool.forked import Forked, refuse_other_threads
+    refuse_other_threads()  # the dashboard is the pool's first fork
     read_end, write_end = os.pipe()
     viewer = Forked.start(dashboard.run_beside_pool, db, read_end, os.getpid(), keep=(read_end,))
     supervisor.companions.add(viewer.pid)

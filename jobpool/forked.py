@@ -18,6 +18,7 @@ import traceback
 from typing import Any, Callable
 
 from jobpool import fork_safety
+from jobpool.errors import JobpoolError
 
 
 #: Sockets only the forking process may hold (a pool's metrics port and its clients):
@@ -32,6 +33,25 @@ def parent_only(sock: Any, held: bool = True) -> None:
         _parent_only.add(sock)
     else:
         _parent_only.discard(sock)
+
+
+def refuse_other_threads() -> None:
+    """Before a pool forks anything: a ``JobpoolError`` naming the threads this process
+    runs besides the caller's, if any. A fork copies the forking thread alone, so a lock
+    another thread held at that moment stays held in the child for ever; the supervisor
+    runs one thread (``Forked.start`` asserts it at every fork). A thread the app started
+    at import (a tracing exporter, an error reporter, a cache warmer) made ``jobpool
+    start`` end in that assertion's traceback; the job module's own process-wide
+    services belong in an ``on_child_start`` hook, which starts them in each child."""
+    current = threading.current_thread()
+    others = [t for t in threading.enumerate() if t is not current]
+    if not others:
+        return
+    names = ", ".join(repr(t.name) for t in others[:5]) + (", ..." if len(others) > 5 else "")
+    raise JobpoolError(
+        f"a pool forks its children from a process that runs one thread, and this one runs "
+        f"{len(others)} more ({names}), started by the app or a library it imported: start "
+        f"them in an on_child_start hook instead, so that each child runs its own")
 
 
 class Forked:

@@ -128,6 +128,36 @@ def test_user_mistakes_are_one_line_and_a_nonzero_exit(make_app, args, needle):
     assert line.startswith("jobpool: error:") and needle in line
 
 
+THREADED_APP = """
+import threading, time
+from jobpool import job
+
+def report_forever():
+    while True:
+        time.sleep(1)
+
+# What a tracing exporter or an error reporter does when set up at import.
+threading.Thread(target=report_forever, daemon=True, name="apm-agent").start()
+
+@job(name="t.hello")
+def hello(who):
+    return who
+"""
+
+
+def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app):
+    """A supervisor forks from one thread (R43's amendment): an app whose import started
+    one made ``jobpool start`` end in an AssertionError's traceback ("forking with 2
+    threads running"). Now one line names the thread and the hook it belongs in, before
+    anything is forked; the job is untouched."""
+    app = make_app(THREADED_APP)
+    job_id = app.store().enqueue("t.hello", "x").id
+    result = app.cli("start", "--app", app.module, "--db", str(app.db), "--burst")
+    line = one_line_error(result)
+    assert "runs 1 more ('apm-agent')" in line and "on_child_start hook" in line, line
+    assert "pool_started" not in result.stderr
+    assert app.store().get(job_id)["status"] == "ready"
+
 @pytest.mark.parametrize("args, needle", [
     (["enqueue", "t.hello", "--args", "{not json"], "--args is not valid JSON"),
     (["enqueue", "t.hello", "--args", '{"a": 1}'], "--args must be a JSON array"),

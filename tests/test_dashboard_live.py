@@ -230,3 +230,17 @@ def test_a_job_that_reads_its_stdin_does_not_take_the_pools_input(make_app):
     assert ran.returncode == 0, ran.stderr
     assert handle.result(timeout=5) == "end of input"
     assert (app.dir / "hook.txt").read_text() == "end of input"
+
+
+def test_an_app_that_starts_a_thread_at_import_is_one_line_on_a_terminal(make_app):
+    """The live dashboard is the pool's first fork: the same one line before it."""
+    app = make_app(ASKING_APP + """
+import threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True, name="apm-agent").start()
+""")
+    term = Terminal(app, "start", "--app", app.module, "--db", str(app.db), "--procs", "1")
+    try:
+        assert term.wait() == 1
+    finally:
+        term.close()
+    assert "runs 1 more ('apm-agent')" in term.text and "Traceback" not in term.text

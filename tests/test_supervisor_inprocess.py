@@ -377,3 +377,24 @@ def test_a_sweep_that_takes_a_full_batch_comes_again_at_the_next_heartbeat(store
     assert all(later - earlier < SWEEP_EVERY
                for (earlier, _), (later, _) in zip(sweeps, sweeps[1:3]))
     assert store.stats()["done"] == 1
+
+
+def test_a_pool_run_beside_another_thread_says_so_before_it_forks(store, tmp_path):
+    """R43's amendment: the process that runs a pool runs one thread; one more is a
+    ``JobpoolError`` naming it, before anything is forked (it was the fork's assertion)."""
+    import threading
+    from jobpool.errors import JobpoolError
+    job_id = store.enqueue("inproc.record", str(tmp_path / "ran.txt"), "x").id
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="host-app-thread")
+    other.start()
+    try:
+        pool = burst_pool(store.path, "inproc.record")
+        with pytest.raises(JobpoolError, match=r"runs 1 more \('host-app-thread'\)"):
+            pool.run()
+    finally:
+        stop.set()
+        other.join()
+    assert store.get(job_id)["status"] == "ready"
+    assert burst_pool(store.path, "inproc.record").run() == 0  # alone again, it runs
+    assert store.get(job_id)["status"] == "done"

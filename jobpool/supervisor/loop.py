@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from jobpool import core, events, jobs, lifecycle, procinfo, proctree, terminal, tracing
 from jobpool.config import PoolConfig
 from jobpool.errors import JobpoolError, StoreError
+from jobpool.forked import refuse_other_threads
 from jobpool.lifecycle import Outcome, Settled, settled_as
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Store
@@ -202,6 +203,11 @@ class Supervisor:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0: clean)."""
+        try:
+            refuse_other_threads()  # before anything is forked (the checkpointer first)
+        except JobpoolError:
+            self._let_go()
+            raise
         self._install_signals()
         # R40: orphans of a killed child are reparented here, not to PID 1.
         proctree.become_subreaper()
@@ -231,18 +237,22 @@ class Supervisor:
             self._restore_signals()
             proctree.become_subreaper(False)
             self._listener.close()
-            if self._listening is not None:
-                self._listening.close()
-            if self.metrics_server is not None:
-                self.metrics_server.close()
-            self._selector.close()
-            self._flight_selector.close()
-            self.core.close()
-            self.store.close()  # the last connection out checkpoints and removes the WAL
+            self._let_go()
         if self._released:
             self._say_released()
         events.emit(events.POOL_STOPPED, **self.counters)
         return self.exit_code
+
+    def _let_go(self) -> None:
+        """Close what the pool opened when it was made (its store last)."""
+        if self._listening is not None:
+            self._listening.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        self._selector.close()
+        self._flight_selector.close()
+        self.core.close()
+        self.store.close()  # the last connection out checkpoints and removes the WAL
 
     def _say_released(self) -> None:
         """R25: what the stop gave back, once, where the operator reads warnings."""
