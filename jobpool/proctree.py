@@ -195,8 +195,13 @@ def end_python_helpers() -> None:
     (a pool's child that retires or whose pool stops), so that none is left to the
     supervisor as an orphan to kill and count. Killed, not asked to stop: the resource
     tracker ends at the end of its pipe, which the fork server and whatever it forked
-    hold too, so waiting for it could wait for ever."""
-    for pid in python_helpers():
+    hold too, so waiting for it could wait for ever. What they leave comes to this
+    process (a subreaper): a worker the fork server forked and had not yet reaped, which
+    is reaped here too, or the supervisor found it after the child and counted it."""
+    helpers = python_helpers()
+    if not helpers:
+        return
+    for pid in helpers:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -205,6 +210,7 @@ def end_python_helpers() -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+    kill_strays()
 
 
 def _running(pids: list[int]) -> list[int]:
