@@ -19,6 +19,7 @@ from jobpool import (coroutines, extensions, jobs, lifecycle, log_context, proci
                      protocol, running, terminal, tracing)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
+from jobpool.forked import leave
 from jobpool.serialize import MAX_PAYLOAD_BYTES, SerializerRefused, decode_payload, decoder_for, encode_result
 
 
@@ -323,8 +324,8 @@ def end_forked_copy(raised: BaseException | None) -> None:
     an outcome for the attempt its parent is still running and read the next job off
     the same pipe. It ends here instead, as a Python program whose main code ended
     so would (0, a ``SystemExit``'s status, or 1 after the traceback on stderr), its
-    standard streams flushed and without the exit handlers it inherited, as
-    ``multiprocessing``'s forked processes end."""
+    standard streams flushed and without the exit handlers it inherited
+    (``forked.leave``), as ``multiprocessing``'s forked processes end."""
     code = 0
     try:
         if isinstance(raised, SystemExit):
@@ -337,13 +338,10 @@ def end_forked_copy(raised: BaseException | None) -> None:
         elif raised is not None:
             traceback.print_exception(raised)
             code = 1
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
     except BaseException:  # noqa: BLE001 - a closed stream, a broken __str__: still end
         code = code or 1
     finally:
-        os._exit(code & 0xFF)
+        leave(code & 0xFF)
 
 
 def _safe_text(exc: BaseException) -> str:
@@ -456,11 +454,6 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     except OSError:
         pass
     proctree.become_subreaper()
-    # A job reads no one's input: its stdin is at end-of-file (R43's amendment), as
-    # multiprocessing gives its processes. On the pool's terminal, a read from this
-    # process group (not the terminal's foreground) stopped the child until its hard
-    # timeout; from a pipe, it took the supervisor's input.
-    terminal.point_at_null((0,))
     streams = StandardStreams()
     on_terminal = terminal.terminal_fds()
     if on_terminal:

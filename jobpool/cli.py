@@ -1480,12 +1480,8 @@ def run() -> None:
     """
     code = main()
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except OSError:  # a reader that went away (`jobpool jobs list | head`)
-            pass
-    os._exit(code)
+    from jobpool.forked import leave
+    leave(code)  # a reader that went away (`jobpool jobs list | head`) is no error here
 
 
 if __name__ == "__main__":

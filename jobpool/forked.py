@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from jobpool import fork_safety
 from jobpool.errors import JobpoolError
@@ -33,6 +33,19 @@ def parent_only(sock: Any, held: bool = True) -> None:
         _parent_only.add(sock)
     else:
         _parent_only.discard(sock)
+
+
+def leave(code: int) -> NoReturn:
+    """End this process now with ``code``: its standard streams flushed (a reader gone
+    or a stream closed is ignored), without the exit handlers or the teardown it
+    inherited or would run (a forked process, R43; the CLI once its command is done)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def refuse_other_threads() -> None:
@@ -99,12 +112,7 @@ class Forked:
             except BaseException:  # noqa: BLE001 - report, then leave with a status
                 traceback.print_exc()
             finally:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.flush()
-                    except (OSError, ValueError):
-                        pass
-                os._exit(code)
+                leave(code)
         if pidfd_open is not None:
             return cls(pid, pidfd_open(pid))
         os.close(write_end)

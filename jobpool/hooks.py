@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Callable
 
-from jobpool import proctree, terminal
+from jobpool import proctree
 from jobpool.forked import Forked
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,6 @@ HOOK_TIMEOUT = 60.0
 
 def _run_hook(fn: Callable, job: dict, reason: str, parent_pid: int) -> None:
     proctree.settle_forked(parent_pid, "jobpool-hook")
-    terminal.point_at_null((0,))  # R43: a hook reads no one's input, as a job does not
     try:
         fn(job, reason)
     except BaseException:  # noqa: BLE001 - report and exit non-zero, nothing else

@@ -49,14 +49,19 @@ def die_with_parent(parent_pid: int) -> None:
 
 def settle_forked(parent_pid: int, name: str) -> None:
     """What every process a supervisor forks does first: die with the supervisor
-    (R24a), take its name, and drop the supervisor's signal set-up that came with
-    the fork. Its handlers only set the supervisor's flags, and its wake-up fd may
-    be closed and reused here; a stop is SIGTERM's default, and Ctrl-C, which
-    reaches the whole process group, is the supervisor's to act on (R25), as is a
-    terminal's hang-up: here it only moves the process off the dead terminal
-    (``terminal.detach_on_hangup``)."""
+    (R24a), take its name, read end-of-file on its stdin (R43), and drop the
+    supervisor's signal set-up that came with the fork. Its handlers only set the
+    supervisor's flags, and its wake-up fd may be closed and reused here; a stop is
+    SIGTERM's default, and Ctrl-C, which reaches the whole process group, is the
+    supervisor's to act on (R25), as is a terminal's hang-up: here it only moves the
+    process off the dead terminal (``terminal.detach_on_hangup``)."""
     die_with_parent(parent_pid)
     set_name(name)
+    # R43: it reads no one's input (a job or a hook that reads stdin meets its end, as
+    # multiprocessing's processes do): on the pool's terminal such a read stopped the
+    # process, in a group that is not the terminal's foreground, until it was killed;
+    # from a pipe it took the supervisor's input.
+    terminal.point_at_null((0,))
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
