@@ -853,8 +853,9 @@ def write_message(conn, bytes data not None):
     over 2 GiB) and the bytes written together (``writev``), a partial write carried
     on as ``Connection._send`` does; OSError when the other end is gone, a signal's
     handler run (and what it raises raised) on EINTR. ``data`` is ``bytes`` (what
-    ``protocol`` builds), never another buffer."""
-    cdef int fd = conn.fileno()
+    ``protocol`` builds), never another buffer. ``conn`` is a ``channel.Channel``: the
+    bytes go to its ``write_fileno``."""
+    cdef int fd = conn.write_fileno()
     cdef unsigned long long size = <unsigned long long>PyBytes_GET_SIZE(data)
     cdef unsigned char header[12]
     cdef iovec parts[2]

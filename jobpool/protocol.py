@@ -1,4 +1,5 @@
-"""Messages between the supervisor and its children, over one pipe per slot.
+"""Messages between the supervisor and its children, over one pair of one-way pipes
+per slot (``channel.py``).
 
 Both ends are this package's own code in processes forked from one parent, so
 messages are ``marshal``-encoded tuples: fast, compact, and no pickling of what

@@ -17,7 +17,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from jobpool import lifecycle as P
-from jobpool import _core_py, protocol
+from jobpool import _core_py, channel, protocol
 from jobpool.lifecycle import Outcome
 from jobpool.store import row_codec
 from jobpool.store.sqlite.claimer import SqliteClaimer
@@ -341,7 +341,7 @@ FRAMES = st.one_of(
 @pytest.fixture(scope="module")
 def pipe():
     import multiprocess
-    ends = multiprocess.Pipe(duplex=True)
+    ends = channel.pair(multiprocess.get_context("fork"))
     yield ends
     for end in ends:
         end.close()
@@ -372,7 +372,7 @@ def test_the_compiled_message_reader_reads_a_long_message_and_the_pipes_end(comp
     so a message past the pipe's buffer stands for the many reads; then the end."""
     import multiprocess
     import threading
-    ours, childs = multiprocess.Pipe(duplex=True)
+    ours, childs = channel.pair(multiprocess.get_context("fork"))
     big = protocol.dumps((protocol.PROGRESS, 1, 1, 50.0, "x" * 300_000))
     writer = threading.Thread(target=childs.send_bytes, args=(big,))
     writer.start()

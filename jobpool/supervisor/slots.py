@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import multiprocess
 
-from jobpool import bounds, core, events, lifecycle, procinfo, proctree, protocol
+from jobpool import bounds, channel, core, events, lifecycle, procinfo, proctree, protocol
 from jobpool.child import child_main
 from jobpool.config import PoolConfig
 from jobpool.forked import Forked
@@ -112,12 +112,12 @@ class Slots:
     # -- children -----------------------------------------------------------------------
 
     def spawn(self, slot: Slot) -> None:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        # R43: the child keeps its own end of its pipe and its standard streams only.
+        parent_conn, child_conn = channel.pair(self._ctx)
+        # R43: the child keeps its own ends of its pipes and its standard streams only.
         proc = Forked.start(child_main, child_conn, os.getpid(),
                             self.config.max_tasks_per_child,
                             (self.config.max_memory_per_child or 0) * 2**20,
-                            self.frames, keep=(child_conn.fileno(),))
+                            self.frames, keep=child_conn.descriptors())
         child_conn.close()
         slot.proc, slot.conn, slot.pid = proc, parent_conn, proc.pid
         slot.killing, slot.kill_at = None, math.inf
