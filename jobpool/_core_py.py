@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from typing import Any
 
 from jobpool.protocol import success_fields
@@ -36,9 +37,17 @@ def read_message(conn: Any) -> bytes | tuple[int, int, int, float, bool]:
 
 
 def write_message(conn: Any, data: bytes) -> None:
-    """One message onto a child's or the supervisor's pipe: ``conn.send_bytes(data)``;
+    """One message onto a child's or the supervisor's pipe (``conn`` a
+    ``channel.Channel``: to its ``write_fileno``), framed as ``Connection.send_bytes``
+    frames it (a 4-byte big-endian length; -1 then 8 bytes for one over 2 GiB);
     ``_core.write_message`` writes the same bytes in one system call."""
-    conn.send_bytes(data)
+    fd = conn.write_fileno()
+    size = len(data)
+    header = struct.pack("!i", size) if size <= 0x7fffffff else struct.pack("!iQ", -1, size)
+    view = memoryview(header + data) if size <= 16384 else None
+    for part in ((view,) if view is not None else (memoryview(header), memoryview(data))):
+        while part:
+            part = part[os.write(fd, part):]
 
 
 class SlotTable:

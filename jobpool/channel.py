@@ -7,27 +7,51 @@ waits on that socket, which is the child itself, asleep in its read for the next
 job; and each message costs a socket buffer's allocation. A pipe wakes its reader
 when data comes and its writer only when it was full (BENCHMARKS.md, the slots' pipes).
 
-Each end is a ``Channel``: it reads from one pipe and writes to the other, with the
-calls of a ``multiprocess`` connection that the pool uses (``recv_bytes``,
-``send_bytes``, ``poll``, ``fileno`` for the side a selector waits on, ``close``), so
-the bytes on the wire are the same as before (``core.read_message`` and
-``core.write_message`` read and write them in C, through ``fileno`` and
-``write_fileno``). Closing an end closes both its pipes' descriptors: the other side
-reads end-of-file, and a write to it fails with ``OSError`` (EPIPE), as on a socket.
+Each end is a ``Channel``: it reads from one pipe (a ``multiprocess`` connection) and
+writes to the other (a plain descriptor, written by ``core.write_message``), with the
+calls the pool uses (``recv_bytes``, ``send_bytes``, ``poll``, ``fileno`` for the side
+a selector waits on, ``close``); the bytes on the wire are multiprocessing's framing,
+as before. Closing an end closes both its descriptors: the other side reads
+end-of-file, and a write to it fails with ``OSError`` (EPIPE).
+
+A job may close or reuse the child's descriptors (``os.closerange(3, ...)``, then files
+of its own on the freed numbers). The child's end knows what its pipes were
+(``identities``) and the supervisor's descriptors, so the child can open new ends onto
+the same pipes (``mend``, through ``/proc``) and still report the job's outcome, never
+writing onto, or reading from, a number that is now the job's file (R43).
 """
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from multiprocess.connection import Connection
+
+from jobpool import core
+
+
+class PipeLost(OSError):
+    """A job took the numbers of its child's pipes and no new end could be opened."""
 
 
 class Channel:
     """One side of a slot's pipes: reads what the other side writes, and back."""
 
-    __slots__ = ("_reader", "_writer")
+    __slots__ = ("_reader", "_write_fd", "_peer", "_pipes", "_left")
 
-    def __init__(self, reader: Any, writer: Any) -> None:
+    def __init__(self, reader: Any, write_fd: int, peer: tuple[int, int, int] | None = None) -> None:
+        """``reader``: a read-only ``multiprocess`` connection; ``write_fd``: the other
+        pipe's writing end; ``peer``: the process at the other end and its descriptors
+        (the one it reads what this end writes from, the one it writes with), which a
+        child's end knows of its supervisor's (``mend``)."""
         self._reader = reader
-        self._writer = writer
+        self._write_fd = write_fd
+        self._peer = peer
+        #: ``(device, inode)`` of the pipe read and of the pipe written.
+        self._pipes = tuple((st.st_dev, st.st_ino) for st in map(os.fstat, self.descriptors()))
+        #: Connections given up by ``mend``: kept, never closed (their numbers are a
+        #: job's now), until the process exits.
+        self._left: list[Any] = []
 
     def fileno(self) -> int:
         """The descriptor to read from (what a selector waits on)."""
@@ -35,19 +59,72 @@ class Channel:
 
     def write_fileno(self) -> int:
         """The descriptor to write to."""
-        return self._writer.fileno()
+        if self._write_fd < 0:
+            raise OSError("the channel is closed")
+        return self._write_fd
 
     def descriptors(self) -> tuple[int, int]:
-        """Both descriptors (what a forked child keeps, R43)."""
-        return self._reader.fileno(), self._writer.fileno()
+        """Both descriptors: the one read, the one written (what a forked child keeps, R43)."""
+        return self._reader.fileno(), self._write_fd
+
+    def identities(self) -> list[tuple[int, int, int]]:
+        """``(descriptor, device, inode)`` of both pipes as they were made, for
+        ``core.OpenFiles`` to tell cheaply whether a job moved them."""
+        return [(fd, *pipe) for fd, pipe in zip(self.descriptors(), self._pipes)]
+
+    def mend(self) -> bool:
+        """Whether a descriptor of this end no longer holds its pipe (a job closed it, or
+        opened a file of its own on the number); each such is replaced by a new one onto
+        the same pipe, opened through the other process's descriptor in ``/proc``, and
+        the old number is left to whoever holds it now (R43). Raises ``PipeLost`` when
+        that cannot be had (no ``/proc``, the other end gone)."""
+        moved = False
+        for index, (fd, pipe) in enumerate(zip(self.descriptors(), self._pipes)):
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == pipe:
+                    continue
+            except OSError:
+                pass
+            moved = True
+            if self._peer is None:
+                raise PipeLost(f"descriptor {fd} no longer holds the pool's pipe")
+            pid, peer_read, peer_write = self._peer
+            path = f"/proc/{pid}/fd/{peer_write if index == 0 else peer_read}"
+            try:
+                new = os.open(path, (os.O_RDONLY if index == 0 else os.O_WRONLY) | os.O_CLOEXEC)
+            except OSError as exc:
+                raise PipeLost(f"descriptor {fd} no longer holds the pool's pipe, and {path} "
+                               f"cannot be opened: {exc.strerror}") from None
+            st = os.fstat(new)
+            if (st.st_dev, st.st_ino) != pipe:
+                os.close(new)
+                raise PipeLost(f"{path} is no longer the pool's pipe")
+            if index == 0:
+                self._left.append(self._reader)
+                self._reader = Connection(new, writable=False)
+            else:
+                self._write_fd = new
+        return moved
+
+    # A job's own calls (a request, a progress report, a look for an interrupt) come
+    # here, in the child, while the job runs: its end is mended first, so they never
+    # read or write a file the job opened on a number the pipes had. The child's own
+    # loop reads and writes in ``core`` and looks after each job (``child_main``).
 
     def recv_bytes(self) -> bytes:
+        if self._peer is not None:
+            self.mend()
         return self._reader.recv_bytes()
 
     def send_bytes(self, data: bytes) -> None:
-        self._writer.send_bytes(data)
+        if self._peer is not None:
+            self.mend()
+        core.write_message(self, data)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
+        if self._peer is not None:
+            self.mend()
         return self._reader.poll(timeout)
 
     @property
@@ -58,12 +135,16 @@ class Channel:
         try:
             self._reader.close()
         finally:
-            self._writer.close()
+            fd, self._write_fd = self._write_fd, -1
+            if fd >= 0:
+                os.close(fd)
 
 
-def pair(context: Any) -> tuple[Channel, Channel]:
-    """The supervisor's end and the child's end of a new slot's pipes, from a
-    ``multiprocess`` context (its one-way ``Pipe``)."""
-    to_child_read, to_child_write = context.Pipe(duplex=False)
-    to_parent_read, to_parent_write = context.Pipe(duplex=False)
-    return (Channel(to_parent_read, to_child_write), Channel(to_child_read, to_parent_write))
+def pair() -> tuple[Channel, Channel]:
+    """The supervisor's end and the child's end of a new slot's pipes."""
+    to_child_read, to_child_write = os.pipe()
+    to_parent_read, to_parent_write = os.pipe()
+    parent = Channel(Connection(to_parent_read, writable=False), to_child_write)
+    child = Channel(Connection(to_child_read, writable=False), to_parent_write,
+                    peer=(os.getpid(), to_parent_read, to_child_write))
+    return parent, child

@@ -15,8 +15,8 @@ import sys
 import traceback
 from typing import Any
 
-from jobpool import (coroutines, extensions, jobs, lifecycle, log_context, procinfo, proctree,
-                     protocol, running, terminal, tracing)
+from jobpool import (channel, coroutines, extensions, jobs, lifecycle, log_context, procinfo,
+                     proctree, protocol, running, terminal, tracing)
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.forked import leave
@@ -474,6 +474,9 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     # store modules a child never loads (R43; its parent, which forked it, has them).
     from jobpool import core
     read_message, write_message = core.read_message, core.write_message
+    # R43: the pipes to the pool as they were made. A job may close their numbers, or
+    # open files of its own on them: looked at after each job, in one call.
+    pipes = core.OpenFiles(conn.identities())
     try:
         while True:
             try:
@@ -490,13 +493,24 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
             def retire(done: int = done) -> bool:
                 # Decided before the reply goes out, so the supervisor never sends a job
                 # to a child that is about to exit. A leaky job's memory goes back to
-                # the system with this process.
-                return bool((max_tasks and done >= max_tasks)
+                # the system with this process, and a child whose pipes the job moved
+                # (mended, so the outcome still goes out) with its descriptor table.
+                moved = bool(pipes.changed())  # first: the reply needs the pipes
+                if moved:
+                    conn.mend()  # if the job's own calls have not already
+                return bool(moved or (max_tasks and done >= max_tasks)
                             or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
                             or not streams.restore())
             try:
                 reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
                                           startup_error, frames, signals)
+            except channel.PipeLost as exc:
+                # The job took the pipes' numbers and no new end could be had (``mend``).
+                # Nothing goes out onto the job's files; the pool settles the attempt
+                # when this child's exit shows.
+                print(f"jobpool child {os.getpid()}: job {job_id} left no pipe to the pool "
+                      f"({exc}); its outcome is lost", file=sys.__stderr__ or sys.stderr)
+                return
             finally:
                 running.current = None
             if _forks_into != me:

@@ -86,7 +86,7 @@ def test_a_message_written_is_what_send_bytes_writes_and_recv_bytes_reads(impl, 
     # included), read back whole by ``recv_bytes``; a message larger than the pipe
     # holds goes out in parts while the other end reads.
     data = os.urandom(size)
-    ours, theirs = channel.pair(multiprocess.get_context("fork"))
+    ours, theirs = channel.pair()
     reference, reference_end = multiprocess.get_context("fork").Pipe(duplex=True)
     try:
         writer = threading.Thread(target=impl.write_message, args=(ours, data))

@@ -147,6 +147,112 @@ def test_a_job_that_replaces_its_sys_streams_does_not_take_the_next_jobs_output(
     assert [line for line in result.stderr.splitlines() if line.startswith("err")] == \
         ["err 0", "err 1"]
 
+PIPES_APP = """
+import fcntl, os, stat
+from pathlib import Path
+import jobpool
+from jobpool import job
+
+HERE = Path(__file__).parent
+KEPT = []  # files a job leaves open, as a logger kept at module level
+
+def pipe_ends():
+    ends = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+                ends["read" if mode == os.O_RDONLY else "write"] = fd
+        except OSError:
+            pass
+    return ends
+
+def take(fd, path):
+    # The job's own file on the number the pool's pipe had.
+    os.close(fd)
+    new = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    if new != fd:
+        os.dup2(new, fd)
+        os.close(new)
+    KEPT.append(fd)
+
+@job(name="t.takes_pipe")
+def takes_pipe(which):
+    take(pipe_ends()[which], HERE / f"mine-{which}.txt")
+    if which == "read":
+        jobpool.progress(50, "after the swap")  # the job's own call, on the mended end
+    os.write(KEPT[-1], b"the job's line\\n")
+
+@job(name="t.closes_all", max_attempts=1)
+def closes_all():
+    os.closerange(3, 65536)
+    KEPT.extend(os.open(HERE / f"mine-{i}.txt", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                for i in range(40))
+    for fd in KEPT:
+        os.write(fd, b"the job's line\\n")
+
+@job(name="t.next")
+def next_job(tag):
+    with open(HERE / "marks.txt", "a") as fh:
+        fh.write(f"{tag} {os.getpid()}\\n")
+"""
+
+
+def _job_files(app) -> dict[str, str]:
+    return {path.name: path.read_text() for path in sorted(app.dir.glob("mine-*.txt"))}
+
+
+def test_a_job_that_reuses_its_pipes_reading_number_keeps_its_file_and_its_outcome(make_app):
+    """R43: a job that closes the end its child reads jobs from and opens a file of its
+    own on the number: the pool reads nothing from that file and writes nothing into
+    it; the child's end is opened again onto the same pipe, a progress report made
+    after the swap and the job's outcome reach the pool, and a fresh child runs the
+    next job. Before, the child read the job's file as its next job. (A job that
+    closes the end the child writes with is the next test's: the pool sees that pipe
+    end at once.)"""
+    which = "read"
+    app = make_app(PIPES_APP)
+    store = app.store()
+    taken = store.enqueue("t.takes_pipe", which)
+    after = [store.enqueue("t.next", f"after{i}") for i in range(2)]
+    result = app.start("--procs", "1")
+    assert result.returncode == 0, result.stderr
+    [row] = app.rows("SELECT status, attempts, last_error FROM jobs WHERE id = ?", (taken.id,))
+    assert row == {"status": "done", "attempts": 1, "last_error": None}
+    if which == "read":
+        assert app.rows("SELECT stage FROM jobs WHERE id = ?", (taken.id,)) == [
+            {"stage": "after the swap"}]
+    for handle in after:
+        assert app.rows("SELECT status FROM jobs WHERE id = ?", (handle.id,)) == [{"status": "done"}]
+    assert _job_files(app) == {f"mine-{which}.txt": "the job's line\n"}
+    tags = (app.dir / "marks.txt").read_text().split()
+    assert tags[0::2] == ["after0", "after1"]
+    claimed = [line for line in result.stderr.splitlines() if "job_claimed" in line]
+    assert len({re.search(r"pid=(\d+)", line).group(1) for line in claimed}) == 2, claimed
+
+
+def test_a_job_that_closes_every_descriptor_has_nothing_written_into_its_files(make_app):
+    """R43: a job that closes every descriptor past 2 (its child's pipes with them)
+    and opens files of its own on the numbers: nothing the child would send lands in
+    those files. The pool sees the pipe it reads end with the job still running, so
+    the outcome is lost: the child says so in the pool's log and exits, the attempt
+    is settled as the child's end, and a fresh child runs the next job. Before, the
+    reply went into whichever of the job's files had the pipe's number."""
+    app = make_app(PIPES_APP)
+    store = app.store()
+    closing = store.enqueue("t.closes_all")
+    after = store.enqueue("t.next", "after")
+    result = app.start("--procs", "1")
+    assert result.returncode == 0, result.stderr
+    assert set(_job_files(app).values()) == {"the job's line\n"}
+    [row] = app.rows("SELECT status, last_error FROM jobs WHERE id = ?", (closing.id,))
+    assert row["status"] in ("dead", "done"), row
+    if row["status"] == "dead":  # the pool saw the pipe's end before the outcome
+        assert "left no pipe to the pool" in result.stderr
+    assert app.rows("SELECT status FROM jobs WHERE id = ?", (after.id,)) == [{"status": "done"}]
+
+
 @pytest.mark.parametrize("name, reason", [
     ("t.bad_result", "result cannot be stored"),
     ("t.huge_result", "over the 1048576-byte limit"),

@@ -340,8 +340,7 @@ FRAMES = st.one_of(
 
 @pytest.fixture(scope="module")
 def pipe():
-    import multiprocess
-    ends = channel.pair(multiprocess.get_context("fork"))
+    ends = channel.pair()
     yield ends
     for end in ends:
         end.close()
@@ -370,9 +369,8 @@ def test_the_compiled_message_reader_answers_as_the_pure_one(compiled_core, pipe
 def test_the_compiled_message_reader_reads_a_long_message_and_the_pipes_end(compiled_core):
     """multiprocessing's long prefix (over 2 GiB's is -1 and 8 bytes) is not sent here,
     so a message past the pipe's buffer stands for the many reads; then the end."""
-    import multiprocess
     import threading
-    ours, childs = channel.pair(multiprocess.get_context("fork"))
+    ours, childs = channel.pair()
     big = protocol.dumps((protocol.PROGRESS, 1, 1, 50.0, "x" * 300_000))
     writer = threading.Thread(target=childs.send_bytes, args=(big,))
     writer.start()

@@ -13,8 +13,6 @@ import selectors
 import signal
 from typing import Any, Callable
 
-import multiprocess
-
 from jobpool import bounds, channel, core, events, lifecycle, procinfo, proctree, protocol
 from jobpool.child import child_main
 from jobpool.config import PoolConfig
@@ -106,13 +104,12 @@ class Slots:
         self.all = [Slot(i) for i in range(config.procs)]
         #: The last scale request past this pool's bound, as ``pools`` shows it (R41).
         self.scale_refused: str | None = None
-        self._ctx = multiprocess.get_context("fork")  # pipes from its public API (R6)
         self._next_memory_sample = 0.0
 
     # -- children -----------------------------------------------------------------------
 
     def spawn(self, slot: Slot) -> None:
-        parent_conn, child_conn = channel.pair(self._ctx)
+        parent_conn, child_conn = channel.pair()
         # R43: the child keeps its own ends of its pipes and its standard streams only.
         proc = Forked.start(child_main, child_conn, os.getpid(),
                             self.config.max_tasks_per_child,
