@@ -419,8 +419,12 @@ class StandardStreams:
         The descriptors are looked at in one call (``core.OpenFiles``: no stat result
         built per descriptor when the core is compiled), since this runs after every job."""
         for fd in self._files.changed():  # closed, or another file: put ours back
+            copy, identity = self._saved[fd]
             try:
-                os.dup2(self._saved[fd][0], fd)
+                st = os.fstat(copy)
+                if (st.st_dev, st.st_ino) != identity:
+                    return False  # the job took the copy's number too: not its file
+                os.dup2(copy, fd)
             except OSError:
                 return False
         objects = self._objects

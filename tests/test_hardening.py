@@ -192,6 +192,29 @@ def closes_all():
     for fd in KEPT:
         os.write(fd, b"the job's line\\n")
 
+@job(name="t.takes_copies")
+def takes_copies():
+    # The child's copies of stdout and stderr (kept to put them back): descriptors
+    # past 2 on the same files, and no pipe. The job closes them, opens files of its
+    # own on the numbers, and points its stdout at one of them.
+    def identity(fd):
+        try:
+            st = os.fstat(fd)
+        except OSError:  # listdir's own descriptor, closed by now
+            return None
+        return st.st_dev, st.st_ino
+    streams = {identity(1), identity(2)}
+    copies = [fd for fd in map(int, os.listdir("/proc/self/fd"))
+              if fd > 2 and identity(fd) in streams]
+    for fd in copies:
+        take(fd, HERE / f"mine-{fd}.txt")
+    os.dup2(KEPT[-1], 1)
+    os.write(1, b"the job's line\\n")
+
+@job(name="t.says")
+def says(tag):
+    print(tag, flush=True)
+
 @job(name="t.next")
 def next_job(tag):
     with open(HERE / "marks.txt", "a") as fh:
@@ -251,6 +274,26 @@ def test_a_job_that_closes_every_descriptor_has_nothing_written_into_its_files(m
     if row["status"] == "dead":  # the pool saw the pipe's end before the outcome
         assert "left no pipe to the pool" in result.stderr
     assert app.rows("SELECT status FROM jobs WHERE id = ?", (after.id,)) == [{"status": "done"}]
+
+
+def test_a_job_that_takes_the_numbers_of_the_childs_stream_copies_keeps_its_files(make_app):
+    """R43: the child keeps copies of its standard streams to put them back after a
+    job. A job that closes those copies, opens files of its own on their numbers and
+    points its stdout elsewhere: the child does not put the job's file back as stdout
+    (it looks that each copy is still its stream's file, and retires when not), so the
+    next job prints to the pool's own stdout. Before, every later job of the child
+    printed into the job's file."""
+    app = make_app(PIPES_APP)
+    store = app.store()
+    taking = store.enqueue("t.takes_copies")
+    says = store.enqueue("t.says", "said-after")
+    result = app.start("--procs", "1", "-q")
+    assert result.returncode == 0, result.stderr
+    for handle in (taking, says):
+        assert app.rows("SELECT status FROM jobs WHERE id = ?", (handle.id,)) == [{"status": "done"}]
+    files = _job_files(app)
+    assert files and set(files.values()) <= {"", "the job's line\n"}, files
+    assert "said-after" in result.stdout.split()
 
 
 @pytest.mark.parametrize("name, reason", [
