@@ -27,8 +27,6 @@ from typing import Any
 
 from multiprocess.connection import Connection
 
-from jobpool import core
-
 
 class PipeLost(OSError):
     """A job took the numbers of its child's pipes and no new end could be opened."""
@@ -118,6 +116,9 @@ class Channel:
         return self._reader.recv_bytes()
 
     def send_bytes(self, data: bytes) -> None:
+        # ``core`` loaded here, not with this module: a child loads it only once it has
+        # forked (see ``child_main``; R43 keeps the store's modules out of a child).
+        from jobpool import core
         if self._peer is not None:
             self.mend()
         core.write_message(self, data)

@@ -414,6 +414,10 @@ class StandardStreams:
             self._saved[fd] = (copy, (st.st_dev, st.st_ino))
         self._look()
 
+    def holds(self, fd: int) -> bool:
+        """Whether ``fd`` is still the stream the child was forked with."""
+        return fd in self._saved and fd not in self._files.changed()
+
     def restore(self) -> bool:
         """Put back what the job changed; False if that failed (recycle the child).
         The descriptors are looked at in one call (``core.OpenFiles``: no stat result
@@ -512,8 +516,12 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                 # The job took the pipes' numbers and no new end could be had (``mend``).
                 # Nothing goes out onto the job's files; the pool settles the attempt
                 # when this child's exit shows.
-                print(f"jobpool child {os.getpid()}: job {job_id} left no pipe to the pool "
-                      f"({exc}); its outcome is lost", file=sys.__stderr__ or sys.stderr)
+                if streams.holds(2):  # else fd 2 may be the job's file too
+                    try:
+                        os.write(2, f"jobpool child {os.getpid()}: job {job_id} left no pipe to "
+                                    f"the pool ({exc}); its outcome is lost\n".encode(errors="replace"))
+                    except OSError:
+                        pass
                 return
             finally:
                 running.current = None

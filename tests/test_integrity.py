@@ -435,7 +435,7 @@ def vandal():
 
 def test_a_job_holds_no_descriptor_or_mapping_of_the_store(make_any_app, store_url):
     """R43: besides 0-2 (and copies of them, kept to put them back after a job) a
-    job's process holds its own pipe alone, and maps none of the store's files."""
+    job's process holds its own two pipes alone, and maps none of the store's files."""
     app = make_any_app(HOSTILE_APP)
     store = app.store()
     for i in range(3):
@@ -447,7 +447,7 @@ def test_a_job_holds_no_descriptor_or_mapping_of_the_store(make_any_app, store_u
     standard = {fds[fd] for fd in ("0", "1", "2") if fd in fds}
     others = [target for fd, target in fds.items() if fd not in ("0", "1", "2")
               and target not in standard]
-    assert len(others) == 1 and others[0].startswith("socket:"), fds  # its pipe
+    assert len(others) == 2 and all(t.startswith("pipe:") for t in others), fds  # its pipes
     base = os.path.basename(str(app.db))
     assert not [m for m in seen["mapped"] if base in m], seen["mapped"]
 
