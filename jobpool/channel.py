@@ -7,11 +7,14 @@ waits on that socket, which is the child itself, asleep in its read for the next
 job; and each message costs a socket buffer's allocation. A pipe wakes its reader
 when data comes and its writer only when it was full (BENCHMARKS.md, the slots' pipes).
 
-Each end is a ``Channel``: it reads from one pipe (a ``multiprocess`` connection) and
-writes to the other (a plain descriptor, written by ``core.write_message``), with the
-calls the pool uses (``recv_bytes``, ``send_bytes``, ``poll``, ``fileno`` for the side
-a selector waits on, ``close``); the bytes on the wire are multiprocessing's framing,
-as before. Closing an end closes both its descriptors: the other side reads
+Each end is a ``Channel``: it reads from one pipe and writes to the other, with the
+calls of a ``multiprocess`` connection that the pool uses (``recv_bytes``,
+``send_bytes``, ``poll``, ``fileno`` for the side a selector waits on, ``close``), and
+the same bytes on the wire: multiprocessing's framing, a 4-byte big-endian length (-1
+then 8 bytes for a message over 2 GiB) before each message. The hot reads and writes
+are ``core``'s, in C; these are the rest (a job's requests, an interrupt), read with
+``os.read`` here, so a pool's start does not load ``multiprocess`` and its pickler for
+them (a fifth of what a pool imports). Closing an end closes both its descriptors: the other side reads
 end-of-file, and a write to it fails with ``OSError`` (EPIPE).
 
 A job may close or reuse the child's descriptors (``os.closerange(3, ...)``, then files
@@ -23,9 +26,8 @@ writing onto, or reading from, a number that is now the job's file (R43).
 from __future__ import annotations
 
 import os
-from typing import Any
-
-from multiprocess.connection import Connection
+import select
+import struct
 
 
 class PipeLost(OSError):
@@ -35,25 +37,24 @@ class PipeLost(OSError):
 class Channel:
     """One side of a slot's pipes: reads what the other side writes, and back."""
 
-    __slots__ = ("_reader", "_write_fd", "_peer", "_pipes", "_left")
+    __slots__ = ("_read_fd", "_write_fd", "_peer", "_pipes")
 
-    def __init__(self, reader: Any, write_fd: int, peer: tuple[int, int, int] | None = None) -> None:
-        """``reader``: a read-only ``multiprocess`` connection; ``write_fd``: the other
-        pipe's writing end; ``peer``: the process at the other end and its descriptors
+    def __init__(self, read_fd: int, write_fd: int, peer: tuple[int, int, int] | None = None) -> None:
+        """``read_fd`` and ``write_fd``: the reading end of one pipe and the writing
+        end of the other; ``peer``: the process at the other end and its descriptors
         (the one it reads what this end writes from, the one it writes with), which a
         child's end knows of its supervisor's (``mend``)."""
-        self._reader = reader
+        self._read_fd = read_fd
         self._write_fd = write_fd
         self._peer = peer
         #: ``(device, inode)`` of the pipe read and of the pipe written.
         self._pipes = tuple((st.st_dev, st.st_ino) for st in map(os.fstat, self.descriptors()))
-        #: Connections given up by ``mend``: kept, never closed (their numbers are a
-        #: job's now), until the process exits.
-        self._left: list[Any] = []
 
     def fileno(self) -> int:
         """The descriptor to read from (what a selector waits on)."""
-        return self._reader.fileno()
+        if self._read_fd < 0:
+            raise OSError("the channel is closed")
+        return self._read_fd
 
     def write_fileno(self) -> int:
         """The descriptor to write to."""
@@ -63,7 +64,7 @@ class Channel:
 
     def descriptors(self) -> tuple[int, int]:
         """Both descriptors: the one read, the one written (what a forked child keeps, R43)."""
-        return self._reader.fileno(), self._write_fd
+        return self._read_fd, self._write_fd
 
     def identities(self) -> list[tuple[int, int, int]]:
         """``(descriptor, device, inode)`` of both pipes as they were made, for
@@ -99,8 +100,7 @@ class Channel:
                 os.close(new)
                 raise PipeLost(f"{path} is no longer the pool's pipe")
             if index == 0:
-                self._left.append(self._reader)
-                self._reader = Connection(new, writable=False)
+                self._read_fd = new
             else:
                 self._write_fd = new
         return moved
@@ -111,9 +111,16 @@ class Channel:
     # loop reads and writes in ``core`` and looks after each job (``child_main``).
 
     def recv_bytes(self) -> bytes:
+        """The next message's bytes; EOFError when the other end closed between two."""
         if self._peer is not None:
             self.mend()
-        return self._reader.recv_bytes()
+        fd = self.fileno()
+        (size,) = struct.unpack("!i", _read_exactly(fd, 4, False))
+        if size == -1:
+            (size,) = struct.unpack("!Q", _read_exactly(fd, 8, True))
+        if size < 0:
+            raise OSError(f"a message length of {size}")
+        return _read_exactly(fd, size, True)
 
     def send_bytes(self, data: bytes) -> None:
         # ``core`` loaded here, not with this module: a child loads it only once it has
@@ -124,28 +131,45 @@ class Channel:
         core.write_message(self, data)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
+        """Whether a read would not wait (a message, or the other end's close), waiting
+        up to ``timeout`` seconds (None: until then)."""
         if self._peer is not None:
             self.mend()
-        return self._reader.poll(timeout)
+        waiter = select.poll()
+        waiter.register(self.fileno(), select.POLLIN)
+        return bool(waiter.poll(None if timeout is None else max(0.0, timeout) * 1000))
 
     @property
     def closed(self) -> bool:
-        return self._reader.closed
+        return self._read_fd < 0
 
     def close(self) -> None:
-        try:
-            self._reader.close()
-        finally:
-            fd, self._write_fd = self._write_fd, -1
+        for fd in self.descriptors():
             if fd >= 0:
                 os.close(fd)
+        self._read_fd = self._write_fd = -1
+
+
+def _read_exactly(fd: int, size: int, begun: bool) -> bytes:
+    """``size`` bytes of ``fd``: EOFError at the other end's close before a message
+    (``begun`` False and nothing read), OSError at one inside it."""
+    data = bytearray(size)
+    view = memoryview(data)
+    got = 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            if not begun and got == 0:
+                raise EOFError
+            raise OSError("got end of file during message")
+        got += n
+    return bytes(data)
 
 
 def pair() -> tuple[Channel, Channel]:
     """The supervisor's end and the child's end of a new slot's pipes."""
     to_child_read, to_child_write = os.pipe()
     to_parent_read, to_parent_write = os.pipe()
-    parent = Channel(Connection(to_parent_read, writable=False), to_child_write)
-    child = Channel(Connection(to_child_read, writable=False), to_parent_write,
-                    peer=(os.getpid(), to_parent_read, to_child_write))
+    parent = Channel(to_parent_read, to_child_write)
+    child = Channel(to_child_read, to_parent_write, peer=(os.getpid(), to_parent_read, to_child_write))
     return parent, child
