@@ -48,6 +48,7 @@ from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
+from posix.resource cimport getrlimit, rlimit
 from posix.stat cimport struct_stat, fstat
 from posix.types cimport dev_t, ino_t
 from posix.uio cimport iovec, writev
@@ -1063,6 +1064,37 @@ cdef class OpenFiles:
                     moved = []
                 moved.append(self._fds[i])
         return () if moved is None else tuple(moved)
+
+
+cdef class Limits:
+    """``_core_py.Limits``: the resource limits looked at with ``getrlimit`` in C, no
+    tuple built per limit (the child's question after every job, R20)."""
+
+    cdef int _count
+    cdef int _resources[16]
+    cdef rlimit _limits[16]
+
+    def __init__(self, resources):
+        cdef int at
+        cdef list wanted = list(resources)
+        if len(wanted) > 16:
+            raise ValueError(f"{len(wanted)} resource limits; at most 16")
+        for at in range(len(wanted)):
+            self._resources[at] = wanted[at]
+            if getrlimit(self._resources[at], &self._limits[at]) != 0:
+                raise OSError(errno, f"getrlimit({wanted[at]})")
+        self._count = len(wanted)
+
+    def changed(self):
+        cdef rlimit now
+        cdef int names[16]
+        cdef int i, n = 0
+        for i in range(self._count):
+            if getrlimit(self._resources[i], &now) != 0 or now.rlim_cur != self._limits[i].rlim_cur \
+                    or now.rlim_max != self._limits[i].rlim_max:
+                names[n] = self._resources[i]
+                n += 1
+        return tuple([names[i] for i in range(n)])
 
 
 def has_children():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import struct
 from typing import Any
 
@@ -126,6 +127,19 @@ class OpenFiles:
             if st.st_dev != dev or st.st_ino != ino:
                 moved.append(fd)
         return tuple(moved)
+
+
+class Limits:
+    """The resource limits some resources had when this was made: the child's question
+    after every job (R20), whether the job changed one. ``resources``: ``RLIMIT_*``
+    numbers."""
+
+    def __init__(self, resources: list[int]) -> None:
+        self._limits = tuple((r, resource.getrlimit(r)) for r in resources)
+
+    def changed(self) -> tuple[int, ...]:
+        """The resources whose limits are not what they were, in the order given."""
+        return tuple(r for r, limits in self._limits if resource.getrlimit(r) != limits)
 
 
 def has_children() -> bool:

@@ -351,6 +351,48 @@ def _safe_text(exc: BaseException) -> str:
         return type(exc).__name__
 
 
+class ProcessLimits:
+    """What a job may leave of the child's resource limits and file mode mask, put back
+    after each attempt (R20's amendment). A job that caps itself (``setrlimit`` of its
+    CPU seconds, its address space, its file size) and returns left the cap on every
+    later job of the child: CPU seconds count over the child's whole life, so the next
+    job was killed by SIGXCPU for time it never used, and a lowered address space or
+    descriptor limit failed a later job that needed more. A job's ``os.umask`` made
+    every later job's files with its mode. A limit the job lowered for good (its hard
+    limit) cannot be raised again: the child retires. The mask is put back with one
+    system call, the limits looked at in one (``core.Limits``)."""
+
+    #: What a later job meets: its CPU seconds, memory, file size, descriptors and
+    #: processes (a stack, core or locked-memory limit a job sets reaches nobody else's
+    #: work; each one looked at is a system call after every job).
+    RESOURCES = tuple(getattr(resource, name) for name in (
+        "RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_NPROC")
+        if hasattr(resource, name))
+
+    def __init__(self) -> None:
+        self.keep()
+
+    def keep(self) -> None:
+        """Take the limits and the mask as they are now as those a job finds (asked
+        again after the ``on_child_start`` hooks, which may set their own)."""
+        from jobpool import core  # see child_main
+        self.mask = os.umask(0)
+        os.umask(self.mask)
+        self.limits = {r: resource.getrlimit(r) for r in self.RESOURCES}
+        self._look = core.Limits(self.RESOURCES)
+
+    def restore(self) -> bool:
+        """Put back what the job changed; False when a limit cannot be raised again
+        (recycle the child)."""
+        os.umask(self.mask)
+        for r in self._look.changed():
+            try:
+                resource.setrlimit(r, self.limits[r])
+            except (ValueError, OSError):
+                return False
+        return True
+
+
 class StandardStreams:
     """A child's fds 0-2 as it was forked with them, put back after every job.
 
@@ -474,6 +516,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
         end_forked_copy(None)  # R40: a start hook's fork came back here
     streams.keep_objects()
     signals.keep_handlers()
+    limits = ProcessLimits()  # as the start hooks left them
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes
@@ -506,7 +549,8 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                 moved = bool(pipes.changed())  # first: the reply needs the pipes
                 if moved:
                     conn.mend()  # if the job's own calls have not already
-                return bool(moved or (max_tasks and done >= max_tasks)
+                # Then the limits: a CPU cap the job left may end this child any moment.
+                return bool(not limits.restore() or moved or (max_tasks and done >= max_tasks)
                             or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
                             or not streams.restore())
             try:

@@ -18,7 +18,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import (WAL_VFS, OpenFiles, SlotTable, has_children, read_message,
+    from jobpool._core_py import (WAL_VFS, Limits, OpenFiles, SlotTable, has_children, read_message,
                                   write_message)
     NAME = "pure"
 else:
@@ -38,13 +38,15 @@ else:
     write_message = _impl.write_message
     #: R43: whether a job pointed a standard stream elsewhere (``fstat`` in C when built).
     OpenFiles = _impl.OpenFiles
+    #: R20: whether a job changed a resource limit (``getrlimit`` in C when built).
+    Limits = _impl.Limits
     #: R40: whether this process has a child (``waitid`` in C when built).
     has_children = _impl.has_children
     #: The SQLite VFS a store's connections open through when the core is built (each
     #: commit's WAL frames in one write, ``_walbuf.h``); None: SQLite's own.
     WAL_VFS = _impl.WAL_VFS
 
-__all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
+__all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "Limits", "has_children",
            "WAL_VFS",
            "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY",
            "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

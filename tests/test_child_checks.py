@@ -2,8 +2,9 @@
 the job (R40, R43) and the pipe's message written (the job to it, its reply back).
 
 ``core.OpenFiles`` answers R43's question (did the job point a standard stream
-elsewhere, or close it?) and ``core.has_children`` R40's (did it leave a process
-behind?). The compiled core makes both calls in C; its twin in ``_core_py`` is the
+elsewhere, or close it?), ``core.has_children`` R40's (did it leave a process
+behind?) and ``core.Limits`` R20's (did it change a resource limit?). The compiled
+core makes these calls in C; its twin in ``_core_py`` is the
 reference. Real pools exercise both through ``tests/test_integrity.py`` and the fault
 suite; here each answer is checked on both implementations.
 """
@@ -54,6 +55,33 @@ def test_open_files_names_each_descriptor_closed_or_pointed_elsewhere(impl, tmp_
                 os.close(fd)
             except OSError:
                 pass
+
+
+def test_limits_names_each_resource_limit_a_job_changed(impl):
+    # In a process of its own: a limit lowered (soft, then hard) is named in the order
+    # given, and one put back is not.
+    import resource
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            mine = [resource.RLIMIT_CPU, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE]
+            limits = impl.Limits(mine)
+            answers = [limits.changed()]
+            nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, nofile[1]))
+            resource.setrlimit(resource.RLIMIT_CPU, (3600, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+            answers.append(limits.changed())
+            resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
+            answers.append(limits.changed())
+            resource.setrlimit(resource.RLIMIT_CPU, (3600, 3600))  # for good
+            answers.append(limits.changed())
+            code = 0 if answers == [(), (resource.RLIMIT_CPU, resource.RLIMIT_NOFILE),
+                                    (resource.RLIMIT_CPU,), (resource.RLIMIT_CPU,)] else 2
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_has_children_sees_a_child_until_it_is_reaped(impl):

@@ -395,6 +395,63 @@ def polite():
 """
 
 
+LIMITS_APP = """
+import os, resource, time
+from jobpool import job
+
+@job(name="t.caps", max_attempts=1)
+def caps(how):
+    if how == "cpu":  # a cap on its own CPU seconds, which count over the child's life
+        used = int(resource.getrusage(resource.RUSAGE_SELF).ru_utime
+                   + resource.getrusage(resource.RUSAGE_SELF).ru_stime) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (used, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+    elif how == "files":
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    elif how == "mask":
+        os.umask(0o777)
+    elif how == "for good":  # a hard limit: it cannot be raised again
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1, 1))
+    return os.getpid()
+
+@job(name="t.works", max_attempts=1, store_result=True)
+def works(path):
+    end = time.process_time() + 1.2  # CPU seconds past the first job's cap
+    while time.process_time() < end:
+        pass
+    files = [open(os.devnull) for _ in range(20)]  # more than 8 descriptors
+    for fh in files:
+        fh.close()
+    with open(path, "w") as fh:
+        fh.write("x" * 100)  # past a 1-byte file size
+    return [oct(os.stat(path).st_mode & 0o777), os.getpid()]
+"""
+
+
+def test_resource_limits_and_the_mask_a_job_left_end_with_its_attempt(make_app):
+    """R20's amendment: a job that capped its own CPU seconds (or lowered its
+    descriptor limit, or set a file mode mask) and returned left it on the next job of
+    its child, which was killed by SIGXCPU for CPU time it never used (or could not
+    open its files, or made them with the first job's mode). Put back after each
+    attempt; a hard limit lowered for good retires the child."""
+    app = make_app(LIMITS_APP)
+    store = app.store()
+    works = []
+    for how in ("cpu", "files", "mask", "for good"):
+        store.enqueue("t.caps", how)
+        works.append(store.enqueue("t.works", str(app.dir / f"after-{how.replace(' ', '-')}.txt")))
+    app.start("--procs", "1")
+    results = []
+    for handle in works:
+        row = store.get(handle.id)
+        assert (row["status"], row["attempts"], row["last_error"]) == ("done", 1, None), row
+        results.append(handle.result(timeout=5))
+    mask = os.umask(0)
+    os.umask(mask)  # the pool's own, inherited from here
+    assert [mode for mode, _pid in results] == [oct(0o666 & ~mask)] * 4
+    pids = [pid for _mode, pid in results]
+    assert pids[0] == pids[1] == pids[2] != pids[3]  # one child, then a fresh one
+
+
 def test_a_timer_a_job_left_armed_ends_with_its_attempt(make_app):
     """R20's amendment: before, the SIGALRM of an ``alarm()`` a job left armed came
     during the next job of its child, which was settled as the crash ("child killed
