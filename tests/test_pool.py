@@ -395,7 +395,7 @@ def polite():
 """
 
 
-LIMITS_APP = """
+RLIMITS_APP = """
 import os, resource, time
 from jobpool import job
 
@@ -433,7 +433,7 @@ def test_resource_limits_and_the_mask_a_job_left_end_with_its_attempt(make_app):
     its child, which was killed by SIGXCPU for CPU time it never used (or could not
     open its files, or made them with the first job's mode). Put back after each
     attempt; a hard limit lowered for good retires the child."""
-    app = make_app(LIMITS_APP)
+    app = make_app(RLIMITS_APP)
     store = app.store()
     works = []
     for how in ("cpu", "files", "mask", "for good"):
