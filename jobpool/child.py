@@ -351,16 +351,18 @@ def _safe_text(exc: BaseException) -> str:
         return type(exc).__name__
 
 
-class ProcessLimits:
-    """What a job may leave of the child's resource limits and file mode mask, put back
-    after each attempt (R20's amendment). A job that caps itself (``setrlimit`` of its
-    CPU seconds, its address space, its file size) and returns left the cap on every
-    later job of the child: CPU seconds count over the child's whole life, so the next
-    job was killed by SIGXCPU for time it never used, and a lowered address space or
-    descriptor limit failed a later job that needed more. A job's ``os.umask`` made
-    every later job's files with its mode. A limit the job lowered for good (its hard
-    limit) cannot be raised again: the child retires. The mask is put back with one
-    system call, the limits looked at in one (``core.Limits``)."""
+class ProcessSettings:
+    """What a job may leave of its child's process settings, put back after each attempt
+    (R20's amendment): its resource limits, its file mode mask and its working
+    directory. A job that caps itself (``setrlimit`` of its CPU seconds, its address
+    space, its file size) and returns left the cap on every later job of the child: CPU
+    seconds count over the child's whole life, so the next job was killed by SIGXCPU
+    for time it never used, and a lowered address space or descriptor limit failed a
+    later job that needed more. A job's ``os.umask`` made every later job's files with
+    its mode; its ``os.chdir`` (into a checkout it then removed, say) moved every later
+    job's relative paths. A limit the job lowered for good (its hard limit) cannot be
+    raised again: the child retires. The mask and the directory are put back with a
+    system call each, the limits looked at in one (``core.Limits``)."""
 
     #: What a later job meets: its CPU seconds, memory, file size, descriptors and
     #: processes (a stack, core or locked-memory limit a job sets reaches nobody else's
@@ -373,18 +375,28 @@ class ProcessLimits:
         self.keep()
 
     def keep(self) -> None:
-        """Take the limits and the mask as they are now as those a job finds (asked
-        again after the ``on_child_start`` hooks, which may set their own)."""
+        """Take the settings as they are now as those a job finds (asked again after
+        the ``on_child_start`` hooks, which may set their own)."""
         from jobpool import core  # see child_main
         self.mask = os.umask(0)
         os.umask(self.mask)
+        try:
+            self.cwd: str | None = os.getcwd()
+        except OSError:
+            self.cwd = None  # started in a directory since removed: nothing to go back to
         self.limits = {r: resource.getrlimit(r) for r in self.RESOURCES}
         self._look = core.Limits(self.RESOURCES)
 
     def restore(self) -> bool:
         """Put back what the job changed; False when a limit cannot be raised again
-        (recycle the child)."""
+        (recycle the child). A working directory removed meanwhile (a deploy replaced
+        it) is left as the job left it."""
         os.umask(self.mask)
+        if self.cwd is not None:
+            try:
+                os.chdir(self.cwd)
+            except OSError:
+                pass
         for r in self._look.changed():
             try:
                 resource.setrlimit(r, self.limits[r])
@@ -516,7 +528,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
         end_forked_copy(None)  # R40: a start hook's fork came back here
     streams.keep_objects()
     signals.keep_handlers()
-    limits = ProcessLimits()  # as the start hooks left them
+    settings = ProcessSettings()  # as the start hooks left them
     tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes
@@ -550,7 +562,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                 if moved:
                     conn.mend()  # if the job's own calls have not already
                 # Then the limits: a CPU cap the job left may end this child any moment.
-                return bool(not limits.restore() or moved or (max_tasks and done >= max_tasks)
+                return bool(not settings.restore() or moved or (max_tasks and done >= max_tasks)
                             or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
                             or not streams.restore())
             try:

@@ -399,8 +399,9 @@ RLIMITS_APP = """
 import os, resource, time
 from jobpool import job
 
-@job(name="t.caps", max_attempts=1)
+@job(name="t.caps", max_attempts=1, store_result=True)
 def caps(how):
+    found = os.getcwd()
     if how == "cpu":  # a cap on its own CPU seconds, which count over the child's life
         used = int(resource.getrusage(resource.RUSAGE_SELF).ru_utime
                    + resource.getrusage(resource.RUSAGE_SELF).ru_stime) + 1
@@ -409,9 +410,12 @@ def caps(how):
         resource.setrlimit(resource.RLIMIT_NOFILE, (8, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     elif how == "mask":
         os.umask(0o777)
+        os.makedirs("elsewhere")
+        os.chdir("elsewhere")  # and removes it, as a job done with a checkout would
+        os.rmdir(os.path.abspath("."))
     elif how == "for good":  # a hard limit: it cannot be raised again
         resource.setrlimit(resource.RLIMIT_FSIZE, (1, 1))
-    return os.getpid()
+    return found
 
 @job(name="t.works", max_attempts=1, store_result=True)
 def works(path):
@@ -423,23 +427,26 @@ def works(path):
         fh.close()
     with open(path, "w") as fh:
         fh.write("x" * 100)  # past a 1-byte file size
-    return [oct(os.stat(path).st_mode & 0o777), os.getpid()]
+    return [oct(os.stat(path).st_mode & 0o777), os.getpid(), os.getcwd()]
 """
 
 
-def test_resource_limits_and_the_mask_a_job_left_end_with_its_attempt(make_app):
+def test_the_limits_mask_and_directory_a_job_left_end_with_its_attempt(make_app):
     """R20's amendment: a job that capped its own CPU seconds (or lowered its
-    descriptor limit, or set a file mode mask) and returned left it on the next job of
-    its child, which was killed by SIGXCPU for CPU time it never used (or could not
-    open its files, or made them with the first job's mode). Put back after each
-    attempt; a hard limit lowered for good retires the child."""
+    descriptor limit, or set a file mode mask, or moved into a directory it then
+    removed) and returned left it on the next job of its child, which was killed by
+    SIGXCPU for CPU time it never used (or could not open its files, made them with the
+    first job's mode, or found no working directory). Put back after each attempt; a
+    hard limit lowered for good retires the child."""
     app = make_app(RLIMITS_APP)
     store = app.store()
-    works = []
+    works, capping = [], []
     for how in ("cpu", "files", "mask", "for good"):
-        store.enqueue("t.caps", how)
+        capping.append(store.enqueue("t.caps", how))
         works.append(store.enqueue("t.works", str(app.dir / f"after-{how.replace(' ', '-')}.txt")))
     app.start("--procs", "1")
+    found = {handle.result(timeout=5) for handle in capping}
+    assert len(found) == 1
     results = []
     for handle in works:
         row = store.get(handle.id)
@@ -447,8 +454,9 @@ def test_resource_limits_and_the_mask_a_job_left_end_with_its_attempt(make_app):
         results.append(handle.result(timeout=5))
     mask = os.umask(0)
     os.umask(mask)  # the pool's own, inherited from here
-    assert [mode for mode, _pid in results] == [oct(0o666 & ~mask)] * 4
-    pids = [pid for _mode, pid in results]
+    assert [mode for mode, _pid, _cwd in results] == [oct(0o666 & ~mask)] * 4
+    assert {cwd for _mode, _pid, cwd in results} == found
+    pids = [pid for _mode, pid, _cwd in results]
     assert pids[0] == pids[1] == pids[2] != pids[3]  # one child, then a fresh one
 
 
