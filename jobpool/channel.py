@@ -14,8 +14,8 @@ the same bytes on the wire: multiprocessing's framing, a 4-byte big-endian lengt
 then 8 bytes for a message over 2 GiB) before each message. The hot reads and writes
 are ``core``'s, in C; these are the rest (a job's requests, an interrupt), read with
 ``os.read`` here, so a pool's start does not load ``multiprocess`` and its pickler for
-them (a fifth of what a pool imports). Closing an end closes both its descriptors: the other side reads
-end-of-file, and a write to it fails with ``OSError`` (EPIPE).
+them (a fifth of what a pool imports). Closing an end closes both its descriptors: the
+other side reads end-of-file, and a write to it fails with ``OSError`` (EPIPE).
 
 A job may close or reuse the child's descriptors (``os.closerange(3, ...)``, then files
 of its own on the freed numbers). The child's end knows what its pipes were
@@ -71,13 +71,12 @@ class Channel:
         ``core.OpenFiles`` to tell cheaply whether a job moved them."""
         return [(fd, *pipe) for fd, pipe in zip(self.descriptors(), self._pipes)]
 
-    def mend(self) -> bool:
-        """Whether a descriptor of this end no longer holds its pipe (a job closed it, or
-        opened a file of its own on the number); each such is replaced by a new one onto
-        the same pipe, opened through the other process's descriptor in ``/proc``, and
-        the old number is left to whoever holds it now (R43). Raises ``PipeLost`` when
-        that cannot be had (no ``/proc``, the other end gone)."""
-        moved = False
+    def mend(self) -> None:
+        """Replace each descriptor of this end that no longer holds its pipe (a job
+        closed it, or opened a file of its own on the number) by a new one onto the same
+        pipe, opened through the other process's descriptor in ``/proc``; the old number
+        is left to whoever holds it now (R43). Raises ``PipeLost`` when that cannot be
+        had (no ``/proc``, the other end gone)."""
         for index, (fd, pipe) in enumerate(zip(self.descriptors(), self._pipes)):
             try:
                 st = os.fstat(fd)
@@ -85,7 +84,6 @@ class Channel:
                     continue
             except OSError:
                 pass
-            moved = True
             if self._peer is None:
                 raise PipeLost(f"descriptor {fd} no longer holds the pool's pipe")
             pid, peer_read, peer_write = self._peer
@@ -103,7 +101,6 @@ class Channel:
                 self._read_fd = new
             else:
                 self._write_fd = new
-        return moved
 
     # A job's own calls (a request, a progress report, a look for an interrupt) come
     # here, in the child, while the job runs: its end is mended first, so they never
@@ -138,10 +135,6 @@ class Channel:
         waiter = select.poll()
         waiter.register(self.fileno(), select.POLLIN)
         return bool(waiter.poll(None if timeout is None else max(0.0, timeout) * 1000))
-
-    @property
-    def closed(self) -> bool:
-        return self._read_fd < 0
 
     def close(self) -> None:
         for fd in self.descriptors():

@@ -372,11 +372,8 @@ class ProcessSettings:
         if hasattr(resource, name))
 
     def __init__(self) -> None:
-        self.keep()
-
-    def keep(self) -> None:
-        """Take the settings as they are now as those a job finds (asked again after
-        the ``on_child_start`` hooks, which may set their own)."""
+        """Take the settings as they are now as those a job finds: made after the
+        ``on_child_start`` hooks, which may set their own."""
         from jobpool import core  # see child_main
         self.mask = os.umask(0)
         os.umask(self.mask)

@@ -84,6 +84,29 @@ def test_limits_names_each_resource_limit_a_job_changed(impl):
     assert os.waitstatus_to_exitcode(status) == 0
 
 
+def test_a_working_directory_removed_under_the_child_is_left_as_the_job_left_it(tmp_path):
+    # R20's amendment: a deploy may remove the directory the pool started in; the
+    # child then goes on from where the job left it, and does not retire for it.
+    from jobpool.child import ProcessSettings
+    started, elsewhere = tmp_path / "release-1", tmp_path / "elsewhere"
+    started.mkdir()
+    elsewhere.mkdir()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(started)
+            settings = ProcessSettings()
+            os.rmdir(started)
+            os.chdir(elsewhere)  # the job's
+            kept = settings.restore()
+            code = 0 if kept and os.getcwd() == str(elsewhere) else 2
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_has_children_sees_a_child_until_it_is_reaped(impl):
     # In a process of its own, whose children the test knows: none, one running, one
     # ended but not reaped (still a child), then none again.
