@@ -170,12 +170,12 @@ def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer
         return lifecycle.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
     # R48: what the job logs, through the root's and jobpool's handlers, names it.
     with log_context.installed():
-        if tracing.active():
+        given = running.current
+        meta = given.meta if given else None
+        if tracing.for_job(meta):
             # R57: inside the job's span, with its producer's trace context current.
-            given = running.current
             return tracing.run_traced(
-                job.name, job_id, attempt, given.queue if given else None,
-                given.meta if given else None,
+                job.name, job_id, attempt, given.queue if given else None, meta,
                 lambda: _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout))[:4]
         return _with_middleware(job, job_id, attempt, args, kwargs, soft_timeout)[:4]
 
@@ -526,7 +526,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     streams.keep_objects()
     signals.keep_handlers()
     settings = ProcessSettings()  # as the start hooks left them
-    tracing.active()  # R57: OpenTelemetry, if installed, loaded before the first job
+    tracing.preload()  # R57: OpenTelemetry, where the application or a hook uses it
     done = 0
     # The pipe's messages, read and written in C when the core is built (the same bytes
     # as ``recv_bytes``/``send_bytes``; a job's own requests still use ``conn``). Loaded

@@ -19,15 +19,20 @@ Nothing of OpenTelemetry is imported where the API is not installed
 imports it: a span can only be current where the application itself has loaded the
 API's context module, so until then an enqueue asks ``sys.modules`` and writes nothing
 (loading the API would cost a producer tens of milliseconds at its first enqueue).
-A pool loads it once, before it forks its children (``Supervisor``), so each child
-inherits it instead of importing it at its start. A job with no context and a process
-with no SDK configured skip the span altogether, so a pool with only the API installed
-pays a check per job.
+A pool whose jobs carry no context never imports it either (it was a tenth of a
+pool's start here): the supervisor loads it before it forks its children only where
+the application has loaded the API's context module already (it may have configured an
+SDK) or names a tracer provider in the environment, and otherwise at the first job
+whose metadata carries a context, so children forked after that inherit it (a
+recycled child does not import it again). A child loads it at such a job where it has
+not inherited it. A job with no context and a process with no SDK configured skip the
+span altogether, so a pool with only the API installed pays a check per job.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -53,6 +58,9 @@ _no_sdk: tuple = ()       # the API's own tracer providers: no span would be rec
 #: The API's module that holds the current span: a span can be current only where it
 #: has been imported.
 _CONTEXT_MODULE = "opentelemetry.context"
+#: The environment variable the API reads to load a tracer provider by itself (an SDK
+#: configured with no code that imports it).
+_PROVIDER_VARIABLE = "OTEL_PYTHON_TRACER_PROVIDER"
 
 
 def _load() -> bool:
@@ -90,6 +98,37 @@ def _stamp(job: Any, meta: dict[str, Any]) -> None:
 def active() -> bool:
     """Whether the API is installed (loaded on the first question)."""
     return _state == _ON or (_state == _UNKNOWN and _load())
+
+
+def _configured() -> bool:
+    """Whether this process may have a tracer provider configured: the application
+    loaded the API's context module (any use of the API does), or the environment
+    names a provider for the API to load."""
+    return _CONTEXT_MODULE in sys.modules or _PROVIDER_VARIABLE in os.environ
+
+
+def preload() -> None:
+    """Before a pool forks its children, and in a child after its start hooks: load
+    the API where it may be in use already (``_configured``), so children inherit it;
+    elsewhere it waits for the first job that carries a context (``for_job``)."""
+    if _state == _UNKNOWN and _configured():
+        _load()
+
+
+def carries_context(meta: str | None) -> bool:
+    """Whether a job's metadata (as its row holds it) may carry a producer's context: a
+    look for the key, not a parse (R44's parse is ``_carrier``'s, in the child)."""
+    return meta is not None and META_KEY in meta
+
+
+def for_job(meta: str | None) -> bool:
+    """Whether a job with this metadata runs under ``run_traced`` here: the API is
+    loaded, or it is installed and the job carries a context or a provider may be
+    configured (``_configured``, asked again at each job: a job may have loaded it).
+    The API is loaded on the first such job."""
+    if _state != _UNKNOWN:
+        return _state == _ON
+    return (carries_context(meta) or _configured()) and _load()
 
 
 def enqueue_hook() -> Callable[[Any, dict], None] | None:

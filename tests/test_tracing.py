@@ -214,8 +214,9 @@ def test_with_the_api_installed_an_enqueue_outside_a_span_writes_nothing_and_loa
     """R57's check, with the API importable: a producer that has not loaded the API's
     context (so no span can be current) writes no metadata and imports none of it; one
     that has (as an application using OpenTelemetry does), with no span current, asks
-    (the API is loaded) and writes nothing either. A pool loads it before it forks, so
-    its child has it when the job runs."""
+    (the API is loaded) and writes nothing either. A pool whose app does not use the
+    API and whose jobs carry no context loads none of it, in its supervisor or its
+    child (it was a tenth of a pool's start)."""
     app = make_app(PLAIN_APP)
     producer = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import sys, jobpool
@@ -231,4 +232,51 @@ def test_with_the_api_installed_an_enqueue_outside_a_span_writes_nothing_and_loa
     assert producer.returncode == 0, producer.stderr
     assert [r["meta"] for r in app.rows("SELECT meta FROM jobs")] == [None, None]
     app.start("--procs", "1")
-    assert "opentelemetry.trace" in json.loads((app.dir / "loaded.json").read_text())
+    assert json.loads((app.dir / "loaded.json").read_text()) == []
+
+
+#: An app that never imports OpenTelemetry itself: the traced job asks the API for its
+#: context only inside its body; the other notes what its child had loaded at its start.
+LAZY_APP = """
+import json, sys
+from pathlib import Path
+from jobpool import job
+
+HERE = Path(__file__).parent
+
+@job(name="lazy.traced", max_attempts=1)
+def traced():
+    loaded = "opentelemetry.trace" in sys.modules
+    from opentelemetry import trace
+    ctx = trace.get_current_span().get_span_context()
+    (HERE / "traced.json").write_text(json.dumps([loaded, format(ctx.trace_id, "032x")]))
+
+@job(name="lazy.look", max_attempts=1)
+def look():
+    (HERE / "loaded.json").write_text(json.dumps("opentelemetry.trace" in sys.modules))
+"""
+
+
+def test_a_pool_loads_the_api_at_the_first_job_that_carries_a_context(make_app):
+    """R57: in a pool whose application never imports OpenTelemetry, a job enqueued
+    under a span still runs with its producer's context current (its child loads the
+    API for it, before the body runs), and the supervisor loads it then too: a child
+    forked after that (each child here runs one job) inherits it."""
+    app = make_app(LAZY_APP)
+    producer = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import json, jobpool
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        trace.set_tracer_provider(TracerProvider())
+        store = jobpool.connect({str(app.db)!r})
+        with trace.get_tracer("producer").start_as_current_span("request") as span:
+            store.enqueue_with("lazy.traced", priority=5)
+            print(format(span.get_span_context().trace_id, "032x"))
+        store.enqueue("lazy.look")
+        store.close()
+    """)], cwd=app.dir, env=app.env, capture_output=True, text=True, timeout=60)
+    assert producer.returncode == 0, producer.stderr
+    app.start("--procs", "1", "--max-tasks-per-child", "1")
+    loaded_before_body, trace_id = json.loads((app.dir / "traced.json").read_text())
+    assert loaded_before_body and trace_id == producer.stdout.strip()
+    assert json.loads((app.dir / "loaded.json").read_text()) is True

@@ -82,9 +82,10 @@ class Supervisor:
         if not names:
             raise JobpoolError("no jobs are registered: pass --app with the module that defines them")
         self.names = names
-        # R57: OpenTelemetry, where installed, loaded once here, before any child is
-        # forked: each child inherits it instead of importing it at its start.
-        tracing.active()
+        # R57: OpenTelemetry, where the application uses it, loaded once here, before
+        # any child is forked: each child inherits it instead of importing it at its
+        # start. Elsewhere the first job that carries a context loads it (``Slots``).
+        tracing.preload()
         self.queues = tuple(config.queues) if config.queues else jobs.served_queues(names)
         #: R7, R38: which queues each turn claims from, and how it shares the slots.
         self.plan = QueuePlan(self.queues, config.weights)

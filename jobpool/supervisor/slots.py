@@ -13,7 +13,7 @@ import selectors
 import signal
 from typing import Any, Callable
 
-from jobpool import bounds, channel, core, events, lifecycle, procinfo, proctree, protocol
+from jobpool import bounds, channel, core, events, lifecycle, procinfo, proctree, protocol, tracing
 from jobpool.child import child_main
 from jobpool.config import PoolConfig
 from jobpool.forked import Forked
@@ -409,6 +409,10 @@ class Slots:
                 job.batch, job.meta))
         except OSError:
             pass  # the child just died; its exit sentinel settles the job as a crash
+        if job.meta is not None and tracing.carries_context(job.meta):
+            # R57: the first traced job loads OpenTelemetry here too (its child loads it
+            # itself), so the children forked from now on inherit it.
+            tracing.active()
 
     def free(self) -> list[Slot]:
         """Slots whose child is idle and may take a job now."""
