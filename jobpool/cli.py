@@ -15,7 +15,7 @@ import re
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo
 from jobpool.display import markup_escape, meta_text, shown
@@ -233,7 +233,58 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Stands for the parser of a command this run does not parse (``build_parser``'s
+    ``argv``): whatever is added to it is dropped."""
+
+    def __getattr__(self, name: str) -> Callable[..., "_Unbuilt"]:
+        return lambda *args, **kwargs: self
+
+
+_UNBUILT = _Unbuilt()
+
+
+def _commands(parser: Any, chosen: str | None, **options: Any) -> Callable[..., Any]:
+    """``parser.add_subparsers(**options).add_parser``, building only the ``chosen``
+    command's parser (every one when None): the others cost a run that never parses
+    them most of the parser's build, ~10 ms of a pool's start here (argparse looks for
+    translations of its own words for every parser and option)."""
+    if isinstance(parser, _Unbuilt):
+        return lambda *args, **kwargs: _UNBUILT
+    action = parser.add_subparsers(**options)
+
+    def add(name: str, **kwargs: Any) -> Any:
+        if chosen is not None and name != chosen:
+            return _UNBUILT
+        return action.add_parser(name, **kwargs)
+    return add
+
+
+#: Every command (tests/test_cli.py holds these names to the parser's).
+COMMAND_NAMES = ("start", "enqueue", "top", "status", "jobs", "dead", "batches", "limits", "doctor",
+                 "pools", "stop", "scale", "pause", "resume", "metrics", "web")
+#: The commands that have commands of their own (``jobs list``), and theirs.
+GROUP_COMMANDS = {"jobs": ("list", "show", "cancel", "run-now", "reset-state"),
+                  "dead": ("list", "show", "retry", "delete", "purge"),
+                  "batches": ("list", "show", "cancel"),
+                  "limits": ("list", "set", "clear")}
+
+
+def _chosen(argv: Sequence[str] | None) -> tuple[str | None, str | None]:
+    """The command ``argv`` starts with, and its group's command after it, each None
+    where it names none that exists: that level is then built in full (its help lists
+    every command, and a mistake is told with every choice)."""
+    if not argv or argv[0] not in COMMAND_NAMES:
+        return None, None
+    command = argv[0]
+    inner = argv[1] if len(argv) > 1 and command in GROUP_COMMANDS else None
+    return command, inner if inner in GROUP_COMMANDS.get(command, ()) else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; given the ``argv`` it is to parse, only the parser of the
+    command it names is built (``_commands``)."""
+    command, inner = _chosen(argv)
     common = Parser(add_help=False)
     common.add_argument("--db", help="the store: an SQLite file path or a postgresql:// URL "
                                      "(default $JOBPOOL_DB or ./jobpool.db)")
@@ -250,10 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "a store can run any registered job)")
 
     parser = Parser(prog="jobpool", description="Run and inspect a jobpool store.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=Parser)
+    sub = _commands(parser, command, dest="command", required=True, metavar="COMMAND",
+                    parser_class=Parser)
 
-    start = sub.add_parser("start", parents=[common, creating], help="run a pool of worker processes")
+    start = sub("start", parents=[common, creating], help="run a pool of worker processes")
     start.add_argument("--procs", type=_positive_int, default=config.default_procs(),
                        help="child processes (default: CPU count; at most max(64, 32 x CPU count) "
                             "unless --max-procs says more)")
@@ -314,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--log-format", choices=("plain", "json"), default="plain")
     start.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
 
-    enqueue = sub.add_parser("enqueue", parents=[common, creating], help="queue one job by name")
+    enqueue = sub("enqueue", parents=[common, creating], help="queue one job by name")
     enqueue.add_argument("name")
     enqueue.add_argument("--args", type=_json_value(list, "--args"), default=[],
                          help="JSON array of positional arguments")
@@ -339,17 +390,17 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_argument("--on-success", metavar="NAME",
                          help="with --from: as --on-complete, but only if none of them went dead")
 
-    top = sub.add_parser("top", parents=[common], help="live dashboard of a store (read-only)")
+    top = sub("top", parents=[common], help="live dashboard of a store (read-only)")
     top.add_argument("--refresh", type=_seconds, default=0.5, help="seconds between frames")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
-    status = sub.add_parser("status", parents=[common], help="counts by status")
+    status = sub("status", parents=[common], help="counts by status")
     status.add_argument("--json", action="store_true")
 
-    jobs_cmd = sub.add_parser("jobs", help="list, show, cancel and run jobs now")
-    jobs_sub = jobs_cmd.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND",
+    jobs_cmd = sub("jobs", help="list, show, cancel and run jobs now")
+    jobs_sub = _commands(jobs_cmd, inner, dest="jobs_command", required=True, metavar="COMMAND",
                                        parser_class=Parser)
-    jobs_list = jobs_sub.add_parser("list", parents=[common], help="list jobs, newest first")
+    jobs_list = jobs_sub("list", parents=[common], help="list jobs, newest first")
     jobs_list.add_argument("--status", choices=LISTED_STATUSES,
                            help="ready means due now; scheduled, due later")
     jobs_list.add_argument("--name", help="only jobs of this name")
@@ -383,12 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     searched.add_argument("--scan", type=_positive_int, metavar="N",
                           help="ids a page searches (default 10 000, at most 100 000)")
     jobs_list.add_argument("--json", action="store_true")
-    jobs_show = jobs_sub.add_parser("show", parents=[common], help="one job and its attempts")
+    jobs_show = jobs_sub("show", parents=[common], help="one job and its attempts")
     jobs_show.add_argument("id", type=_positive_int)
     jobs_show.add_argument("--json", action="store_true")
-    jobs_cancel = jobs_sub.add_parser("cancel", parents=[common], help="cancel a ready or running job")
+    jobs_cancel = jobs_sub("cancel", parents=[common], help="cancel a ready or running job")
     jobs_cancel.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
-    jobs_run_now = jobs_sub.add_parser(
+    jobs_run_now = jobs_sub(
         "run-now", parents=[common],
         help="make waiting jobs (scheduled, or out a retry's backoff) due now")
     jobs_run_now.add_argument("ids", type=_positive_int, nargs="*", metavar="ID")
@@ -396,84 +447,84 @@ def build_parser() -> argparse.ArgumentParser:
                               help="every waiting job (with --name and --queue, only those)")
     jobs_run_now.add_argument("--name", help="with --all-scheduled: only jobs of this name")
     jobs_run_now.add_argument("--queue", help="with --all-scheduled: only jobs in this queue")
-    jobs_reset = jobs_sub.add_parser("reset-state", parents=[common],
+    jobs_reset = jobs_sub("reset-state", parents=[common],
                                      help="forget a job's saved state: its next attempt starts afresh")
     jobs_reset.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
 
-    dead = sub.add_parser("dead", help="dead letters: list, show, retry, delete, purge")
-    dead_sub = dead.add_subparsers(dest="dead_command", required=True, metavar="COMMAND",
+    dead = sub("dead", help="dead letters: list, show, retry, delete, purge")
+    dead_sub = _commands(dead, inner, dest="dead_command", required=True, metavar="COMMAND",
                                    parser_class=Parser)
-    dead_list = dead_sub.add_parser("list", parents=[common], help="dead jobs, newest first")
+    dead_list = dead_sub("list", parents=[common], help="dead jobs, newest first")
     dead_list.add_argument("--name")
     dead_list.add_argument("--limit", type=_positive_int, default=100)
     dead_list.add_argument("--json", action="store_true")
-    dead_show = dead_sub.add_parser("show", parents=[common], help="a dead job and its attempts")
+    dead_show = dead_sub("show", parents=[common], help="a dead job and its attempts")
     dead_show.add_argument("id", type=_positive_int)
     dead_show.add_argument("--json", action="store_true")
-    dead_retry = dead_sub.add_parser("retry", parents=[common], help="run dead jobs again")
+    dead_retry = dead_sub("retry", parents=[common], help="run dead jobs again")
     dead_retry.add_argument("ids", type=_positive_int, nargs="*", metavar="ID")
     dead_retry.add_argument("--all", action="store_true", help="every dead job (see --name)")
     dead_retry.add_argument("--name", help="with --all: only jobs of this name")
     dead_retry.add_argument("--reset-state", action="store_true",
                             help="start them afresh, not from the state they saved")
-    dead_delete = dead_sub.add_parser("delete", parents=[common], help="delete dead jobs")
+    dead_delete = dead_sub("delete", parents=[common], help="delete dead jobs")
     dead_delete.add_argument("ids", type=_positive_int, nargs="+", metavar="ID")
-    dead_purge = dead_sub.add_parser("purge", parents=[common], help="delete old dead jobs")
+    dead_purge = dead_sub("purge", parents=[common], help="delete old dead jobs")
     dead_purge.add_argument("--older-than", type=_duration, required=True,
                             help="age like 7d, 12h or 30m")
 
-    batches = sub.add_parser("batches", help="batches of jobs with callbacks: list, show, cancel")
-    batches_sub = batches.add_subparsers(dest="batches_command", required=True, metavar="COMMAND",
+    batches = sub("batches", help="batches of jobs with callbacks: list, show, cancel")
+    batches_sub = _commands(batches, inner, dest="batches_command", required=True, metavar="COMMAND",
                                          parser_class=Parser)
-    batches_list = batches_sub.add_parser("list", parents=[common], help="batches, newest first")
+    batches_list = batches_sub("list", parents=[common], help="batches, newest first")
     batches_list.add_argument("--open", action="store_true",
                               help="only those whose callbacks have not fired")
     batches_list.add_argument("--limit", type=_positive_int, default=100)
     batches_list.add_argument("--json", action="store_true")
-    batches_show = batches_sub.add_parser("show", parents=[common],
+    batches_show = batches_sub("show", parents=[common],
                                           help="a batch: counts, members by status, callbacks")
     batches_show.add_argument("id", type=_positive_int)
     batches_show.add_argument("--json", action="store_true")
-    batches_cancel = batches_sub.add_parser(
+    batches_cancel = batches_sub(
         "cancel", parents=[common], help="cancel a batch's unfinished jobs; no callback fires")
     batches_cancel.add_argument("id", type=_positive_int)
 
-    limits = sub.add_parser("limits", help="concurrency and rate limits: list, set, clear")
-    limits_sub = limits.add_subparsers(dest="limits_command", required=True, metavar="COMMAND",
+    limits = sub("limits", help="concurrency and rate limits: list, set, clear")
+    limits_sub = _commands(limits, inner, dest="limits_command", required=True, metavar="COMMAND",
                                        title="commands")
-    limits_list = limits_sub.add_parser(
+    limits_list = limits_sub(
         "list", parents=[common], help="every limit, its running jobs, groups and tokens left")
     limits_list.add_argument("--json", action="store_true")
-    limits_set = limits_sub.add_parser(
+    limits_set = limits_sub(
         "set", parents=[common], help="at most N jobs of a queue running at once, on all pools")
     limits_set.add_argument("--queue", required=True)
     limits_set.add_argument("--running", type=_queue_running, required=True, metavar="N")
-    limits_clear = limits_sub.add_parser("clear", parents=[common], help="drop a queue's limit")
+    limits_clear = limits_sub("clear", parents=[common], help="drop a queue's limit")
     limits_clear.add_argument("--queue", required=True)
-    doctor = sub.add_parser("doctor", parents=[common],
+    doctor = sub("doctor", parents=[common],
                             help="check a store; --salvage copies what is readable to a new one")
     doctor.add_argument("--salvage", metavar="NEW", help="path of a new store to copy into")
 
-    pools = sub.add_parser("pools", parents=[common], help="the supervisors running on a store")
+    pools = sub("pools", parents=[common], help="the supervisors running on a store")
     pools.add_argument("--json", action="store_true")
-    stop = sub.add_parser("stop", parents=[common], help="ask the pools on a store to stop gracefully")
+    stop = sub("stop", parents=[common], help="ask the pools on a store to stop gracefully")
     stop.add_argument("--wait", type=_seconds, default=0.0,
                       help="seconds to wait for them to go (default: do not wait)")
-    scale = sub.add_parser("scale", parents=[common], help="change --procs of running pools")
+    scale = sub("scale", parents=[common], help="change --procs of running pools")
     scale.add_argument("--procs", type=_positive_int, required=True)
-    pause = sub.add_parser("pause", parents=[common],
+    pause = sub("pause", parents=[common],
                            help="stop claiming from a queue on every pool (running jobs finish)")
     pause.add_argument("queue")
-    resume = sub.add_parser("resume", parents=[common], help="claim from a paused queue again")
+    resume = sub("resume", parents=[common], help="claim from a paused queue again")
     resume.add_argument("queue")
-    store_metrics = sub.add_parser("metrics", parents=[common],
+    store_metrics = sub("metrics", parents=[common],
                                    help="the store's queue gauges for Prometheus (read-only)")
     store_metrics.add_argument("--serve", metavar="ADDR",
                                help="serve them at ADDR/metrics (PORT, :PORT, HOST:PORT, "
                                     "[::1]:PORT) instead of printing them once")
     store_metrics.add_argument("--every", type=_seconds, default=15.0,
                                help="read the store at most this often (seconds, at least 15)")
-    web = sub.add_parser("web", parents=[common],
+    web = sub("web", parents=[common],
                          help="the web dashboard and its JSON API (needs the web extra)")
     web.add_argument("--bind", metavar="ADDR",
                      help="HOST:PORT to listen on (default 127.0.0.1:8700; port 0: any free "
@@ -1445,8 +1496,9 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(_attached(sys.argv[1:] if argv is None else argv))
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
+    args = parser.parse_args(_attached(argv))
     if hasattr(args, "mode"):
         _store_mode(parser, args)
     if getattr(args, "db", None) is not None:
