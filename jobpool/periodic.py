@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 #: The zone of a cron expression whose job names none.
 DEFAULT_TZ = "UTC"
@@ -48,6 +47,8 @@ class Cron:
     """A five-field cron expression (croniter) on the wall clock of a time zone."""
 
     def __init__(self, expression: str, tz: str | None = None) -> None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only where a cron is declared
+
         from croniter import croniter
         if not croniter.is_valid(expression):
             raise ValueError("not a valid cron expression")

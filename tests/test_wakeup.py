@@ -57,3 +57,14 @@ def test_a_store_with_every_place_taken_still_opens_a_listener_that_only_polls(t
     assert extra.sock is None and extra.place is None and extra.move_down() is None
     for listener in full:
         listener.close()
+
+
+def test_the_wake_up_addresses_are_those_every_release_computes(tmp_path):
+    """A producer of an older release (or another Python) wakes this pool: a store's
+    addresses are named by the SHA-1 of its real path, however this one computes it."""
+    import hashlib
+    import os
+    db = tmp_path / "store.db"
+    digest = hashlib.sha1(os.path.realpath(db).encode()).hexdigest()[:20]
+    assert wakeup._addresses(str(db)) == [
+        f"\0jobpool-{digest}-{i}".encode() for i in range(wakeup.SLOTS)]
