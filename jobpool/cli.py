@@ -235,7 +235,10 @@ class Parser(argparse.ArgumentParser):
 
 class _Unbuilt:
     """Stands for the parser of a command this run does not parse (``build_parser``'s
-    ``argv``): whatever is added to it is dropped."""
+    ``argv``): whatever is added to it is dropped. It holds nothing (a value set on it
+    would be shared by every unbuilt command), so setting one fails."""
+
+    __slots__ = ()
 
     def __getattr__(self, name: str) -> Callable[..., "_Unbuilt"]:
         return lambda *args, **kwargs: self
