@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import sys
 import time
 from typing import Any, Callable
 
 from jobpool import lifecycle
+
+log = logging.getLogger(__name__)
 
 #: The metadata key the producer's trace context travels under (R54's metadata).
 META_KEY = "jobpool.otel"
@@ -73,6 +76,12 @@ def _load() -> bool:
                 return False
             from opentelemetry import context, propagate, trace
         except ImportError:  # a namespace without the API (another opentelemetry package)
+            return False
+        except Exception as exc:  # noqa: BLE001 - a broken install turns tracing off
+            # Loaded where a job's context asks for it (in a running pool's supervisor
+            # and child): a failing import must stop neither the pool nor the job.
+            log.warning("OpenTelemetry could not be imported, so jobs run untraced: %s: %s",
+                        type(exc).__name__, exc)
             return False
         _trace, _propagate, _context = trace, propagate, context
         _no_sdk = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)

@@ -280,3 +280,24 @@ def test_a_pool_loads_the_api_at_the_first_job_that_carries_a_context(make_app):
     loaded_before_body, trace_id = json.loads((app.dir / "traced.json").read_text())
     assert loaded_before_body and trace_id == producer.stdout.strip()
     assert json.loads((app.dir / "loaded.json").read_text()) is True
+
+
+#: An ``opentelemetry`` package whose import fails (a broken or half-upgraded install),
+#: ahead of the real one on the path.
+BROKEN_API = 'raise RuntimeError("half-upgraded: no module named _version")\n'
+
+
+def test_a_broken_opentelemetry_install_turns_tracing_off_and_stops_nothing(make_app):
+    """R57: a job whose metadata carries a context makes the pool load the API, in the
+    supervisor and in the child; where its import fails for any reason, both say so
+    and go on untraced: the pool keeps running and the job runs (a row never stops a
+    pool)."""
+    app = make_app(PLAIN_APP)
+    (app.dir / "opentelemetry").mkdir()
+    (app.dir / "opentelemetry" / "__init__.py").write_text(BROKEN_API)
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    app.store().enqueue_with("plain.look", meta={"jobpool.otel": carrier})
+    app.store().enqueue("plain.look")
+    done = app.start("--procs", "1")
+    assert "OpenTelemetry could not be imported" in done.stderr
+    assert [r["status"] for r in app.rows()] == ["done", "done"]
