@@ -790,10 +790,11 @@ LIMITS = {
                "~55 us of validation, encoding and wake-up per call (BENCHMARKS.md, W1 enqueue)",
     "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "
             "here (BENCHMARKS.md, W1 bulk)",
-    "w2": "the pool's own share of the cores: ~0.67 ms between a child's jobs (reply, one "
-          "claim transaction, dispatch; ~0.032), start-up (~0.033) and the pool's CPU taken "
-          "from the bodies (~0.015), against 0.96-0.98 for two bare processes "
-          "(benchmarks/w2_split.py; BENCHMARKS.md, issue 26 this sitting)",
+    "w2": "the pool's own share of the cores: ~1 ms between a child's jobs (~0.043: the "
+          "child's checks ~0.18 ms, the turn with cold caches ~0.27 ms, two wake-ups), "
+          "start-up (~0.03) and the pool's CPU taken from the bodies (~0.02), against 0.98 "
+          "for two bare processes (benchmarks/w2_split.py; BENCHMARKS.md, where W2's gap "
+          "between jobs goes)",
     "w3": "the enqueuer's own durable commit: a bare fsync'd commit has a p99 of ~4 ms on "
           "this disk, more than half of Celery's p99 (BENCHMARKS.md, W3)",
     "pg": "with 2 procs a turn carries one or two jobs (R6) and turns run one after another; "

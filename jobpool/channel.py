@@ -13,7 +13,7 @@ calls of a ``multiprocess`` connection that the pool uses (``recv_bytes``,
 the same bytes on the wire: multiprocessing's framing, a 4-byte big-endian length (-1
 then 8 bytes for a message over 2 GiB) before each message. The hot reads and writes
 are ``core``'s, in C; these are the rest (a job's requests, an interrupt), read with
-``os.read`` here, so a pool's start does not load ``multiprocess`` and its pickler for
+``os.readv`` here, so a pool's start does not load ``multiprocess`` and its pickler for
 them (a fifth of what a pool imports). Closing an end closes both its descriptors: the
 other side reads end-of-file, and a write to it fails with ``OSError`` (EPIPE).
 

@@ -36,7 +36,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from jobpool import lifecycle
 
@@ -124,7 +124,7 @@ def preload() -> None:
         _load()
 
 
-def carries_context(meta: str | None) -> bool:
+def carries_context(meta: str | None) -> TypeGuard[str]:
     """Whether a job's metadata (as its row holds it) may carry a producer's context: a
     look for the key, not a parse (R44's parse is ``_carrier``'s, in the child)."""
     return meta is not None and META_KEY in meta
@@ -200,7 +200,7 @@ def _waited(tracer: Any, name: str, carrier: dict[str, str] | None, parent: Any)
 def _carrier(meta: str | None) -> dict[str, str] | None:
     """The producer's context as the job's metadata carries it, or None (no metadata,
     none under ``META_KEY``, or not a map of text: a row is never trusted, R44)."""
-    if meta is None or META_KEY not in meta:
+    if not carries_context(meta):
         return None
     try:
         found = json.loads(meta)
