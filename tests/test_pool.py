@@ -460,6 +460,33 @@ def test_the_limits_mask_and_directory_a_job_left_end_with_its_attempt(make_app)
     assert pids[0] == pids[1] == pids[2] != pids[3]  # one child, then a fresh one
 
 
+ENVIRON_APP = """
+import os
+from jobpool import job
+
+@job(name="t.sets", max_attempts=1)
+def sets():
+    os.environ["JOBPOOL_TEST_SHARED"] = "set by the first job"
+
+@job(name="t.reads", max_attempts=1, store_result=True)
+def reads():
+    return [os.environ.get("JOBPOOL_TEST_SHARED"), os.getpid()]
+"""
+
+
+def test_what_a_job_sets_in_the_environment_stays_for_its_childs_later_jobs(make_app):
+    """R20's amendment, the other side: the environment is the job's to share, as a
+    Celery or RQ worker's is (unlike its limits, mask and directory, nothing puts it
+    back), so the child's next job sees what the first one set."""
+    app = make_app(ENVIRON_APP)
+    store = app.store()
+    store.enqueue_with("t.sets", priority=5)
+    reading = store.enqueue("t.reads")
+    app.start("--procs", "1")
+    value, _pid = reading.result(timeout=5)
+    assert value == "set by the first job"
+
+
 def test_a_timer_a_job_left_armed_ends_with_its_attempt(make_app):
     """R20's amendment: before, the SIGALRM of an ``alarm()`` a job left armed came
     during the next job of its child, which was settled as the crash ("child killed
