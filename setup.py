@@ -39,7 +39,8 @@ def extensions():
 
         # _walbuf.h: the VFS that gathers the WAL's writes, included by _core.pyx.
         ext = Extension("jobpool._core", [source], libraries=["sqlite3"],
-                        include_dirs=["jobpool"], depends=[os.path.join("jobpool", "_walbuf.h")])
+                        include_dirs=["jobpool"], depends=[os.path.join("jobpool", "_walbuf.h"),
+                                                      os.path.join("jobpool", "_pump.pxi")])
         return cythonize([ext], language_level=3,
                          compiler_directives={"boundscheck": False, "wraparound": False})
     except Exception as exc:  # noqa: BLE001 - no Cython, or the .pyx does not compile

@@ -19,7 +19,8 @@ does, over the SQLite driver (``store/sqlite/driver.py``). The compiled driver
   sound, and handing every other row to the codec itself, so the two never differ
   (a property test holds them equal on generated rows).
 
-``SlotTable`` is ``_core_py.SlotTable`` with its deadlines in a C array.
+``SlotTable`` is ``_core_py.SlotTable`` with its deadlines in a C array. ``Pump``
+(``_pump.pxi``) is the supervisor's pump, ``supervisor/pump.py``'s class compiled (R68).
 
 ``read_message`` is ``_core_py.read_message``: a child's message read off its pipe in C,
 R68's success frame taken apart on the way (the struct module's unpack costs more than
@@ -58,7 +59,7 @@ import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
 
 from jobpool.bounds import PRIORITY_MAX, PRIORITY_MIN
-from jobpool.lifecycle import Claimed, Lease, Settled
+from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
 from jobpool.store import row_codec
 from jobpool.store.row_codec import Decoded
 
@@ -821,7 +822,11 @@ def read_message(conn):
     bytes, ValueError for a zero tag of the wrong size or a flag out of range. The
     length prefix is multiprocessing's (4 bytes big-endian, -1 then 8 for a long one);
     the header and the message are two reads, no buffer kept between calls."""
-    cdef int fd = conn.fileno()
+    return _read_message_from(conn.fileno())
+
+
+cdef object _read_message_from(int fd):
+    """``read_message`` off the pipe ``fd`` (the compiled pump reads with it too)."""
     cdef unsigned char header[8]
     cdef unsigned char frame[SUCCESS_SIZE]
     cdef long long size
@@ -856,7 +861,11 @@ def write_message(conn, bytes data not None):
     handler run (and what it raises raised) on EINTR. ``data`` is ``bytes`` (what
     ``protocol`` builds), never another buffer. ``conn`` is a ``channel.Channel``: the
     bytes go to its ``write_fileno``."""
-    cdef int fd = conn.write_fileno()
+    _write_message_to(conn.write_fileno(), data)
+
+
+cdef int _write_message_to(int fd, bytes data) except -1:
+    """``write_message`` onto the pipe ``fd`` (the compiled pump dispatches with it)."""
     cdef unsigned long long size = <unsigned long long>PyBytes_GET_SIZE(data)
     cdef unsigned char header[12]
     cdef iovec parts[2]
@@ -894,6 +903,7 @@ def write_message(conn, bytes data not None):
         else:
             parts[0].iov_base = <char*>parts[0].iov_base + n
             parts[0].iov_len -= <size_t>n
+    return 0
 
 
 def _claim_order(decoded):
@@ -920,6 +930,7 @@ def decode_claims(rows, queue, double now, double to_pool_clock=0.0):
 
 # -- slots (R6, R20) ---------------------------------------------------------------------
 
+@cython.final
 cdef class SlotTable:
     """Which job each slot runs and when its hard timeout falls (R6, R20).
 
@@ -987,7 +998,7 @@ cdef class SlotTable:
         cdef list jobs = self._jobs
         return [i for i in range(len(jobs)) if jobs[i] is None]
 
-    def busy_count(self):
+    cpdef Py_ssize_t busy_count(self):
         cdef Py_ssize_t i, busy = 0
         cdef list jobs = self._jobs
         for i in range(len(jobs)):
@@ -995,14 +1006,14 @@ cdef class SlotTable:
                 busy += 1
         return busy
 
-    def assign(self, Py_ssize_t slot, job_id, attempt, double deadline):
+    cpdef assign(self, Py_ssize_t slot, job_id, attempt, double deadline):
         cdef Py_ssize_t i = self._index(slot, "list index out of range")
         if self._jobs[i] is not None:
             raise ValueError(f"slot {slot} is busy")
         self._jobs[i] = (job_id, attempt)
         self._deadlines[i] = deadline
 
-    def clear(self, Py_ssize_t slot):
+    cpdef clear(self, Py_ssize_t slot):
         cdef Py_ssize_t i = self._index(slot, "list index out of range")
         job = self._jobs[i]
         self._jobs[i] = None
@@ -1012,7 +1023,7 @@ cdef class SlotTable:
     def extend_deadline(self, Py_ssize_t slot, double deadline):
         self._deadlines[self._index(slot, "list assignment index out of range")] = deadline
 
-    def next_deadline(self):
+    cpdef double next_deadline(self):
         # min() semantics: the first element, replaced only by a smaller one.
         cdef Py_ssize_t i, n = len(self._jobs)
         cdef double best
@@ -1108,3 +1119,6 @@ def has_children():
     if err == ECHILD:
         return False
     raise OSError(err, os.strerror(err))
+
+
+include "_pump.pxi"

@@ -2,7 +2,8 @@
 
 What ``_core`` compiles: the SQLite driver's connection and claim codec (taken by
 ``store/sqlite/claimer.py`` through ``NAME``), the VFS every store connection opens
-through (``WAL_VFS``), the supervisor's slot table and its
+through (``WAL_VFS``), the supervisor's slot table, its pump
+(``_core.Pump``, chosen by ``supervisor/pump.make``) and its
 reader and writer of the pipes' messages (R68's success frame), and a child's two checks after
 every job (R40's look for a child process, R43's look at the standard streams' files).
 ``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run

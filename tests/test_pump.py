@@ -1,12 +1,14 @@
-"""R68: the pump (``supervisor/pump.py``) against the general loop, its reference.
+"""R68: the pump (``supervisor/pump.py``, and its compiled twin ``_core.Pump``) against
+the general loop, its reference.
 
-One scripted workload runs through an in-process ``--burst`` pool twice, the pump on
-and off, over two stores made alike: successes with results, a failure retried, a
-``Fatal``, a ``Defer``, plain successes (R68's success frames on the compiled road), progress reports, a row past its deadline at claim (R10), a
-job killed at its hard timeout (R20), a chain step (R12). The rows (every column
-but times, pids and owners), the attempt log, the counters and the event stream must
-be the same, and so must what the pool added to the rollups (R56) and, with
-``--metrics``, what its series counted; the pump must have served turns (else the
+One scripted workload runs through in-process ``--burst`` pools over stores made alike:
+successes with results, a failure retried, a ``Fatal``, a ``Defer``, plain successes
+(R68's success frames on the compiled road), progress reports, a row past its deadline
+at claim (R10), a job killed at its hard timeout (R20), a chain step (R12). The compiled
+pump and the Python pump over the compiled driver, the Python pump over the pure one,
+and the general loop must leave the same rows (every column but times, pids and
+owners), attempt log, counters and event stream, and add the same to the rollups (R56)
+and, with ``--metrics``, to the series; each pump must have served turns (else the
 comparison proves nothing).
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import logging
 import os
 import random
+import selectors
 import sqlite3
 import subprocess
 import sys
@@ -25,8 +28,14 @@ import pytest
 
 import jobpool
 from jobpool import _core_py
+
+try:
+    from jobpool import _core
+except ImportError:  # the pure install: the compiled roads' tests are skipped
+    _core = None
 from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
+from jobpool.supervisor import pump as pump_module
 
 from .conftest import ATTEMPT_LINES, ROOT
 
@@ -159,11 +168,16 @@ def _series(pool: Supervisor) -> list[str]:
                                       "jobpool_job_run_seconds_count")))
 
 
-def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "compiled") -> tuple:
+def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "compiled",
+         python_pump: bool = False) -> tuple:
     """One run of the workload; ``driver``: the SQLite driver its claimer uses (the
-    compiled one steps a plain turn in C, R68; the pure one is the reference)."""
+    compiled one steps a plain turn in C, R68; the pure one is the reference), and with
+    it the pump (compiled over the compiled driver, ``_pump.pxi``, unless
+    ``python_pump``: ``supervisor/pump.py``'s, its specification)."""
     with pytest.MonkeyPatch.context() as patch:
         _drive(patch, driver)
+        if python_pump:
+            patch.setattr(pump_module, "make", pump_module.Pump)
         return _run_with(where, pump, metrics)
 
 
@@ -171,9 +185,10 @@ def _drive(patch: pytest.MonkeyPatch, driver: str) -> None:
     """Make ``driver`` (compiled or pure) this process's: its claimers' SQLite driver,
     the pipes' reader and writer (R68's success frames) and the children's checks."""
     patch.setattr("jobpool.core.NAME", driver)
-    if driver == "pure":
-        for name in ("read_message", "write_message", "OpenFiles", "has_children"):
-            patch.setattr(f"jobpool.core.{name}", getattr(_core_py, name))
+    # (The compiled road's too: under JOBPOOL_PURE=1 this process loaded the twins.)
+    twins = _core_py if driver == "pure" else _core
+    for name in ("read_message", "write_message", "OpenFiles", "has_children", "SlotTable"):
+        patch.setattr(f"jobpool.core.{name}", getattr(twins, name))
 
 
 def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
@@ -205,30 +220,39 @@ def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
 @pytest.mark.parametrize("metrics", [None, "127.0.0.1:0"])
 def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(
         compiled_core, tmp_path, metrics):
-    # Three roads (R68): the pump over the compiled driver (its plain turns
-    # stepped in C), the pump over the pure driver, and the general loop over the pure
-    # driver, the reference, where every turn is the engine's Python.
+    # Four roads (R68): the compiled pump over the compiled driver (its plain turns
+    # stepped in C), the Python pump over the compiled driver, the Python pump over the
+    # pure driver, and the general loop over the pure driver, the reference, where
+    # every turn is the engine's Python.
     compiled, compiled_rows, compiled_events = _run(tmp_path / "compiled", True, metrics)
+    python, python_rows, python_events = _run(tmp_path / "python", True, metrics,
+                                              python_pump=True)
     pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, metrics, "pure")
     general, general_rows, general_events = _run(tmp_path / "general", False, metrics, "pure")
     assert bool(pumped_rows[-1]) == bool(metrics)  # with --metrics, the series compared too
     assert general.pump is None and general.pump_off == "turned off"
-    assert pumped.pump_off is None and compiled.pump_off is None
+    assert pumped.pump_off is None and compiled.pump_off is None and python.pump_off is None
+    assert type(compiled.pump) is _core.Pump
+    assert type(python.pump) is type(pumped.pump) is pump_module.Pump
     # The pump served the plain jobs' turns (most of the 33 claims), and on the
     # compiled driver most of them were stepped in C; never on the pure one.
-    assert pumped.pump.turns >= 15, pumped.pump.turns
-    assert compiled.pump.turns >= 15, compiled.pump.turns
+    for pool in (compiled, python, pumped):
+        assert pool.pump.turns >= 15, pool.pump.turns
     assert compiled.core.plain_turns >= 15, compiled.core.plain_turns
+    assert python.core.plain_turns >= 15, python.core.plain_turns
     assert pumped.core.plain_turns == 0 and general.core.plain_turns == 0
     for road, rows, counters, seen in (
-            ("pump, pure driver", pumped_rows, pumped.counters, pumped_events),
-            ("pump, compiled driver", compiled_rows, compiled.counters, compiled_events)):
+            ("Python pump, pure driver", pumped_rows, pumped.counters, pumped_events),
+            ("Python pump, compiled driver", python_rows, python.counters, python_events),
+            ("compiled pump, compiled driver", compiled_rows, compiled.counters,
+             compiled_events)):
         assert rows == general_rows, road
         assert counters == general.counters, road
         assert seen == general_events, road
     # And the workload did what it says: a sanity check of the reference itself.
     # R68: the compiled road's children sent their plain successes as frames.
-    assert compiled.slots.frames and not pumped.slots.frames and not general.slots.frames
+    assert compiled.slots.frames and python.slots.frames
+    assert not pumped.slots.frames and not general.slots.frames
     assert general.counters["completed"] == 52 and general.counters["dead"] == 3
     assert general.counters["retried"] == 1 and general.counters["deferred"] == 1
 
@@ -304,6 +328,28 @@ def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monke
     assert row["status"] == "dead" and row["last_error"].startswith("timed out after 0.3 s")
     assert not (tmp_path / "late").exists()  # killed long before its sleep ended
     store.close()
+
+
+@pytest.mark.parametrize("road", ["compiled", "pure", "poll"])
+def test_a_pool_runs_the_compiled_pump_where_the_core_is_built(tmp_path, road, request):
+    # R68: the compiled pump waits on the selector's own epoll set; a pure core
+    # (JOBPOOL_PURE=1) or a selector of another kind gets the Python pump.
+    if road != "pure":
+        request.getfixturevalue("compiled_core")
+    path = tmp_path / "jobpool.db"
+    jobpool.connect(path).close()
+    with pytest.MonkeyPatch.context() as patch:
+        _drive(patch, "pure" if road == "pure" else "compiled")
+        if road == "poll":
+            patch.setattr("selectors.DefaultSelector", selectors.PollSelector)
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, names=("pump.ok",)))
+    try:
+        assert pool.pump_off is None
+        wanted = _core.Pump if road == "compiled" else pump_module.Pump
+        assert type(pool.pump) is wanted
+    finally:
+        pool.core.close()
+        pool.store.close()
 
 
 def test_a_pool_says_what_keeps_its_pump_off(tmp_path):

@@ -149,7 +149,7 @@ class Supervisor:
                                                         pool_metrics.exposition, self._healthy)
         #: R68: the pump of plain jobs, or why this pool never runs it.
         self.pump_off = pump.off_because(config, self.core, self.slots)
-        self.pump = None if self.pump_off else pump.Pump(
+        self.pump = None if self.pump_off else pump.make(
             self.state, self.slots, self.core, self.plan, self._selector, clock=clock,
             rng=self.rng, store_call=self._store_call, report=self._report,
             may_run=self._pump_may_run)

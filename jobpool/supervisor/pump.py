@@ -30,9 +30,16 @@ is SQLite-only for now), ``--max-jobs``, ``--coalesce-us`` or memory limits. Wit
 series count each settle by its queue); a metrics client's socket is a descriptor
 the general loop serves.
 
+Where the core is built, the pool runs this class compiled (``_core.Pump``, in
+``_pump.pxi``; ``make`` chooses): the same constructor, answers and effects, with the
+wait on the selector's epoll set, the read of a success frame, its outcome put in line,
+the report of an all-success turn and the dispatch done in C, and every other branch
+calling the same Python this class calls. This class is its specification, and serves
+``JOBPOOL_PURE=1``.
+
 The general loop stays the reference: tests/test_pump.py runs one scripted workload
-both ways and compares the rows, the attempt lines, the counters, the events, the
-rollups and the metrics' counts.
+through the general loop, this pump and the compiled one, and compares the rows, the
+attempt lines, the counters, the events, the rollups and the metrics' counts.
 """
 from __future__ import annotations
 
@@ -62,6 +69,19 @@ def off_because(config: PoolConfig, claimer: Any, slots: Slots) -> str | None:
     if slots.memory_limits:
         return "memory limits"
     return None
+
+
+def make(state: PoolState, slots: Slots, claimer: Any, plan: QueuePlan,
+         selector: selectors.BaseSelector, **roads: Any) -> Any:
+    """The pool's pump: ``Pump`` compiled (``_core.Pump``, ``_pump.pxi``) where the core
+    is built and the pool waits on an epoll set (which the compiled pump waits on
+    itself), else ``Pump`` (``JOBPOOL_PURE=1``, the reference). Both take the same
+    objects and leave the same state."""
+    if (core.NAME == "compiled" and isinstance(selector, selectors.EpollSelector)
+            and type(slots.table).__module__ == "jobpool._core"):
+        from jobpool import _core
+        return _core.Pump(state, slots, claimer, plan, selector, **roads)
+    return Pump(state, slots, claimer, plan, selector, **roads)
 
 
 class Pump:

@@ -1,0 +1,258 @@
+# The supervisor's pump (R68), compiled: included by ``_core.pyx``.
+#
+# ``supervisor/pump.py``'s ``Pump`` is the specification; this is its accelerator, the
+# one twin the project allows (STYLE habit 2), built for the same pools and handed
+# the same objects: the pool's state, slots, claimer, queue plan and selector. It
+# keeps no state of its own beyond its turn count: what a slot runs stays on the
+# ``Slot`` and in the ``SlotTable``, the outcomes waiting for their settle stay in
+# ``PoolState.pending``, so the general loop finds everything where the Python pump
+# leaves it, whichever pump ran. What is compiled is the road of a plain job's end
+# and its successor's start: the wait (``epoll_wait`` on the selector's own epoll
+# set, without the selector's key objects), the read of the child's success frame,
+# the outcome put in line, the report of a turn whose settles are all successes, and
+# the dispatch (the job's message marshalled and written here). Every other branch
+# calls the very Python the Python pump calls (``Slots.handle``, ``finish_plain``,
+# ``pipe_lost``, the supervisor's report and road to the store), and the turn itself
+# is the claimer's (``Claimer.turn``: the engine decides, the compiled driver steps
+# it). tests/test_pump.py runs one workload through the general loop, the Python
+# pump and this one and compares the rows, counters, events, rollups and series.
+
+from libc.math cimport ceil
+
+# marshal.h by name: Python.h stopped including it in 3.11 (Cython's own declaration
+# names Python.h, which would leave the function undeclared in C).
+cdef extern from "marshal.h":
+    bytes PyMarshal_WriteObjectToString(object value, int version)
+
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        void* ptr
+        int fd
+        uint32_t u32
+    cdef struct epoll_event:
+        uint32_t events
+        epoll_data_t data
+    int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
+
+cdef enum:
+    PUMP_EVENTS = 64            # ready descriptors taken per wait (more: the next wait)
+    MARSHAL_VERSION = 4         # ``marshal.version``: what ``protocol.job_message`` writes
+    MAX_WAIT_MS = 1000000000    # a wait's bound in ms (epoll's timeout is an int)
+
+
+cdef class Pump:
+    """``supervisor.pump.Pump`` compiled (see above): the same constructor and
+    ``run``, the same answers and effects."""
+
+    cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
+    cdef object _store_call, _report, _may_run
+    cdef SlotTable _table
+    cdef object _finished, _outcome, _success_message, _loads
+    cdef object _events, _claimed_event, _completed_event, _logger, _info, _tracing
+    #: How many turns the pump has run (the parity test asks that it ran).
+    cdef public long long turns
+
+    def __init__(self, state, slots, claimer, plan, selector, *, clock, rng, store_call,
+                 report, may_run):
+        # Imported here: this module is loaded by children too (R43), which need none.
+        import logging
+        from jobpool import events, protocol, tracing
+        from jobpool.lifecycle import Outcome
+        from jobpool.supervisor.state import Finished
+        self._state, self._slots, self._claimer = state, slots, claimer
+        self._plan, self._selector, self._clock, self._rng = plan, selector, clock, rng
+        self._store_call, self._report, self._may_run = store_call, report, may_run
+        self._table = slots.table
+        self._finished, self._outcome = Finished, Outcome
+        self._success_message, self._loads = protocol.success_message, protocol.loads
+        self._events, self._tracing = events, tracing
+        self._claimed_event, self._completed_event = events.JOB_CLAIMED, events.JOB_COMPLETED
+        self._logger, self._info = events.logger, logging.INFO
+        self.turns = 0
+
+    def run(self, double until):
+        """Serve plain jobs until something else needs the general loop, at the latest
+        at ``until``. Returns True when the last claim found nothing (for ``--burst``)."""
+        cdef object state = self._state
+        cdef object slots = self._slots
+        cdef object clock = self._clock
+        cdef SlotTable table = self._table
+        cdef bint loud = self._logger.isEnabledFor(self._info)  # R30: asked once
+        cdef int epfd = self._selector.fileno()
+        cdef epoll_event ready[PUMP_EVENTS]
+        cdef int n, i, ms
+        cdef double now, wait
+        cdef bint leave
+        # Which descriptor is which slot's pipe, as the selector's keys say now: a key
+        # of anything else (a child's exit, a wake-up, a signal) is the general loop's.
+        cdef dict pipes = {}
+        for key in self._selector.get_map().values():
+            if key.data[0] == "conn":
+                pipes[key.fd] = key.data
+        while True:
+            now = clock()
+            if now >= until:
+                return False
+            if state.pending or state.want_claim:
+                claimed_none = self._turn(now, loud)
+                if claimed_none is None:
+                    return False  # R26: the general loop pauses
+                if claimed_none:
+                    return True
+                if not self._may_run(now):
+                    return False
+                # R20: a job running (one just dispatched among them) times out first
+                until = min(until, table.next_deadline())
+            if not (state.pending or table.busy_count()):
+                return False  # idle: the general loop waits for what comes
+            wait = until - now
+            ms = 0 if wait <= 0 else (MAX_WAIT_MS if wait >= MAX_WAIT_MS / 1000.0
+                                      else <int>ceil(wait * 1000.0))
+            with nogil:
+                n = epoll_wait(epfd, ready, PUMP_EVENTS, ms)
+            if n < 0:
+                if errno == EINTR:
+                    PyErr_CheckSignals()  # its handler's own raise, if any
+                    return False  # the general loop serves what the signal asked
+                PyErr_SetFromErrno(OSError)
+            if n == 0:
+                return False  # a timer is due
+            now = clock()
+            leave = False
+            for i in range(n):
+                data = pipes.get(ready[i].data.fd)
+                if data is None:
+                    return False  # the general loop serves it: its selector sees it again
+                slot, owner = data[1], data[2]
+                if slot.conn is not owner:
+                    return False
+                try:
+                    got = _read_message_from(owner.fileno())
+                    if type(got) is tuple:
+                        if not self._finish_success(slot, <tuple>got, now):  # R68's frame
+                            slots.handle(slot, self._success_message(got), now)
+                            leave = True
+                    else:
+                        message = self._loads(got)
+                        if not slots.finish_plain(slot, message, now):
+                            slots.handle(slot, message, now)
+                            leave = True
+                except (EOFError, OSError, ValueError):
+                    slots.pipe_lost(slot, owner)
+                    leave = True
+            if leave:
+                return False
+
+    cdef bint _finish_success(self, slot, tuple fields, double now) except -1:
+        """``Slots.finish_success`` and ``_finish_plain``: a plain success of the attempt
+        the slot runs, put in line for the next turn; False, with nothing done, for
+        any other (the caller hands it to ``Slots.handle``)."""
+        job_id, attempt, peak_rss, cpu_s, retiring = fields
+        if retiring:
+            return False
+        job = slot.job
+        if (job is None or (<tuple>job)[0] != job_id or (<tuple>job)[4] != attempt
+                or slot.interrupting is not None or slot.killing is not None
+                or slot.progress is not None or slot.stage is not None or slot.checkpointed
+                or slot.queued or slot.index >= self._slots.procs):
+            return False
+        slot.cpu_reported += cpu_s
+        state = self._state
+        state.pending.append(_record(self._finished, (
+            _record(self._outcome, (job_id, attempt, _DONE, None, None, None, slot.pid, "0",
+                                    peak_rss, cpu_s, None)),
+            round(now - slot.started, 6), (<tuple>job)[7])))
+        slot.job = None
+        self._table.clear(slot.index)
+        state.want_claim = True
+        return True
+
+    cdef object _turn(self, double now, bint loud):
+        """``Pump._turn``: settle what finished and claim for the free slots, in one
+        transaction (R6): whether a claim was made and found nothing, or None when the
+        store failed (R26: the outcomes wait again, first in line)."""
+        state = self._state
+        cdef list free = self._slots.free() if state.want_claim else []
+        cdef Py_ssize_t want = len(free)
+        cdef list pending = state.pending
+        cdef Py_ssize_t i
+        if not pending and not want:
+            return False
+        got = self._store_call(self._claimer.turn, now, [(<tuple>f)[0] for f in pending], want,
+                               now, self._rng, self._plan.shares(want) if want else None,
+                               settles=True)
+        if got is None:
+            if pending:
+                state.counters["settle_failures"] += 1
+            return None
+        self.turns += 1
+        state.pending = []
+        settled, claimed, expired = got
+        if settled:
+            self._report_settled(settled, pending, loud)
+        if expired:
+            self._report(expired)
+        for i in range(min(want, len(claimed))):
+            self._dispatch(free[i], claimed[i], now, loud)
+        if not want:
+            return False
+        state.want_claim = len(claimed) + len(expired) >= want
+        return not claimed and not expired
+
+    cdef int _report_settled(self, list settled, list pending, bint loud) except -1:
+        """``Pump._report_settled``: a turn whose settles are all successes of the
+        attempts sent, in order, in a pool with no metrics, needs only its counter,
+        its rollup (R56) and, when somebody listens, its event; any other turn goes
+        to the supervisor's report."""
+        state = self._state
+        cdef Py_ssize_t i, n = len(settled)
+        cdef bint plain = state.metrics is None and n == len(pending)
+        if plain:
+            for i in range(n):
+                row = <tuple>settled[i]
+                if row[3] != "done" or row[0] != (<tuple>(<tuple>pending[i])[0])[0]:
+                    plain = False
+                    break
+        if not plain:
+            self._report(settled, {((<tuple>(<tuple>f)[0])[0], (<tuple>(<tuple>f)[0])[1]): f
+                                   for f in pending})
+            return 0
+        rollups = state.rollups
+        for i in range(n):
+            row = <tuple>settled[i]
+            duration = (<tuple>pending[i])[1]
+            rollups.settled(row[1], "done", duration)
+            if loud:
+                self._events.emit(self._completed_event, job_id=row[0], name=row[1],
+                                  attempt=row[2], duration=duration)
+        state.counters["completed"] += n
+        return 0
+
+    cdef int _dispatch(self, slot, object job, double now, bint loud) except -1:
+        """``Slots.dispatch`` of a job of its own (the pump claims no chunk): the slot
+        reserved, the job's message written to its child."""
+        state = self._state
+        (job_id, name, payload, serializer, attempt, timeout, _deadline, queue, run_at,
+         batch, meta) = job
+        slot.claimed_at = now
+        state.rollups.claimed(name, now - run_at)
+        if state.metrics is not None:
+            state.metrics.claimed(name, queue, now - run_at)
+        self._table.assign(slot.index, job_id, attempt, now + timeout)
+        slot.job = job
+        slot.started = now
+        slot.checkpointed, slot.interrupting, slot.interrupt_until = False, None, INFINITY
+        state.counters["claimed"] += 1
+        if loud:
+            self._events.emit(self._claimed_event, job_id=job_id, name=name, attempt=attempt,
+                              slot=slot.index, pid=slot.pid)
+        message = PyMarshal_WriteObjectToString(
+            (job_id, attempt, name, payload, serializer, queue, batch, meta), MARSHAL_VERSION)
+        try:
+            _write_message_to(slot.conn.write_fileno(), message)
+        except OSError:
+            pass  # the child just died; its exit sentinel settles the job as a crash
+        if meta is not None and self._tracing.carries_context(meta):
+            self._tracing.active()  # R57: see ``Slots.dispatch``
+        return 0
