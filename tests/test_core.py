@@ -64,6 +64,35 @@ def test_claim_order_is_priority_then_run_at_then_id(core, store_path):
     assert [j[0] for j in claimed] == [urgent, early, tie, late]
 
 
+def test_a_claim_of_one_row_takes_the_first_in_claim_order(core, store_path):
+    # A turn for one free slot claims through the one-row statement (a scalar
+    # subquery, no list of ids built): the same first row as the claim of many (R7),
+    # none when none is due, and each in turn.
+    late = insert_job(store_path, run_at=900.0)
+    early = insert_job(store_path, run_at=800.0)
+    urgent = insert_job(store_path, run_at=950.0, priority=5)
+    tie = insert_job(store_path, run_at=800.0)
+    insert_job(store_path, run_at=NOW + 60)  # scheduled, not due
+    taken = []
+    for _ in range(5):
+        claimed, _ = core.claim(1, NOW)
+        assert len(claimed) <= 1
+        taken += [j[0] for j in claimed]
+    assert taken == [urgent, early, tie, late]
+
+
+def test_the_one_row_claim_reads_no_list_of_ids(store_path):
+    from jobpool.store.sqlite import statements as sql
+    from jobpool.store.sqlite.driver import DEFAULT_POLICY
+    conn = sqlite3.connect(store_path)
+    params = {"owner": OWNER, "now": NOW, "slack": 1.0, "queue": "default", "limit": 1}
+    for one, subquery in ((True, "SCALAR SUBQUERY"), (False, "LIST SUBQUERY")):
+        text = sql.claim_sql(["t.job"], {}, DEFAULT_POLICY, one=one)
+        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + text, params))
+        assert subquery in plan and "USING INDEX jobs_claim_order" in plan, plan
+    conn.close()
+
+
 def test_claim_takes_at_most_n_and_only_due_rows(core, store_path):
     ids = [insert_job(store_path) for _ in range(3)]
     insert_job(store_path, run_at=NOW + 60)  # scheduled, not due

@@ -42,7 +42,8 @@ class CompiledSqliteDriver(SqliteDriver):
         self.now = now
         db = self._db
         try:
-            return db.plain_turn(sql.SETTLE_DONE, self._claim_sql, self.owner, now,
+            claim = self._claim_one_sql if want == 1 else self._claim_sql
+            return db.plain_turn(sql.SETTLE_DONE, claim, self.owner, now,
                                  LEASE_SLACK, queue, want, done)
         except BaseException as exc:
             self._rollback()

@@ -88,6 +88,8 @@ class SqliteDriver:
         self.now = 0.0
         self.owner = ""
         self._claim_sql = ""
+        #: The claim of one row (``claim_sql(one=True)``): a turn for one free slot.
+        self._claim_one_sql = ""
         #: R63: the claim of one name's rows (a chunk's rest), by name, made on first use.
         self._name_claims: dict[str, str] = {}
         self._names: tuple[str, ...] = ()
@@ -106,6 +108,7 @@ class SqliteDriver:
         self._names = tuple(names)
         self._policies = policies
         self._claim_sql = sql.claim_sql(names, policies, DEFAULT_POLICY)
+        self._claim_one_sql = sql.claim_sql(names, policies, DEFAULT_POLICY, one=True)
         self._name_claims = {}
 
     # -- the connection ----------------------------------------------------------------------
@@ -198,7 +201,7 @@ class SqliteDriver:
         return [r[0] or "?" for r in self._db.rows(sql.CRASH_CAUSES, (job_id,))]
 
     def claim(self, queue: str, want: int) -> list[tuple]:
-        return self._db.lenient_rows(self._claim_sql, {
+        return self._db.lenient_rows(self._claim_one_sql if want == 1 else self._claim_sql, {
             "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
             "limit": want})
 
