@@ -132,12 +132,14 @@ def carries_context(meta: str | None) -> TypeGuard[str]:
 
 def for_job(meta: str | None) -> bool:
     """Whether a job with this metadata runs under ``run_traced`` here: the API is
-    loaded, or it is installed and the job carries a context or a provider may be
-    configured (``_configured``, asked again at each job: a job may have loaded it).
+    loaded, or it is installed and the job carries a context or the application has
+    loaded the API's context module (asked again at each job: a job may have loaded
+    it). The environment's provider was asked at the child's start (``preload``), not
+    at each job: a look in ``os.environ`` costs a job more than the rest of this.
     The API is loaded on the first such job."""
     if _state != _UNKNOWN:
         return _state == _ON
-    return (carries_context(meta) or _configured()) and _load()
+    return (carries_context(meta) or _CONTEXT_MODULE in sys.modules) and _load()
 
 
 def enqueue_hook() -> Callable[[Any, dict], None] | None:

@@ -301,3 +301,24 @@ def test_a_broken_opentelemetry_install_turns_tracing_off_and_stops_nothing(make
     done = app.start("--procs", "1")
     assert "OpenTelemetry could not be imported" in done.stderr
     assert [r["status"] for r in app.rows()] == ["done", "done"]
+
+
+def test_the_environments_provider_is_asked_at_a_childs_start_not_at_each_job():
+    """R57: ``for_job`` (asked before every job a child runs) loads the API for a job
+    that carries a context or where the application loaded the API's context module;
+    the environment's provider is read by ``preload`` (before the fork, and in each
+    child after its start hooks), not again at every job, where the look cost a
+    no-op job more than the rest of the question."""
+    probe = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, os, sys
+        from jobpool import tracing
+        os.environ["OTEL_PYTHON_TRACER_PROVIDER"] = "sdk_tracer_provider"
+        seen = [tracing.for_job(None), tracing.for_job('{"other": 1}'),
+                "opentelemetry.trace" in sys.modules]
+        tracing.preload()
+        seen.append("opentelemetry.trace" in sys.modules)
+        seen.append(tracing.for_job(None))
+        print(json.dumps(seen))
+    """)], capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == [False, False, False, True, True]
