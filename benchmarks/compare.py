@@ -780,12 +780,13 @@ def table(results: dict, sizes: dict, failures: dict) -> list[str]:
 #: What the profiles in BENCHMARKS.md ("What limits us now") found stops each
 #: target this machine does not meet; printed under a row that is not met.
 LIMITS = {
-    "w1": "the supervisor's CPU per job: its turn (~100 us on jobpool's schema, ~45 us bare; "
-          "since its WAL writes went to one a commit, SQLite's own work, ~3.5 lock calls and "
-          "the wake-up of the child it hands the next job) and the loop's Python around it "
-          "(about a third of its CPU); a bare loop over jobpool's own turn drains "
-          "2.4-2.6x Huey here, a bare R6 pool over a bare table 4.6-5.5x (BENCHMARKS.md, the floors "
-          "again, with a bare loop over jobpool's own turn; a commit's WAL frames in one write)",
+    "w1": "the supervisor's CPU per job, now SQLite's and the kernel's more than Python's: "
+          "its turn (SQLite's work on jobpool's schema, ~5.6 lock calls a turn, the WAL's "
+          "write) about 60 %, the compiled pump's system calls and the wake-ups of the "
+          "children it hands jobs about 30 %, the Python left in the loop ~4 %; and the "
+          "children's own per-job Python, on the same two cores (BENCHMARKS.md, the pump "
+          "compiled and a one-row claim; a bare R6 pool over a bare table drains 4.6-5.5x "
+          "Huey here: the floors again)",
     "enqueue": "the WAL fsync, whose own rate varies by a third between repeats, plus "
                "~55 us of validation, encoding and wake-up per call (BENCHMARKS.md, W1 enqueue)",
     "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "
