@@ -168,7 +168,7 @@ def _series(pool: Supervisor) -> list[str]:
                                       "jobpool_job_run_seconds_count")))
 
 
-def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "compiled",
+def _run(where: Path, pump: bool, options: dict, driver: str = "compiled",
          python_pump: bool = False) -> tuple:
     """One run of the workload; ``driver``: the SQLite driver its claimer uses (the
     compiled one steps a plain turn in C, R68; the pure one is the reference), and with
@@ -178,7 +178,7 @@ def _run(where: Path, pump: bool, metrics: str | None = None, driver: str = "com
         _drive(patch, driver)
         if python_pump:
             patch.setattr(pump_module, "make", pump_module.Pump)
-        return _run_with(where, pump, metrics)
+        return _run_with(where, pump, options)
 
 
 def _drive(patch: pytest.MonkeyPatch, driver: str) -> None:
@@ -191,7 +191,7 @@ def _drive(patch: pytest.MonkeyPatch, driver: str) -> None:
         patch.setattr(f"jobpool.core.{name}", getattr(twins, name))
 
 
-def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
+def _run_with(where: Path, pump: bool, options: dict) -> tuple:
     global MARKERS
     where.mkdir()
     MARKERS = where
@@ -207,7 +207,7 @@ def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
     try:
         pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
                                      poll_interval=0.05, kill_grace=0.5, pump=pump,
-                                     metrics=metrics),
+                                     **options),
                           rng=random.Random(7))
         assert pool.run() == 0
     finally:
@@ -217,19 +217,23 @@ def _run_with(where: Path, pump: bool, metrics: str | None) -> tuple:
 
 
 @pytest.mark.c_extension
-@pytest.mark.parametrize("metrics", [None, "127.0.0.1:0"])
+@pytest.mark.parametrize("options", [{}, {"metrics": "127.0.0.1:0"},
+                                     {"max_tasks_per_child": 3}],
+                         ids=["plain", "metrics", "recycled"])
 def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(
-        compiled_core, tmp_path, metrics):
+        compiled_core, tmp_path, options):
     # Four roads (R68): the compiled pump over the compiled driver (its plain turns
     # stepped in C), the Python pump over the compiled driver, the Python pump over the
     # pure driver, and the general loop over the pure driver, the reference, where
-    # every turn is the engine's Python.
-    compiled, compiled_rows, compiled_events = _run(tmp_path / "compiled", True, metrics)
-    python, python_rows, python_events = _run(tmp_path / "python", True, metrics,
+    # every turn is the engine's Python. With --metrics the series are compared too;
+    # with --max-tasks-per-child every third job's success comes retiring (the pump
+    # hands it to the general road) and its child is replaced.
+    compiled, compiled_rows, compiled_events = _run(tmp_path / "compiled", True, options)
+    python, python_rows, python_events = _run(tmp_path / "python", True, options,
                                               python_pump=True)
-    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, metrics, "pure")
-    general, general_rows, general_events = _run(tmp_path / "general", False, metrics, "pure")
-    assert bool(pumped_rows[-1]) == bool(metrics)  # with --metrics, the series compared too
+    pumped, pumped_rows, pumped_events = _run(tmp_path / "pump", True, options, "pure")
+    general, general_rows, general_events = _run(tmp_path / "general", False, options, "pure")
+    assert bool(pumped_rows[-1]) == bool(options.get("metrics"))
     assert general.pump is None and general.pump_off == "turned off"
     assert pumped.pump_off is None and compiled.pump_off is None and python.pump_off is None
     assert type(compiled.pump) is _core.Pump
@@ -255,6 +259,12 @@ def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(
     assert not pumped.slots.frames and not general.slots.frames
     assert general.counters["completed"] == 52 and general.counters["dead"] == 3
     assert general.counters["retried"] == 1 and general.counters["deferred"] == 1
+    if options.get("max_tasks_per_child"):
+        for road in ("compiled", "python", "pump", "general"):  # children were replaced
+            db = sqlite3.connect(tmp_path / road / "jobpool.db")
+            pids = db.execute("SELECT count(DISTINCT done_pid) FROM jobs").fetchone()[0]
+            db.close()
+            assert pids >= 15, (road, pids)
 
 
 @pytest.mark.parametrize("driver", ["pure", pytest.param("compiled",
