@@ -59,6 +59,7 @@ import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
 
 from jobpool.bounds import PRIORITY_MAX, PRIORITY_MIN
+from jobpool.channel import MAX_MESSAGE_BYTES, MESSAGE_STALL, NotAMessage
 from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
 from jobpool.store import row_codec
 from jobpool.store.row_codec import Decoded
@@ -72,7 +73,26 @@ cdef extern from "<unistd.h>" nogil:
 cdef extern from "<errno.h>" nogil:
     int errno
     int EINTR
+    int EAGAIN
+    int EWOULDBLOCK
     int ECHILD
+
+
+cdef extern from "<poll.h>" nogil:
+    cdef struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd* fds, unsigned long nfds, int timeout)
+    short POLLIN
+
+
+cdef extern from "<time.h>" nogil:
+    cdef struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec* tp)
+    int CLOCK_MONOTONIC
 
 
 cdef extern from "Python.h":
@@ -794,12 +814,28 @@ cdef tuple _frame_fields(const unsigned char* at, Py_ssize_t size):
     return (job_id, attempt, peak_rss, cpu_s, at[AT_RETIRING] == 1)
 
 
+#: R65, from ``channel`` (its pure twin's): copied into C once.
+cdef double _MESSAGE_STALL = MESSAGE_STALL
+cdef long long _MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
+
+
+cdef double _monotonic() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return now.tv_sec + now.tv_nsec * 1e-9
+
+
 cdef int _read_exactly(int fd, char* into, Py_ssize_t size, bint begun) except -1:
-    """Read ``size`` bytes from a blocking pipe as ``Connection._recv`` does: EOFError
-    at the end of the pipe before a message, OSError inside one, a signal's handler
-    run (and what it raises raised) on EINTR."""
+    """Read ``size`` bytes from a pipe as ``channel._read_exactly`` does: EOFError at
+    the end of the pipe before a message, OSError inside one, a signal's handler run
+    (and what it raises raised) on EINTR. On an end that does not block (the
+    supervisor's) it waits for the bytes, inside a message at most ``MESSAGE_STALL``
+    seconds in all (R65: then ``channel.NotAMessage``)."""
     cdef Py_ssize_t got = 0
     cdef ssize_t n
+    cdef pollfd waiter
+    cdef int ready, wait_ms
+    cdef double give_up = -1.0, left
     while got < size:
         with nogil:
             n = read(fd, into + got, size - got)
@@ -811,6 +847,26 @@ cdef int _read_exactly(int fd, char* into, Py_ssize_t size, bint begun) except -
             raise OSError("got end of file during message")
         elif errno == EINTR:
             PyErr_CheckSignals()
+        elif errno == EAGAIN or errno == EWOULDBLOCK:
+            waiter.fd = fd
+            waiter.events = POLLIN
+            if got == 0 and not begun:
+                wait_ms = -1  # before a message: as long as a blocking read would wait
+            else:
+                if give_up < 0:
+                    give_up = _monotonic() + _MESSAGE_STALL
+                left = give_up - _monotonic()
+                wait_ms = 0 if left <= 0 else <int>(left * 1000.0) + 1
+            with nogil:
+                ready = poll(&waiter, 1, wait_ms)
+            if ready < 0:
+                if errno == EINTR:
+                    PyErr_CheckSignals()
+                    continue
+                PyErr_SetFromErrno(OSError)
+            if ready == 0 and wait_ms >= 0 and _monotonic() >= give_up:
+                raise NotAMessage(f"a message stalled: {got} of its {size} bytes came "
+                                  f"within {_MESSAGE_STALL:g} s")
         else:
             PyErr_SetFromErrno(OSError)
     return 0
@@ -839,8 +895,8 @@ cdef object _read_message_from(int fd):
         size = 0
         for i in range(8):
             size = (size << 8) | header[i]
-    if size < 0:
-        raise OSError(f"a message length of {size}")
+    if size < 0 or size > _MAX_MESSAGE_BYTES:
+        raise NotAMessage(f"a message length of {size}")
     if size == SUCCESS_SIZE:
         _read_exactly(fd, <char*>frame, SUCCESS_SIZE, True)
         if frame[0] == 0:

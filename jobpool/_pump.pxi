@@ -48,7 +48,7 @@ cdef class Pump:
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
     cdef object _store_call, _report, _may_run
     cdef SlotTable _table
-    cdef object _finished, _outcome, _success_message, _loads
+    cdef object _finished, _outcome, _success_message, _message_of
     cdef object _events, _claimed_event, _completed_event, _logger, _info, _tracing
     #: How many turns the pump has run (the parity test asks that it ran).
     cdef public long long turns
@@ -65,7 +65,7 @@ cdef class Pump:
         self._store_call, self._report, self._may_run = store_call, report, may_run
         self._table = slots.table
         self._finished, self._outcome = Finished, Outcome
-        self._success_message, self._loads = protocol.success_message, protocol.loads
+        self._success_message, self._message_of = protocol.success_message, protocol.message_of
         self._events, self._tracing = events, tracing
         self._claimed_event, self._completed_event = events.JOB_CLAIMED, events.JOB_COMPLETED
         self._logger, self._info = events.logger, logging.INFO
@@ -134,11 +134,14 @@ cdef class Pump:
                             slots.handle(slot, self._success_message(got), now)
                             leave = True
                     else:
-                        message = self._loads(got)
+                        message = self._message_of(got)
                         if not slots.finish_plain(slot, message, now):
                             slots.handle(slot, message, now)
                             leave = True
-                except (EOFError, OSError, ValueError):
+                except (NotAMessage, ValueError) as exc:
+                    slots.pipe_lost(slot, owner, now, str(exc))  # R65: no message
+                    leave = True
+                except (EOFError, OSError):
                     slots.pipe_lost(slot, owner)
                     leave = True
             if leave:

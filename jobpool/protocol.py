@@ -96,9 +96,24 @@ def success_message(fields: tuple[int, int, int, float, bool]) -> tuple:
 
 
 def decode(data: bytes) -> tuple:
-    """A child's message as its tuple, a success frame's included (R68)."""
+    """A child's message as its tuple, a success frame's included (R68); ValueError for
+    bytes that are no message (``message_of``)."""
     fields = success_fields(data)
-    return marshal.loads(data) if fields is None else success_message(fields)
+    return message_of(data) if fields is None else success_message(fields)
+
+
+def message_of(data: bytes) -> tuple:
+    """A message's bytes (other than a success frame's) as its tuple; ValueError for
+    bytes that are none (R65): marshal's refusal (its EOFError included, which a
+    reader would take for the pipe's end), or anything but a tuple that starts with
+    its tag (a job that wrote onto its pipe: ``5`` is marshal data too)."""
+    try:
+        message = marshal.loads(data)
+    except (EOFError, ValueError, TypeError) as exc:
+        raise ValueError(f"bad marshal data ({exc})") from None
+    if type(message) is not tuple or not message or type(message[0]) is not int:
+        raise ValueError(f"a {type(message).__name__} where a message's tuple belongs")
+    return message
 
 
 def job_message(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,

@@ -271,11 +271,12 @@ def test_the_pump_and_the_general_loop_leave_the_same_rows_counters_and_events(
                                                           marks=pytest.mark.c_extension)])
 def test_a_malformed_success_frame_is_a_lost_pipe_and_a_strangers_is_refused(
         tmp_path, driver, request):
-    # R44, R68: a frame of the wrong size or with a flag out of range is no message: the
-    # supervisor closes the pipe as for bad marshal data, the child dies on its next
-    # write and its exit settles the job as a crash; a frame for a job the slot does not
-    # run is dropped as a stray outcome is, and the job's own end follows. The pool
-    # goes on serving the jobs after each, in the pump on the compiled road.
+    # R44, R65, R68: a frame of the wrong size or with a flag out of range is no
+    # message: the supervisor closes the pipe as for bad marshal data and kills the
+    # child, whose exit settles the job as a crash saying why; a frame for a job the
+    # slot does not run is dropped as a stray outcome is, and the job's own end
+    # follows. The pool goes on serving the jobs after each, in the pump on the
+    # compiled road.
     if driver == "compiled":
         request.getfixturevalue("compiled_core")
     path = tmp_path / "jobpool.db"
@@ -290,7 +291,8 @@ def test_a_malformed_success_frame_is_a_lost_pipe_and_a_strangers_is_refused(
     for what in FORGED:
         row = store.get(forged[what])
         assert row["status"] == "dead" and row["attempts"] == 1, (what, dict(row))
-        assert row["last_error"].startswith("child exited"), (what, row["last_error"])
+        assert row["last_error"].startswith(
+            "its pipe to the pool carried no message: a success frame of"), (what, row["last_error"])
     assert store.get(forged["stranger"])["status"] == "done"
     assert [store.get(i)["status"] for i in after] == ["done"] * 5
     assert pool.slots.frames == (driver == "compiled")

@@ -47,7 +47,7 @@ import logging
 import selectors
 from typing import Any, Callable
 
-from jobpool import core, events, protocol
+from jobpool import channel, core, events, protocol
 from jobpool.config import PoolConfig
 from jobpool.lifecycle import Settled
 from jobpool.queueplan import QueuePlan
@@ -117,7 +117,7 @@ class Pump:
         finish_plain = slots.finish_plain
         finish_success = slots.finish_success
         read_message = core.read_message  # in C when the core is built (R68)
-        loads = protocol.loads
+        message_of = protocol.message_of
         # Events cost their arguments only when somebody listens (R30): asked once.
         loud = events.logger.isEnabledFor(logging.INFO)
         next_deadline = slots.table.next_deadline
@@ -150,14 +150,17 @@ class Pump:
                 try:
                     got = read_message(owner)
                     if isinstance(got, bytes):
-                        message = loads(got)
+                        message = message_of(got)
                         if not finish_plain(slot, message, now):
                             slots.handle(slot, message, now)
                             leave = True
                     elif not finish_success(slot, got, now):  # R68: a success frame's
                         slots.handle(slot, protocol.success_message(got), now)  # fields
                         leave = True
-                except (EOFError, OSError, ValueError):
+                except (channel.NotAMessage, ValueError) as exc:
+                    slots.pipe_lost(slot, owner, now, str(exc))  # R65: no message
+                    leave = True
+                except (EOFError, OSError):
                     slots.pipe_lost(slot, owner)
                     leave = True
             if leave:

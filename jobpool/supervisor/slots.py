@@ -7,6 +7,7 @@ nowhere else: the claimed record on the slot, and its deadline in the core's
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import selectors
@@ -25,6 +26,8 @@ from jobpool.supervisor.state import Finished, PoolState
 #: How often the RSS of children running memory-limited jobs is sampled, seconds.
 MEMORY_SAMPLE_EVERY = 0.1
 
+log = logging.getLogger(__name__)
+
 #: A death the pool decided, as the metrics count it (``jobpool_child_deaths_total``):
 #: the one kill settled as a crash is the memory limit's; a release is no death.
 _DEATH_BY_KILL = {core.CRASH: "memory", core.TIMEOUT: "timeout", core.CANCEL: "cancel"}
@@ -36,7 +39,7 @@ _STOP_SIGNALS = (-signal.SIGTERM, -signal.SIGINT)
 class Slot:
     """One child process and what it is doing."""
 
-    __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind",
+    __slots__ = ("index", "proc", "conn", "pid", "job", "killing", "kill_at", "kill_kind", "kill_death",
                  "started", "progress", "stage", "progress_dirty", "retiring", "checkpointed",
                  "interrupting", "interrupt_until", "cpu_reported", "queued", "claimed_at")
 
@@ -49,6 +52,8 @@ class Slot:
         self.killing: str | None = None  # reason, once we decided to kill it
         self.kill_at = math.inf
         self.kill_kind = core.TIMEOUT
+        #: How ``jobpool_child_deaths_total`` counts the kill (None: no death, a release).
+        self.kill_death: str | None = None
         self.started = 0.0       # when its job went to the child
         self.progress: float | None = None
         self.stage: str | None = None
@@ -142,15 +147,26 @@ class Slots:
                 self.handle(slot, protocol.decode(conn.recv_bytes()), now)
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
-        except (EOFError, OSError, ValueError):
+        except (channel.NotAMessage, ValueError) as exc:
+            self.pipe_lost(slot, conn, now, str(exc))
+        except (EOFError, OSError):
             self.pipe_lost(slot, conn)
 
-    def pipe_lost(self, slot: Slot, conn: Any) -> None:
-        """The child died mid-message (or sent what is no message); its exit sentinel
-        settles the job."""
+    def pipe_lost(self, slot: Slot, conn: Any, now: float = 0.0, why: str | None = None) -> None:
+        """The child's pipe ended (it exited, or died mid-message): its exit sentinel
+        settles the job. ``why``: what came down the pipe was no message (R65: a job
+        that wrote onto its pipe, a message that stalled): the pipe can carry no job
+        or outcome again, so the child is killed now, and its job settles as a crash
+        that says why (it was left to run to its timeout, holding its slot)."""
         self.selector.unregister(conn.fileno())
         slot.conn = None
         conn.close()
+        if why is not None and slot.proc is not None and slot.killing is None:
+            what = f"job {slot.job.job_id} ({slot.job.name})" if slot.job else "no job"
+            log.warning("slot %d (child %d, %s): its pipe carried no message (%s); killing "
+                        "the child", slot.index, slot.pid, what, why)
+            self.kill(slot, f"its pipe to the pool carried no message: {why}", core.CRASH, now,
+                      at_once=True, death="crash")
 
     def handle(self, slot: Slot, message: tuple, now: float) -> None:
         """Act on one message of the slot's child: an outcome, a progress report or a
@@ -343,7 +359,7 @@ class Slots:
             death: str | None = "crash"
             if slot.killing is not None:
                 kind, error = slot.kill_kind, slot.killing
-                death = _DEATH_BY_KILL.get(kind)
+                death = slot.kill_death
                 if kind == core.CRASH:
                     state.counters["crashes"] += 1
             elif state.stop_requests and code in _STOP_SIGNALS:
@@ -472,9 +488,12 @@ class Slots:
                 # R37: no save point came within the grace: the cancel kills it.
                 self.kill(slot, lifecycle.CANCELLED, core.CANCEL, now, at_once=True)
 
-    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False) -> None:
-        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once."""
+    def kill(self, slot: Slot, reason: str, kind: int, now: float, *, at_once: bool = False,
+             death: str | None = None) -> None:
+        """SIGTERM now and SIGKILL after the grace (R20), or SIGKILL at once. ``death``:
+        how the metrics count it, when not by ``kind``."""
         slot.killing, slot.kill_kind = reason, kind
+        slot.kill_death = death or _DEATH_BY_KILL.get(kind)
         if at_once:
             _signal(slot, signal.SIGKILL)
             slot.kill_at = now + 1.0
