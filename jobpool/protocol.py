@@ -44,7 +44,7 @@ import marshal
 import struct
 from typing import Any
 
-from jobpool.lifecycle import DONE
+from jobpool.lifecycle import DONE, KIND_NAMES
 
 OUTCOME = 0
 PROGRESS = 1
@@ -113,7 +113,43 @@ def message_of(data: bytes) -> tuple:
         raise ValueError(f"bad marshal data ({exc})") from None
     if type(message) is not tuple or not message or type(message[0]) is not int:
         raise ValueError(f"a {type(message).__name__} where a message's tuple belongs")
+    shape = _SHAPES.get(message[0])
+    if shape is not None:
+        wrong = _wrong_field(message, shape)
+        if wrong is not None:
+            raise ValueError(wrong)
     return message
+
+
+_INT = (int,)
+_REAL = (int, float)
+_TEXT = (str, type(None))
+_MAYBE_INT = (int, type(None))
+_MAYBE_REAL = (int, float, type(None))
+#: R65: what each field of an outcome and a progress report may be (a job can write
+#: onto its pipe): a string where the kind belongs stopped the pool in ``decide``, a
+#: list as the peak RSS made every turn fail to bind it (the outcome waiting first in
+#: line for ever). Requests are checked by what answers them.
+_SHAPES: dict[int, tuple[tuple[str, tuple[type, ...]], ...]] = {
+    OUTCOME: (("job id", _INT), ("attempt", _INT), ("kind", _INT), ("error", _TEXT),
+              ("delay", _MAYBE_REAL), ("result", (bytes, str, type(None))),
+              ("peak RSS", _MAYBE_INT), ("CPU seconds", _MAYBE_REAL), ("retiring", _INT),
+              ("strays", _MAYBE_INT)),
+    PROGRESS: (("job id", _INT), ("attempt", _INT), ("percent", _REAL), ("stage", _TEXT)),
+}
+
+
+def _wrong_field(message: tuple, shape: tuple[tuple[str, tuple[type, ...]], ...]) -> str | None:
+    """What is wrong with a message of a known tag, or None."""
+    what = "an outcome" if message[0] == OUTCOME else "a progress report"
+    if len(message) != len(shape) + 1:
+        return f"{what} of {len(message) - 1} fields, not {len(shape)}"
+    for (name, types), value in zip(shape, message[1:]):
+        if not isinstance(value, types):
+            return f"{what} whose {name} is a {type(value).__name__}"
+    if message[0] == OUTCOME and not 0 <= message[3] < len(KIND_NAMES):
+        return f"{what} of no kind ({message[3]})"
+    return None
 
 
 def job_message(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,

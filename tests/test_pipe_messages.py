@@ -8,7 +8,9 @@ the compiled pump, the Python pump (the pure core) and the general loop. The poo
 take the pipe for lost, kill that child at once and settle its job as a crash that
 says why, serve the other jobs, and exit. Before: a stalled message blocked the
 supervisor in its read for ever (SIGTERM included), a huge length raised MemoryError
-and an integer TypeError out of the loop.
+and an integer TypeError out of the loop; an outcome of the job's own attempt with a
+string for its kind stopped the pool in ``decide``, and one with a list for its peak RSS
+made every turn fail to bind it, the pool retrying for ever.
 """
 from __future__ import annotations
 
@@ -32,9 +34,18 @@ BAD = {
     "not_a_tuple": len(marshal.dumps(5)).to_bytes(4, "big") + marshal.dumps(5),
 }
 
+def forged(fields):
+    data = marshal.dumps(fields)
+    return len(data).to_bytes(4, "big") + data
+
 @job(name="pipe.bad", max_attempts=1, timeout=600)
 def bad(what):
-    os.write(running.current.conn.write_fileno(), BAD[what])
+    me = running.current
+    own = {  # outcomes of this very attempt, with a field no outcome has
+        "kind_text": (0, me.job_id, me.attempt, "done", None, None, None, None, None, False, 0),
+        "rss_list": (0, me.job_id, me.attempt, 0, None, None, None, [1], None, False, 0),
+    }
+    os.write(me.conn.write_fileno(), forged(own[what]) if what in own else BAD[what])
     time.sleep(300)  # killed long before: the test gives up after a minute
 
 @job(name="pipe.ok")
@@ -43,7 +54,7 @@ def ok(i):
 """
 
 
-@pytest.mark.parametrize("what", ["stalled", "huge", "not_a_tuple"])
+@pytest.mark.parametrize("what", ["stalled", "huge", "not_a_tuple", "kind_text", "rss_list"])
 @pytest.mark.parametrize("road", ["compiled pump", "python pump", "general loop"])
 def test_what_a_job_writes_onto_its_pipe_kills_its_child_and_stops_nothing(
         tmp_path, road, what, request):
