@@ -29,7 +29,9 @@ MEMORY_SAMPLE_EVERY = 0.1
 log = logging.getLogger(__name__)
 
 #: A death the pool decided, as the metrics count it (``jobpool_child_deaths_total``):
-#: the one kill settled as a crash is the memory limit's; a release is no death.
+#: a kill settled as a crash is the memory limit's unless its caller says otherwise
+#: (``kill``'s ``death``: R65's child whose pipe carried no message is a crash); a
+#: release is no death.
 _DEATH_BY_KILL = {core.CRASH: "memory", core.TIMEOUT: "timeout", core.CANCEL: "cancel"}
 
 #: Exit codes of a child ended by the signals that stop a pool (SIGTERM, SIGINT).
