@@ -58,8 +58,8 @@ from posix.wait cimport P_ALL, WEXITED, WNOHANG, WNOWAIT, siginfo_t, waitid
 import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
 
-from jobpool.bounds import PRIORITY_MAX, PRIORITY_MIN
-from jobpool.channel import MAX_MESSAGE_BYTES, MESSAGE_STALL, NotAMessage
+from jobpool import bounds as _bounds
+from jobpool.bounds import MAX_MESSAGE_BYTES, PRIORITY_MAX, PRIORITY_MIN
 from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
 from jobpool.store import row_codec
 from jobpool.store.row_codec import Decoded
@@ -814,8 +814,8 @@ cdef tuple _frame_fields(const unsigned char* at, Py_ssize_t size):
     return (job_id, attempt, peak_rss, cpu_s, at[AT_RETIRING] == 1)
 
 
-#: R65, from ``channel`` (its pure twin's): copied into C once.
-cdef double _MESSAGE_STALL = MESSAGE_STALL
+#: R65, from ``bounds``: copied into C once. (``MESSAGE_STALL`` is read from there
+#: when a message stalls, as the pure reader reads it.)
 cdef long long _MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
 
 
@@ -830,12 +830,12 @@ cdef int _read_exactly(int fd, char* into, Py_ssize_t size, bint begun) except -
     the end of the pipe before a message, OSError inside one, a signal's handler run
     (and what it raises raised) on EINTR. On an end that does not block (the
     supervisor's) it waits for the bytes, inside a message at most ``MESSAGE_STALL``
-    seconds in all (R65: then ``channel.NotAMessage``)."""
+    seconds in all (R65: then ValueError, no message)."""
     cdef Py_ssize_t got = 0
     cdef ssize_t n
     cdef pollfd waiter
     cdef int ready, wait_ms
-    cdef double give_up = -1.0, left
+    cdef double give_up = -1.0, left, stall = 0.0
     while got < size:
         with nogil:
             n = read(fd, into + got, size - got)
@@ -854,7 +854,8 @@ cdef int _read_exactly(int fd, char* into, Py_ssize_t size, bint begun) except -
                 wait_ms = -1  # before a message: as long as a blocking read would wait
             else:
                 if give_up < 0:
-                    give_up = _monotonic() + _MESSAGE_STALL
+                    stall = _bounds.MESSAGE_STALL
+                    give_up = _monotonic() + stall
                 left = give_up - _monotonic()
                 wait_ms = 0 if left <= 0 else <int>(left * 1000.0) + 1
             with nogil:
@@ -865,8 +866,8 @@ cdef int _read_exactly(int fd, char* into, Py_ssize_t size, bint begun) except -
                     continue
                 PyErr_SetFromErrno(OSError)
             if ready == 0 and wait_ms >= 0 and _monotonic() >= give_up:
-                raise NotAMessage(f"a message stalled: {got} of its {size} bytes came "
-                                  f"within {_MESSAGE_STALL:g} s")
+                raise ValueError(f"a message stalled: {got} of its {size} bytes came "
+                                 f"within {stall:g} s")  # R65: no message
         else:
             PyErr_SetFromErrno(OSError)
     return 0
@@ -896,7 +897,7 @@ cdef object _read_message_from(int fd):
         for i in range(8):
             size = (size << 8) | header[i]
     if size < 0 or size > _MAX_MESSAGE_BYTES:
-        raise NotAMessage(f"a message length of {size}")
+        raise ValueError(f"a message length of {size}")  # R65: no message
     if size == SUCCESS_SIZE:
         _read_exactly(fd, <char*>frame, SUCCESS_SIZE, True)
         if frame[0] == 0:

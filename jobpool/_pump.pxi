@@ -138,7 +138,7 @@ cdef class Pump:
                         if not slots.finish_plain(slot, message, now):
                             slots.handle(slot, message, now)
                             leave = True
-                except (NotAMessage, ValueError) as exc:
+                except ValueError as exc:
                     slots.pipe_lost(slot, owner, now, str(exc))  # R65: no message
                     leave = True
                 except (EOFError, OSError):

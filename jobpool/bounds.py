@@ -37,6 +37,20 @@ def queue_running(value: object) -> int:
 MAX_DELAY = 10 * 365.25 * 86400
 
 
+#: R65: the longest a pipe's reader waits for the rest of a message it has begun, in
+#: seconds (``JOBPOOL_MESSAGE_STALL``: the tests' knob). A child writes each message in
+#: one call, so its bytes follow at once; one that stops part-way (a job that wrote onto
+#: its pipe, a frozen child) is no message, and the supervisor, whose ends do not block,
+#: takes the pipe for lost instead of waiting with the whole pool. Read when a message
+#: stalls, by the pure reader (``channel``) and the compiled one alike.
+MESSAGE_STALL = float(os.environ.get("JOBPOOL_MESSAGE_STALL", "5"))
+#: R65: the longest message either side of a pipe sends, in bytes: a child's request to
+#: add 500 members to its batch (``running.ADDS_PER_REQUEST``), each with a payload and
+#: metadata at their bounds, is about half of it. A longer length is no message (and is
+#: never allocated).
+MAX_MESSAGE_BYTES = 1 << 30
+
+
 #: R41: the longest job, queue or group name, in characters.
 MAX_NAME_CHARS = 200
 #: R41: the longest key (R3), in UTF-8 bytes.

@@ -30,21 +30,7 @@ import select
 import struct
 import time
 
-#: R65: the longest a reader waits for the rest of a message it has begun to read, in
-#: seconds (``JOBPOOL_MESSAGE_STALL``: the tests' knob). A child writes each message in
-#: one call, so its bytes follow at once; one that stops mid-way (a job that wrote onto
-#: its pipe, a frozen child) is no message, and the supervisor, whose ends do not block,
-#: takes the pipe for lost instead of waiting with the whole pool.
-MESSAGE_STALL = float(os.environ.get("JOBPOOL_MESSAGE_STALL", "5"))
-#: R65: the longest message either side sends, in bytes: a child's request to add 500
-#: members to its batch (``running.ADDS_PER_REQUEST``), each with a payload and metadata
-#: at their bounds, is about half of it. A longer length is no message (never allocated).
-MAX_MESSAGE_BYTES = 1 << 30
-
-
-class NotAMessage(OSError):
-    """What came down a pipe is no message (R65): a length past ``MAX_MESSAGE_BYTES``,
-    or a message that stopped mid-way for ``MESSAGE_STALL`` seconds."""
+from jobpool import bounds
 
 
 class PipeLost(OSError):
@@ -132,8 +118,8 @@ class Channel:
         (size,) = struct.unpack("!i", _read_exactly(fd, 4, False))
         if size == -1:
             (size,) = struct.unpack("!Q", _read_exactly(fd, 8, True))
-        if not 0 <= size <= MAX_MESSAGE_BYTES:
-            raise NotAMessage(f"a message length of {size}")
+        if not 0 <= size <= bounds.MAX_MESSAGE_BYTES:
+            raise ValueError(f"a message length of {size}")  # R65: no message
         return _read_exactly(fd, size, True)
 
     def send_bytes(self, data: bytes) -> None:
@@ -164,7 +150,7 @@ def _read_exactly(fd: int, size: int, begun: bool) -> bytes:
     """``size`` bytes of ``fd``: EOFError at the other end's close before a message
     (``begun`` False and nothing read), OSError at one inside it. On an end that does
     not block (the supervisor's) it waits for the bytes, inside a message at most
-    ``MESSAGE_STALL`` seconds in all (R65: then ``NotAMessage``)."""
+    ``bounds.MESSAGE_STALL`` seconds in all (R65: then ValueError, no message)."""
     data = bytearray(size)
     view = memoryview(data)
     got = 0
@@ -179,11 +165,12 @@ def _read_exactly(fd: int, size: int, begun: bool) -> bytes:
                 waiter.poll()  # before a message: as long as a blocking read would wait
                 continue
             if give_up is None:
-                give_up = time.monotonic() + MESSAGE_STALL
+                stall = bounds.MESSAGE_STALL
+                give_up = time.monotonic() + stall
             left = give_up - time.monotonic()
             if left <= 0 or not waiter.poll(left * 1000):
-                raise NotAMessage(f"a message stalled: {got} of its {size} bytes came "
-                                  f"within {MESSAGE_STALL:g} s") from None
+                raise ValueError(f"a message stalled: {got} of its {size} bytes came "
+                                 f"within {stall:g} s") from None
             continue
         if n == 0:
             if not begun and got == 0:
@@ -198,7 +185,8 @@ def pair() -> tuple[Channel, Channel]:
     to_child_read, to_child_write = os.pipe()
     to_parent_read, to_parent_write = os.pipe()
     # R65: the supervisor's reads never block on a child: a message that stops mid-way
-    # is waited for at most MESSAGE_STALL seconds (``_read_exactly``, and the core's).
+    # is waited for at most bounds.MESSAGE_STALL seconds (``_read_exactly``, and the
+    # core's).
     os.set_blocking(to_parent_read, False)
     parent = Channel(to_parent_read, to_child_write)
     child = Channel(to_child_read, to_parent_write, peer=(os.getpid(), to_parent_read, to_child_write))

@@ -17,7 +17,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from jobpool import lifecycle as P
-from jobpool import _core_py, channel, protocol
+from jobpool import _core_py, bounds, channel, protocol
 from jobpool.lifecycle import Outcome
 from jobpool.store import row_codec
 from jobpool.store.sqlite.claimer import SqliteClaimer
@@ -363,6 +363,31 @@ def test_the_compiled_message_reader_answers_as_the_pure_one(compiled_core, pipe
         job_id, attempt, peak_rss, cpu_s, retiring = compiled_core.read_message(ours)
         assert protocol.decode(data) == (protocol.OUTCOME, job_id, attempt, P.DONE, None, None,
                                          None, peak_rss, cpu_s, retiring, 0)
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("reader", ["compiled", "pure"])
+def test_a_message_that_stalls_or_cannot_be_is_refused_by_both_readers(
+        compiled_core, reader, monkeypatch):
+    """R65: on the supervisor's end (which does not block), a message whose bytes stop
+    part-way is waited for ``MESSAGE_STALL`` seconds, then refused; a length past
+    ``MAX_MESSAGE_BYTES`` is refused before anything is allocated; the same words from
+    the C reader and the pure one. The child's own end still blocks."""
+    read = compiled_core.read_message if reader == "compiled" else _core_py.read_message
+    monkeypatch.setattr(bounds, "MESSAGE_STALL", 0.2)
+    ours, childs = channel.pair()
+    assert not os.get_blocking(ours.fileno()) and os.get_blocking(childs.fileno())
+    os.write(childs.write_fileno(), (100).to_bytes(4, "big") + b"x" * 10)
+    with pytest.raises(ValueError, match=r"^a message stalled: 10 of its 100 bytes "
+                                                  r"came within 0\.2 s$"):
+        read(ours)
+    ours.close()
+    ours, childs = channel.pair()
+    os.write(childs.write_fileno(), b"\xff\xff\xff\xff" + (2**62).to_bytes(8, "big"))
+    with pytest.raises(ValueError, match=f"^a message length of {2**62}$"):
+        read(ours)
+    ours.close()
+    childs.close()
 
 
 @pytest.mark.c_extension

@@ -47,7 +47,7 @@ import logging
 import selectors
 from typing import Any, Callable
 
-from jobpool import channel, core, events, protocol
+from jobpool import core, events, protocol
 from jobpool.config import PoolConfig
 from jobpool.lifecycle import Settled
 from jobpool.queueplan import QueuePlan
@@ -157,7 +157,7 @@ class Pump:
                     elif not finish_success(slot, got, now):  # R68: a success frame's
                         slots.handle(slot, protocol.success_message(got), now)  # fields
                         leave = True
-                except (channel.NotAMessage, ValueError) as exc:
+                except ValueError as exc:
                     slots.pipe_lost(slot, owner, now, str(exc))  # R65: no message
                     leave = True
                 except (EOFError, OSError):

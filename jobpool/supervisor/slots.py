@@ -149,7 +149,7 @@ class Slots:
                 self.handle(slot, protocol.decode(conn.recv_bytes()), now)
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
-        except (channel.NotAMessage, ValueError) as exc:
+        except ValueError as exc:  # R65: no message (a length, a stall, its bytes)
             self.pipe_lost(slot, conn, now, str(exc))
         except (EOFError, OSError):
             self.pipe_lost(slot, conn)
