@@ -12,10 +12,11 @@
 # the outcome put in line, the report of a turn whose settles are all successes, and
 # the dispatch (the job's message marshalled and written here). Every other branch
 # calls the very Python the Python pump calls (``Slots.handle``, ``finish_plain``,
-# ``pipe_lost``, the supervisor's report and road to the store), and the turn itself
-# is the claimer's (``Claimer.turn``: the engine decides, the compiled driver steps
-# it). tests/test_pump.py runs one workload through the general loop, the Python
-# pump and this one and compares the rows, counters, events, rollups and series.
+# ``pipe_lost``, ``no_message``, the supervisor's report and road to the store), and
+# the turn itself is the claimer's (``Claimer.turn``: the engine decides, the compiled
+# driver steps it). tests/test_pump.py runs one workload through the general loop,
+# the Python pump and this one and compares the rows, counters, events, rollups and
+# series.
 
 from libc.math cimport ceil
 
@@ -37,7 +38,6 @@ cdef extern from "<sys/epoll.h>" nogil:
 
 cdef enum:
     PUMP_EVENTS = 64            # ready descriptors taken per wait (more: the next wait)
-    MARSHAL_VERSION = 4         # ``marshal.version``: what ``protocol.job_message`` writes
     MAX_WAIT_MS = 1000000000    # a wait's bound in ms (epoll's timeout is an int)
 
 
@@ -50,6 +50,7 @@ cdef class Pump:
     cdef SlotTable _table
     cdef object _finished, _outcome, _success_message, _message_of
     cdef object _events, _claimed_event, _completed_event, _logger, _info, _tracing
+    cdef int _marshal_version   # ``marshal.version``: what ``protocol.job_message`` writes
     #: How many turns the pump has run (the parity test asks that it ran).
     cdef public long long turns
 
@@ -57,6 +58,7 @@ cdef class Pump:
                  report, may_run):
         # Imported here: this module is loaded by children too (R43), which need none.
         import logging
+        import marshal
         from jobpool import events, protocol, tracing
         from jobpool.lifecycle import Outcome
         from jobpool.supervisor.state import Finished
@@ -69,6 +71,7 @@ cdef class Pump:
         self._events, self._tracing = events, tracing
         self._claimed_event, self._completed_event = events.JOB_CLAIMED, events.JOB_COMPLETED
         self._logger, self._info = events.logger, logging.INFO
+        self._marshal_version = marshal.version
         self.turns = 0
 
     def run(self, double until):
@@ -139,7 +142,7 @@ cdef class Pump:
                             slots.handle(slot, message, now)
                             leave = True
                 except ValueError as exc:
-                    slots.pipe_lost(slot, owner, now, str(exc))  # R65: no message
+                    slots.no_message(slot, owner, str(exc), now)  # R65
                     leave = True
                 except (EOFError, OSError):
                     slots.pipe_lost(slot, owner)
@@ -251,7 +254,8 @@ cdef class Pump:
             self._events.emit(self._claimed_event, job_id=job_id, name=name, attempt=attempt,
                               slot=slot.index, pid=slot.pid)
         message = PyMarshal_WriteObjectToString(
-            (job_id, attempt, name, payload, serializer, queue, batch, meta), MARSHAL_VERSION)
+            (job_id, attempt, name, payload, serializer, queue, batch, meta),
+            self._marshal_version)
         try:
             _write_message_to(slot.conn.write_fileno(), message)
         except OSError:

@@ -14,13 +14,18 @@ made every turn fail to bind it, the pool retrying for ever.
 """
 from __future__ import annotations
 
+import marshal
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 import jobpool
+from jobpool import running
+from jobpool.config import PoolConfig
+from jobpool.supervisor import Supervisor
 
 from .conftest import ROOT
 
@@ -83,4 +88,32 @@ def test_what_a_job_writes_onto_its_pipe_kills_its_child_and_stops_nothing(
     assert row["status"] == "dead", dict(row)
     assert row["last_error"].startswith("its pipe to the pool carried no message: "), row["last_error"]
     assert [store.get(i)["status"] for i in ok_ids] == ["done"] * 10
+    store.close()
+
+
+@jobpool.job(name="pipe.garbage", max_attempts=1, timeout=600)
+def garbage():
+    data = marshal.dumps(5)
+    os.write(running.current.conn.write_fileno(), len(data).to_bytes(4, "big") + data)
+    time.sleep(300)
+
+
+def test_a_child_killed_for_no_message_is_a_crash_in_the_counters_and_the_metrics(tmp_path):
+    # R65: the pool's own kill, counted as a crash (not as the memory limit's, the
+    # other kill settled as a crash).
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    job_id = store.enqueue("pipe.garbage").id
+    store.close()
+    pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=("pipe.garbage",),
+                                 poll_interval=0.05, metrics="127.0.0.1:0"))
+    assert pool.run() == 0
+    deaths = {line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+              for line in pool.state.metrics.exposition().decode().splitlines()
+              if line.startswith("jobpool_child_deaths_total{")}
+    assert deaths['cause="crash"'] == 1 and deaths['cause="memory"'] == 0, deaths
+    assert pool.counters["crashes"] == 1 and pool.counters["dead"] == 1
+    store = jobpool.connect(path)
+    assert store.get(job_id)["last_error"].startswith(
+        "its pipe to the pool carried no message: a int where a message's tuple belongs")
     store.close()

@@ -77,10 +77,10 @@ def make(state: PoolState, slots: Slots, claimer: Any, plan: QueuePlan,
     is built and the pool waits on an epoll set (which the compiled pump waits on
     itself), else ``Pump`` (``JOBPOOL_PURE=1``, the reference). Both take the same
     objects and leave the same state."""
-    if (core.NAME == "compiled" and isinstance(selector, selectors.EpollSelector)
-            and type(slots.table).__module__ == "jobpool._core"):
+    if core.NAME == "compiled" and isinstance(selector, selectors.EpollSelector):
         from jobpool import _core
-        return _core.Pump(state, slots, claimer, plan, selector, **roads)
+        if isinstance(slots.table, _core.SlotTable):
+            return _core.Pump(state, slots, claimer, plan, selector, **roads)
     return Pump(state, slots, claimer, plan, selector, **roads)
 
 
@@ -158,7 +158,7 @@ class Pump:
                         slots.handle(slot, protocol.success_message(got), now)  # fields
                         leave = True
                 except ValueError as exc:
-                    slots.pipe_lost(slot, owner, now, str(exc))  # R65: no message
+                    slots.no_message(slot, owner, str(exc), now)  # R65
                     leave = True
                 except (EOFError, OSError):
                     slots.pipe_lost(slot, owner)

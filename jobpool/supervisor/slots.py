@@ -150,20 +150,24 @@ class Slots:
                 if not drain or not procinfo.readable(conn.fileno()):
                     break
         except ValueError as exc:  # R65: no message (a length, a stall, its bytes)
-            self.pipe_lost(slot, conn, now, str(exc))
+            self.no_message(slot, conn, str(exc), now)
         except (EOFError, OSError):
             self.pipe_lost(slot, conn)
 
-    def pipe_lost(self, slot: Slot, conn: Any, now: float = 0.0, why: str | None = None) -> None:
+    def pipe_lost(self, slot: Slot, conn: Any) -> None:
         """The child's pipe ended (it exited, or died mid-message): its exit sentinel
-        settles the job. ``why``: what came down the pipe was no message (R65: a job
-        that wrote onto its pipe, a message that stalled): the pipe can carry no job
-        or outcome again, so the child is killed now, and its job settles as a crash
-        that says why (it was left to run to its timeout, holding its slot)."""
+        settles the job."""
         self.selector.unregister(conn.fileno())
         slot.conn = None
         conn.close()
-        if why is not None and slot.proc is not None and slot.killing is None:
+
+    def no_message(self, slot: Slot, conn: Any, why: str, now: float) -> None:
+        """What came down the child's pipe was no message (R65: a job that wrote onto
+        its pipe, a message that stalled): the pipe is lost and can carry no job or
+        outcome again, so the child is killed now, and its job settles as a crash that
+        says why (it was left to run to its timeout, holding its slot)."""
+        self.pipe_lost(slot, conn)
+        if slot.proc is not None and slot.killing is None:
             what = f"job {slot.job.job_id} ({slot.job.name})" if slot.job else "no job"
             log.warning("slot %d (child %d, %s): its pipe carried no message (%s); killing "
                         "the child", slot.index, slot.pid, what, why)

@@ -42,8 +42,7 @@ class CompiledSqliteDriver(SqliteDriver):
         self.now = now
         db = self._db
         try:
-            claim = self._claim_one_sql if want == 1 else self._claim_sql
-            return db.plain_turn(sql.SETTLE_DONE, claim, self.owner, now,
+            return db.plain_turn(sql.SETTLE_DONE, self.claim_text(want), self.owner, now,
                                  LEASE_SLACK, queue, want, done)
         except BaseException as exc:
             self._rollback()

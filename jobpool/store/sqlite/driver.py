@@ -200,8 +200,12 @@ class SqliteDriver:
         """R19a: the errors of this job's earlier child deaths, oldest first."""
         return [r[0] or "?" for r in self._db.rows(sql.CRASH_CAUSES, (job_id,))]
 
+    def claim_text(self, want: int) -> str:
+        """The claim statement for ``want`` rows: the one-row claim for one."""
+        return self._claim_one_sql if want == 1 else self._claim_sql
+
     def claim(self, queue: str, want: int) -> list[tuple]:
-        return self._db.lenient_rows(self._claim_one_sql if want == 1 else self._claim_sql, {
+        return self._db.lenient_rows(self.claim_text(want), {
             "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
             "limit": want})
 
