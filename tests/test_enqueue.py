@@ -115,6 +115,28 @@ def test_a_key_is_free_again_once_its_job_is_done_or_dead(sqlite_store):
     assert not store.enqueue_with("t.job", key="k").duplicate
 
 
+def test_an_enqueue_leaves_no_read_open_on_the_store_file(sqlite_store):
+    """The enqueue's statements run on a cursor its connection keeps (``run_one``):
+    after a new row and after a duplicate (the refused insert, then the look for the
+    live key), nothing holds the file, so another connection can checkpoint the whole
+    WAL back into it and truncate it (a read left open would hold it back)."""
+    store = sqlite_store
+    first = store.enqueue_with("t.job", key="invoice-8")
+    assert store.enqueue_with("t.job", key="invoice-8").duplicate
+    store.enqueue("t.job", 1)
+    assert not store.conn.in_transaction
+    other = sqlite3.connect(store.path)
+    try:
+        busy, _frames, _moved = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
+        assert other.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+    finally:
+        other.close()
+    store.close()
+    with jobpool.connect(store.path) as again:
+        assert again.get(first.id)["status"] == "ready"
+
+
 def test_enqueue_many_writes_all_rows_with_their_ids(store):
     handles = store.enqueue_many("t.job", [(i,) for i in range(1000)])
     assert [h.id for h in handles] == list(range(1, 1001))

@@ -447,7 +447,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     def _insert(self, conn: sqlite3.Connection, row: rows.NewJob) -> Handle:
         try:
-            job_id, grp = conn.execute(sql.INSERT_JOB_RETURNING, row).fetchone()
+            job_id, grp = guarded.run_one(conn, sql.INSERT_JOB_RETURNING, row)
             if grp is not None:
                 # R35: a grouped row's lane (a no-op unless its name has a limit).
                 conn.execute(sql.LANES_OF_NEW, {"first": job_id, "last": job_id})
@@ -672,10 +672,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         conn = self.conn
         with conn.guard:
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.run_one("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn)
-                    conn.execute("COMMIT")
+                    conn.run_one("COMMIT")
                 except BaseException:
                     _rollback(conn)
                     raise
