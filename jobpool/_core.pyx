@@ -1165,6 +1165,53 @@ cdef class Limits:
         return tuple([names[i] for i in range(n)])
 
 
+cdef extern from "<sys/socket.h>" nogil:
+    ctypedef unsigned int socklen_t
+    struct sockaddr:
+        pass
+    ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* addr,
+                   socklen_t addrlen)
+    int MSG_DONTWAIT
+    int MSG_NOSIGNAL
+
+
+cdef extern from "<sys/un.h>" nogil:
+    struct sockaddr_un:
+        unsigned short sun_family
+        char sun_path[108]
+    int AF_UNIX
+
+
+cdef extern from "<errno.h>" nogil:
+    int ECONNREFUSED
+    int ENOENT
+
+
+def wake(sock, tuple addresses):
+    """``_core_py.wake``, its ``sendto`` calls made in C: no exception is raised and
+    caught for the first place nobody listens on, which every enqueue meets."""
+    cdef sockaddr_un addr
+    cdef int fd = sock.fileno()
+    cdef const char* name
+    cdef Py_ssize_t size
+    cdef ssize_t sent
+    cdef int err
+    cdef size_t path_at = <size_t>(<char*>addr.sun_path - <char*>&addr)
+    addr.sun_family = AF_UNIX
+    for address in addresses:
+        size = PyBytes_GET_SIZE(<bytes>address)
+        if size > <Py_ssize_t>sizeof(addr.sun_path):
+            raise ValueError(f"a wake-up address of {size} bytes")
+        memcpy(addr.sun_path, PyBytes_AS_STRING(<bytes>address), size)
+        sent = sendto(fd, b"!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, <sockaddr*>&addr,
+                      <socklen_t>(path_at + size))
+        if sent < 0:
+            err = errno
+            if err == ECONNREFUSED or err == ENOENT:
+                return  # nobody listens here, so nobody above (``wakeup``'s docstring)
+            # else its buffer is full (it is awake anyway) or the socket failed: go on
+
+
 def has_children():
     """``_core_py.has_children``, the ``waitid`` made in C (no exception raised when
     there is no child, the common case after a job)."""

@@ -142,6 +142,19 @@ class Limits:
         return tuple(r for r, limits in self._limits if resource.getrlimit(r) != limits)
 
 
+def wake(sock: Any, addresses: tuple[bytes, ...]) -> None:
+    """One byte to each of ``addresses`` in order from the unbound datagram socket
+    ``sock``, stopping at the first place nobody listens on (``store/sqlite/wakeup.py``,
+    R11); a full buffer is passed over (that supervisor is awake anyway)."""
+    for address in addresses:
+        try:
+            sock.sendto(b"!", address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return
+        except OSError:
+            pass
+
+
 def has_children() -> bool:
     """Whether this process has any child, running or not yet reaped (R40): ``waitid``
     with ``WNOWAIT`` only looks, and fails with ECHILD when there is none."""

@@ -5,7 +5,8 @@ What ``_core`` compiles: the SQLite driver's connection and claim codec (taken b
 through (``WAL_VFS``), the supervisor's slot table, its pump
 (``_core.Pump``, chosen by ``supervisor/pump.make``) and its
 reader and writer of the pipes' messages (R68's success frame), and a child's two checks after
-every job (R40's look for a child process, R43's look at the standard streams' files).
+every job (R40's look for a child process, R43's look at the standard streams' files),
+and a producer's wake-ups of the pools (``wake``, R11).
 ``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run
 every claimer test against both). Both stay importable for the tests.
 """
@@ -20,7 +21,7 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
 
 if TYPE_CHECKING:
     from jobpool._core_py import (WAL_VFS, Limits, OpenFiles, SlotTable, has_children, read_message,
-                                  write_message)
+                                  wake, write_message)
     NAME = "pure"
 else:
     _impl = _core_py
@@ -43,11 +44,13 @@ else:
     Limits = _impl.Limits
     #: R40: whether this process has a child (``waitid`` in C when built).
     has_children = _impl.has_children
+    #: R11: an enqueue's wake-ups (``sendto`` in C when built: no exception per call).
+    wake = _impl.wake
     #: The SQLite VFS a store's connections open through when the core is built (each
     #: commit's WAL frames in one write, ``_walbuf.h``); None: SQLite's own.
     WAL_VFS = _impl.WAL_VFS
 
 __all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "Limits", "has_children",
-           "WAL_VFS",
+           "wake", "WAL_VFS",
            "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY",
            "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from jobpool import _core_py, core
 from jobpool.store.sqlite import wakeup
 
 pytestmark = pytest.mark.skipif(not wakeup._SUPPORTED, reason="abstract sockets are Linux only")
@@ -68,3 +69,38 @@ def test_the_wake_up_addresses_are_those_every_release_computes(tmp_path):
     digest = hashlib.sha1(os.path.realpath(db).encode()).hexdigest()[:20]
     assert wakeup._addresses(str(db)) == [
         f"\0jobpool-{digest}-{i}".encode() for i in range(wakeup.SLOTS)]
+
+
+WAKERS = [pytest.param(_core_py.wake, id="pure")]
+if core.NAME == "compiled":
+    from jobpool import _core
+    WAKERS.append(pytest.param(_core.wake, id="compiled"))
+
+
+@pytest.mark.parametrize("wake", WAKERS)
+def test_a_full_listener_is_passed_over_and_the_wake_up_stops_at_the_first_gap(tmp_path, wake):
+    """R11 in both wakers (the compiled one's ``sendto`` made in C): a supervisor whose
+    buffer is full is awake anyway, so the next place is still woken; nothing past the
+    first place nobody listens on is sent to; a refused place raises nothing."""
+    store = str(tmp_path / "w.db")
+    full, awake, _gap, hidden = (wakeup.Listener(store) for _ in range(4))
+    _gap.close()
+    assert (full.place, awake.place, hidden.place) == (0, 1, 3)
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender.setblocking(False)
+    addresses = tuple(wakeup._addresses(store))
+    try:
+        while True:  # fill the first listener's buffer
+            sender.sendto(b"!", addresses[0])
+    except BlockingIOError:
+        pass
+    wake(sender, addresses)
+    assert woken(awake)
+    assert not woken(hidden)
+    full.drain()
+    wake(sender, addresses)
+    assert woken(full) and woken(awake)
+    for listener in (full, awake, hidden):
+        listener.close()
+    wake(sender, addresses)  # nobody listens now: nothing raised
+    sender.close()
