@@ -65,9 +65,8 @@ def test_claim_order_is_priority_then_run_at_then_id(core, store_path):
 
 
 def test_a_claim_of_one_row_takes_the_first_in_claim_order(core, store_path):
-    # A turn for one free slot claims through the one-row statement (a scalar
-    # subquery, no list of ids built): the same first row as the claim of many (R7),
-    # none when none is due, and each in turn.
+    # A turn for one free slot claims one row: the same first row as the claim of
+    # many (R7), none when none is due, and each in turn.
     late = insert_job(store_path, run_at=900.0)
     early = insert_job(store_path, run_at=800.0)
     urgent = insert_job(store_path, run_at=950.0, priority=5)
@@ -81,16 +80,52 @@ def test_a_claim_of_one_row_takes_the_first_in_claim_order(core, store_path):
     assert taken == [urgent, early, tie, late]
 
 
-def test_the_one_row_claim_reads_no_list_of_ids(store_path):
+def test_the_claim_walks_the_claim_order_index_and_takes_each_row_by_its_id(store_path):
+    """The claim's two statements (R7): the pick reads ready rows in the claim-order
+    index's own order (no sort of the ready rows), the take finds its row by id."""
     from jobpool.store.sqlite import statements as sql
     from jobpool.store.sqlite.driver import DEFAULT_POLICY
     conn = sqlite3.connect(store_path)
-    params = {"owner": OWNER, "now": NOW, "slack": 1.0, "queue": "default", "limit": 1}
-    for one, subquery in ((True, "SCALAR SUBQUERY"), (False, "LIST SUBQUERY")):
-        text = sql.claim_sql(["t.job"], {}, DEFAULT_POLICY, one=one)
-        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + text, params))
-        assert subquery in plan and "USING INDEX jobs_claim_order" in plan, plan
+    claim = sql.claim_sql(["t.job"], {}, DEFAULT_POLICY)
+    plan = " | ".join(r[3] for r in conn.execute(
+        "EXPLAIN QUERY PLAN " + claim.pick, {"now": NOW, "queue": "default", "limit": 2}))
+    assert "USING INDEX jobs_claim_order" in plan and "TEMP B-TREE" not in plan, plan
+    plan = " | ".join(r[3] for r in conn.execute(
+        "EXPLAIN QUERY PLAN " + claim.take, {"owner": OWNER, "now": NOW, "slack": 1.0, "id": 1}))
+    assert "INTEGER PRIMARY KEY" in plan, plan
     conn.close()
+
+
+@pytest.mark.parametrize("road", ["claim", "plain_turn"])
+def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, road):
+    """R9: the claim's take is fenced by the row's status. Were its pick ever to hand
+    it a row that is not ready (it cannot, under the turn's write lock), the claim
+    fails and nothing of it is kept, on either driver and on the compiled turn."""
+    from jobpool.store.sqlite import statements as sql
+    from jobpool.store.sqlite.claimer import driver_class
+    if road == "plain_turn" and core_impl.NAME != "compiled":
+        pytest.skip("the compiled driver's own turn")
+    taken = insert_job(store_path)
+    driver = driver_class(core_impl.NAME)(str(store_path))
+    try:
+        driver.serve(OWNER, ["t.job"], {})
+        driver.now = NOW
+        driver.claim("default", 1)  # running now
+        before = rows(store_path)
+        driver.claim_text = driver.claim_text._replace(pick=driver.claim_text.pick.replace(
+            "INDEXED BY jobs_claim_order", "").replace("status = 'ready'", "status = 'running'"))
+        db = driver._db
+        with pytest.raises(sqlite3.DatabaseError, match=f"job {taken} found it no longer ready"):
+            if road == "claim":
+                db.changes("BEGIN IMMEDIATE")  # the engine's turn's (plain_turn opens its own)
+                driver.claim("default", 1)
+            else:
+                db.plain_turn(sql.SETTLE_DONE, driver.claim_text.pick, driver.claim_text.take,
+                              OWNER, NOW, 30.0, "default", 1, [])
+        db.changes("ROLLBACK")
+        assert rows(store_path) == before
+    finally:
+        driver.close()
 
 
 def test_claim_takes_at_most_n_and_only_due_rows(core, store_path):

@@ -126,7 +126,7 @@ def statements(postgres: bool) -> list[tuple[str, str, str]]:
 
 
 def test_every_transition_but_the_claim_has_a_statement_in_each_store():
-    # The claim is rendered too (``sql.CLAIM_TEMPLATE``, ``pg_sql.CLAIM``) and checked
+    # The claim is rendered too (``sql.CLAIM_TAKE_TEMPLATE``, ``pg_sql.CLAIM``) and checked
     # by every test that claims; the in-doubt release exists on PostgreSQL alone.
     for postgres in (False, True):
         named = {name for name, _form, _text in statements(postgres)}

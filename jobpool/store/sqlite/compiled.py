@@ -42,7 +42,8 @@ class CompiledSqliteDriver(SqliteDriver):
         self.now = now
         db = self._db
         try:
-            return db.plain_turn(sql.SETTLE_DONE, self.claim_text(want), self.owner, now,
+            claim = self.claim_text
+            return db.plain_turn(sql.SETTLE_DONE, claim.pick, claim.take, self.owner, now,
                                  LEASE_SLACK, queue, want, done)
         except BaseException as exc:
             self._rollback()

@@ -87,11 +87,10 @@ class SqliteDriver:
                  journal_size_limit: int = sql.WAL_KEEP_BYTES) -> None:
         self.now = 0.0
         self.owner = ""
-        self._claim_sql = ""
-        #: The claim of one row (``claim_sql(one=True)``): a turn for one free slot.
-        self._claim_one_sql = ""
+        #: The claim of this supervisor's names (``statements.claim_sql``), set by ``serve``.
+        self.claim_text = sql.ClaimText("", "")
         #: R63: the claim of one name's rows (a chunk's rest), by name, made on first use.
-        self._name_claims: dict[str, str] = {}
+        self._name_claims: dict[str, sql.ClaimText] = {}
         self._names: tuple[str, ...] = ()
         self._policies: dict[str, Policy] = {}
         self._source: tuple[LimitedClaim, SqlLimitedSource] | None = None
@@ -107,8 +106,7 @@ class SqliteDriver:
         self.owner = owner
         self._names = tuple(names)
         self._policies = policies
-        self._claim_sql = sql.claim_sql(names, policies, DEFAULT_POLICY)
-        self._claim_one_sql = sql.claim_sql(names, policies, DEFAULT_POLICY, one=True)
+        self.claim_text = sql.claim_sql(names, policies, DEFAULT_POLICY)
         self._name_claims = {}
 
     # -- the connection ----------------------------------------------------------------------
@@ -200,23 +198,28 @@ class SqliteDriver:
         """R19a: the errors of this job's earlier child deaths, oldest first."""
         return [r[0] or "?" for r in self._db.rows(sql.CRASH_CAUSES, (job_id,))]
 
-    def claim_text(self, want: int) -> str:
-        """The claim statement for ``want`` rows: the one-row claim for one."""
-        return self._claim_one_sql if want == 1 else self._claim_sql
-
     def claim(self, queue: str, want: int) -> list[tuple]:
-        return self._db.lenient_rows(self.claim_text(want), {
-            "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
-            "limit": want})
+        return self._claim(self.claim_text, queue, want)
 
     def claim_name(self, queue: str, name: str, want: int) -> list[tuple]:
         text = self._name_claims.get(name)
         if text is None:
             text = self._name_claims[name] = sql.claim_sql((name,), self._policies,
                                                            DEFAULT_POLICY)
-        return self._db.lenient_rows(text, {
-            "owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "queue": queue,
-            "limit": want})
+        return self._claim(text, queue, want)
+
+    def _claim(self, text: sql.ClaimText, queue: str, want: int) -> list[tuple]:
+        """Up to ``want`` rows of ``queue`` picked in claim order, then each taken by its
+        id (``statements.CLAIM_PICK_TEMPLATE``): the rows as the claim left them."""
+        db = self._db
+        picked = db.lenient_rows(text.pick, {"now": self.now, "queue": queue, "limit": want})
+        taking = {"owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "id": 0}
+        for row in picked:
+            taking["id"] = row[0]
+            if db.changes(text.take, taking) != 1:
+                # Never under the turn's write lock; if it were, nothing of it is kept.
+                raise sqlite3.DatabaseError(f"the claim of job {row[0]} found it no longer ready")
+        return picked
 
     def extend_leases(self, waits: Sequence[tuple[int, int, float]]) -> None:
         self._db.changes(sql.EXTEND_LEASES, {"owner": self.owner, "rows": json.dumps(waits)})

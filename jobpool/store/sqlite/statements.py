@@ -4,14 +4,14 @@ Both cores (compiled and pure) and the store read their statements from here, so
 a guard changed in one place is changed everywhere. Times are Unix seconds (REAL).
 """
 import json
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from jobpool import lifecycle
 from jobpool.limits import MAX_GROUP_CHARS
 from jobpool.lifecycle import QUIET_OUTCOMES
 from jobpool.rollups import COUNTS, MAXIMA
 from jobpool.store.attempt_log import DONE_EXIT_STATUS, DONE_LINE, log_sql
-from jobpool.store.effects_sql import Dialect, assignments, quote_literal
+from jobpool.store.effects_sql import Dialect, assignments, quote_literal, value_sql
 from jobpool.store.rows import ListingDialect
 
 #: How a statement here names what ``lifecycle``'s transitions use: a given value
@@ -566,29 +566,55 @@ SELECT id FROM jobs WHERE name = ? AND key = ? AND status IN ('ready', 'running'
 
 # --- claim (R6-R10) ----------------------------------------------------------------
 
-#: R8/R9: one atomic statement inside BEGIN IMMEDIATE claims up to ``limit`` ready,
-#: due rows of one queue, in claim order (R7), for the names this supervisor knows.
-#: INDEXED BY pins the walk to the claim-order index: the planner otherwise may pick
-#: an index of ready rows by status or by due time (``jobs_status_ids``,
-#: ``jobs_ready_due``) and sort every ready row on each claim.
-#: The attempt is spent here, at claim time. ``{names}`` is a fixed list of quoted
-#: literals built once per supervisor (see ``claim_sql``). ``{pick}`` and ``{limit}``:
-#: ``IN`` and ``:limit`` claim up to ``limit`` rows; ``=`` and ``1`` claim the first
-#: alone (``claim_sql(one=True)``), the same row, through a scalar subquery instead of
-#: a list SQLite builds and walks (a tenth of a one-row turn's transaction, measured).
-CLAIM_TEMPLATE = f"""
+#: What a claim answers for each row it takes, in this order (``row_codec``'s claimed
+#: row): the row as the claim leaves it (its attempt spent, its policy's defaults
+#: filled in where it had none), then whether it has follow-ups.
+CLAIMED = ("id", "name", "payload", "serializer", "attempts", "max_attempts", "crashes",
+           "timeout", "deadline", "priority", "line_at",
+           "(chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL)", "run_at",
+           "chain", "batch_id", "meta")
+
+
+def _claimed_values() -> str:
+    """``CLAIMED`` read before the claim writes the row: each column the claim sets
+    as the value it sets it to (``lifecycle.CLAIM``'s, the same text as ``TAKE``'s)."""
+    sets = dict(lifecycle.CLAIM.sets)
+    return ", ".join(value_sql(sets[c], _CLAIM_DIALECT) if c in sets else c for c in CLAIMED)
+
+
+#: R8/R9: a claim is two statements inside the turn's BEGIN IMMEDIATE, whose lock no
+#: other writer can take between them: ``CLAIM_PICK_TEMPLATE`` reads up to ``:limit``
+#: ready, due rows of one queue, in claim order (R7), for the names this supervisor
+#: knows, with the values the claim gives them; ``CLAIM_TAKE_TEMPLATE`` claims each
+#: by its id. One ``UPDATE ... RETURNING`` did both, but SQLite runs a RETURNING
+#: clause as a program of its own for each row, which cost a third of a one-job
+#: turn (BENCHMARKS.md). INDEXED BY pins the walk to the claim-order index: the
+#: planner otherwise may pick an index of ready rows by status or by due time
+#: (``jobs_status_ids``, ``jobs_ready_due``) and sort every ready row on each claim.
+#: ``{names}`` is a fixed list of quoted literals built once per supervisor (see
+#: ``claim_sql``).
+CLAIM_PICK_TEMPLATE = f"""
+SELECT {_claimed_values()}
+  FROM jobs INDEXED BY jobs_claim_order
+ WHERE status = 'ready' AND queue = :queue AND run_at <= :now AND name IN ({{names}})
+ ORDER BY priority DESC, line_at, id
+ LIMIT :limit
+"""
+
+#: The attempt is spent here, at claim time; the status in the guard, so a row that
+#: is no longer ready is never claimed (it cannot change between the two statements).
+CLAIM_TAKE_TEMPLATE = f"""
 UPDATE jobs
    SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
- WHERE id {{pick}} (SELECT id FROM jobs INDEXED BY jobs_claim_order
-               WHERE status = 'ready' AND queue = :queue AND run_at <= :now
-                 AND name IN ({{names}})
-               ORDER BY priority DESC, line_at, id
-               LIMIT {{limit}})
-RETURNING id, name, payload, serializer, attempts, max_attempts, crashes,
-          timeout, deadline, priority, line_at,
-          (chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL), run_at, chain,
-          batch_id, meta
+ WHERE id = :id AND status = 'ready'
 """
+
+
+class ClaimText(NamedTuple):
+    """A supervisor's claim (``CLAIM_PICK_TEMPLATE``, ``CLAIM_TAKE_TEMPLATE``), filled in."""
+
+    pick: str
+    take: str
 
 
 def per_name_case(policies: dict, field: str, fallback) -> str:
@@ -600,19 +626,17 @@ def per_name_case(policies: dict, field: str, fallback) -> str:
     return f"(CASE name {whens} ELSE {fallback!r} END)"
 
 
-def claim_sql(names, policies, default_policy, *, one: bool = False) -> str:
-    """The claim statement for one supervisor: its names, and their default
-    ``max_attempts`` and ``timeout`` for rows left NULL; ``one``: the claim of the
-    first row alone (no ``:limit``)."""
+def claim_sql(names, policies, default_policy) -> ClaimText:
+    """The claim for one supervisor: its names, and their default ``max_attempts`` and
+    ``timeout`` for rows left NULL."""
     names = sorted(set(names))
     if not names:
         raise ValueError("a supervisor needs at least one registered job name")
     known = {n: policies[n] for n in names if n in policies}
-    return CLAIM_TEMPLATE.format(
-        pick="=" if one else "IN", limit="1" if one else ":limit",
-        names=", ".join(quote_literal(n) for n in names),
-        max_attempts=per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
-        timeouts=per_name_case(known, "timeout", float(default_policy.timeout)))
+    fill = {"names": ", ".join(quote_literal(n) for n in names),
+            "max_attempts": per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
+            "timeouts": per_name_case(known, "timeout", float(default_policy.timeout))}
+    return ClaimText(CLAIM_PICK_TEMPLATE.format(**fill), CLAIM_TAKE_TEMPLATE.format(**fill))
 
 
 #: R63 with R8: the rows of a chunk just claimed keep their lease longer by the
@@ -1340,15 +1364,14 @@ SELECT id, priority, line_at FROM jobs INDEXED BY jobs_claim_order
  ORDER BY priority DESC, line_at, id LIMIT :count
 """
 
-#: The rows a limited claim chose, claimed as CLAIM_TEMPLATE claims (same columns).
-CLAIM_IDS_TEMPLATE = CLAIM_TEMPLATE.replace(
-    """ WHERE id {pick} (SELECT id FROM jobs INDEXED BY jobs_claim_order
-               WHERE status = 'ready' AND queue = :queue AND run_at <= :now
-                 AND name IN ({names})
-               ORDER BY priority DESC, line_at, id
-               LIMIT {limit})""",
-    " WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'ready'")
-assert CLAIM_IDS_TEMPLATE != CLAIM_TEMPLATE
+#: The rows a limited claim chose, claimed in one statement (the same values as
+#: ``CLAIM_TAKE_TEMPLATE`` writes, answered as ``CLAIMED``).
+CLAIM_IDS_TEMPLATE = f"""
+UPDATE jobs
+   SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
+ WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'ready'
+RETURNING {", ".join(CLAIMED)}
+"""
 
 
 def limited_claim_sql(names, unlimited, policies, default_policy) -> tuple[str, str | None]:
