@@ -133,9 +133,10 @@ class SignalState:
     def restore(self) -> None:
         if signal.getitimer(signal.ITIMER_REAL)[0]:
             signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-        # The C module's own look-up: ``signal.getsignal`` makes an enum of each
-        # answer, fifteen times the cost, after every job.
+        # The C module's own calls: ``signal.pthread_sigmask`` makes an enum of each
+        # signal of the mask it answers, and ``signal.getsignal`` one of each answer,
+        # fifteen times the cost, after every job.
+        _signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
         getsignal = _signal.getsignal
         for signum, handler in self.handlers:
             if getsignal(signum) != handler and handler is not None:

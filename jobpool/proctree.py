@@ -240,10 +240,17 @@ def _has_children() -> bool:
     walk of /proc can be skipped. Asked after every job: ``core.has_children``
     makes the call in C when the core is built (no exception raised when there is
     no child)."""
-    # Imported here, not with this module: a producer opens a store, and so this
-    # module, but never runs a job and need not load the core.
-    from jobpool import core
-    return core.has_children()
+    global _core
+    # Imported at the first call, not with this module: a producer opens a store, and
+    # so this module, but never runs a job and need not load the core (then kept: an
+    # import statement at every job cost twice the call).
+    if _core is None:
+        from jobpool import core as _core
+    return _core.has_children()
+
+
+#: ``jobpool.core``, once a job has ended here (``_has_children``).
+_core = None
 
 
 def _reap(pids: set[int]) -> None:
