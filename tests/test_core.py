@@ -96,11 +96,14 @@ def test_the_claim_walks_the_claim_order_index_and_takes_each_row_by_its_id(stor
     conn.close()
 
 
-@pytest.mark.parametrize("road", ["claim", "plain_turn"])
+@pytest.mark.parametrize("road", ["claim", "plain_turn", "limited"])
 def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, road):
     """R9: the claim's take is fenced by the row's status. Were its pick ever to hand
     it a row that is not ready (it cannot, under the turn's write lock), the claim
-    fails and nothing of it is kept, on either driver and on the compiled turn."""
+    fails and nothing of it is kept, on either driver, on the compiled turn and in a
+    limited claim of chosen ids (R35)."""
+    from jobpool.limits import Picked
+    from jobpool.store.limit_claim import LimitedClaim
     from jobpool.store.sqlite import statements as sql
     from jobpool.store.sqlite.claimer import driver_class
     if road == "plain_turn" and core_impl.NAME != "compiled":
@@ -119,6 +122,13 @@ def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, roa
             if road == "claim":
                 db.changes("BEGIN IMMEDIATE")  # the engine's turn's (plain_turn opens its own)
                 driver.claim("default", 1)
+            elif road == "limited":
+                db.changes("BEGIN IMMEDIATE")
+                by_ids = sql.limited_claim_sql(["t.job"], [], {}, core_impl.DEFAULT_POLICY)[0]
+                limited = LimitedClaim(None, by_ids.pick.replace("status = 'ready'",
+                                                                 "status = 'running'"),
+                                       None, take=by_ids.take)
+                driver.claim_chosen(limited, Picked([taken], [None], [None], {}))
             else:
                 db.plain_turn(sql.SETTLE_DONE, driver.claim_text.pick, driver.claim_text.take,
                               OWNER, NOW, 30.0, "default", 1, [])

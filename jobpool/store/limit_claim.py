@@ -86,9 +86,12 @@ class LimitedClaim:
     statements (a claim of chosen ids, a probe of its unlimited names)."""
 
     def __init__(self, plan: LimitPlan, claim_ids: str, probe_unlimited: str | None,
-                 probe_params: dict | None = None) -> None:
+                 probe_params: dict | None = None, take: str | None = None) -> None:
         self.plan = plan
         self.claim_ids = claim_ids
+        #: SQLite's: the take of each row ``claim_ids`` picks (R9; PostgreSQL's
+        #: ``claim_ids`` claims them itself).
+        self.take = take
         self.probe_unlimited = probe_unlimited
         self.probe_params = probe_params or {}
         self.has_unlimited = probe_unlimited is not None
@@ -100,7 +103,7 @@ def sqlite_limited_claim(plan: LimitPlan, names: Sequence[str], policies: dict,
     from jobpool.store.sqlite import statements as sql
     unlimited = [n for n in names if n not in plan.names]
     claim_ids, probe = sql.limited_claim_sql(names, unlimited, policies, default_policy)
-    return LimitedClaim(plan, claim_ids, probe)
+    return LimitedClaim(plan, claim_ids.pick, probe, take=claim_ids.take)
 
 
 def rows_of(conn: Any) -> Query:

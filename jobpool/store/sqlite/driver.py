@@ -211,12 +211,17 @@ class SqliteDriver:
     def _claim(self, text: sql.ClaimText, queue: str, want: int) -> list[tuple]:
         """Up to ``want`` rows of ``queue`` picked in claim order, then each taken by its
         id (``statements.CLAIM_PICK_TEMPLATE``): the rows as the claim left them."""
+        picked = self._db.lenient_rows(text.pick, {"now": self.now, "queue": queue,
+                                                   "limit": want})
+        return self._take(text.take, picked)
+
+    def _take(self, take: str, picked: list[tuple]) -> list[tuple]:
+        """R9: each picked row claimed by its id, fenced by its status."""
         db = self._db
-        picked = db.lenient_rows(text.pick, {"now": self.now, "queue": queue, "limit": want})
         taking = {"owner": self.owner, "now": self.now, "slack": LEASE_SLACK, "id": 0}
         for row in picked:
             taking["id"] = row[0]
-            if db.changes(text.take, taking) != 1:
+            if db.changes(take, taking) != 1:
                 # Never under the turn's write lock; if it were, nothing of it is kept.
                 raise sqlite3.DatabaseError(f"the claim of job {row[0]} found it no longer ready")
         return picked
@@ -236,9 +241,9 @@ class SqliteDriver:
     def claim_chosen(self, limited: LimitedClaim, picked: Picked) -> list[tuple]:
         # The page's counts are exact here (one writer at a time): no caps, and the
         # claim takes every row picked.
-        return self._db.lenient_rows(limited.claim_ids, {
-            "owner": self.owner, "now": self.now, "slack": LEASE_SLACK,
-            "ids": json.dumps(picked.ids)})
+        assert limited.take is not None  # sqlite_limited_claim's
+        return self._take(limited.take, self._db.lenient_rows(
+            limited.claim_ids, {"ids": json.dumps(picked.ids)}))
 
     def reclaimable(self, owner: str | None) -> list[tuple]:
         # R44: lenient, so a row holding text that is not UTF-8 reaches the codec.

@@ -1364,24 +1364,23 @@ SELECT id, priority, line_at FROM jobs INDEXED BY jobs_claim_order
  ORDER BY priority DESC, line_at, id LIMIT :count
 """
 
-#: The rows a limited claim chose, claimed in one statement (the same values as
-#: ``CLAIM_TAKE_TEMPLATE`` writes, answered as ``CLAIMED``).
-CLAIM_IDS_TEMPLATE = f"""
-UPDATE jobs
-   SET {assignments(lifecycle.CLAIM, _CLAIM_DIALECT)}
+#: The rows a limited claim chose (``:ids``), picked as ``CLAIM_PICK_TEMPLATE`` picks
+#: (the same values) and then each taken by ``CLAIM_TAKE_TEMPLATE``.
+CLAIM_IDS_PICK_TEMPLATE = f"""
+SELECT {_claimed_values()}
+  FROM jobs
  WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'ready'
-RETURNING {", ".join(CLAIMED)}
 """
 
 
-def limited_claim_sql(names, unlimited, policies, default_policy) -> tuple[str, str | None]:
+def limited_claim_sql(names, unlimited, policies, default_policy
+                      ) -> tuple[ClaimText, str | None]:
     """A limited pool's claim of chosen ids, and its probe of unlimited names (None
     when every name it serves is limited)."""
     known = {n: policies[n] for n in sorted(set(names)) if n in policies}
-    by_ids = CLAIM_IDS_TEMPLATE.format(
-        names="", max_attempts=per_name_case(known, "max_attempts",
-                                             int(default_policy.max_attempts)),
-        timeouts=per_name_case(known, "timeout", float(default_policy.timeout)))
+    fill = {"max_attempts": per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
+            "timeouts": per_name_case(known, "timeout", float(default_policy.timeout))}
+    by_ids = ClaimText(CLAIM_IDS_PICK_TEMPLATE.format(**fill), CLAIM_TAKE_TEMPLATE.format(**fill))
     probe = (PROBE_UNLIMITED_TEMPLATE.format(names=", ".join(quote_literal(n)
                                                              for n in sorted(unlimited)))
              if unlimited else None)
