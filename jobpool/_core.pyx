@@ -630,9 +630,10 @@ cdef class Connection:
         driver's ``SETTLE_DONE``, which writes the success's attempt line into its row,
         R61) bound straight from each ``(lease, outcome)`` pair of ``done``, then, when
         ``want`` > 0, the claim of up to ``want`` rows of ``queue`` (``pick_text``, then
-        ``take_text`` for each row picked: the driver's claim), then ``COMMIT``. Returns ``(settled, decoded)``: a ``Settled`` per pair, in order
-        (``done``, or ``lost`` when the fenced update matched no row), and the claim's
-        rows as ``decode_claims`` answers them, in claim order (R7).
+        ``take_text`` for each row picked: the driver's claim), then ``COMMIT``.
+        Returns ``(settled, decoded)``: a ``Settled`` per pair, in order (``done``, or
+        ``lost`` when the fenced update matched no row), and the claim's rows as
+        ``decode_claims`` answers them, in claim order (R7).
 
         A row the C codec does not answer plainly (R44: the codec must read it), or
         past its deadline (R10: retired, not run), would need the engine's own turn:
@@ -1198,7 +1199,6 @@ def wake(sock, tuple addresses):
     caught for the first place nobody listens on, which every enqueue meets."""
     cdef sockaddr_un addr
     cdef int fd = sock.fileno()
-    cdef const char* name
     cdef Py_ssize_t size
     cdef ssize_t sent
     cdef int err

@@ -96,9 +96,9 @@ class GuardedConnection(sqlite3.Connection):
     def run_one(self, sql: str, parameters: Any = ()) -> Any:
         """Run a statement of at most one row (``BEGIN``, ``COMMIT``, an ``INSERT ...
         RETURNING`` of one row) and return that row, or None. Its cursor is kept and
-        used again, so the enqueue's three statements make no cursor each (they were a
-        tenth of a non-durable enqueue's Python). Never for a statement that may
-        return more rows: the kept cursor would hold its read open until the next."""
+        used again, so an enqueue's three statements make no cursor each. Never for a
+        statement that may return more rows: the kept cursor would hold its read open
+        until the next."""
         with self.guard:
             cursor = self._one_cursor
             if cursor is None:

@@ -577,7 +577,8 @@ CLAIMED = ("id", "name", "payload", "serializer", "attempts", "max_attempts", "c
 
 def _claimed_values() -> str:
     """``CLAIMED`` read before the claim writes the row: each column the claim sets
-    as the value it sets it to (``lifecycle.CLAIM``'s, the same text as ``TAKE``'s)."""
+    as the value it sets it to (``lifecycle.CLAIM``'s, the text ``CLAIM_TAKE_TEMPLATE``
+    writes it with)."""
     sets = dict(lifecycle.CLAIM.sets)
     return ", ".join(value_sql(sets[c], _CLAIM_DIALECT) if c in sets else c for c in CLAIMED)
 
@@ -587,8 +588,8 @@ def _claimed_values() -> str:
 #: ready, due rows of one queue, in claim order (R7), for the names this supervisor
 #: knows, with the values the claim gives them; ``CLAIM_TAKE_TEMPLATE`` claims each
 #: by its id. One ``UPDATE ... RETURNING`` did both, but SQLite runs a RETURNING
-#: clause as a program of its own for each row, which cost a third of a one-job
-#: turn (BENCHMARKS.md). INDEXED BY pins the walk to the claim-order index: the
+#: clause as a program of its own for each row, about a quarter of a one-job turn's
+#: statements (BENCHMARKS.md). INDEXED BY pins the walk to the claim-order index: the
 #: planner otherwise may pick an index of ready rows by status or by due time
 #: (``jobs_status_ids``, ``jobs_ready_due``) and sort every ready row on each claim.
 #: ``{names}`` is a fixed list of quoted literals built once per supervisor (see
