@@ -137,6 +137,23 @@ def test_an_enqueue_leaves_no_read_open_on_the_store_file(sqlite_store):
         assert again.get(first.id)["status"] == "ready"
 
 
+def test_an_enqueue_of_a_limited_name_writes_its_group_and_its_lane(sqlite_store):
+    """R35 with R1: an enqueue without a key or batch is one statement SQLite commits
+    itself, which writes nothing for a name with a limit: that row is written in a
+    transaction with its group (from its ``group_by`` argument) and its lane. A name
+    without a limit has no lane, and keeps a group given to it."""
+    from jobpool.limits import NameLimit
+    store = sqlite_store
+    store.limits.declare({"t.limited": NameLimit("t.limited", 1, None, 1, "customer")}, "test")
+    limited = store.enqueue_with("t.limited", kwargs={"customer": "acme"})
+    free = store.enqueue_with("t.free", args=(1,))
+    grouped = store.enqueue_with("t.free", args=(2,), group="g")
+    found = dict(store.conn.execute("SELECT id, grp FROM jobs").fetchall())
+    assert found == {limited.id: "acme", free.id: None, grouped.id: "g"}
+    assert store.conn.execute("SELECT name, grp FROM jobpool_lanes").fetchall() == [
+        ("t.limited", "acme")]
+
+
 def test_enqueue_many_writes_all_rows_with_their_ids(store):
     handles = store.enqueue_many("t.job", [(i,) for i in range(1000)])
     assert [h.id for h in handles] == list(range(1, 1001))

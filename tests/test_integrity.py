@@ -346,15 +346,17 @@ def test_a_close_from_the_thread_holding_the_write_lock_lets_the_waiting_thread_
     _assert_enqueued(path, got)
 
 
-def _enqueue_in_a_thread(store, first=lambda: None) -> tuple[threading.Thread, list]:
-    """A thread that runs ``first``, then enqueues one job: the started thread, and the
-    list its enqueue's id (or what it raised) goes into."""
+def _enqueue_in_a_thread(store, first=lambda: None, key=None) -> tuple[threading.Thread, list]:
+    """A thread that runs ``first``, then enqueues one job (with ``key``: one written in
+    a transaction of the store's, not by the one statement an enqueue without a key
+    is): the started thread, and the list its enqueue's id (or what it raised) goes
+    into."""
     got: list = []
 
     def writer() -> None:
         first()
         try:
-            got.append(store.enqueue("t.noop", 1).id)
+            got.append(store.enqueue_with("t.noop", args=(1,), key=key).id)
         except Exception as exc:  # noqa: BLE001 - the test reads it
             got.append(exc)
     thread = threading.Thread(target=writer)
@@ -387,7 +389,7 @@ def test_a_close_waits_for_another_threads_whole_transaction(tmp_path, monkeypat
         time.sleep(0.3)
         return insert_unique(*args, **kwargs)
     monkeypatch.setattr(store, "_insert_unique", dwelling)
-    thread, got = _enqueue_in_a_thread(store)
+    thread, got = _enqueue_in_a_thread(store, key="dwelling")
     assert between.wait(10)
     store.close()
     thread.join(30)

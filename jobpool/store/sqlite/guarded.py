@@ -106,6 +106,16 @@ class GuardedConnection(sqlite3.Connection):
             _cursor_execute(cursor, sql, parameters)
             return _cursor_fetchone(cursor)
 
+    def insert_one(self, sql: str, parameters: Any = ()) -> int | None:
+        """Run an ``INSERT`` of at most one row on ``run_one``'s cursor: the new row's
+        id, or None when it wrote none."""
+        with self.guard:
+            cursor = self._one_cursor
+            if cursor is None:
+                cursor = self._one_cursor = _new_cursor(self)
+            _cursor_execute(cursor, sql, parameters)
+            return cursor.lastrowid if cursor.rowcount == 1 else None
+
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
         return self.cursor().executemany(*args, **kwargs)
 

@@ -528,6 +528,20 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
 """
 INSERT_JOB_RETURNING = INSERT_JOB + "RETURNING id, grp\n"
 
+#: R1-R5 for the commonest enqueue (no key, no batch): the row of a name without a
+#: limit (R35) in one statement that SQLite commits itself, with no ``BEGIN`` and
+#: ``COMMIT`` of its own (a fifth of a non-durable enqueue's CPU). Its group is the
+#: one given, as ``INSERT_JOB`` gives an unlimited name's row. A name with a limit
+#: writes nothing here: its row needs its group and its lane, written together in
+#: ``INSERT_JOB_RETURNING``'s transaction.
+INSERT_UNLIMITED_JOB = """
+INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
+                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
+                  grp, meta)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16
+ WHERE NOT EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = ?2)
+"""
+
 #: R4 at speed: a whole enqueue_many batch as one JSON array, unpacked by SQLite
 #: itself (one bound value instead of thirteen per row). Its elements are either
 #: ``[args, kwargs]`` payloads, or (``:args_only``) argument lists that become the

@@ -338,6 +338,11 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             row = row._replace(batch_id=batch)
         if connection is not None:
             return self._insert_unique(connection, row, period, now)
+        if key is None and batch is None:
+            job_id = self._insert_unlimited(row, name)
+            if job_id is not None:
+                self._notifier.notify()
+                return Handle(job_id, store=self)
 
         def insert(conn: sqlite3.Connection) -> Handle:
             if batch is not None:
@@ -444,6 +449,16 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             if found is not None:
                 return Handle(found[0], duplicate=True, store=self)
         return self._insert(conn, row)
+
+    def _insert_unlimited(self, row: rows.NewJob, name: str) -> int | None:
+        """A row with no key or batch, written by the one statement SQLite commits
+        itself (``INSERT_UNLIMITED_JOB``): its id, or None with nothing written when
+        its name has a limit (``enqueue_with`` then writes it with its lane)."""
+        conn = self.conn
+        try:
+            return conn.insert_one(sql.INSERT_UNLIMITED_JOB, row)
+        except sqlite3.Error as exc:
+            raise StoreError(f"enqueue of {name} failed: {exc}") from exc
 
     def _insert(self, conn: sqlite3.Connection, row: rows.NewJob) -> Handle:
         try:
