@@ -789,8 +789,9 @@ LIMITS = {
           "table drains 4.6-5.5x Huey here: the floors again)",
     "enqueue": "the WAL fsync, whose own rate varies by a third between repeats, and "
                "SQLite's insert of jobpool's row (40 columns, six B-trees: ~26 us of CPU "
-               "against Huey's ~8 for four columns and two), beside ~55 us of Python per "
-               "call much like Huey's (BENCHMARKS.md, W1 enqueue; the claim in two statements)",
+               "against Huey's ~8 for four columns and two); at Huey's rate in most "
+               "sittings since the enqueue is one statement (BENCHMARKS.md, W1 enqueue; "
+               "the claim in two statements)",
     "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "
             "here (BENCHMARKS.md, W1 bulk)",
     "w2": "the pool's own share of the cores: ~1 ms between a child's jobs (~0.043: the "
