@@ -23,6 +23,11 @@ def echo(i):
     with open(HERE / "side_effects.txt", "a") as fh:
         fh.write(f"{i}\\n")
 
+@job(name="t.echo_after")
+def echo_after(i, seconds):
+    time.sleep(seconds)
+    echo(i)
+
 @job(name="t.flaky", max_attempts=3, backoff_base=0.05)
 def flaky():
     raise RuntimeError("upstream said no")
@@ -195,11 +200,16 @@ def test_a_slot_is_reserved_before_a_row_is_claimed(make_app):
 
 
 def test_two_supervisors_on_one_store_never_run_one_job_twice(make_app):
+    # Both pools are up before the jobs come, and each job takes a millisecond: one
+    # that started later (a loaded machine) found them all done by the other.
     app = make_app(APP)
-    app.store().enqueue_many("t.echo", [(i,) for i in range(3000)])
-    pools = [app.spawn("--procs", "2", "--burst", "-q") for _ in range(2)]
+    pools = [app.spawn("--procs", "2", "-q") for _ in range(2)]
+    wait_for(lambda: len(app.store().pools()) == 2, timeout=60)
+    app.store().enqueue_many("t.echo_after", [(i, 0.001) for i in range(3000)])
+    wait_for(lambda: app.store().stats()["done"] == 3000, timeout=120)
     for pool in pools:
-        assert pool.wait(timeout=120) == 0, pool.stderr.read()
+        pool.send_signal(signal.SIGTERM)
+        assert pool.wait(timeout=60) == 0, pool.stderr.read()
     effects = side_effects(app)
     assert len(effects) == 3000
     assert sorted(map(int, effects)) == list(range(3000))
