@@ -100,9 +100,7 @@ class GuardedConnection(sqlite3.Connection):
         statement that may return more rows: the kept cursor would hold its read open
         until the next."""
         with self.guard:
-            cursor = self._one_cursor
-            if cursor is None:
-                cursor = self._one_cursor = _new_cursor(self)
+            cursor = self._kept_cursor()
             _cursor_execute(cursor, sql, parameters)
             return _cursor_fetchone(cursor)
 
@@ -110,11 +108,16 @@ class GuardedConnection(sqlite3.Connection):
         """Run an ``INSERT`` of at most one row on ``run_one``'s cursor: the new row's
         id, or None when it wrote none."""
         with self.guard:
-            cursor = self._one_cursor
-            if cursor is None:
-                cursor = self._one_cursor = _new_cursor(self)
+            cursor = self._kept_cursor()
             _cursor_execute(cursor, sql, parameters)
             return cursor.lastrowid if cursor.rowcount == 1 else None
+
+    def _kept_cursor(self) -> sqlite3.Cursor:
+        """``run_one``'s cursor, made at its first use (under the guard)."""
+        cursor = self._one_cursor
+        if cursor is None:
+            cursor = self._one_cursor = _new_cursor(self)
+        return cursor
 
     def executemany(self, *args: Any, **kwargs: Any) -> Any:
         return self.cursor().executemany(*args, **kwargs)

@@ -518,10 +518,12 @@ SCHEMA = (
 #: makes the INSERT fail on jobs_live_key and the caller returns the existing id.
 #: R35: a row of a limited name written without a group gets one (``limited_group``).
 #: ``INSERT_JOB_RETURNING`` answers the row's id and group (a grouped row needs its lane).
-INSERT_JOB = f"""
-INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
+#: The columns a new row is written with, in ``NewJob``'s order (status between them).
+_NEW_JOB_COLUMNS = """jobs (queue, name, key, payload, serializer, priority, status,
                   run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
-                  grp, meta)
+                  grp, meta)"""
+INSERT_JOB = f"""
+INSERT INTO {_NEW_JOB_COLUMNS}
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
         COALESCE(?15, {limited_group("?2", "CASE WHEN ?5 = 'json' THEN CAST(?4 AS TEXT) END")}),
         ?16)
@@ -534,10 +536,8 @@ INSERT_JOB_RETURNING = INSERT_JOB + "RETURNING id, grp\n"
 #: one given, as ``INSERT_JOB`` gives an unlimited name's row. A name with a limit
 #: writes nothing here: its row needs its group and its lane, written together in
 #: ``INSERT_JOB_RETURNING``'s transaction.
-INSERT_UNLIMITED_JOB = """
-INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
-                  run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
-                  grp, meta)
+INSERT_UNLIMITED_JOB = f"""
+INSERT INTO {_NEW_JOB_COLUMNS}
 SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16
  WHERE NOT EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = ?2)
 """
