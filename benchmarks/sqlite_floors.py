@@ -24,6 +24,13 @@ except where the line says so:
   at once. Jobs/s, the parent's CPU per job (``getrusage``) and jobs per transaction.
   It is the floor of any design that commits one transaction per turn under R6; a
   compiled loop can take the Python out of it, not the transaction or the pipe;
+* ``bare pool, compiled``: the same pool in C (``bare_pool.c``, built here with the
+  machine's C compiler against the system's libsqlite3): its store, statements and
+  loop, prepared statements stepped with sqlite3's C API, children that answer in C;
+  and ``with Python children``: the same C parent, each child a Python process that
+  reads the id, calls a Python function with it and answers (what any Python job pool
+  must do per job). The floor of the design with no interpreter in the parent: what
+  the issue allows a target to be given up against. "n/a" where there is no compiler;
 * ``bare pool over jobpool's turn``: the same bare loop, raw pipes and children, but
   each wake-up is jobpool's own turn (the engine's ``Claimer.turn`` over the compiled
   driver, on a store made by ``jobpool.connect``): what jobpool's schema and statements
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import select
@@ -300,6 +308,52 @@ def bare_pool(jobs: int, procs: int, store_kind: type = _BareTurn) -> dict[str, 
                 "jobs_per_turn": jobs / turns}
 
 
+#: The Python child of the compiled bare pool: answers each id after calling a function
+#: with it, as a job pool's child must (``bare_pool.c`` passes the two pipes' numbers).
+_PYTHON_CHILD = """
+import os, sys
+jobs_r, answers_w = int(sys.argv[-2]), int(sys.argv[-1])
+def job(i):
+    return None
+os.write(answers_w, b"r")
+while frame := os.read(jobs_r, 8):
+    job(int.from_bytes(frame, "little"))
+    os.write(answers_w, frame)
+"""
+
+
+def build_bare_pool(where: str) -> str | None:
+    """``bare_pool.c`` compiled into ``where``: the program's path, or None when this
+    machine has no C compiler or no SQLite headers (the lines say "n/a")."""
+    import shutil
+    import subprocess
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        return None
+    program = os.path.join(where, "bare_pool")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bare_pool.c")
+    built = subprocess.run([compiler, "-O2", "-o", program, source, "-lsqlite3"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"bare_pool.c did not build: {built.stderr.strip()}", file=sys.stderr)
+        return None
+    return program
+
+
+def compiled_bare_pool(program: str, jobs: int, procs: int,
+                       python_children: bool = False) -> dict[str, float]:
+    """The compiled bare pool over a fresh store (``bare_pool.c``); ``python_children``:
+    each child a Python process calling a function per job."""
+    import subprocess
+    with tempfile.TemporaryDirectory() as where:
+        child = [sys.executable, "-c", _PYTHON_CHILD] if python_children else []
+        ran = subprocess.run([program, os.path.join(where, "bare.db"), str(jobs), str(procs),
+                              *child], capture_output=True, text=True, timeout=600)
+        if ran.returncode != 0:
+            raise SystemExit(f"bare_pool: exit {ran.returncode}: {ran.stderr.strip()}")
+        return json.loads(ran.stdout)
+
+
 def jobpool_drain(jobs: int, procs: int, *extra: str) -> dict[str, float]:
     """``jobpool start --burst`` in a forked process: throughput and CPU by process
     (``extra``: more flags for ``jobpool start``)."""
@@ -355,6 +409,8 @@ def main() -> None:
     def keep(name: str, value: float) -> None:
         rows.setdefault(name, []).append(value)
 
+    built = tempfile.TemporaryDirectory()
+    program = build_bare_pool(built.name)
     for _ in range(args.repeat):
         keep("fork + exit + wait (µs)", fork_cost(500))
         keep("pipe round trip, raw (µs)", raw_pipe_round_trip(5000))
@@ -365,6 +421,14 @@ def main() -> None:
         keep(f"bare pool --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
         keep("bare pool: parent CPU per job (µs)", pool["parent_cpu_us"])
         keep("bare pool: jobs per transaction", pool["jobs_per_turn"])
+        for python_children, label in ((False, "bare pool, compiled"),
+                                       (True, "bare pool, compiled, with Python children")):
+            pool = (compiled_bare_pool(program, args.jobs, args.procs, python_children)
+                    if program else {"jobs_per_s": math.nan, "parent_cpu_us": math.nan,
+                                     "jobs_per_turn": math.nan})
+            keep(f"{label} --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
+            keep(f"{label}: parent CPU per job (µs)", pool["parent_cpu_us"])
+            keep(f"{label}: jobs per transaction", pool["jobs_per_turn"])
         pool = bare_pool(args.jobs, args.procs, _JobpoolTurn)
         keep(f"bare pool over jobpool's turn --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
         keep("bare pool over jobpool's turn: parent CPU per job (µs)", pool["parent_cpu_us"])
@@ -377,9 +441,13 @@ def main() -> None:
     print(f"{'floor':<{width}}  {'median':>9}  {'min':>9}  {'max':>9}   ({args.repeat} repeats,"
           f" {args.jobs} jobs)")
     for name, values in rows.items():
+        if any(math.isnan(v) for v in values):
+            print(f"{name:<{width}}  {'n/a':>9}   (no C compiler or SQLite headers here)")
+            continue
         print(f"{name:<{width}}  {statistics.median(values):>9.1f}  {min(values):>9.1f}  "
               f"{max(values):>9.1f}")
     sys.stdout.flush()
+    built.cleanup()
 
 
 if __name__ == "__main__":
