@@ -785,15 +785,18 @@ LIMITS = {
           "the settle and the take ~9-15 us each) about half, the compiled pump's system "
           "calls and the wake-ups of the children it hands jobs about 30 %, the Python "
           "left in the loop ~7 %; and the children's own per-job Python, on the same two "
-          "cores (BENCHMARKS.md, the claim in two statements; a bare R6 pool over a bare "
-          "table drains 4.6-5.5x Huey here: the floors again)",
+          "cores (BENCHMARKS.md, the claim in two statements). No floor rules it out: the "
+          "bare R6 pool of sqlite_floors.py drains ~7x Huey in C, ~3x around jobpool's own "
+          "turn in Python, whose read-path indexes cost it ~a fifth (BENCHMARKS.md, the "
+          "floor in C)",
     "enqueue": "the WAL fsync, whose own rate varies by a third between repeats, and "
                "SQLite's insert of jobpool's row (40 columns, six B-trees: ~26 us of CPU "
                "against Huey's ~8 for four columns and two); at Huey's rate in most "
                "sittings since the enqueue is one statement (BENCHMARKS.md, W1 enqueue; "
                "the claim in two statements)",
-    "bulk": "SQLite's insert of this row and its two index entries, 120-200k rows/s alone "
-            "here (BENCHMARKS.md, W1 bulk)",
+    "bulk": "SQLite's insert of this row and its index entries, 120-200k rows/s alone "
+            "here, ~225k with the read-path indexes dropped by hand (BENCHMARKS.md, W1 bulk; "
+            "the floor in C)",
     "w2": "the pool's own share of the cores: ~1 ms between a child's jobs (~0.043: the "
           "child's checks ~0.18 ms, the turn with cold caches ~0.27 ms, two wake-ups), "
           "start-up (~0.03) and the pool's CPU taken from the bodies (~0.02), against 0.98 "
