@@ -48,8 +48,10 @@ from libc.limits cimport INT_MAX
 from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
-from posix.resource cimport getrlimit, rlimit
+from libc.string cimport memcpy, memset
+from posix.resource cimport RUSAGE_SELF, getrlimit, getrusage, rlimit, rusage
+from posix.types cimport sigset_t
+from posix.unistd cimport _SC_CLK_TCK, chdir, sysconf
 from posix.stat cimport struct_stat, fstat
 from posix.types cimport dev_t, ino_t
 from posix.uio cimport iovec, writev
@@ -1126,6 +1128,15 @@ cdef class OpenFiles:
             self._inos[self._count] = ino
             self._count += 1
 
+    cdef bint _any_changed(self):
+        cdef struct_stat st
+        cdef int i
+        for i in range(self._count):
+            if (fstat(self._fds[i], &st) != 0 or st.st_dev != self._devs[i]
+                    or st.st_ino != self._inos[i]):
+                return True
+        return False
+
     def changed(self):
         cdef struct_stat st
         cdef int i
@@ -1157,6 +1168,15 @@ cdef class Limits:
             if getrlimit(self._resources[at], &self._limits[at]) != 0:
                 raise OSError(errno, f"getrlimit({wanted[at]})")
         self._count = len(wanted)
+
+    cdef bint _any_changed(self):
+        cdef rlimit now
+        cdef int i
+        for i in range(self._count):
+            if getrlimit(self._resources[i], &now) != 0 or now.rlim_cur != self._limits[i].rlim_cur \
+                    or now.rlim_max != self._limits[i].rlim_max:
+                return True
+        return False
 
     def changed(self):
         cdef rlimit now
@@ -1227,6 +1247,108 @@ def has_children():
     if err == ECHILD:
         return False
     raise OSError(err, os.strerror(err))
+
+
+cdef extern from "<signal.h>" nogil:
+    int sigemptyset(sigset_t* sigs)
+    int sigaddset(sigset_t* sigs, int signum)
+    int pthread_sigmask(int how, const sigset_t* sigs, sigset_t* old)
+    int SIG_SETMASK
+
+
+cdef extern from "<sys/time.h>" nogil:
+    cdef struct timeval:
+        long tv_sec
+        long tv_usec
+    cdef struct itimerval:
+        timeval it_interval
+        timeval it_value
+    int getitimer(int which, itimerval* value)
+    int setitimer(int which, const itimerval* value, itimerval* old)
+    int ITIMER_REAL
+
+
+cdef extern from "<sys/times.h>" nogil:
+    ctypedef long clock_t
+    cdef struct tms:
+        clock_t tms_utime
+        clock_t tms_stime
+        clock_t tms_cutime
+        clock_t tms_cstime
+    clock_t times(tms* buf)
+
+
+cdef extern from "<sys/stat.h>" nogil:
+    unsigned int umask(unsigned int mask)
+
+
+cdef class JobEnd:
+    """``_core_py.JobEnd`` (the reference: what is looked at, in which order, and why),
+    its system calls made in C: no Python step between them, no result built but the
+    flags, ``cpu`` and ``peak_rss``."""
+
+    HANDLERS, STRAYS, PIPES, LIMITS = 1, 2, 4, 8
+
+    cdef sigset_t _mask
+    cdef tuple _handlers
+    cdef object _getsignal
+    cdef OpenFiles _pipes
+    cdef Limits _limits
+    cdef unsigned int _umask
+    cdef bytes _cwd
+    cdef double _ticks
+    #: What the last ``look`` read: seconds of CPU, and the peak RSS in bytes.
+    cdef public double cpu
+    cdef public long long peak_rss
+
+    def __init__(self, mask, handlers, OpenFiles pipes not None, Limits limits not None,
+                 int umask, cwd):
+        import _signal
+        sigemptyset(&self._mask)
+        for signum in mask:
+            if sigaddset(&self._mask, int(signum)) != 0:
+                raise ValueError(f"not a signal: {signum!r}")
+        self._handlers = tuple([(int(signum), handler) for signum, handler in handlers
+                                if handler is not None])
+        self._getsignal = _signal.getsignal
+        self._pipes, self._limits = pipes, limits
+        self._umask = umask
+        self._cwd = None if cwd is None else os.fsencode(cwd)
+        self._ticks = sysconf(_SC_CLK_TCK)
+        self.cpu = 0.0
+        self.peak_rss = 0
+
+    def look(self):
+        cdef itimerval timer
+        cdef tms spent
+        cdef rusage usage
+        cdef int flags = 0
+        cdef siginfo_t info
+        if getitimer(ITIMER_REAL, &timer) == 0 and (timer.it_value.tv_sec or timer.it_value.tv_usec):
+            memset(&timer, 0, sizeof(timer))
+            setitimer(ITIMER_REAL, &timer, NULL)
+        pthread_sigmask(SIG_SETMASK, &self._mask, NULL)
+        for signum, handler in self._handlers:
+            if self._getsignal(signum) != handler:
+                flags |= 1
+                break
+        if waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0:
+            flags |= 2
+        elif errno != ECHILD:
+            raise OSError(errno, os.strerror(errno))
+        times(&spent)
+        self.cpu = (spent.tms_utime + spent.tms_stime + spent.tms_cutime
+                    + spent.tms_cstime) / self._ticks
+        if self._pipes._any_changed():
+            flags |= 4
+        umask(self._umask)
+        if self._cwd is not None:
+            chdir(self._cwd)  # a directory removed meanwhile: left as the job left it
+        if self._limits._any_changed():
+            flags |= 8
+        getrusage(RUSAGE_SELF, &usage)
+        self.peak_rss = <long long>usage.ru_maxrss * 1024  # KiB on Linux
+        return flags
 
 
 include "_pump.pxi"

@@ -1,7 +1,7 @@
 """The supervisor's slot table, the pipes' reader and writer of messages and a child's
-two checks after every job, in Python: the readable twins of ``_core.SlotTable``,
-``_core.read_message``, ``_core.write_message``, ``_core.OpenFiles`` and
-``_core.has_children``.
+look after every job, in Python: the readable twins of ``_core.SlotTable``,
+``_core.read_message``, ``_core.write_message``, ``_core.OpenFiles``, ``_core.Limits``,
+``_core.has_children`` and ``_core.JobEnd``.
 
 ``tests/test_core.py`` runs the slot table's tests against both. (The SQLite
 driver's compiled parts have their pure twins beside the driver they serve:
@@ -9,17 +9,19 @@ driver's compiled parts have their pure twins beside the driver they serve:
 """
 from __future__ import annotations
 
+import _signal
 import math
 import os
 import resource
+import signal
 import struct
 from typing import Any
 
 from jobpool.protocol import success_fields
 
 #: The API the compiled module mirrors name for name (tests/test_core.py).
-__all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "has_children",
-           "WAL_VFS"]
+__all__ = ["SlotTable", "read_message", "write_message", "OpenFiles", "Limits", "has_children",
+           "JobEnd", "WAL_VFS"]
 
 #: The SQLite VFS a store's connections open through: SQLite's own here (None); the
 #: compiled module's gathers each commit's WAL writes into one (``_walbuf.h``).
@@ -163,3 +165,68 @@ def has_children() -> bool:
     except ChildProcessError:
         return False
     return True
+
+
+class JobEnd:
+    """A child's look after each job (R20, R40, R43) in one call: what it puts back every
+    time, and the flags of what else the job changed, which the caller puts back itself
+    (``child.run_job``; a job rarely changes any). Made once a child has started, from
+    what its jobs find (``child.SignalState``, ``child.ProcessSettings``, the pipes'
+    ``OpenFiles``).
+
+    Every time, in this order: the real-time timer disarmed if the job left it running,
+    the signal mask set back, the handlers compared (``HANDLERS``), a child of the child
+    looked for (``STRAYS``), the CPU time read (``cpu``: this process's and its reaped
+    processes', as ``os.times`` counts them), the pipes' files compared (``PIPES``), the
+    file mode mask and the working directory set back (a directory removed meanwhile is
+    left as the job left it), the resource limits compared (``LIMITS``), and the peak RSS
+    read (``peak_rss``, bytes). ``_core.JobEnd`` makes the same calls in C: they were
+    some twenty-five steps of Python after every job, most of a child's time between
+    two jobs beside its system calls."""
+
+    HANDLERS, STRAYS, PIPES, LIMITS = 1, 2, 4, 8
+
+    def __init__(self, mask: Any, handlers: Any, pipes: OpenFiles, limits: Limits, umask: int,
+                 cwd: str | None) -> None:
+        """``mask``: the signals blocked between jobs; ``handlers``: ``(signum, handler)``
+        pairs a job finds (those with no Python handler, None, are not looked at)."""
+        self._mask = frozenset(int(signum) for signum in mask)
+        self._handlers = tuple((int(signum), handler) for signum, handler in handlers
+                               if handler is not None)
+        self._pipes = pipes
+        self._limits = limits
+        self._umask = umask
+        self._cwd = cwd
+        #: What the last ``look`` read: seconds of CPU, and the peak RSS in bytes.
+        self.cpu = 0.0
+        self.peak_rss = 0
+
+    def look(self) -> int:
+        """After a job: put back what is put back every time, and answer the flags of
+        what the caller must look at (0: nothing)."""
+        flags = 0
+        if signal.getitimer(signal.ITIMER_REAL)[0]:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        _signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        getsignal = _signal.getsignal
+        for signum, handler in self._handlers:
+            if getsignal(signum) != handler:
+                flags |= self.HANDLERS
+                break
+        if has_children():
+            flags |= self.STRAYS
+        times = os.times()
+        self.cpu = times.user + times.system + times.children_user + times.children_system
+        if self._pipes.changed():
+            flags |= self.PIPES
+        os.umask(self._umask)
+        if self._cwd is not None:
+            try:
+                os.chdir(self._cwd)
+            except OSError:
+                pass
+        if self._limits.changed():
+            flags |= self.LIMITS
+        # ru_maxrss is in KiB on Linux.
+        self.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return flags

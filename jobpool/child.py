@@ -17,6 +17,7 @@ from typing import Any
 
 from jobpool import (channel, coroutines, extensions, jobs, lifecycle, log_context, procinfo,
                      proctree, protocol, running, terminal, tracing)
+from jobpool._core_py import JobEnd as _LOOK  # the flags of ``core.JobEnd.look`` (both twins')
 from jobpool.coroutines import PLAIN_RESULTS as _PLAIN_RESULTS, is_awaitable as _awaitable
 from jobpool.errors import Defer, Fatal, Interrupted, Reschedule, Retry, SoftTimeout
 from jobpool.forked import leave
@@ -69,36 +70,49 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
-            retire=lambda: False, startup_error: str | None = None,
-            frames: bool = False, signals: "SignalState | None" = None) -> tuple[bytes, bool]:
+            retire=lambda flags: False, startup_error: str | None = None,
+            frames: bool = False, signals: "SignalState | None" = None,
+            end: Any = None) -> tuple[bytes, bool]:
     """Run one job and classify how it ended; never raises. Returns the outcome
     message and whether this child exits after sending it.
 
-    ``retire()`` is asked after the job: True means this child exits after replying.
+    ``retire(flags)`` is asked after the job, with what ``end.look()`` found: True means
+    this child exits after replying.
     ``startup_error``: an ``on_child_start`` hook of this child failed; the job does
     not run in it (its error is the attempt's), and the child is replaced.
     ``frames``: a plain success goes out as ``protocol.SUCCESS``'s fixed frame (R68).
-    ``signals``: the child's signal state, put back once the job is over (R20)."""
+    ``signals``, ``end``: the child's signal state and its look after each job
+    (``core.JobEnd``), which put back what the job left (R20, R40, R43); without
+    ``end`` nothing is looked at but the job's own processes (R40)."""
     cpu_before = _cpu_seconds()
     error: str | None
     if startup_error is not None:
         kind, error, delay, result = lifecycle.ERROR, startup_error, None, None
     else:
         kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
-    if signals is not None:
-        signals.restore()
-    # R40: whatever the attempt started and left running ends with it, success included.
-    strays = proctree.kill_strays(spare=proctree.python_helpers())
-    if strays:
-        log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name, strays)
-    cpu_s = _cpu_seconds() - cpu_before
-    retiring = retire() or startup_error is not None
+    # R20: the timer and the signal mask are put back by the look, the handlers here
+    # when it found one changed; R40: a child of this child is the attempt's.
+    flags = end.look() if end is not None else _LOOK.STRAYS
+    if flags & _LOOK.HANDLERS and signals is not None:
+        signals.restore_handlers()
+    strays = 0
+    cpu_after = end.cpu if end is not None else 0.0
+    if flags & _LOOK.STRAYS:
+        # R40: whatever the attempt started and left running ends with it, success
+        # included; what it reaps counts in the attempt's CPU.
+        strays = proctree.kill_strays(spare=proctree.python_helpers())
+        if strays:
+            log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name,
+                        strays)
+        cpu_after = _cpu_seconds()
+    cpu_s = cpu_after - cpu_before
+    retiring = retire(flags) or startup_error is not None
+    peak_rss = end.peak_rss if end is not None else _peak_rss_bytes()
     if frames and kind == lifecycle.DONE and error is None and delay is None and result is None \
             and not strays:
-        return protocol.success_frame(job_id, attempt, _peak_rss_bytes(), cpu_s,
-                                      retiring), retiring
+        return protocol.success_frame(job_id, attempt, peak_rss, cpu_s, retiring), retiring
     return protocol.outcome_message(job_id, attempt, kind, error, delay, result,
-                                    _peak_rss_bytes(), cpu_s, retiring, strays), retiring
+                                    peak_rss, cpu_s, retiring, strays), retiring
 
 
 class SignalState:
@@ -111,7 +125,9 @@ class SignalState:
     own handler). A SIGALRM left blocked kept the next jobs' soft timeouts from firing
     (each ran to its hard timeout); SIGPIPE set back to its default killed a later job
     that wrote to a closed pipe (Python ignores it, so that job would see an error).
-    Two system calls after a job that left none of these."""
+    The timer and the mask are put back after every job by ``core.JobEnd`` (made from
+    ``mask`` and ``handlers``), which also says whether a handler changed: then
+    ``restore_handlers`` sets them back."""
 
     #: Handlers put back: what a later job meets (a pipe, a child's end, a stop, a
     #: hang-up, a user signal); SIGALRM's is the soft timeout's to set (R20).
@@ -130,13 +146,10 @@ class SignalState:
         self.handlers = tuple((int(signum), _signal.getsignal(signum))
                               for signum in self.HANDLED)
 
-    def restore(self) -> None:
-        if signal.getitimer(signal.ITIMER_REAL)[0]:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        # The C module's own calls: ``signal.pthread_sigmask`` makes an enum of each
-        # signal of the mask it answers, and ``signal.getsignal`` one of each answer,
-        # fifteen times the cost, after every job.
-        _signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+    def restore_handlers(self) -> None:
+        """The handlers a job changed, set back (``core.JobEnd`` found one; the timer and
+        the mask it puts back itself, after every job)."""
+        # The C module's own call: ``signal.getsignal`` makes an enum of each answer.
         getsignal = _signal.getsignal
         for signum, handler in self.handlers:
             if getsignal(signum) != handler and handler is not None:
@@ -362,8 +375,9 @@ class ProcessSettings:
     later job that needed more. A job's ``os.umask`` made every later job's files with
     its mode; its ``os.chdir`` (into a checkout it then removed, say) moved every later
     job's relative paths. A limit the job lowered for good (its hard limit) cannot be
-    raised again: the child retires. The mask and the directory are put back with a
-    system call each, the limits looked at in one (``core.Limits``)."""
+    raised again: the child retires. ``core.JobEnd`` puts the mask and the directory
+    back after every job and looks at the limits (``limits``, a ``core.Limits``);
+    ``put_back_limits`` sets back those it found changed."""
 
     #: What a later job meets: its CPU seconds, memory, file size, descriptors and
     #: processes (a stack, core or locked-memory limit a job sets reaches nobody else's
@@ -382,22 +396,16 @@ class ProcessSettings:
             self.cwd: str | None = os.getcwd()
         except OSError:
             self.cwd = None  # started in a directory since removed: nothing to go back to
-        self.limits = {r: resource.getrlimit(r) for r in self.RESOURCES}
-        self._look = core.Limits(self.RESOURCES)
+        self.values = {r: resource.getrlimit(r) for r in self.RESOURCES}
+        #: What ``core.JobEnd`` compares the limits with after each job.
+        self.limits = core.Limits(self.RESOURCES)
 
-    def restore(self) -> bool:
-        """Put back what the job changed; False when a limit cannot be raised again
-        (recycle the child). A working directory removed meanwhile (a deploy replaced
-        it) is left as the job left it."""
-        os.umask(self.mask)
-        if self.cwd is not None:
+    def put_back_limits(self) -> bool:
+        """Set back the limits the job changed; False when one cannot be raised again
+        (recycle the child)."""
+        for r in self.limits.changed():
             try:
-                os.chdir(self.cwd)
-            except OSError:
-                pass
-        for r in self._look.changed():
-            try:
-                resource.setrlimit(r, self.limits[r])
+                resource.setrlimit(r, self.values[r])
             except (ValueError, OSError):
                 return False
         return True
@@ -538,6 +546,9 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     # R43: the pipes to the pool as they were made. A job may close their numbers, or
     # open files of its own on them: looked at after each job, in one call.
     pipes = core.OpenFiles(conn.identities())
+    # R20, R40, R43: what a job may leave behind, looked at after each in one call.
+    end = core.JobEnd(signals.mask, signals.handlers, pipes, settings.limits, settings.mask,
+                      settings.cwd)
     try:
         while True:
             try:
@@ -551,21 +562,23 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
             running.current = running.Attempt(conn, job_id, attempt, name, queue, batch, meta)
             done += 1
 
-            def retire(done: int = done) -> bool:
+            def retire(flags: int, done: int = done) -> bool:
                 # Decided before the reply goes out, so the supervisor never sends a job
                 # to a child that is about to exit. A leaky job's memory goes back to
                 # the system with this process, and a child whose pipes the job moved
                 # (mended, so the outcome still goes out) with its descriptor table.
-                moved = bool(pipes.changed())  # first: the reply needs the pipes
+                # ``flags``: what ``end.look()`` found changed.
+                moved = bool(flags & _LOOK.PIPES)
                 if moved:
-                    conn.mend()  # if the job's own calls have not already
+                    conn.mend()  # first: the reply needs the pipes (if the job has not)
                 # Then the limits: a CPU cap the job left may end this child any moment.
-                return bool(not settings.restore() or moved or (max_tasks and done >= max_tasks)
+                return bool((flags & _LOOK.LIMITS and not settings.put_back_limits()) or moved
+                            or (max_tasks and done >= max_tasks)
                             or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
                             or not streams.restore())
             try:
                 reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
-                                          startup_error, frames, signals)
+                                          startup_error, frames, signals, end)
             except channel.PipeLost as exc:
                 # The job took the pipes' numbers and no new end could be had (``mend``).
                 # Nothing goes out onto the job's files; the pool settles the attempt

@@ -4,8 +4,9 @@ What ``_core`` compiles: the SQLite driver's connection and claim codec (taken b
 ``store/sqlite/claimer.py`` through ``NAME``), the VFS every store connection opens
 through (``WAL_VFS``), the supervisor's slot table, its pump
 (``_core.Pump``, chosen by ``supervisor/pump.make``) and its
-reader and writer of the pipes' messages (R68's success frame), and a child's two checks after
-every job (R40's look for a child process, R43's look at the standard streams' files),
+reader and writer of the pipes' messages (R68's success frame), and a child's look after
+every job (``JobEnd``: R20's signal state, settings and limits, R40's look for a child
+process, R43's at the pipes; ``OpenFiles`` at the standard streams' files),
 and a producer's wake-ups of the pools (``wake``, R11).
 ``JOBPOOL_PURE=1`` forces the twins (for debugging, and so the test suite can run
 every claimer test against both). Both stay importable for the tests.
@@ -20,8 +21,8 @@ from jobpool.lifecycle import (CANCEL, CRASH, DEFER, DONE, ERROR, FATAL, INTERRU
                                LEASE_SLACK, RELEASE, RESCHEDULE, RETRY, TIMEOUT)
 
 if TYPE_CHECKING:
-    from jobpool._core_py import (WAL_VFS, Limits, OpenFiles, SlotTable, has_children, read_message,
-                                  wake, write_message)
+    from jobpool._core_py import (WAL_VFS, JobEnd, Limits, OpenFiles, SlotTable, has_children,
+                                  read_message, wake, write_message)
     NAME = "pure"
 else:
     _impl = _core_py
@@ -44,6 +45,8 @@ else:
     Limits = _impl.Limits
     #: R40: whether this process has a child (``waitid`` in C when built).
     has_children = _impl.has_children
+    #: R20, R40, R43: a child's look after each job, in one call (in C when built).
+    JobEnd = _impl.JobEnd
     #: R11: an enqueue's wake-ups (``sendto`` in C when built: no exception per call).
     wake = _impl.wake
     #: The SQLite VFS a store's connections open through when the core is built (each
@@ -51,6 +54,6 @@ else:
     WAL_VFS = _impl.WAL_VFS
 
 __all__ = ["NAME", "SlotTable", "read_message", "write_message", "OpenFiles", "Limits", "has_children",
-           "wake", "WAL_VFS",
+           "JobEnd", "wake", "WAL_VFS",
            "LEASE_SLACK", "KIND_NAMES", "DONE", "ERROR", "FATAL", "CRASH", "TIMEOUT", "RETRY",
            "DEFER", "RESCHEDULE", "RELEASE", "CANCEL", "INTERRUPTED"]

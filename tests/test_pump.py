@@ -187,7 +187,8 @@ def _drive(patch: pytest.MonkeyPatch, driver: str) -> None:
     patch.setattr("jobpool.core.NAME", driver)
     # (The compiled road's too: under JOBPOOL_PURE=1 this process loaded the twins.)
     twins = _core_py if driver == "pure" else _core
-    for name in ("read_message", "write_message", "OpenFiles", "has_children", "SlotTable"):
+    for name in ("read_message", "write_message", "OpenFiles", "Limits", "has_children", "JobEnd",
+                 "SlotTable"):
         patch.setattr(f"jobpool.core.{name}", getattr(twins, name))
 
 
