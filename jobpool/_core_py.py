@@ -176,13 +176,12 @@ class JobEnd:
 
     Every time, in this order: the real-time timer disarmed if the job left it running,
     the signal mask set back, the handlers compared (``HANDLERS``), a child of the child
-    looked for (``STRAYS``), the CPU time read (``cpu``: this process's and its reaped
-    processes', as ``os.times`` counts them), the pipes' files compared (``PIPES``), the
-    file mode mask and the working directory set back (a directory removed meanwhile is
-    left as the job left it), the resource limits compared (``LIMITS``), and the peak RSS
-    read (``peak_rss``, bytes). ``_core.JobEnd`` makes the same calls in C: they were
-    some twenty-five steps of Python after every job, most of a child's time between
-    two jobs beside its system calls."""
+    looked for (``STRAYS``), the CPU time read (``cpu``: ``clock``'s reading), the pipes'
+    files compared (``PIPES``), the file mode mask and the working directory set back (a
+    directory removed meanwhile is left as the job left it), the resource limits
+    compared (``LIMITS``), and the peak RSS read (``peak_rss``, bytes). ``_core.JobEnd``
+    makes the same calls in C: they were some twenty-five steps of Python after every
+    job, most of a child's time between two jobs beside its system calls."""
 
     HANDLERS, STRAYS, PIPES, LIMITS = 1, 2, 4, 8
 
@@ -215,8 +214,7 @@ class JobEnd:
                 break
         if has_children():
             flags |= self.STRAYS
-        times = os.times()
-        self.cpu = times.user + times.system + times.children_user + times.children_system
+        self.cpu = self.clock()
         if self._pipes.changed():
             flags |= self.PIPES
         os.umask(self._umask)
@@ -230,3 +228,12 @@ class JobEnd:
         # ru_maxrss is in KiB on Linux.
         self.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return flags
+
+    @staticmethod
+    def clock() -> float:
+        """This process's CPU time and its reaped processes' (a job's subprocesses), as
+        the kernel counts a child at its exit: an attempt's CPU is the difference between
+        two readings, and the supervisor can tell a killed attempt's from the child's
+        total (R19a)."""
+        times = os.times()
+        return times.user + times.system + times.children_user + times.children_system

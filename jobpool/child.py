@@ -84,7 +84,8 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     ``signals``, ``end``: the child's signal state and its look after each job
     (``core.JobEnd``), which put back what the job left (R20, R40, R43); without
     ``end`` nothing is looked at but the job's own processes (R40)."""
-    cpu_before = _cpu_seconds()
+    clock = end.clock if end is not None else _LOOK.clock
+    cpu_before = clock()
     error: str | None
     if startup_error is not None:
         kind, error, delay, result = lifecycle.ERROR, startup_error, None, None
@@ -104,7 +105,7 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         if strays:
             log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name,
                         strays)
-        cpu_after = _cpu_seconds()
+        cpu_after = clock()
     cpu_s = cpu_after - cpu_before
     retiring = retire(flags) or startup_error is not None
     peak_rss = end.peak_rss if end is not None else _peak_rss_bytes()
@@ -154,14 +155,6 @@ class SignalState:
         for signum, handler in self.handlers:
             if getsignal(signum) != handler and handler is not None:
                 signal.signal(signum, handler)
-
-
-def _cpu_seconds() -> float:
-    """This process's CPU time and its reaped processes' (a job's subprocesses), as
-    the kernel counts a child at its exit: an attempt's CPU is the difference, and
-    the supervisor can tell a killed attempt's from the child's total (R19a)."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
 
 
 def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer: str, *,
