@@ -1294,7 +1294,7 @@ cdef class JobEnd:
     its system calls made in C: no Python step between them, no result built but the
     flags, ``cpu`` and ``peak_rss``."""
 
-    HANDLERS, STRAYS, PIPES, LIMITS = 1, 2, 4, 8
+    HANDLERS, STRAYS, PIPES, LIMITS, STREAMS = 1, 2, 4, 8, 16
 
     cdef sigset_t _mask
     cdef tuple _handlers
@@ -1303,14 +1303,16 @@ cdef class JobEnd:
     cdef Limits _limits
     cdef unsigned int _umask
     cdef bytes _cwd
+    cdef object _streams, _sys
     cdef double _ticks
     #: What the last ``look`` read: seconds of CPU, and the peak RSS in bytes.
     cdef public double cpu
     cdef public long long peak_rss
 
     def __init__(self, mask, handlers, OpenFiles pipes not None, Limits limits not None,
-                 int umask, cwd):
+                 int umask, cwd, streams=None):
         import _signal
+        import sys
         sigemptyset(&self._mask)
         for signum in mask:
             if sigaddset(&self._mask, int(signum)) != 0:
@@ -1321,6 +1323,7 @@ cdef class JobEnd:
         self._pipes, self._limits = pipes, limits
         self._umask = umask
         self._cwd = None if cwd is None else os.fsencode(cwd)
+        self._streams, self._sys = streams, sys
         self._ticks = sysconf(_SC_CLK_TCK)
         self.cpu = 0.0
         self.peak_rss = 0
@@ -1354,6 +1357,15 @@ cdef class JobEnd:
             chdir(self._cwd)  # a directory removed meanwhile: left as the job left it
         if self._limits._any_changed():
             flags |= 8
+        streams = self._streams
+        if streams is not None:
+            if (<OpenFiles?>streams.files)._any_changed():
+                flags |= 16
+            else:
+                for name, stream in (<dict?>streams.objects).items():
+                    if getattr(self._sys, name, None) is not stream or stream is None or stream.closed:
+                        flags |= 16
+                        break
         getrusage(RUSAGE_SELF, &usage)
         self.peak_rss = <long long>usage.ru_maxrss * 1024  # KiB on Linux
         return flags

@@ -15,6 +15,7 @@ import os
 import resource
 import signal
 import struct
+import sys
 from typing import Any
 
 from jobpool.protocol import success_fields
@@ -179,16 +180,20 @@ class JobEnd:
     looked for (``STRAYS``), the CPU time read (``cpu``: ``clock``'s reading), the pipes'
     files compared (``PIPES``), the file mode mask and the working directory set back (a
     directory removed meanwhile is left as the job left it), the resource limits
-    compared (``LIMITS``), and the peak RSS read (``peak_rss``, bytes). ``_core.JobEnd``
+    compared (``LIMITS``), the standard streams' files and ``sys`` objects compared
+    (``STREAMS``), and the peak RSS read (``peak_rss``, bytes). ``_core.JobEnd``
     makes the same calls in C: they were some twenty-five steps of Python after every
     job, most of a child's time between two jobs beside its system calls."""
 
-    HANDLERS, STRAYS, PIPES, LIMITS = 1, 2, 4, 8
+    HANDLERS, STRAYS, PIPES, LIMITS, STREAMS = 1, 2, 4, 8, 16
 
     def __init__(self, mask: Any, handlers: Any, pipes: OpenFiles, limits: Limits, umask: int,
-                 cwd: str | None) -> None:
+                 cwd: str | None, streams: Any = None) -> None:
         """``mask``: the signals blocked between jobs; ``handlers``: ``(signum, handler)``
-        pairs a job finds (those with no Python handler, None, are not looked at)."""
+        pairs a job finds (those with no Python handler, None, are not looked at);
+        ``streams``: the standard streams a job finds (``child.StandardStreams``: its
+        ``files``, an ``OpenFiles``, and its ``objects``, the ``sys`` stream objects by
+        name, both read at each look, since a hang-up or a reopened stream replaces them)."""
         self._mask = frozenset(int(signum) for signum in mask)
         self._handlers = tuple((int(signum), handler) for signum, handler in handlers
                                if handler is not None)
@@ -196,6 +201,7 @@ class JobEnd:
         self._limits = limits
         self._umask = umask
         self._cwd = cwd
+        self._streams = streams
         #: What the last ``look`` read: seconds of CPU, and the peak RSS in bytes.
         self.cpu = 0.0
         self.peak_rss = 0
@@ -225,6 +231,15 @@ class JobEnd:
                 pass
         if self._limits.changed():
             flags |= self.LIMITS
+        streams = self._streams
+        if streams is not None:
+            if streams.files.changed():
+                flags |= self.STREAMS
+            else:
+                for name, stream in streams.objects.items():
+                    if getattr(sys, name, None) is not stream or stream is None or stream.closed:
+                        flags |= self.STREAMS
+                        break
         # ru_maxrss is in KiB on Linux.
         self.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return flags

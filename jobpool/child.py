@@ -426,7 +426,8 @@ class StandardStreams:
         #: The streams restore looks at: those the child was forked with.
         self._streams = [(fd, name) for fd, name in zip(self.FDS, self._NAMES)
                          if fd in self._saved]
-        self._objects: dict[str, Any] = {}
+        #: The ``sys`` stream objects a job finds, by name (``keep_objects``).
+        self.objects: dict[str, Any] = {}
         self.keep_objects()
         self._look()
 
@@ -435,12 +436,13 @@ class StandardStreams:
         again after the ``on_child_start`` hooks, which may wrap them): one a job put
         in their place (``sys.stdout = io.StringIO()``, a redirect left in force) is
         put back after it, or every later job's output went into it (R43)."""
-        self._objects = {name: getattr(sys, name, None) for _fd, name in self._streams}
+        self.objects = {name: getattr(sys, name, None) for _fd, name in self._streams}
 
     def _look(self) -> None:
-        """What ``restore`` compares the descriptors with, after each job (R43)."""
+        """What ``restore`` compares the descriptors with, after each job (R43): ``files``,
+        which ``core.JobEnd`` looks at too."""
         from jobpool import core  # see child_main
-        self._files = core.OpenFiles([(fd, *identity)
+        self.files = core.OpenFiles([(fd, *identity)
                                       for fd, (_copy, identity) in self._saved.items()])
 
     def detach_terminal(self, fds: tuple[int, ...]) -> None:
@@ -469,13 +471,13 @@ class StandardStreams:
 
     def holds(self, fd: int) -> bool:
         """Whether ``fd`` is still the stream the child was forked with."""
-        return fd in self._saved and fd not in self._files.changed()
+        return fd in self._saved and fd not in self.files.changed()
 
     def restore(self) -> bool:
         """Put back what the job changed; False if that failed (recycle the child).
-        The descriptors are looked at in one call (``core.OpenFiles``: no stat result
-        built per descriptor when the core is compiled), since this runs after every job."""
-        for fd in self._files.changed():  # closed, or another file: put ours back
+        Asked when ``core.JobEnd`` found a descriptor or an object changed (its look
+        after every job makes the same comparisons, in one call)."""
+        for fd in self.files.changed():  # closed, or another file: put ours back
             copy, identity = self._saved[fd]
             try:
                 st = os.fstat(copy)
@@ -484,7 +486,7 @@ class StandardStreams:
                 os.dup2(copy, fd)
             except OSError:
                 return False
-        objects = self._objects
+        objects = self.objects
         for fd, name in self._streams:
             stream = getattr(sys, name, None)
             if stream is not objects[name]:
@@ -541,7 +543,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
     pipes = core.OpenFiles(conn.identities())
     # R20, R40, R43: what a job may leave behind, looked at after each in one call.
     end = core.JobEnd(signals.mask, signals.handlers, pipes, settings.limits, settings.mask,
-                      settings.cwd)
+                      settings.cwd, streams)
     try:
         while True:
             try:
@@ -568,7 +570,7 @@ def child_main(conn, parent_pid: int, max_tasks: int, max_memory: int = 0,
                 return bool((flags & _LOOK.LIMITS and not settings.put_back_limits()) or moved
                             or (max_tasks and done >= max_tasks)
                             or (max_memory and (procinfo.rss_bytes(os.getpid()) or 0) > max_memory)
-                            or not streams.restore())
+                            or (flags & _LOOK.STREAMS and not streams.restore()))
             try:
                 reply, retiring = run_job(job_id, attempt, name, payload, serializer, retire,
                                           startup_error, frames, signals, end)

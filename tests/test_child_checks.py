@@ -10,10 +10,13 @@ suite; here each answer is checked on both implementations.
 """
 from __future__ import annotations
 
+import io
 import os
 import signal
+import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -124,13 +127,13 @@ def test_a_working_directory_removed_under_the_child_is_left_as_the_job_left_it(
 def test_the_look_after_a_job_puts_back_what_it_must_and_names_the_rest(impl, tmp_path):
     # R20, R40, R43, in a process of its own: after each "job" below, ``JobEnd.look``
     # puts back the timer, the signal mask, the file mode mask and the directory
-    # itself, and answers the flags of a handler, a child process, a pipe and a limit
-    # the job changed; both twins alike, and the flags' values the same in both.
+    # itself, and answers the flags of a handler, a child process, a pipe, a limit and
+    # a standard stream the job changed; both twins alike, the flags the same in both.
     import resource
     from jobpool import _core_py
-    assert (impl.JobEnd.HANDLERS, impl.JobEnd.STRAYS, impl.JobEnd.PIPES, impl.JobEnd.LIMITS) == (
-        _core_py.JobEnd.HANDLERS, _core_py.JobEnd.STRAYS, _core_py.JobEnd.PIPES,
-        _core_py.JobEnd.LIMITS) == (1, 2, 4, 8)
+    flags = ("HANDLERS", "STRAYS", "PIPES", "LIMITS", "STREAMS")
+    assert [getattr(impl.JobEnd, f) for f in flags] == [getattr(_core_py.JobEnd, f) for f in flags] \
+        == [1, 2, 4, 8, 16]
     home, away = tmp_path / "home", tmp_path / "away"
     home.mkdir()
     away.mkdir()
@@ -145,8 +148,12 @@ def test_the_look_after_a_job_puts_back_what_it_must_and_names_the_rest(impl, tm
         read_end, write_end = os.pipe()
         pipes = impl.OpenFiles([_identity(read_end), _identity(write_end)])
         limits = impl.Limits([resource.RLIMIT_NOFILE])
+        # The standard streams a job finds: a descriptor's file, and a ``sys`` object.
+        stream_r, stream_w = os.pipe()
+        streams = types.SimpleNamespace(files=impl.OpenFiles([_identity(stream_r)]),
+                                        objects={"stdout": sys.stdout})
         end = end_of(mask, ((signal.SIGUSR1, mine), (signal.SIGUSR2, None)), pipes, limits,
-                     0o022, str(home))
+                     0o022, str(home), streams)
         until = time.process_time() + 0.05  # CPU for the look to count (10 ms ticks)
         while time.process_time() < until:
             pass
@@ -189,8 +196,21 @@ def test_the_look_after_a_job_puts_back_what_it_must_and_names_the_rest(impl, tm
         answers.append(end.look())
         resource.setrlimit(resource.RLIMIT_NOFILE, nofile)
         answers.append(end.look())
+        # A stream's descriptor pointed elsewhere, then put back; ``sys.stdout`` replaced,
+        # then put back; the stream object closed.
+        kept = os.dup(stream_r)
+        os.dup2(other, stream_r)
+        answers.append(end.look())
+        os.dup2(kept, stream_r)
+        mine_out, sys.stdout = sys.stdout, io.StringIO()
+        answers.append(end.look())
+        sys.stdout = mine_out
+        answers.append(end.look())
+        mine_out.close()
+        answers.append(end.look())
         return good and answers == [0, 0, end_of.HANDLERS, end_of.STRAYS, end_of.PIPES,
-                                    end_of.LIMITS, 0]
+                                    end_of.LIMITS, 0, end_of.STREAMS, end_of.STREAMS, 0,
+                                    end_of.STREAMS]
     _in_a_process_of_its_own(body)
 
 
