@@ -1282,6 +1282,15 @@ cdef extern from "<sys/stat.h>" nogil:
     unsigned int umask(unsigned int mask)
 
 
+cdef enum:
+    # ``JobEnd.look``'s flags (the class's names for them below).
+    LOOK_HANDLERS = 1
+    LOOK_STRAYS = 2
+    LOOK_PIPES = 4
+    LOOK_LIMITS = 8
+    LOOK_STREAMS = 16
+
+
 cdef inline double _cpu_clock(double ticks) noexcept:
     """This process's CPU and its reaped processes', as ``os.times`` adds them up."""
     cdef tms spent
@@ -1294,7 +1303,8 @@ cdef class JobEnd:
     its system calls made in C: no Python step between them, no result built but the
     flags, ``cpu`` and ``peak_rss``."""
 
-    HANDLERS, STRAYS, PIPES, LIMITS, STREAMS = 1, 2, 4, 8, 16
+    HANDLERS, STRAYS, PIPES, LIMITS, STREAMS = (LOOK_HANDLERS, LOOK_STRAYS, LOOK_PIPES,
+                                                LOOK_LIMITS, LOOK_STREAMS)
 
     cdef sigset_t _mask
     cdef tuple _handlers
@@ -1335,7 +1345,7 @@ cdef class JobEnd:
     def look(self):
         cdef itimerval timer
         cdef rusage usage
-        cdef int flags = 0
+        cdef int flags = 0, err
         cdef siginfo_t info
         if getitimer(ITIMER_REAL, &timer) == 0 and (timer.it_value.tv_sec or timer.it_value.tv_usec):
             memset(&timer, 0, sizeof(timer))
@@ -1343,28 +1353,30 @@ cdef class JobEnd:
         pthread_sigmask(SIG_SETMASK, &self._mask, NULL)
         for signum, handler in self._handlers:
             if self._getsignal(signum) != handler:
-                flags |= 1
+                flags |= LOOK_HANDLERS
                 break
         if waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0:
-            flags |= 2
-        elif errno != ECHILD:
-            raise OSError(errno, os.strerror(errno))
+            flags |= LOOK_STRAYS
+        else:
+            err = errno  # read before any Python object is made
+            if err != ECHILD:
+                raise OSError(err, os.strerror(err))
         self.cpu = _cpu_clock(self._ticks)
         if self._pipes._any_changed():
-            flags |= 4
+            flags |= LOOK_PIPES
         umask(self._umask)
         if self._cwd is not None:
             chdir(self._cwd)  # a directory removed meanwhile: left as the job left it
         if self._limits._any_changed():
-            flags |= 8
+            flags |= LOOK_LIMITS
         streams = self._streams
         if streams is not None:
             if (<OpenFiles?>streams.files)._any_changed():
-                flags |= 16
+                flags |= LOOK_STREAMS
             else:
                 for name, stream in (<dict?>streams.objects).items():
                     if getattr(self._sys, name, None) is not stream or stream is None or stream.closed:
-                        flags |= 16
+                        flags |= LOOK_STREAMS
                         break
         getrusage(RUSAGE_SELF, &usage)
         self.peak_rss = <long long>usage.ru_maxrss * 1024  # KiB on Linux
