@@ -182,8 +182,9 @@ class JobEnd:
     directory removed meanwhile is left as the job left it), the resource limits
     compared (``LIMITS``), the standard streams' files and ``sys`` objects compared
     (``STREAMS``), and the peak RSS read (``peak_rss``, bytes). ``_core.JobEnd``
-    makes the same calls in C: they were some twenty-five steps of Python after every
-    job, most of a child's time between two jobs beside its system calls."""
+    makes the same calls in C, with no Python step between them: the children share the
+    cores with the supervisor, so what a child spends between two jobs is the pool's
+    time too."""
 
     HANDLERS, STRAYS, PIPES, LIMITS, STREAMS = 1, 2, 4, 8, 16
 

@@ -443,7 +443,7 @@ class StandardStreams:
         which ``core.JobEnd`` looks at too."""
         from jobpool import core  # see child_main
         self.files = core.OpenFiles([(fd, *identity)
-                                      for fd, (_copy, identity) in self._saved.items()])
+                                     for fd, (_copy, identity) in self._saved.items()])
 
     def detach_terminal(self, fds: tuple[int, ...]) -> None:
         """The terminal hung up (R27): ``fds`` (on it when forked) and the copies kept
