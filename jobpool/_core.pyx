@@ -1128,22 +1128,24 @@ cdef class OpenFiles:
             self._inos[self._count] = ino
             self._count += 1
 
-    cdef bint _any_changed(self):
+    cdef bint _moved(self, int i) noexcept:
+        """Whether the ``i``-th descriptor no longer names its file (closed, or another)."""
         cdef struct_stat st
+        return (fstat(self._fds[i], &st) != 0 or st.st_dev != self._devs[i]
+                or st.st_ino != self._inos[i])
+
+    cdef bint _any_changed(self) noexcept:
         cdef int i
         for i in range(self._count):
-            if (fstat(self._fds[i], &st) != 0 or st.st_dev != self._devs[i]
-                    or st.st_ino != self._inos[i]):
+            if self._moved(i):
                 return True
         return False
 
     def changed(self):
-        cdef struct_stat st
         cdef int i
         moved = None
         for i in range(self._count):
-            if (fstat(self._fds[i], &st) != 0 or st.st_dev != self._devs[i]
-                    or st.st_ino != self._inos[i]):
+            if self._moved(i):
                 if moved is None:
                     moved = []
                 moved.append(self._fds[i])
@@ -1169,22 +1171,24 @@ cdef class Limits:
                 raise OSError(errno, f"getrlimit({wanted[at]})")
         self._count = len(wanted)
 
-    cdef bint _any_changed(self):
+    cdef bint _moved(self, int i) noexcept:
+        """Whether the ``i``-th resource's limits are not what they were."""
         cdef rlimit now
+        return (getrlimit(self._resources[i], &now) != 0 or now.rlim_cur != self._limits[i].rlim_cur
+                or now.rlim_max != self._limits[i].rlim_max)
+
+    cdef bint _any_changed(self) noexcept:
         cdef int i
         for i in range(self._count):
-            if getrlimit(self._resources[i], &now) != 0 or now.rlim_cur != self._limits[i].rlim_cur \
-                    or now.rlim_max != self._limits[i].rlim_max:
+            if self._moved(i):
                 return True
         return False
 
     def changed(self):
-        cdef rlimit now
         cdef int names[16]
         cdef int i, n = 0
         for i in range(self._count):
-            if getrlimit(self._resources[i], &now) != 0 or now.rlim_cur != self._limits[i].rlim_cur \
-                    or now.rlim_max != self._limits[i].rlim_max:
+            if self._moved(i):
                 names[n] = self._resources[i]
                 n += 1
         return tuple([names[i] for i in range(n)])
@@ -1236,9 +1240,9 @@ def wake(sock, tuple addresses):
             # else its buffer is full (it is awake anyway) or the socket failed: go on
 
 
-def has_children():
-    """``_core_py.has_children``, the ``waitid`` made in C (no exception raised when
-    there is no child, the common case after a job)."""
+cdef bint _has_children() except -1:
+    """``waitid`` with ``WNOWAIT``: whether this process has a child, running or not yet
+    reaped; ECHILD (none) raises nothing."""
     cdef siginfo_t info
     cdef int failed = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT)
     cdef int err = errno  # read before any Python object is made
@@ -1247,6 +1251,12 @@ def has_children():
     if err == ECHILD:
         return False
     raise OSError(err, os.strerror(err))
+
+
+def has_children():
+    """``_core_py.has_children``, the ``waitid`` made in C (no exception raised when
+    there is no child, the common case after a job)."""
+    return _has_children()
 
 
 cdef extern from "<signal.h>" nogil:
@@ -1345,8 +1355,7 @@ cdef class JobEnd:
     def look(self):
         cdef itimerval timer
         cdef rusage usage
-        cdef int flags = 0, err
-        cdef siginfo_t info
+        cdef int flags = 0
         if getitimer(ITIMER_REAL, &timer) == 0 and (timer.it_value.tv_sec or timer.it_value.tv_usec):
             memset(&timer, 0, sizeof(timer))
             setitimer(ITIMER_REAL, &timer, NULL)
@@ -1355,12 +1364,8 @@ cdef class JobEnd:
             if self._getsignal(signum) != handler:
                 flags |= LOOK_HANDLERS
                 break
-        if waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0:
+        if _has_children():
             flags |= LOOK_STRAYS
-        else:
-            err = errno  # read before any Python object is made
-            if err != ECHILD:
-                raise OSError(err, os.strerror(err))
         self.cpu = _cpu_clock(self._ticks)
         if self._pipes._any_changed():
             flags |= LOOK_PIPES

@@ -13,7 +13,7 @@ import resource
 import signal
 import sys
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from jobpool import (channel, coroutines, extensions, jobs, lifecycle, log_context, procinfo,
                      proctree, protocol, running, terminal, tracing)
@@ -41,11 +41,6 @@ def _count_fork() -> None:
 os.register_at_fork(after_in_child=_count_fork)
 
 
-def _peak_rss_bytes() -> int:
-    # ru_maxrss is in KiB on Linux.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _describe(exc: BaseException) -> str:
     """One line for ``last_error``, then the traceback for the attempt log.
 
@@ -70,9 +65,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: str,
-            retire=lambda flags: False, startup_error: str | None = None,
-            frames: bool = False, signals: "SignalState | None" = None,
-            end: Any = None) -> tuple[bytes, bool]:
+            retire: Callable[[int], bool], startup_error: str | None, frames: bool,
+            signals: "SignalState", end: Any) -> tuple[bytes, bool]:
     """Run one job and classify how it ended; never raises. Returns the outcome
     message and whether this child exits after sending it.
 
@@ -82,10 +76,8 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
     not run in it (its error is the attempt's), and the child is replaced.
     ``frames``: a plain success goes out as ``protocol.SUCCESS``'s fixed frame (R68).
     ``signals``, ``end``: the child's signal state and its look after each job
-    (``core.JobEnd``), which put back what the job left (R20, R40, R43); without
-    ``end`` nothing is looked at but the job's own processes (R40)."""
-    clock = end.clock if end is not None else _LOOK.clock
-    cpu_before = clock()
+    (``core.JobEnd``), which put back what the job left (R20, R40, R43)."""
+    cpu_before = end.clock()
     error: str | None
     if startup_error is not None:
         kind, error, delay, result = lifecycle.ERROR, startup_error, None, None
@@ -93,11 +85,11 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         kind, error, delay, result = run_attempt(job_id, attempt, name, payload, serializer)
     # R20: the timer and the signal mask are put back by the look, the handlers here
     # when it found one changed; R40: a child of this child is the attempt's.
-    flags = end.look() if end is not None else _LOOK.STRAYS
-    if flags & _LOOK.HANDLERS and signals is not None:
+    flags = end.look()
+    if flags & _LOOK.HANDLERS:
         signals.restore_handlers()
     strays = 0
-    cpu_after = end.cpu if end is not None else 0.0
+    cpu_after = end.cpu
     if flags & _LOOK.STRAYS:
         # R40: whatever the attempt started and left running ends with it, success
         # included; what it reaps counts in the attempt's CPU.
@@ -105,10 +97,10 @@ def run_job(job_id: int, attempt: int, name: str, payload: bytes, serializer: st
         if strays:
             log.warning("job %s (%s) left %d process(es) running; killed them", job_id, name,
                         strays)
-        cpu_after = clock()
+        cpu_after = end.clock()
     cpu_s = cpu_after - cpu_before
     retiring = retire(flags) or startup_error is not None
-    peak_rss = end.peak_rss if end is not None else _peak_rss_bytes()
+    peak_rss = end.peak_rss
     if frames and kind == lifecycle.DONE and error is None and delay is None and result is None \
             and not strays:
         return protocol.success_frame(job_id, attempt, peak_rss, cpu_s, retiring), retiring
