@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -12,11 +13,14 @@ import sys
 import pytest
 
 import jobpool
-from jobpool.errors import NotAStoreError
+from jobpool.errors import NotAStoreError, StoreError
+from jobpool.lifecycle import DEFAULT_POLICY
 from jobpool.store.sqlite import migrations
 from jobpool.store.sqlite import statements as sql
 from .conftest import ROOT, rows
 from .schemas import v1
+
+SCHEMAS = ROOT / "tests" / "schemas"
 
 
 def _v1_store(path) -> None:
@@ -259,3 +263,83 @@ def test_a_schema_12_store_gets_its_ready_rows_keyed_by_queue_and_name(tmp_path)
             ("q0", "t.n1"), ("q0", "t.n2"), ("q1", "t.n0"), ("q1", "t.n1"), ("q1", "t.n2")]
     finally:
         store.close()
+
+
+#: What a plain job's life writes, statement by statement: its enqueue, its claim's take
+#: and its success's settle, with every parameter bound (their values do not matter to
+#: EXPLAIN, only that each is bound).
+_WRITES = {"enqueue": sql.INSERT_UNLIMITED_JOB, "insert": sql.INSERT_JOB,
+           "take": sql.claim_sql(["t.x"], {}, DEFAULT_POLICY).take, "settle": sql.SETTLE_DONE}
+
+
+def _temporary_btrees(db, text: str) -> int:
+    """How many temporary B-trees SQLite's program for ``text`` opens (``OpenEphemeral``)."""
+    numbered = [int(n) for n in re.findall(r"\?(\d+)", text)]
+    params = [1] * max(numbered) if numbered else dict.fromkeys(re.findall(r":(\w+)", text), 1)
+    conn = sqlite3.connect(db)
+    try:
+        ops = [r[1] for r in conn.execute("EXPLAIN " + text, params)]
+    finally:
+        conn.close()
+    return ops.count("OpenEphemeral")
+
+
+def _v10_store(path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.executescript((SCHEMAS / "sqlite_v10.sql").read_text(encoding="utf-8"))
+    conn.close()
+
+
+@pytest.mark.parametrize("made", ["new", "schema 10"])
+def test_the_status_check_costs_no_temporary_btree_and_still_refuses_other_statuses(made, tmp_path):
+    """Schema 14: the jobs table's status CHECK is comparisons, not an IN list of four
+    (which SQLite evaluated through a temporary B-tree built for every row a statement
+    wrote): neither a new store's nor an upgraded one's enqueue, claim or settle opens
+    one; the rows are kept as they were, and a status outside the four is still refused."""
+    db = tmp_path / "store.db"
+    if made != "new":
+        _v10_store(db)
+    before = [(r["id"], r["status"]) for r in rows(db)] if made != "new" else []
+    jobpool.connect(db).close()
+    [table] = rows(db, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'")
+    assert sql.STATUS_CHECK in table["sql"] and sql.STATUS_CHECK_IN_LIST not in table["sql"]
+    assert [(r["id"], r["status"]) for r in rows(db)] == before
+    assert rows(db, "PRAGMA integrity_check") == [{"integrity_check": "ok"}]
+    for name, text in _WRITES.items():
+        assert _temporary_btrees(db, text) == 0, name
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("INSERT INTO jobs (queue, name, payload, serializer, priority, status, run_at,"
+                      " line_at, created_at) VALUES ('default', 't.x', '[[],{}]', 'json', 0,"
+                      " 'ready', 0, 0, 0)")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute("UPDATE jobs SET status = 'lost' WHERE name = 't.x'")
+    finally:
+        conn.close()
+
+
+def test_an_in_list_check_does_cost_a_temporary_btree(tmp_path):
+    """The measure above can fail: schema 13's CHECK, on the same statements, opens one."""
+    db = tmp_path / "thirteen.db"
+    _v10_store(db)
+    assert _temporary_btrees(db, _WRITES["take"]) == 1
+
+
+def test_a_status_check_that_would_not_parse_rolls_the_whole_upgrade_back(tmp_path, monkeypatch):
+    """Schema 14 rewrites the table's text in place: had the new text not parsed, the
+    upgrade's transaction is rolled back whole, and the store reads as it was (its schema
+    version, its CHECK, its rows), to be upgraded by a build that gets it right."""
+    db = tmp_path / "old.db"
+    _v10_store(db)
+    before = rows(db)
+    monkeypatch.setattr(sql, "STATUS_CHECK", "CHECK (status = 'ready' OR")
+    with pytest.raises(StoreError, match="malformed database schema"):
+        jobpool.connect(db)
+    assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [{"value": "10"}]
+    [table] = rows(db, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'")
+    assert sql.STATUS_CHECK_IN_LIST in table["sql"]
+    assert rows(db) == before
+    monkeypatch.undo()
+    jobpool.connect(db).close()
+    assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
+        {"value": str(migrations.CURRENT)}]
