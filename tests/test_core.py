@@ -96,6 +96,48 @@ def test_the_claim_walks_the_claim_order_index_and_takes_each_row_by_its_id(stor
     conn.close()
 
 
+@pytest.mark.parametrize("served", [1, 3, 8, 9, 40])
+def test_a_claim_takes_only_the_names_it_serves_however_many_it_serves(core_impl, store_path,
+                                                                     served):
+    """R7, R28: a pool claims the ready rows of the names it serves, in claim order, past
+    the rows of names it does not serve ahead of them (one whose name a served name
+    starts with, one whose name starts with a served name, one of another name), whether
+    its claim tells them by comparisons (up to ``NAMES_COMPARED`` names) or by an ``IN``
+    list (beyond); the walk is the claim-order index's, unsorted, either way, and up to
+    ``NAMES_COMPARED`` names the pick's program builds no temporary B-tree (SQLite builds
+    one for an ``IN`` list of more than two names each time the statement runs)."""
+    from jobpool.store.sqlite import statements as sql
+    from jobpool.store.sqlite.claimer import driver_class
+    names = [f"t.n{i:02d}" for i in range(served)]
+    strangers = ["t.n0", "t.n000", "t.other"]
+    wanted = []
+    for i in range(3 * served + 6):
+        if i % 2:
+            wanted.append(insert_job(store_path, name=names[(i // 2) % served]))
+        else:
+            insert_job(store_path, name=strangers[(i // 2) % len(strangers)])
+    driver = driver_class(core_impl.NAME)(str(store_path))
+    try:
+        driver.serve(OWNER, names, {})
+        driver.now = NOW
+        pick = driver.claim_text.pick
+        plan = " | ".join(r[3] for r in driver._db.rows("EXPLAIN QUERY PLAN " + pick,
+                                                         {"now": NOW, "queue": "default",
+                                                          "limit": 2}))
+        assert "USING INDEX jobs_claim_order" in plan and "TEMP B-TREE" not in plan, plan
+        program = [r[1] for r in driver._db.rows("EXPLAIN " + pick,
+                                                  {"now": NOW, "queue": "default", "limit": 2})]
+        assert sql.NAMES_COMPARED == 8  # the threshold the parameters straddle
+        assert program.count("OpenEphemeral") == (0 if served <= 8 else 1)
+        driver._db.changes("BEGIN IMMEDIATE")
+        taken = [row[0] for row in driver.claim("default", len(wanted) + 5)]
+        driver._db.changes("COMMIT")
+    finally:
+        driver.close()
+    assert taken == wanted
+    assert {r["id"] for r in rows(store_path) if r["status"] == "ready"}.isdisjoint(wanted)
+
+
 @pytest.mark.parametrize("road", ["claim", "plain_turn", "limited"])
 def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, road):
     """R9: the claim's take is fenced by the row's status. Were its pick ever to hand

@@ -612,12 +612,12 @@ def _claimed_values() -> str:
 #: statements (BENCHMARKS.md). INDEXED BY pins the walk to the claim-order index: the
 #: planner otherwise may pick an index of ready rows by status or by due time
 #: (``jobs_status_ids``, ``jobs_ready_due``) and sort every ready row on each claim.
-#: ``{names}`` is a fixed list of quoted literals built once per supervisor (see
-#: ``claim_sql``).
+#: ``{served}`` is the condition on the names the supervisor serves, built once per
+#: supervisor from quoted literals (``claim_sql``, ``name_is_one_of``).
 CLAIM_PICK_TEMPLATE = f"""
 SELECT {_claimed_values()}
   FROM jobs INDEXED BY jobs_claim_order
- WHERE status = 'ready' AND queue = :queue AND run_at <= :now AND name IN ({{names}})
+ WHERE status = 'ready' AND queue = :queue AND run_at <= :now AND {{served}}
  ORDER BY priority DESC, line_at, id
  LIMIT :limit
 """
@@ -638,6 +638,24 @@ class ClaimText(NamedTuple):
     take: str
 
 
+#: Up to this many names, a claim tells a row it serves by comparing its name with each
+#: (``name_is_one_of``); beyond, by an ``IN`` list, which SQLite answers from a temporary
+#: B-tree it builds each time the statement runs (a few microseconds a turn) and then
+#: asks once a row, where comparisons cost each row they look at one per name (the
+#: claim looks past the ready rows of names it does not serve, R28).
+NAMES_COMPARED = 8
+
+
+def name_is_one_of(names) -> str:
+    """The claim's condition that a row's ``name`` is one of ``names`` (sorted, none
+    twice): ``name = 'a' OR name = 'b'`` up to ``NAMES_COMPARED`` names, ``name IN
+    ('a', 'b', ...)`` beyond."""
+    names = sorted(set(names))
+    if len(names) > NAMES_COMPARED:
+        return f"name IN ({', '.join(quote_literal(n) for n in names)})"
+    return "(" + " OR ".join(f"name = {quote_literal(n)}" for n in names) + ")"
+
+
 def per_name_case(policies: dict, field: str, fallback) -> str:
     """``CASE name WHEN 'a' THEN 1 ... ELSE fallback END`` over one ``Policy`` field."""
     if not policies:
@@ -654,7 +672,7 @@ def claim_sql(names, policies, default_policy) -> ClaimText:
     if not names:
         raise ValueError("a supervisor needs at least one registered job name")
     known = {n: policies[n] for n in names if n in policies}
-    fill = {"names": ", ".join(quote_literal(n) for n in names),
+    fill = {"served": name_is_one_of(names),
             "max_attempts": per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
             "timeouts": per_name_case(known, "timeout", float(default_policy.timeout))}
     return ClaimText(CLAIM_PICK_TEMPLATE.format(**fill), CLAIM_TAKE_TEMPLATE.format(**fill))
@@ -1381,7 +1399,7 @@ ON CONFLICT (name, grp) DO UPDATE SET tokens = excluded.tokens, refilled_at = ex
 #: The ready, due rows of this pool's unlimited names in a queue, in claim order.
 PROBE_UNLIMITED_TEMPLATE = """
 SELECT id, priority, line_at FROM jobs INDEXED BY jobs_claim_order
- WHERE status = 'ready' AND queue = :queue AND run_at <= :now AND name IN ({names})
+ WHERE status = 'ready' AND queue = :queue AND run_at <= :now AND {served}
  ORDER BY priority DESC, line_at, id LIMIT :count
 """
 
@@ -1402,9 +1420,7 @@ def limited_claim_sql(names, unlimited, policies, default_policy
     fill = {"max_attempts": per_name_case(known, "max_attempts", int(default_policy.max_attempts)),
             "timeouts": per_name_case(known, "timeout", float(default_policy.timeout))}
     by_ids = ClaimText(CLAIM_IDS_PICK_TEMPLATE.format(**fill), CLAIM_TAKE_TEMPLATE.format(**fill))
-    probe = (PROBE_UNLIMITED_TEMPLATE.format(names=", ".join(quote_literal(n)
-                                                             for n in sorted(unlimited)))
-             if unlimited else None)
+    probe = PROBE_UNLIMITED_TEMPLATE.format(served=name_is_one_of(unlimited)) if unlimited else None
     return by_ids, probe
 
 
