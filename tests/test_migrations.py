@@ -343,3 +343,45 @@ def test_a_status_check_that_would_not_parse_rolls_the_whole_upgrade_back(tmp_pa
     jobpool.connect(db).close()
     assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
         {"value": str(migrations.CURRENT)}]
+
+
+class _DefensiveConnection:
+    """A connection whose SQLite refuses writes to its schema table, as one built in
+    defensive mode does (Python's ``sqlite3`` here cannot turn that mode on)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, text: str, *params):
+        if text.lstrip().upper().startswith("UPDATE SQLITE_MASTER"):
+            raise sqlite3.OperationalError("table sqlite_master may not be modified")
+        return self._conn.execute(text, *params)
+
+
+def test_an_sqlite_that_refuses_the_rewrite_still_upgrades_keeping_the_old_check(tmp_path):
+    """Schema 14 where the schema table cannot be written: the store still reaches
+    today's schema (every other step made), its CHECK as it was, which refuses the same
+    statuses; the upgrade's transaction is committed, not left open."""
+    db = tmp_path / "old.db"
+    _v10_store(db)
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        migrations.ensure(_DefensiveConnection(conn), str(db), create=False, upgrade=True)
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+    assert rows(db, "SELECT value FROM jobpool_meta WHERE key = 'schema'") == [
+        {"value": str(migrations.CURRENT)}]
+    [table] = rows(db, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'")
+    assert sql.STATUS_CHECK_IN_LIST in table["sql"]
+    store = jobpool.connect(db)  # and it is a store of today that works
+    try:
+        assert store.get(store.enqueue("t.after").id)["status"] == "ready"
+    finally:
+        store.close()
+    conn = sqlite3.connect(db)
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute("UPDATE jobs SET status = 'lost' WHERE name = 't.after'")
+    finally:
+        conn.close()
