@@ -48,15 +48,16 @@ def _status_check_as_comparisons(conn: sqlite3.Connection) -> None:
     (counter,) = conn.execute("PRAGMA schema_version").fetchone()
     conn.execute("PRAGMA writable_schema = ON")
     try:
-        changed = conn.execute(
-            "UPDATE sqlite_master SET sql = replace(sql, ?, ?) "
-            "WHERE type = 'table' AND name = 'jobs' AND instr(sql, ?) > 0",
-            (sql.STATUS_CHECK_IN_LIST, sql.STATUS_CHECK, sql.STATUS_CHECK_IN_LIST)).rowcount
+        try:
+            changed = conn.execute(
+                "UPDATE sqlite_master SET sql = replace(sql, ?, ?) "
+                "WHERE type = 'table' AND name = 'jobs' AND instr(sql, ?) > 0",
+                (sql.STATUS_CHECK_IN_LIST, sql.STATUS_CHECK, sql.STATUS_CHECK_IN_LIST)).rowcount
+        except sqlite3.OperationalError as exc:  # the schema table is not to be written
+            log.info("the jobs table's status CHECK is kept as it was: %s", exc)
+            return
         if changed:
             conn.execute(f"PRAGMA schema_version = {int(counter) + 1}")
-    except sqlite3.OperationalError as exc:
-        log.info("the jobs table's status CHECK is kept as it was: %s", exc)
-        return
     finally:
         conn.execute("PRAGMA writable_schema = OFF")
     conn.execute("SELECT count(*) FROM jobs WHERE 0").fetchall()
