@@ -385,3 +385,34 @@ def test_an_sqlite_that_refuses_the_rewrite_still_upgrades_keeping_the_old_check
             conn.execute("UPDATE jobs SET status = 'lost' WHERE name = 't.after'")
     finally:
         conn.close()
+
+
+def test_a_connection_open_across_the_rewrite_keeps_claiming_and_settling(tmp_path):
+    """R26a's rolling restart through schema 14: a connection that prepared its claim
+    and settle before another process rewrote the table's text (a pool still running
+    the previous release) steps them again after it, on the new text: SQLite sees the
+    schema's counter moved and prepares them anew."""
+    db = tmp_path / "old.db"
+    _v10_store(db)
+    take = sql.claim_sql(["old.stamp"], {}, DEFAULT_POLICY).take
+    settle = sql.SETTLE_DONE
+    running = sqlite3.connect(db, isolation_level=None)
+    try:
+        ready = [r[0] for r in running.execute("SELECT id FROM jobs WHERE status = 'ready'"
+                                               " ORDER BY id")]
+        params = {"owner": "old-pool", "now": 1.0, "slack": 1.0}
+        assert running.execute(take, {**params, "id": ready[0]}).rowcount == 1
+        jobpool.connect(db).close()  # another process upgrades the file meanwhile
+        [table] = rows(db, "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'")
+        assert sql.STATUS_CHECK in table["sql"]
+        assert running.execute(take, {**params, "id": ready[1]}).rowcount == 1
+        (attempts,) = running.execute("SELECT attempts FROM jobs WHERE id = ?",
+                                      (ready[0],)).fetchone()
+        done = {"id": ready[0], "owner": "old-pool", "attempt": attempts, "now": 2.0,
+                "result": None, "pid": 1, "peak_rss": 1, "cpu_s": 0.0, "strays": 0,
+                "exit_status": "0"}
+        assert running.execute(settle, done).rowcount == 1
+    finally:
+        running.close()
+    statuses = {r["id"]: r["status"] for r in rows(db)}
+    assert (statuses[ready[0]], statuses[ready[1]]) == ("done", "running")
