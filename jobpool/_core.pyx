@@ -1108,11 +1108,35 @@ cdef class SlotTable:
 
 # -- a child's checks after each job (R40, R43), as ``_core_py``'s ---------------------------
 
-cdef class OpenFiles:
+cdef class _Kept:
+    """What ``OpenFiles`` and ``Limits`` share: items kept as they were when made, each
+    asked after a job whether it moved (``_moved``), and named by ``_item`` in the
+    answer to ``changed``."""
+
+    cdef int _count
+
+    cdef bint _moved(self, int i) noexcept:
+        return False
+
+    cdef int _item(self, int i) noexcept:
+        return 0
+
+    cdef bint _any_changed(self) noexcept:
+        cdef int i
+        for i in range(self._count):
+            if self._moved(i):
+                return True
+        return False
+
+    def changed(self):
+        cdef int i
+        return tuple([self._item(i) for i in range(self._count) if self._moved(i)])
+
+
+cdef class OpenFiles(_Kept):
     """``_core_py.OpenFiles``: the descriptors' files looked at with ``fstat`` in C, no
     stat result built (R43's question after every job)."""
 
-    cdef int _count
     cdef int _fds[8]
     cdef dev_t _devs[8]
     cdef ino_t _inos[8]
@@ -1134,29 +1158,14 @@ cdef class OpenFiles:
         return (fstat(self._fds[i], &st) != 0 or st.st_dev != self._devs[i]
                 or st.st_ino != self._inos[i])
 
-    cdef bint _any_changed(self) noexcept:
-        cdef int i
-        for i in range(self._count):
-            if self._moved(i):
-                return True
-        return False
-
-    def changed(self):
-        cdef int i
-        moved = None
-        for i in range(self._count):
-            if self._moved(i):
-                if moved is None:
-                    moved = []
-                moved.append(self._fds[i])
-        return () if moved is None else tuple(moved)
+    cdef int _item(self, int i) noexcept:
+        return self._fds[i]
 
 
-cdef class Limits:
+cdef class Limits(_Kept):
     """``_core_py.Limits``: the resource limits looked at with ``getrlimit`` in C, no
     tuple built per limit (the child's question after every job, R20)."""
 
-    cdef int _count
     cdef int _resources[16]
     cdef rlimit _limits[16]
 
@@ -1177,21 +1186,8 @@ cdef class Limits:
         return (getrlimit(self._resources[i], &now) != 0 or now.rlim_cur != self._limits[i].rlim_cur
                 or now.rlim_max != self._limits[i].rlim_max)
 
-    cdef bint _any_changed(self) noexcept:
-        cdef int i
-        for i in range(self._count):
-            if self._moved(i):
-                return True
-        return False
-
-    def changed(self):
-        cdef int names[16]
-        cdef int i, n = 0
-        for i in range(self._count):
-            if self._moved(i):
-                names[n] = self._resources[i]
-                n += 1
-        return tuple([names[i] for i in range(n)])
+    cdef int _item(self, int i) noexcept:
+        return self._resources[i]
 
 
 cdef extern from "<sys/socket.h>" nogil:
