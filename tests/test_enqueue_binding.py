@@ -243,3 +243,19 @@ def test_a_hand_written_row_that_does_not_fit_is_dead_after_one_attempt(make_app
     job = app.store().get(job_id)
     assert (job["status"], job["attempts"]) == ("dead", 1)
     assert "missing a required argument: 'y'" in job["last_error"]
+
+
+def test_a_bulk_enqueue_names_its_first_misfit_whatever_counts_come_before(store, define):
+    """R1: a bulk of argument lists is judged by count, once a count; the refusal still
+    names the first item in the list that does not fit, and nothing is written."""
+    define("bind.add", add)
+    with pytest.raises(EnqueueError, match=r"^item 1: job bind.add: .*too many positional"):
+        store.enqueue_many("bind.add", [(1, 2), (1, 2, 3, 4), (1,), [1, 2, 3]])
+    with pytest.raises(EnqueueError, match=r"^item 2: job bind.add: .*missing a required argument"):
+        store.enqueue_many("bind.add", [[1, 2], (3, 4), (5,), (1, 2, 3)])
+    with pytest.raises(EnqueueError, match=r"^item 3: job bind.add: .*too many positional"):
+        store.enqueue_many("bind.add", [(1, 2)] * 3 + [(1, 2, 3)] + [(1, 2)] * 3)
+    assert count(store) == 0
+    fn = define("bind.flexible", flexible)
+    handles = store.enqueue_many("bind.flexible", [(), (1,), (1, 2, 3, 4, 5)])
+    assert len(handles) == 3 and fn.name == "bind.flexible"

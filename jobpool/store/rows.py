@@ -195,12 +195,24 @@ def check_arguments(arguments: Any, name: str, args: Any, kwargs: Any) -> None:
         raise EnqueueError(arguments.refusal(name, problem))
 
 
-def check_items(options: EnqueueOptions, items: list) -> None:
+def check_items(options: EnqueueOptions, items: list, args_only: bool = False) -> None:
     """R1 for an enqueue_many written as one JSON batch (``json_batch``): every item
     binds, or an ``EnqueueError`` names the first that does not, and nothing is
-    written. Items of other shapes are refused by ``new_jobs``, which checks its own."""
+    written. Items of other shapes are refused by ``new_jobs``, which checks its own.
+
+    ``args_only``: every item is a tuple or list of positional arguments (what
+    ``json_batch`` says), so whether one binds depends on how many it holds alone:
+    each count is judged once, and the items are walked only to name the first that
+    does not fit (a bulk enqueue's rows are mostly of one count)."""
     arguments = options.arguments
     if arguments is None:
+        return
+    if args_only:
+        unfit = {n for n in set(map(len, items)) if arguments.problem((None,) * n, None)}
+        for index, item in enumerate(items if unfit else ()):
+            problem = arguments.problem(item, None) if len(item) in unfit else None
+            if problem is not None:
+                raise EnqueueError(f"item {index}: {arguments.refusal(options.name, problem)}")
         return
     for index, item in enumerate(items):
         if isinstance(item, Signature):

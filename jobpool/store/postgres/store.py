@@ -316,7 +316,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         as_json = (rows.json_batch(items) if options.serializer == "json"
                    and options.group_by is None and not with_meta else None)
         if as_json is not None:
-            rows.check_items(options, items)  # R1: new_jobs checks each row it makes
+            rows.check_items(options, items, as_json[1])  # R1: new_jobs checks its own
         if as_json is not None and len(as_json[0].encode()) + 5 <= self.max_payload:
             # No element can be longer than the whole: every payload is within the limit.
             return self._insert_json_batch(options, len(items), *as_json)

@@ -382,7 +382,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                    and options.group_by is None and not with_meta else None)
         count = len(items)
         if as_json is not None:
-            rows.check_items(options, items)  # R1: new_jobs checks each row it makes
+            rows.check_items(options, items, as_json[1])  # R1: new_jobs checks its own
 
         def join(conn: sqlite3.Connection) -> None:
             if batch is not None and count:
