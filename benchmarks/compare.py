@@ -44,7 +44,8 @@ Workloads (sizes of a full run; ``--quick`` shrinks them and repeats once):
   ``stamp(t)`` jobs enqueued one at a time 20 ms apart; p50 and p99 of
   (job start - time just before the enqueue call), their max (the slowest
   pickup of the run), and p99 and max measured from the moment the enqueue call
-  returned.
+  returned. jobpool runs twice: its durable default, and its producer at
+  ``durability="normal"`` (no fsync a commit, as the Redis of the peers here).
 
 Every job body lives in ``bench_jobs/common.py``: each job appends one
 fixed-size record to a file opened ``O_APPEND``; done = size ÷ record size.
@@ -540,7 +541,7 @@ class Harness:
         """``system``'s workers: ``workers`` processes (or slots) in all."""
         bin_ = PEERS_VENV / "bin"
         n = str(workers)
-        if system in JOBPOOL_POOLS:
+        if system in JOBPOOL_POOLS + ("jobpool-normal",):  # the same pool; its producer differs
             cmd = [sys.executable, "-m", "jobpool", "start", "--app", "bench_jobs.jobpool_jobs",
                    "--db", self.store_for(system), "--procs", n, "-q"] + (["--burst"] if burst else [])
             return [self.procs.popen(cmd, env=self.env_for(system), log_name=log_name)]
@@ -752,6 +753,8 @@ def plan(systems: list[str], workloads: list[str]) -> list[tuple[str, str]]:
                 continue  # measured in the drain alone
             if w == "w2" and s == "jobpool":
                 steps += [(w, "jobpool"), (w, BARE)]
+            elif w == "w3" and s == "jobpool":
+                steps += [(w, "jobpool"), (w, "jobpool-normal")]
             elif w in ("w1-enqueue", "w1-bulk") and s == "jobpool":
                 steps.append((w, "jobpool"))
                 if w == "w1-enqueue":
@@ -835,13 +838,14 @@ LIMITS = {
     "bulk": "SQLite's insert of this row and its index entries, 120-200k rows/s alone "
             "here, ~225k with the read-path indexes dropped by hand (BENCHMARKS.md, W1 bulk; "
             "the floor in C)",
-    "w2": "the pool's own share of the cores: ~1 ms between a child's jobs (~0.043: the "
-          "child's checks ~0.18 ms, the turn with cold caches ~0.27 ms, two wake-ups), "
-          "start-up (~0.03) and the pool's CPU taken from the bodies (~0.02), against 0.98 "
-          "for two bare processes (benchmarks/w2_split.py; BENCHMARKS.md, where W2's gap "
-          "between jobs goes)",
-    "w3": "the enqueuer's own durable commit: a bare fsync'd commit has a p99 of ~4 ms on "
-          "this disk, more than half of Celery's p99 (BENCHMARKS.md, W3)",
+    "w2": "the pool's own share of the cores (benchmarks/w2_split.py, 2026-12-06): the gap "
+          "between a child's jobs, ~0.4 ms a job (0.017-0.020), the pool's start before each "
+          "child's first job (~0.022), bodies descheduled by the pool's own processes "
+          "(~0.012); two bare processes give 0.99 (BENCHMARKS.md, W2's floor)",
+    "w3": "the enqueuer's own durable commit and two processes woken: a bare fsync'd commit "
+          "here has a p99 of 0.7-1.0 ms and a bare chain of two wake-ups ~0.3 ms, about half "
+          "of Celery's p99 in this machine's recent sittings (benchmarks/w3_split.py; "
+          "BENCHMARKS.md, W3)",
     "pg": "with 2 procs a turn carries one or two jobs (R6) and turns run one after another; "
           "a bare one-row write alone takes 277-323 us durable, 158-178 us with synchronous "
           "commit off, beyond the per-job budget at one job a turn, and a 2-job turn here "
@@ -912,6 +916,11 @@ def targets(results: dict, postgres: bool = False) -> list[str]:
     jp, cel = med("w3_p99", "jobpool"), med("w3_p99", "celery")
     r = jp / cel if jp and cel else None
     line("W3 p99, jobpool ÷ Celery", f"{r:.2f}" if r else None, "≤ 0.50", r and r <= 0.5, "w3")
+    normal = med("w3_p99", "jobpool-normal")
+    if normal and cel:
+        lines.append(f"- W3 p99 with durability=normal enqueues (no fsync, as Celery's Redis here), "
+                     f"jobpool ÷ Celery: {normal / cel:.2f} (reported beside the target, which is "
+                     f"the durable default's)")
     worst = max((v for v in results.get("w3_max", {}).get("jobpool", []) if v is not None),
                 default=None)
     line("W3 pickup max, jobpool (every run)", f"{worst:.1f} ms" if worst else None, "≤ 20 ms",
