@@ -910,7 +910,7 @@ def targets(results: dict, postgres: bool = False) -> list[str]:
     floor = med("w2_wall", BARE)
     if r and floor and huey and not r <= 0.9:
         lines.append(f"    the floor this sitting: two bare processes running the same bodies took "
-                     f"{floor / huey:.2f} of Huey's wall ({floor:.2f} s), "
+                     f"{floor / huey:.3f} of Huey's wall ({floor:.2f} s), "
                      + ("so no pool on these cores could meet it" if floor / huey > 0.9
                         else "so the target is within reach"))
     jp, cel = med("w3_p99", "jobpool"), med("w3_p99", "celery")
