@@ -100,30 +100,66 @@ def _checkpoint_loop(path: str, interval: float, parent_pid: int) -> None:
         return
     try:
         conn.execute(f"PRAGMA journal_size_limit={sql.WAL_KEEP_BYTES}")
-        frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + FRAME_HEADER_BYTES
-        restarts = Restarts(path, interval)
-        wal = path + "-wal"
-        folder = os.path.dirname(os.path.abspath(path))
+        checkpoints = Checkpoints(conn, path, interval)
         while True:
             time.sleep(interval)
-            try:
-                _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                size = wal_size(wal)
-                bound, tight = wal_bound(folder, size)
-                # The frames in use, not the file: a WAL started over keeps its size
-                # (up to journal_size_limit) and is written over from its start.
-                if (size if tight else max(frames, 0) * frame_bytes) > bound \
-                        and restarts.due(time.monotonic()):
-                    # On a tight disk the WAL's space goes back to the file system
-                    # (TRUNCATE), so the store itself has room to grow into.
-                    refused = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if tight
-                                           else "PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
-                    restarts.tried(time.monotonic(), bool(refused), size)
-            except sqlite3.Error as exc:
-                # A busy or failing store is the main loop's to report (R26).
-                log.debug("checkpoint skipped: %s", exc)
+            checkpoints.step()
     finally:
         conn.close()
+
+
+class Checkpoints:
+    """What the checkpointer does every ``interval`` on its connection ``conn``.
+
+    A WAL nobody has written to since the last look (its size and modification time
+    unchanged) holds nothing a checkpoint could copy and has not grown, so an idle
+    pool's checkpointer only looks at the file: a checkpoint takes the WAL index's
+    locks and reads its header, ten times a second, for nothing. A write the file's
+    time did not show (a kernel with coarse file times, two writes in one tick) waits
+    for the next write to be copied, or for the pool's last checkpoint as it closes
+    the store; the WAL cannot grow meanwhile."""
+
+    #: ``step``'s answers.
+    IDLE, COPIED, RESTARTED, FAILED = "idle", "copied", "restarted", "failed"
+
+    def __init__(self, conn: sqlite3.Connection, path: str, interval: float) -> None:
+        self.conn = conn
+        self.frame_bytes = conn.execute("PRAGMA page_size").fetchone()[0] + FRAME_HEADER_BYTES
+        self.restarts = Restarts(path, interval)
+        self.wal = path + "-wal"
+        self.folder = os.path.dirname(os.path.abspath(path))
+        self._seen: object = object()  # never a state: the first step looks
+
+    def step(self) -> str:
+        """One look: ``IDLE`` (nothing written since the last), ``COPIED`` (a passive
+        checkpoint), ``RESTARTED`` (the WAL was past its bound: a restart, or a
+        truncation on a tight disk, was tried too), or ``FAILED`` (the store answered
+        an error; the next step tries again, written to since or not)."""
+        seen = wal_state(self.wal)
+        if seen == self._seen:
+            return self.IDLE
+        self._seen = seen
+        conn = self.conn
+        try:
+            _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            size = wal_size(self.wal)
+            bound, tight = wal_bound(self.folder, size)
+            # The frames in use, not the file: a WAL started over keeps its size
+            # (up to journal_size_limit) and is written over from its start.
+            if (size if tight else max(frames, 0) * self.frame_bytes) > bound \
+                    and self.restarts.due(time.monotonic()):
+                # On a tight disk the WAL's space goes back to the file system
+                # (TRUNCATE), so the store itself has room to grow into.
+                refused = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)" if tight
+                                       else "PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
+                self.restarts.tried(time.monotonic(), bool(refused), size)
+                return self.RESTARTED
+        except sqlite3.Error as exc:
+            # A busy or failing store is the main loop's to report (R26).
+            self._seen = object()
+            log.debug("checkpoint skipped: %s", exc)
+            return self.FAILED
+        return self.COPIED
 
 
 class Restarts:
@@ -160,6 +196,15 @@ class Restarts:
                         "read: a program or a shell that began one and has not ended it). "
                         "Until it ends, the WAL grows and every pool on the store slows "
                         "down", self.path, wal_bytes // 2**20, held)
+
+
+def wal_state(wal: str) -> tuple[int, int] | None:
+    """The WAL file's size and modification time (ns), or None when there is none."""
+    try:
+        st = os.stat(wal)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def wal_size(wal: str) -> int:
