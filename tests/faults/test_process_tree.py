@@ -267,12 +267,15 @@ def test_the_helpers_python_keeps_for_a_child_serve_its_next_jobs_too(make_app, 
     for handle in jobs:
         got = handle.result(timeout=5)
         assert got["squares"] == [0, 1, 4, 9]
-        assert [a["strays"] or 0 for a in store.attempts(handle.id)] == [0]
+        attempts = store.attempts(handle.id)
+        assert [a["strays"] or 0 for a in attempts] == [0], (handle.id, attempts, result.stderr)
         helpers.update(got["helpers"])
-    assert [a["strays"] for a in store.attempts(left_running)] == [1]  # its process
+    attempts = store.attempts(left_running)
+    assert [a["strays"] for a in attempts] == [1], (attempts, result.stderr)  # its process
     assert store.get(left_running)["status"] == "done"
     events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     assert [e for e in events if e["event"] == "strays_killed"
             and e.get("job_id") != left_running] == [], result.stderr
     assert "died unexpectedly" not in result.stderr
-    assert helpers and not any(alive(pid) for pid in helpers)  # they ended with their child
+    # They ended with their child.
+    assert helpers and not [pid for pid in helpers if alive(pid)], (helpers, result.stderr)
