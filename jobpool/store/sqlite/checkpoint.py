@@ -208,10 +208,8 @@ def wal_state(wal: str) -> tuple[int, int] | None:
 
 
 def wal_size(wal: str) -> int:
-    try:
-        return os.path.getsize(wal)
-    except OSError:
-        return 0
+    state = wal_state(wal)
+    return state[0] if state is not None else 0
 
 
 def wal_bound(folder: str, wal_bytes: int) -> tuple[int, bool]:
