@@ -40,7 +40,8 @@ def raises():
 def scribble():
     # Garbage to, then close, every descriptor above 2: whatever this child was
     # left holding of the store, its WAL, its -shm, other slots' pipes or sockets.
-    # First it notes how many are neither 0-2 nor a copy of them (R43: its pipe alone).
+    # First it notes what those are that are neither 0-2 nor a copy of them, by kind
+    # ("pipe", "socket", "file", ...): R43 leaves it its slot's two pipes alone.
     fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
     def target(fd):
         try:
@@ -48,7 +49,9 @@ def scribble():
         except OSError:
             return None  # the descriptor listdir itself held
     standard = {target(fd) for fd in (0, 1, 2)}
-    foreign = [fd for fd in fds if fd > 2 and target(fd) not in standard | {None}]
+    foreign = [target(fd) for fd in fds if fd > 2 and target(fd) not in standard | {None}]
+    kinds = [t.split(":", 1)[0] if t.startswith(("pipe:", "socket:", "anon_inode:")) else "file"
+             for t in foreign]
     for fd in fds:
         if fd <= 2:
             continue
@@ -60,7 +63,7 @@ def scribble():
             os.close(fd)
         except OSError:
             pass
-    effect(f"foreign {len(foreign)}")
+    effect(f"foreign {','.join(kinds) or '-'}")
 '''
 
 #: A producer process: enqueues ``f.work`` jobs through several stores of its own

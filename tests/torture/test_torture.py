@@ -87,6 +87,9 @@ class Totals:
     outcomes: collections.Counter = field(default_factory=collections.Counter)
     #: How many times hypothesis chose each rule (the end of an episode's own calls aside).
     rules: collections.Counter = field(default_factory=collections.Counter)
+    #: The misbehaving kinds that have run to their end (the attacker: that reported
+    #: what it held, R43), in any episode so far; each episode's end queues the rest.
+    misbehaved: set = field(default_factory=set)
 
 
 def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
@@ -477,6 +480,11 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                 self.stop_one_pool(0)
             if self.paused:
                 self.resume()
+            # Each misbehaving kind runs at least once a run, in the final pool of an
+            # episode if no rule chose it before: the bounded run's fixed episodes ran
+            # one of the five, so the checks of the others (R19, R20, R43) never ran.
+            for what in sorted(set(MISBEHAVING) - totals.misbehaved):
+                self._add(self.stores[0].enqueue(MISBEHAVING[what][0]).id, what)
             final = self.app.spawn_pool(*self._pool_args(2), "--burst", "--wait-retries", "30")
             code = final.wait(timeout=300)
             assert code == 0, f"the final --burst pool exited {code}:\n{self.app.log_of(final)}"
@@ -496,9 +504,13 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
             assert not missing, f"lost: jobs {missing} were enqueued and are gone"
             effects = self.app.effects()
             ends = collections.Counter(a for t, a, _p in effects if t == "end")
-            # R43: besides its standard streams (and copies of them) a child holds its pipe.
-            foreign = [int(a) for t, a, _p in effects if t == "foreign"]
-            assert all(n <= 1 for n in foreign), f"R43: descriptors a job inherited: {foreign}"
+            # R43: besides its standard streams (and copies of them) a child holds its
+            # slot's two pipes alone (the one it reads jobs from, the one it answers on).
+            held = [a for t, a, _p in effects if t == "foreign"]
+            assert all(len(h.split(",")) <= 2 and set(h.split(",")) <= {"pipe"}
+                       for h in held if h != "-"), f"R43: what jobs held besides their pipes: {held}"
+            if held:
+                totals.misbehaved.add("scribble")
             tokens = collections.Counter()
             maybe_batches = collections.defaultdict(set)
             for row in found:
@@ -542,6 +554,8 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                     assert ran == 1 and row["attempts"] == 1, where  # nothing forced a re-run
                 return
             assert status in ("done", "dead"), where
+            if job.kind != "scribble":  # the attacker counts once it has reported (_account)
+                totals.misbehaved.add(job.kind)
             pattern = MISBEHAVING[job.kind][1]
             if pattern is not None:
                 assert status == "dead", where
@@ -587,3 +601,5 @@ def test_torture_accounts_for_every_job(kind, request, tmp_path):
     untried = {name for name in machine.RULES if not totals.rules[name]}
     assert untried <= (set() if MODE.long else {"join_threads"}), \
         f"{kind}: no episode chose {sorted(untried)}"
+    unrun = set(MISBEHAVING) - totals.misbehaved
+    assert not unrun, f"{kind}: no misbehaving job of {sorted(unrun)} ran to its end"
