@@ -90,6 +90,8 @@ class Totals:
     #: The misbehaving kinds that have run to their end (the attacker: that reported
     #: what it held, R43), in any episode so far; each episode's end queues the rest.
     misbehaved: set = field(default_factory=set)
+    #: Pools that ran while the paused queue held jobs queued after its pause (R38).
+    paused_checks: int = 0
 
 
 def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
@@ -166,9 +168,11 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
         def _started(self) -> set[str]:
             return {arg for tag, arg, _pid in self.app.effects() if tag == "start"}
 
-        def _check_pause(self) -> None:
+        def _check_pause(self, after_pool: bool = False) -> None:
             started = self.protected & self._started()
             assert not started, f"R38: paused q2 jobs were started: {sorted(started)}"
+            if after_pool and self.protected:
+                totals.paused_checks += 1
 
         def _pool_args(self, procs: int) -> tuple[str, ...]:
             return ("--procs", str(procs), "--queues", QUEUES, "--drain", "30")
@@ -339,7 +343,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                     self.kills += 1
                     totals.supervisor_kills += 1
             if self.paused:
-                self._check_pause()
+                self._check_pause(after_pool=True)
 
         # Preconditions read the model only (hypothesis replays draws): a background
         # pool counts as running until this machine kills or stops it.
@@ -478,6 +482,15 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
             self._reap_producers()
             while self.background:
                 self.stop_one_pool(0)
+            if not totals.paused_checks:
+                # R38 at least once a run: a pool runs while q2 is paused with a job
+                # queued after the pause (the bounded run's episodes never had one).
+                if not self.paused:
+                    self.pause()
+                token = self._token()
+                handle = self.stores[0].enqueue_with("f.work", args=(token, 0.0), queue="q2")
+                self._add(handle.id, "work", token=token, queue="q2")
+                self.burst_turn(procs=2, kill_after=None)
             if self.paused:
                 self.resume()
             # Each misbehaving kind runs at least once a run, in the final pool of an
@@ -601,5 +614,6 @@ def test_torture_accounts_for_every_job(kind, request, tmp_path):
     untried = {name for name in machine.RULES if not totals.rules[name]}
     assert untried <= (set() if MODE.long else {"join_threads"}), \
         f"{kind}: no episode chose {sorted(untried)}"
+    assert totals.paused_checks, f"{kind}: no pool ran while a paused queue held jobs (R38)"
     unrun = set(MISBEHAVING) - totals.misbehaved
     assert not unrun, f"{kind}: no misbehaving job of {sorted(unrun)} ran to its end"
