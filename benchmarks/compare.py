@@ -121,7 +121,8 @@ METRICS = {
     "w3_max": ("W3 pickup max", "ms", False),
     "w3_max_ret": ("W3 max from enqueue return", "ms", False),
 }
-METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_drain8": "w1-drain8", "w1_single": "w1-enqueue", "w1_bulk": "w1-bulk",
+METRIC_WORKLOAD = {"w1_drain": "w1-drain", "w1_drain8": "w1-drain8", "w1_single": "w1-enqueue",
+                   "w1_bulk": "w1-bulk",
                    "w2_eff": "w2", "w2_wall": "w2", "w3_p50": "w3", "w3_p99": "w3",
                    "w3_p99_ret": "w3", "w3_max": "w3", "w3_max_ret": "w3"}
 #: W2's floor: the same bodies in two bare forked processes, no pool at all.
@@ -679,7 +680,8 @@ class Harness:
             raise BenchError(f"{len(cpu)} cpu records for {n} jobs")
         # The issue's definition: total job CPU (as the bodies measured it) ÷ 2 cores.
         # w2_eff_est is the same with 400 × one body measured by the harness.
-        return {"w2_eff": sum(cpu) / (2 * seconds), "w2_wall": seconds, "w2_eff_est": n * self.job_cpu_s / (2 * seconds),
+        return {"w2_eff": sum(cpu) / (2 * seconds), "w2_wall": seconds,
+                "w2_eff_est": n * self.job_cpu_s / (2 * seconds),
                 "w2_job_cpu_ms": 1000 * sum(cpu) / len(cpu)}
 
     def w2_bare(self, n: int, ms: float) -> dict:
@@ -1064,7 +1066,8 @@ def main(argv=None) -> int:
 
         harness = Harness(procs, sizes, redis_url, loops, job_cpu, args.db)
         steps = plan(systems, workloads)
-        method = {"w1-drain": harness.w1_drain, "w1-drain8": harness.w1_drain8, "w1-enqueue": harness.w1_single,
+        method = {"w1-drain": harness.w1_drain, "w1-drain8": harness.w1_drain8,
+                  "w1-enqueue": harness.w1_single,
                   "w1-bulk": harness.w1_bulk, "w2": harness.w2, "w3": harness.w3}
         print(f"# {len(steps)} runs × {repeat} repeats; logs in {LOGS}", file=sys.stderr)
         for rep in range(repeat):

@@ -3,8 +3,8 @@
 It runs under jobpool's venv for ``jobpool``, ``jobpool-pg``, ``jobpool-pg-normal``,
 ``jobpool-normal``, ``sqlite-full`` and ``sqlite-normal``, and under
 ``benchmarks/.venv-peers`` for the peers (pgqueuer and procrastinate: ``BENCH_PG_DSN``
-and the schema in ``BENCH_PG_SCHEMA``), and prints one JSON object on stdout. Settings come from the environment
-the harness sets: ``BENCH_DB`` (jobpool and raw SQLite: a SQLite file, or for
+and the schema in ``BENCH_PG_SCHEMA``), and prints one JSON object on stdout. Settings come
+from the environment the harness sets: ``BENCH_DB`` (jobpool and raw SQLite: a SQLite file, or for
 ``jobpool-pg`` a ``postgresql://`` URL), ``BENCH_HUEY_DB``, ``BENCH_REDIS_URL``,
 ``BENCH_COUNTER``.
 

@@ -72,9 +72,10 @@ def split(recs, began, ended, own_cpu, busy):
     before = sum(rs[0][1] - began for rs in by_pid.values())
     after = sum(ended - rs[-1][2] for rs in by_pid.values())
     others = busy - own_cpu
+    per_gap = 1000 * gaps / max(1, len(recs) - len(by_pid))
     return (f"wall {wall:.2f} s  eff {body_cpu / cores:.3f}  | share of 2 x wall: "
             f"body CPU {body_cpu / cores:.3f}, body descheduled {(body_wall - body_cpu) / cores:.3f}, "
-            f"between jobs {gaps / cores:.3f} (per job {1000 * gaps / max(1, len(recs) - len(by_pid)):.2f} ms), "
+            f"between jobs {gaps / cores:.3f} (per job {per_gap:.2f} ms), "
             f"before first {before / cores:.3f}, after last {after / cores:.3f} | "
             f"our CPU beyond bodies {own_cpu - body_cpu:.2f} s, others' CPU {others:.2f} s "
             f"({others / cores:.3f} of 2 x wall), jobs/child {[len(v) for v in by_pid.values()]}")

@@ -35,7 +35,8 @@ def batch(*, on_success: Any = None, on_complete: Any = None) -> Any:
 
 __version__ = "0.1.0"
 
-__all__ = ["job", "connect", "batch", "current_batch", "batch_results", "save_state", "resume_state", "Interrupted",
+__all__ = ["job", "connect", "batch", "current_batch", "batch_results", "save_state", "resume_state",
+           "Interrupted",
            "Retry", "Fatal", "Defer", "Reschedule",
            "progress", "on_start", "current_job", "CurrentJob", "JobLogContext",
            "Job", "Handle",

@@ -195,7 +195,8 @@ def _unserved(snapshot: Snapshot) -> Text:
     """R28: ready jobs no live pool serves (a name nobody registers, a queue nobody
     reads) wait for ever; one line names them, largest first (a count past its bound
     with a ``+``, R47)."""
-    groups = ", ".join(f"{_count(u.count, u.capped)} {shown(u.name)}" + (f" ({shown(u.queue)})" if u.queue != "default" else "")
+    groups = ", ".join(f"{_count(u.count, u.capped)} {shown(u.name)}"
+                       + (f" ({shown(u.queue)})" if u.queue != "default" else "")
                        for u in snapshot.unserved)
     return _line(Text(f"ready, no pool serves: {groups}", style="bold yellow"))
 

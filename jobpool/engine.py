@@ -7,9 +7,10 @@ claimer holds, then ``lifecycle.decide``; a claim goes queue by queue in shares
 the codec (R44: a refused row is dead at once), in claim order (R7), and a row past
 its deadline is retired without running (R10); a row of a name declared with
 ``chunk=`` brings more rows of its name to its slot, with leases that cover their wait
-(R63, R64); a reclaim settles leases nobody will settle (R23, R24) as any attempt's end. The statements, the transaction, the clock
-and what a dialect must do around them (SQLite's follow-ups; PostgreSQL's pipelined,
-grouped settles and its commits in doubt) are a driver's (``store.base.Driver``):
+(R63, R64); a reclaim settles leases nobody will settle (R23, R24) as any attempt's end.
+The statements, the transaction, the clock and what a dialect must do around them
+(SQLite's follow-ups; PostgreSQL's pipelined, grouped settles and its commits in doubt)
+are a driver's (``store.base.Driver``):
 ``store/sqlite/driver.py``, ``store/postgres/driver.py``.
 
 Time (``now``) and randomness (``rng``) are parameters (STYLE habit 4). This module

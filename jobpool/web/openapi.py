@@ -12,8 +12,8 @@ SUMMARIES = {
     ("GET", "/api/jobs"): "A page of jobs, newest first (a chain oldest first): "
                           "{jobs, more, next_after}; meta=KEY=VALUE (repeated: every pair) "
                           "filters by metadata; a search (group, error, args, a time "
-                          "range; metadata where the store has no index for it) reads a window of scan ids and adds searched: "
-                          "{from_id, to_id}",
+                          "range; metadata where the store has no index for it) reads a window "
+                          "of scan ids and adds searched: {from_id, to_id}",
     ("POST", "/api/jobs"): "Enqueue by name: {name, args, kwargs} and queue, key, delay, "
                            "priority, max_attempts; 201 {ok, result, id, duplicate}",
     ("GET", "/api/jobs/{job_id:int}"): "One job's row with its attempt_log",

@@ -400,7 +400,7 @@ def test_jobs_list_reads_every_filter_through_an_index(listed):
     table sequentially, under the settings the store reads them with; of one name, or
     of one chain, each table is read from an index condition, not walked whole."""
     from jobpool.store import rows as store_rows
-    from jobpool.store.postgres.store import CHAIN_OF
+    from jobpool.store.postgres.store import chain_condition
     conn = open_connection(parse_url(listed))
     try:
         sequential, walked = {}, {}
@@ -409,7 +409,7 @@ def test_jobs_list_reads_every_filter_through_an_index(listed):
                 [None, "q7"], [None, 3], [None, 1_050_000]):
             where, params = store_rows.listing_filters(name, queue, chain,
                                                        lambda key: f"%({key})s", after=after,
-                                                       newest_first=True, chain_of=CHAIN_OF)
+                                                       newest_first=True, chain_of=chain_condition)
             for kind, statement, bound in (
                     ("list", pg_sql.list_jobs(status, where, newest_first=True), {"limit": 100}),
                     ("count", pg_sql.count_jobs(status, where), {"most": 100_100})):

@@ -61,7 +61,7 @@ class NotifiedWaiter(Waiter):
                 return False
             readable = loop.create_future()
             fd = self._conn.fileno()
-            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            loop.add_reader(fd, lambda ready=readable: ready.done() or ready.set_result(None))
             try:
                 await asyncio.wait_for(readable, remaining)
             except TimeoutError:

@@ -35,8 +35,8 @@ from jobpool.store.postgres.connection import (Target, close_quietly, ensure_sch
 from jobpool.store import row_codec, rows
 from jobpool.store.postgres import finish_wait
 from jobpool.store.postgres import statements as pg_sql
-from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
-                                   Requests, SWEEP_BATCH, unserved_groups)
+from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport,
+                                   QueueMetrics, Requests, SWEEP_BATCH, unserved_groups)
 
 try:
     import psycopg
@@ -75,12 +75,16 @@ LISTING_DIALECT = rows.ListingDialect(
     meta_matches=lambda pairs, mark: ([pg_sql.META_CONTAINS], {"meta": json.dumps(pairs)}),
     meta_indexed=True,
 )
-#: R47: a chain's rows as the ids its first job and the chain indexes of both tables
-#: give, read first (an InitPlan): an ``id = … OR chain_root = …`` left the planner
-#: free to walk a table's primary key in the listing's order instead, to the chain's
-#: first id.
-CHAIN_OF = (lambda chain: f"id = ANY(ARRAY(SELECT {chain}::bigint UNION ALL "
+
+
+def chain_condition(chain: str) -> str:
+    """R47: a chain's rows as the ids its first job and the chain indexes of both tables
+    give, read first (an InitPlan): an ``id = … OR chain_root = …`` left the planner
+    free to walk a table's primary key in the listing's order instead, to the chain's
+    first id. ``chain``: the placeholder of the chain's first id."""
+    return (f"id = ANY(ARRAY(SELECT {chain}::bigint UNION ALL "
             f"SELECT id FROM all_jobs WHERE chain_root = {chain}::bigint))")
+
 
 class PostgresStore(SharedStore, AsyncEnqueue):
     """Where jobs live when many hosts share them (see the module docstring)."""
@@ -407,7 +411,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first,
-                                             chain_of=CHAIN_OF)
+                                             chain_of=chain_condition)
         searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
                                             newest_first=newest_first, **more)
         where, params = where + searched, dict(params, **found)
@@ -432,7 +436,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first,
-                                             chain_of=CHAIN_OF)
+                                             chain_of=chain_condition)
         searched, found = rows.more_filters(LISTING_DIALECT, status, name, after=after,
                                             newest_first=newest_first, **more)
         where, params = where + searched, dict(params, **found)

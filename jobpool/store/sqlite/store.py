@@ -34,8 +34,8 @@ from jobpool.store.connections import PerThread
 from jobpool.store.sqlite import guarded
 from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
                                           validate_mode)
-from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport, QueueMetrics,
-                                   Requests, unserved_groups)
+from jobpool.store.records import (COUNT_MOST, OPEN_BATCHES_SHOWN, DashboardRows, Heartbeat, ProgressReport,
+                                   QueueMetrics, Requests, unserved_groups)
 from jobpool.store.sqlite.wakeup import Notifier
 from jobpool.store.finish_wait import PollingWaiter
 
