@@ -86,6 +86,9 @@ class Claimer:
         self._plain_turn = getattr(driver, "plain_turn", None)
         #: How many turns ``plain_turn`` answered (the parity tests ask that it ran).
         self.plain_turns = 0
+        #: R26: whether the driver's turns can end in doubt (PostgreSQL's): see
+        #: ``claims_in_doubt``.
+        self._may_doubt = hasattr(type(driver), "claims_in_doubt")
         driver.serve(owner, self._names, self.policies)
 
     @property
@@ -102,6 +105,13 @@ class Claimer:
         """Whether a turn is the ordinary claim: no limits to plan (R35, R36) and no
         chunks to fill (R63). The supervisor's pump runs only then."""
         return self._limits is None and not self._chunks
+
+    @property
+    def claims_in_doubt(self) -> bool:
+        """R26: whether rows a failed turn may have claimed wait for a turn to give them
+        back (PostgreSQL, its commit's reply lost): a turn with nothing to settle or
+        claim is then still taken (``turn``), so a stopping pool leaves none running."""
+        return self._may_doubt and self.driver.claims_in_doubt  # type: ignore[attr-defined]
 
     @property
     def turns_whole(self) -> bool:
@@ -132,7 +142,7 @@ class Claimer:
         were, and the caller keeps its outcomes (R26)."""
         claimed: list[Claimed] = []
         self.token_wait = None
-        if not outcomes and n <= 0:
+        if not outcomes and n <= 0 and not self.claims_in_doubt:
             return [], claimed, []
         if self._plain_turn is not None and self.plain:
             plain = self._turn_plain(outcomes, n, now, shares)

@@ -213,7 +213,9 @@ class Driver(Protocol):
     # turn of successes (``(lease, outcome)`` pairs of leases with no follow-ups) and
     # one queue's claim, answered as ``(settled, decoded)`` or None with nothing
     # applied when the engine must run that turn itself (R68: the compiled SQLite
-    # driver's, stepped in C); and ``begin_turn``/``finish_turn``, a turn in flight (R66).
+    # driver's, stepped in C); ``begin_turn``/``finish_turn``, a turn in flight (R66);
+    # and ``claims_in_doubt``, True while a turn's claims may have committed unseen (R26:
+    # the next turn gives them back, so a pool with some takes one before it exits).
 
     def lease_owners(self) -> list[str]:
         ...

@@ -437,10 +437,18 @@ class Supervisor:
         busy = self.slots.busy_count()
         if self._flight is not None:
             return False  # R66: its answer settles outcomes and may bring jobs
-        if busy or state.pending:
-            if state.stopping and state.pending and not busy and now >= state.drain_until + 5:
-                log.error("stopping with %d outcomes the store did not accept; their leases "
-                          "will expire and the jobs run again", len(state.pending))
+        # R26: claims in doubt are given back by a turn (``_send_turn`` takes one): left,
+        # their rows stayed running under an owner gone, and came back with their
+        # attempt spent (R24), dead if it was their last.
+        doubt = self.core.claims_in_doubt
+        if busy or state.pending or doubt:
+            if state.stopping and not busy and now >= state.drain_until + 5:
+                if state.pending:
+                    log.error("stopping with %d outcomes the store did not accept; their "
+                              "leases will expire and the jobs run again", len(state.pending))
+                if doubt:
+                    log.error("stopping with claims in doubt the store could not be asked "
+                              "about; a pool will take their rows back as a dead owner's")
                 return True
             return False
         if state.stopping:
@@ -628,7 +636,8 @@ class Supervisor:
         if want and (all_paused or not self.operations.registered):
             want = 0
             state.want_claim = False  # the heartbeat that registers it asks again
-        if (not state.pending and not want) or now < self._store_pause_until:
+        if ((not state.pending and not want and not self.core.claims_in_doubt)
+                or now < self._store_pause_until):
             return all_paused and now >= self._store_pause_until
         if self._holding(now):
             return False
@@ -763,6 +772,10 @@ class Supervisor:
             self.operations.next_heartbeat = 0.0  # tell the store (and the dashboard) at once
             events.emit(events.POOL_STOPPING, busy=self.slots.busy_count(), drain=self.config.drain)
             self.slots.interrupt_all()  # R37: checkpointing jobs stop at their next save point
+            if self.core.claims_in_doubt:
+                # R26: the stop cuts the store's pause short: its claims in doubt are
+                # given back by the next turn, tried now.
+                self._store_pause_until = 0.0
         if not state.stopping:
             return
         if state.stop_requests >= 2 or now >= state.drain_until:

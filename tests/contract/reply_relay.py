@@ -1,7 +1,8 @@
 """A TCP relay in front of PostgreSQL that loses one reply, for the in-doubt tests
 (``test_pg_in_doubt.py``): the first commit a connection asks for after a statement
-that finishes a job (``INSERT INTO finished_jobs``) — a COMMIT, or the Sync that ends
-a pipeline's implicit transaction — is carried out by the server, whose process is
+that finishes a job (``INSERT INTO finished_jobs``; or, given a marker, a statement
+whose text holds it: a claim's) — a COMMIT, or the Sync that ends a pipeline's
+implicit transaction — is carried out by the server, whose process is
 then terminated (pg_terminate_backend) before the relay passes the answer on, and the
 client's side of the connection is closed. The client knows
 only that its connection dropped after it sent COMMIT: the commit is in doubt.
@@ -9,7 +10,11 @@ only that its connection dropped after it sent COMMIT: the commit is in doubt.
 It reads the server's messages whole (a type byte, then a length) to tell COMMIT's
 CommandComplete from the rest, so its clients must negotiate no SSL or GSS
 encryption. Run as ``python -m tests.contract.reply_relay HOST PORT ADMIN_URL
-LOST_FILE``: it prints the port it listens on, then relays until it is terminated;
+LOST_FILE [MARKER TAG]``: with a marker, the commit lost is the first after the server
+completed a statement of command tag ``TAG`` (``UPDATE``) following it: a client that
+pipelines may send the marked statement before an earlier Sync's answer came back, and
+that answer is not the marked statement's commit. It prints the port it listens on,
+then relays until it is terminated;
 ``LOST_FILE`` appears once the reply was lost.
 """
 from __future__ import annotations
@@ -25,7 +30,10 @@ MARKER = b"INSERT INTO finished_jobs"
 
 
 class CommitReplyLost:
-    def __init__(self, upstream: tuple[str, int], admin_url: str, lost: Path) -> None:
+    def __init__(self, upstream: tuple[str, int], admin_url: str, lost: Path,
+                 marker: bytes = MARKER, tag: bytes | None = None) -> None:
+        self.marker = marker
+        self.tag = tag
         self.upstream = upstream
         self.admin_url = admin_url
         self.lost = lost
@@ -49,9 +57,9 @@ class CommitReplyLost:
         tail = b""
         try:
             while data := client.recv(65536):
-                if MARKER in tail + data:
+                if self.marker in tail + data:
                     finishing.set()  # before the server has it, hence before it answers
-                tail = data[-len(MARKER):]
+                tail = data[-len(self.marker):]
                 server.sendall(data)
         except OSError:
             pass
@@ -61,6 +69,7 @@ class CommitReplyLost:
                  finishing: threading.Event) -> None:
         held = b""
         pid = None
+        armed = self.tag is None  # else: once the marked statement completed
         try:
             while data := server.recv(65536):
                 held += data
@@ -75,7 +84,10 @@ class CommitReplyLost:
                     # that ended an implicit transaction (a pipeline in autocommit).
                     committed = (message[:1] == b"C" and message[5:-1] == b"COMMIT") or (
                         message[:1] == b"Z" and message[5:6] == b"I")
-                    if committed and finishing.is_set() and self._lose_one():
+                    if (not armed and finishing.is_set() and message[:1] == b"C"
+                            and message[5:].startswith(self.tag)):
+                        armed = True
+                    if committed and finishing.is_set() and armed and self._lose_one():
                         self._terminate(pid)
                         self.lost.write_text(f"{pid}\n")  # before the client can know
                         _hang_up(client, server)
@@ -106,7 +118,8 @@ def _hang_up(*sockets: socket.socket) -> None:
 
 
 if __name__ == "__main__":
-    host, port, admin_url, lost = sys.argv[1:]
-    relay = CommitReplyLost((host, int(port)), admin_url, Path(lost))
+    host, port, admin_url, lost = sys.argv[1:5]
+    marker, tag = (sys.argv[5].encode(), sys.argv[6].encode()) if len(sys.argv) > 6 else (MARKER, None)
+    relay = CommitReplyLost((host, int(port)), admin_url, Path(lost), marker, tag)
     print(relay.port, flush=True)
     relay.serve()

@@ -5,6 +5,7 @@ connection comes back, the pool gives them back without spending their attempt
 matches no row: the attempt is what that commit made it, not lost (R26)."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from jobpool.errors import StoreError
 from jobpool.lifecycle import DONE, FATAL, Outcome
 from jobpool.supervisor import Supervisor
 
-from ..conftest import PG_URL
+from ..conftest import PG_URL, wait_for
 
 
 @jobpool.job(name="doubt.noop")
@@ -28,16 +29,31 @@ def noop():
     return None
 
 
+#: The text of a claim (its ``UPDATE … RETURNING``) and its command tag: the relay
+#: loses the reply to the commit of the first turn that claims.
+CLAIM_MARKER = ("RETURNING j.id, j.name, j.payload", "UPDATE")
+
+
 @pytest.fixture
 def lost_reply(pg_url, tmp_path):
     """A ``reply_relay`` in front of ``pg_url``'s server, in a process of its own (its
     threads would otherwise be in this process when a supervisor here forks); the
-    file ``lost`` appears once it lost its reply."""
+    file ``lost`` appears once it lost its reply (a finishing settle's commit)."""
+    yield from _relay(pg_url, tmp_path)
+
+
+@pytest.fixture
+def lost_claim_reply(pg_url, tmp_path):
+    """``lost_reply`` for the commit of a claim."""
+    yield from _relay(pg_url, tmp_path, *CLAIM_MARKER)
+
+
+def _relay(pg_url, tmp_path, *marker_and_tag: str):
     lost = tmp_path / "lost"
     target = urlsplit(pg_url)
     relay = subprocess.Popen(
         [sys.executable, "-m", "tests.contract.reply_relay", target.hostname,
-         str(target.port or 5432), PG_URL, str(lost)],
+         str(target.port or 5432), PG_URL, str(lost), *marker_and_tag],
         cwd=Path(__file__).parents[2], stdout=subprocess.PIPE, text=True)
     try:
         port = int(relay.stdout.readline())
@@ -167,4 +183,41 @@ def test_a_pool_counts_a_job_done_once_when_its_settles_commit_reply_was_lost(pg
     row = store.get(job_id)
     assert (row["status"], row["attempts"]) == ("done", 1)
     assert [a["outcome"] for a in store.attempts(job_id)] == ["done"]
+    store.close()
+
+
+STOPPED_APP = """
+from jobpool import job
+
+@job(name="doubt.kept")
+def kept():
+    return None
+"""
+
+
+def test_a_pool_stopped_while_its_claim_is_in_doubt_gives_the_claim_back(
+        pg_url, lost_claim_reply, make_app):
+    """R26, R6: a pool asked to stop while its last claim is in doubt (the commit went
+    through, its reply was lost with the connection) gives back the rows that claim
+    took before it exits, their attempt unspent. It used to exit at once: the rows
+    stayed running under an owner that had gone, for another pool to take back as a
+    dead owner's with the attempt spent (dead, had it been the last)."""
+    store = jobpool.connect(pg_url)
+    job_id = store.enqueue("doubt.kept").id
+    app = make_app(STOPPED_APP)
+    app.db = lost_claim_reply.url
+    # A long poll interval: the pause after the failure (R26) is the poll interval,
+    # well past the stop asked below.
+    pool = app.spawn("--procs", "1", "--poll-interval", "3")
+    try:
+        wait_for(lost_claim_reply.lost.exists, timeout=60)
+        pool.send_signal(signal.SIGTERM)
+        _out, err = pool.communicate(timeout=60)
+    finally:
+        if pool.poll() is None:
+            pool.kill()
+            pool.communicate()
+    assert pool.returncode == 0, err[-3000:]
+    row = store.get(job_id)
+    assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None), row
     store.close()

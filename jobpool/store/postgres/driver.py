@@ -291,6 +291,13 @@ class PgDriver:
         assert flight is not None
         return self.finish_turn(flight, lambda turn, _sent: body(turn))
 
+    @property
+    def claims_in_doubt(self) -> bool:
+        """R26: a turn's claims may have committed with its reply lost, and the rows
+        they took are running under this pool's owner with nobody to run them until a
+        turn gives them back (``RELEASE_IN_DOUBT``): a stopping pool must take one."""
+        return self._in_doubt
+
     def begin_turn(self, now: float, held: Mapping[int, Lease],
                    send: Callable[[Any], Any], overlap: bool = True) -> PgFlight | None:
         """R66: the first part of a turn: ``send(turn)`` puts its settles and claim on
