@@ -259,7 +259,8 @@ cdef class Pump:
         try:
             _write_message_to(slot.conn.write_fileno(), message)
         except OSError:
-            pass  # the child just died; its exit sentinel settles the job as a crash
+            self._slots.undelivered(slot, now)  # its child is gone: see ``Slots.undelivered``
+            return 0
         if meta is not None and self._tracing.carries_context(meta):
             self._tracing.active()  # R57: see ``Slots.dispatch``
         return 0

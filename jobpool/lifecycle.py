@@ -143,6 +143,11 @@ def chunk_ended_early(why: str) -> str:
     return f"not started: its chunk ended early ({why})"
 
 
+#: R63, R19: the reason of a job whose message found no reader on its child's pipe (the
+#: child gone before the pool sent it): given back, never charged a crash.
+NOT_DELIVERED = "not started: its child was gone before the job reached it"
+
+
 class Settled(NamedTuple):
     """What became of one outcome: status ``done``, ``ready``, ``dead`` or ``lost``
     (the fenced settle matched no row: another pool holds that attempt now)."""

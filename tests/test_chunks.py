@@ -221,6 +221,10 @@ def wait(started, release, out):
     with open(out, "a") as fh:
         fh.write(f"{jobpool.current_job().id}\\n")
 
+@jobpool.job(name="chunkapp.gate", timeout=3600)   # the same, one row at a time
+def gate(started, release, out):
+    wait.fn(started, release, out)
+
 @jobpool.job(name="chunkapp.observe", store_result=True)   # no chunk= of its own
 def observe(url):
     store = jobpool.connect(url)
@@ -249,6 +253,52 @@ def test_a_stop_gives_back_the_rows_of_a_chunk_that_have_not_started(store, app,
         assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
         assert "chunk ended early (the pool is stopping)" in store.attempts(job_id)[0]["error"]
     assert _ran(out) == ids[:1]
+
+
+def _state_of(pid: int) -> str:
+    """The process's state letter in /proc (``S`` asleep, ``Z`` exited, not reaped)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rpartition(")")[2].split()[0]
+
+
+@pytest.mark.parametrize("name", ["chunkapp.wait", "chunkapp.gate"])
+def test_a_job_sent_to_a_child_already_gone_is_given_back_not_charged_a_crash(store, app,
+                                                                              tmp_path, name):
+    """R63, R19: a child answered its job (a row of its chunk, or a job of its own) and
+    was killed from outside (the OOM killer, an operator) before the pool sent it the
+    next one. That job never reached it, so it never started: it goes back in line
+    with its attempt. It was settled as the crash of a child that never ran it, its
+    attempt and a crash spent (a job on its last attempt went dead without running)."""
+    started, release, out = tmp_path / "started", tmp_path / "release", tmp_path / "ran.txt"
+    ids = [store.enqueue(name, str(started), str(release), str(out)).id for _ in range(2)]
+    pool = app.spawn("--procs", "1", "--no-dashboard")
+    try:
+        child = int(wait_for(lambda: started.exists() and started.read_text(), timeout=60))
+        # The pool frozen, the first row ends and its child answers, then waits for the
+        # next row asleep; killed then, it stays unreaped until the pool runs again,
+        # which finds the answer and the exit at once.
+        os.kill(pool.pid, signal.SIGSTOP)
+        try:
+            release.write_text("go")
+            wait_for(lambda: _ran(out) == ids[:1], timeout=60)
+            wait_for(lambda: _state_of(child) == "S", timeout=60)
+            time.sleep(0.2)  # its answer written, it is back in its read
+            os.kill(child, signal.SIGKILL)
+            wait_for(lambda: _state_of(child) == "Z", timeout=60)
+        finally:
+            os.kill(pool.pid, signal.SIGCONT)
+        wait_for(lambda: store.get(ids[1])["status"] == "done", timeout=60)
+    finally:
+        pool.send_signal(signal.SIGTERM)
+        pool.wait(60)
+    row = store.get(ids[1])
+    assert (row["attempts"], row["crashes"]) == (1, 0), row
+    # The chunk's next row was written to the gone child at once, and given back; a
+    # job of its own is claimed after the turn, by which time the pool has read the
+    # exit in the same wake-up and sends it nowhere (the pump's road: test_pump.py).
+    expected = ["unstarted", "done"] if name == "chunkapp.wait" else ["done"]
+    assert [a["outcome"] for a in store.attempts(ids[1])] == expected
+    assert _ran(out) == ids
 
 
 def test_a_cancel_ends_a_chunk_early_or_takes_a_row_out_of_it(store, app, tmp_path):

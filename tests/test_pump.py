@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import selectors
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
 from jobpool.supervisor import pump as pump_module
 
-from .conftest import ATTEMPT_LINES, ROOT
+from .conftest import ATTEMPT_LINES, ROOT, wait_for
 
 #: Where the jobs leave their markers: each run's own directory (its children are
 #: forked after ``_run`` sets it), so the two stores' payloads are the same text.
@@ -341,6 +342,53 @@ def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monke
     assert row["status"] == "dead" and row["last_error"].startswith("timed out after 0.3 s")
     assert not (tmp_path / "late").exists()  # killed long before its sleep ended
     store.close()
+
+
+@pytest.mark.parametrize("road", ["compiled", "pure"])
+def test_a_job_the_pump_sends_to_a_child_already_gone_is_given_back(tmp_path, road, request):
+    """R63, R19 on the pump's road: the child is killed (for real) after the pump's turn
+    claimed its next job and before the pump wrote the job to it. The write finds no
+    reader: the job never started, so it goes back in line with its attempt, not
+    settled as the crash of a child that never ran it."""
+    if road == "compiled":
+        request.getfixturevalue("compiled_core")
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    for i in range(4):
+        store.enqueue("pump.plain", i)
+    killed: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        _drive(patch, road)
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
+                                     poll_interval=30.0, status_every=0))
+        turn = pool.core.turn
+
+        def turn_then_kill(outcomes, n, *rest, **options):
+            got = turn(outcomes, n, *rest, **options)
+            # Called by the supervisor's _store_call, from the pump: the compiled one
+            # shows no frame of its own (its caller's is the loop's), the pure one does.
+            caller = sys._getframe(2).f_code
+            from_pump = caller.co_name == "_loop" or caller.co_filename.endswith("pump.py")
+            if from_pump and got[1] and not killed:
+                child = pool.slots.all[0].pid
+                os.kill(child, signal.SIGKILL)
+                wait_for(lambda: _state_of(child) == "Z", timeout=30)  # gone, not reaped
+                killed.append(got[1][0].job_id)
+            return got
+        patch.setattr(pool.core, "turn", turn_then_kill)
+        assert pool.run() == 0
+    assert killed, "no turn of the pump claimed a job"
+    row = store.get(killed[0])
+    assert (row["status"], row["attempts"], row["crashes"]) == ("done", 1, 0), row
+    assert [a["outcome"] for a in store.attempts(killed[0])] == ["unstarted", "done"]
+    assert pool.counters["crashes"] == 0
+    store.close()
+
+
+def _state_of(pid: int) -> str:
+    """The process's state letter in /proc (``Z``: exited, not reaped)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rpartition(")")[2].split()[0]
 
 
 @pytest.mark.parametrize("road", ["compiled", "pure", "poll"])

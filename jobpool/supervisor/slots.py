@@ -318,6 +318,19 @@ class Slots:
             return
         slot.queued = ()
 
+    def undelivered(self, slot: Slot, now: float) -> None:
+        """The slot's job found no reader on its child's pipe: the child is gone (killed
+        from outside after its last answer) and the job never reached it. It did not
+        start, so it goes back in line with the attempt its claim spent (R63), not
+        settled as the crash of a child that never ran it (R19); so does the rest of
+        a chunk. The child (killed, should it live on without its pipe) is replaced
+        when its exit shows."""
+        assert slot.job is not None
+        slot.retiring = True  # nothing more goes to it
+        _signal(slot, signal.SIGKILL)
+        self._finish(slot, Outcome(slot.job.job_id, slot.job.attempt, lifecycle.UNSTARTED,
+                                   lifecycle.NOT_DELIVERED), now)
+
     def give_back(self, slot: Slot) -> None:
         """R63: the rows of the slot's chunk that have not started go back in line where
         they were, the attempts their claim spent given back."""
@@ -430,7 +443,8 @@ class Slots:
                 job.job_id, job.attempt, job.name, job.payload, job.serializer, job.queue,
                 job.batch, job.meta))
         except OSError:
-            pass  # the child just died; its exit sentinel settles the job as a crash
+            self.undelivered(slot, now)
+            return
         if job.meta is not None and tracing.carries_context(job.meta):
             # R57: the first traced job loads OpenTelemetry here too (its child loads it
             # itself), so the children forked from now on inherit it.
