@@ -440,13 +440,12 @@ class Supervisor:
         # R26: claims in doubt are given back by a turn (``_send_turn`` takes one): left,
         # their rows stayed running under an owner gone, and came back with their
         # attempt spent (R24), dead if it was their last.
-        doubt = self.core.claims_in_doubt
-        if busy or state.pending or doubt:
+        if busy or state.pending or self.core.claims_in_doubt:
             if state.stopping and not busy and now >= state.drain_until + 5:
                 if state.pending:
                     log.error("stopping with %d outcomes the store did not accept; their "
                               "leases will expire and the jobs run again", len(state.pending))
-                if doubt:
+                if self.core.claims_in_doubt:
                     log.error("stopping with claims in doubt the store could not be asked "
                               "about; a pool will take their rows back as a dead owner's")
                 return True
