@@ -293,11 +293,13 @@ def test_a_job_sent_to_a_child_already_gone_is_given_back_not_charged_a_crash(st
         pool.wait(60)
     row = store.get(ids[1])
     assert (row["attempts"], row["crashes"]) == (1, 0), row
-    # The chunk's next row was written to the gone child at once, and given back; a
-    # job of its own is claimed after the turn, by which time the pool has read the
-    # exit in the same wake-up and sends it nowhere (the pump's road: test_pump.py).
-    expected = ["unstarted", "done"] if name == "chunkapp.wait" else ["done"]
-    assert [a["outcome"] for a in store.attempts(ids[1])] == expected
+    # The chunk's next row was written to the gone child at once, and given back. A job
+    # of its own is claimed by a turn: the pool has mostly read the exit by then and
+    # sends it nowhere, or (a turn in flight on PostgreSQL, R66) sends it and gives it
+    # back; never a crash (the pump's road: test_pump.py).
+    outcomes = [a["outcome"] for a in store.attempts(ids[1])]
+    assert outcomes in ([["unstarted", "done"]] if name == "chunkapp.wait"
+                        else [["done"], ["unstarted", "done"]]), outcomes
     assert _ran(out) == ids
 
 
