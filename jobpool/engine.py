@@ -356,12 +356,14 @@ class Claimer:
         self._admit(turn, found, queue, to_pool_clock, claimed, expiring, leases)
         if self._chunks:
             chunks = self._chunks
+            # R63 gives way to R35/R36: a limited name, or a capped queue, is claimed a
+            # row per slot, as the limits plan it. A chunk's rows are a claim made now,
+            # so the limits read since a claim in flight was sent count too (R66).
+            plans = [each.plan for each in (limited, self._limits) if each is not None]
             for job in claimed[first:]:
                 size = chunks.get(job.name)
-                # R63 gives way to R35/R36: a limited name, or a capped queue, is
-                # claimed a row per slot, as the limits plan it.
-                if size and (limited is None or (job.name not in limited.plan.names
-                                                 and queue not in limited.plan.queues)):
+                if size and not any(job.name in plan.names or queue in plan.queues
+                                    for plan in plans):
                     self._fill_chunk(turn, job, size, queue, to_pool_clock, expiring, leases,
                                      chunked)
         return len(found)

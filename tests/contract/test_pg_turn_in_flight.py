@@ -254,6 +254,28 @@ def test_a_chunks_rows_are_claimed_once_the_turn_in_flight_lands(pg_url):
     store.close()
 
 
+def test_a_chunk_is_not_filled_for_a_name_limited_while_its_claim_was_in_flight(pg_url):
+    # R64 with R66: the claim went out unlimited; a heartbeat then read a limit on the
+    # name. The head it brought runs, but its chunk's rows, claimed when it lands, are
+    # a claim made under the limit: none (they filled the chunk past the limit).
+    from jobpool.limits import NameLimit
+    store = jobpool.connect(pg_url)
+    first, *rest = (h.id for h in store.enqueue_many("flight.noop", [(i,) for i in range(4)]))
+    claimer = store.claimer("host-a:1:1", ("flight.noop",), ("default",), {})
+    try:
+        claimer.set_chunks({"flight.noop": 3})
+        flight = claimer.begin_turn([], 1, time.time(), None)
+        assert flight.fileno() is not None  # sent, not read
+        store.limits.declare({"flight.noop": NameLimit("flight.noop", 2, None, 1, None)}, "test")
+        claimer.set_limits(store.limits.plan().for_pool(("flight.noop",), ("default",)))
+        (head,) = claimer.finish_turn(flight)[1]
+        assert head.job_id == first and claimer.chunked == {}
+    finally:
+        claimer.close()
+    assert [store.get(i)["status"] for i in rest] == ["ready"] * 3
+    store.close()
+
+
 def test_the_other_queues_are_claimed_once_the_turn_in_flight_lands(pg_url):
     from jobpool.queueplan import Share
     store = jobpool.connect(pg_url)
