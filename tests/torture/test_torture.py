@@ -92,6 +92,8 @@ class Totals:
     misbehaved: set = field(default_factory=set)
     #: Pools that ran while the paused queue held jobs queued after its pause (R38).
     paused_checks: int = 0
+    #: Dead jobs a dead retry put back in line (R32).
+    dead_retried: int = 0
 
 
 def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
@@ -418,6 +420,7 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
                 if answer != "retried":
                     continue
                 job = self.jobs[job_id]
+                totals.dead_retried += 1
                 job.retried += 1
                 job.spent += spent[job_id]
                 job.cancelled = job.cancel_requested = job.far = False
@@ -498,11 +501,23 @@ def machine_for(kind: str, root: Path, pg_base: str | None, totals: Totals):
             # one of the five, so the checks of the others (R19, R20, R43) never ran.
             for what in sorted(set(MISBEHAVING) - totals.misbehaved):
                 self._add(self.stores[0].enqueue(MISBEHAVING[what][0]).id, what)
+            self._final_pool()
+            if not totals.dead_retried and self.stores[0].dead.ids():
+                # R32 at least once a run: the bounded run's dead retries all met an
+                # empty dead list. Those of the final pool's dead jobs a retry chooses
+                # go back in line, and a second final pool runs them.
+                for seed in range(64):
+                    self.dead_retry(seed=seed, store=0)
+                    if totals.dead_retried:
+                        break
+                self._final_pool()
+            self._integrity()
+            self._account()
+
+        def _final_pool(self) -> None:
             final = self.app.spawn_pool(*self._pool_args(2), "--burst", "--wait-retries", "30")
             code = final.wait(timeout=300)
             assert code == 0, f"the final --burst pool exited {code}:\n{self.app.log_of(final)}"
-            self._integrity()
-            self._account()
 
         def _account(self):
             reader = jobpool.connect(self.db)
@@ -605,6 +620,7 @@ def test_torture_accounts_for_every_job(kind, request, tmp_path):
                   jobs=totals.jobs,
                   supervisor_kills=totals.supervisor_kills, producer_kills=totals.producer_kills,
                   pool_turns=totals.pool_turns, threads=totals.threads, producers=totals.producers,
+                  paused_checks=totals.paused_checks, dead_retried=totals.dead_retried,
                   lost=0, seconds=round(time.monotonic() - started, 1),
                   outcomes={f"{k}:{s}": n for (k, s), n in sorted(totals.outcomes.items())},
                   rules=dict(sorted(totals.rules.items())))
@@ -615,5 +631,6 @@ def test_torture_accounts_for_every_job(kind, request, tmp_path):
     assert untried <= (set() if MODE.long else {"join_threads"}), \
         f"{kind}: no episode chose {sorted(untried)}"
     assert totals.paused_checks, f"{kind}: no pool ran while a paused queue held jobs (R38)"
+    assert totals.dead_retried, f"{kind}: no dead retry put a dead job back in line (R32)"
     unrun = set(MISBEHAVING) - totals.misbehaved
     assert not unrun, f"{kind}: no misbehaving job of {sorted(unrun)} ran to its end"
