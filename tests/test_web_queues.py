@@ -8,11 +8,13 @@ or "none". Over both stores.
 """
 from __future__ import annotations
 
+import html as html_lib
 import json
 import logging
 import re
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 
@@ -47,7 +49,8 @@ def test_a_queues_limit_is_set_and_cleared_from_the_page_and_each_is_an_event(
     any_store.enqueue_with("t.a", queue="reports")
     with _client(store_url) as client:
         page = client.get("/queues").text
-        assert 'action="/queues/reports/limit"' in _row(page, "reports")
+        assert 'action="/queues/limit"' in _row(page, "reports")
+        assert '<input type="hidden" name="queue" value="reports">' in _row(page, "reports")
         assert "clear limit" not in _row(page, "reports")  # no limit to clear
         token = _csrf(page)
         answer = client.post("/queues/reports/limit",
@@ -155,9 +158,8 @@ def test_a_hostile_queue_names_limit_form_is_text_and_acts_on_that_queue(any_sto
     with _client(store_url) as client:
         page = client.get("/queues").text
         assert "<script>alert" not in page
-        action = re.search(r'action="(/queues/[^"]+/limit)"', page).group(1)
-        answer = client.post(action.replace("&amp;", "&"),
-                             data={"csrf": _csrf(page), "running": "2"})
+        (action, fields), = [(a, f) for a, f in _forms(page) if a.endswith("/limit")]
+        answer = client.post(action, data=dict(fields, running="2"))
         assert answer.status_code == 303
     assert _queue_limits(any_store) == {HOSTILE_NAME: 2}
 
@@ -238,3 +240,76 @@ def test_the_cli_and_the_store_refuse_the_same_limits_as_the_page(make_any_app, 
     assert app.cli("limits", "set", "--db", str(app.db), "--queue", "q", "--running",
                    "2147483647").returncode == 0
     assert _queue_limits(any_store) == {"q": 2147483647}
+
+
+def _forms(html: str) -> list[tuple[str, dict[str, str]]]:
+    """Each form of a page: its action and its fields' values, as a browser sends them."""
+    found = []
+    for action, body in re.findall(r'<form method="post" action="([^"]*)"[^>]*>(.*?)</form>', html,
+                                   re.S):
+        fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', body))
+        found.append((html_lib.unescape(action), {k: html_lib.unescape(v) for k, v in fields.items()}))
+    return found
+
+
+@on_both_stores
+@pytest.mark.parametrize("page", ["/queues", "/"])
+def test_a_queues_button_acts_on_that_queue_whatever_its_name(any_store, store_url, page):
+    """R38, R47: a queue's name is text anyone who enqueues chooses. Named in the path,
+    ``x/../default``'s pause button posted ``/queues/x/../default/pause``, which the
+    browser resolves to ``/queues/default/pause``: it paused another queue. The pages'
+    forms name the queue in a field, and the browser's resolution of the form's
+    address (urljoin's, as a browser's) changes nothing."""
+    hostile = "x/../default"
+    any_store.enqueue_with("t.a", queue=hostile)
+    any_store.enqueue_with("t.a", queue="default")
+    with _client(store_url) as client:
+        html = client.get(page).text
+        mine = [(action, fields) for action, fields in _forms(html)
+                if fields.get("queue") == hostile and action.endswith("/pause")]
+        assert len(mine) == 1, _forms(html)
+        action, fields = mine[0]
+        resolved = urllib.parse.urlsplit(urllib.parse.urljoin("http://testserver" + page,
+                                                              action)).path
+        assert client.post(resolved, data=fields).status_code == 303
+    assert any_store.paused_queues() == [hostile]
+
+
+@on_both_stores
+def test_a_queue_action_the_store_refuses_is_its_answer_not_a_server_error(any_store,
+                                                                           store_url):
+    # A queue name the store refuses (R38 names it) is the action's answer: a 409 from
+    # the API, the notice on the page; it was a 500.
+    any_store.enqueue_with("t.a", queue="default")  # a page with forms, for its token
+    with _client(store_url) as client:
+        for verb in ("pause", "resume"):
+            answer = client.post(f"/api/queues/a:b/{verb}", json={})
+            assert answer.status_code == 409 and "a:b" in answer.json()["result"], answer.text
+        page = client.get("/queues").text
+        assert client.post("/queues/pause", data={"csrf": _csrf(page), "queue": "a:b",
+                                                  "next": "/queues"}).status_code == 303
+        assert "queue a:b: " in client.get("/queues").text
+        assert client.post("/queues/pause", data={"csrf": _csrf(page),
+                                                  "next": "/queues"}).status_code == 400
+    assert any_store.paused_queues() == []
+
+
+@on_both_stores
+def test_a_pools_buttons_act_on_that_pool_whatever_its_owner(any_store, store_url):
+    """R27, R47: a pools row is data (R44): its owner, named in the path, could resolve
+    to another pool's (``/pools/h:7:x/../../pools/h:8:v/stop`` is ``/pools/h:8:v/stop``
+    once a browser resolves it). The pools page's forms name the pool in a field."""
+    hostile, victim = "h:7:x/../../pools/h:8:v", "h:8:v"
+    _beat(any_store, victim, {})
+    _beat(any_store, hostile, {})
+    with _client(store_url) as client:
+        html = client.get("/pools").text
+        for verb, extra in (("stop", {}), ("scale", {"procs": "3"})):
+            (action, fields), = [(a, f) for a, f in _forms(html)
+                                 if f.get("owner") == hostile and a.endswith("/" + verb)]
+            resolved = urllib.parse.urlsplit(urllib.parse.urljoin("http://testserver/pools",
+                                                                  action)).path
+            assert client.post(resolved, data=dict(fields, **extra)).status_code == 303
+    rows = {p["owner"]: p for p in any_store.pools()}
+    assert (rows[hostile]["stop_requested"], rows[hostile]["desired_procs"]) == (1, 3)
+    assert (rows[victim]["stop_requested"], rows[victim]["desired_procs"]) == (0, None)

@@ -118,3 +118,32 @@ def test_the_api_acts_on_chosen_ids_and_says_what_became_of_each(any_store, stor
                            headers=json_body).status_code == 403
     assert [e["job_ids"] for e in _web_actions(caplog)] == [[*dead, ready, 999999], [ready]]
     assert {e["who"] for e in _web_actions(caplog)} == {"token"}
+
+
+def test_a_whole_page_of_ticked_jobs_is_taken(any_store, store_url):
+    # R47: a selection is 1 to 1 000 jobs, a jobs page's largest size; its form sends
+    # them with its own fields, past Starlette's default of 1 000 fields: refused, 400.
+    ids = list(any_store.enqueue_many("t.a", [(i,) for i in range(1000)]).ids)
+    with _client(store_url) as client:
+        page = client.get("/jobs", params={"limit": "1000"}).text
+        assert page.count('form="selected"') >= 1000
+        answer = client.post("/jobs/selected", data={
+            **_selection_form(page), "action": "cancel", "id": [str(i) for i in ids]})
+        assert answer.status_code == 303, answer.text
+        assert "cancel selected: 1000 cancelled" in client.get("/jobs").text
+    assert any_store.stats()["dead"] == 1000
+
+
+def test_a_cancel_of_a_job_gone_since_the_page_was_drawn_is_its_answer(any_store, store_url):
+    # R47: another operator deleted it meanwhile; the store's answer, not a 500.
+    kept = any_store.enqueue_with("t.a").id
+    with _client(store_url) as client:
+        answer = client.post("/api/jobs/999999/cancel", json={})
+        assert answer.status_code == 409 and answer.json()["result"] == "no such job"
+        answer = client.post("/api/jobs/bulk", json={"action": "cancel", "ids": [kept, 999999]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["jobs"] == {str(kept): "cancelled", "999999": "no such job"}
+        form = _selection_form(client.get("/jobs").text)
+        assert client.post("/jobs/999999/cancel", data={"csrf": form["csrf"]}).status_code == 303
+        assert "job 999999: no such job" in client.get("/jobs").text
+    assert any_store.get(kept)["status"] == "dead"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from jobpool import events
-from jobpool.errors import BatchNotFound, EnqueueError
+from jobpool.errors import BatchNotFound, EnqueueError, JobNotFound
 
 
 class Done(NamedTuple):
@@ -35,7 +35,7 @@ def delete(store: Any, who: str, job_id: int) -> Done:
 
 def cancel(store: Any, who: str, job_id: int) -> Done:
     """R31: a ready job dead at once; a running one stopped by its pool."""
-    what = store.cancel(job_id)
+    what = _cancelled(store, job_id)
     _log("cancel", who, job_id=job_id, result=what)
     return Done(what in ("cancelled", "requested"), what)
 
@@ -53,17 +53,34 @@ def run_now(store: Any, who: str, job_id: int) -> Done:
     return Done(what in RUN_NOW_OK, what)
 
 
+def _cancelled(store: Any, job_id: int) -> str:
+    """The store's answer to a cancel; "no such job" for an id it has not (another
+    operator deleted it since the page was drawn), as a retry or a delete answers."""
+    try:
+        return store.cancel(job_id)
+    except JobNotFound:
+        return "no such job"
+
+
 def pause(store: Any, who: str, queue: str) -> Done:
     """R38: no pool claims from ``queue`` from its next heartbeat on."""
-    changed = store.pause(queue)
-    what = "paused" if changed else "already paused"
+    try:
+        changed = store.pause(queue)
+    except EnqueueError as exc:  # a queue name the store refuses
+        changed, what = False, str(exc)
+    else:
+        what = "paused" if changed else "already paused"
     _log("pause", who, queue=queue, result=what)
     return Done(changed, what)
 
 
 def resume(store: Any, who: str, queue: str) -> Done:
-    changed = store.resume(queue)
-    what = "resumed" if changed else "not paused"
+    try:
+        changed = store.resume(queue)
+    except EnqueueError as exc:
+        changed, what = False, str(exc)
+    else:
+        what = "resumed" if changed else "not paused"
     _log("resume", who, queue=queue, result=what)
     return Done(changed, what)
 
@@ -194,7 +211,7 @@ def _applied(store: Any, action: str, ids: list[int]) -> dict[int, str]:
         elif action == "run-now":
             outcome.update(store.run_now(chunk))
         else:
-            outcome.update((job_id, store.cancel(job_id)) for job_id in chunk)
+            outcome.update((job_id, _cancelled(store, job_id)) for job_id in chunk)
     return outcome
 
 

@@ -19,7 +19,7 @@ from jobpool import bounds, liveness
 from jobpool.errors import BatchNotFound
 from jobpool.snapshot import Snapshot
 from jobpool.web import actions, listing
-from jobpool.web.pages import _checked_form, _login_needed, _render, _store, acted
+from jobpool.web.pages import _checked_form, _login_needed, _render, _store, acted, named
 
 #: The most batches the batches page lists unless ``limit`` says otherwise.
 BATCHES_SHOWN = 50
@@ -28,6 +28,7 @@ BATCHES_SHOWN = 50
 def routes() -> list[Route]:
     return [
         Route("/pools", pools_page),
+        Route("/pools/{action:str}", named_pool_action, methods=["POST"]),
         Route("/pools/{owner:path}/{action:str}", pool_action, methods=["POST"]),
         Route("/batches", batches_page),
         Route("/batches/{batch_id:int}", batch_page),
@@ -64,7 +65,24 @@ def procs_of(text: object) -> int | None:
 
 
 async def pool_action(request: Request) -> Response:
-    owner, action = request.path_params["owner"], request.path_params["action"]
+    """A pool's action, the pool named in the path (``/pools/OWNER/stop``)."""
+    return await _pool_action(request, request.path_params["owner"])
+
+
+async def named_pool_action(request: Request) -> Response:
+    """A pool's action from the pools page's forms, the pool named in a field (see
+    ``pages.named_queue_action``: an owner is text a pools row holds, R44)."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    owner = named(form, "owner")
+    if owner is None:
+        return PlainTextResponse("the form names no pool", status_code=400)
+    return await _pool_action(request, owner)
+
+
+async def _pool_action(request: Request, owner: str) -> Response:
+    action = request.path_params["action"]
     if action not in ("scale", "stop"):
         return PlainTextResponse("no such action", status_code=404)
     form, refused = await _checked_form(request)

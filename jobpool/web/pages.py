@@ -45,6 +45,7 @@ def routes() -> list[Route]:
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/jobs/{job_id:int}/{action:str}", job_action, methods=["POST"]),
+        Route("/queues/{action:str}", named_queue_action, methods=["POST"]),
         Route("/queues/{queue:path}/{action:str}", queue_action, methods=["POST"]),
     ]
 
@@ -339,6 +340,8 @@ _JOB_ACTIONS: dict[str, Callable[..., actions.Done]] = {
     "run-now": actions.run_now}
 _QUEUE_ACTIONS: dict[str, Callable[..., actions.Done]] = {
     "pause": actions.pause, "resume": actions.resume, "clear-limit": actions.clear_limit}
+#: The most fields a page's form sends besides a selection's ids.
+_OWN_FIELDS_MOST = 16
 
 
 async def _checked_form(request: Request) -> tuple[Any, Response | None]:
@@ -349,7 +352,9 @@ async def _checked_form(request: Request) -> tuple[Any, Response | None]:
         return None, PlainTextResponse("log in first", status_code=401)
     if access.read_only:
         return None, PlainTextResponse("this dashboard is read-only", status_code=403)
-    form = await request.form()
+    # A selection of a whole page (R47: up to SELECTED_MOST ids) and the form's own
+    # fields: past Starlette's default of 1 000 fields, "select all" was refused.
+    form = await request.form(max_fields=actions.SELECTED_MOST + _OWN_FIELDS_MOST)
     if not auth.csrf_ok(request, form.get(auth.CSRF_FIELD)):
         return None, PlainTextResponse("the form's CSRF token is missing or stale: reload the "
                                        "page", status_code=403)
@@ -362,7 +367,31 @@ async def job_action(request: Request) -> Response:
 
 
 async def queue_action(request: Request) -> Response:
-    queue = request.path_params["queue"]
+    """A queue's action, the queue named in the path (``/queues/NAME/pause``), for
+    callers that build the path themselves."""
+    return await _queue_action(request, request.path_params["queue"])
+
+
+async def named_queue_action(request: Request) -> Response:
+    """A queue's action from the pages' forms, the queue named in a field: in the path,
+    a queue named ``x/../default`` made the browser post ``/queues/default/pause``, so
+    the button of a hostile queue's row paused another queue."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return refused
+    queue = named(form, "queue")
+    if queue is None:
+        return PlainTextResponse("the form names no queue", status_code=400)
+    return await _queue_action(request, queue)
+
+
+def named(form: Any, field: str) -> str | None:
+    """The name a form's ``field`` gives (a queue, a pool), or None when it gives none."""
+    value = form.get(field)
+    return value if isinstance(value, str) and value else None
+
+
+async def _queue_action(request: Request, queue: str) -> Response:
     if request.path_params["action"] == "limit":
         return await _queue_limit(request, queue)
     return await _act(request, _QUEUE_ACTIONS, queue, f"queue {queue}")
