@@ -19,7 +19,7 @@ from jobpool import bounds, liveness
 from jobpool.errors import BatchNotFound
 from jobpool.snapshot import Snapshot
 from jobpool.web import actions, listing
-from jobpool.web.pages import _checked_form, _login_needed, _render, _store, acted, named
+from jobpool.web.pages import _checked_form, _login_needed, _render, _store, acted, named_in_form
 
 #: The most batches the batches page lists unless ``limit`` says otherwise.
 BATCHES_SHOWN = 50
@@ -72,12 +72,9 @@ async def pool_action(request: Request) -> Response:
 async def named_pool_action(request: Request) -> Response:
     """A pool's action from the pools page's forms, the pool named in a field (see
     ``pages.named_queue_action``: an owner is text a pools row holds, R44)."""
-    form, refused = await _checked_form(request)
+    owner, refused = await named_in_form(request, "owner")
     if refused is not None:
         return refused
-    owner = named(form, "owner")
-    if owner is None:
-        return PlainTextResponse("the form names no pool", status_code=400)
     return await _pool_action(request, owner)
 
 

@@ -376,19 +376,22 @@ async def named_queue_action(request: Request) -> Response:
     """A queue's action from the pages' forms, the queue named in a field: in the path,
     a queue named ``x/../default`` made the browser post ``/queues/default/pause``, so
     the button of a hostile queue's row paused another queue."""
-    form, refused = await _checked_form(request)
+    queue, refused = await named_in_form(request, "queue")
     if refused is not None:
         return refused
-    queue = named(form, "queue")
-    if queue is None:
-        return PlainTextResponse("the form names no queue", status_code=400)
     return await _queue_action(request, queue)
 
 
-def named(form: Any, field: str) -> str | None:
-    """The name a form's ``field`` gives (a queue, a pool), or None when it gives none."""
+async def named_in_form(request: Request, field: str) -> tuple[str, Response | None]:
+    """The name the posted form gives in ``field`` (a queue, a pool: what the action is
+    on), or why the form is refused (``_checked_form``'s reasons, or no such name)."""
+    form, refused = await _checked_form(request)
+    if refused is not None:
+        return "", refused
     value = form.get(field)
-    return value if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return "", PlainTextResponse(f"the form names no {field}", status_code=400)
+    return value, None
 
 
 async def _queue_action(request: Request, queue: str) -> Response:
