@@ -188,6 +188,33 @@ def test_a_jobs_page_shows_its_attempts_with_exit_signal_rss_cpu_and_strays(any_
     assert "<summary>child killed by SIGKILL</summary>" in attempts
 
 
+def test_a_jobs_page_shows_attempt_lines_whatever_their_columns_hold(store_url):
+    """R44: an attempt line is data, written by hand or by an older release. One whose
+    times, size, CPU or exit status hold text, a blob or a number where another type
+    belongs made the job's page a server error; its cells show nothing instead, the
+    rest of the page as ever."""
+    import sqlite3
+    import jobpool
+    store = jobpool.connect(store_url)
+    job_id = store.enqueue("t.a").id
+    store.close()
+    conn = sqlite3.connect(store_url)
+    with conn:
+        conn.execute("INSERT INTO attempts (job_id, attempt, owner, pid, started_at, ended_at, "
+                     "outcome, error, exit_status, peak_rss, cpu_s, strays) VALUES "
+                     "(?, 1, 'x', 'pid', 'yesterday', X'00ff', 'crash', 42, 137, 'big', 'slow', 'x')",
+                     (job_id,))
+        conn.execute("INSERT INTO attempts (job_id, attempt, owner, started_at, ended_at, outcome) "
+                     "VALUES (?, 2, 'x', 1.0, 3.5, 'done')", (job_id,))
+    conn.close()
+    with _client(store_url) as client:
+        answer = client.get(f"/jobs/{job_id}")
+    assert answer.status_code == 200, answer.text[-2000:]
+    attempts = answer.text.split('id="attempts"', 1)[1].split("</table>", 1)[0]
+    assert "<td>crash</td>" in attempts and "<summary>42</summary>" in attempts
+    assert "<td>2.500</td>" in attempts  # a good line beside it as ever
+
+
 def test_a_running_jobs_page_shows_its_progress_and_stage(any_store, store_url):
     job_id = any_store.enqueue_with("w.long").id
     claimer = any_store.claimer("pool-p", ["w.long"], ["default"], {})

@@ -1,6 +1,7 @@
 """How the pages write times, sizes and an attempt's end (R47): filters of every template."""
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -22,22 +23,39 @@ def relative(at: float | None, now: float | None = None) -> str:
     return f"in {duration(offset)}" if offset > 0 else f"{duration(-offset)} ago"
 
 
-def mib(size: int | None) -> str:
-    return "" if not size else f"{size / 1048576:.1f}"
+def number(value: Any) -> float | None:
+    """``value`` as a finite number, or None. An attempt line is data (R44): written by
+    hand or by an older release, a column may hold text where a number belongs, which
+    a page shows as nothing rather than fail on."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
-def exit_code(status: str | None) -> str:
+def mib(size: Any) -> str:
+    found = number(size)
+    return "" if not found else f"{found / 1048576:.1f}"
+
+
+def exit_code(status: Any) -> str:
     """The exit status of an attempt's child when it exited (``0``, ``3``)."""
-    return status if status is not None and status.lstrip("-").isdigit() else ""
+    return status if isinstance(status, str) and status.lstrip("-").isdigit() else ""
 
 
-def signal_name(status: str | None) -> str:
+def signal_name(status: Any) -> str:
     """The signal that killed an attempt's child (``SIGKILL``, ``signal 64``)."""
-    return "" if status is None or exit_code(status) else status
+    return "" if not isinstance(status, str) or exit_code(status) else status
 
 
 def seconds(value: Any) -> str:
-    return "" if value is None else f"{value:.3f}"
+    found = number(value)
+    return "" if found is None else f"{found:.3f}"
+
+
+def wall(attempt: Any) -> str:
+    """An attempt's wall time, its end less its start (``seconds``)."""
+    start, end = number(attempt.get("started_at")), number(attempt.get("ended_at"))
+    return "" if start is None or end is None else seconds(end - start)
 
 
 def iso(at: float | None) -> str:
@@ -49,5 +67,6 @@ def iso(at: float | None) -> str:
 
 def install(env: Environment) -> None:
     env.filters.update(relative=relative, mib=mib, exit_code=exit_code,
-                       signal_name=signal_name, seconds=seconds, duration=duration, iso=iso,
+                       signal_name=signal_name, seconds=seconds, wall=wall, duration=duration,
+                       iso=iso,
                        at_least=at_least, meta_text=meta_text)
