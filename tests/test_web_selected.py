@@ -147,3 +147,10 @@ def test_a_cancel_of_a_job_gone_since_the_page_was_drawn_is_its_answer(any_store
         assert client.post("/jobs/999999/cancel", data={"csrf": form["csrf"]}).status_code == 303
         assert "job 999999: no such job" in client.get("/jobs").text
     assert any_store.get(kept)["status"] == "dead"
+
+
+def test_an_id_past_a_stores_range_is_refused_naming_it(any_store, store_url):
+    # A 64-bit store has no such id: a 400 naming it, not the driver's overflow (a 500).
+    with _client(store_url) as client:
+        answer = client.post("/api/jobs/bulk", json={"action": "cancel", "ids": [2**63]})
+        assert answer.status_code == 400 and str(2**63) in answer.text, answer.text

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from jobpool import events
+from jobpool import bounds, events
 from jobpool.errors import BatchNotFound, EnqueueError, JobNotFound
 
 
@@ -249,8 +249,10 @@ def selected_ids(sent: Any) -> list[int]:
     for value in sent:
         if isinstance(value, str) and value.isascii() and value.isdigit():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"a job id is a whole number above 0, not {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, int) or value < 1
+                or value > bounds.INT64_MAX):  # past a store's 64-bit ids: its driver's error
+            raise ValueError(f"a job id is a whole number from 1 to {bounds.INT64_MAX}, not "
+                             f"{value!r}")
         if value not in ids:
             ids.append(value)
     if len(ids) > SELECTED_MOST:
