@@ -255,25 +255,26 @@ def test_a_chunks_rows_are_claimed_once_the_turn_in_flight_lands(pg_url):
 
 
 def test_a_chunk_is_not_filled_for_a_name_limited_while_its_claim_was_in_flight(pg_url):
-    # R64 with R66: the claim went out unlimited; a heartbeat then read a limit on the
-    # name. The head it brought runs, but its chunk's rows, claimed when it lands, are
-    # a claim made under the limit: none (they filled the chunk past the limit).
+    # R64 with R66: the claim went out unlimited and was answered; a heartbeat then read
+    # a limit on the name. The head it brought runs, but its chunk's rows, claimed when
+    # it lands, are a claim made under the limit: none (they filled the chunk past it).
     from jobpool.limits import NameLimit
     store = jobpool.connect(pg_url)
-    first, *rest = (h.id for h in store.enqueue_many("flight.noop", [(i,) for i in range(4)]))
     claimer = store.claimer("host-a:1:1", ("flight.noop",), ("default",), {})
     try:
+        first, *rest = (h.id for h in store.enqueue_many("flight.noop", [(i,) for i in range(4)]))
         claimer.set_chunks({"flight.noop": 3})
         flight = claimer.begin_turn([], 1, time.time(), None)
         assert flight.fileno() is not None  # sent, not read
+        _answered(flight)  # the claim ran before the limit existed
         store.limits.declare({"flight.noop": NameLimit("flight.noop", 2, None, 1, None)}, "test")
         claimer.set_limits(store.limits.plan().for_pool(("flight.noop",), ("default",)))
         (head,) = claimer.finish_turn(flight)[1]
         assert head.job_id == first and claimer.chunked == {}
+        assert [store.get(i)["status"] for i in rest] == ["ready"] * 3
     finally:
         claimer.close()
-    assert [store.get(i)["status"] for i in rest] == ["ready"] * 3
-    store.close()
+        store.close()
 
 
 def test_the_other_queues_are_claimed_once_the_turn_in_flight_lands(pg_url):
