@@ -90,6 +90,10 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, not {text!r}")
+    if value > bounds.INT64_MAX:
+        # Past a store's 64-bit ids and counts: the driver's overflow was a traceback.
+        raise argparse.ArgumentTypeError(f"expected a whole number up to {bounds.INT64_MAX}, "
+                                         f"not {text!r}")
     return value
 
 

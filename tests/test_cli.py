@@ -166,6 +166,14 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
      "argument --delay: expected a number of seconds from 0 to 10 years (like 30 or 0.5), "
      "not '-5'"),
     (["start", "--procs", "0"], "argument --procs: expected a whole number of 1 or more, not '0'"),
+    # Job ids past a store's 64 bits (the driver's overflow was a traceback).
+    *((cmd, f"argument {what}: expected a whole number up to 9223372036854775807, "
+            f"not '99999999999999999999'")
+      for cmd, what in ((["jobs", "show", "99999999999999999999"], "id"),
+                        (["jobs", "cancel", "99999999999999999999"], "ID"),
+                        (["dead", "retry", "99999999999999999999"], "ID"),
+                        (["dead", "delete", "99999999999999999999"], "ID"),
+                        (["jobs", "list", "--after", "99999999999999999999"], "--after"))),
     (["frobnicate"], "invalid choice"),
 ])
 def test_usage_mistakes_are_one_line_and_exit_2(make_app, args, needle):

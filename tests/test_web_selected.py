@@ -150,7 +150,19 @@ def test_a_cancel_of_a_job_gone_since_the_page_was_drawn_is_its_answer(any_store
 
 
 def test_an_id_past_a_stores_range_is_refused_naming_it(any_store, store_url):
-    # A 64-bit store has no such id: a 400 naming it, not the driver's overflow (a 500).
+    # A 64-bit store has no such id: a 400 naming it in a selection, a 404 in an address,
+    # not the driver's overflow (a 500).
+    huge = 10**20
+    any_store.enqueue_with("t.a")  # a jobs page with its selection form, for its token
     with _client(store_url) as client:
         answer = client.post("/api/jobs/bulk", json={"action": "cancel", "ids": [2**63]})
         assert answer.status_code == 400 and str(2**63) in answer.text, answer.text
+        token = _selection_form(client.get("/jobs").text)["csrf"]
+        for method, path, sent in (
+                ("GET", f"/api/jobs/{huge}", None), ("POST", f"/api/jobs/{huge}/cancel", {}),
+                ("DELETE", f"/api/jobs/{huge}", None), ("GET", f"/api/batches/{huge}", None),
+                ("GET", f"/jobs/{huge}", None), ("GET", f"/batches/{huge}", None)):
+            answer = client.request(method, path, json=sent)
+            assert answer.status_code == 404, (path, answer.status_code, answer.text)
+        answer = client.post(f"/jobs/{huge}/cancel", data={"csrf": token})
+        assert answer.status_code == 404 and "at most" in answer.text

@@ -20,13 +20,14 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import jobpool
+from jobpool import bounds
 from jobpool.display import shown
 from jobpool.web import api, auth, charts, fleet, formats, live, pages, schedules, stream
 from jobpool.web.auth import Access
@@ -100,6 +101,26 @@ def _hostname(host: str) -> str:
     return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
+def _ids_in_range(routes: list[Route]) -> list[Route]:
+    """The routes that name a row by a whole number (``{job_id:int}``, ``{batch_id:int}``)
+    answer 404 for one past a store's 64-bit ids, before any store call: it names no
+    row, and the store's driver failed on it (a 500)."""
+    return [Route(route.path, _in_range(route.endpoint, route.path.startswith("/api/")),
+                  methods=route.methods, name=route.name)
+            if ":int}" in route.path else route for route in routes]
+
+
+def _in_range(endpoint: Any, api_route: bool) -> Any:
+    async def checked(request: Request) -> Response:
+        if any(isinstance(value, int) and value > bounds.INT64_MAX
+               for value in request.path_params.values()):
+            said = f"no such row: an id is at most {bounds.INT64_MAX}"
+            return (JSONResponse({"error": said}, status_code=404) if api_route
+                    else PlainTextResponse(said, status_code=404))
+        return await endpoint(request)
+    return checked
+
+
 def create_app(store_url: str | None, *, token: str | None = None, read_only: bool = False,
                token_label: str = "token", allowed_hosts: Sequence[str] | None = None,
                store: Any = None) -> Starlette:
@@ -124,8 +145,9 @@ def create_app(store_url: str | None, *, token: str | None = None, read_only: bo
         if opened:
             store.close()
 
-    app = Starlette(routes=[*pages.routes(), Route("/events", stream.events), *fleet.routes(),
-                            *schedules.routes(), *charts.routes(), *api.routes(),
+    app = Starlette(routes=[*_ids_in_range([*pages.routes(), Route("/events", stream.events),
+                                            *fleet.routes(), *schedules.routes(),
+                                            *charts.routes(), *api.routes()]),
                             Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
                     middleware=[Middleware(_Guard, hosts=allowed_hosts),
                                 Middleware(SessionMiddleware, secret_key=secrets.token_urlsafe(32),
