@@ -217,6 +217,8 @@ def _json_value(kind: type, flag: str):
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc.msg}") from None
+        except RecursionError:  # the decoder's own bound on depth
+            raise argparse.ArgumentTypeError(f"{flag} is nested too deeply") from None
         if not isinstance(value, kind):
             raise argparse.ArgumentTypeError(
                 f"{flag} must be a JSON {'array' if kind is list else 'object'}")
@@ -701,6 +703,8 @@ def _read_items(source: str, out: _Stdout) -> list:
                 value = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UserError(f"--from {source} line {number}: not JSON ({exc.msg})") from None
+            except RecursionError:  # the decoder's own bound on depth
+                raise UserError(f"--from {source} line {number}: nested too deeply") from None
             if isinstance(value, list):
                 items.append(tuple(value))
             elif isinstance(value, dict) and set(value) <= {"args", "kwargs"}:

@@ -166,3 +166,11 @@ def test_an_id_past_a_stores_range_is_refused_naming_it(any_store, store_url):
             assert answer.status_code == 404, (path, answer.status_code, answer.text)
         answer = client.post(f"/jobs/{huge}/cancel", data={"csrf": token})
         assert answer.status_code == 404 and "at most" in answer.text
+
+
+def test_json_nested_past_the_decoders_depth_is_a_400(any_store, store_url):
+    # json.loads raises RecursionError past ~1 000 levels: it was a 500.
+    with _client(store_url) as client:
+        answer = client.post("/api/jobs", content="[" * 5000,
+                             headers={"content-type": "application/json"})
+        assert answer.status_code == 400 and "nested too deeply" in answer.text, answer.text

@@ -141,6 +141,8 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
             sent = json.loads(body)
         except ValueError:
             return _error("the body is not JSON", 400)
+        except RecursionError:  # the decoder's own bound on depth
+            return _error("the body's JSON is nested too deeply", 400)
     if callable(target):
         try:
             target = target(sent)

@@ -280,6 +280,8 @@ def _typed_spec(typed: dict[str, str]) -> dict[str, Any]:
             body[key] = json.loads(typed[key].strip() or empty)
         except ValueError:
             raise ValueError(f"{key} is not JSON") from None
+        except RecursionError:  # the decoder's own bound on depth
+            raise ValueError(f"{key} is nested too deeply") from None
     if typed["delay"].strip():
         try:
             body["delay"] = float(typed["delay"])
