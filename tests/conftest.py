@@ -209,6 +209,12 @@ def make_any_app(make_app, store_url):
     return factory
 
 
+def process_state(pid: int) -> str:
+    """The process's state letter in /proc (``S`` asleep, ``Z`` exited and not reaped)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rpartition(")")[2].split()[0]
+
+
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout``."""
     end = time.monotonic() + timeout

@@ -23,7 +23,7 @@ from jobpool.errors import RegistryError
 from jobpool.lifecycle import LEASE_SLACK
 from jobpool.supervisor import Supervisor
 
-from .conftest import wait_for
+from .conftest import process_state, wait_for
 
 TIMEOUT = 20.0
 
@@ -255,12 +255,6 @@ def test_a_stop_gives_back_the_rows_of_a_chunk_that_have_not_started(store, app,
     assert _ran(out) == ids[:1]
 
 
-def _state_of(pid: int) -> str:
-    """The process's state letter in /proc (``Z``: exited, not reaped)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rpartition(")")[2].split()[0]
-
-
 def _reads_a_pipe(pid: int) -> bool:
     """Whether the process is asleep in a read of a pipe: a slot's child after its
     answer is written, waiting for its next job (the jobs here only sleep)."""
@@ -290,7 +284,7 @@ def test_a_job_sent_to_a_child_already_gone_is_given_back_not_charged_a_crash(st
             wait_for(lambda: _ran(out) == ids[:1], timeout=60)
             wait_for(lambda: _reads_a_pipe(child), timeout=60)  # answered, back in its read
             os.kill(child, signal.SIGKILL)
-            wait_for(lambda: _state_of(child) == "Z", timeout=60)
+            wait_for(lambda: process_state(child) == "Z", timeout=60)
         finally:
             os.kill(pool.pid, signal.SIGCONT)
         wait_for(lambda: store.get(ids[1])["status"] == "done", timeout=60)

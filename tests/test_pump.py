@@ -38,7 +38,7 @@ from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
 from jobpool.supervisor import pump as pump_module
 
-from .conftest import ATTEMPT_LINES, ROOT, wait_for
+from .conftest import ATTEMPT_LINES, ROOT, process_state, wait_for
 
 #: Where the jobs leave their markers: each run's own directory (its children are
 #: forked after ``_run`` sets it), so the two stores' payloads are the same text.
@@ -372,7 +372,7 @@ def test_a_job_the_pump_sends_to_a_child_already_gone_is_given_back(tmp_path, ro
             if from_pump and got[1] and not killed:
                 child = pool.slots.all[0].pid
                 os.kill(child, signal.SIGKILL)
-                wait_for(lambda: _state_of(child) == "Z", timeout=30)  # gone, not reaped
+                wait_for(lambda: process_state(child) == "Z", timeout=30)  # gone, not reaped
                 killed.append(got[1][0].job_id)
             return got
         patch.setattr(pool.core, "turn", turn_then_kill)
@@ -383,12 +383,6 @@ def test_a_job_the_pump_sends_to_a_child_already_gone_is_given_back(tmp_path, ro
     assert [a["outcome"] for a in store.attempts(killed[0])] == ["unstarted", "done"]
     assert pool.counters["crashes"] == 0
     store.close()
-
-
-def _state_of(pid: int) -> str:
-    """The process's state letter in /proc (``Z``: exited, not reaped)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rpartition(")")[2].split()[0]
 
 
 @pytest.mark.parametrize("road", ["compiled", "pure", "poll"])
