@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, DONE, EXPIRED, FATAL,
-                               OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide)
+                               OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide,
+                               logged_as)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, claim_in_shares, first_claim
 from jobpool.store import row_codec
@@ -227,7 +228,7 @@ class Claimer:
                                        "lost", "not leased by this supervisor"))
                 continue
             taken.append(outcome[0])
-            decided.append(self._fenced(turn, lease, outcome, rng))
+            decided.append(self._fenced(turn, lease, outcome, rng, logged_as(outcome)))
         return turn.settle(decided)
 
     # -- a turn in flight (R66) ----------------------------------------------------------------
@@ -380,9 +381,9 @@ class Claimer:
         for lease, job, _priority, _line_at in decoded:
             if job.deadline is not None and job.deadline < now:
                 # R10: claimed after its deadline, it is retired without running.
-                expiring.extend(turn.settle([self._fenced(
-                    turn, lease, Outcome(job.job_id, job.attempt, FATAL, DEADLINE_PASSED), None,
-                    log_as="deadline")]))
+                retired = Outcome(job.job_id, job.attempt, FATAL, DEADLINE_PASSED)
+                expiring.extend(turn.settle([self._fenced(turn, lease, retired, None,
+                                                          logged_as(retired))]))
                 continue
             leases[job.job_id] = lease
             into.append(job)

@@ -138,6 +138,16 @@ def retired_at_its_turn(job_id: int, attempt: int, deadline: float | None,
     return None
 
 
+def logged_as(outcome: Outcome) -> str | None:
+    """The attempt log's word for ``outcome`` where it is not its kind's: R10's
+    ``deadline`` for a chunk's row retired at its turn (``retired_at_its_turn``), as a
+    claim's R10 logs it; None: the kind's own word (``KIND_NAMES``). A job's own Fatal
+    never reads as one: its error names its type."""
+    if outcome[2] == FATAL and outcome[3] == DEADLINE_PASSED:
+        return "deadline"
+    return None
+
+
 def chunk_ended_early(why: str) -> str:
     """R63: the reason a chunk's rows that never started are given back with."""
     return f"not started: its chunk ended early ({why})"

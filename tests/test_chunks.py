@@ -203,6 +203,9 @@ def test_a_row_past_its_deadline_when_its_turn_comes_is_dead_without_running(sto
     assert store.get(first)["status"] == "done"
     row = store.get(late)
     assert (row["status"], row["last_error"]) == ("dead", "deadline passed")
+    # Logged as a claim's R10 logs it: the row's deadline, not a fault of its own.
+    assert [(a["outcome"], a["error"]) for a in store.attempts(late)] == [
+        ("deadline", "deadline passed")]
     assert store.get(last)["status"] == "done"
     assert _ran(out) == [first, last]  # the late row never ran
 

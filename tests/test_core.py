@@ -7,6 +7,7 @@ import sqlite3
 
 import pytest
 
+import jobpool
 from jobpool.errors import StoreError
 from jobpool.lifecycle import Outcome
 
@@ -253,6 +254,12 @@ def test_a_job_claimed_after_its_deadline_is_dead_without_running(core, store_pa
     assert expired == [(job_id, "t.job", 1, "dead", "deadline passed")]
     row = rows(store_path)[0]
     assert (row["status"], row["last_error"]) == ("dead", "deadline passed")
+    store = jobpool.connect(store_path)
+    try:  # R10's own word in the attempt log, not a failure of the job's
+        assert [(a["outcome"], a["error"]) for a in store.attempts(job_id)] == [
+            ("deadline", "deadline passed")]
+    finally:
+        store.close()
 
 
 def test_two_cores_never_claim_the_same_row(core_impl, store_path):

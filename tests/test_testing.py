@@ -414,6 +414,8 @@ def test_a_row_past_its_deadline_when_its_turn_in_a_chunk_comes_is_dead_without_
     row = store.get(late)
     assert (row["status"], row["attempts"]) == ("dead", 1)
     assert row["last_error"] == "deadline passed"
+    assert [(a["outcome"], a["error"]) for a in store.attempts(late)] == [
+        ("deadline", "deadline passed")]
     # R10 judged when its turn came, not at the claim (which took it in time).
     assert row["started_at"] < deadline
 
