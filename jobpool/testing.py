@@ -28,7 +28,10 @@ that a drain does not:
   is dead without running; an interrupted drain gives back the rows that had not
   started. A chunk never takes the drain past ``max_jobs`` (it is cut to what is
   left); ``jobpool start --chunk`` has no counterpart here. Operators' cancels are
-  not read by a drain, so a row cancelled while it waits in a chunk still runs.
+  not read by a drain, so a row cancelled while it waits in a chunk still runs;
+- a store error ends the drain (``StoreError`` is raised) where a pool would retry
+  (R26), after one more turn settles the job that ran and gives back a chunk's rows
+  that had not started: nothing is left running under the drain's owner.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ import logging
 import os
 import random
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 from jobpool import bounds, coroutines, events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
@@ -226,8 +229,7 @@ class _Drain:
             want = 0 if ran >= max_jobs or self.interrupted is not None else 1
             if want:
                 self._cut_chunks(max_jobs - ran)
-            settled, claimed, expired = self.claimer.turn(pending, want, now, self.rng,
-                                                          self.plan.shares(want))
+            settled, claimed, expired = self._turn(pending, want, now, self.plan.shares(want))
             self._report(settled, pending)
             self._report(expired, [])
             pending = []
@@ -300,12 +302,39 @@ class _Drain:
                 return [outcome, *(Outcome(j.job_id, j.attempt, UNSTARTED, reason)
                                    for j in rest[position:])]
             now = self._tick()
-            settled, _claimed, expired = self.claimer.turn([outcome], 0, now, self.rng)
+            settled, _claimed, expired = self._turn([outcome], 0, now, None,
+                                                    waiting=rest[position:])
             self._report(settled, [outcome])
             self._report(expired, [])
             outcome = (retired_at_its_turn(job.job_id, job.attempt, job.deadline, now)
                        or self._attempt(job, now))
         return [outcome]
+
+    def _turn(self, outcomes: list[Outcome], n: int, now: float, shares: Any,
+              waiting: Sequence[Claimed] = ()
+              ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
+        """One turn of the claimer. A turn the store failed applied nothing (R26): the
+        jobs whose outcomes it carried, and a chunk's rows still ``waiting`` their turn,
+        would stay running under this drain's owner, their attempts spent, until a
+        pool took them back as expired leases (R23). Before the error is raised, one
+        more turn settles those outcomes and gives the waiting rows back unstarted (and
+        PostgreSQL's claims in doubt with them); a store that fails it too leaves them
+        to R23."""
+        try:
+            return self.claimer.turn(outcomes, n, now, self.rng, shares)
+        except StoreError:
+            reason = chunk_ended_early("the drain met a store error")
+            back = [*outcomes, *(Outcome(job.job_id, job.attempt, UNSTARTED, reason)
+                                 for job in waiting)]
+            try:
+                settled, _claimed, expired = self.claimer.turn(back, 0, self._tick(), self.rng)
+            except StoreError as again:
+                log.warning("%d job(s) left running after a store error (%s): a pool "
+                            "takes them back when their leases expire", len(back), again)
+            else:
+                self._report(settled, back)
+                self._report(expired, [])
+            raise
 
     def _next_due(self) -> float | None:
         return self.store.next_due(self.served.names, self.plan.active)

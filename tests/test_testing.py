@@ -18,6 +18,7 @@ import pytest
 
 import jobpool
 from jobpool import jobs, procinfo, running
+from jobpool.errors import StoreError
 from jobpool.testing import Drained, DrainError, DrainLimitError, drain
 
 pytest_plugins = ["pytester"]
@@ -458,6 +459,70 @@ def test_a_chunk_never_takes_a_drain_past_max_jobs(store):
     assert (row["status"], row["attempts"]) == ("ready", 0)
     assert store.attempts(ids[3]) == []
     assert drain(store) == Drained(done=1)
+
+
+# -- a store error (R26 in a drain) ---------------------------------------------------------
+
+
+def _cut_the_claimers_connection() -> None:
+    """Terminates the drain's claimer connection (this worker's database has no other
+    claimer while a test runs): its next turn fails."""
+    import psycopg
+
+    from .conftest import PG_URL
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        assert admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'jobpool-supervisor'"
+            "   AND datname = current_database()").fetchone()[0] >= 1
+
+
+@jobpool.job(name="testing.cuts_the_store")
+def cuts_the_store():
+    SEEN.append(jobpool.current_job().id)
+    _cut_the_claimers_connection()
+
+
+@jobpool.job(name="testing.chunk_cut", chunk=3)
+def chunk_cut(cut):
+    SEEN.append(jobpool.current_job().id)
+    if cut:
+        _cut_the_claimers_connection()
+
+
+def test_a_store_error_after_a_job_ran_settles_it_before_the_error_is_raised(pg_url):
+    store = jobpool.connect(pg_url)
+    try:
+        job_id = store.enqueue("testing.cuts_the_store").id
+        with pytest.raises(StoreError):
+            drain(store)
+        assert SEEN == [job_id]
+        # The turn that would settle it failed; the drain's next one settled it, so it
+        # is not left running under the drain's owner for a pool to run again.
+        row = store.get(job_id)
+        assert (row["status"], row["attempts"], row["lease_owner"]) == ("done", 1, None)
+    finally:
+        store.close()
+
+
+def test_a_store_error_mid_chunk_gives_back_the_rows_that_had_not_started(pg_url):
+    store = jobpool.connect(pg_url)
+    try:
+        ids = [store.enqueue("testing.chunk_cut", i == 0).id for i in range(3)]
+        with pytest.raises(StoreError):
+            drain(store)
+        assert SEEN == ids[:1]
+        assert (store.get(ids[0])["status"], store.get(ids[0])["attempts"]) == ("done", 1)
+        for job_id in ids[1:]:
+            row = store.get(job_id)
+            assert (row["status"], row["attempts"], row["lease_owner"]) == ("ready", 0, None)
+            (line,) = store.attempts(job_id)
+            assert (line["outcome"], line["error"]) == (
+                "unstarted", "not started: its chunk ended early (the drain met a store error)")
+        assert drain(store) == Drained(done=2)
+        assert SEEN == ids
+    finally:
+        store.close()
 
 
 # -- the pytest plugin ---------------------------------------------------------------------
