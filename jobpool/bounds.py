@@ -8,16 +8,28 @@ from __future__ import annotations
 
 import os
 import resource
+from typing import Any
 
 #: Priorities are stored and compared as SQLite integers; a signed 32-bit range is
 #: more than any ordering needs and the same on every store.
 INT32_MAX = 2**31 - 1
 #: The largest row id either store holds (SQLite's INTEGER, PostgreSQL's bigint).
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = INT32_MAX
 #: R35: the most jobs a queue limit lets run at once (PostgreSQL stores it as integer).
 MAX_QUEUE_RUNNING = INT32_MAX
+
+
+def row_id(value: Any) -> Any:
+    """A job's or batch's id as a store binds it: an integer beyond 64 bits names no
+    row, so it becomes 0 (no row has it) rather than the driver's OverflowError
+    (SQLite's; PostgreSQL's comparison simply matches nothing). Anything else is
+    bound as given."""
+    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+        return 0
+    return value
 
 
 def queue_running(value: object) -> int:

@@ -45,7 +45,8 @@ class SharedStore:
     def attempts(self, job_id: int) -> list[dict[str, Any]]:
         """The attempt log of one job, oldest first (R19a; a success's line last, R61)."""
         return [dict(zip(attempt_log.LINE_FIELDS, row)) for row in self.read_rows(
-            f"reading attempts of job {job_id}", self.statements.LIST_ATTEMPTS, {"id": job_id})]
+            f"reading attempts of job {job_id}", self.statements.LIST_ATTEMPTS,
+            {"id": bounds.row_id(job_id)})]
 
     # -- batches and limits (R34, R35, R36) ------------------------------------------------------
 
@@ -152,4 +153,4 @@ class SharedStore:
     def take_hook(self, job_id: int) -> bool:
         """R21: mark a dead job's hook as taken; False if another pool took it first."""
         return self.transaction("taking an on_dead hook", lambda conn: conn.execute(
-            self.statements.TAKE_HOOK, {"id": job_id}).fetchone() is not None)
+            self.statements.TAKE_HOOK, {"id": bounds.row_id(job_id)}).fetchone() is not None)

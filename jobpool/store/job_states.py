@@ -9,6 +9,8 @@ import time
 from types import ModuleType
 from typing import Any
 
+from jobpool import bounds
+
 
 def save_state(store: Any, statements: ModuleType, owner: str, job_id: int, attempt: int,
                state: str) -> bool:
@@ -31,4 +33,4 @@ def read_state(store: Any, statements: ModuleType, owner: str, job_id: int,
 def reset_state(store: Any, statements: ModuleType, job_id: int) -> bool:
     """Forget a job's saved state: its next attempt starts afresh. False if it had none."""
     return bool(store.transaction(f"resetting the state of job {job_id}", lambda conn: conn.execute(
-        statements.RESET_STATE, {"id": job_id}).fetchall()))
+        statements.RESET_STATE, {"id": bounds.row_id(job_id)}).fetchall()))

@@ -479,3 +479,25 @@ def test_a_turn_settles_several_outcomes_of_each_kind_as_if_alone(any_store, cla
     assert logged == [[(name, 4242)] for name in ("error", "error", "deferred", "deferred",
                                                   "fatal", "fatal", "released", "released",
                                                   "rescheduled", "rescheduled")]
+
+
+@pytest.mark.parametrize("beyond", [2**63, -(2**63) - 1, 10**30])
+def test_an_id_beyond_64_bits_names_no_row(any_store, beyond):
+    # No store holds such an id: every call that takes one answers as for a missing
+    # row, never with a driver's OverflowError (SQLite's binding raised it).
+    from jobpool.errors import BatchNotFound
+    any_store.enqueue("c.job", 1)
+    for call in (any_store.get, any_store.cancel):
+        with pytest.raises(JobNotFound):
+            call(beyond)
+    assert any_store.attempts(beyond) == []
+    assert any_store.waiting_steps(beyond) == []
+    assert any_store.reset_state(beyond) is False
+    assert any_store.take_hook(beyond) is False
+    for call in (any_store.batch_status, any_store.batches.close, any_store.batches.cancel):
+        with pytest.raises(BatchNotFound):
+            call(beyond)
+    assert any_store.batches.members(beyond) == {}
+    assert any_store.dead.retry([beyond]) == {beyond: "no such job"}
+    assert any_store.dead.delete([beyond]) == {beyond: "no such job"}
+    assert [job["status"] for job in any_store.list_jobs()] == ["ready"]  # nothing touched

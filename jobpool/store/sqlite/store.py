@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator
 
-from jobpool import fork_safety, lifecycle, liveness, rollups
+from jobpool import bounds, fork_safety, lifecycle, liveness, rollups
 from jobpool.handles import Handle, Handles
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
                             ReadOnlyStoreError,
@@ -500,7 +500,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         """One job as a dict (payload decoded to text where it is JSON; the result
         as stored when ``raw_result``, else as text or a size for binary)."""
         try:
-            columns, found = self._job_rows(sql.GET_JOB, (job_id,))
+            columns, found = self._job_rows(sql.GET_JOB, (bounds.row_id(job_id),))
         except sqlite3.Error as exc:
             raise StoreError(f"reading job {job_id} failed: {exc}") from exc
         if not found:
@@ -510,7 +510,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def waiting_steps(self, job_id: int) -> list[dict[str, Any]]:
         with self._lenient(self.conn):  # R44: text that is not UTF-8 is read, and flagged
             found = self.read_rows(f"reading the chain of job {job_id}", sql.WAITING_STEPS,
-                                   (job_id,))
+                                   (bounds.row_id(job_id),))
         return rows.waiting_steps(found[0][0] if found else None)
 
     def _job_rows(self, query: str, params: Any) -> tuple[list[str], list[tuple]]:
@@ -711,14 +711,16 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
             lifecycle.DEFAULT_POLICY, now, None, _no_crash_causes)
 
+        bound = bounds.row_id(job_id)
+
         def cancel(conn):
-            if conn.execute(sql.CANCEL_READY, {"id": job_id, "now": now,
+            if conn.execute(sql.CANCEL_READY, {"id": bound, "now": now,
                                                "error": decision.reason}).rowcount:
-                conn.execute(sql.MEMBER_DEAD, {"id": job_id, "now": now})  # R34
+                conn.execute(sql.MEMBER_DEAD, {"id": bound, "now": now})  # R34
                 return "cancelled"
-            if conn.execute(sql.REQUEST_CANCEL, {"id": job_id}).rowcount:
+            if conn.execute(sql.REQUEST_CANCEL, {"id": bound}).rowcount:
                 return "requested"
-            row = conn.execute(sql.JOB_STATUS, (job_id,)).fetchone()
+            row = conn.execute(sql.JOB_STATUS, (bound,)).fetchone()
             if row is None:
                 raise JobNotFound(f"no job with id {job_id}")
             return row[0]
