@@ -152,11 +152,21 @@ def check_priority(value: int) -> str | None:
     return None
 
 
-def check_delay(value: float) -> str | None:
+def check_delay(value: float, at_most: float = MAX_DELAY) -> str | None:
     """What is wrong with a non-negative delay in seconds, or None."""
-    if value > MAX_DELAY:
-        return f"must be at most 10 years ({MAX_DELAY:.0f} s), not {value:g}"
+    if value > at_most:
+        bound = "10 years (%.0f s)" % at_most if at_most == MAX_DELAY else "%g s" % at_most
+        return f"must be at most {bound}, not {number_text(value)}"
     return None
+
+
+def number_text(value: float) -> str:
+    """A number as an error message shows it: ``%g``, and an integer too large for a
+    float (``10**400``) by its size, where ``%g`` raises OverflowError."""
+    try:
+        return f"{value:g}"
+    except OverflowError:
+        return f"a {int(value).bit_length()}-bit integer"
 
 
 def default_max_procs() -> int:

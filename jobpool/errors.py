@@ -106,8 +106,10 @@ class UnsafeResultError(JobpoolError):
     """A stored result asks to be unpickled, and nothing here trusts it to (R39)."""
 
 
-def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bool = True) -> float | None:
-    """Normalise a delay-like argument to seconds, naming ``field`` when it is wrong."""
+def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bool = True,
+            at_most: float | None = bounds.MAX_DELAY) -> float | None:
+    """Normalise a delay-like argument to seconds, naming ``field`` when it is wrong;
+    ``at_most``: its bound (R41), None for none (a larger value is then infinity)."""
     if value is None:
         if allow_none:
             return None
@@ -119,8 +121,10 @@ def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bo
     if value != value or value in (float("inf"), float("-inf")):
         raise EnqueueError(f"{field} must be a finite number of seconds")
     if value < 0:
-        raise EnqueueError(f"{field} must not be negative (got {value})")
-    problem = bounds.check_delay(value)
+        raise EnqueueError(f"{field} must not be negative (got {bounds.number_text(value)})")
+    if at_most is None:
+        return float(value) if value < 1e308 else float("inf")
+    problem = bounds.check_delay(value, at_most)
     if problem:
         raise EnqueueError(f"{field} {problem}")
     return float(value)

@@ -732,6 +732,15 @@ def job_ids(ids: Any, what: str) -> list[int]:
     return list(checked)
 
 
+def age(value: Any, what: str) -> float:
+    """How long ago, in seconds (a number or a ``timedelta``, not negative: a purge of
+    rows "older than -1 s" would take the ones that ended a moment ago too); one past
+    any clock is simply long ago."""
+    checked = seconds(value, what, allow_none=False, at_most=None)
+    assert checked is not None
+    return checked
+
+
 def run_now_answers(ids: list[int], made_due: set[int], statuses: dict[int, str]) -> dict[int, str]:
     """R51: each id's answer, from the ids the statement moved and the statuses of the
     rest (read in the same transaction)."""

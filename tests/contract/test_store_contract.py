@@ -275,9 +275,35 @@ def test_a_purge_removes_dead_jobs_older_than_asked_with_their_attempts(any_stor
     job_id = any_store.enqueue("c.job").id
     any_store.cancel(job_id)
     assert any_store.dead.purge(3600) == 0  # finished just now: kept
-    assert any_store.dead.purge(-60) == 1
+    # A negative age would take rows that end after the call's own clock too: refused,
+    # with nothing deleted; a timedelta is an age too.
+    for wrong in (-60, float("nan"), "3600", None, True):
+        with pytest.raises(EnqueueError, match="older_than"):
+            any_store.dead.purge(wrong)
+    assert any_store.get(job_id)["status"] == "dead"
+    assert any_store.dead.purge(timedelta(hours=1)) == 0
+    assert any_store.dead.purge(10**400) == 0  # longer ago than any clock: nothing
+    assert any_store.dead.purge(0) == 1
     with pytest.raises(JobNotFound):
         any_store.get(job_id)
+
+
+@pytest.mark.parametrize("call", ["retry", "delete"])
+def test_a_dead_letter_call_takes_a_list_of_ids_and_nothing_else(any_store, call):
+    # A string is not its characters: "12" named dead jobs 1 and 2 (and b"\x03" job 3),
+    # which a retry or a delete then changed for good.
+    ids = [any_store.enqueue("c.job").id for _ in range(3)]
+    for job_id in ids:
+        any_store.cancel(job_id)
+    act = getattr(any_store.dead, call)
+    for wrong in ("12", b"\x01\x02", 1, None, [True], [1.0], ["1"], [0], [2**63]):
+        with pytest.raises(EnqueueError, match=f"dead.{call}"):
+            act(wrong)
+    assert sorted(j["id"] for j in any_store.dead.list()) == ids  # nothing touched
+    # An id named twice is answered once, for what the call did to it.
+    answer = {"retry": "retried", "delete": "deleted"}[call]
+    assert act([ids[0], ids[0]]) == {ids[0]: answer}
+    assert act((i for i in ids[1:])) == {ids[1]: answer, ids[2]: answer}
 
 
 def _callers_connection(store_url):
@@ -498,6 +524,4 @@ def test_an_id_beyond_64_bits_names_no_row(any_store, beyond):
         with pytest.raises(BatchNotFound):
             call(beyond)
     assert any_store.batches.members(beyond) == {}
-    assert any_store.dead.retry([beyond]) == {beyond: "no such job"}
-    assert any_store.dead.delete([beyond]) == {beyond: "no such job"}
     assert [job["status"] for job in any_store.list_jobs()] == ["ready"]  # nothing touched

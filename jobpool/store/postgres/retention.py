@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
 
+from jobpool.store import rows
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import SWEEP_BATCH as BATCH
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class PgDeadLetters:
               reset_state: bool = False) -> dict[int, str]:
         """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
         unless ``reset_state``; returns id -> what happened."""
+        ids = rows.job_ids(ids, "dead.retry")
+
         def retry(conn: Any) -> dict[int, str]:
             server_now = self.store.server_now(conn)
             outcome: dict[int, str] = {}
@@ -59,6 +62,8 @@ class PgDeadLetters:
         return self.store.transaction("retrying dead jobs", retry)
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:
+        ids = rows.job_ids(ids, "dead.delete")
+
         def delete(conn: Any) -> dict[int, str]:
             outcome: dict[int, str] = {}
             for job_id in ids:
@@ -69,6 +74,7 @@ class PgDeadLetters:
 
     def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
         """Delete dead jobs finished more than ``older_than`` seconds ago (server clock)."""
+        older_than = rows.age(older_than, "older_than")
         total = 0
         while True:
             def purge(conn: Any) -> int:

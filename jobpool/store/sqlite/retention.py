@@ -10,8 +10,8 @@ import sqlite3
 import time
 from typing import Any, Callable, Iterable, List, Protocol  # List: a method here is named list
 
-from jobpool import bounds
 from jobpool.errors import JobNotFound
+from jobpool.store import rows
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL, SWEEP_BATCH as BATCH
 
@@ -49,21 +49,21 @@ class DeadLetters:
         """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
         unless ``reset_state``; returns id -> what happened."""
         now = time.time() if now is None else now
+        ids = rows.job_ids(ids, "dead.retry")
         outcome: dict[int, str] = {}
 
         def retry(conn):
             for job_id in ids:
-                bound = bounds.row_id(job_id)
                 try:
-                    changed = conn.execute(sql.RETRY_DEAD, {"id": bound, "now": now,
+                    changed = conn.execute(sql.RETRY_DEAD, {"id": job_id, "now": now,
                                                             "reset_state": reset_state}).rowcount
                 except sqlite3.IntegrityError:
                     outcome[job_id] = "key held by a live job"
                     continue
                 if changed:
-                    conn.execute(sql.MEMBER_REOPENED, {"id": bound})  # R34
-                    conn.execute(sql.LANE_READY, {"id": bound})  # R35: back in its lane
-                outcome[job_id] = "retried" if changed else self._why_not(conn, bound)
+                    conn.execute(sql.MEMBER_REOPENED, {"id": job_id})  # R34
+                    conn.execute(sql.LANE_READY, {"id": job_id})  # R35: back in its lane
+                outcome[job_id] = "retried" if changed else self._why_not(conn, job_id)
             return outcome
         result = self.store.transaction("retrying dead jobs", retry)
         if "retried" in result.values():
@@ -71,21 +71,22 @@ class DeadLetters:
         return result
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:
+        ids = rows.job_ids(ids, "dead.delete")
         outcome: dict[int, str] = {}
 
         def delete(conn):
             for job_id in ids:
-                bound = bounds.row_id(job_id)
-                if conn.execute(sql.DELETE_DEAD, {"id": bound}).fetchall():
-                    conn.execute(sql.DELETE_ATTEMPTS, (bound,))
+                if conn.execute(sql.DELETE_DEAD, {"id": job_id}).fetchall():
+                    conn.execute(sql.DELETE_ATTEMPTS, (job_id,))
                     outcome[job_id] = "deleted"
                 else:
-                    outcome[job_id] = self._why_not(conn, bound)
+                    outcome[job_id] = self._why_not(conn, job_id)
             return outcome
         return self.store.transaction("deleting dead jobs", delete)
 
     def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
         """Delete dead jobs finished more than ``older_than`` seconds ago."""
+        older_than = rows.age(older_than, "older_than")
         now = time.time() if now is None else now
         return purge_finished(self.store, "dead", now - older_than, progress=progress)
 
