@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from jobpool import protocol
+from jobpool import protocol, serialize
 from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE
 from jobpool.errors import EnqueueError, Interrupted, LeaseLostError, StoreError
 
@@ -181,6 +181,11 @@ def save_state(state: Any, force: bool = False) -> None:
         text = json.dumps(state, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"save_state: the state must be JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("save_state: the state must be JSON: nested too deeply") from None
+    clash = "{" in text and serialize.json_key_clash(state)
+    if clash:
+        raise ValueError(f"save_state: the state must be JSON: {clash}")
     size = len(text.encode())
     if size > MAX_STATE_BYTES:
         raise ValueError(f"save_state: the state is {size} bytes as JSON, over the "

@@ -27,6 +27,43 @@ _decode_text = json.JSONDecoder().decode
 encoder = _encoder
 
 
+def json_key_clash(value: Any) -> str | None:
+    """R1: what is wrong when a dict in ``value`` has two keys JSON writes as one
+    (``{1: "a", "1": "b"}`` is written ``{"1":"a","1":"b"}``, which no reader takes
+    back as it was: a decoder keeps one of the two, and jobpool's own row checks refuse
+    the text, R44); None when none has. Only a dict with a key that is not text can
+    have such a pair: JSON writes a number, ``True``, ``False`` or ``None`` as text."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(type(key) is str for key in item):
+                written: dict[str, Any] = {}
+                for key in item:
+                    text = _json_key(key)
+                    if text in written:
+                        return (f"the keys {written[text]!r} and {key!r} of one dict are both "
+                                f"written as the JSON key {text!r}")
+                    written[text] = key
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as ``json`` writes it (the types its encoder takes as keys)."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None:
+        return "true" if key is True else "false" if key is False else "null"
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return float.__repr__(key)
+    return repr(key)  # not a key JSON takes: the encoder has refused it already
+
+
 def check_serializer(serializer: str) -> str:
     if serializer not in SERIALIZERS:
         raise EnqueueError(f"serializer must be one of {', '.join(SERIALIZERS)}, not {serializer!r}")
@@ -51,6 +88,11 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
             raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
         if bounds.not_unicode(data):
             raise EnqueueError(f"payload {bounds.NOT_UNICODE}: JSON cannot carry it")
+        # The keyword arguments' own dict (one brace) has text keys; a nested dict may not.
+        if data.count("{") > 1:
+            clash = json_key_clash(args) or json_key_clash(list(kwargs.values()))
+            if clash:
+                raise EnqueueError(f"payload cannot be serialized as JSON: {clash}")
         size = bounds.utf8_size(data)
     else:
         import dill
@@ -115,6 +157,10 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc
     if bounds.not_unicode(text):
         raise ValueError(f"result {bounds.NOT_UNICODE}: JSON cannot carry it")
+    if "{" in text:
+        clash = json_key_clash(value)
+        if clash:
+            raise ValueError(f"result cannot be serialized as JSON: {clash}")
     return text
 
 

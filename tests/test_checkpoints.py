@@ -8,6 +8,10 @@ import os
 import signal
 import time
 
+import pytest
+
+import jobpool
+
 from .conftest import wait_for
 
 APP = """
@@ -169,3 +173,14 @@ def test_the_cli_forgets_a_state_on_reset_and_on_a_retry_that_asks(make_any_app)
     again = app.cli("jobs", "reset-state", str(kept), "--db", db)
     assert (again.returncode, again.stderr.strip()) == (1, f"job {kept}: not reset: no saved state")
     assert store.get(kept)["state"] is None
+
+
+def test_a_state_json_cannot_carry_as_it_is_refused_naming_why():
+    # Checked before anything else (outside a pool it then does nothing).
+    with pytest.raises(ValueError, match="are both written as the JSON key '1'"):
+        jobpool.save_state({"seen": {1: True, "1": False}})
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        jobpool.save_state(deep)

@@ -61,6 +61,11 @@ def bad_result():
     mark("bad_result")
     return {1, 2}
 
+@job(name="t.clashing_result", store_result=True, max_attempts=3)
+def clashing_result():
+    mark("clashing_result")
+    return {"counts": {1: "one", "1": "the text one"}}
+
 @job(name="t.huge_result", store_result=True, max_attempts=3)
 def huge_result():
     mark("huge_result")
@@ -300,6 +305,7 @@ def test_a_job_that_takes_the_numbers_of_the_childs_stream_copies_keeps_its_file
 
 @pytest.mark.parametrize("name, reason", [
     ("t.bad_result", "result cannot be stored"),
+    ("t.clashing_result", "the keys 1 and '1' of one dict are both written as the JSON key '1'"),
     ("t.huge_result", "over the 1048576-byte limit"),
 ])
 def test_a_result_that_cannot_be_stored_is_dead_at_once_without_running_the_body_again(

@@ -19,7 +19,7 @@ from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
 from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
-from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
+from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload, json_key_clash
 from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import row_codec
 #: The statuses a row can have in any store.
@@ -155,6 +155,10 @@ def meta_json(meta: Any, what: str = "meta") -> str:
         raise EnqueueError(f"{what} is not JSON: nested too deeply") from None
     if bounds.not_unicode(text):
         raise EnqueueError(f"{what} {bounds.NOT_UNICODE}")
+    if text.count("{") > 1:  # its own keys are text (above); a nested dict's may not be
+        clash = json_key_clash(list(meta.values()))
+        if clash:
+            raise EnqueueError(f"{what} is not JSON: {clash}")
     size = bounds.utf8_size(text)
     if _JSON_NUL.search(text):
         # SQLite would keep it; PostgreSQL's jsonb refuses it: refused on both alike.
@@ -361,9 +365,11 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     """
     if set(map(type, items)) <= {tuple, list}:
         try:
-            return _utf8_only(json_batch_encoder.encode(items)), True
+            text = _utf8_only(json_batch_encoder.encode(items))
         except (TypeError, ValueError):
             return None
+        # R1: a dict whose keys JSON writes as one goes the per-item way, which names it.
+        return None if "{" in text and json_key_clash(items) else (text, True)
     pairs = []
     for item in items:
         if isinstance(item, (tuple, list)):
@@ -375,9 +381,10 @@ def json_batch(items: list) -> tuple[str, bool] | None:
         else:
             return None
     try:
-        return _utf8_only(json_batch_encoder.encode(pairs)), False
+        text = _utf8_only(json_batch_encoder.encode(pairs))
     except (TypeError, ValueError):
         return None
+    return None if text.count("{") > len(pairs) and json_key_clash(pairs) else (text, False)
 
 
 def _utf8_only(text: str) -> str:

@@ -525,3 +525,33 @@ def test_an_id_beyond_64_bits_names_no_row(any_store, beyond):
             call(beyond)
     assert any_store.batches.members(beyond) == {}
     assert [job["status"] for job in any_store.list_jobs()] == ["ready"]  # nothing touched
+
+
+@pytest.mark.parametrize("how", ["args", "kwargs", "chain", "meta", "many", "many signature",
+                                 "many meta", "step meta"])
+def test_a_dict_whose_keys_json_writes_as_one_is_refused_before_anything_is_written(
+        any_store, how):
+    # R1: {1: "a", "1": "b"} is written {"1":"a","1":"b"}: a job would get one of the two
+    # values, and a chain step or metadata holding it was refused by the row checks
+    # later (R44): the job before the step died without running, the metadata read as
+    # malformed for good on SQLite.
+    clash = {"n": {1: "a", "1": "b"}}
+    step = jobpool.Signature("c.next", (), {}, None)
+    calls = {
+        "args": lambda: any_store.enqueue("c.job", clash),
+        "kwargs": lambda: any_store.enqueue_with("c.job", kwargs={"x": [clash]}),
+        "chain": lambda: any_store.enqueue_with("c.job", then=jobpool.Signature(
+            "c.next", (clash,), {}, None)),
+        "meta": lambda: any_store.enqueue_with("c.job", meta={"m": clash}),
+        "many": lambda: any_store.enqueue_many("c.job", [(1,), (clash,)]),
+        "many signature": lambda: any_store.enqueue_many("c.job", [jobpool.Signature(
+            "c.job", (), {"x": {None: 1, "null": 2}}, None)]),
+        "many meta": lambda: any_store.enqueue_many("c.job", [(1,)], meta={"m": clash}),
+        "step meta": lambda: any_store.enqueue_with("c.job", then=step.with_meta({"m": clash})),
+    }
+    with pytest.raises(EnqueueError, match="are both written as the JSON key"):
+        calls[how]()
+    assert any_store.list_jobs() == []
+    # Keys of other types that JSON writes apart are taken, as before.
+    any_store.enqueue("c.job", {1: "a", 2: {True: "b", "x": [{None: 0}]}})
+    assert len(any_store.list_jobs()) == 1
