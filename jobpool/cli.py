@@ -79,6 +79,52 @@ class _Stdout:
         return getattr(self.console, name)
 
 
+class _GuardedOutput:
+    """Standard output while a command runs. A reader that went away (``jobpool jobs
+    list | head``) or a write that failed (``> /dev/full``) ends the command's output,
+    not the command: what it was doing (a retry of every dead job, say) is carried out
+    and reported by its exit code, and the rest of its output is dropped. Before, the
+    first failed write raised out of the command as a traceback (exit 1), after its
+    action had committed, and a user ran it again."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        #: The first write that failed, other than a reader gone (which is no error).
+        self.failed: OSError | None = None
+        self._dropping = False
+
+    def write(self, text: str) -> int:
+        if not self._dropping:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                self._drop(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._dropping:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._drop(exc)
+
+    def _drop(self, exc: OSError) -> None:
+        self._dropping = True
+        if not isinstance(exc, BrokenPipeError):
+            self.failed = exc
+        try:  # what is left in the stream's buffer would fail again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+#: Commands that run until stopped, whose output ``_GuardedOutput`` leaves alone.
+_SERVING = frozenset({"start", "web"})
+
+
 class UserError(JobpoolError):
     """A CLI mistake: reported as one line."""
 
@@ -1249,7 +1295,7 @@ def cmd_metrics(args: argparse.Namespace, out: _Stdout) -> int:
     gauges = StoreGauges(store, every=args.every)
     if not args.serve:
         gauges.refresh()
-        sys.stdout.write(gauges.exposition().decode())
+        print(gauges.exposition().decode(), end="")  # nothing when stdout is closed
         return 0
     serve(gauges, args.serve, lambda line: print(line, flush=True))
     return 0
@@ -1522,8 +1568,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = getattr(args, f"{args.command}_command", None)
     key = (args.command, sub) if sub else args.command
     out: Any = _Stdout()
+    stdout = sys.stdout
+    # A pool and the web server answer for their own output (the live dashboard, R46;
+    # a job's prints in a child, R43): only the short commands are guarded.
+    guarded = (_GuardedOutput(stdout) if stdout is not None and args.command not in _SERVING
+               else None)
+    if guarded is not None:
+        sys.stdout = guarded
     try:
-        return COMMANDS[key](args, out)
+        code = COMMANDS[key](args, out)
     except (JobpoolError, ValueError) as exc:
         if _debug():
             traceback.print_exc()
@@ -1531,6 +1584,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        if guarded is not None:
+            guarded.flush()
+        sys.stdout = stdout
+    if guarded is not None and guarded.failed is not None:
+        print(f"jobpool: error: cannot write to standard output: "
+              f"{guarded.failed.strerror or guarded.failed}", file=sys.stderr)
+        return code or 1
+    return code
 
 
 def run() -> None:

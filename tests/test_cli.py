@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -469,3 +472,52 @@ def test_a_run_builds_only_the_parser_of_its_command_and_parses_as_the_whole_one
     assert code == 2 and "invalid choice: 'start'" in err
     code, _out, err = _parsed(cli.build_parser(["jobs", "show"]), ["jobs", "list"], capsys)
     assert code == 2 and "invalid choice: 'list'" in err
+
+
+def _ran_with_its_reader_gone(app, *args):
+    """``jobpool ARGS`` with its standard output a pipe whose reader closed at once
+    (``... | head -c0``): its exit code and standard error."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "jobpool", *args], cwd=app.dir,
+                              env=app.env, stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+    finally:
+        os.close(write)
+    return done.returncode, done.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_output_not_the_command(make_app):
+    # `jobpool dead retry --all | head -1`: the retry is carried out and said by the exit
+    # code; before, the first write past the pipe's buffer raised out of the command as
+    # a traceback (exit 1) after the retry had committed, and a user would run it again.
+    app = make_app(APP)
+    store = app.store()
+    ids = [h.id for h in store.enqueue_many("t.hello", [("x",)] * 1500)]
+    for job_id in ids:
+        store.cancel(job_id)
+    code, err = _ran_with_its_reader_gone(app, "dead", "retry", "--all", "--db", str(app.db))
+    assert (code, err) == (0, "")
+    assert store.stats()["ready"] == 1500 and store.dead.ids() == []
+    code, err = _ran_with_its_reader_gone(app, "jobs", "list", "--limit", "1500", "--json",
+                                          "--db", str(app.db))
+    assert (code, err) == (0, "")
+
+
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(make_app):
+    app = make_app(APP)
+    app.store().enqueue_many("t.hello", [("x",)] * 1500)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "jobpool", "jobs", "list", "--limit",
+                               "1500", "--db", str(app.db)], cwd=app.dir, env=app.env,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "jobpool: error: cannot write to standard output: No space left on device"]
+    # With standard output closed, a command prints nothing and does its work.
+    done = subprocess.run([sys.executable, "-m", "jobpool", "metrics", "--db", str(app.db)],
+                          cwd=app.dir, env=app.env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=60,
+                          preexec_fn=lambda: os.close(1))
+    assert (done.returncode, done.stderr) == (0, "")
