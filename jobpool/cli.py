@@ -1552,10 +1552,33 @@ COMMANDS = {
 }
 
 
+def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """No option takes an empty string. Each read one as not given: ``dead retry --all
+    --name "$NAME"`` with ``NAME`` unset retried every dead job, ``stop --pool ''`` said
+    no pool runs while one did, ``start --queues ''`` served every queue."""
+    flags: dict[str, str] = {}
+    positional: set[str] = set()  # a command's own argument (``pause QUEUE``) checks itself
+    parsers = [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.option_strings:
+                flags.setdefault(action.dest, action.option_strings[-1])
+            else:
+                positional.add(action.dest)
+    for dest in positional:
+        flags.pop(dest, None)
+    for dest, value in vars(args).items():
+        if dest in flags and (value == "" or (isinstance(value, list) and "" in value)):
+            parser.error(f"argument {flags[dest]}: expected a value, not an empty string")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(_attached(argv))
+    _refuse_empty_values(parser, args)
     if hasattr(args, "mode"):
         _store_mode(parser, args)
     if getattr(args, "db", None) is not None:

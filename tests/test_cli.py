@@ -180,6 +180,18 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
     (["enqueue", "t.hello", "--args", "[" * 5000 + "]" * 5000],
      "argument --args: --args is nested too deeply"),
     (["frobnicate"], "invalid choice"),
+    # No option takes an empty string: each read one as not given (`--name "$NAME"`
+    # with NAME unset retried every dead job; `--pool ''` said no pool was running).
+    *((args, f"argument {flag}: expected a value, not an empty string")
+      for flag, args in (("--name", ["dead", "retry", "--all", "--name", ""]),
+                         ("--pool", ["stop", "--pool", ""]),
+                         ("--host", ["scale", "--procs", "2", "--host", ""]),
+                         ("--queues", ["start", "--burst", "--queues", ""]),
+                         ("--from", ["enqueue", "t.hello", "--from", ""]),
+                         ("--on-success", ["enqueue", "t.hello", "--from", "f",
+                                           "--on-success", ""]),
+                         ("--salvage", ["doctor", "--salvage", ""]),
+                         ("--app", ["status", "--app", ""]))),
 ])
 def test_usage_mistakes_are_one_line_and_exit_2(make_app, args, needle):
     app = make_app(APP)
