@@ -22,6 +22,7 @@ from jobpool.display import markup_escape, meta_text, shown
 from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
+from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store import factory
@@ -725,16 +726,45 @@ def _with_dashboard(supervisor, db: str) -> int:
         viewer.stop(5.0)
 
 
+#: The longest line a ``--from`` file may have: a job's payload at its bound (R41), as
+#: JSON text escapes it at most (six bytes a byte), and room for its keys.
+_FROM_LINE_MOST = 6 * MAX_PAYLOAD_BYTES + 4096
+
+
+def _lines_of(fh: Any, source: str) -> list[str]:
+    """The lines of a ``--from`` file (read as bytes), each within ``_FROM_LINE_MOST``
+    (``/dev/zero`` or a file with no line ends is refused, not read into memory whole),
+    a read or decoding failure named with its line."""
+    lines: list[str] = []
+    while True:
+        try:
+            raw = fh.readline(_FROM_LINE_MOST + 1)
+        except OSError as exc:
+            raise UserError(f"cannot read --from {source}: {exc.strerror or exc}") from None
+        if not raw:
+            return lines
+        number = len(lines) + 1
+        if len(raw) > _FROM_LINE_MOST:
+            raise UserError(f"--from {source} line {number}: longer than {_FROM_LINE_MOST} "
+                            f"bytes (one job's arguments are at most {MAX_PAYLOAD_BYTES})")
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError:
+            raise UserError(f"--from {source} line {number}: not UTF-8 text") from None
+
+
 def _read_items(source: str, out: _Stdout) -> list:
     """Parse a JSON-lines file of job arguments, naming the line of any mistake."""
-    stream = sys.stdin if source == "-" else None
+    stream = getattr(sys.stdin, "buffer", None) if source == "-" else None
+    if source == "-" and stream is None:
+        raise UserError("cannot read --from -: standard input is closed")
     try:
-        fh = stream or open(source, encoding="utf-8")
+        fh = stream or open(source, "rb")
     except OSError as exc:
         raise UserError(f"cannot read --from {source}: {exc.strerror}") from None
     items: list[Any] = []
     with fh:
-        lines = fh.read().splitlines()
+        lines = _lines_of(fh, source)
     progress = None
     if out.is_terminal and len(lines) > 1000:
         from rich.progress import Progress
@@ -753,11 +783,15 @@ def _read_items(source: str, out: _Stdout) -> list:
                 raise UserError(f"--from {source} line {number}: nested too deeply") from None
             if isinstance(value, list):
                 items.append(tuple(value))
-            elif isinstance(value, dict) and set(value) <= {"args", "kwargs"}:
+            elif (isinstance(value, dict) and set(value) <= {"args", "kwargs"}
+                  and isinstance(value.get("args", []), list)
+                  and isinstance(value.get("kwargs") or {}, dict)):
+                # Not tuple() of anything: "ab" would be the arguments "a" and "b".
                 items.append(jobs.Signature("", tuple(value.get("args", ())), value.get("kwargs")))
             else:
                 raise UserError(f"--from {source} line {number}: expected a JSON array of "
-                                f"arguments or an object with args and kwargs")
+                                f"arguments or an object with args (an array) and kwargs "
+                                f"(an object)")
             if progress is not None and number % 1000 == 0:
                 progress.update(task, completed=number)
     finally:

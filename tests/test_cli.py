@@ -533,3 +533,35 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_1(make_app):
                           stderr=subprocess.PIPE, text=True, timeout=60,
                           preexec_fn=lambda: os.close(1))
     assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("content, needle", [
+    # `tuple()` of any value made it the arguments: "ab" queued ("a", "b"), 5 a traceback.
+    *((line, "line 2: expected a JSON array of arguments or an object with args (an array) "
+             "and kwargs (an object)")
+      for line in (b'{"args": 5}', b'{"args": null}', b'{"args": "ab"}', b'{"args": {"x": 1}}',
+                   b'{"kwargs": [1]}')),
+    (b"\xff\xfe[1]", "line 2: not UTF-8 text"),
+    (b"[" + b" " * (7 * 1024 * 1024) + b"]", "line 2: longer than 6295552 bytes"),
+])
+def test_a_from_file_line_that_is_not_a_job_is_named_and_nothing_is_queued(
+        make_app, content, needle):
+    app = make_app(APP)
+    (app.dir / "jobs.jsonl").write_bytes(b'["first"]\n' + content + b"\n")
+    line = one_line_error(app.cli("enqueue", "t.hello", "--from", "jobs.jsonl", "--db",
+                                  str(app.db)))
+    assert line == f"jobpool: error: --from jobs.jsonl {needle}" or needle in line, line
+    assert app.store().list_jobs() == []
+
+
+def test_a_from_source_that_never_ends_a_line_or_is_closed_is_refused(make_app):
+    app = make_app(APP)
+    line = one_line_error(app.cli("enqueue", "t.hello", "--from", "/dev/zero", "--db",
+                                  str(app.db)))
+    assert "--from /dev/zero line 1: longer than" in line
+    done = subprocess.run([sys.executable, "-m", "jobpool", "enqueue", "t.hello", "--from", "-",
+                           "--db", str(app.db)], cwd=app.dir, env=app.env, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          preexec_fn=lambda: os.close(0))
+    assert one_line_error(done) == "jobpool: error: cannot read --from -: standard input is closed"
+    assert app.store().list_jobs() == []
