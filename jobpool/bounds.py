@@ -6,6 +6,7 @@ thing with the same words. Payload and result sizes live beside their encoder
 """
 from __future__ import annotations
 
+import math
 import os
 import resource
 from typing import Any
@@ -49,13 +50,38 @@ def queue_running(value: object) -> int:
 MAX_DELAY = 10 * 365.25 * 86400
 
 
+#: What ``env_seconds`` found wrong with the environment's settings: the CLI refuses to
+#: run with any (one line, exit 2), and ``jobpool.connect`` raises it.
+SETTING_PROBLEMS: list[str] = []
+
+
+def env_seconds(name: str, default: float) -> float:
+    """The environment's setting ``name``, a number of seconds above 0 (at most 10 years),
+    else ``default``. A value that is not one is noted in ``SETTING_PROBLEMS`` (the
+    default stands in until it is reported): read at import, a ``ValueError`` there ended
+    every command, ``--help`` too, in a traceback that did not name the variable."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_DELAY:
+        problem = (f"{name} must be a number of seconds above 0, at most 10 years, not "
+                   f"{text!r}")
+        SETTING_PROBLEMS.append(problem)
+        return default
+    return value
+
+
 #: R65: the longest a pipe's reader waits for the rest of a message it has begun, in
 #: seconds (``JOBPOOL_MESSAGE_STALL``: the tests' knob). A child writes each message in
 #: one call, so its bytes follow at once; one that stops part-way (a job that wrote onto
 #: its pipe, a frozen child) is no message, and the supervisor, whose ends do not block,
 #: takes the pipe for lost instead of waiting with the whole pool. Read when a message
 #: stalls, by the pure reader (``channel``) and the compiled one alike.
-MESSAGE_STALL = float(os.environ.get("JOBPOOL_MESSAGE_STALL", "5"))
+MESSAGE_STALL = env_seconds("JOBPOOL_MESSAGE_STALL", 5.0)
 #: R65: the longest message either side of a pipe sends, in bytes: a child's request to
 #: add 500 members to its batch (``running.ADDS_PER_REQUEST``), each with a payload and
 #: metadata at their bounds, is about half of it. A longer length is no message (and is

@@ -1611,6 +1611,8 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
+    if bounds.SETTING_PROBLEMS:  # read from the environment at import
+        parser.error(bounds.SETTING_PROBLEMS[0])
     args = parser.parse_args(_attached(argv))
     _refuse_empty_values(parser, args)
     if hasattr(args, "mode"):

@@ -15,7 +15,7 @@ from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL  # noqa: F401 - 
 from jobpool.store.sqlite.options import DEFAULT_MODE
 
 #: R11: fallback poll interval when no wake-up arrives, seconds.
-POLL_INTERVAL = float(os.environ.get("JOBPOOL_POLL_INTERVAL", "1.0"))
+POLL_INTERVAL = bounds.env_seconds("JOBPOOL_POLL_INTERVAL", 1.0)
 #: R25: how long a graceful stop waits for running jobs, seconds.
 DRAIN = 5.0
 #: R20: after SIGTERM at the hard timeout, how long before SIGKILL, seconds.
@@ -28,7 +28,7 @@ STORE_TIMEOUT = 60.0
 STATUS_EVERY = 10.0
 #: How often the pool writes its heartbeat, progress and counters, and reads the
 #: operators' requests (stop, scale, cancel), seconds (R22, R27, R29, R31).
-HEARTBEAT_EVERY = float(os.environ.get("JOBPOOL_HEARTBEAT", "1.0"))
+HEARTBEAT_EVERY = bounds.env_seconds("JOBPOOL_HEARTBEAT", 1.0)
 
 
 #: The supervisor's pump (``supervisor/pump.py``): the steady-state loop of plain jobs

@@ -8,15 +8,14 @@ R24b: paused, partitioned, or killed where no pid can be checked).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jobpool import procinfo
+from jobpool import bounds, procinfo
 
 #: R24b: seconds without a heartbeat after which a pool is dead. Pools beat every
 #: second (``JOBPOOL_HEARTBEAT``), so ten missed beats are not a slow turn.
-DEAD_AFTER = float(os.environ.get("JOBPOOL_DEAD_AFTER", "10.0"))
+DEAD_AFTER = bounds.env_seconds("JOBPOOL_DEAD_AFTER", 10.0)
 
 
 def pool_death(pool: Mapping[str, Any], now: float, dead_after: float = DEAD_AFTER) -> str | None:

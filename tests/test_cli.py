@@ -565,3 +565,22 @@ def test_a_from_source_that_never_ends_a_line_or_is_closed_is_refused(make_app):
                           preexec_fn=lambda: os.close(0))
     assert one_line_error(done) == "jobpool: error: cannot read --from -: standard input is closed"
     assert app.store().list_jobs() == []
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("JOBPOOL_POLL_INTERVAL", "abc"), ("JOBPOOL_HEARTBEAT", "0"), ("JOBPOOL_DEAD_AFTER", "nan"),
+    ("JOBPOOL_MESSAGE_STALL", "-1"), ("JOBPOOL_WAL_WARN_AFTER", "x")])
+def test_a_setting_of_the_environment_that_is_not_seconds_is_named_in_one_line(
+        make_app, setting, value):
+    # Read at import, each was a traceback of every command (`--help` too) that did not
+    # name the variable, or was taken (a heartbeat of 0 s).
+    app = make_app(APP)
+    for args in (["status", "--db", str(app.db)],
+                 ["start", "--burst", "--app", app.module, "--db", str(app.db)]):
+        done = subprocess.run([sys.executable, "-m", "jobpool", *args], cwd=app.dir,
+                              env=dict(app.env, **{setting: value}), capture_output=True,
+                              text=True, timeout=60)
+        line = one_line_error(done, code=done.returncode)
+        assert done.returncode in (1, 2)
+        assert (f"{setting} must be a number of seconds above 0, at most 10 years, "
+                f"not {value!r}") in line

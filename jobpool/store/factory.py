@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from jobpool import bounds
+from jobpool.errors import JobpoolError
 from jobpool.store.sqlite.options import BUSY_TIMEOUT, DEFAULT_MODE
 from jobpool.store.urls import is_postgres_url, resolve_path
 
@@ -28,13 +30,23 @@ def connect(db: str | os.PathLike | None = None, *, durability: str | None = Non
     path = resolve_path(db)
     if is_postgres_url(path):
         from jobpool.store.postgres import store as postgres
+        _refuse_bad_settings()
         return postgres.connect(path, create=create, readonly=readonly, durability=durability)
     from jobpool.store.sqlite.store import SQLiteStore
+    _refuse_bad_settings()
     if readonly:
         create = False
     return SQLiteStore(path, durability=durability, create=create, check=check,
                        busy_timeout=busy_timeout, mode=mode, readonly=readonly,
                        allow_world_writable=allow_world_writable)
+
+
+def _refuse_bad_settings() -> None:
+    """A setting the environment gives that is not what it must be (``JOBPOOL_HEARTBEAT=x``,
+    read when its module was imported): a ``JobpoolError`` naming it, before any store
+    is opened with the default standing in for it."""
+    if bounds.SETTING_PROBLEMS:
+        raise JobpoolError(bounds.SETTING_PROBLEMS[0])
 
 
 def doctor(db: str) -> Any:

@@ -36,7 +36,7 @@ import sqlite3
 import signal
 import time
 
-from jobpool import proctree
+from jobpool import bounds, proctree
 from jobpool.forked import Forked
 from jobpool.store.sqlite import statements as sql
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ RESTART_WAIT = 0.01
 RESTART_RETRY_MAX = 5.0
 #: After the WAL could not start over for this long, seconds, the checkpointer warns
 #: (``JOBPOOL_WAL_WARN_AFTER`` sets it: the tests' knob).
-PINNED_WARN_AFTER = float(os.environ.get("JOBPOOL_WAL_WARN_AFTER", "30"))
+PINNED_WARN_AFTER = bounds.env_seconds("JOBPOOL_WAL_WARN_AFTER", 30.0)
 #: What a WAL frame adds to its page, bytes.
 FRAME_HEADER_BYTES = 24
 #: WAL size past which the checkpoint also starts the file over, bytes.
