@@ -1501,23 +1501,23 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
     doctor = factory.doctor(path)
     if args.salvage:
         report = doctor.salvage(path, args.salvage)
-        print(f"copied {report.copied} jobs from {path} into {args.salvage}")
+        print(f"copied {report.copied} jobs from {shown(path)} into {shown(args.salvage)}")
         if report.unreadable:
             print(f"{len(report.unreadable)} job rows could not be read: "
                   f"{', '.join(map(str, report.unreadable[:20]))}", file=sys.stderr)
         for problem in report.problems:
-            print(f"problem: {problem}", file=sys.stderr)
+            print(f"problem: {shown(problem)}", file=sys.stderr)
         return 1 if report.unreadable or report.problems else 0
     report = doctor.check(path)
     if report.ok:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())) or "no jobs"
-        print(f"{path}: ok ({counts})")
+        print(f"{shown(path)}: ok ({counts})")
         return 0
     if report.problems:
-        print(f"{path}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` "
+        print(f"{shown(path)}: {len(report.problems)} problem(s); `jobpool doctor --salvage NEW` "
               f"copies what is readable into a new store", file=sys.stderr)
         for problem in report.problems:
-            print(f"  {problem}", file=sys.stderr)
+            print(f"  {shown(problem)}", file=sys.stderr)
     if report.malformed_count:
         _print_malformed(path, report.malformed, report.malformed_count)
     return 1
@@ -1526,7 +1526,7 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
 def _print_malformed(path: str, named: list[str], count: int) -> None:
     """R44: the rows doctor found malformed, by id and column (stderr)."""
     from jobpool.store.row_codec import DOCTOR_NOTE
-    print(f"{path}: {count} malformed row(s): {DOCTOR_NOTE}", file=sys.stderr)
+    print(f"{shown(path)}: {count} malformed row(s): {DOCTOR_NOTE}", file=sys.stderr)
     for line in named:
         print(f"  {shown(line)}", file=sys.stderr)
     if count > len(named):

@@ -1,6 +1,7 @@
 """Opening a store safely (R26a): refuse what is corrupt or foreign, write nothing."""
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -253,3 +254,40 @@ def test_a_path_with_a_colon_is_still_a_path(tmp_path, monkeypatch, db):
     absolute = jobpool.connect(tmp_path / "x:y" / "abs:olute.db")
     absolute.close()
     assert (tmp_path / "x:y" / "abs:olute.db").exists()
+
+
+@pytest.mark.parametrize("what, says", [
+    ("directory", "{db} is a directory, not a jobpool store"),
+    ("fifo", "{db} is not a regular file, not a jobpool store"),  # its open waited for ever
+    ("under a file", "cannot read {db}: Not a directory"),
+    ("missing", "no jobpool store at {db}"),
+    ("not a database", "{db} is not a jobpool store (not an SQLite database file)"),
+    ("escapes", "no jobpool store at {db}"),
+])
+@pytest.mark.parametrize("salvage", [False, True])
+def test_doctor_names_a_file_it_cannot_check_in_one_line_and_makes_no_new_store(
+        make_app, what, says, salvage):
+    # Each was a traceback (sqlite3's "disk I/O error", "unable to open database file"),
+    # a FIFO a hang, and a salvage of a file that is not a store left an empty new one.
+    app = make_app(APP)
+    db = app.dir / ("\x1b]0;pwn\x07.db" if what == "escapes" else "checked.db")
+    if what == "under a file":
+        (app.dir / "notes.txt").write_text("just some text\n")
+        db = app.dir / "notes.txt" / "checked.db"
+    if what == "directory":
+        db.mkdir()
+    elif what == "fifo":
+        os.mkfifo(db)
+    elif what == "not a database":
+        db.write_text("just some text\n")
+    named = str(db.relative_to(app.dir))
+    args = ["doctor", "--db", named] + (["--salvage", "new.db"] if salvage else [])
+    result = app.cli(*args, timeout=30)
+    assert result.returncode == 1 and result.stdout == ""
+    shown = named.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+    lines = result.stderr.strip().splitlines()
+    if what == "not a database" and not salvage:  # a check reports it as the file's problem
+        assert lines[-1] == f"  {says.format(db=shown)}" and "1 problem(s)" in lines[0]
+    else:
+        assert lines == [f"jobpool: error: {says.format(db=shown)}"]
+    assert not (app.dir / "new.db").exists()

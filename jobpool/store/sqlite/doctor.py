@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,15 +45,31 @@ class Report:
 
 
 def _read_only(path: str) -> sqlite_utils.Database:
+    """The store at ``path``, opened read-only, once it is known to be a file this
+    process may read: a ``JobpoolError`` naming what it is instead (a directory, a file
+    it may not read, a FIFO, whose open would wait for ever for a writer), stated
+    rather than opened (R42: nothing of ours opens a store's file itself)."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        raise JobpoolError(f"no jobpool store at {path}") from None
+    except OSError as exc:
+        raise JobpoolError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(found.st_mode):
+        kind = "a directory" if stat.S_ISDIR(found.st_mode) else "not a regular file"
+        raise JobpoolError(f"{path} is {kind}, not a jobpool store")
+    if not os.access(path, os.R_OK):
+        raise JobpoolError(f"cannot read {path}: permission denied")
     uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro"
-    return sqlite_utils.Database(sqlite3.connect(uri, uri=True))
+    try:
+        return sqlite_utils.Database(sqlite3.connect(uri, uri=True))
+    except sqlite3.Error as exc:
+        raise JobpoolError(f"cannot open {path}: {exc}") from None
 
 
 def check(path: str) -> Report:
     """Integrity and schema of the store at ``path``, read without writing."""
     report = Report(path)
-    if not os.path.exists(path):
-        raise JobpoolError(f"no jobpool store at {path}")
     db = _read_only(path)
     try:
         check_header(db.conn, path)
@@ -109,6 +126,11 @@ def salvage(path: str, new_path: str) -> Report:
         raise JobpoolError(f"{new_path} exists; salvage writes only to a new file")
     report = Report(path)
     source = _read_only(path)
+    try:
+        check_header(source.conn, path)  # before the new file is made: none is left behind
+    except BaseException:
+        source.close()
+        raise
     target_store = SQLiteStore(new_path)  # creates the schema
     target_store.close()
     target = sqlite_utils.Database(new_path)
