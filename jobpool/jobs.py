@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from collections.abc import Iterable
 from typing import Any, Callable, Generic, ParamSpec, TypeVar, overload
 
-from jobpool import limits, options
+from jobpool import bounds, limits, options
 from jobpool.errors import EnqueueError, RegistryError, UnknownJobError
 from jobpool.handles import Handle, Handles, Signature
 from jobpool.lifecycle import DEFAULT_POLICY, Policy
@@ -148,12 +148,15 @@ class Job(Generic[P, R]):
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
                 raise RegistryError(f"job {name}: fatal= must list exception types, not {exc_type!r}")
         self.serializer = check_serializer(serializer)
-        if backoff_base < 0 or backoff_max < backoff_base:
+        self.backoff_base = _seconds_option(name, "backoff_base", backoff_base)
+        self.backoff_max = _seconds_option(name, "backoff_max", backoff_max)
+        if self.backoff_max < self.backoff_base:
             raise RegistryError(f"job {name}: need 0 <= backoff_base <= backoff_max")
-        self.backoff_base = float(backoff_base)
-        self.backoff_max = float(backoff_max)
-        if max_crashes is not None and max_crashes < 1:
-            raise RegistryError(f"job {name}: max_crashes must be at least 1")
+        if max_crashes is not None and (isinstance(max_crashes, bool)
+                                        or not isinstance(max_crashes, int)
+                                        or not 1 <= max_crashes <= bounds.INT32_MAX):
+            raise RegistryError(f"job {name}: max_crashes must be a whole number from 1 to "
+                                f"{bounds.INT32_MAX}, not {max_crashes!r}")
         #: None: the pool's --max-crashes (default DEFAULT_MAX_CRASHES) decides.
         self.max_crashes = int(max_crashes) if max_crashes is not None else None
         self.store_result = bool(store_result)
@@ -254,6 +257,26 @@ def _is_coroutine_function(fn: Callable) -> bool:
         not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
 
 
+def _seconds_option(name: str, field: str, value: Any, least: float = 0.0) -> float:
+    """A decorator's option in seconds: a number (or a ``timedelta``) from ``least`` to 10
+    years, else a ``RegistryError`` naming it (NaN passed every comparison, text raised
+    TypeError, 10**400 OverflowError)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not least <= value <= bounds.MAX_DELAY):
+        shown = (bounds.number_text(value) if isinstance(value, (int, float))
+                 and not isinstance(value, bool) else repr(value)[:80])
+        raise RegistryError(f"job {name}: {field}= must be a number of seconds from {least:g} "
+                            f"to 10 years, not {shown}")
+    return float(value)
+
+
+#: R33: the shortest ``every=``: an occurrence is keyed by its millisecond, so a shorter
+#: interval would give two occurrences one key.
+EVERY_LEAST = 0.001
+
+
 def _schedule(name: str, every: float | timedelta | None, cron: str | None, tz: str | None):
     """R33: a periodic job's schedule, or None. Validated at import, not at run time."""
     if every is not None and cron is not None:
@@ -263,10 +286,12 @@ def _schedule(name: str, every: float | timedelta | None, cron: str | None, tz: 
                             f"interval does not depend on one")
     if every is not None:
         from jobpool.periodic import Every
-        seconds_ = every.total_seconds() if isinstance(every, timedelta) else every
-        if isinstance(seconds_, bool) or not isinstance(seconds_, (int, float)) or not seconds_ > 0:
-            raise RegistryError(f"job {name}: every= must be a positive interval, not {every!r}")
-        return Every(float(seconds_))
+        return Every(_seconds_option(name, "every", every, EVERY_LEAST))
+    if tz is not None and (not isinstance(tz, str) or not tz):
+        raise RegistryError(f"job {name}: tz= must name a time zone (like 'Europe/Paris'), "
+                            f"not {tz!r}")
+    if cron is not None and not isinstance(cron, str):
+        raise RegistryError(f"job {name}: cron= must be a cron expression (text), not {cron!r}")
     if cron is not None:
         from jobpool.periodic import Cron
         try:

@@ -397,3 +397,25 @@ def test_a_nul_in_arguments_and_an_escaped_one_in_metadata_are_kept(store):
     row = store.get(job_id)
     assert json.loads(row["payload"]) == [["a\x00b"], {}]
     assert row["meta"] == {"k": "v\\u0000"}
+
+
+@pytest.mark.parametrize("options, words", [
+    # R41: both stores keep these as 32-bit integers: PostgreSQL refused a larger one at
+    # every heartbeat, so the pool never claimed; SQLite's driver overflowed at start.
+    (dict(max_running=2**31), "max_running must be a whole number from 1 to 2147483647"),
+    (dict(max_running=10**30), "max_running must be a whole number from 1 to 2147483647"),
+    (dict(rate="5/s", burst=2**31), "burst must be a whole number from 1 to 2147483647"),
+    # NaN passed every comparison; text raised TypeError; 1.5 crashes became 1.
+    (dict(backoff_base=float("nan")), "backoff_base= must be a number of seconds from 0"),
+    (dict(backoff_max=float("nan")), "backoff_max= must be a number of seconds from 0"),
+    (dict(backoff_base="1"), "backoff_base= must be a number of seconds"),
+    (dict(backoff_max=10**400), "backoff_max= must be a number of seconds from 0 to 10 years, "
+                                "not a 1329-bit integer"),
+    (dict(backoff_base=5, backoff_max=1), "need 0 <= backoff_base <= backoff_max"),
+    (dict(max_crashes=1.5), "max_crashes must be a whole number from 1"),
+    (dict(max_crashes=True), "max_crashes must be a whole number from 1"),
+])
+def test_a_declared_option_a_store_or_pool_cannot_keep_is_refused_at_import(options, words):
+    with pytest.raises(RegistryError, match=words):
+        jobpool.job(name="t.declared", **options)(lambda: None)
+    assert "t.declared" not in jobs.registered()

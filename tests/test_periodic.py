@@ -88,6 +88,12 @@ def test_a_cron_without_a_zone_runs_on_utc_whatever_the_hosts_zone(store, monkey
 @pytest.mark.parametrize("options, words", [
     (dict(every=60, tz="Europe/Paris"), "an every= interval does not depend on one"),
     (dict(cron="0 * * * *", tz="Mars/Olympus_Mons"), "unknown time zone 'Mars/Olympus_Mons'"),
+    (dict(cron="0 * * * *", tz=""), "tz= must name a time zone"),
+    (dict(cron=5), "cron= must be a cron expression"),
+    # An occurrence is keyed by its millisecond: a shorter interval gave two one key.
+    (dict(every=1e-9), r"every= must be a number of seconds from 0.001 to 10 years, not 1e-09"),
+    (dict(every=float("inf")), "every= must be a number of seconds from 0.001 to 10 years"),
+    (dict(every="60"), "every= must be a number of seconds"),
 ])
 def test_a_zone_that_cannot_apply_is_refused_at_import(options, words):
     with pytest.raises(RegistryError, match=words):
