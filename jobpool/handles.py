@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
-from jobpool.errors import EnqueueError, JobFailed, JobpoolError, UnsafeResultError
+from jobpool.errors import EnqueueError, JobFailed, JobpoolError, UnsafeResultError, seconds
 from jobpool.options import options_of
 
 if TYPE_CHECKING:  # ``import jobpool`` loads no store module
@@ -46,6 +46,17 @@ def member_results(page_after: Any, allow_pickle: bool) -> Iterator[tuple[int, A
         after = found[-1][0]
 
 
+def _wait_options(timeout: Any, poll: Any) -> tuple[float | None, float]:
+    """``result()``'s ``timeout`` (None, or seconds not below 0: a number or a
+    ``timedelta``) and ``poll`` (seconds above 0), checked: a NaN timeout waited for
+    ever, text or a ``timedelta`` raised ``TypeError`` deep in the wait."""
+    timeout = seconds(timeout, "timeout", at_most=None)
+    checked = seconds(poll, "poll", allow_none=False, at_most=None)
+    if not checked:
+        raise EnqueueError(f"poll must be above 0 seconds, not {poll!r}")
+    return timeout, checked
+
+
 @dataclass(frozen=True)
 class Handle:
     """What an enqueue returns: the job's id, and whether it already existed (R3)."""
@@ -71,6 +82,7 @@ class Handle:
         (PostgreSQL) the wait wakes when it ends; elsewhere it looks every ``poll`` s.
         """
         import time
+        timeout, poll = _wait_options(timeout, poll)
         store = self._store()
         end = None if timeout is None else time.monotonic() + timeout
         finished, value = self._look(store, allow_pickle)
@@ -97,6 +109,7 @@ class Handle:
         the awaiting task stops the wait; the job runs on."""
         import asyncio
         import time
+        timeout, poll = _wait_options(timeout, poll)
         loop = asyncio.get_running_loop()
         end = None if timeout is None else time.monotonic() + timeout
         store = await loop.run_in_executor(None, self._store)

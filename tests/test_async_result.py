@@ -4,12 +4,13 @@ it waits; on both stores, the job run by a drain or by a real pool."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
 import jobpool
 from jobpool import jobs
-from jobpool.errors import JobFailed, UnsafeResultError
+from jobpool.errors import EnqueueError, JobFailed, UnsafeResultError
 from jobpool.testing import drain
 
 from .conftest import LoopTicks
@@ -75,6 +76,24 @@ def test_aresult_fails_and_times_out_as_result_does(any_store, registered):
     with pytest.raises(JobFailed) as info:
         asyncio.run(dead.aresult())
     assert info.value.job_id == dead.id and "RuntimeError: nope" in info.value.reason
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(timeout=float("nan")), "timeout must be a finite number"),  # waited for ever
+    (dict(timeout="5"), "timeout must be a number of seconds or a timedelta, not str"),
+    (dict(timeout=-1), "timeout must not be negative"),
+    (dict(timeout=1, poll=0), "poll must be above 0 seconds"),
+    (dict(timeout=1, poll="x"), "poll must be a number of seconds"),
+])
+def test_a_wait_for_a_result_refuses_a_timeout_or_poll_it_cannot_keep(any_store, options, words):
+    unfinished = any_store.enqueue("ar.double", 1)
+    with pytest.raises(EnqueueError, match=words):
+        unfinished.result(**options)
+    with pytest.raises(EnqueueError, match=words):
+        asyncio.run(unfinished.aresult(**options))
+    # A timedelta is a timeout too.
+    with pytest.raises(TimeoutError):
+        unfinished.result(timeout=timedelta(milliseconds=50))
 
 
 def test_aresult_unpickles_only_what_result_would(any_store, registered):
