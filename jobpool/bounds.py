@@ -16,21 +16,23 @@ from typing import Any
 INT32_MAX = 2**31 - 1
 #: The largest row id either store holds (SQLite's INTEGER, PostgreSQL's bigint).
 INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
 PRIORITY_MIN = -(2**31)
 PRIORITY_MAX = INT32_MAX
 #: R35: the most jobs a queue limit lets run at once (PostgreSQL stores it as integer).
 MAX_QUEUE_RUNNING = INT32_MAX
 
 
-def row_id(value: Any) -> Any:
-    """A job's or batch's id as a store binds it: an integer beyond 64 bits names no
-    row, so it becomes 0 (no row has it) rather than the driver's OverflowError
-    (SQLite's; PostgreSQL's comparison simply matches nothing). Anything else is
-    bound as given."""
-    if type(value) is int and not INT64_MIN <= value <= INT64_MAX:
-        return 0
-    return value
+def row_id(value: Any, what: str = "a job id") -> int:
+    """A job's or batch's id as a store binds it: a whole number (or its digits as
+    text), one outside 1 to 2**63 - 1 naming no row (0, which no row has: not the
+    driver's OverflowError). Anything else is a ``ValueError`` naming it: ``True`` was
+    job 1 on SQLite (``cancel(True)`` cancelled it) and a refused comparison on
+    PostgreSQL, text a "no such job" on one and a store error on the other."""
+    if isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} is a whole number, not {value!r}"[:200])
+    return value if 0 < value <= INT64_MAX else 0
 
 
 def queue_running(value: object) -> int:

@@ -64,7 +64,7 @@ class StoreBatches:
         is finished, cancelled or unknown takes none (``EnqueueError`` naming why)."""
         if conn.execute(self.sql.GROW_BATCH, {"batch_id": batch_id, "count": count}).fetchone():
             return
-        row = conn.execute(self.sql.GET_BATCH, {"id": bounds.row_id(batch_id)}).fetchone()
+        row = conn.execute(self.sql.GET_BATCH, {"id": bounds.row_id(batch_id, "a batch id")}).fetchone()
         if row is None:
             raise EnqueueError(f"no batch with id {batch_id}")
         if BatchStatus.from_row(row).cancelled:
@@ -87,7 +87,7 @@ class StoreBatches:
     def close(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """Arm the callbacks (they fire now if every member has ended); closing a
         closed batch changes nothing."""
-        params = {"id": bounds.row_id(batch_id), "now": time.time() if now is None else now}
+        params = {"id": bounds.row_id(batch_id, "a batch id"), "now": time.time() if now is None else now}
 
         def close(conn: Any) -> BatchStatus:
             conn.execute(self.sql.CLOSE_BATCH, params)
@@ -97,7 +97,7 @@ class StoreBatches:
     def cancel(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """No callback will fire; ready members are dead ("cancelled") now, running
         ones are cancelled by their pools (R31). A finished batch is left as it is."""
-        params = {"id": bounds.row_id(batch_id), "now": time.time() if now is None else now,
+        params = {"id": bounds.row_id(batch_id, "a batch id"), "now": time.time() if now is None else now,
                   "error": lifecycle.CANCELLED}
 
         def cancel(conn: Any) -> BatchStatus:
@@ -113,7 +113,7 @@ class StoreBatches:
 
     def status(self, batch_id: int) -> BatchStatus:
         rows = self.store.read_rows(f"reading batch {batch_id}", self.sql.GET_BATCH,
-                                    {"id": bounds.row_id(batch_id)})
+                                    {"id": bounds.row_id(batch_id, "a batch id")})
         if not rows:
             raise BatchNotFound(f"no batch with id {batch_id}")
         return BatchStatus.from_row(rows[0])
@@ -130,7 +130,7 @@ class StoreBatches:
         counts: dict[str, int] = {}
         for status, count in self.store.read_rows(f"reading the members of batch {batch_id}",
                                                   self.sql.BATCH_MEMBERS,
-                                                  {"id": bounds.row_id(batch_id)}):
+                                                  {"id": bounds.row_id(batch_id, "a batch id")}):
             counts[status] = counts.get(status, 0) + count
         return counts
 
@@ -212,7 +212,7 @@ class StoreBatches:
         return conn.execute(self.sql.PURGE_BATCHES, params).rowcount
 
     def _status(self, conn: Any, batch_id: int) -> BatchStatus:
-        row = conn.execute(self.sql.GET_BATCH, {"id": bounds.row_id(batch_id)}).fetchone()
+        row = conn.execute(self.sql.GET_BATCH, {"id": bounds.row_id(batch_id, "a batch id")}).fetchone()
         if row is None:
             raise BatchNotFound(f"no batch with id {batch_id}")
         return BatchStatus.from_row(row)

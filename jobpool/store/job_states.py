@@ -16,7 +16,7 @@ def save_state(store: Any, statements: ModuleType, owner: str, job_id: int, atte
                state: str) -> bool:
     """Store a running attempt's state (JSON text), fenced like a settle; False when
     the attempt no longer holds its lease."""
-    params = {"id": job_id, "owner": owner, "attempt": attempt, "state": state,
+    params = {"id": bounds.row_id(job_id), "owner": owner, "attempt": attempt, "state": state,
               "now": time.time()}
     return bool(store.transaction(f"saving the state of job {job_id}", lambda conn: conn.execute(
         statements.SAVE_STATE, params).rowcount))
@@ -26,7 +26,7 @@ def read_state(store: Any, statements: ModuleType, owner: str, job_id: int,
                attempt: int) -> str | None:
     """The state a running attempt resumes from (None: none saved, or not its lease)."""
     found = store.read_rows(f"reading the state of job {job_id}", statements.READ_STATE,
-                            {"id": job_id, "owner": owner, "attempt": attempt})
+                            {"id": bounds.row_id(job_id), "owner": owner, "attempt": attempt})
     return found[0][0] if found else None
 
 

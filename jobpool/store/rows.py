@@ -248,8 +248,9 @@ def check_batch_options(batch: Any, *, key: Any = None, connection: Any = None) 
     (a duplicate would join nothing, yet count), or the caller's own transaction."""
     if batch is None:
         return
-    if isinstance(batch, bool) or not isinstance(batch, int):
-        raise EnqueueError(f"batch must be a batch id (an integer), not {batch!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch <= bounds.INT64_MAX:
+        raise EnqueueError(f"batch must be a batch id (a whole number from 1 to "
+                           f"{bounds.INT64_MAX}), not {batch!r}")
     if key is not None:
         raise EnqueueError("a batch member cannot have a key: batch= and key(s)= together")
     if connection is not None:

@@ -555,3 +555,22 @@ def test_a_dict_whose_keys_json_writes_as_one_is_refused_before_anything_is_writ
     # Keys of other types that JSON writes apart are taken, as before.
     any_store.enqueue("c.job", {1: "a", 2: {True: "b", "x": [{None: 0}]}})
     assert len(any_store.list_jobs()) == 1
+
+
+
+@pytest.mark.parametrize("wrong", [True, False, 1.0, "abc", "", b"1", None, [1], "1\x00"])
+def test_an_id_that_is_not_a_whole_number_is_refused_naming_it_on_every_store(any_store, wrong):
+    # `cancel(True)` cancelled job 1 on SQLite and was a refused comparison on
+    # PostgreSQL; text was "no such job" on one and a store error on the other.
+    from jobpool.errors import StoreError
+    job_id = any_store.enqueue("c.job", 1).id
+    assert job_id == 1
+    calls = [any_store.get, any_store.cancel, any_store.attempts, any_store.waiting_steps,
+             any_store.reset_state, any_store.batch_status, any_store.batches.close,
+             any_store.batches.cancel, any_store.batches.members]
+    for call in calls:
+        with pytest.raises(ValueError, match="is a whole number, not") as caught:
+            call(wrong)
+        assert not isinstance(caught.value, StoreError)
+    assert any_store.get(job_id)["status"] == "ready"  # nothing touched
+    assert any_store.get(str(job_id))["id"] == job_id  # its digits name it, as before

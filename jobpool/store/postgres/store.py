@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from jobpool import lifecycle, liveness, rollups
+from jobpool import bounds, lifecycle, liveness, rollups
 from jobpool.errors import (JobNotFound, ReadOnlyStoreError,
                             StoreError)
 from jobpool.handles import Handle, Handles
@@ -382,14 +382,14 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     # -- reading ---------------------------------------------------------------------------
 
     def get(self, job_id: int, *, raw_result: bool = False) -> dict[str, Any]:
-        found = self.read(f"reading job {job_id}", pg_sql.GET_JOB, {"id": job_id})
+        found = self.read(f"reading job {job_id}", pg_sql.GET_JOB, {"id": bounds.row_id(job_id)})
         if not found:
             raise JobNotFound(f"no job with id {job_id}")
         return self.job(found[0], raw_result=raw_result)
 
     def waiting_steps(self, job_id: int) -> list[dict[str, Any]]:
         found = self.read(f"reading the chain of job {job_id}", pg_sql.WAITING_STEPS,
-                          {"id": job_id})
+                          {"id": bounds.row_id(job_id)})
         return rows.waiting_steps(found[0][0] if found else None)
 
     _COLUMNS = [c.strip() for c in pg_sql.JOB_COLUMNS.split(",")]
@@ -564,8 +564,10 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
             lifecycle.DEFAULT_POLICY, 0.0, None, lambda _job_id: [])
 
+        bound = bounds.row_id(job_id)
+
         def cancel(conn: Any) -> str:
-            params = {"id": job_id, "error": decision.reason, "now": self.server_now(conn)}
+            params = {"id": bound, "error": decision.reason, "now": self.server_now(conn)}
             if conn.execute(pg_sql.CANCEL_READY, params).fetchone():
                 return "cancelled"
             if conn.execute(pg_sql.REQUEST_CANCEL, params).fetchone():
