@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import resource
+import time
 from typing import Any
 
 #: Priorities are stored and compared as SQLite integers; a signed 32-bit range is
@@ -186,6 +187,19 @@ def check_delay(value: float, at_most: float = MAX_DELAY) -> str | None:
         bound = "10 years (%.0f s)" % at_most if at_most == MAX_DELAY else "%g s" % at_most
         return f"must be at most {bound}, not {number_text(value)}"
     return None
+
+
+def now_or(value: Any) -> float:
+    """A call's ``now=``: this host's clock when None, else a Unix time (a finite number),
+    else a ``ValueError`` naming it. Written into rows unchecked, ``now="y"`` made a dead
+    job's retry due at ``'y'`` for ever and ``now=inf`` rows the row checks refuse (R44)."""
+    if value is None:
+        return time.time()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not -1e300 <= value <= 1e300:
+        raise ValueError(f"now must be a Unix time (a finite number of seconds), "
+                         f"not {value!r}"[:200])
+    return float(value)
 
 
 def number_text(value: float) -> str:

@@ -13,7 +13,6 @@ the server's clock instead of ``now``).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, List
@@ -54,7 +53,7 @@ class StoreBatches:
     def open(self, on_success: str | None, on_complete: str | None,
              now: float | None = None) -> int:
         """A new, open batch with its callbacks (``rows.step_dict`` JSON); its id."""
-        params = {"now": time.time() if now is None else now, "on_success": on_success,
+        params = {"now": bounds.now_or(now), "on_success": on_success,
                   "on_complete": on_complete}
         return self.store.transaction("opening a batch", lambda conn: conn.execute(
             self.sql.OPEN_BATCH, params).fetchone()[0])
@@ -87,7 +86,7 @@ class StoreBatches:
     def close(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """Arm the callbacks (they fire now if every member has ended); closing a
         closed batch changes nothing."""
-        params = {"id": bounds.row_id(batch_id, "a batch id"), "now": time.time() if now is None else now}
+        params = {"id": bounds.row_id(batch_id, "a batch id"), "now": bounds.now_or(now)}
 
         def close(conn: Any) -> BatchStatus:
             conn.execute(self.sql.CLOSE_BATCH, params)
@@ -97,7 +96,7 @@ class StoreBatches:
     def cancel(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """No callback will fire; ready members are dead ("cancelled") now, running
         ones are cancelled by their pools (R31). A finished batch is left as it is."""
-        params = {"id": bounds.row_id(batch_id, "a batch id"), "now": time.time() if now is None else now,
+        params = {"id": bounds.row_id(batch_id, "a batch id"), "now": bounds.now_or(now),
                   "error": lifecycle.CANCELLED}
 
         def cancel(conn: Any) -> BatchStatus:

@@ -12,7 +12,6 @@ serves both stores (``statements`` is the store's SQL module).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -77,7 +76,7 @@ class StoreLimits:
                 now: float | None = None) -> list[str]:
         """Write the limits a pool declares for the names it serves, in one
         transaction; returns what changed, one line each (logged by the pool)."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
 
         def write(conn: Any) -> list[str]:
             stored = plan_from_rows(conn.execute(self.sql.READ_LIMITS).fetchall()).names
@@ -113,7 +112,7 @@ class StoreLimits:
             raise EnqueueError(str(exc)) from None
         params = {"scope": "queue", "target": queue, "max_running": running, "rate": None,
                   "burst": 1, "group_by": None, "set_by": set_by,
-                  "now": time.time() if now is None else now}
+                  "now": bounds.now_or(now)}
         self.store.transaction("setting a queue limit",
                                lambda conn: conn.execute(self.sql.PUT_LIMIT, params))
 
@@ -126,7 +125,7 @@ class StoreLimits:
     def listing(self, now: float | None = None) -> dict[str, Any]:
         """What ``limits list`` shows: every limit with its running jobs, and the
         groups met so far with their running jobs and tokens left."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         read = self.store.read_rows
         rows = [LimitRow(*row) for row in read("reading limits", self.sql.READ_LIMITS)]
         plan = plan_from_rows([tuple(row) for row in rows])

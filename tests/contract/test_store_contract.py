@@ -574,3 +574,19 @@ def test_an_id_that_is_not_a_whole_number_is_refused_naming_it_on_every_store(an
         assert not isinstance(caught.value, StoreError)
     assert any_store.get(job_id)["status"] == "ready"  # nothing touched
     assert any_store.get(str(job_id))["id"] == job_id  # its digits name it, as before
+
+
+@pytest.mark.parametrize("wrong", [float("inf"), float("nan"), "y", True, 10**400])
+def test_a_now_that_is_not_a_unix_time_is_refused_before_anything_is_written(any_store, wrong):
+    # SQLite wrote it into the rows: `dead.retry(now="y")` left a job due at 'y' for
+    # ever, `now=inf` made rows its own row checks refuse (R44).
+    dead = any_store.enqueue("c.job", 1).id
+    any_store.cancel(dead)
+    calls = [lambda: any_store.enqueue_with("c.job", now=wrong),
+             lambda: any_store.enqueue_many("c.job", [(1,)], now=wrong),
+             lambda: any_store.cancel(dead, now=wrong),
+             lambda: any_store.dead.retry([dead], now=wrong)]
+    for call in calls:
+        with pytest.raises(ValueError, match="now must be a Unix time"):
+            call()
+    assert [(j["id"], j["status"]) for j in any_store.list_jobs()] == [(dead, "dead")]

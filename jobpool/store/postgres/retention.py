@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
 
+from jobpool import bounds
 from jobpool.store import rows
 from jobpool.store.postgres import statements as pg_sql
 from jobpool.store.records import SWEEP_BATCH as BATCH
@@ -42,6 +43,7 @@ class PgDeadLetters:
         """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
         unless ``reset_state``; returns id -> what happened."""
         ids = rows.job_ids(ids, "dead.retry")
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
 
         def retry(conn: Any) -> dict[int, str]:
             server_now = self.store.server_now(conn)

@@ -197,7 +197,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                      key_period: float | timedelta | None = None, group: Any = None,
                      meta: dict[str, Any] | None = None) -> Handle:
         """Queue one job (see ``Store.enqueue_with``). Its run_at is the server's now
-        plus ``delay`` (R7a); ``now`` is accepted for the protocol and ignored."""
+        plus ``delay`` (R7a); ``now`` is accepted for the protocol (checked as SQLite
+        checks it) and ignored."""
+        bounds.now_or(now)
         rows.check_batch_options(batch, key=key, connection=connection)
         period = rows.key_period(key_period, key)
         meta, then = rows.stamp_call(name, args, kwargs, meta, then)  # R55
@@ -303,6 +305,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         """Queue many in one transaction, all or nothing (R4): JSON arguments as one
         array the server splits, anything else streamed with COPY. The ids come
         back in item order; they need not be consecutive."""
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates the rows
         rows.check_batch_options(batch, key=keys)
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None,
                                        0.0)._replace(batch_id=batch)
@@ -559,6 +562,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def cancel(self, job_id: int, now: float | None = None) -> str:
         """R31 (see ``Store.cancel``), through ``lifecycle.decide`` like every transition."""
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
         decision = lifecycle.decide(
             lifecycle.Lease(job_id, "", 0, 1, 0, None, 0.0, False),
             lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
@@ -589,7 +593,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         ids = rows.job_ids(ids, "run_now")
 
         def run_now(conn: Any) -> dict[int, str]:
-            params = {"ids": ids, "now": self.server_now(conn) if now is None else now}
+            params = {"ids": ids, "now": self.server_now(conn) if now is None else bounds.now_or(now)}
             made_due = self._made_due(conn, conn.execute(pg_sql.RUN_NOW, params).fetchall())
             statuses = dict(conn.execute(pg_sql.STATUSES_OF, params).fetchall())
             return rows.run_now_answers(ids, made_due, statuses)
@@ -602,7 +606,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
         def run_now(conn: Any) -> int:
             params = {"name": name, "queue": queue,
-                      "now": self.server_now(conn) if now is None else now}
+                      "now": self.server_now(conn) if now is None else bounds.now_or(now)}
             return len(self._made_due(conn, conn.execute(pg_sql.RUN_NOW_MATCHING,
                                                          params).fetchall()))
         return self.transaction("making jobs due now", run_now)

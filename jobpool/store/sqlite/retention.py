@@ -7,9 +7,9 @@ bounded batch per transaction so a sweep never stalls claims for long.
 from __future__ import annotations
 
 import sqlite3
-import time
 from typing import Any, Callable, Iterable, List, Protocol  # List: a method here is named list
 
+from jobpool import bounds
 from jobpool.errors import JobNotFound
 from jobpool.store import rows
 from jobpool.store.sqlite import statements as sql
@@ -48,7 +48,7 @@ class DeadLetters:
               reset_state: bool = False) -> dict[int, str]:
         """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
         unless ``reset_state``; returns id -> what happened."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         ids = rows.job_ids(ids, "dead.retry")
         outcome: dict[int, str] = {}
 
@@ -87,7 +87,7 @@ class DeadLetters:
     def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
         """Delete dead jobs finished more than ``older_than`` seconds ago."""
         older_than = rows.age(older_than, "older_than")
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         return purge_finished(self.store, "dead", now - older_than, progress=progress)
 
     @staticmethod

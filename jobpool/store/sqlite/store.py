@@ -326,7 +326,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         value of the job's ``group_by`` keyword argument.
         ``meta``: the job's metadata, a dict JSON can carry (R54).
         """
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         meta, then = rows.stamp_call(name, args, kwargs, meta, then)  # R55
         row = rows.new_job(name, args, kwargs, key, delay, priority, deadline, max_attempts,
                            queue, timeout, now, rows.chain_json(then, self.max_payload, name),
@@ -367,7 +367,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         its handle is that job's (``Handles.duplicates`` lists their positions).
         ``batch``: the id of an unfinished batch they all join (R34).
         """
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         rows.check_batch_options(batch, key=keys)
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None,
                                        now)._replace(batch_id=batch)
@@ -482,7 +482,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def stats(self, now: float | None = None) -> dict[str, Any]:
         """Counts by status (``ready`` counts due jobs, ``scheduled`` future ones) and,
         under ``supervisors``, each live pool's counters since it started (R29a)."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         try:
             counts = dict.fromkeys(rows.STATUSES, 0)
             counts.update(dict(self.conn.execute(sql.COUNT_BY_STATUS).fetchall()))
@@ -594,7 +594,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
         A ready job that is not due yet is listed, and filtered, as ``scheduled``
         (as ``stats()`` counts it): ``ready`` means it may run now."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         where, params = self._listing(status, name, queue, chain, now, after=after,
                                       newest_first=newest_first, **more)
         jobs = self.select_jobs(sql.list_jobs(where, newest_first=newest_first,
@@ -612,7 +612,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28: ``jobs list`` says how many it left out)."""
         where, params = self._listing(status, name, queue, chain,
-                                      time.time() if now is None else now, after=after,
+                                      bounds.now_or(now), after=after,
                                       newest_first=newest_first, **more)
         ((count,),) = self.read_rows(
             "counting jobs", sql.count_jobs(where, self._index(status, name, queue, chain, more)),
@@ -702,7 +702,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         """R31: a ready job becomes dead now ("cancelled"); a running one is flagged
         for its supervisor, which kills its child. Returns "cancelled", "requested"
         or the status that could not be cancelled ("done" or "dead")."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
 
         # Through the one transition spec like every other way into a state: a
         # ready job has no attempt running, so the decision is dead, "cancelled".
@@ -729,7 +729,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """R51 (see ``Store.run_now``)."""
         ids = rows.job_ids(ids, "run_now")
-        params = {"ids": json.dumps(ids), "now": time.time() if now is None else now}
+        params = {"ids": json.dumps(ids), "now": bounds.now_or(now)}
 
         def run_now(conn):
             made_due = {job_id for job_id, _queue in conn.execute(sql.RUN_NOW, params)}
@@ -743,7 +743,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                          now: float | None = None) -> int:
         """R51 (see ``Store.run_now_matching``)."""
         params = {"name": name, "queue": None if queue is None else rows.queue_name(queue),
-                  "now": time.time() if now is None else now}
+                  "now": bounds.now_or(now)}
         moved = self.transaction("making jobs due now", lambda conn: len(
             conn.execute(sql.RUN_NOW_MATCHING, params).fetchall()))
         if moved:
@@ -775,7 +775,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         Each row says under ``dead`` why its supervisor is gone (process gone,
         heartbeat stale past ``dead_after`` at ``now``), or None while it runs. A
         dead pool's row stays until a running pool reclaims its leases."""
-        now = time.time() if now is None else now
+        now = bounds.now_or(now)
         try:
             cursor = self.conn.execute(sql.LIST_POOLS)
             names = [d[0] for d in cursor.description]
