@@ -8,6 +8,7 @@ options travel to the store as a ``JobOptions`` record.
 """
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from typing import Any, Callable, NamedTuple
 
@@ -106,8 +107,9 @@ def validate_timeout(value: Any) -> float:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
-            or value == float("inf")):
-        raise EnqueueError(f"timeout must be a positive number of seconds, not {value!r}")
+            or not value <= 1e300):
+        raise EnqueueError(f"timeout must be a positive number of seconds, not "
+                           f"{bounds.number_text(value) if isinstance(value, int) else repr(value)}")
     return float(value)
 
 
@@ -126,7 +128,12 @@ def to_timestamp(value: datetime | float | int | None, field: str = "deadline") 
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.timestamp()
+        try:
+            return value.timestamp()
+        except (ValueError, OverflowError) as exc:  # datetime.min: "year 0 is out of range"
+            raise EnqueueError(f"{field} {value!r} cannot be a Unix time: {exc}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise EnqueueError(f"{field} must be a datetime or a Unix timestamp, not {value!r}")
+    if isinstance(value, int) and not -1e300 <= value <= 1e300:
+        return math.inf if value > 0 else -math.inf  # past any float: never, or long gone
     return float(value)

@@ -248,7 +248,7 @@ class MemberBatch:
         """Many members of one job (tuples of arguments or signatures); their handles.
         They carry this job's metadata, or ``meta`` instead when given (R54)."""
         from jobpool.store import rows
-        items = items if isinstance(items, list) else list(items)
+        items = rows.item_list(items)
         options = rows.enqueue_options(name, None, None, None, None, None, None, 0.0)
         new_rows = rows.new_jobs(options, items, meta=meta)
         handles: list[Any] = []

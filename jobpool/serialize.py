@@ -86,6 +86,8 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
             data = _encoder.encode([list(args), kwargs])
         except (TypeError, ValueError) as exc:
             raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
+        except RecursionError:
+            raise EnqueueError("payload cannot be serialized as JSON: nested too deeply") from None
         if bounds.not_unicode(data):
             raise EnqueueError(f"payload {bounds.NOT_UNICODE}: JSON cannot carry it")
         # The keyword arguments' own dict (one brace) has text keys; a nested dict may not.
@@ -155,6 +157,8 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         text = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc
+    except RecursionError:
+        raise ValueError("result cannot be serialized as JSON: nested too deeply") from None
     if bounds.not_unicode(text):
         raise ValueError(f"result {bounds.NOT_UNICODE}: JSON cannot carry it")
     if "{" in text:

@@ -56,6 +56,13 @@ def test_enqueue_by_name_writes_a_ready_row(store):
         "imports.load", "ready", "default", '[["a.csv"],{"sep":";"}]')
 
 
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize("options, field", [
     ({"delay": -1}, "delay"),
     ({"max_attempts": 0}, "max_attempts"),
@@ -66,10 +73,25 @@ def test_enqueue_by_name_writes_a_ready_row(store):
     ({"queue": "has space"}, "queue"),
     ({"args": (object(),)}, "JSON"),
     ({"kwargs": {"when": datetime.now()}}, "JSON"),
+    # Each was the validator's own error, not naming the field (or not an EnqueueError).
+    ({"deadline": datetime.min}, "deadline datetime.datetime.1, 1, 1, 0, 0. cannot be a Unix time"),
+    ({"timeout": 10**400}, "timeout must be a positive number of seconds, not a 1329-bit"),
+    ({"delay": 10**400}, "delay must be at most 10 years"),
+    ({"args": (_nested(100_000),)}, "payload cannot be serialized as JSON: nested too deeply"),
+    ({"connection": 5}, "connection must be the application's open database connection"),
 ])
 def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(store, options, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(EnqueueError, match=field):
         store.enqueue_with("t.job", **options)
+    assert count(store) == 0
+
+
+@pytest.mark.parametrize("items", [None, "ab", b"ab", 5, [(_nested(100_000),)]])
+def test_enqueue_many_refuses_items_that_are_no_list_of_calls_and_writes_nothing(store, items):
+    # None and 5 raised TypeError, "ab" was two calls ("a",) and ("b",), a deep
+    # argument RecursionError.
+    with pytest.raises(EnqueueError, match="enqueue_many takes a list of items|nested too deeply"):
+        store.enqueue_many("t.job", items)
     assert count(store) == 0
 
 

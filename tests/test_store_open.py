@@ -291,3 +291,13 @@ def test_doctor_names_a_file_it_cannot_check_in_one_line_and_makes_no_new_store(
     else:
         assert lines == [f"jobpool: error: {says.format(db=shown)}"]
     assert not (app.dir / "new.db").exists()
+
+
+@pytest.mark.parametrize("busy_timeout", [10**400, float("inf"), float("nan"), -1, "5"])
+def test_a_busy_timeout_sqlite_cannot_keep_is_refused_before_the_file_is_made(tmp_path,
+                                                                            busy_timeout):
+    # 10**400 was the driver's OverflowError, after the file had been created.
+    path = tmp_path / "jobpool.db"
+    with pytest.raises(ValueError, match="busy_timeout must be a number of seconds from 0"):
+        jobpool.connect(path, busy_timeout=busy_timeout)
+    assert not path.exists()

@@ -258,6 +258,25 @@ def check_batch_options(batch: Any, *, key: Any = None, connection: Any = None) 
                            "batch= and connection= together")
 
 
+def item_list(items: Any) -> list:
+    """An ``enqueue_many``'s items as a list: any iterable but text or bytes (whose
+    characters are no argument lists), else an ``EnqueueError`` naming what came."""
+    if isinstance(items, list):
+        return items
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise EnqueueError(f"enqueue_many takes a list of items (argument tuples or "
+                           f"Signatures), not {type(items).__name__}")
+    return list(items)
+
+
+def check_connection(connection: Any) -> None:
+    """R5: the caller's own connection, which the row is written in: one that can run a
+    statement (a ``sqlite3`` or ``psycopg`` connection), else an ``EnqueueError``."""
+    if connection is not None and not callable(getattr(connection, "execute", None)):
+        raise EnqueueError(f"connection must be the application's open database connection "
+                           f"(sqlite3 or psycopg), not {type(connection).__name__}")
+
+
 def check_keys(keys: Any, count: int) -> list[str | None] | None:
     """R3 for a batch: one key (a non-empty string, or None) per item, or no keys."""
     if keys is None:
@@ -367,7 +386,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     if set(map(type, items)) <= {tuple, list}:
         try:
             text = _utf8_only(json_batch_encoder.encode(items))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # the per-item path names it
             return None
         # R1: a dict whose keys JSON writes as one goes the per-item way, which names it.
         return None if "{" in text and json_key_clash(items) else (text, True)
@@ -383,7 +402,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
             return None
     try:
         text = _utf8_only(json_batch_encoder.encode(pairs))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # the per-item path names it
         return None
     return None if text.count("{") > len(pairs) and json_key_clash(pairs) else (text, False)
 

@@ -208,6 +208,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                            queue, timeout, 0.0, rows.chain_json(then, self.max_payload, name),
                            self.max_payload, group, meta)._replace(batch_id=batch)
         if connection is not None:
+            rows.check_connection(connection)
             # R5: inside the caller's own transaction, on its connection (whose
             # search_path is its own: the table is named with the store's schema).
             try:
@@ -309,7 +310,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         rows.check_batch_options(batch, key=keys)
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None,
                                        0.0)._replace(batch_id=batch)
-        items = items if isinstance(items, list) else list(items)
+        items = rows.item_list(items)
         checked_keys = rows.check_keys(keys, len(items))
         with_meta = rows.carries_meta(meta)
         if checked_keys is not None:

@@ -190,9 +190,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         self._readonly = readonly
         self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) \
-                or not busy_timeout >= 0:
-            raise ValueError(f"busy_timeout must be a number of seconds, 0 or more, "
-                             f"not {busy_timeout!r}")
+                or not 0 <= busy_timeout <= bounds.MAX_DELAY:
+            raise ValueError(f"busy_timeout must be a number of seconds from 0 to 10 years, "
+                             f"not {busy_timeout!r}"[:200])
         self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
         self.max_payload = max_payload
@@ -337,6 +337,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             period = rows.key_period(key_period, key)
             row = row._replace(batch_id=batch)
         if connection is not None:
+            rows.check_connection(connection)
             return self._insert_unique(connection, row, period, now)
         if key is None and batch is None:
             job_id = self._insert_unlimited(row, name)
@@ -371,7 +372,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         rows.check_batch_options(batch, key=keys)
         options = rows.enqueue_options(name, delay, priority, None, max_attempts, queue, None,
                                        now)._replace(batch_id=batch)
-        items = items if isinstance(items, list) else list(items)
+        items = rows.item_list(items)
         checked_keys = rows.check_keys(keys, len(items))
         with_meta = rows.carries_meta(meta)
         if checked_keys is not None:
