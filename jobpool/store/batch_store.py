@@ -23,7 +23,7 @@ from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
 from jobpool.handles import Batch, Signature
 from jobpool.options import options_of
 from jobpool.store.records import BatchStatus, MemberResult
-from jobpool.store.rows import NewJob, meta_json, stamp, step_dict
+from jobpool.store.rows import NewJob, listing_limit, meta_json, stamp, step_dict
 
 #: The keyword argument a batch's callback receives.
 BATCH_KWARG = "batch"
@@ -119,6 +119,7 @@ class StoreBatches:
 
     def list(self, *, open_only: bool = False, limit: int = 100) -> List[BatchStatus]:
         """Newest first; ``open_only``: those whose callbacks have not fired."""
+        limit = listing_limit(limit)
         query = self.sql.LIST_BATCHES.format(
             where="WHERE finished_at IS NULL" if open_only else "")
         return [BatchStatus.from_row(r)

@@ -541,9 +541,13 @@ def listing_filters(name: str | None, queue: str | None, chain: int | None,
     (below it newest first, above it oldest first)."""
     where: list[str] = []
     params: dict[str, Any] = {}
+    for what, text in (("name", name), ("queue", queue)):
+        filter_text(what, text)
     if after is not None:
         where.append(f"id {'<' if newest_first else '>'} {mark('after')}")
-        params["after"] = after
+        params["after"] = listed_after(after)
+    if chain is not None:
+        chain = bounds.row_id(chain, "a chain (its first job's id)")
     if name is not None:
         where.append(f"name = {mark('name')}")
         params["name"] = name
@@ -603,19 +607,60 @@ def meta_pairs(meta: Any) -> dict[str, Any]:
     for key, value in meta.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"a meta filter's key is a non-empty string, not {key!r}")
-        _filter_text(f"meta {key!r}", key)
-        _filter_text(f"meta {key!r}", value)
+        filter_text(f"meta {key!r}", key)
+        if isinstance(value, str):
+            filter_text(f"meta {key!r}", value)
         if not isinstance(value, META_FILTER_TYPES) or (
-                isinstance(value, float) and not math.isfinite(value)):
-            raise ValueError(f"meta filter {key}: a value is a string, a finite number, true, "
-                             f"false or null, not {value!r}")
+                isinstance(value, float) and not math.isfinite(value)) or (
+                isinstance(value, int) and not -bounds.INT64_MAX - 1 <= value <= bounds.INT64_MAX):
+            # An integer past 64 bits: SQLite cannot bind it (its driver's OverflowError).
+            raise ValueError(f"meta filter {key}: a value is a string, a finite number (a whole "
+                             f"one within 64 bits), true, false or null, not {value!r}"[:300])
     return dict(meta)
 
 
-def _filter_text(what: str, text: Any) -> None:
+def listing_limit(limit: Any, what: str = "limit") -> int:
+    """How many rows a listing returns: a whole number from 0 to 2**63 - 1, else a
+    ``ValueError`` naming it (-1 listed every row on SQLite and was a store error on
+    PostgreSQL; None the other way round)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= bounds.INT64_MAX:
+        raise ValueError(f"{what} must be a whole number from 0 to {bounds.INT64_MAX}, "
+                         f"not {limit!r}"[:200])
+    return limit
+
+
+def time_span(what: str, span: Any) -> tuple[float | None, float | None] | None:
+    """A listing's ``created`` or ``finished`` filter: ``(from, to)``, each a Unix time (a
+    finite number) or None for an open end; else a ``ValueError`` naming it (a triple
+    was "too many values to unpack", a datetime a TypeError, NaN matched nothing on
+    SQLite and everything on PostgreSQL)."""
+    if span is None:
+        return None
+    if not isinstance(span, (tuple, list)) or len(span) != 2 or not all(
+            end is None or (isinstance(end, (int, float)) and not isinstance(end, bool)
+                            and -1e300 <= end <= 1e300) for end in span):
+        raise ValueError(f"the {what} filter must be (from, to), each a Unix time or None, "
+                         f"not {span!r}"[:200])
+    return (None if span[0] is None else float(span[0]),
+            None if span[1] is None else float(span[1]))
+
+
+def listed_after(after: Any) -> int:
+    """A listing's keyset (``after``): a whole number, held within the ids a store can
+    have (one past them lists as far as the ids go, in either direction), else a
+    ``ValueError`` naming it."""
+    if isinstance(after, bool) or not isinstance(after, int):
+        raise ValueError(f"after must be a job id (a whole number), not {after!r}"[:200])
+    return min(max(after, 0), bounds.INT64_MAX)
+
+
+def filter_text(what: str, text: Any) -> None:
     """A listing's text filter is text a store can compare: no NUL (PostgreSQL's text
     holds none, so it matches nothing there) and valid Unicode; ``ValueError`` naming
-    the filter."""
+    the filter (text that is not a ``str`` too: SQLite compared a number, PostgreSQL
+    refused it as a store error)."""
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"the {what} filter must be text, not {text!r}"[:200])
     if isinstance(text, str) and ("\x00" in text or bounds.not_unicode(text)):
         raise ValueError(f"the {what} filter must be valid Unicode text without NUL, "
                          f"not {text!r}")
@@ -642,7 +687,8 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     ``ValueError`` for a filter that cannot be served so."""
     for what, text in (("name", name), ("key", key), ("group", group), ("error", error),
                        ("args", args)):
-        _filter_text(what, text)
+        filter_text(what, text)
+    created, finished = time_span("created", created), time_span("finished", finished)
     mark = dialect.mark
     where: list[str] = []
     params: dict[str, Any] = {}
@@ -653,7 +699,7 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
         params["key"] = key
     if batch is not None:
         where.append(f"batch_id = {mark('batch')}")
-        params["batch"] = batch
+        params["batch"] = bounds.row_id(batch, "a batch id")
     if finished is not None and any(b is not None for b in finished) \
             and status not in ("done", "dead"):
         raise ValueError("a finished time applies to done or dead jobs: filter by one")
@@ -674,6 +720,8 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= SEARCH_MOST:
         raise ValueError(f"scan must be a number from 1 to {SEARCH_MOST}, not {scan!r}")
     params["scan"] = scan
+    if after is not None:
+        params["after"] = listed_after(after)
     top = mark("after") if after is not None else dialect.past_newest
     where.append(f"id >= {top} - {mark('scan')}")
     for column, value in (("grp", group), ("last_error", error)):

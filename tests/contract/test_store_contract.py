@@ -590,3 +590,45 @@ def test_a_now_that_is_not_a_unix_time_is_refused_before_anything_is_written(any
         with pytest.raises(ValueError, match="now must be a Unix time"):
             call()
     assert [(j["id"], j["status"]) for j in any_store.list_jobs()] == [(dead, "dead")]
+
+
+@pytest.mark.parametrize("filters, words", [
+    # -1 listed every row on SQLite and was a store error on PostgreSQL; None the reverse.
+    (dict(limit=-1), "limit must be a whole number from 0"),
+    (dict(limit=None), "limit must be a whole number from 0"),
+    (dict(limit=True), "limit must be a whole number from 0"),
+    (dict(limit=1.5), "limit must be a whole number from 0"),
+    (dict(after="x"), "after must be a job id"),
+    (dict(chain=True), "a chain .its first job's id. is a whole number"),
+    (dict(batch="b"), "a batch id is a whole number"),
+    # A number compared on SQLite and was a store error on PostgreSQL.
+    (dict(name=5), "the name filter must be text"),
+    (dict(queue=5), "the queue filter must be text"),
+    (dict(queue="a\x00"), "the queue filter must be valid Unicode text without NUL"),
+    (dict(created=(1, 2, 3), newest_first=True), "the created filter must be .from, to."),
+    (dict(created=(None, float("nan")), newest_first=True), "the created filter must be"),
+    (dict(meta={"k": 2**63}), "a whole one within 64 bits"),
+])
+def test_a_listing_filter_neither_store_can_serve_is_a_value_error_naming_it(any_store, filters,
+                                                                            words):
+    from jobpool.errors import StoreError
+    any_store.enqueue("c.job", 1)
+    with pytest.raises(ValueError, match=words) as caught:
+        any_store.list_jobs(**filters)
+    assert not isinstance(caught.value, StoreError)
+    if "limit" in filters:
+        with pytest.raises(ValueError, match=words):
+            any_store.dead.list(**filters)
+        with pytest.raises(ValueError, match=words):
+            any_store.batches.list(**filters)
+
+
+def test_a_keyset_or_id_past_64_bits_lists_as_far_as_the_ids_go(any_store):
+    ids = [any_store.enqueue("c.job", n).id for n in range(3)]
+    listed = [j["id"] for j in any_store.list_jobs(after=2**70, newest_first=True)]
+    assert listed == ids[::-1]
+    assert any_store.list_jobs(after=2**70) == []
+    assert any_store.list_jobs(chain=2**63) == [] and any_store.list_jobs(batch=2**63) == []
+    # An empty name names no job: it lists none, where it listed every dead job.
+    any_store.cancel(ids[0])
+    assert any_store.dead.list(name="") == [] and any_store.dead.ids(name="") == []

@@ -29,13 +29,18 @@ class PgDeadLetters:
         self.store = store
 
     def list(self, *, name: str | None = None, limit: int = 100) -> "list[dict[str, Any]]":
+        rows.filter_text("name", name)
+        limit = rows.listing_limit(limit)
         query = pg_sql.LIST_DEAD.format(columns=pg_sql.JOB_COLUMNS,
-                                        name_filter="AND name = %(name)s" if name else "")
+                                        name_filter="AND name = %(name)s" if name is not None
+                                        else "")
         return [self.store.job(row) for row in
                 self.store.read("listing dead jobs", query, {"name": name, "limit": limit})]
 
     def ids(self, *, name: str | None = None) -> List[int]:
-        query = pg_sql.DEAD_IDS.format(name_filter="AND name = %(name)s" if name else "")
+        rows.filter_text("name", name)
+        query = pg_sql.DEAD_IDS.format(name_filter="AND name = %(name)s" if name is not None
+                                       else "")
         return [r[0] for r in self.store.read("listing dead jobs", query, {"name": name})]
 
     def retry(self, ids: Iterable[int], now: float | None = None, *,

@@ -412,6 +412,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                   now: float | None = None, **more: Any) -> list[dict[str, Any]]:
         """Jobs in id order, or the newest first, from past ``after`` (see
         ``Store.list_jobs``), scheduled judged on the server's clock."""
+        limit = rows.listing_limit(limit)
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first,
@@ -437,6 +438,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                    now: float | None = None, **more: Any) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28)."""
+        at_most = rows.listing_limit(at_most, "at_most")
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first,

@@ -36,12 +36,15 @@ class DeadLetters:
         self.store = store
 
     def list(self, *, name: str | None = None, limit: int = 100) -> "list[dict[str, Any]]":
+        rows.filter_text("name", name)
+        limit = rows.listing_limit(limit)
         query = sql.LIST_DEAD.format(columns=sql.JOB_COLUMNS,
-                                     name_filter="AND name = :name" if name else "")
+                                     name_filter="AND name = :name" if name is not None else "")
         return self.store.select_jobs(query, {"name": name, "limit": limit})
 
     def ids(self, *, name: str | None = None) -> List[int]:
-        query = sql.DEAD_IDS.format(name_filter="AND name = :name" if name else "")
+        rows.filter_text("name", name)
+        query = sql.DEAD_IDS.format(name_filter="AND name = :name" if name is not None else "")
         return [r[0] for r in self.store.read_rows("listing dead jobs", query, {"name": name})]
 
     def retry(self, ids: Iterable[int], now: float | None = None, *,

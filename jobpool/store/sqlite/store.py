@@ -595,6 +595,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
         A ready job that is not due yet is listed, and filtered, as ``scheduled``
         (as ``stats()`` counts it): ``ready`` means it may run now."""
+        limit = rows.listing_limit(limit)
         now = bounds.now_or(now)
         where, params = self._listing(status, name, queue, chain, now, after=after,
                                       newest_first=newest_first, **more)
@@ -612,6 +613,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                    now: float | None = None, **more: Any) -> int:
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28: ``jobs list`` says how many it left out)."""
+        at_most = rows.listing_limit(at_most, "at_most")
         where, params = self._listing(status, name, queue, chain,
                                       bounds.now_or(now), after=after,
                                       newest_first=newest_first, **more)
