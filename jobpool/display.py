@@ -11,6 +11,8 @@ string it renders is passed through ``shown`` first. JSON output keeps the exact
 """
 from __future__ import annotations
 
+import os
+
 import re
 from typing import Any
 
@@ -54,7 +56,16 @@ def console(**options: Any) -> Any:
 
         _console_class = SafeConsole
     options.setdefault("markup", False)
+    for variable, size in (("COLUMNS", "width"), ("LINES", "height")):
+        text = os.environ.get(variable, "")
+        if size not in options and text.isdigit() and int(text) > MOST_CELLS:
+            # rich takes any number it is given: COLUMNS=10**21 overflowed its padding.
+            options[size] = MOST_CELLS
     return _console_class(**options)
+
+
+#: The widest (and tallest) a terminal is taken to be, whatever ``COLUMNS`` says.
+MOST_CELLS = 10_000
 
 
 def markup_escape(text: Any) -> str:

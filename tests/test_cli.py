@@ -584,3 +584,15 @@ def test_a_setting_of_the_environment_that_is_not_seconds_is_named_in_one_line(
         assert done.returncode in (1, 2)
         assert (f"{setting} must be a number of seconds above 0, at most 10 years, "
                 f"not {value!r}") in line
+
+
+def test_a_terminal_size_past_any_screen_is_taken_as_the_largest_one(make_app):
+    # rich took COLUMNS=10**21 as given, and `top --once` overflowed in its padding.
+    app = make_app(APP)
+    app.store().enqueue("t.hello", "x")
+    for args in (["top", "--once"], ["jobs", "list"], ["status"]):
+        done = subprocess.run([sys.executable, "-m", "jobpool", *args, "--db", str(app.db)],
+                              cwd=app.dir, capture_output=True, text=True, timeout=60,
+                              env=dict(app.env, COLUMNS="1" + "0" * 21, LINES="9" * 20,
+                                       TTY_COMPATIBLE="1"))
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
