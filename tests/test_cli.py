@@ -121,6 +121,10 @@ def test_jobs_list_shows_the_newest_first_and_says_how_many_it_left_out(make_any
     (["start", "--app", "{app}", "--db", "{db}", "--burst", "--queues", "high,high:2"],
      "queue 'high' is listed twice"),
     (["pause", "bad queue", "--db", "{db}"], "queue name 'bad queue' must be printable"),
+    (["doctor", "--db", "{db}", "--salvage", "\udcff.db"],
+     "--salvage \\xff.db: a store's name must be UTF-8 text"),
+    (["jobs", "run-now", "--all-scheduled", "--name", "\udcff", "--db", "{db}"],
+     "the name filter must be valid Unicode text"),
 ])
 def test_user_mistakes_are_one_line_and_a_nonzero_exit(make_app, args, needle):
     app = make_app(APP)
@@ -192,6 +196,10 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
                                            "--on-success", ""]),
                          ("--salvage", ["doctor", "--salvage", ""]),
                          ("--app", ["status", "--app", ""]))),
+    # Bytes that are not UTF-8 (a file name the shell passed): SQLite's encoder said
+    # "'utf-8' codec can't encode character", naming no flag.
+    (["status", "--db", "\udcff.db"], "--db \\xff.db: a store's name must be UTF-8 text"),
+
 ])
 def test_usage_mistakes_are_one_line_and_exit_2(make_app, args, needle):
     app = make_app(APP)

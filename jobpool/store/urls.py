@@ -39,7 +39,19 @@ def is_postgres_url(db: str) -> bool:
 def check_store_name(db: str, flag: str = "") -> None:
     """Refuse ``db`` if it looks like a URL jobpool does not open (``ValueError``).
 
-    Only the scheme is quoted, never the rest: a URL may carry a password."""
+    Only the scheme is quoted, never the rest: a URL may carry a password. A name that
+    is not UTF-8 text (bytes the shell passed, which Python holds as lone surrogates) is
+    refused too: SQLite opens a file by a UTF-8 path, and its encoder's error named no
+    flag."""
+    try:
+        db.encode("utf-8")
+    except UnicodeEncodeError:
+        try:  # the bytes the shell passed, as they were
+            shown = db.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate of Python's own
+            shown = db.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise ValueError(f"{flag + ' ' if flag else ''}{shown}: a store's name must be UTF-8 "
+                         f"text") from None
     if is_postgres_url(db):
         return
     found = _SCHEME.match(db)

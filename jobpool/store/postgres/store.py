@@ -605,6 +605,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
                          now: float | None = None) -> int:
         """R51 (see ``Store.run_now_matching``)."""
+        rows.filter_text("name", name)
         queue = None if queue is None else rows.queue_name(queue)
 
         def run_now(conn: Any) -> int:

@@ -745,6 +745,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def run_now_matching(self, *, name: str | None = None, queue: str | None = None,
                          now: float | None = None) -> int:
         """R51 (see ``Store.run_now_matching``)."""
+        rows.filter_text("name", name)
         params = {"name": name, "queue": None if queue is None else rows.queue_name(queue),
                   "now": bounds.now_or(now)}
         moved = self.transaction("making jobs due now", lambda conn: len(
