@@ -56,6 +56,12 @@ class StoreError(JobpoolError):
     """
 
 
+class StoreSettingError(StoreError, ValueError):
+    """A setting of how to open a store (its durability, a URL's schema or pooler) that
+    is not one it takes: the same error on both stores, caught as either a store's
+    error or a ``ValueError`` (SQLite raised the one, PostgreSQL the other)."""
+
+
 class ReadOnlyStoreError(StoreError):
     """The store can be read but not written by this process (file mode, an immutable
     file, a read-only mount): a pool cannot run on it, so it refuses to start."""

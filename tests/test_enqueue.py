@@ -95,6 +95,14 @@ def test_enqueue_many_refuses_items_that_are_no_list_of_calls_and_writes_nothing
     assert count(store) == 0
 
 
+@pytest.mark.parametrize("keys", ["ab", b"ab", 5])
+def test_enqueue_many_keys_are_a_list_not_text(store, keys):
+    # keys="ab" keyed two items "a" and "b".
+    with pytest.raises(EnqueueError, match="keys must be a list of keys"):
+        store.enqueue_many("t.job", [(1,), (2,)], keys=keys)
+    assert count(store) == 0
+
+
 def test_an_oversized_payload_is_refused(store):
     with pytest.raises(EnqueueError, match="over the 1048576-byte limit"):
         store.enqueue("t.job", "x" * (1024 * 1024))

@@ -281,6 +281,10 @@ def check_keys(keys: Any, count: int) -> list[str | None] | None:
     """R3 for a batch: one key (a non-empty string, or None) per item, or no keys."""
     if keys is None:
         return None
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        # Text is not its characters: keys="ab" keyed two items "a" and "b".
+        raise EnqueueError(f"keys must be a list of keys (one per item), not "
+                           f"{type(keys).__name__}")
     keys = list(keys)
     if len(keys) != count:
         raise EnqueueError(f"keys: {len(keys)} keys for {count} items")

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+import jobpool
+
 from jobpool.errors import StoreError
 from jobpool.store.postgres.connection import parse_url, redact
 
@@ -26,11 +28,25 @@ def test_jobpool_parameters_are_taken_off_the_url_before_libpq_sees_it():
     ("postgresql://db/app?schema=" + "x" * 64, "schema must be a lower-case name"),
     ("postgresql://db/app?pooler=session", "pooler must be 'transaction'"),
     ("postgresql://db/app?password=hunter2", "not in ?password="),
+    # The last one was taken, silently.
+    ("postgresql://db/app?schema=a&schema=b", "?schema= is given 2 times in the URL"),
+    ("postgresql://db/app?durability=full&durability=normal", "?durability= is given 2 times"),
 ])
 def test_a_bad_url_is_refused_naming_what_is_wrong(url, words):
     with pytest.raises(StoreError, match=words.replace("?", r"\?")) as caught:
         parse_url(url)
     assert "hunter2" not in str(caught.value)
+    # A setting's mistake, the same class on both stores: a ValueError too.
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("where", ["sqlite", "postgres"])
+def test_a_durability_neither_store_takes_is_the_same_error_on_both(where, tmp_path):
+    from jobpool.errors import StoreSettingError
+    db = str(tmp_path / "jobpool.db") if where == "sqlite" else "postgresql://db/app"
+    with pytest.raises(StoreSettingError, match="durability must be 'full' or 'normal'"):
+        jobpool.connect(db, durability="bogus")
+    assert not (tmp_path / "jobpool.db").exists()
 
 
 def test_redact_hides_only_the_password():

@@ -16,7 +16,7 @@ import weakref
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from jobpool.errors import NotAStoreError, StoreError
+from jobpool.errors import NotAStoreError, StoreError, StoreSettingError
 from jobpool.store.postgres import statements as pg_sql
 try:
     import psycopg
@@ -93,6 +93,12 @@ def parse_url(url: str, durability: str | None = None) -> Target:
     pooler = None
     in_url = None
     kept = []
+    ours = [key for key, _value in query if key in ("schema", "pooler", "durability")]
+    for key in sorted(set(ours)):
+        if ours.count(key) > 1:
+            # Each read the last, silently: a URL built by joining two meant one store.
+            raise StoreSettingError(f"?{key}= is given {ours.count(key)} times in the URL: "
+                                    f"give it once")
     for key, value in query:
         if key == "schema":
             schema = value
@@ -101,24 +107,24 @@ def parse_url(url: str, durability: str | None = None) -> Target:
         elif key == "durability":
             in_url = value
         elif key == "password":
-            raise StoreError("put the password in the URL's user part or in ~/.pgpass, "
+            raise StoreSettingError("put the password in the URL's user part or in ~/.pgpass, "
                              "not in ?password=")
         else:
             kept.append((key, value))
     if not _SCHEMA_NAME.match(schema):
-        raise StoreError(f"schema must be a lower-case name of letters, digits and _ "
+        raise StoreSettingError(f"schema must be a lower-case name of letters, digits and _ "
                          f"(at most 63), not {schema!r}")
     if pooler not in (None, "transaction"):
-        raise StoreError(f"pooler must be 'transaction', not {pooler!r}")
+        raise StoreSettingError(f"pooler must be 'transaction', not {pooler!r}")
     for given, where in ((in_url, "?durability= in the URL"), (durability, "durability")):
         if given is not None and given not in DURABILITIES:
-            raise StoreError(f"{where} must be 'full' or 'normal', not {given!r}")
+            raise StoreSettingError(f"{where} must be 'full' or 'normal', not {given!r}")
     if in_url is not None and durability is not None and in_url != durability:
-        raise StoreError(f"durability={durability!r} and the URL's ?durability={in_url} "
+        raise StoreSettingError(f"durability={durability!r} and the URL's ?durability={in_url} "
                          f"disagree: say it once")
     chosen = in_url or durability or os.environ.get("JOBPOOL_DURABILITY") or "full"
     if chosen not in DURABILITIES:
-        raise StoreError(f"$JOBPOOL_DURABILITY must be 'full' or 'normal', not {chosen!r}")
+        raise StoreSettingError(f"$JOBPOOL_DURABILITY must be 'full' or 'normal', not {chosen!r}")
     conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
     # What operators see names the very store (its schema and pooler too), so it can
     # be passed back to --db or connect(); only the password is left out.

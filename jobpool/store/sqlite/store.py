@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 from jobpool import bounds, fork_safety, lifecycle, liveness, rollups
 from jobpool.handles import Handle, Handles
 from jobpool.errors import (CorruptStoreError, EnqueueError, JobNotFound, NotAStoreError,
-                            ReadOnlyStoreError,
+                            ReadOnlyStoreError, StoreSettingError,
                             StoreError)
 from jobpool.serialize import MAX_PAYLOAD_BYTES
 from jobpool.store import row_codec, rows
@@ -112,7 +112,7 @@ def durability_setting(durability: str | None) -> str:
     if durability is None:
         durability = os.environ.get("JOBPOOL_DURABILITY") or "full"
     if durability not in ("full", "normal"):
-        raise ValueError(f"durability must be 'full' or 'normal', not {durability!r}")
+        raise StoreSettingError(f"durability must be 'full' or 'normal', not {durability!r}")
     return durability.upper()
 
 
