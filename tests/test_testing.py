@@ -619,3 +619,17 @@ def test_drain_stores_a_jobs_unstorable_text_as_a_pool_does(any_store):
     row = any_store.get(result)
     assert row["status"] == "dead" and row["attempts"] == 1
     assert "result holds text that is not valid Unicode" in row["last_error"]
+
+
+@jobpool.job(name="testing.keeps", store_result=True)
+def keeps():
+    return {"rows": 3}
+
+
+def test_a_json_result_reads_back_as_its_text_on_every_store(any_store):
+    # PostgreSQL keeps every result as bytes: `get` said "<10 bytes>" there and the JSON
+    # text on SQLite.
+    job_id = any_store.enqueue("testing.keeps").id
+    assert drain(any_store) == Drained(done=1)
+    assert any_store.get(job_id)["result"] == '{"rows":3}'
+    assert any_store.list_jobs()[0]["result"] == '{"rows":3}'

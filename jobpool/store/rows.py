@@ -766,6 +766,10 @@ def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     result = job.get("result")
     if isinstance(result, str):
         job["result"] = row_codec.readable(result)
+    elif isinstance(result, (bytes, memoryview)) and job.get("serializer") == "json":
+        # A JSON job's result as text on both stores (PostgreSQL keeps every result as
+        # bytes; it read as "<7 bytes>" there and as its JSON on SQLite).
+        job["result"] = row_codec.readable(bytes(result).decode("utf-8", "replace"))
     elif isinstance(result, (bytes, memoryview)):
         job["result"] = f"<{len(result)} bytes>"
     return job
