@@ -85,6 +85,10 @@ def env_seconds(name: str, default: float) -> float:
 #: takes the pipe for lost instead of waiting with the whole pool. Read when a message
 #: stalls, by the pure reader (``channel``) and the compiled one alike.
 MESSAGE_STALL = env_seconds("JOBPOOL_MESSAGE_STALL", 5.0)
+#: R26a: after the WAL could not start over for this long, seconds, the checkpointer
+#: warns (``JOBPOOL_WAL_WARN_AFTER``: the tests' knob). Read here, with the other
+#: settings, so the CLI names a bad one before any command runs.
+WAL_WARN_AFTER = env_seconds("JOBPOOL_WAL_WARN_AFTER", 30.0)
 #: R65: the longest message either side of a pipe sends, in bytes: a child's request to
 #: add 500 members to its batch (``running.ADDS_PER_REQUEST``), each with a payload and
 #: metadata at their bounds, is about half of it. A longer length is no message (and is

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import logging
 import math
@@ -114,7 +115,11 @@ class _GuardedOutput:
         if not isinstance(exc, BrokenPipeError):
             self.failed = exc
         try:  # what is left in the stream's buffer would fail again at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            sink = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(sink, self._stream.fileno())
+            finally:
+                os.close(sink)
         except (OSError, ValueError, AttributeError):
             pass
 
@@ -122,7 +127,8 @@ class _GuardedOutput:
         return getattr(self._stream, name)
 
 
-#: Commands that run until stopped, whose output ``_GuardedOutput`` leaves alone.
+#: Commands that run until stopped, whose output ``_GuardedOutput`` leaves alone (so is
+#: ``top`` but with ``--once``: its loop would run on for ever, printing to nobody).
 _SERVING = frozenset({"start", "web"})
 
 
@@ -748,16 +754,22 @@ def _lines_of(fh: Any, source: str) -> list[str]:
             raise UserError(f"--from {source} line {number}: longer than {_FROM_LINE_MOST} "
                             f"bytes (one job's arguments are at most {MAX_PAYLOAD_BYTES})")
         try:
-            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise UserError(f"--from {source} line {number}: not UTF-8 text") from None
+        # A lone CR ends a line too (JSON text holds none unescaped), as it did when the
+        # whole file was split into lines.
+        lines.extend(text.rstrip("\r\n").split("\r"))
 
 
 def _read_items(source: str, out: _Stdout) -> list:
     """Parse a JSON-lines file of job arguments, naming the line of any mistake."""
-    stream = getattr(sys.stdin, "buffer", None) if source == "-" else None
-    if source == "-" and stream is None:
-        raise UserError("cannot read --from -: standard input is closed")
+    stream = None
+    if source == "-":
+        if sys.stdin is None:
+            raise UserError("cannot read --from -: standard input is closed")
+        # Its bytes; a text stream put in its place (an embedding caller's) as UTF-8.
+        stream = getattr(sys.stdin, "buffer", None) or io.BytesIO(sys.stdin.read().encode())
     try:
         fh = stream or open(source, "rb")
     except OSError as exc:
@@ -1591,13 +1603,15 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
     --name "$NAME"`` with ``NAME`` unset retried every dead job, ``stop --pool ''`` said
     no pool runs while one did, ``start --queues ''`` served every queue."""
     flags: dict[str, str] = {}
-    positional: set[str] = set()  # a command's own argument (``pause QUEUE``) checks itself
+    # A command's own argument (``pause QUEUE``) checks itself, and so does an option
+    # whose value its type has read (``--args '[""]'``: an empty string is a fine argument).
+    positional: set[str] = set()
     parsers = [parser]
     while parsers:
         for action in parsers.pop()._actions:
             if isinstance(action, argparse._SubParsersAction):
                 parsers.extend(action.choices.values())
-            elif action.option_strings:
+            elif action.option_strings and action.type is None:
                 flags.setdefault(action.dest, action.option_strings[-1])
             else:
                 positional.add(action.dest)
@@ -1630,8 +1644,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     # A pool and the web server answer for their own output (the live dashboard, R46;
     # a job's prints in a child, R43): only the short commands are guarded.
-    guarded = (_GuardedOutput(stdout) if stdout is not None and args.command not in _SERVING
-               else None)
+    serving = args.command in _SERVING or (args.command == "top" and not args.once)
+    guarded = _GuardedOutput(stdout) if stdout is not None and not serving else None
     if guarded is not None:
         sys.stdout = guarded
     try:

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from jobpool import display
 from jobpool.display import shown
-from jobpool.errors import StoreError
+from jobpool.errors import JobpoolError, StoreError
 from jobpool.store.records import OPEN_BATCHES_SHOWN
 from jobpool.snapshot import (DrainView, FailureView, QueueView, SlotView, Snapshot,
                               read_snapshot)
@@ -614,8 +614,27 @@ def _print_logs(console: Console, logs: int, wait: float) -> bool:
 
 
 def _plain(store: Store, console: Console, every: float, stop: threading.Event) -> None:
+    """The view off a terminal: its lines every ``every`` seconds. A reader that went
+    away (``jobpool top | head``) ends it (rich exits 1 quietly); a write that fails
+    otherwise (a full disk) is a ``JobpoolError`` saying so, not a traceback."""
     while True:
-        for line in plain_lines(read_snapshot(store)):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        try:
+            for line in plain_lines(read_snapshot(store)):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+        except OSError as exc:
+            _stop_writing(console)
+            raise JobpoolError(f"cannot write to standard output: {exc.strerror or exc}") from None
         if stop.wait(every):
             return
+
+
+def _stop_writing(console: Console) -> None:
+    """What is left in the output's buffer goes nowhere (it would fail again at exit)."""
+    try:
+        sink = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(sink, console.file.fileno())
+        finally:
+            os.close(sink)
+    except (OSError, ValueError, AttributeError):
+        pass

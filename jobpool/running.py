@@ -183,7 +183,7 @@ def save_state(state: Any, force: bool = False) -> None:
         raise ValueError(f"save_state: the state must be JSON: {exc}") from None
     except RecursionError:
         raise ValueError("save_state: the state must be JSON: nested too deeply") from None
-    clash = "{" in text and serialize.json_key_clash(state)
+    clash = serialize.may_clash(text) and serialize.json_key_clash(state)
     if clash:
         raise ValueError(f"save_state: the state must be JSON: {clash}")
     size = len(text.encode())

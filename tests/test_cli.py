@@ -594,6 +594,32 @@ def test_a_setting_of_the_environment_that_is_not_seconds_is_named_in_one_line(
                 f"not {value!r}") in line
 
 
+def test_an_empty_string_an_option_reads_as_data_is_taken(make_app):
+    # `--args '[""]'` is one argument, the empty string: the check for options given an
+    # empty value looks at what the shell passed, not at what a flag's type made of it.
+    app = make_app(APP)
+    done = app.cli("enqueue", "t.hello", "--args", '[""]', "--kwargs", '{"punctuation": ""}',
+                   "--db", str(app.db), check=True)
+    assert done.stderr == ""
+    (job,) = app.store().list_jobs()
+    assert job["payload"] == '[[""],{"punctuation":""}]'
+
+
+def test_top_with_its_reader_gone_stops(make_app):
+    # `jobpool top | head`: the live view off a terminal, its output gone, ended when its
+    # next frame failed; guarded as the short commands are, it would have run for ever.
+    app = make_app(APP)
+    app.store().enqueue("t.hello", "x")
+    code, err = _ran_with_its_reader_gone(app, "top", "--refresh", "0.2", "--db", str(app.db))
+    assert code in (0, 1) and "Traceback" not in err, err
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "jobpool", "top", "--db", str(app.db)],
+                              cwd=app.dir, env=app.env, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (
+        1, "jobpool: error: cannot write to standard output: No space left on device")
+
+
 def test_a_terminal_size_past_any_screen_is_taken_as_the_largest_one(make_app):
     # rich took COLUMNS=10**21 as given, and `top --once` overflowed in its padding.
     app = make_app(APP)
@@ -604,3 +630,11 @@ def test_a_terminal_size_past_any_screen_is_taken_as_the_largest_one(make_app):
                               env=dict(app.env, COLUMNS="1" + "0" * 21, LINES="9" * 20,
                                        TTY_COMPATIBLE="1"))
         assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
+
+
+def test_a_from_file_with_lone_carriage_returns_is_one_job_a_line(make_app):
+    app = make_app(APP)
+    (app.dir / "old-mac.jsonl").write_bytes(b'["a"]\r["b"]\r\n["c"]\n')
+    app.cli("enqueue", "t.hello", "--from", "old-mac.jsonl", "--db", str(app.db), check=True)
+    assert sorted(j["payload"] for j in app.store().list_jobs()) == [
+        '[["a"],{}]', '[["b"],{}]', '[["c"],{}]']

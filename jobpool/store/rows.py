@@ -19,7 +19,7 @@ from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
 from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
-from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload, json_key_clash
+from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload, json_key_clash, may_clash
 from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import row_codec
 #: The statuses a row can have in any store.
@@ -155,7 +155,7 @@ def meta_json(meta: Any, what: str = "meta") -> str:
         raise EnqueueError(f"{what} is not JSON: nested too deeply") from None
     if bounds.not_unicode(text):
         raise EnqueueError(f"{what} {bounds.NOT_UNICODE}")
-    if text.count("{") > 1:  # its own keys are text (above); a nested dict's may not be
+    if may_clash(text):  # its own keys are text (above); a nested dict's may not be
         clash = json_key_clash(list(meta.values()))
         if clash:
             raise EnqueueError(f"{what} is not JSON: {clash}")
@@ -393,7 +393,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
         except (TypeError, ValueError, RecursionError):  # the per-item path names it
             return None
         # R1: a dict whose keys JSON writes as one goes the per-item way, which names it.
-        return None if "{" in text and json_key_clash(items) else (text, True)
+        return None if may_clash(text) and json_key_clash(items) else (text, True)
     pairs = []
     for item in items:
         if isinstance(item, (tuple, list)):
@@ -408,7 +408,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
         text = _utf8_only(json_batch_encoder.encode(pairs))
     except (TypeError, ValueError, RecursionError):  # the per-item path names it
         return None
-    return None if text.count("{") > len(pairs) and json_key_clash(pairs) else (text, False)
+    return None if may_clash(text) and json_key_clash(pairs) else (text, False)
 
 
 def _utf8_only(text: str) -> str:
@@ -802,15 +802,16 @@ MADE_DUE, DUE_ALREADY, NOT_FOUND = "due now", "due already", "not found"
 
 
 def job_ids(ids: Any, what: str) -> list[int]:
-    """The job ids an operator's call names, checked (positive, within 64 bits), in
-    the order given and without repeats."""
+    """The job ids an operator's call names, checked (whole numbers: not ``True``, not
+    text), in the order given and without repeats. One outside the ids a store has (0,
+    past 64 bits) names no job: the call answers it so (bound as ``bounds.row_id``
+    binds it), as ``get`` does."""
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
         raise EnqueueError(f"{what} takes a list of job ids, not {ids!r}")
     checked: dict[int, None] = {}
     for job_id in ids:
-        if (isinstance(job_id, bool) or not isinstance(job_id, int)
-                or not 0 < job_id <= bounds.INT64_MAX):
-            raise EnqueueError(f"{what}: a job id is a positive integer, not {job_id!r}")
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise EnqueueError(f"{what}: a job id is a whole number, not {job_id!r}"[:200])
         checked[job_id] = None
     return list(checked)
 

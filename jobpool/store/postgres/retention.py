@@ -54,17 +54,18 @@ class PgDeadLetters:
             server_now = self.store.server_now(conn)
             outcome: dict[int, str] = {}
             for job_id in ids:
+                bound = bounds.row_id(job_id)
                 try:
                     with conn.transaction():  # a savepoint: one refusal spoils no other
                         moved = conn.execute(pg_sql.RETRY_DEAD, {
-                            "id": job_id, "now": server_now,
+                            "id": bound, "now": server_now,
                             "reset_state": reset_state}).fetchone()
                 except psycopg.errors.UniqueViolation:
                     outcome[job_id] = "key held by a live job"
                     continue
                 if moved:
                     self.store.notify_ready(conn, moved[1])
-                outcome[job_id] = "retried" if moved else _why_not(conn, job_id)
+                outcome[job_id] = "retried" if moved else _why_not(conn, bound)
             return outcome
         return self.store.transaction("retrying dead jobs", retry)
 
@@ -74,14 +75,16 @@ class PgDeadLetters:
         def delete(conn: Any) -> dict[int, str]:
             outcome: dict[int, str] = {}
             for job_id in ids:
-                gone = conn.execute(pg_sql.DELETE_DEAD, {"id": job_id}).fetchone()
-                outcome[job_id] = "deleted" if gone else _why_not(conn, job_id)
+                bound = bounds.row_id(job_id)
+                gone = conn.execute(pg_sql.DELETE_DEAD, {"id": bound}).fetchone()
+                outcome[job_id] = "deleted" if gone else _why_not(conn, bound)
             return outcome
         return self.store.transaction("deleting dead jobs", delete)
 
     def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
         """Delete dead jobs finished more than ``older_than`` seconds ago (server clock)."""
         older_than = rows.age(older_than, "older_than")
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates the age
         total = 0
         while True:
             def purge(conn: Any) -> int:

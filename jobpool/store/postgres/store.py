@@ -413,6 +413,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         """Jobs in id order, or the newest first, from past ``after`` (see
         ``Store.list_jobs``), scheduled judged on the server's clock."""
         limit = rows.listing_limit(limit)
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock judges
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first,
@@ -439,6 +440,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         """How many jobs ``list_jobs`` with these filters could list, counting at most
         ``at_most`` (R28)."""
         at_most = rows.listing_limit(at_most, "at_most")
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock judges
         rows.check_listed_status(status)
         where, params = rows.listing_filters(name, queue, chain, lambda key: f"%({key})s",
                                              after=after, newest_first=newest_first,
@@ -465,6 +467,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def stats(self, now: float | None = None) -> dict[str, Any]:
         """Counts by status (``ready``: due now by the server's clock; ``scheduled``:
         later) and each live pool's counters (R29a)."""
+        bounds.now_or(now)  # checked as SQLite checks it; the server's clock counts
+
         def read(conn: Any) -> tuple[dict, int, float]:
             server_now = self.server_now(conn)
             counts = dict.fromkeys(rows.STATUSES, 0)
@@ -486,7 +490,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
               dead_after: float = liveness.DEAD_AFTER) -> list[dict[str, Any]]:
         """Every pool row, each judged dead or alive on the server's clock (R7a):
         heartbeats are dated by the server, so a host whose own clock runs ahead
-        never takes a live pool's beat for a stale one. ``now`` is ignored."""
+        never takes a live pool's beat for a stale one. ``now`` is ignored (once checked
+        as SQLite checks it)."""
+        bounds.now_or(now)
         names = ("owner", "host", "pid", "procs", "queues", "core", "started_at", "heartbeat_at",
                  "counters", "slots", "stop_requested", "desired_procs", "names")
 
@@ -594,9 +600,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """R51 (see ``Store.run_now``); ``now`` is the server's unless given."""
         ids = rows.job_ids(ids, "run_now")
+        bound = [bounds.row_id(i) for i in ids]  # 0 for an id no row can have
+        when = bounds.now_or(now) if now is not None else None
 
         def run_now(conn: Any) -> dict[int, str]:
-            params = {"ids": ids, "now": self.server_now(conn) if now is None else bounds.now_or(now)}
+            params = {"ids": bound, "now": self.server_now(conn) if when is None else when}
             made_due = self._made_due(conn, conn.execute(pg_sql.RUN_NOW, params).fetchall())
             statuses = dict(conn.execute(pg_sql.STATUSES_OF, params).fetchall())
             return rows.run_now_answers(ids, made_due, statuses)

@@ -50,7 +50,7 @@ RESTART_WAIT = 0.01
 RESTART_RETRY_MAX = 5.0
 #: After the WAL could not start over for this long, seconds, the checkpointer warns
 #: (``JOBPOOL_WAL_WARN_AFTER`` sets it: the tests' knob).
-PINNED_WARN_AFTER = bounds.env_seconds("JOBPOOL_WAL_WARN_AFTER", 30.0)
+PINNED_WARN_AFTER = bounds.WAL_WARN_AFTER
 #: What a WAL frame adds to its page, bytes.
 FRAME_HEADER_BYTES = 24
 #: WAL size past which the checkpoint also starts the file over, bytes.

@@ -57,16 +57,17 @@ class DeadLetters:
 
         def retry(conn):
             for job_id in ids:
+                bound = bounds.row_id(job_id)
                 try:
-                    changed = conn.execute(sql.RETRY_DEAD, {"id": job_id, "now": now,
+                    changed = conn.execute(sql.RETRY_DEAD, {"id": bound, "now": now,
                                                             "reset_state": reset_state}).rowcount
                 except sqlite3.IntegrityError:
                     outcome[job_id] = "key held by a live job"
                     continue
                 if changed:
-                    conn.execute(sql.MEMBER_REOPENED, {"id": job_id})  # R34
-                    conn.execute(sql.LANE_READY, {"id": job_id})  # R35: back in its lane
-                outcome[job_id] = "retried" if changed else self._why_not(conn, job_id)
+                    conn.execute(sql.MEMBER_REOPENED, {"id": bound})  # R34
+                    conn.execute(sql.LANE_READY, {"id": bound})  # R35: back in its lane
+                outcome[job_id] = "retried" if changed else self._why_not(conn, bound)
             return outcome
         result = self.store.transaction("retrying dead jobs", retry)
         if "retried" in result.values():
@@ -79,11 +80,12 @@ class DeadLetters:
 
         def delete(conn):
             for job_id in ids:
-                if conn.execute(sql.DELETE_DEAD, {"id": job_id}).fetchall():
-                    conn.execute(sql.DELETE_ATTEMPTS, (job_id,))
+                bound = bounds.row_id(job_id)
+                if conn.execute(sql.DELETE_DEAD, {"id": bound}).fetchall():
+                    conn.execute(sql.DELETE_ATTEMPTS, (bound,))
                     outcome[job_id] = "deleted"
                 else:
-                    outcome[job_id] = self._why_not(conn, job_id)
+                    outcome[job_id] = self._why_not(conn, bound)
             return outcome
         return self.store.transaction("deleting dead jobs", delete)
 

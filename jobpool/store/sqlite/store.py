@@ -190,9 +190,11 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         self._readonly = readonly
         self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) \
-                or not 0 <= busy_timeout <= bounds.MAX_DELAY:
-            raise ValueError(f"busy_timeout must be a number of seconds from 0 to 10 years, "
+                or not busy_timeout >= 0:
+            raise ValueError(f"busy_timeout must be a number of seconds, 0 or more, "
                              f"not {busy_timeout!r}"[:200])
+        if busy_timeout > 1e300:  # an int past any float (10**400) waits as long as inf
+            busy_timeout = float("inf")
         self.busy_timeout = busy_timeout
         self.synchronous = durability_setting(durability)
         self.max_payload = max_payload
@@ -732,7 +734,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """R51 (see ``Store.run_now``)."""
         ids = rows.job_ids(ids, "run_now")
-        params = {"ids": json.dumps(ids), "now": bounds.now_or(now)}
+        params = {"ids": json.dumps([bounds.row_id(i) for i in ids]), "now": bounds.now_or(now)}
 
         def run_now(conn):
             made_due = {job_id for job_id, _queue in conn.execute(sql.RUN_NOW, params)}
