@@ -19,7 +19,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo
-from jobpool.display import markup_escape, meta_text, shown
+from jobpool.display import markup_escape, meta_text, shown, to_nowhere
 from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
@@ -114,14 +114,7 @@ class _GuardedOutput:
         self._dropping = True
         if not isinstance(exc, BrokenPipeError):
             self.failed = exc
-        try:  # what is left in the stream's buffer would fail again at exit
-            sink = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(sink, self._stream.fileno())
-            finally:
-                os.close(sink)
-        except (OSError, ValueError, AttributeError):
-            pass
+        to_nowhere(self._stream)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

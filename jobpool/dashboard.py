@@ -622,19 +622,8 @@ def _plain(store: Store, console: Console, every: float, stop: threading.Event) 
             for line in plain_lines(read_snapshot(store)):
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
         except OSError as exc:
-            _stop_writing(console)
+            display.to_nowhere(console.file)
             raise JobpoolError(f"cannot write to standard output: {exc.strerror or exc}") from None
         if stop.wait(every):
             return
 
-
-def _stop_writing(console: Console) -> None:
-    """What is left in the output's buffer goes nowhere (it would fail again at exit)."""
-    try:
-        sink = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(sink, console.file.fileno())
-        finally:
-            os.close(sink)
-    except (OSError, ValueError, AttributeError):
-        pass

@@ -64,6 +64,19 @@ def console(**options: Any) -> Any:
     return _console_class(**options)
 
 
+def to_nowhere(stream: Any) -> None:
+    """Point ``stream``'s descriptor at /dev/null: once writing to it has failed (a reader
+    gone, a full disk), what is left in its buffer would fail again at exit."""
+    try:
+        sink = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(sink, stream.fileno())
+        finally:
+            os.close(sink)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 #: The widest (and tallest) a terminal is taken to be, whatever ``COLUMNS`` says.
 MOST_CELLS = 10_000
 
