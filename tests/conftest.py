@@ -1,6 +1,7 @@
 """Shared fixtures: both cores, throwaway stores, and real pools run through the CLI."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -311,3 +312,17 @@ def any_store(store_url):
     store = jobpool.connect(store_url)
     yield store
     store.close()
+
+
+@contextlib.contextmanager
+def default_recursion_limit():
+    """Python's default recursion limit while a test encodes or decodes JSON deeper than
+    it: ``json`` then raises RecursionError, as it does in a process nobody changed.
+    Under a limit something raised (a test library, a test's job), the same document
+    overflows the C stack and crashes the worker."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)

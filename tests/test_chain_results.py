@@ -383,6 +383,7 @@ def test_a_page_of_results_reads_its_own_index_on_postgres(pg_url):
 
 @job(name="cr.deep", store_result=True)
 def deep():
+    # Run by a drain in the test's own process: the test puts the limit back.
     import sys
     sys.setrecursionlimit(100_000)
     value: list = []
@@ -395,10 +396,19 @@ def test_a_result_the_store_cannot_read_stops_its_chain_not_the_turn(any_store):
     """R59, R44: a JSON result nested past what PostgreSQL's jsonb reads stops the
     chain with a reason (SQLite's JSON refuses it alike), and the turn settles the
     job and the next one."""
+    import sys
+
     from jobpool.testing import drain
     first = any_store.enqueue_with("cr.deep", then=takes.s().with_previous()).id
     other = any_store.enqueue_with("cr.kept").id
-    drain(any_store)
+    limit = sys.getrecursionlimit()
+    try:
+        drain(any_store)
+    finally:
+        # The job raised it to encode its result; left raised, a later test in this
+        # worker that encodes or decodes JSON deeper than the default overflowed the C
+        # stack and crashed the worker instead of raising RecursionError.
+        sys.setrecursionlimit(limit)
     row = any_store.get(first)
     assert row["status"] == "done" and row["last_error"].startswith(row_codec.CHAIN_STOPPED)
     assert any_store.get(other)["status"] == "done"

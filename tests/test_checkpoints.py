@@ -12,7 +12,7 @@ import pytest
 
 import jobpool
 
-from .conftest import wait_for
+from .conftest import default_recursion_limit, wait_for
 
 APP = """
 import os, time
@@ -182,5 +182,5 @@ def test_a_state_json_cannot_carry_as_it_is_refused_naming_why():
     deep: list = []
     for _ in range(100_000):
         deep = [deep]
-    with pytest.raises(ValueError, match="nested too deeply"):
+    with pytest.raises(ValueError, match="nested too deeply"), default_recursion_limit():
         jobpool.save_state(deep)

@@ -15,6 +15,8 @@ from jobpool import jobs
 from jobpool.cli import UserError, import_app
 from jobpool.errors import EnqueueError, RegistryError
 
+from .conftest import default_recursion_limit
+
 
 
 @pytest.fixture
@@ -81,7 +83,7 @@ def _nested(depth: int) -> list:
     ({"connection": 5}, "connection must be the application's open database connection"),
 ])
 def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(store, options, field):
-    with pytest.raises(EnqueueError, match=field):
+    with pytest.raises(EnqueueError, match=field), default_recursion_limit():
         store.enqueue_with("t.job", **options)
     assert count(store) == 0
 
@@ -90,7 +92,8 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(store, opt
 def test_enqueue_many_refuses_items_that_are_no_list_of_calls_and_writes_nothing(store, items):
     # None and 5 raised TypeError, "ab" was two calls ("a",) and ("b",), a deep
     # argument RecursionError.
-    with pytest.raises(EnqueueError, match="enqueue_many takes a list of items|nested too deeply"):
+    with pytest.raises(EnqueueError, match="enqueue_many takes a list of items|nested too deeply"), \
+            default_recursion_limit():
         store.enqueue_many("t.job", items)
     assert count(store) == 0
 

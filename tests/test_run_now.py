@@ -89,10 +89,15 @@ def test_run_now_matching_moves_only_waiting_jobs_of_the_name_and_queue(any_stor
     assert store.run_now_matching() == 0
 
 
-@pytest.mark.parametrize("ids", ["12", [0], [True], [1.5], None])
+@pytest.mark.parametrize("ids", ["12", [True], [1.5], ["1"], None])
 def test_run_now_refuses_what_is_not_a_list_of_job_ids(any_store, ids):
     with pytest.raises(EnqueueError, match="run_now"):
         any_store.run_now(ids)
+
+
+def test_run_now_answers_an_id_no_store_can_have_as_not_found(any_store):
+    # As `get` answers it, and as the dead letters' calls do (0 was refused here alone).
+    assert any_store.run_now([0, -5, 2**63]) == dict.fromkeys([0, -5, 2**63], "not found")
 
 
 def test_jobs_run_now_on_the_cli_and_a_pool_runs_the_job_at_once(make_any_app):

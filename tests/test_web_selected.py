@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
+from tests.conftest import default_recursion_limit  # noqa: E402
 from tests.test_web import (_client, _dead_jobs, _web_actions,  # noqa: E402, F401
                             store_url)
 
@@ -173,13 +174,8 @@ def test_json_nested_past_the_decoders_depth_is_a_400(any_store, store_url):
     # 500. The test client serves in this process, whose limit a test library may have
     # raised (and past a high one, the decoder's C stack would overflow): the default's
     # for the request.
-    import sys
-    depth, limit = 5000, sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)
-    try:
-        with _client(store_url) as client:
-            answer = client.post("/api/jobs", content="[" * depth + "]" * depth,
-                                 headers={"content-type": "application/json"})
-    finally:
-        sys.setrecursionlimit(limit)
+    depth = 5000
+    with default_recursion_limit(), _client(store_url) as client:
+        answer = client.post("/api/jobs", content="[" * depth + "]" * depth,
+                             headers={"content-type": "application/json"})
     assert answer.status_code == 400 and "nested too deeply" in answer.text, answer.text
