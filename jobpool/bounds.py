@@ -185,12 +185,18 @@ def check_priority(value: int) -> str | None:
     return None
 
 
-def check_delay(value: float, at_most: float = MAX_DELAY) -> str | None:
+def check_delay(value: float) -> str | None:
     """What is wrong with a non-negative delay in seconds, or None."""
-    if value > at_most:
-        bound = "10 years (%.0f s)" % at_most if at_most == MAX_DELAY else "%g s" % at_most
-        return f"must be at most {bound}, not {number_text(value)}"
+    if value > MAX_DELAY:
+        return f"must be at most 10 years ({MAX_DELAY:.0f} s), not {number_text(value)}"
     return None
+
+
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is a number a float holds finitely (not a bool, NaN, an
+    infinity, or an int past any float such as 10**400): a Unix time a row can keep."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and -1e300 <= value <= 1e300)
 
 
 def now_or(value: Any) -> float:
@@ -199,8 +205,7 @@ def now_or(value: Any) -> float:
     job's retry due at ``'y'`` for ever and ``now=inf`` rows the row checks refuse (R44)."""
     if value is None:
         return time.time()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not -1e300 <= value <= 1e300:
+    if not finite_number(value):
         raise ValueError(f"now must be a Unix time (a finite number of seconds), "
                          f"not {value!r}"[:200])
     return float(value)

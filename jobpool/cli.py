@@ -1598,7 +1598,7 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
     flags: dict[str, str] = {}
     # A command's own argument (``pause QUEUE``) checks itself, and so does an option
     # whose value its type has read (``--args '[""]'``: an empty string is a fine argument).
-    positional: set[str] = set()
+    checked_elsewhere: set[str] = set()
     parsers = [parser]
     while parsers:
         for action in parsers.pop()._actions:
@@ -1607,8 +1607,8 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
             elif action.option_strings and action.type is None:
                 flags.setdefault(action.dest, action.option_strings[-1])
             else:
-                positional.add(action.dest)
-    for dest in positional:
+                checked_elsewhere.add(action.dest)
+    for dest in checked_elsewhere:
         flags.pop(dest, None)
     for dest, value in vars(args).items():
         if dest in flags and (value == "" or (isinstance(value, list) and "" in value)):

@@ -113,9 +113,10 @@ class UnsafeResultError(JobpoolError):
 
 
 def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bool = True,
-            at_most: float | None = bounds.MAX_DELAY) -> float | None:
+            bounded: bool = True) -> float | None:
     """Normalise a delay-like argument to seconds, naming ``field`` when it is wrong;
-    ``at_most``: its bound (R41), None for none (a larger value is then infinity)."""
+    ``bounded``: at most 10 years (R41), else any length (one past a float's is
+    infinity)."""
     if value is None:
         if allow_none:
             return None
@@ -128,9 +129,9 @@ def seconds(value: float | int | timedelta | None, field: str, *, allow_none: bo
         raise EnqueueError(f"{field} must be a finite number of seconds")
     if value < 0:
         raise EnqueueError(f"{field} must not be negative (got {bounds.number_text(value)})")
-    if at_most is None:
+    if not bounded:
         return float(value) if value < 1e308 else float("inf")
-    problem = bounds.check_delay(value, at_most)
+    problem = bounds.check_delay(value)
     if problem:
         raise EnqueueError(f"{field} {problem}")
     return float(value)

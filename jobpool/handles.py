@@ -50,8 +50,8 @@ def _wait_options(timeout: Any, poll: Any) -> tuple[float | None, float]:
     """``result()``'s ``timeout`` (None, or seconds not below 0: a number or a
     ``timedelta``) and ``poll`` (seconds above 0), checked: a NaN timeout waited for
     ever, text or a ``timedelta`` raised ``TypeError`` deep in the wait."""
-    timeout = seconds(timeout, "timeout", at_most=None)
-    checked = seconds(poll, "poll", allow_none=False, at_most=None)
+    timeout = seconds(timeout, "timeout", bounded=False)
+    checked = seconds(poll, "poll", allow_none=False, bounded=False)
     if not checked:
         raise EnqueueError(f"poll must be above 0 seconds, not {poll!r}")
     return timeout, checked

@@ -258,12 +258,18 @@ def check_batch_options(batch: Any, *, key: Any = None, connection: Any = None) 
                            "batch= and connection= together")
 
 
+def _listed(value: Any) -> bool:
+    """Whether ``value`` is a list a call may take: any iterable but text or bytes,
+    whose characters are no items (``"12"`` was the ids 1 and 2)."""
+    return not isinstance(value, (str, bytes)) and hasattr(value, "__iter__")
+
+
 def item_list(items: Any) -> list:
     """An ``enqueue_many``'s items as a list: any iterable but text or bytes (whose
     characters are no argument lists), else an ``EnqueueError`` naming what came."""
     if isinstance(items, list):
         return items
-    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+    if not _listed(items):
         raise EnqueueError(f"enqueue_many takes a list of items (argument tuples or "
                            f"Signatures), not {type(items).__name__}")
     return list(items)
@@ -281,8 +287,7 @@ def check_keys(keys: Any, count: int) -> list[str | None] | None:
     """R3 for a batch: one key (a non-empty string, or None) per item, or no keys."""
     if keys is None:
         return None
-    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
-        # Text is not its characters: keys="ab" keyed two items "a" and "b".
+    if not _listed(keys):  # keys="ab" keyed two items "a" and "b"
         raise EnqueueError(f"keys must be a list of keys (one per item), not "
                            f"{type(keys).__name__}")
     keys = list(keys)
@@ -641,8 +646,7 @@ def time_span(what: str, span: Any) -> tuple[float | None, float | None] | None:
     if span is None:
         return None
     if not isinstance(span, (tuple, list)) or len(span) != 2 or not all(
-            end is None or (isinstance(end, (int, float)) and not isinstance(end, bool)
-                            and -1e300 <= end <= 1e300) for end in span):
+            end is None or bounds.finite_number(end) for end in span):
         raise ValueError(f"the {what} filter must be (from, to), each a Unix time or None, "
                          f"not {span!r}"[:200])
     return (None if span[0] is None else float(span[0]),
@@ -724,8 +728,6 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= SEARCH_MOST:
         raise ValueError(f"scan must be a number from 1 to {SEARCH_MOST}, not {scan!r}")
     params["scan"] = scan
-    if after is not None:
-        params["after"] = listed_after(after)
     top = mark("after") if after is not None else dialect.past_newest
     where.append(f"id >= {top} - {mark('scan')}")
     for column, value in (("grp", group), ("last_error", error)):
@@ -806,7 +808,7 @@ def job_ids(ids: Any, what: str) -> list[int]:
     text), in the order given and without repeats. One outside the ids a store has (0,
     past 64 bits) names no job: the call answers it so (bound as ``bounds.row_id``
     binds it), as ``get`` does."""
-    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+    if not _listed(ids):
         raise EnqueueError(f"{what} takes a list of job ids, not {ids!r}")
     checked: dict[int, None] = {}
     for job_id in ids:
@@ -820,7 +822,7 @@ def age(value: Any, what: str) -> float:
     """How long ago, in seconds (a number or a ``timedelta``, not negative: a purge of
     rows "older than -1 s" would take the ones that ended a moment ago too); one past
     any clock is simply long ago."""
-    checked = seconds(value, what, allow_none=False, at_most=None)
+    checked = seconds(value, what, allow_none=False, bounded=False)
     assert checked is not None
     return checked
 
