@@ -638,3 +638,17 @@ def test_a_from_file_with_lone_carriage_returns_is_one_job_a_line(make_app):
     app.cli("enqueue", "t.hello", "--from", "old-mac.jsonl", "--db", str(app.db), check=True)
     assert sorted(j["payload"] for j in app.store().list_jobs()) == [
         '[["a"],{}]', '[["b"],{}]', '[["c"],{}]']
+
+
+
+def test_from_standard_input_a_text_stream_put_in_its_place_is_read(make_app, monkeypatch):
+    # An application calling the CLI in its own process with sys.stdin replaced by a
+    # text stream (no .buffer): its lines are the jobs, as a pipe's would be.
+    import io
+
+    from jobpool import cli
+    app = make_app(APP)
+    monkeypatch.chdir(app.dir)
+    monkeypatch.setattr(sys, "stdin", io.StringIO('["a"]\n["b"]\n'))
+    assert cli.main(["enqueue", "t.hello", "--from", "-", "--db", str(app.db)]) == 0
+    assert sorted(j["payload"] for j in app.store().list_jobs()) == ['[["a"],{}]', '[["b"],{}]']

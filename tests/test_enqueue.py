@@ -129,6 +129,14 @@ def test_delay_and_deadline_accept_timedelta_and_datetime(store):
     assert store.stats(now=1000.0)["scheduled"] == 1
 
 
+def test_a_deadline_past_any_float_is_never_and_one_before_any_is_gone(store):
+    # 10**400 was the driver's OverflowError: as a deadline it is one that never comes.
+    never = store.enqueue_with("t.job", deadline=10**400).id
+    gone = store.enqueue_with("t.job", deadline=-(10**400)).id
+    assert store.get(never)["deadline"] == float("inf")
+    assert store.get(gone)["deadline"] == float("-inf")
+
+
 def test_a_live_key_is_unique_and_a_duplicate_returns_the_existing_id(store):
     first = store.enqueue_with("t.job", key="invoice-7")
     again = store.enqueue_with("t.job", args=("other",), key="invoice-7")
