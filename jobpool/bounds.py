@@ -220,11 +220,15 @@ def number_text(value: float) -> str:
         return f"a {int(value).bit_length()}-bit integer"
 
 
+#: The smallest default bound on a pool's ``--procs`` (``default_max_procs``).
+LEAST_MAX_PROCS = 64
+
+
 def default_max_procs() -> int:
     """The most children one pool forks unless ``--max-procs`` says more:
     max(64, 32 x CPU count). Each slot is a whole process, so a typo such as
     ``--procs 1000000000`` must be refused, not allocated."""
-    return max(64, 32 * (os.cpu_count() or 1))
+    return max(LEAST_MAX_PROCS, 32 * (os.cpu_count() or 1))
 
 
 def process_limit() -> int | None:

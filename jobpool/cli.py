@@ -378,12 +378,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     start.add_argument("--burst", action="store_true",
                        help="exit once nothing is running, ready or due within the poll interval; "
                             "retries in backoff further out stay queued (see --wait-retries)")
-    start.add_argument("--wait-retries", type=_seconds, default=0.0, metavar="SECONDS",
+    start.add_argument("--wait-retries", type=_seconds, metavar="SECONDS",
                        help="with --burst: also wait for retries and other jobs due within "
                             "SECONDS (default 0)")
     start.add_argument("--max-jobs", type=_positive_int, help="exit after this many attempts")
-    start.add_argument("--store-timeout", type=_positive_seconds, default=config.STORE_TIMEOUT,
-                       metavar="SECONDS",
+    start.add_argument("--store-timeout", type=_positive_seconds, metavar="SECONDS",
                        help="with --burst: exit with status 3 after this long of continuous "
                             f"store errors (default {config.STORE_TIMEOUT:g})")
     start.add_argument("--drain", type=_seconds, default=config.DRAIN,
@@ -422,9 +421,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     enqueue = sub("enqueue", parents=[common, creating], help="queue one job by name")
     enqueue.add_argument("name")
-    enqueue.add_argument("--args", type=_json_value(list, "--args"), default=[],
+    enqueue.add_argument("--args", type=_json_value(list, "--args"), default=[], action=_Once,
                          help="JSON array of positional arguments")
-    enqueue.add_argument("--kwargs", type=_json_value(dict, "--kwargs"), default={},
+    enqueue.add_argument("--kwargs", type=_json_value(dict, "--kwargs"), default={}, action=_Once,
                          help="JSON object of keyword arguments")
     enqueue.add_argument("--key", help="identity key: no second live job with it")
     enqueue.add_argument("--key-period", type=_duration, metavar="AGE",
@@ -605,11 +604,27 @@ def import_app(module: str | None) -> None:
         sys.path.insert(0, os.getcwd())
     try:
         importlib.import_module(module)
+    except SystemExit as exc:
+        # ``sys.exit(0)`` at import (a script's guard run on import) ended the command
+        # with 0, having done nothing.
+        raise UserError(f"cannot import --app {module}: it called sys.exit({exc.code!r}) "
+                        f"while being imported") from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's module raises on import
         if _debug():
             raise
         raise UserError(f"cannot import --app {module}: {_where(exc, module)}"
                         " (-v or JOBPOOL_DEBUG=1 for the traceback)") from None
+
+
+def _pin_store_before_app(args: argparse.Namespace) -> None:
+    """A relative store path names a file in the directory the command was run from,
+    even when the ``--app`` module changes directory as it is imported (it moved the
+    store the command opened, to a new empty file elsewhere)."""
+    if not getattr(args, "app", None) or not hasattr(args, "db"):
+        return
+    path = resolve_path(args.db)
+    if not is_postgres_url(path) and not os.path.isabs(path):
+        args.db = os.path.abspath(path)
 
 
 def _debug() -> bool:
@@ -814,9 +829,10 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         raise UserError("--on-complete and --on-success make a --from file one batch: add --from")
     store = connect(args.db, mode=args.mode, allow_world_writable=args.allow_world_writable)
     if args.from_file:
-        if args.args or args.kwargs or args.key or args.group:
+        if args.args or args.kwargs or args.key or args.group or args.key_period is not None:
             raise UserError("--from takes the arguments from the file (a job's group from its "
-                            "group_by keyword argument); drop --args, --kwargs, --key and --group")
+                            "group_by keyword argument); drop --args, --kwargs, --key, "
+                            "--key-period and --group")
         items = _read_items(args.from_file, out)
         if batched and not items:
             raise UserError(f"--from {args.from_file} has no jobs: a batch of none would "
@@ -826,11 +842,17 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
                             else None) if batched else None
         with out.status(f"writing {len(items)} jobs", spinner="dots") if out.is_terminal \
                 else _nothing():
-            with batch or _nothing():
+            try:
                 handles = store.enqueue_many(args.name, items, delay=args.delay,
                                              priority=args.priority, queue=args.queue,
                                              max_attempts=args.max_attempts,
                                              batch=batch.id if batch else None)
+            except BaseException:
+                if batch is not None:  # refused, so none joined: leave no empty batch
+                    store.batches.discard_unused(batch.id)
+                raise
+            if batch is not None:
+                batch.close()
         if args.json:
             print(json.dumps({"ids": [h.id for h in handles],
                               **({"batch": batch.id} if batch else {})}))
@@ -1305,7 +1327,12 @@ def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
     if not count:
         raise UserError(_no_pool_chosen(store, args) if args.pool or args.host
                         else "no pools are running on this store")
-    print(f"asked {count} pool(s) to run {args.procs} processes")
+    # Each pool judges a request against its own bound (R41), which only it knows; past
+    # the least default bound, say so rather than let "asked" read as "done".
+    least = bounds.LEAST_MAX_PROCS
+    print(f"asked {count} pool(s) to run {args.procs} processes"
+          + (f"; a pool stops at its own bound (--max-procs; at least {least} by default) "
+             f"and says so in `jobpool pools`" if args.procs > least else ""))
     return 0
 
 
@@ -1591,6 +1618,40 @@ COMMANDS = {
 }
 
 
+class _Once(argparse.Action):
+    """An option given once: ``--args '[1]' --args '[2]'`` queued ``[2]`` alone, where
+    a user may have meant both (the last one silently won)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, f"_given_{self.dest}", False):
+            parser.error(f"argument {option_string}: given twice; give it once "
+                         f"(one JSON value holds them all)")
+        setattr(namespace, f"_given_{self.dest}", True)
+        setattr(namespace, self.dest, values)
+
+
+#: (command, option, the flag it works with): an option that does nothing without its
+#: partner is refused, not ignored (``start --wait-retries 60`` without ``--burst``
+#: waited for nothing, and a reader of the command line would think it did).
+_NEEDS = (("start", "wait_retries", "--wait-retries", "burst", "--burst"),
+          ("start", "store_timeout", "--store-timeout", "burst", "--burst"))
+
+#: Their values when not given (left None by the parser, to tell "not given" apart).
+_UNSET = {"wait_retries": 0.0, "store_timeout": config.STORE_TIMEOUT}
+
+
+def _refuse_idle_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for command, dest, flag, partner, partner_flag in _NEEDS:
+        if args.command == command and getattr(args, dest) is not None \
+                and not getattr(args, partner):
+            parser.error(f"argument {flag}: only works with {partner_flag}; add "
+                         f"{partner_flag} or drop {flag}")
+    for dest, value in _UNSET.items():
+        if getattr(args, dest, value) is None:
+            setattr(args, dest, value)
+
+
 def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """No option takes an empty string. Each read one as not given: ``dead retry --all
     --name "$NAME"`` with ``NAME`` unset retried every dead job, ``stop --pool ''`` said
@@ -1622,6 +1683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(bounds.SETTING_PROBLEMS[0])
     args = parser.parse_args(_attached(argv))
     _refuse_empty_values(parser, args)
+    _refuse_idle_options(parser, args)
     if hasattr(args, "mode"):
         _store_mode(parser, args)
     if getattr(args, "db", None) is not None:
@@ -1629,6 +1691,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_store_name(args.db, "--db")
         except ValueError as exc:
             parser.error(str(exc))
+    try:
+        _pin_store_before_app(args)
+    except ValueError:
+        pass  # $JOBPOOL_DB that is not a store's name: the command says so, as without --app
     global _verbose
     _verbose = bool(getattr(args, "verbose", False))
     sub = getattr(args, f"{args.command}_command", None)

@@ -123,6 +123,33 @@ def test_a_callback_that_cannot_take_batch_is_refused(make_any_app):
     assert app.store().stats()["ready"] == 0  # nothing was written
 
 
+@pytest.mark.parametrize("extra, needle", [
+    (["--priority", "99999999999"], "priority must be from"),
+    (["--queue", "a\x01b"], "queue"),
+    (["--app", "{module}"], "item 1"),  # ["a", "b", "c"] does not bind to b.load(path)
+])
+def test_a_refused_batch_from_the_cli_leaves_no_batch(make_any_app, extra, needle):
+    """R34: the batch is opened before its members are written; when the members are
+    refused, nothing of the batch is kept (it was listed as an empty cancelled one)."""
+    app = make_any_app(APP)
+    source = app.dir / "files.jsonl"
+    source.write_text('["a"]\n["a", "b", "c"]\n')
+    result = app.cli("enqueue", "b.load", "--from", str(source), "--on-complete", "b.rebuild",
+                     "--db", str(app.db), *(e.format(module=app.module) for e in extra))
+    assert result.returncode == 1, result.stderr
+    assert needle in result.stderr.strip().splitlines()[-1]
+    store = app.store()
+    assert store.batches.list() == [] and store.stats()["ready"] == 0
+    # A batch a member joined, or one that was closed, is never discarded.
+    kept = store.batch()
+    kept.add_many("b.load", [("a",)])
+    closed = store.batch()
+    closed.close()
+    assert not store.batches.discard_unused(kept.id)
+    assert not store.batches.discard_unused(closed.id)
+    assert sorted(b.id for b in store.batches.list()) == [kept.id, closed.id]
+
+
 def test_a_batch_from_the_cli_runs_and_is_shown(make_any_app):
     app = make_any_app(APP)
     source = app.dir / "files.jsonl"

@@ -196,6 +196,13 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
                                            "--on-success", ""]),
                          ("--salvage", ["doctor", "--salvage", ""]),
                          ("--app", ["status", "--app", ""]))),
+    # Options that do nothing without another were ignored (the pool waited for no
+    # retry), a repeated --args kept its last, --key-period with --from keyed nothing.
+    (["start", "--wait-retries", "60"], "argument --wait-retries: only works with --burst"),
+    (["start", "--store-timeout", "5"], "argument --store-timeout: only works with --burst"),
+    (["enqueue", "t.hello", "--args", "[1]", "--args", "[2]"], "argument --args: given twice"),
+    (["enqueue", "t.hello", "--kwargs", "{}", "--kwargs", '{"a": 1}'],
+     "argument --kwargs: given twice"),
     # Bytes that are not UTF-8 (a file name the shell passed): SQLite's encoder said
     # "'utf-8' codec can't encode character", naming no flag.
     (["status", "--db", "\udcff.db"], "--db \\xff.db: a store's name must be UTF-8 text"),
@@ -291,6 +298,11 @@ def test_enqueue_from_a_json_lines_file_is_one_transaction(make_app):
     bad.write_text('["ok"]\n{"args": [1], "oops": 2}\n')
     line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(bad), "--db", str(app.db)))
     assert "bad.jsonl line 2" in line
+    # What --from does not use is refused, not ignored: --key-period keyed nothing.
+    line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(batch), "--key-period",
+                                  "1d", "--db", str(app.db)))
+    assert "drop --args, --kwargs, --key, --key-period and --group" in line
+    assert app.store().stats()["ready"] == 3
     deep = app.dir / "deep.jsonl"
     deep.write_text('["ok"]\n' + "[" * 5000 + "]" * 5000 + "\n")  # past json.loads's depth
     line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(deep), "--db", str(app.db)))

@@ -18,7 +18,7 @@ import jobpool
 from jobpool import bounds
 from jobpool.errors import EnqueueError
 
-from .conftest import wait_for
+from .conftest import rows, wait_for
 from .test_cli import one_line_error
 
 APP = """
@@ -365,7 +365,10 @@ def test_a_scale_request_past_a_pools_bound_grows_it_to_the_bound_and_says_so(ma
     app.store().close()
     pool = app.spawn("--procs", "1", "--max-procs", "3")
     wait_for(lambda: app.rows("SELECT count(*) AS n FROM pools")[0]["n"] == 1)
-    assert app.cli("scale", "--procs", "1000000000", "--db", db).returncode == 0
+    asked = app.cli("scale", "--procs", "1000000000", "--db", db, check=True).stdout
+    assert asked.strip() == ("asked 1 pool(s) to run 1000000000 processes; a pool stops at its "
+                             "own bound (--max-procs; at least 64 by default) and says so in "
+                             "`jobpool pools`")
     wait_for(lambda: app.rows("SELECT procs FROM pools") == [{"procs": 3}])
     pools = app.cli("pools", "--db", db, check=True).stdout
     assert "refused a scale" in pools and "asked for 1000000000 procs; ran 3" in pools
@@ -391,6 +394,27 @@ def test_an_app_that_fails_to_import_is_one_line_naming_its_file_and_line(make_a
     app.env["JOBPOOL_DEBUG"] = "1"
     debug = app.cli("start", "--app", "broken_app", "--burst", "--db", str(app.db))
     assert "Traceback" in debug.stderr
+
+
+def test_an_app_that_exits_or_moves_at_import_is_told_and_moves_no_store(make_app):
+    """An ``--app`` that calls ``sys.exit(0)`` as it is imported ended the command with
+    0, having done nothing; one that changes directory moved a relative ``--db`` (the
+    enqueue went to a new empty file beside the app's new directory)."""
+    app = make_app(APP)
+    app.store().close()
+    (app.dir / "exiting_app.py").write_text("import sys\nsys.exit(0)\n")
+    line = one_line_error(app.cli("enqueue", "t.x", "--app", "exiting_app", "--db", "rel.db"))
+    assert line == "jobpool: error: cannot import --app exiting_app: it called sys.exit(0) " \
+                   "while being imported"
+    (app.dir / "elsewhere").mkdir()
+    (app.dir / "moving_app.py").write_text(
+        f"import os\nos.chdir('elsewhere')\nfrom {app.module} import *\n")
+    for db_flag in (["--db", "rel.db"], []):  # a relative --db, and ./jobpool.db by default
+        queued = app.cli("enqueue", "t.unprintable", "--app", "moving_app", *db_flag, check=True)
+        assert queued.stdout.startswith("queued job")
+    assert rows(app.dir / "rel.db", "SELECT name FROM jobs") == [{"name": "t.unprintable"}]
+    assert rows(app.db, "SELECT name FROM jobs") == [{"name": "t.unprintable"}]
+    assert list((app.dir / "elsewhere").iterdir()) == []
 
 
 def test_dead_retry_without_ids_or_all_says_what_is_missing(make_app):

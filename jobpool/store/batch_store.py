@@ -58,6 +58,14 @@ class StoreBatches:
         return self.store.transaction("opening a batch", lambda conn: conn.execute(
             self.sql.OPEN_BATCH, params).fetchone()[0])
 
+    def discard_unused(self, batch_id: int) -> bool:
+        """Delete a batch that no member joined and no one closed: one opened for an
+        enqueue that was refused (``enqueue --from F --on-success N``), which would
+        otherwise stay listed as an empty, cancelled batch. Whether it was deleted."""
+        params = {"id": bounds.row_id(batch_id, "a batch id")}
+        return self.store.transaction(f"discarding batch {batch_id}", lambda conn: conn.execute(
+            self.sql.DISCARD_UNUSED_BATCH, params).rowcount == 1)
+
     def grow(self, conn: Any, batch_id: int, count: int) -> None:
         """``count`` members join ``batch_id`` in ``conn``'s transaction; a batch that
         is finished, cancelled or unknown takes none (``EnqueueError`` naming why)."""

@@ -1447,6 +1447,10 @@ INSERT INTO jobpool_batches (created_at, changed_at, on_success, on_complete)
 VALUES ({_NOW}, {_NOW}, %(on_success)s::jsonb, %(on_complete)s::jsonb)
 RETURNING id
 """
+#: R34: see the SQLite statement of this name.
+DISCARD_UNUSED_BATCH = """
+DELETE FROM jobpool_batches WHERE id = %(id)s AND total = 0 AND closed_at IS NULL
+"""
 GROW_BATCH = """
 UPDATE jobpool_batches SET total = total + %(count)s
  WHERE id = %(batch_id)s AND finished_at IS NULL AND cancelled_at IS NULL

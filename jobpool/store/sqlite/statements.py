@@ -967,6 +967,11 @@ INSERT INTO jobpool_batches (created_at, changed_at, on_success, on_complete)
 VALUES (:now, :now, :on_success, :on_complete)
 RETURNING id
 """
+#: R34: a batch opened for members whose enqueue was then refused: nothing joined it,
+#: nothing was armed, so nothing of it is kept (``StoreBatches.discard_unused``).
+DISCARD_UNUSED_BATCH = """
+DELETE FROM jobpool_batches WHERE id = :id AND total = 0 AND closed_at IS NULL
+"""
 #: R34: members join an unfinished batch, in the transaction that writes them.
 GROW_BATCH = """
 UPDATE jobpool_batches SET total = total + :count
