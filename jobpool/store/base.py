@@ -411,6 +411,12 @@ class Store(Protocol):
         pool kills it), or the status that could not be cancelled."""
         ...
 
+    def cancel_many(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """R31: ``cancel`` of each of ``ids`` in one transaction (all or none written);
+        answers id -> ``cancelled``, ``requested``, ``no such job``, or the status that
+        could not be cancelled."""
+        ...
+
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """R51: each waiting job of ``ids`` (scheduled, or out a retry's backoff) is due
         now, keeping its attempts and its place rules (R7). Answers id -> ``due now``,

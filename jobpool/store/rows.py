@@ -801,6 +801,9 @@ def attempt_params(lease: Lease, outcome: Outcome, owner: str, now: float,
 #: R51: what ``run_now`` answers for an id: it was waiting and is due now, or it was
 #: due already; any other answer is the status that refused it, or ``not found``.
 MADE_DUE, DUE_ALREADY, NOT_FOUND = "due now", "due already", "not found"
+#: What an operator's call on many ids (``cancel_many``, ``dead.retry``) answers for one
+#: that names no job.
+NO_SUCH_JOB = "no such job"
 
 
 def job_ids(ids: Any, what: str) -> list[int]:

@@ -211,7 +211,7 @@ def _applied(store: Any, action: str, ids: list[int]) -> dict[int, str]:
         elif action == "run-now":
             outcome.update(store.run_now(chunk))
         else:
-            outcome.update((job_id, _cancelled(store, job_id)) for job_id in chunk)
+            outcome.update(store.cancel_many(chunk))
     return outcome
 
 

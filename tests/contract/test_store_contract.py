@@ -203,6 +203,32 @@ def test_cancel_kills_a_ready_job_and_flags_a_running_one(any_store, claimers):
     assert any_store.heartbeat(beat, [], time.time()).cancels == ((running, 1),)
 
 
+def test_many_jobs_are_cancelled_in_one_call_each_answered(any_store, claimers):
+    # R31, R34: the web's "cancel all matching" (500 ids a call, not a transaction each)
+    from jobpool.handles import Signature
+    with any_store.batch() as batch:
+        first, second, third = (batch.add(Signature("c.job")).id for _ in range(3))
+    c = claimers(any_store)
+    (job,) = claim(c, 1)
+    settle(c, Outcome(job.job_id, job.attempt, DONE))
+    (job,) = claim(c, 1)
+    assert (job.job_id, any_store.get(first)["status"]) == (second, "done")
+    assert any_store.cancel_many([]) == {}
+    answers = any_store.cancel_many([second, 2**70, 0, second, third, first])
+    assert answers == {second: "requested", 2**70: "no such job", 0: "no such job",
+                       third: "cancelled", first: "done"}
+    assert list(answers) == [second, 2**70, 0, third, first]  # in the order asked, once
+    row = any_store.get(third)
+    assert (row["status"], row["last_error"]) == ("dead", "cancelled")
+    assert any_store.batch_status(batch.id).dead == 1  # the member's end is counted
+    assert any_store.cancel_many([third]) == {third: "dead"}
+    for wrong in ("12", [True], None, [1.0]):
+        with pytest.raises(EnqueueError):
+            any_store.cancel_many(wrong)
+    with pytest.raises(ValueError):
+        any_store.cancel_many([third], now="y")
+
+
 def test_an_operator_stop_reaches_a_live_pool_once(any_store):
     # R25, R29
     from jobpool.store.records import Heartbeat

@@ -102,5 +102,5 @@ class PgDeadLetters:
 def _why_not(conn: Any, job_id: int) -> str:
     row = conn.execute(pg_sql.JOB_STATUS, {"id": job_id}).fetchone()
     if row is None:
-        return "no such job"
+        return rows.NO_SUCH_JOB
     return f"not dead ({row[0]})"

@@ -572,24 +572,39 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def cancel(self, job_id: int, now: float | None = None) -> str:
         """R31 (see ``Store.cancel``), through ``lifecycle.decide`` like every transition."""
         bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
-        decision = lifecycle.decide(
-            lifecycle.Lease(job_id, "", 0, 1, 0, None, 0.0, False),
-            lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
-            lifecycle.DEFAULT_POLICY, 0.0, None, lambda _job_id: [])
-
         bound = bounds.row_id(job_id)
 
         def cancel(conn: Any) -> str:
-            params = {"id": bound, "error": decision.reason, "now": self.server_now(conn)}
-            if conn.execute(pg_sql.CANCEL_READY, params).fetchone():
-                return "cancelled"
-            if conn.execute(pg_sql.REQUEST_CANCEL, params).fetchone():
-                return "requested"
-            row = conn.execute(pg_sql.JOB_STATUS, params).fetchone()
-            if row is None:
+            what = self._cancel_one(conn, bound, self.server_now(conn))
+            if what is None:
                 raise JobNotFound(f"no job with id {job_id}")
-            return row[0]
+            return what
         return self.transaction(f"cancelling job {job_id}", cancel)
+
+    def cancel_many(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """R31 (see ``Store.cancel_many``)."""
+        bounds.now_or(now)
+        ids = rows.job_ids(ids, "cancel_many")
+
+        def cancel(conn: Any) -> dict[int, str]:
+            at = self.server_now(conn)
+            return {job_id: self._cancel_one(conn, bounds.row_id(job_id), at) or rows.NO_SUCH_JOB
+                    for job_id in ids}
+        return self.transaction("cancelling jobs", cancel)
+
+    def _cancel_one(self, conn: Any, bound: int, now: float) -> str | None:
+        """One job's cancel in ``conn``'s transaction; None when there is no such job."""
+        decision = lifecycle.decide(
+            lifecycle.Lease(bound, "", 0, 1, 0, None, 0.0, False),
+            lifecycle.Outcome(bound, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
+            lifecycle.DEFAULT_POLICY, 0.0, None, lambda _job_id: [])
+        params = {"id": bound, "error": decision.reason, "now": now}
+        if conn.execute(pg_sql.CANCEL_READY, params).fetchone():
+            return "cancelled"
+        if conn.execute(pg_sql.REQUEST_CANCEL, params).fetchone():
+            return "requested"
+        row = conn.execute(pg_sql.JOB_STATUS, params).fetchone()
+        return None if row is None else row[0]
 
     def _made_due(self, conn: Any, moved: list) -> set[int]:
         """R51: wake the pools of the queues whose jobs a run-now moved (R11)."""

@@ -99,7 +99,7 @@ class DeadLetters:
     def _why_not(conn, job_id: int) -> str:
         row = conn.execute(sql.JOB_STATUS, (job_id,)).fetchone()
         if row is None:
-            return "no such job"
+            return rows.NO_SUCH_JOB
         return f"not dead ({row[0]})"
 
 

@@ -708,28 +708,39 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         for its supervisor, which kills its child. Returns "cancelled", "requested"
         or the status that could not be cancelled ("done" or "dead")."""
         now = bounds.now_or(now)
-
-        # Through the one transition spec like every other way into a state: a
-        # ready job has no attempt running, so the decision is dead, "cancelled".
-        decision = lifecycle.decide(
-            lifecycle.Lease(job_id, "", 0, 1, 0, None, now, False),
-            lifecycle.Outcome(job_id, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
-            lifecycle.DEFAULT_POLICY, now, None, _no_crash_causes)
-
         bound = bounds.row_id(job_id)
 
         def cancel(conn):
-            if conn.execute(sql.CANCEL_READY, {"id": bound, "now": now,
-                                               "error": decision.reason}).rowcount:
-                conn.execute(sql.MEMBER_DEAD, {"id": bound, "now": now})  # R34
-                return "cancelled"
-            if conn.execute(sql.REQUEST_CANCEL, {"id": bound}).rowcount:
-                return "requested"
-            row = conn.execute(sql.JOB_STATUS, (bound,)).fetchone()
-            if row is None:
+            what = self._cancel_one(conn, bound, now)
+            if what is None:
                 raise JobNotFound(f"no job with id {job_id}")
-            return row[0]
+            return what
         return self.transaction(f"cancelling job {job_id}", cancel)
+
+    def cancel_many(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
+        """R31 (see ``Store.cancel_many``)."""
+        now = bounds.now_or(now)
+        ids = rows.job_ids(ids, "cancel_many")
+        return self.transaction("cancelling jobs", lambda conn: {
+            job_id: self._cancel_one(conn, bounds.row_id(job_id), now) or rows.NO_SUCH_JOB
+            for job_id in ids})
+
+    def _cancel_one(self, conn: sqlite3.Connection, bound: int, now: float) -> str | None:
+        """One job's cancel in ``conn``'s transaction; None when there is no such job."""
+        # Through the one transition spec like every other way into a state: a
+        # ready job has no attempt running, so the decision is dead, "cancelled".
+        decision = lifecycle.decide(
+            lifecycle.Lease(bound, "", 0, 1, 0, None, now, False),
+            lifecycle.Outcome(bound, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
+            lifecycle.DEFAULT_POLICY, now, None, _no_crash_causes)
+        if conn.execute(sql.CANCEL_READY, {"id": bound, "now": now,
+                                           "error": decision.reason}).rowcount:
+            conn.execute(sql.MEMBER_DEAD, {"id": bound, "now": now})  # R34
+            return "cancelled"
+        if conn.execute(sql.REQUEST_CANCEL, {"id": bound}).rowcount:
+            return "requested"
+        row = conn.execute(sql.JOB_STATUS, (bound,)).fetchone()
+        return None if row is None else row[0]
 
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """R51 (see ``Store.run_now``)."""
