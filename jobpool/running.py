@@ -137,7 +137,7 @@ def meta_of(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
-        meta = json.loads(text)
+        meta = serialize.loads(text)
     except (ValueError, RecursionError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -212,7 +212,7 @@ def resume_state() -> Any:
     if attempt is None:
         return None
     text = attempt.request(protocol.READ_STATE)
-    return None if text is None else json.loads(text)
+    return None if text is None else serialize.loads(text)
 
 
 # -- batches (R34) --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 from jobpool import bounds
@@ -26,6 +27,47 @@ _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 _decode_text = json.JSONDecoder().decode
 #: The payload encoder, shared with the store's batch path so both write the same text.
 encoder = _encoder
+
+
+#: Past this nesting, JSON read back from a store is refused as nested too deeply
+#: (``RecursionError``, what the decoder raises under Python's default recursion
+#: limit). A process whose recursion limit was raised far (an app that recurses deep,
+#: or a job that raised it) let the C decoder run off its C stack on a deep row: a
+#: segfault in the pool or the caller, where a row can only earn an error (R44).
+JSON_MOST_DEPTH = 10_000
+_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def check_depth(data: str | bytes | bytearray | memoryview) -> None:
+    """Refuse JSON ``data`` nested past ``JSON_MOST_DEPTH`` when the decoder's own
+    bound would not (the recursion limit is above it). Costs a call to
+    ``sys.getrecursionlimit`` unless the limit was raised and the text is long."""
+    if sys.getrecursionlimit() <= JSON_MOST_DEPTH or len(data) <= JSON_MOST_DEPTH:
+        return
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        if raw.count(b"[") + raw.count(b"{") <= JSON_MOST_DEPTH:
+            return
+        text = raw.decode("utf-8", "replace")
+    else:
+        text = data
+        if text.count("[") + text.count("{") <= JSON_MOST_DEPTH:
+            return
+    depth = 0
+    for token in _NESTING.finditer(text):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+            if depth > JSON_MOST_DEPTH:
+                raise RecursionError(f"JSON nested more than {JSON_MOST_DEPTH} deep")
+        elif mark in "]}":
+            depth -= 1
+
+
+def loads(data: str | bytes | bytearray, **options: Any) -> Any:
+    """``json.loads`` of text read from a store, its depth checked (``check_depth``)."""
+    check_depth(data)
+    return json.loads(data, **options)
 
 
 #: A key JSON wrote from a number, ``True``, ``False`` or ``None`` (``{"1":``): only a
@@ -147,9 +189,10 @@ def decode_payload(data: bytes | str, serializer: str) -> tuple[tuple, dict]:
             # Bytes that start as a JSON array does in UTF-8 (no BOM, no NUL second
             # byte): the decoding ``json.loads`` would pick, done here without asking
             # again for every job. Other bytes (UTF-16 or -32, a BOM) and text go to it.
+            check_depth(data)
             value = _decode_text(data.decode("utf-8", "surrogatepass"))
         else:
-            value = json.loads(data)
+            value = loads(data)
         if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], list)
                 or not isinstance(value[1], dict)):
             raise ValueError("payload is not a JSON [args, kwargs] pair")
@@ -206,4 +249,4 @@ def decode_result(data: bytes | str | None, serializer: str = "json") -> Any:
     if serializer == "pickle":
         import dill
         return dill.loads(data)
-    return json.loads(data)
+    return loads(data)

@@ -7,14 +7,13 @@ anything (``Store.dashboard``, whose queries walk indexes and never the whole
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobpool import bounds, core, liveness
+from jobpool import bounds, core, liveness, serialize
 from jobpool.store import row_codec
 from jobpool.store.records import COUNT_MOST, BatchStatus
 
@@ -328,7 +327,7 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
                     elapsed=None if started is None else max(0.0, now - started),
                     timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"),
                     # The codec checked it is a JSON object's text (R44: else None).
-                    meta=None if meta is None else json.loads(meta), waiting=waiting)
+                    meta=None if meta is None else serialize.loads(meta), waiting=waiting)
 
 
 def queue_views(counts: Sequence[tuple], recent: Mapping[str, int],

@@ -31,14 +31,13 @@ span altogether, so a pool with only the API installed pays a check per job.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import sys
 import time
 from typing import Any, Callable, TypeGuard
 
-from jobpool import lifecycle
+from jobpool import lifecycle, serialize
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +204,7 @@ def _carrier(meta: str | None) -> dict[str, str] | None:
     if not carries_context(meta):
         return None
     try:
-        found = json.loads(meta)
+        found = serialize.loads(meta)
     except (ValueError, RecursionError):
         return None
     carrier = found.get(META_KEY) if isinstance(found, dict) else None

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -518,3 +521,53 @@ def test_any_bytes_after_a_bracket_decode_as_json_reads_them():
         seen[answer[0]] += 1
     check()
     assert seen["decoded"] >= 50 and seen["refused"] >= 50, seen
+
+
+DEEP_APP = """
+import sys
+sys.setrecursionlimit(200_000)  # an app that recurses deep raised it for the whole process
+from jobpool import job
+
+
+@job(name="d.echo", store_result=True, max_attempts=1)
+def echo(x):
+    return x
+"""
+
+#: Nested far past where a raised recursion limit lets the C decoder run off its stack.
+DEEP = "[" * 150_000 + "]" * 150_000
+
+
+def test_deep_json_in_a_row_is_an_error_under_a_raised_recursion_limit(make_app):
+    """R44: under a recursion limit an app raised, JSON nested 150 000 deep took the C
+    decoder off its stack: a segfault in the pool's child, or in the caller that read
+    the result, where a row may earn an error and nothing more."""
+    app = make_app(DEEP_APP)
+    store = app.store()
+    done = store.enqueue("d.echo", "fine")
+    deep = store.enqueue("d.echo", "replaced")
+    conn = sqlite3.connect(app.db, isolation_level=None)
+    conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (f"[[{DEEP}],{{}}]", deep.id))
+    app.start("--procs", "1")
+    assert store.get(done.id)["status"] == "done"
+    row = store.get(deep.id)
+    assert row["status"] == "dead" and "nested" in row["last_error"], row["last_error"]
+    conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (DEEP, done.id))
+    conn.close()
+    reader = app.dir / "reader.py"
+    reader.write_text(textwrap.dedent(f"""
+        import {app.module}, sys, jobpool
+        from jobpool.handles import Handle
+        assert sys.getrecursionlimit() == 200_000
+        store = jobpool.connect({str(app.db)!r})
+        try:
+            Handle({done.id}, store=store).result(timeout=0)
+        except Exception as exc:
+            print(type(exc).__name__, str(exc)[:200])
+        print("read", len(store.get({done.id})["result"]))
+    """))
+    result = subprocess.run([sys.executable, str(reader)], cwd=app.dir, env=app.env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result
+    refused, read = result.stdout.splitlines()
+    assert "nested" in refused and read == f"read {len(DEEP)}"

@@ -7,11 +7,10 @@ tuple through an index.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from jobpool import liveness
+from jobpool import liveness, serialize
 from jobpool.rollups import Rollup
 
 #: R32: dead rows kept, newest first (each store's sweep; the CLI's default).
@@ -175,7 +174,7 @@ def _callback_name(spec: object) -> str | None:
     if spec is None:
         return None
     if isinstance(spec, str):
-        spec = json.loads(spec)
+        spec = serialize.loads(spec)
     return spec["name"] if isinstance(spec, dict) else None
 
 

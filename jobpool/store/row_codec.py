@@ -21,13 +21,12 @@ holds). This module imports no store, so a child may use it too.
 """
 from __future__ import annotations
 
-import json
 import math
 from keyword import iskeyword
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from jobpool import bounds
+from jobpool import bounds, serialize
 from jobpool import options as job_options
 from jobpool.lifecycle import Claimed, Lease, Settled
 
@@ -195,7 +194,7 @@ def _no_constant(name: str) -> Any:
 
 def strict_json(data: str) -> Any:
     """JSON as every store's JSON functions read it: no NaN, no repeated keys."""
-    return json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    return serialize.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
 
 
 def _json_text(value: Any) -> tuple[Any, str | None]:

@@ -14,7 +14,7 @@ from keyword import iskeyword
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
-from jobpool import bounds, extensions, limits, liveness
+from jobpool import bounds, extensions, limits, liveness, serialize
 from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
@@ -527,7 +527,7 @@ def waiting_steps(chain: Any) -> list[dict[str, Any]]:
     if why is not None:
         return [{"name": f"[{row_codec.MALFORMED}: {why}]", "queue": None, "priority": None}]
     return [{key: step.get(key) for key in ("name", "queue", "priority")}
-            for step in json.loads(chain)]
+            for step in serialize.loads(chain)]
 
 
 def check_listed_status(status: str | None) -> None:
@@ -755,7 +755,7 @@ def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     (``row_codec.flagged``), so no reader fails on the row."""
     job = row_codec.flagged(dict(zip(columns, row)))
     if isinstance(job.get("meta"), str):
-        job["meta"] = json.loads(job["meta"])  # R54: sound JSON object text (the codec checked)
+        job["meta"] = serialize.loads(job["meta"])  # R54: sound JSON object text (the codec checked)
     if raw_result:
         return job
     payload = job.get("payload")
@@ -781,8 +781,8 @@ def pool_dict(columns, row, now: float, dead_after: float) -> dict[str, Any]:
     """A ``pools`` row as ``Store.pools`` returns it: counters and slots decoded, and
     ``dead`` saying why its supervisor is gone at ``now`` (the store's clock), or None."""
     pool = dict(zip(columns, row))
-    pool["counters"] = json.loads(pool["counters"])
-    pool["slots"] = json.loads(pool["slots"])
+    pool["counters"] = serialize.loads(pool["counters"])
+    pool["slots"] = serialize.loads(pool["slots"])
     pool["dead"] = liveness.pool_death(pool, now, dead_after)
     return pool
 
