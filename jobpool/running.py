@@ -178,6 +178,7 @@ def save_state(state: Any, force: bool = False) -> None:
     child it does nothing.
     """
     try:
+        serialize.check_object_depth(state)
         text = json.dumps(state, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"save_state: the state must be JSON: {exc}") from None

@@ -64,6 +64,35 @@ def check_depth(data: str | bytes | bytearray | memoryview) -> None:
             depth -= 1
 
 
+def check_object_depth(value: Any) -> None:
+    """Refuse a value JSON would write nested past ``JSON_MOST_DEPTH`` when the
+    encoder's own bound would not (the recursion limit is above it): the C encoder
+    runs off its C stack as the decoder does (``check_depth``). A walk of the value's
+    lists, tuples and dicts, only in a process that raised its recursion limit; a
+    container met again on its own path is left to the encoder, which names the cycle."""
+    if sys.getrecursionlimit() <= JSON_MOST_DEPTH:
+        return
+    path: list[tuple[int, Any]] = [(0, iter((value,)))]
+    on_path: set[int] = set()
+    while path:
+        for item in path[-1][1]:
+            if isinstance(item, dict):
+                children: Any = iter(item.values())
+            elif isinstance(item, (list, tuple)):
+                children = iter(item)
+            else:
+                continue
+            if id(item) in on_path:
+                continue
+            if len(path) > JSON_MOST_DEPTH:
+                raise RecursionError(f"nested more than {JSON_MOST_DEPTH} deep")
+            on_path.add(id(item))
+            path.append((id(item), children))
+            break
+        else:
+            on_path.discard(path.pop()[0])
+
+
 def loads(data: str | bytes | bytearray, **options: Any) -> Any:
     """``json.loads`` of text read from a store, its depth checked (``check_depth``)."""
     check_depth(data)
@@ -139,6 +168,7 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
     data: str | bytes
     if serializer == "json":
         try:
+            check_object_depth((args, kwargs))
             data = _encoder.encode([list(args), kwargs])
         except (TypeError, ValueError) as exc:
             raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
@@ -210,6 +240,7 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         import dill
         return dill.dumps(value)
     try:
+        check_object_depth(value)
         text = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc

@@ -532,6 +532,18 @@ from jobpool import job
 @job(name="d.echo", store_result=True, max_attempts=1)
 def echo(x):
     return x
+
+
+def nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@job(name="d.deep", store_result=True, max_attempts=1)
+def deep():
+    return nested(150_000)
 """
 
 #: Nested far past where a raised recursion limit lets the C decoder run off its stack.
@@ -546,12 +558,15 @@ def test_deep_json_in_a_row_is_an_error_under_a_raised_recursion_limit(make_app)
     store = app.store()
     done = store.enqueue("d.echo", "fine")
     deep = store.enqueue("d.echo", "replaced")
+    returns_deep = store.enqueue("d.deep")
     conn = sqlite3.connect(app.db, isolation_level=None)
     conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (f"[[{DEEP}],{{}}]", deep.id))
     app.start("--procs", "1")
     assert store.get(done.id)["status"] == "done"
     row = store.get(deep.id)
     assert row["status"] == "dead" and "nested" in row["last_error"], row["last_error"]
+    row = store.get(returns_deep.id)  # the encoder ran off its stack as the decoder did
+    assert row["status"] == "dead" and "nested too deeply" in row["last_error"], row["last_error"]
     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (DEEP, done.id))
     conn.close()
     reader = app.dir / "reader.py"
@@ -565,9 +580,44 @@ def test_deep_json_in_a_row_is_an_error_under_a_raised_recursion_limit(make_app)
         except Exception as exc:
             print(type(exc).__name__, str(exc)[:200])
         print("read", len(store.get({done.id})["result"]))
+        for enqueue in (lambda: store.enqueue("d.echo", {app.module}.nested(150_000)),
+                        lambda: store.enqueue_many("d.echo", [({app.module}.nested(150_000),)]),
+                        lambda: store.enqueue_with("d.echo", args=[1], meta={{"m": {app.module}.nested(150_000)}})):
+            try:
+                enqueue()
+            except jobpool.EnqueueError as exc:
+                print(str(exc)[-40:])
+        print(store.stats()["ready"])
     """))
     result = subprocess.run([sys.executable, str(reader)], cwd=app.dir, env=app.env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result
-    refused, read = result.stdout.splitlines()
+    refused, read, *enqueues, ready = result.stdout.splitlines()
     assert "nested" in refused and read == f"read {len(DEEP)}"
+    assert len(enqueues) == 3 and all("nested too deeply" in e for e in enqueues), enqueues
+    assert ready == "0"
+
+
+def test_the_depth_walk_leaves_cycles_to_the_encoder_and_counts_shared_values_once():
+    """R44: under a raised recursion limit a cyclic value is still the encoder's
+    "circular reference" (the walk skips a container met on its own path), and a value
+    shared by many branches is no deeper for it."""
+    from jobpool import serialize
+    cyclic: list = [1]
+    cyclic.append(cyclic)
+    shared = [[[1]]] * 1000
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(serialize.JSON_MOST_DEPTH * 4)
+    try:
+        serialize.check_object_depth(cyclic)
+        serialize.check_object_depth({"a": shared, "b": (shared, shared)})
+        with pytest.raises(ValueError, match="Circular reference"):
+            serialize.encode_result(cyclic)
+        deep: list = []
+        for _ in range(serialize.JSON_MOST_DEPTH):
+            deep = [deep]  # one list more than the bound, counting the innermost
+        with pytest.raises(RecursionError):
+            serialize.check_object_depth(deep)
+        serialize.check_object_depth(deep[0])  # exactly the bound: allowed
+    finally:
+        sys.setrecursionlimit(limit)

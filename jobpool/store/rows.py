@@ -148,6 +148,7 @@ def meta_json(meta: Any, what: str = "meta") -> str:
         if not isinstance(name, str):
             raise EnqueueError(f"{what}: a key must be a string, not {name!r}")
     try:
+        serialize.check_object_depth(meta)
         text = json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise EnqueueError(f"{what} is not JSON: {exc}") from None
@@ -394,6 +395,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     """
     if set(map(type, items)) <= {tuple, list}:
         try:
+            serialize.check_object_depth(items)
             text = _utf8_only(json_batch_encoder.encode(items))
         except (TypeError, ValueError, RecursionError):  # the per-item path names it
             return None
@@ -410,6 +412,7 @@ def json_batch(items: list) -> tuple[str, bool] | None:
         else:
             return None
     try:
+        serialize.check_object_depth(pairs)
         text = _utf8_only(json_batch_encoder.encode(pairs))
     except (TypeError, ValueError, RecursionError):  # the per-item path names it
         return None
