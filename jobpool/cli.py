@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo
+from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo, serialize
 from jobpool.display import markup_escape, meta_text, shown, to_nowhere
 from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
@@ -260,7 +260,7 @@ def _store_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 def _json_value(kind: type, flag: str):
     def parse(text: str) -> Any:
         try:
-            value = json.loads(text)
+            value = serialize.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc.msg}") from None
         except RecursionError:  # the decoder's own bound on depth
@@ -796,7 +796,7 @@ def _read_items(source: str, out: _Stdout) -> list:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = serialize.loads(line)
             except json.JSONDecodeError as exc:
                 raise UserError(f"--from {source} line {number}: not JSON ({exc.msg})") from None
             except RecursionError:  # the decoder's own bound on depth

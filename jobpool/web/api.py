@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jobpool import bounds
+from jobpool import bounds, serialize
 from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.web import actions, charts, fleet, listing, openapi, schedules
 
@@ -138,7 +138,7 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
     sent = None
     if body.strip():
         try:
-            sent = json.loads(body)
+            sent = serialize.loads(body)
         except ValueError:
             return _error("the body is not JSON", 400)
         except RecursionError:  # the decoder's own bound on depth

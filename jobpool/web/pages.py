@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from jobpool import bounds
+from jobpool import bounds, serialize
 from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.web import actions, auth, listing, live
@@ -277,7 +277,7 @@ def _typed_spec(typed: dict[str, str]) -> dict[str, Any]:
     body: dict[str, Any] = {"name": typed["name"].strip(), "queue": typed["queue"].strip()}
     for key, empty in (("args", "[]"), ("kwargs", "{}")):
         try:
-            body[key] = json.loads(typed[key].strip() or empty)
+            body[key] = serialize.loads(typed[key].strip() or empty)
         except ValueError:
             raise ValueError(f"{key} is not JSON") from None
         except RecursionError:  # the decoder's own bound on depth
