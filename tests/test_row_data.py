@@ -596,6 +596,13 @@ def test_deep_json_in_a_row_is_an_error_under_a_raised_recursion_limit(make_app)
     assert "nested" in refused and read == f"read {len(DEEP)}"
     assert len(enqueues) == 3 and all("nested too deeply" in e for e in enqueues), enqueues
     assert ready == "0"
+    # The CLI reads --from after importing the app, under the limit it raised.
+    lines = app.dir / "deep.jsonl"
+    lines.write_text(f'["ok"]\n[{DEEP}]\n')
+    refused = app.cli("enqueue", "d.echo", "--from", str(lines), "--app", app.module,
+                      "--db", str(app.db))
+    assert (refused.returncode, refused.stderr.strip()) == (
+        1, f"jobpool: error: --from {lines} line 2: nested too deeply"), refused
 
 
 def test_the_depth_walk_leaves_cycles_to_the_encoder_and_counts_shared_values_once():
