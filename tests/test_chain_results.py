@@ -387,15 +387,16 @@ def deep():
     import sys
     sys.setrecursionlimit(100_000)
     value: list = []
-    for _ in range(20_000):
+    for _ in range(9_000):  # within jobpool's own bound (R44), past SQLite's JSON's
         value = [value]
     return value
 
 
 def test_a_result_the_store_cannot_read_stops_its_chain_not_the_turn(any_store):
-    """R59, R44: a JSON result nested past what PostgreSQL's jsonb reads stops the
-    chain with a reason (SQLite's JSON refuses it alike), and the turn settles the
-    job and the next one."""
+    """R59, R44: a JSON result nested past what SQLite's JSON reads stops the chain
+    with a reason, and the turn settles the job and the next one. PostgreSQL's jsonb
+    reads deeper (past 12 000 levels at its default stack depth) than jobpool lets a
+    value be written (10 000, R44): there the chain goes on."""
     import sys
 
     from jobpool.testing import drain
@@ -410,9 +411,14 @@ def test_a_result_the_store_cannot_read_stops_its_chain_not_the_turn(any_store):
         # stack and crashed the worker instead of raising RecursionError.
         sys.setrecursionlimit(limit)
     row = any_store.get(first)
-    assert row["status"] == "done" and row["last_error"].startswith(row_codec.CHAIN_STOPPED)
     assert any_store.get(other)["status"] == "done"
-    assert [j["name"] for j in any_store.list_jobs(limit=10)].count("cr.takes") == 0
+    steps = [j for j in any_store.list_jobs(limit=10) if j["name"] == "cr.takes"]
+    if any_store.path.startswith("postgres"):
+        assert (row["status"], row["last_error"]) == ("done", None)
+        assert [j["status"] for j in steps] == ["done"]
+        return
+    assert row["status"] == "done" and row["last_error"].startswith(row_codec.CHAIN_STOPPED)
+    assert steps == []
 
 
 @job(name="cr.returns", store_result=True)
