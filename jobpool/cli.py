@@ -24,7 +24,7 @@ from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryErro
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store.rows import LISTED_STATUSES
+from jobpool.store.rows import LISTED_STATUSES, enqueue_options
 from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store import factory
 from jobpool.store.factory import connect
@@ -445,7 +445,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                          help="with --from: as --on-complete, but only if none of them went dead")
 
     top = sub("top", parents=[common], help="live dashboard of a store (read-only)")
-    top.add_argument("--refresh", type=_seconds, default=0.5, help="seconds between frames")
+    top.add_argument("--refresh", type=_seconds, help="seconds between frames (default 0.5)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
     status = sub("status", parents=[common], help="counts by status")
@@ -576,8 +576,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     store_metrics.add_argument("--serve", metavar="ADDR",
                                help="serve them at ADDR/metrics (PORT, :PORT, HOST:PORT, "
                                     "[::1]:PORT) instead of printing them once")
-    store_metrics.add_argument("--every", type=_seconds, default=15.0,
-                               help="read the store at most this often (seconds, at least 15)")
+    store_metrics.add_argument("--every", type=_seconds,
+                               help="with --serve: read the store at most this often (seconds, "
+                                    "at least 15; default 15)")
     web = sub("web", parents=[common],
               help="the web dashboard and its JSON API (needs the web extra)")
     web.add_argument("--bind", metavar="ADDR",
@@ -585,8 +586,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                           "port); beyond loopback only with a token")
     web.add_argument("--token", default=os.environ.get("JOBPOOL_WEB_TOKEN") or None,
                      help="the token pages and the API ask for (default $JOBPOOL_WEB_TOKEN)")
-    web.add_argument("--token-label", default="token", metavar="LABEL",
-                     help="who acted, as web_action events name the token's holder")
+    web.add_argument("--token-label", metavar="LABEL",
+                     help="with --token: who acted, as web_action events name the token's "
+                          "holder (default token)")
     web.add_argument("--read-only", action="store_true", help="no forms; every action refused")
     web.add_argument("--log-format", choices=("plain", "json"), default="plain")
     for fleet_command in (stop, scale):
@@ -600,6 +602,11 @@ def import_app(module: str | None) -> None:
     """Import the user's job module, as ``celery -A`` does, from the current directory."""
     if not module:
         return
+    if os.sep in module or module.startswith(".") or (module.endswith(".py")
+                                                      and os.path.isfile(module)):
+        # importlib's own words named a line of jobpool's (a relative import's package).
+        raise UserError(f"--app takes a module's import name (like myjobs or pkg.jobs), "
+                        f"not a path: {module!r}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -770,8 +777,10 @@ def _lines_of(fh: Any, source: str) -> list[str]:
         lines.extend(text.rstrip("\r\n").split("\r"))
 
 
-def _read_items(source: str, out: _Stdout) -> list:
-    """Parse a JSON-lines file of job arguments, naming the line of any mistake."""
+def _read_items(source: str, out: _Stdout) -> tuple[list, list[int]]:
+    """Parse a JSON-lines file of job arguments, naming the line of any mistake; the
+    items and the line each came from (blank lines are skipped, so the store's "item
+    N" is not line N + 1)."""
     stream = None
     if source == "-":
         if sys.stdin is None:
@@ -783,6 +792,7 @@ def _read_items(source: str, out: _Stdout) -> list:
     except OSError as exc:
         raise UserError(f"cannot read --from {source}: {exc.strerror}") from None
     items: list[Any] = []
+    numbers: list[int] = []
     with fh:
         lines = _lines_of(fh, source)
     progress = None
@@ -801,6 +811,7 @@ def _read_items(source: str, out: _Stdout) -> list:
                 raise UserError(f"--from {source} line {number}: not JSON ({exc.msg})") from None
             except RecursionError:  # the decoder's own bound on depth
                 raise UserError(f"--from {source} line {number}: nested too deeply") from None
+            numbers.append(number)
             if isinstance(value, list):
                 items.append(tuple(value))
             elif (isinstance(value, dict) and set(value) <= {"args", "kwargs"}
@@ -817,26 +828,39 @@ def _read_items(source: str, out: _Stdout) -> list:
     finally:
         if progress is not None:
             progress.stop()
-    return items
+    return items, numbers
+
+
+#: How the store names an item of an ``enqueue_many`` it refused (``rows.new_jobs``).
+_ITEM_REFUSED = re.compile(r"item (\d+): ")
 
 
 def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
     import_app(args.app)
-    if args.app and jobs.lookup(args.name) is None:
-        raise UserError(f"no job named {args.name!r} is registered by --app {args.app}")
+    if args.app:
+        for flag, name in (("", args.name), ("--on-success ", args.on_success),
+                           ("--on-complete ", args.on_complete)):
+            if name and jobs.lookup(name) is None:
+                raise UserError(f"{flag}no job named {name!r} is registered by --app {args.app}")
     batched = args.on_complete or args.on_success
     if batched and not args.from_file:
         raise UserError("--on-complete and --on-success make a --from file one batch: add --from")
-    store = connect(args.db, mode=args.mode, allow_world_writable=args.allow_world_writable)
+    # Everything that can be refused without the store is, before it is opened: a
+    # refused command made a new store file, whose --mode a corrected one then ignored.
     if args.from_file:
         if args.args or args.kwargs or args.key or args.group or args.key_period is not None:
             raise UserError("--from takes the arguments from the file (a job's group from its "
                             "group_by keyword argument); drop --args, --kwargs, --key, "
                             "--key-period and --group")
-        items = _read_items(args.from_file, out)
+        items, numbers = _read_items(args.from_file, out)
         if batched and not items:
             raise UserError(f"--from {args.from_file} has no jobs: a batch of none would "
                             f"fire its callbacks at once")
+    # The options every job of the command takes (its name, priority, queue...).
+    enqueue_options(args.name, args.delay, args.priority, None, args.max_attempts, args.queue,
+                    None, time.time())
+    store = connect(args.db, mode=args.mode, allow_world_writable=args.allow_world_writable)
+    if args.from_file:
         batch = store.batch(on_success=jobs.Signature(args.on_success) if args.on_success else None,
                             on_complete=jobs.Signature(args.on_complete) if args.on_complete
                             else None) if batched else None
@@ -847,9 +871,14 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
                                              priority=args.priority, queue=args.queue,
                                              max_attempts=args.max_attempts,
                                              batch=batch.id if batch else None)
-            except BaseException:
+            except BaseException as exc:
                 if batch is not None:  # refused, so none joined: leave no empty batch
                     store.batches.discard_unused(batch.id)
+                item = _ITEM_REFUSED.match(str(exc)) if isinstance(exc, EnqueueError) else None
+                if item is not None and int(item.group(1)) < len(numbers):
+                    raise UserError(f"--from {args.from_file} line "
+                                    f"{numbers[int(item.group(1))]}: {str(exc)[item.end():]}"
+                                    ) from None
                 raise
             if batch is not None:
                 batch.close()
@@ -1094,11 +1123,13 @@ def _report(results: dict[int, str], verb: str) -> int:
 
 
 def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
+    """R31: every id answered once, in one transaction: an unknown id among them (it
+    ended the command with the ids before it cancelled and unsaid) is a line of its own."""
     store = connect(args.db, create=False)
     results = {}
-    for job_id in args.ids:
-        what = store.cancel(job_id)
-        results[job_id] = {"cancelled": "cancelled", "requested": "cancelled"}.get(what, f"already {what}")
+    for job_id, what in store.cancel_many(args.ids).items():
+        results[job_id] = {"cancelled": "cancelled", "requested": "cancelled"}.get(
+            what, what if what == "no such job" else f"already {what}")
         if what == "requested":
             # R31: the pool reads the request at its next heartbeat. An attempt that
             # ends before that is settled as it ended; the request stays on the row,
@@ -1133,12 +1164,16 @@ def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
 def cmd_jobs_reset_state(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     results = {}
-    for job_id in args.ids:
+    for job_id in dict.fromkeys(args.ids):  # each once, every one answered
         if store.reset_state(job_id):
             results[job_id] = "reset"
         else:
-            store.get(job_id)  # JobNotFound: one line naming the id
-            results[job_id] = "no saved state"
+            try:
+                store.get(job_id)
+            except JobNotFound:
+                results[job_id] = "no such job"
+            else:
+                results[job_id] = "no saved state"
     return _report(results, "reset")
 
 
@@ -1162,6 +1197,10 @@ def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_dead_show(args: argparse.Namespace, out: _Stdout) -> int:
+    status = connect(args.db, readonly=True).get(args.id)["status"]
+    if status != "dead":  # it showed a ready job as a dead letter
+        raise UserError(f"job {args.id} is {status}, not dead: `jobpool jobs show {args.id}` "
+                        f"shows it")
     return cmd_jobs_show(args, out)
 
 
@@ -1631,22 +1670,46 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-#: (command, option, the flag it works with): an option that does nothing without its
-#: partner is refused, not ignored (``start --wait-retries 60`` without ``--burst``
-#: waited for nothing, and a reader of the command line would think it did).
+#: (command or None for any, option, its flag, the option it works with, its flag): an
+#: option that does nothing without its partner is refused, not ignored (``start
+#: --wait-retries 60`` without ``--burst`` waited for nothing, and a reader of the
+#: command line would think it did).
 _NEEDS = (("start", "wait_retries", "--wait-retries", "burst", "--burst"),
-          ("start", "store_timeout", "--store-timeout", "burst", "--burst"))
+          ("start", "store_timeout", "--store-timeout", "burst", "--burst"),
+          ("enqueue", "key_period", "--key-period", "key", "--key"),
+          ("metrics", "every", "--every", "serve", "--serve"),
+          ("web", "token_label", "--token-label", "token", "--token"),
+          (None, "allow_world_writable", "--allow-world-writable", "mode", "--mode"))
+
+#: Pairs of options of which one would silently undo the other.
+_CONFLICTS = (("top", "refresh", "--refresh", "once", "--once"),
+              ("start", "chunk", "--chunk", "max_jobs", "--max-jobs"))
 
 #: Their values when not given (left None by the parser, to tell "not given" apart).
-_UNSET = {"wait_retries": 0.0, "store_timeout": config.STORE_TIMEOUT}
+_UNSET = {"wait_retries": 0.0, "store_timeout": config.STORE_TIMEOUT, "refresh": 0.5,
+          "every": 15.0, "token_label": "token"}
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value is not None and value is not False and value != []
 
 
 def _refuse_idle_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for command, dest, flag, partner, partner_flag in _NEEDS:
-        if args.command == command and getattr(args, dest) is not None \
-                and not getattr(args, partner):
+        if dest == "key_period" and _given(args, "from_file"):
+            continue  # --from refuses it with --key, in its own words
+        if command in (None, args.command) and _given(args, dest) and not _given(args, partner):
             parser.error(f"argument {flag}: only works with {partner_flag}; add "
                          f"{partner_flag} or drop {flag}")
+    for command, dest, flag, other, other_flag in _CONFLICTS:
+        if args.command == command and _given(args, dest) and _given(args, other):
+            parser.error(f"argument {flag}: does not work with {other_flag}; drop one")
+    if args.command == "start":
+        names = [name for name, _size in args.chunk]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # the last one silently won
+            parser.error(f"argument --chunk: {twice[0]} given twice; give each job once")
     for dest, value in _UNSET.items():
         if getattr(args, dest, value) is None:
             setattr(args, dest, value)

@@ -126,7 +126,7 @@ def test_a_callback_that_cannot_take_batch_is_refused(make_any_app):
 @pytest.mark.parametrize("extra, needle", [
     (["--priority", "99999999999"], "priority must be from"),
     (["--queue", "a\x01b"], "queue"),
-    (["--app", "{module}"], "item 1"),  # ["a", "b", "c"] does not bind to b.load(path)
+    (["--app", "{module}"], "line 2"),  # ["a", "b", "c"] does not bind to b.load(path)
 ])
 def test_a_refused_batch_from_the_cli_leaves_no_batch(make_any_app, extra, needle):
     """R34: the batch is opened before its members are written; when the members are

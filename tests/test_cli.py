@@ -203,6 +203,16 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
     (["enqueue", "t.hello", "--args", "[1]", "--args", "[2]"], "argument --args: given twice"),
     (["enqueue", "t.hello", "--kwargs", "{}", "--kwargs", '{"a": 1}'],
      "argument --kwargs: given twice"),
+    (["enqueue", "t.hello", "--key-period", "1d"], "argument --key-period: only works with --key"),
+    (["enqueue", "t.hello", "--allow-world-writable"],
+     "argument --allow-world-writable: only works with --mode"),
+    (["metrics", "--every", "30"], "argument --every: only works with --serve"),
+    (["web", "--token-label", "alice"], "argument --token-label: only works with --token"),
+    (["top", "--once", "--refresh", "1"], "argument --refresh: does not work with --once"),
+    (["start", "--burst", "--chunk", "t.hello=2", "--max-jobs", "3"],
+     "argument --chunk: does not work with --max-jobs"),
+    (["start", "--burst", "--chunk", "t.hello=2", "--chunk", "t.hello=3"],
+     "argument --chunk: t.hello given twice"),
     # Bytes that are not UTF-8 (a file name the shell passed): SQLite's encoder said
     # "'utf-8' codec can't encode character", naming no flag.
     (["status", "--db", "\udcff.db"], "--db \\xff.db: a store's name must be UTF-8 text"),
@@ -285,6 +295,74 @@ def fails():
     assert dead[0]["reason"].startswith("RuntimeError: nope; no attempts left after 2")
     assert all(isinstance(e["ts"], float) for e in events)
     assert all("duration" in e for e in completed + retried + dead)
+
+
+def test_ids_acted_on_are_each_answered_even_beside_an_unknown_one(make_app):
+    """R31, R37: an unknown id among several ended `jobs cancel` and `jobs reset-state`
+    with one error line, the ids before it changed and unsaid, the ones after it not
+    looked at; an id given twice was answered "already dead" by its own cancel."""
+    app = make_app(APP)
+    store = app.store()
+    first, second = store.enqueue("t.hello", "a").id, store.enqueue("t.hello", "b").id
+    db = str(app.db)
+    out = app.cli("jobs", "cancel", str(first), "999", str(second), str(first), "--db", db)
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [f"job {first}: cancelled", f"job {second}: cancelled"]
+    assert out.stderr.strip() == "job 999: not cancelled: no such job"
+    assert {store.get(i)["status"] for i in (first, second)} == {"dead"}
+    out = app.cli("jobs", "reset-state", str(first), "999", str(second), "--db", db)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.splitlines() == [f"job {first}: not reset: no saved state",
+                                       "job 999: not reset: no such job",
+                                       f"job {second}: not reset: no saved state"]
+    line = one_line_error(app.cli("dead", "show", "999", "--db", db))
+    assert "no job with id 999" in line
+    ready = store.enqueue("t.hello", "c").id
+    line = one_line_error(app.cli("dead", "show", str(ready), "--db", db))
+    assert line == (f"jobpool: error: job {ready} is ready, not dead: `jobpool jobs show "
+                    f"{ready}` shows it")
+    assert app.cli("dead", "show", str(first), "--db", db, check=True).stdout
+
+
+def test_a_refused_enqueue_makes_no_store(make_app):
+    """A refused command made a new store file (mode 600), and the corrected command
+    then kept that file's mode whatever its --mode said."""
+    app = make_app(APP)
+    source = app.dir / "two.jsonl"
+    source.write_text('["a"]\n["b"]\n')
+    for refused in (["t.hello", "--from", str(app.dir / "missing.jsonl")],
+                    ["bad name"], ["t.hello", "--priority", str(2**40)],
+                    ["t.hello", "--queue", "a b"],
+                    ["t.hello", "--from", str(source), "--on-success", "t.none", "--app",
+                     app.module],
+                    ["t.none", "--app", app.module]):
+        db = app.dir / "new.db"
+        line = one_line_error(app.cli("enqueue", *refused, "--db", str(db)))
+        assert not db.exists(), (refused, line)
+    line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(source), "--on-success",
+                                  "t.none", "--app", app.module, "--db", str(app.db)))
+    assert line.endswith(f"--on-success no job named 't.none' is registered by --app "
+                         f"{app.module}")
+    queued = app.cli("enqueue", "t.hello", "--from", str(source), "--mode", "660",
+                     "--db", str(app.dir / "new.db"), check=True)
+    assert queued.stdout.startswith("queued 2 jobs")
+    assert (app.dir / "new.db").stat().st_mode & 0o777 == 0o660
+
+
+def test_a_refused_line_of_from_is_named_by_its_line_and_app_paths_are_refused(make_app):
+    # The store names the item by its place among the jobs (from 0, blank lines not
+    # counted); the file's reader by its line.
+    app = make_app(APP)
+    source = app.dir / "some.jsonl"
+    source.write_text('["a"]\n\n["b"]\n{"args": ["c"], "kwargs": {"zzz": 1}}\n')
+    line = one_line_error(app.cli("enqueue", "t.hello", "--from", str(source), "--app",
+                                  app.module, "--db", str(app.db)))
+    assert line.startswith(f"jobpool: error: --from {source} line 4: "), line
+    assert "zzz" in line and app.store().stats()["ready"] == 0
+    for path in (f"./{app.module}", f"{app.module}.py"):
+        line = one_line_error(app.cli("enqueue", "t.hello", "--app", path, "--db", str(app.db)))
+        assert line == (f"jobpool: error: --app takes a module's import name (like myjobs "
+                        f"or pkg.jobs), not a path: {path!r}"), line
 
 
 def test_enqueue_from_a_json_lines_file_is_one_transaction(make_app):

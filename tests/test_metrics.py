@@ -274,7 +274,8 @@ def test_jobpool_metrics_serve_reads_the_store_at_most_every_15_s(any_store, sto
 
 def test_jobpool_metrics_every_below_15_s_is_one_line(tmp_path):
     jobpool.connect(tmp_path / "jobpool.db").close()
-    result = _cli("metrics", "--every", "1", "--db", str(tmp_path / "jobpool.db"))
+    result = _cli("metrics", "--every", "1", "--serve", "127.0.0.1:0", "--db",
+                  str(tmp_path / "jobpool.db"))
     assert result.returncode == 1 and result.stderr.strip() == (
         "jobpool: error: --every must be at least 15 seconds, not 1")
 

@@ -156,6 +156,24 @@ def test_a_salvage_keeps_the_batches_its_jobs_belong_to(make_app):
     assert salvaged.get(status.complete_job)["status"] == "done"
 
 
+def test_a_salvage_keeps_paused_queues_and_periodic_occurrences(make_app):
+    # R38: a queue an operator paused stays paused (it ran at the next start); R33: the
+    # last occurrence a pool enqueued stays enqueued (a pool would enqueue it again).
+    app = make_app(APP)
+    store = jobpool.connect(app.db)
+    store.enqueue_with("t.noop", queue="held")
+    store.pause("held")
+    assert store.enqueue_occurrence("t.noop", 1_800_000_000.0) is not None
+    store.close()
+    new = app.dir / "salvaged.db"
+    app.cli("doctor", "--db", str(app.db), "--salvage", str(new), check=True)
+    salvaged = jobpool.connect(new)
+    assert salvaged.paused_queues() == ["held"]
+    assert salvaged.enqueue_occurrence("t.noop", 1_800_000_000.0) is None  # done already
+    app.cli("start", "--app", app.module, "--db", str(new), "--burst", "-q", check=True)
+    assert [j["status"] for j in salvaged.list_jobs(queue="held")] == ["ready"]  # waits
+
+
 def page_size(path) -> int:
     conn = sqlite3.connect(path)
     try:

@@ -161,8 +161,12 @@ def salvage(path: str, new_path: str) -> Report:
         with target.conn:
             for (name,) in target.execute(sql.LIMITED_NAMES).fetchall():
                 target.execute(sql.LANES_OF_NAME, {"name": name})
-        # R34: the batches the copied members count in, with their add keys.
-        for table in ("jobpool_batches", "jobpool_batch_adds"):
+        # R34: the batches the copied members count in, with their add keys; R38 the
+        # queues an operator paused (left behind, a paused queue ran at the next start);
+        # R33 the last occurrence of each periodic job (left behind, a pool enqueued one
+        # already done again); R36 the rate buckets; R47 the minutes the charts draw.
+        for table in ("jobpool_batches", "jobpool_batch_adds", "jobpool_queues", "periodic",
+                      "jobpool_groups", "jobpool_rollups"):
             if _columns(source, table):
                 _copy_table(source, target, table, report)
     finally:
