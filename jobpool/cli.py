@@ -1771,6 +1771,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if guarded is not None:
         sys.stdout = guarded
     try:
+        # Every command imports the --app it is given (as `celery -A` does): one that
+        # did not took a module that does not exist, or does not import, in silence.
+        import_app(getattr(args, "app", None))
         code = COMMANDS[key](args, out)
     except (JobpoolError, ValueError) as exc:
         if _debug():

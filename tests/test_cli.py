@@ -324,6 +324,17 @@ def test_ids_acted_on_are_each_answered_even_beside_an_unknown_one(make_app):
     assert app.cli("dead", "show", str(first), "--db", db, check=True).stdout
 
 
+def test_every_command_imports_the_app_it_is_given(make_app):
+    # `status --app no_such_module` exited 0 without importing anything.
+    app = make_app(APP)
+    app.store().close()
+    for command in (["status"], ["jobs", "list"], ["dead", "retry", "--all"], ["top", "--once"]):
+        line = one_line_error(app.cli(*command, "--app", "no_such_module_xyz", "--db",
+                                      str(app.db)))
+        assert line.startswith("jobpool: error: cannot import --app no_such_module_xyz"), line
+    assert app.cli("status", "--app", app.module, "--db", str(app.db), check=True).stdout
+
+
 def test_a_refused_enqueue_makes_no_store(make_app):
     """A refused command made a new store file (mode 600), and the corrected command
     then kept that file's mode whatever its --mode said."""
