@@ -183,6 +183,12 @@ class Job(Generic[P, R]):
         #: pool that serves it starts; None: unlimited.
         self.limit = limits.declared(self.name, max_running=max_running, rate=rate, burst=burst,
                                      group_by=group_by)
+        if self.schedule is not None and group_by is not None:
+            # R33/R35: an occurrence is enqueued with no arguments, so it names no group
+            # and every enqueue of it was refused: the job never ran, said only in DEBUG.
+            raise RegistryError(f"job {name}: a periodic job is enqueued with no arguments, "
+                                f"so it has no {group_by}= to be limited by; drop group_by= "
+                                f"or every=/cron=")
         #: R63: up to this many of its ready rows go to one slot at once and run one
         #: after the other in its child, each settled on its own (1: one row, R6).
         self.chunk = options.validate_chunk(chunk)

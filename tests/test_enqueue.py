@@ -460,3 +460,30 @@ def test_a_declared_option_a_store_or_pool_cannot_keep_is_refused_at_import(opti
     with pytest.raises(RegistryError, match=words):
         jobpool.job(name="t.declared", **options)(lambda: None)
     assert "t.declared" not in jobs.registered()
+
+
+@jobs.job(name="e.other_one")
+def other_one(x=0):
+    pass
+
+
+@jobs.job(name="e.named_one")
+def named_one(x=0):
+    pass
+
+
+def test_enqueue_many_refuses_a_signature_of_another_job(any_store):
+    """R1: ``enqueue_many("a", [b.s(1)])`` ran b's arguments as job a (its name was
+    dropped), on both of its write paths and in a batch; a signature of the job named,
+    or of none (``Signature("", ...)``), is an item like any other."""
+    for items in ([other_one.s(1)], [named_one.s(1), other_one.s(x=2)],
+                  [other_one.s(3).with_meta({"k": 1})]):
+        with pytest.raises(EnqueueError, match="a signature of e.other_one in an "
+                                               "enqueue_many of e.named_one"):
+            any_store.enqueue_many("e.named_one", items)
+    batch = any_store.batch()
+    with pytest.raises(EnqueueError, match="item 0: a signature of e.other_one"):
+        batch.add_many("e.named_one", [other_one.s(4)])
+    assert any_store.stats()["ready"] == 0
+    handles = any_store.enqueue_many("e.named_one", [named_one.s(5), jobpool.Signature("", (6,))])
+    assert [any_store.get(h.id)["name"] for h in handles] == ["e.named_one"] * 2

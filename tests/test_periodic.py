@@ -116,6 +116,15 @@ def test_a_cron_expression_that_never_fires_is_refused_at_import_naming_job_and_
     assert "periodic.never" not in jobpool.jobs.registered()
 
 
+def test_a_periodic_job_limited_per_group_is_refused_at_import():
+    # R33/R35: its occurrences carry no arguments, so no group: every enqueue of one was
+    # refused, and the job never ran, said only at DEBUG level.
+    with pytest.raises(RegistryError, match="has no tenant= to be limited by"):
+        jobpool.job(name="periodic.grouped", every=60, max_running=1,
+                    group_by="tenant")(lambda tenant="all": None)
+    assert "periodic.grouped" not in jobpool.jobs.registered()
+
+
 def test_a_cron_expression_that_fires_once_in_years_is_accepted():
     # 29 February comes every 4 years, sometimes 8 (2096, then 2104)
     leap = jobpool.job(name="periodic.leap_day", cron="0 0 29 2 *")(lambda: None)

@@ -633,3 +633,23 @@ def test_a_json_result_reads_back_as_its_text_on_every_store(any_store):
     assert drain(any_store) == Drained(done=1)
     assert any_store.get(job_id)["result"] == '{"rows":3}'
     assert any_store.list_jobs()[0]["result"] == '{"rows":3}'
+
+
+@jobpool.job(name="testing.batch_done")
+def batch_done(batch=None):
+    return batch["dead"]
+
+
+@pytest.mark.parametrize("member", ["testing.fatal", "testing.record"])
+def test_drain_runs_the_callback_a_batchs_last_member_enqueues_dead_or_done(any_store, member):
+    """R34, R26: on PostgreSQL a drain took no callback its batch's dead last member
+    enqueued (a trigger's row, which its own claim cannot see and no notification wakes
+    a drain for): the callback stayed ready. A done last member's ran."""
+    batch = any_store.batch(on_complete=batch_done.s())
+    batch.add(jobpool.Signature(member, ()) if member == "testing.fatal"
+              else jobpool.Signature(member, (1,)))
+    batch.close()
+    drain(any_store)
+    status = any_store.batch_status(batch.id)
+    assert status.finished and status.complete_job is not None
+    assert any_store.get(status.complete_job)["status"] == "done"

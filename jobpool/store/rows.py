@@ -364,8 +364,13 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
     for index, item in enumerate(items):
         if isinstance(item, tuple):
             args, kwargs = item, None
-        elif isinstance(item, Signature):  # its name is ignored: this is `name`
+        elif isinstance(item, Signature):
             item.refuse_previous(f"item {index}")
+            if item.name and item.name != options.name:
+                # Its arguments ran as ``name``'s: ``enqueue_many("a", [b.s(1)])``.
+                raise EnqueueError(f"item {index}: a signature of {item.name} in an "
+                                   f"enqueue_many of {options.name}: every item is a call "
+                                   f"of the one job named (enqueue each job's own items)")
             args, kwargs = item.args, item.kwargs
         elif isinstance(item, list):
             args, kwargs = item, None
@@ -387,7 +392,7 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
     return rows
 
 
-def json_batch(items: list) -> tuple[str, bool] | None:
+def json_batch(items: list, name: str) -> tuple[str, bool] | None:
     """The whole batch as one JSON array, encoded in one call, and whether it
     holds only argument lists (the common case, encoded straight from the items;
     SQL wraps each as ``[args,{}]``) or ``[args, kwargs]`` pairs. None when an
@@ -405,7 +410,8 @@ def json_batch(items: list) -> tuple[str, bool] | None:
     for item in items:
         if isinstance(item, (tuple, list)):
             pairs.append([list(item), {}])
-        elif isinstance(item, Signature) and item.meta is None and item.previous is None and (
+        elif isinstance(item, Signature) and item.meta is None and item.previous is None \
+                and item.name in ("", name) and (
                 item.kwargs is None or (isinstance(item.kwargs, dict)
                                         and all(isinstance(k, str) for k in item.kwargs))):
             pairs.append([list(item.args), item.kwargs or {}])
@@ -639,6 +645,17 @@ def listing_limit(limit: Any, what: str = "limit") -> int:
         raise ValueError(f"{what} must be a whole number from 0 to {bounds.INT64_MAX}, "
                          f"not {limit!r}"[:200])
     return limit
+
+
+def sweep_settings(now: Any, result_ttl: Any, dead_letter_limit: Any) -> tuple[float, float, int]:
+    """R32: a sweep's clock, age and count, checked alike on both stores (a
+    ``dead_letter_limit`` of -1 kept every dead row on SQLite and was a store error on
+    PostgreSQL). The age is any finite number of seconds: below 0 it sweeps rows that
+    finished up to that far past the clock (the server's, on PostgreSQL)."""
+    if not bounds.finite_number(result_ttl):
+        raise ValueError(f"result_ttl must be a finite number of seconds, not {result_ttl!r}"[:200])
+    return (bounds.now_or(now), float(result_ttl),
+            listing_limit(dead_letter_limit, "dead_letter_limit"))
 
 
 def time_span(what: str, span: Any) -> tuple[float | None, float | None] | None:

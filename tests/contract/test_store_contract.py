@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 import jobpool
-from jobpool.errors import EnqueueError, JobNotFound
+from jobpool.errors import EnqueueError, JobNotFound, StoreError
 from jobpool.lifecycle import DONE, ERROR, Outcome, Policy
 from jobpool.store import Store
 NAMES = ("c.job", "c.next")
@@ -366,6 +366,10 @@ def test_an_enqueue_in_the_callers_transaction_exists_only_if_it_commits(store_u
         assert any_store.get(handle.id)["payload"] == "[[2],{}]"
     finally:
         conn.close()
+    # A connection that cannot take the row is a StoreError on both stores (sqlite3's
+    # own errors, on SQLite, missed every `except StoreError`).
+    with pytest.raises(StoreError, match="on the caller's connection failed"):
+        any_store.enqueue_with("c.job", args=(3,), connection=conn)  # closed
 
 
 def test_any_printable_job_name_is_claimed_and_settled(any_store, claimers):
@@ -666,3 +670,27 @@ def test_a_keyset_or_id_past_64_bits_lists_as_far_as_the_ids_go(any_store):
     # An empty name names no job: it lists none, where it listed every dead job.
     any_store.cancel(ids[0])
     assert any_store.dead.list(name="") == [] and any_store.dead.ids(name="") == []
+
+
+def test_the_pools_own_calls_check_their_arguments_alike(any_store):
+    # R32, R33, R29, R47: the calls a pool and the dashboards make, given what no pool
+    # passes, answered one way on both stores (each was a store error on one, taken on
+    # the other: -1 kept every dead row on SQLite, a NaN occurrence was written on
+    # PostgreSQL and an infinite one on SQLite)
+    now = time.time()
+    for wrong in (dict(result_ttl="60", dead_letter_limit=10),
+                  dict(result_ttl=60, dead_letter_limit=-1),
+                  dict(result_ttl=float("nan"), dead_letter_limit=10)):
+        with pytest.raises(ValueError):
+            any_store.sweep(now, **wrong)
+    assert any_store.sweep(now, result_ttl=60, dead_letter_limit=10) == 0
+    for occurrence in (float("nan"), float("inf"), "soon"):
+        with pytest.raises(ValueError):
+            any_store.enqueue_occurrence("c.job", occurrence)
+    assert any_store.list_jobs() == []
+    for failures in (-1, 2**63, 1.5):
+        with pytest.raises(ValueError):
+            any_store.dashboard(now, failures=failures)
+    with pytest.raises(ValueError):
+        any_store.rollup_totals(0, by="minute", name=5)
+    assert any_store.rollup_totals(0, by="minute", name="c.job") == []

@@ -795,7 +795,7 @@ class PgTurn:
             params = self._params(item)
             decision = item.decision
             if decision.statement in _BACK_IN_PLACE or (
-                    decision.statement == "done" and item.lease.follow_ups):
+                    decision.status in _ENDS and item.lease.follow_ups):
                 self.from_front()
             if self._pending and (params["owner"] != self._pending[0][1]["owner"] or any(
                     pending.lease.job_id == item.lease.job_id for pending, _ in self._pending)):
@@ -897,11 +897,17 @@ _numbered = functools.lru_cache(maxsize=None)(pg_sql.numbered)
 
 def _due_now(item: Fenced) -> bool:
     """Whether a settle leaves a row its own statement's claim cannot see and that is
-    due at once: the job back in line now, or a chain's next step (R12; a claimed
-    row's ``follow_ups`` flag on PostgreSQL says it has a chain)."""
+    due at once: the job back in line now, a chain's next step (R12), or a batch's
+    callback its member's end enqueued, whether the member is done or dead (R34; a
+    claimed row's ``follow_ups`` flag on PostgreSQL says it has a chain or a batch).
+    A drain, which no notification wakes, took no callback after a dead last member."""
     decision = item.decision
     return ((decision.status == "ready" and decision.delay <= 0)
-            or (decision.statement == "done" and bool(item.lease.follow_ups)))
+            or (decision.status in _ENDS and bool(item.lease.follow_ups)))
+
+
+#: The statuses a settle ends a job in, where a chain or a batch may enqueue a row.
+_ENDS = ("done", "dead")
 
 
 #: Where a claimed row (``row_codec.CLAIM_COLUMNS``) has its priority and place in line.

@@ -321,7 +321,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                            duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
         # A per-group job's rows each take their group from their own arguments;
         # rows with metadata (R54, R55) each carry their own.
-        as_json = (rows.json_batch(items) if options.serializer == "json"
+        as_json = (rows.json_batch(items, name) if options.serializer == "json"
                    and options.group_by is None and not with_meta else None)
         if as_json is not None:
             rows.check_items(options, items, as_json[1])  # R1: new_jobs checks its own
@@ -507,6 +507,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         each read is bounded (counts to ``COUNT_MOST + 1``), so the transaction plans
         without sequential scans, as listings do: one stops at its bound only where
         the rows it wants are dense."""
+        failures = rows.listing_limit(failures, "failures")
         def read(conn: Any) -> DashboardRows:
             conn.execute(pg_sql.LISTING_PLANS)
             most = {"most": COUNT_MOST + 1}
@@ -694,6 +695,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def rollup_totals(self, since: float, *, by: str,
                       name: str | None = None) -> list[dict[str, Any]]:
+        rows.filter_text("name", name)
         return rollups.as_dicts(self.read(
             "reading rollups", pg_sql.ROLLUPS_BY_MINUTE if rollups.by_minute(by)
             else pg_sql.ROLLUPS_BY_NAME, {"since": rollups.minute_of(since), "name": name}))
@@ -711,6 +713,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
     def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: the occurrence once across every host: the ``periodic`` row and the
         job are written in one transaction."""
+        occurrence = bounds.now_or(occurrence)  # a key and a time: a finite number
         job = rows.new_job(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
                            None, None, 0.0, None, self.max_payload)
 
@@ -726,6 +729,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule, on the server's clock."""
+        now, result_ttl, dead_letter_limit = rows.sweep_settings(now, result_ttl,
+                                                                 dead_letter_limit)
+
         def sweep(conn: Any) -> int:
             server_now = self.server_now(conn)
             removed = conn.execute(pg_sql.PURGE_FINISHED, {

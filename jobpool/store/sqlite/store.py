@@ -340,7 +340,13 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             row = row._replace(batch_id=batch)
         if connection is not None:
             rows.check_connection(connection)
-            return self._insert_unique(connection, row, period, now)
+            # R5: inside the caller's own transaction; its failure a StoreError, as on
+            # PostgreSQL (sqlite3's own errors missed every `except StoreError`).
+            try:
+                return self._insert_unique(connection, row, period, now)
+            except sqlite3.Error as exc:
+                raise StoreError(f"enqueue of {name} on the caller's connection failed: "
+                                 f"{exc}") from exc
         if key is None and batch is None:
             job_id = self._insert_unlimited(row, name)
             if job_id is not None:
@@ -381,7 +387,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             return self._insert_keyed(options, items, checked_keys, meta)
         # A per-group job's rows each take their group from their own arguments;
         # rows with metadata (R54, R55) each carry their own.
-        as_json = (rows.json_batch(items) if options.serializer == "json"
+        as_json = (rows.json_batch(items, name) if options.serializer == "json"
                    and options.group_by is None and not with_meta else None)
         count = len(items)
         if as_json is not None:
@@ -770,6 +776,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def enqueue_occurrence(self, name: str, occurrence: float) -> Handle | None:
         """R33: enqueue ``name``'s occurrence at ``occurrence`` unless some pool already
         did; the ``periodic`` row and the job are written in one transaction."""
+        occurrence = bounds.now_or(occurrence)  # a key and a time: a finite number
         row = rows.new_job(name, (), None, f"{name}@{occurrence:.3f}", None, None, None, None,
                            None, None, occurrence, None, self.max_payload)
 
@@ -817,6 +824,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         claim-order index. The plain ``GROUP BY queue, status`` scans the table:
         750-1330 ms on either store.
         """
+        failures = rows.listing_limit(failures, "failures")
         conn = self.conn
         try:
             conn.execute("BEGIN")
@@ -910,6 +918,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     def rollup_totals(self, since: float, *, by: str,
                       name: str | None = None) -> list[dict[str, Any]]:
+        rows.filter_text("name", name)
         return rollups.as_dicts(self.read_rows(
             "reading rollups", sql.ROLLUPS_BY_MINUTE if rollups.by_minute(by)
             else sql.ROLLUPS_BY_NAME, {"since": rollups.minute_of(since), "name": name}))
@@ -955,6 +964,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule."""
+        now, result_ttl, dead_letter_limit = rows.sweep_settings(now, result_ttl,
+                                                                 dead_letter_limit)
         removed = retention.sweep(self, now, result_ttl=result_ttl,
                                   dead_letter_limit=dead_letter_limit)
         # R35/R36: groups idle for a day (not jobs: not counted).
