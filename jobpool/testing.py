@@ -40,7 +40,7 @@ import logging
 import os
 import random
 import time
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from jobpool import bounds, coroutines, events, jobs, procinfo, protocol, requests, running
 from jobpool.child import run_attempt
@@ -49,6 +49,7 @@ from jobpool.lifecycle import (ERROR, INTERRUPTED, RELEASE, UNSTARTED, Claimed, 
                                Settled, chunk_ended_early, retired_at_its_turn, settled_as)
 from jobpool.queueplan import QueuePlan
 from jobpool.store.base import Claimer, Store
+from jobpool.store.rows import queue_name
 from jobpool.store.records import ProgressReport
 
 __all__ = ["drain", "Drained", "DrainError", "DrainLimitError", "SCHEDULED_WAIT_MAX"]
@@ -102,7 +103,7 @@ class _Served(NamedTuple):
 
 
 def drain(store: Store | None = None, *, max_jobs: int = 10_000,
-          run_scheduled: bool = False) -> Drained:
+          run_scheduled: bool = False, queues: Iterable[str] | None = None) -> Drained:
     """Run ready jobs in this process until none is ready; what happened, counted.
 
     ``store`` defaults to the one ``job.enqueue()`` writes to (``$JOBPOOL_DB``, else
@@ -110,13 +111,25 @@ def drain(store: Store | None = None, *, max_jobs: int = 10_000,
     job stays queued, unless ``run_scheduled``, which runs them at once, dated as
     if their time had come. More than ``max_jobs`` attempts raise
     ``DrainLimitError``, each attempt settled first, so nothing is left running.
+    ``queues``: the queues served, in order, as a pool's ``--queues``; by default, as a
+    pool's, ``default`` and the queues the registered jobs name (a job enqueued into
+    another queue, ``queue="other"``, waits for a drain or a pool that serves it).
     """
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
         raise ValueError(f"max_jobs must be a positive integer, not {max_jobs!r}")
+    chosen = None
+    if queues is not None:
+        if isinstance(queues, str):
+            raise ValueError(f"queues takes a list of queue names, not the text {queues!r}")
+        chosen = tuple(dict.fromkeys(queue_name(q) for q in queues))
+        if not chosen:
+            raise ValueError("queues names no queue: leave it out to serve the default ones")
     if store is None:
         from jobpool.store.factory import default_store
         store = default_store()
     served = _served()
+    if chosen is not None:
+        served = served._replace(queues=chosen)
     owner = procinfo.owner_identity()  # leases look like any pool's (R24 can judge them)
     claimer = store.claimer(owner, served.names, served.queues, served.policies)
     try:

@@ -653,3 +653,16 @@ def test_drain_runs_the_callback_a_batchs_last_member_enqueues_dead_or_done(any_
     status = any_store.batch_status(batch.id)
     assert status.finished and status.complete_job is not None
     assert any_store.get(status.complete_job)["status"] == "done"
+
+
+def test_drain_serves_the_queues_it_is_given_as_a_pool_does(any_store):
+    """A job enqueued into a queue no registered job names waits, as it would for a pool
+    started without --queues; ``queues=`` serves it (in the order given)."""
+    other = any_store.enqueue_with("testing.record", args=(7,), queue="other").id
+    assert drain(any_store).done == 0
+    assert any_store.get(other)["status"] == "ready"
+    assert drain(any_store, queues=["other", "default"]).done == 1
+    assert any_store.get(other)["status"] == "done"
+    for wrong in ("other", [], ["a b"]):
+        with pytest.raises(ValueError):
+            drain(any_store, queues=wrong)
