@@ -445,7 +445,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                          help="with --from: as --on-complete, but only if none of them went dead")
 
     top = sub("top", parents=[common], help="live dashboard of a store (read-only)")
-    top.add_argument("--refresh", type=_seconds, help="seconds between frames (default 0.5)")
+    top.add_argument("--refresh", type=_seconds,
+                     help="seconds between frames (default 0.5; off a terminal, 5)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
 
     status = sub("status", parents=[common], help="counts by status")
@@ -1607,7 +1608,8 @@ def _print_malformed(path: str, named: list[str], count: int) -> None:
 def cmd_top(args: argparse.Namespace, out: _Stdout) -> int:
     from jobpool.dashboard import run_top
     store = connect(args.db, readonly=True)
-    run_top(store, out.console, refresh=max(args.refresh, 0.1), once=args.once)
+    run_top(store, out.console, refresh=None if args.refresh is None else max(args.refresh, 0.1),
+            once=args.once)
     return 0
 
 
@@ -1686,8 +1688,8 @@ _CONFLICTS = (("top", "refresh", "--refresh", "once", "--once"),
               ("start", "chunk", "--chunk", "max_jobs", "--max-jobs"))
 
 #: Their values when not given (left None by the parser, to tell "not given" apart).
-_UNSET = {"wait_retries": 0.0, "store_timeout": config.STORE_TIMEOUT, "refresh": 0.5,
-          "every": 15.0, "token_label": "token"}
+_UNSET = {"wait_retries": 0.0, "store_timeout": config.STORE_TIMEOUT, "every": 15.0,
+          "token_label": "token"}
 
 
 def _given(args: argparse.Namespace, dest: str) -> bool:
@@ -1709,7 +1711,7 @@ def _refuse_idle_options(parser: argparse.ArgumentParser, args: argparse.Namespa
         names = [name for name, _size in args.chunk]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:  # the last one silently won
-            parser.error(f"argument --chunk: {twice[0]} given twice; give each job once")
+            parser.error(f"argument --chunk: {twice[0]!r} given twice; give each job once")
     for dest, value in _UNSET.items():
         if getattr(args, dest, value) is None:
             setattr(args, dest, value)

@@ -481,9 +481,11 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
 
 # -- the loop ---------------------------------------------------------------------------------------
 
-#: Seconds between plain lines when stdout is not a terminal: a line per refresh
-#: would flood a log file.
+#: Seconds between plain lines when stdout is not a terminal and no ``--refresh`` was
+#: asked for: a line per live frame would flood a log file.
 PLAIN_EVERY = 5.0
+#: Seconds between live frames unless asked otherwise.
+LIVE_EVERY = 0.5
 
 #: An empty line under the live frame, where the cursor waits. Without it the
 #: cursor waits at the end of the frame's last row, which fills the terminal's
@@ -494,10 +496,13 @@ PLAIN_EVERY = 5.0
 _CURSOR_LINE = Text("")
 
 
-def run_top(store: Store, console: Console, *, refresh: float = 0.5,
+def run_top(store: Store, console: Console, *, refresh: float | None = None,
             once: bool = False, stop: threading.Event | None = None) -> None:
     """Show the dashboard until Ctrl-C or ``stop`` is set; ``once`` prints a single
     frame and returns. ``stop`` lets ``jobpool start`` run it beside its pool.
+    ``refresh``: seconds between frames; by default half a second on a terminal and
+    ``PLAIN_EVERY`` off one (a line per half second would flood a log file), but one
+    asked for is kept off a terminal too (it was raised to ``PLAIN_EVERY`` unsaid).
 
     The only reader of the store: each turn reads a snapshot and hands it to
     :func:`render`. A first read that fails raises StoreError (the CLI reports
@@ -515,9 +520,9 @@ def run_top(store: Store, console: Console, *, refresh: float = 0.5,
         previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     try:
         if console.is_terminal:
-            _live(store, console, refresh, stop)
+            _live(store, console, LIVE_EVERY if refresh is None else refresh, stop)
         else:
-            _plain(store, console, max(refresh, PLAIN_EVERY), stop)
+            _plain(store, console, PLAIN_EVERY if refresh is None else refresh, stop)
     except KeyboardInterrupt:
         pass
     finally:

@@ -212,7 +212,7 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
     (["start", "--burst", "--chunk", "t.hello=2", "--max-jobs", "3"],
      "argument --chunk: does not work with --max-jobs"),
     (["start", "--burst", "--chunk", "t.hello=2", "--chunk", "t.hello=3"],
-     "argument --chunk: t.hello given twice"),
+     "argument --chunk: 't.hello' given twice"),
     # Bytes that are not UTF-8 (a file name the shell passed): SQLite's encoder said
     # "'utf-8' codec can't encode character", naming no flag.
     (["status", "--db", "\udcff.db"], "--db \\xff.db: a store's name must be UTF-8 text"),

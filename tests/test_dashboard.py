@@ -570,3 +570,19 @@ def test_top_redraws_until_ctrl_c_and_keeps_the_last_frame_when_a_read_fails(mon
     text = console.export_text()
     assert text.count("imports.load") >= 2 and "disk I/O error" in text
     assert naps[0] == 0.25
+
+
+@pytest.mark.parametrize("asked, waits", [(None, dashboard.PLAIN_EVERY), (0.25, 0.25)])
+def test_top_off_a_terminal_keeps_the_refresh_asked_for(monkeypatch, asked, waits):
+    # `jobpool top --refresh 0.5 > log` wrote a line every 5 s, the flag unsaid; left
+    # out, a log still gets a line every PLAIN_EVERY seconds, not two a second.
+    monkeypatch.setattr(dashboard, "read_snapshot", lambda store: snapshot())
+    naps = []
+
+    class Clock(threading.Event):
+        def wait(self, timeout=None):
+            naps.append(timeout)
+            return True  # stop after the first line
+    console = Console(width=80, height=24, file=io.StringIO(), force_terminal=False)
+    run_top(None, console, refresh=asked, stop=Clock())
+    assert naps == [waits]
