@@ -694,6 +694,10 @@ def _route_logs(handler: logging.Handler, level: int, job_records: bool) -> None
 def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
     from jobpool.supervisor import Supervisor
     import_app(args.app)
+    for name, size in args.chunk:  # before the store is opened (it was made, then refused)
+        if jobs.lookup(name) is None:
+            raise UserError(f"--chunk {name}={size}: no job named {name!r} is registered"
+                            + (f" by --app {args.app}" if args.app else " (add --app)"))
     spec = parse_queues(args.queues) if args.queues else None
     pool = config.PoolConfig(
         db=resolve_path(args.db), procs=args.procs, queues=spec.queues if spec else None,

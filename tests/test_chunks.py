@@ -346,12 +346,13 @@ def test_a_pool_chunks_a_name_by_its_setting_and_refuses_a_bad_one(store, app, w
     for bad, said in (("chunkapp.observe=0", "chunkapp.observe: chunk must be a whole number "
                                              "from 1 to 1000, not 0"),
                       ("chunkapp.observe", "expected NAME=N, not 'chunkapp.observe'"),
-                      ("other.name=4", "--chunk other.name=4: this pool does not serve "
-                                       "'other.name'")):
-        refused = app.cli("start", "--app", app.module, "--db", str(app.db), "--burst",
-                          "--chunk", bad, "-q", "--no-dashboard")
+                      ("other.name=4", "--chunk other.name=4: no job named 'other.name' is "
+                                       f"registered by --app {app.module}")):
+        refused = app.cli("start", "--app", app.module, "--db", str(app.dir / "new.db"),
+                          "--burst", "--chunk", bad, "-q", "--no-dashboard")
         assert refused.returncode != 0 and said in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1  # one line, no traceback
+        assert not list(app.dir.glob("new.db*"))  # refused before any store was made
 
 
 def test_a_recycled_child_ends_its_chunk_and_gives_back_the_rest(store, app, where):
