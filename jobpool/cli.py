@@ -624,15 +624,24 @@ def import_app(module: str | None) -> None:
                         " (-v or JOBPOOL_DEBUG=1 for the traceback)") from None
 
 
-def _pin_store_before_app(args: argparse.Namespace) -> None:
-    """A relative store path names a file in the directory the command was run from,
-    even when the ``--app`` module changes directory as it is imported (it moved the
-    store the command opened, to a new empty file elsewhere)."""
-    if not getattr(args, "app", None) or not hasattr(args, "db"):
-        return
-    path = resolve_path(args.db)
-    if not is_postgres_url(path) and not os.path.isabs(path):
-        args.db = os.path.abspath(path)
+def _paths_after_app(args: argparse.Namespace, cwd: str) -> None:
+    """After the ``--app`` import: the store it names (``--db``, else ``$JOBPOOL_DB``,
+    which the app may set as it is imported, else ``./jobpool.db``) and the files a
+    command reads or writes (``--from``, ``--salvage``), each relative one taken from
+    ``cwd``, the directory the command was run from, even when the module changed
+    directory as it was imported (the store moved to a new empty file elsewhere, the
+    --from file was not found, the salvage was written beside the app's files)."""
+    try:
+        path = resolve_path(getattr(args, "db", None))
+    except ValueError:
+        pass  # $JOBPOOL_DB that is not a store's name: the command says so, as without --app
+    else:
+        if hasattr(args, "db") and not is_postgres_url(path):
+            args.db = os.path.join(cwd, path)
+    for dest in ("from_file", "salvage"):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value != "-":
+            setattr(args, dest, os.path.join(cwd, value))
 
 
 def _debug() -> bool:
@@ -840,6 +849,19 @@ def _read_items(source: str, out: _Stdout) -> tuple[list, list[int]]:
 _ITEM_REFUSED = re.compile(r"item (\d+): ")
 
 
+def _give_up_batch(store: Any, batch: Any) -> None:
+    """The batch opened for an enqueue that failed: deleted if none joined it (it was
+    listed as an empty cancelled batch), else cancelled (an interrupt after the commit:
+    no callback fires for a file not wholly queued); a failure here hides nothing of
+    the enqueue's own error."""
+    try:
+        if not store.batches.discard_unused(batch.id):
+            batch.cancel()
+    except JobpoolError as exc:
+        print(f"jobpool: warning: batch {batch.id} of the failed enqueue is left as it is: "
+              f"{shown(exc)}", file=sys.stderr)
+
+
 def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
     import_app(args.app)
     if args.app:
@@ -877,8 +899,8 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
                                              max_attempts=args.max_attempts,
                                              batch=batch.id if batch else None)
             except BaseException as exc:
-                if batch is not None:  # refused, so none joined: leave no empty batch
-                    store.batches.discard_unused(batch.id)
+                if batch is not None:
+                    _give_up_batch(store, batch)
                 item = _ITEM_REFUSED.match(str(exc)) if isinstance(exc, EnqueueError) else None
                 if item is not None and int(item.group(1)) < len(numbers):
                     raise UserError(f"--from {args.from_file} line "
@@ -1684,7 +1706,7 @@ _NEEDS = (("start", "wait_retries", "--wait-retries", "burst", "--burst"),
           ("start", "store_timeout", "--store-timeout", "burst", "--burst"),
           ("enqueue", "key_period", "--key-period", "key", "--key"),
           ("metrics", "every", "--every", "serve", "--serve"),
-          ("web", "token_label", "--token-label", "token", "--token"),
+          ("web", "token_label", "--token-label", "token", "--token (or $JOBPOOL_WEB_TOKEN)"),
           (None, "allow_world_writable", "--allow-world-writable", "mode", "--mode"))
 
 #: Pairs of options of which one would silently undo the other.
@@ -1702,20 +1724,29 @@ def _given(args: argparse.Namespace, dest: str) -> bool:
 
 
 def _refuse_idle_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what _NEEDS and _CONFLICTS name, in one line, exit 2; for ``start`` say it
+    and go on: a pool is a service, and a unit file that carried such an option (ignored
+    until now) must not stop starting after an upgrade."""
+    def said(problem: str) -> None:
+        if args.command == "start":
+            print(f"jobpool start: warning: {problem}", file=sys.stderr)
+        else:
+            parser.error(problem)
     for command, dest, flag, partner, partner_flag in _NEEDS:
         if dest == "key_period" and _given(args, "from_file"):
             continue  # --from refuses it with --key, in its own words
         if command in (None, args.command) and _given(args, dest) and not _given(args, partner):
-            parser.error(f"argument {flag}: only works with {partner_flag}; add "
-                         f"{partner_flag} or drop {flag}")
+            said(f"argument {flag}: only works with {partner_flag}; add {partner_flag} or "
+                 f"drop {flag}" + ("; ignored" if args.command == "start" else ""))
     for command, dest, flag, other, other_flag in _CONFLICTS:
         if args.command == command and _given(args, dest) and _given(args, other):
-            parser.error(f"argument {flag}: does not work with {other_flag}; drop one")
+            said(f"argument {flag}: does not work with {other_flag}; "
+                 + ("ignored" if args.command == "start" else "drop one"))
     if args.command == "start":
         names = [name for name, _size in args.chunk]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:  # the last one silently won
-            parser.error(f"argument --chunk: {twice[0]!r} given twice; give each job once")
+            said(f"argument --chunk: {twice[0]!r} given twice; the last one is used")
     for dest, value in _UNSET.items():
         if getattr(args, dest, value) is None:
             setattr(args, dest, value)
@@ -1760,10 +1791,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_store_name(args.db, "--db")
         except ValueError as exc:
             parser.error(str(exc))
-    try:
-        _pin_store_before_app(args)
-    except ValueError:
-        pass  # $JOBPOOL_DB that is not a store's name: the command says so, as without --app
     global _verbose
     _verbose = bool(getattr(args, "verbose", False))
     sub = getattr(args, f"{args.command}_command", None)
@@ -1779,7 +1806,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Every command imports the --app it is given (as `celery -A` does): one that
         # did not took a module that does not exist, or does not import, in silence.
-        import_app(getattr(args, "app", None))
+        if getattr(args, "app", None):
+            cwd = os.getcwd()
+            import_app(args.app)
+            _paths_after_app(args, cwd)
         code = COMMANDS[key](args, out)
     except (JobpoolError, ValueError) as exc:
         if _debug():

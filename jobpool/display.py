@@ -106,11 +106,11 @@ def meta_text(meta: Any) -> str:
 def _reads_back(text: str) -> bool:
     """Whether ``--meta key=TEXT`` would read TEXT as this same string, and a space
     or ``=`` in it would not blur where a pair ends."""
-    import json
+    from jobpool import serialize
     if not text or any(c.isspace() or c == "=" for c in text):
         return False
     try:
-        json.loads(text)
-    except ValueError:
+        serialize.loads(text)
+    except (ValueError, RecursionError):  # R44: a row's text nested deep is text too
         return True
     return False

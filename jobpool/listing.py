@@ -9,11 +9,12 @@ however many rows came and went since, reading no row it skips.
 """
 from __future__ import annotations
 
-import json
+
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from jobpool import serialize
 from jobpool.store import rows as store_rows
 
 
@@ -93,8 +94,8 @@ def meta_pair(text: str, what: str = "--meta") -> tuple[str, Any]:
     if not equals or not key:
         raise ValueError(f"{what} takes KEY=VALUE, not {text!r}")
     try:
-        parsed = json.loads(value)
-    except ValueError:
+        parsed = serialize.loads(value)
+    except (ValueError, RecursionError):  # not JSON, or nested past any scalar: text
         return key, value
     if isinstance(parsed, (dict, list)) or (
             isinstance(parsed, float) and not abs(parsed) < float("inf")):  # NaN, Infinity

@@ -35,7 +35,9 @@ encoder = _encoder
 #: or a job that raised it) let the C decoder run off its C stack on a deep row: a
 #: segfault in the pool or the caller, where a row can only earn an error (R44).
 JSON_MOST_DEPTH = 10_000
-_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+#: A JSON string (one left open runs to the end: matched once, not again from each of
+#: its quotes, which took the scan quadratic time on malformed text) or a bracket.
+_NESTING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\Z)|[\[\]{}]', re.S)
 
 
 def check_depth(data: str | bytes | bytearray | memoryview) -> None:

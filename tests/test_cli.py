@@ -198,8 +198,6 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
                          ("--app", ["status", "--app", ""]))),
     # Options that do nothing without another were ignored (the pool waited for no
     # retry), a repeated --args kept its last, --key-period with --from keyed nothing.
-    (["start", "--wait-retries", "60"], "argument --wait-retries: only works with --burst"),
-    (["start", "--store-timeout", "5"], "argument --store-timeout: only works with --burst"),
     (["enqueue", "t.hello", "--args", "[1]", "--args", "[2]"], "argument --args: given twice"),
     (["enqueue", "t.hello", "--kwargs", "{}", "--kwargs", '{"a": 1}'],
      "argument --kwargs: given twice"),
@@ -207,12 +205,9 @@ def test_an_app_that_starts_a_thread_at_import_is_told_where_it_belongs(make_app
     (["enqueue", "t.hello", "--allow-world-writable"],
      "argument --allow-world-writable: only works with --mode"),
     (["metrics", "--every", "30"], "argument --every: only works with --serve"),
-    (["web", "--token-label", "alice"], "argument --token-label: only works with --token"),
+    (["web", "--token-label", "alice"],
+     "argument --token-label: only works with --token (or $JOBPOOL_WEB_TOKEN)"),
     (["top", "--once", "--refresh", "1"], "argument --refresh: does not work with --once"),
-    (["start", "--burst", "--chunk", "t.hello=2", "--max-jobs", "3"],
-     "argument --chunk: does not work with --max-jobs"),
-    (["start", "--burst", "--chunk", "t.hello=2", "--chunk", "t.hello=3"],
-     "argument --chunk: 't.hello' given twice"),
     # Bytes that are not UTF-8 (a file name the shell passed): SQLite's encoder said
     # "'utf-8' codec can't encode character", naming no flag.
     (["status", "--db", "\udcff.db"], "--db \\xff.db: a store's name must be UTF-8 text"),
@@ -295,6 +290,26 @@ def fails():
     assert dead[0]["reason"].startswith("RuntimeError: nope; no attempts left after 2")
     assert all(isinstance(e["ts"], float) for e in events)
     assert all("duration" in e for e in completed + retried + dead)
+
+
+def test_a_pool_says_which_options_it_ignores_and_starts(make_app):
+    """A pool is a service: options it ignores (until now in silence) are said, one line
+    each, and it starts all the same (a unit file that carried one must not stop
+    starting after an upgrade); the one-shot commands refuse them (above)."""
+    app = make_app(APP)
+    job_id = app.store().enqueue("t.hello", "x").id
+    ran = app.cli("start", "--app", app.module, "--db", str(app.db), "--max-jobs", "1",
+                  "--wait-retries", "60", "--store-timeout", "5", "--chunk", "t.hello=2",
+                  "--chunk", "t.hello=3", "-q", "--no-dashboard", check=True)
+    warnings = [line for line in ran.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "jobpool start: warning: argument --wait-retries: only works with --burst; add "
+        "--burst or drop --wait-retries; ignored",
+        "jobpool start: warning: argument --store-timeout: only works with --burst; add "
+        "--burst or drop --store-timeout; ignored",
+        "jobpool start: warning: argument --chunk: does not work with --max-jobs; ignored",
+        "jobpool start: warning: argument --chunk: 't.hello' given twice; the last one is used"]
+    assert app.store().get(job_id)["status"] == "done"
 
 
 def test_ids_acted_on_are_each_answered_even_beside_an_unknown_one(make_app):

@@ -414,7 +414,21 @@ def test_an_app_that_exits_or_moves_at_import_is_told_and_moves_no_store(make_ap
         assert queued.stdout.startswith("queued job")
     assert rows(app.dir / "rel.db", "SELECT name FROM jobs") == [{"name": "t.unprintable"}]
     assert rows(app.db, "SELECT name FROM jobs") == [{"name": "t.unprintable"}]
+    # The files a command reads or writes are named from where it ran too.
+    (app.dir / "items.jsonl").write_text("[]\n[]\n")
+    app.cli("enqueue", "t.unprintable", "--app", "moving_app", "--from", "items.jsonl",
+            "--db", "rel.db", check=True)
+    app.cli("doctor", "--app", "moving_app", "--db", "rel.db", "--salvage", "copy.db",
+            check=True)
+    assert rows(app.dir / "copy.db", "SELECT count(*) AS n FROM jobs") == [{"n": 3}]
     assert list((app.dir / "elsewhere").iterdir()) == []
+    # An app that names its store as it is imported ($JOBPOOL_DB) is still obeyed.
+    (app.dir / "naming_app.py").write_text(
+        f"import os\nos.environ.setdefault('JOBPOOL_DB', 'named.db')\nfrom {app.module} import *\n")
+    env = {k: v for k, v in app.env.items() if k != "JOBPOOL_DB"}
+    app.env = env
+    app.cli("enqueue", "t.unprintable", "--app", "naming_app", check=True)
+    assert rows(app.dir / "named.db", "SELECT count(*) AS n FROM jobs") == [{"n": 1}]
 
 
 def test_dead_retry_without_ids_or_all_says_what_is_missing(make_app):

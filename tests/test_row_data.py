@@ -628,3 +628,37 @@ def test_the_depth_walk_leaves_cycles_to_the_encoder_and_counts_shared_values_on
         serialize.check_object_depth(deep[0])  # exactly the bound: allowed
     finally:
         sys.setrecursionlimit(limit)
+
+
+def test_metadata_nested_deep_is_shown_not_a_traceback(make_app):
+    """R44: metadata written by hand nested 5 000 deep ended `jobs list` and `jobs show`
+    in a RecursionError (the shown value's check that it reads back as text); a
+    `--meta` filter of such a value too."""
+    app = make_app(APP)
+    store = app.store()
+    job_id = store.enqueue_with("r.work", args=("a",), meta={"k": "v"}).id
+    conn = sqlite3.connect(app.db, isolation_level=None)
+    deep = "[" * 5000 + "]" * 5000
+    conn.execute("UPDATE jobs SET meta = ? WHERE id = ?", (json.dumps({"k": deep}), job_id))
+    conn.close()
+    db = str(app.db)
+    for command in (["jobs", "list"], ["jobs", "show", str(job_id)], ["dead", "list"],
+                    ["jobs", "list", "--meta", f"k={deep}"]):
+        shown = app.cli(*command, "--db", db)
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, (command, shown.stderr)
+
+
+def test_the_depth_scan_reads_strings_left_open_once():
+    """A string with no closing quote runs to the end of the text: its brackets are no
+    nesting, and the scan meets it once (from each of its quotes, it took quadratic
+    time on malformed text)."""
+    from jobpool import serialize
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(serialize.JSON_MOST_DEPTH * 4)
+    try:
+        serialize.check_depth('["' + '\\\\"' * 20_000 + "[]" * 10_001)
+        serialize.check_depth('["' + "[" * 20_000 + '"]')
+        with pytest.raises(RecursionError):
+            serialize.check_depth("[" * 10_001 + '"open')
+    finally:
+        sys.setrecursionlimit(limit)
