@@ -1639,15 +1639,21 @@ def cmd_top(args: argparse.Namespace, out: _Stdout) -> int:
     return 0
 
 
-def cmd_web(args: argparse.Namespace, out: _Stdout) -> int:
+def _web_ready(args: argparse.Namespace) -> None:
+    """Before ``web`` imports its ``--app``: the web extra is there (said before a heavy
+    import, not after it), and the logging the app's own import-time records go to."""
     try:
         import starlette  # noqa: F401 - the web extra's one check
     except ImportError:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         raise UserError(f"the web extra is not installed: pip install '{root}[web]'") from None
-    from jobpool.web.server import serve
     _configure_logging(args.log_format, False)
-    import_app(args.app)  # R33: the periodic page's schedules are the app's registrations
+
+
+def cmd_web(args: argparse.Namespace, out: _Stdout) -> int:
+    # main() ran _web_ready and imported the --app (R33: the periodic page's schedules
+    # are the app's registrations).
+    from jobpool.web.server import serve
     serve(args.db, args.bind, token=args.token, token_label=args.token_label,
           read_only=args.read_only, announce=lambda line: print(line, flush=True))
     return 0
@@ -1806,6 +1812,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Every command imports the --app it is given (as `celery -A` does): one that
         # did not took a module that does not exist, or does not import, in silence.
+        if args.command == "web":
+            _web_ready(args)
         if getattr(args, "app", None):
             cwd = os.getcwd()
             import_app(args.app)

@@ -437,6 +437,11 @@ def test_without_the_web_extra_jobpool_web_says_how_to_install_it():
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "the web extra is not installed: pip install '" in result.stderr
     assert "[web]'" in result.stderr
+    # Said before the --app is imported (a heavy import, or one that fails, came first).
+    code = code.replace("main(['web'])", "main(['web', '--app', 'no_such_module_xyz'])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, env=_env())
+    assert result.returncode == 1 and "the web extra is not installed" in result.stderr
 
 
 def test_after_a_login_or_an_action_it_never_lands_on_another_site(any_store, store_url):
