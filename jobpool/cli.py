@@ -24,7 +24,7 @@ from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryErro
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store.rows import LISTED_STATUSES, enqueue_options
+from jobpool.store.rows import LISTED_STATUSES, NO_SUCH_JOB, enqueue_options
 from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store import factory
 from jobpool.store.factory import connect
@@ -702,7 +702,6 @@ def _route_logs(handler: logging.Handler, level: int, job_records: bool) -> None
 
 def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
     from jobpool.supervisor import Supervisor
-    import_app(args.app)
     for name, size in args.chunk:  # before the store is opened (it was made, then refused)
         if jobs.lookup(name) is None:
             raise UserError(f"--chunk {name}={size}: no job named {name!r} is registered"
@@ -845,26 +844,8 @@ def _read_items(source: str, out: _Stdout) -> tuple[list, list[int]]:
     return items, numbers
 
 
-#: How the store names an item of an ``enqueue_many`` it refused (``rows.new_jobs``).
-_ITEM_REFUSED = re.compile(r"item (\d+): ")
-
-
-def _give_up_batch(store: Any, batch: Any) -> None:
-    """The batch opened for an enqueue that failed: deleted if none joined it (it was
-    listed as an empty cancelled batch), else cancelled (an interrupt after the commit:
-    no callback fires for a file not wholly queued); a failure here hides nothing of
-    the enqueue's own error."""
-    try:
-        if not store.batches.discard_unused(batch.id):
-            batch.cancel()
-    except JobpoolError as exc:
-        print(f"jobpool: warning: batch {batch.id} of the failed enqueue is left as it is: "
-              f"{shown(exc)}", file=sys.stderr)
-
-
 def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
-    import_app(args.app)
-    if args.app:
+    if args.app:  # main() imported it
         for flag, name in (("", args.name), ("--on-success ", args.on_success),
                            ("--on-complete ", args.on_complete)):
             if name and jobs.lookup(name) is None:
@@ -899,12 +880,16 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
                                              max_attempts=args.max_attempts,
                                              batch=batch.id if batch else None)
             except BaseException as exc:
-                if batch is not None:
-                    _give_up_batch(store, batch)
-                item = _ITEM_REFUSED.match(str(exc)) if isinstance(exc, EnqueueError) else None
-                if item is not None and int(item.group(1)) < len(numbers):
-                    raise UserError(f"--from {args.from_file} line "
-                                    f"{numbers[int(item.group(1))]}: {str(exc)[item.end():]}"
+                try:  # an empty batch was listed as an empty cancelled one
+                    if batch is not None:
+                        batch.give_up()
+                except JobpoolError as cleanup:  # hides nothing of the enqueue's own error
+                    print(f"jobpool: warning: batch {batch.id} of the failed enqueue is left "
+                          f"as it is: {shown(cleanup)}", file=sys.stderr)
+                item = exc.item if isinstance(exc, EnqueueError) else None
+                if item is not None and item < len(numbers):
+                    said = str(exc).removeprefix(f"item {item}: ")
+                    raise UserError(f"--from {args.from_file} line {numbers[item]}: {said}"
                                     ) from None
                 raise
             if batch is not None:
@@ -1085,9 +1070,12 @@ def _attempts_text(row: dict[str, Any]) -> str:
     return f"{row['attempts']}/{'?' if budget is None else budget}"
 
 
-def cmd_jobs_show(args: argparse.Namespace, out: _Stdout) -> int:
+def cmd_jobs_show(args: argparse.Namespace, out: _Stdout, *, dead_only: bool = False) -> int:
     store = connect(args.db, readonly=True)
     row = store.get(args.id)
+    if dead_only and row["status"] != "dead":  # `dead show` showed a ready job as dead
+        raise UserError(f"job {args.id} is {row['status']}, not dead: `jobpool jobs show "
+                        f"{args.id}` shows it")
     row["attempt_log"] = store.attempts(args.id)
     if args.json:
         print(json.dumps(row, default=str))
@@ -1156,7 +1144,7 @@ def cmd_jobs_cancel(args: argparse.Namespace, out: _Stdout) -> int:
     results = {}
     for job_id, what in store.cancel_many(args.ids).items():
         results[job_id] = {"cancelled": "cancelled", "requested": "cancelled"}.get(
-            what, what if what == "no such job" else f"already {what}")
+            what, what if what == NO_SUCH_JOB else f"already {what}")
         if what == "requested":
             # R31: the pool reads the request at its next heartbeat. An attempt that
             # ends before that is settled as it ended; the request stays on the row,
@@ -1198,7 +1186,7 @@ def cmd_jobs_reset_state(args: argparse.Namespace, out: _Stdout) -> int:
             try:
                 store.get(job_id)
             except JobNotFound:
-                results[job_id] = "no such job"
+                results[job_id] = NO_SUCH_JOB
             else:
                 results[job_id] = "no saved state"
     return _report(results, "reset")
@@ -1224,11 +1212,7 @@ def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
 
 
 def cmd_dead_show(args: argparse.Namespace, out: _Stdout) -> int:
-    status = connect(args.db, readonly=True).get(args.id)["status"]
-    if status != "dead":  # it showed a ready job as a dead letter
-        raise UserError(f"job {args.id} is {status}, not dead: `jobpool jobs show {args.id}` "
-                        f"shows it")
-    return cmd_jobs_show(args, out)
+    return cmd_jobs_show(args, out, dead_only=True)
 
 
 def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:

@@ -20,7 +20,12 @@ class JobpoolError(Exception):
 
 
 class EnqueueError(JobpoolError, ValueError):
-    """An enqueue was refused before anything was written (R1)."""
+    """An enqueue was refused before anything was written (R1). ``item``: the position
+    of the refused item in an ``enqueue_many`` (its message starts "item N:"), else None."""
+
+    def __init__(self, *args: object, item: int | None = None) -> None:
+        super().__init__(*args)
+        self.item = item
 
 
 class RegistryError(JobpoolError, ValueError):

@@ -336,6 +336,13 @@ class Batch:
         """No callback will fire; unfinished members are cancelled (R31)."""
         return self.store.batches.cancel(self.id)
 
+    def give_up(self) -> None:
+        """After an add that failed: the batch deleted if no member joined it and it
+        was never closed (nothing of it is kept), else cancelled (no callback fires for
+        members not wholly added)."""
+        if not self.store.batches.discard_unused(self.id):
+            self.cancel()
+
     def status(self) -> BatchStatus:
         return self.store.batches.status(self.id)
 

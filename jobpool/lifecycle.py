@@ -100,7 +100,8 @@ class Lease(NamedTuple):
     deadline: float | None
     started_at: float
     #: Its settle has more to write than the row, as flags: ``FOLLOW_ENDS``, a chain's
-    #: next step (R12) and, on SQLite, its batch's count (R34); ``FOLLOW_LANE``, on
+    #: next step (R12) and its batch's count (R34; on PostgreSQL a trigger keeps the count
+    #: and may enqueue the callback, which the driver's next claim takes); ``FOLLOW_LANE``, on
     #: SQLite, its limit group's lane when it goes back to ready (R35). Claimed as such,
     #: so other jobs pay nothing.
     follow_ups: int

@@ -708,6 +708,15 @@ def test_a_setting_of_the_environment_that_is_not_seconds_is_named_in_one_line(
         assert done.returncode in (1, 2)
         assert (f"{setting} must be a number of seconds above 0, at most 10 years, "
                 f"not {value!r}") in line
+    # The library says it too, before any store is opened with the default instead (in a
+    # process that imported the module reading it: here a pool's, as one run in-process).
+    code = ("import jobpool, jobpool.supervisor, sys\ntry:\n    jobpool.connect(sys.argv[1])\n"
+            "except jobpool.JobpoolError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(app.dir / "lib.db")], cwd=app.dir,
+                          env=dict(app.env, **{setting: value}), capture_output=True,
+                          text=True, timeout=60)
+    assert f"{setting} must be a number of seconds above 0" in done.stdout, done
+    assert not (app.dir / "lib.db").exists()
 
 
 def test_an_empty_string_an_option_reads_as_data_is_taken(make_app):

@@ -172,3 +172,27 @@ def test_a_salvaged_store_keeps_its_limits_and_lanes(tmp_path):
         "a", "b"]
     claimer.close()
     new.close()
+
+
+def test_a_salvage_keeps_rate_buckets_and_the_charts_minutes(tmp_path):
+    # R36: a bucket's spent tokens stay spent (a salvage refilled every bucket); R47:
+    # the minutes the charts draw stay (they were lost).
+    import sqlite3
+
+    import jobpool
+    from jobpool.store.sqlite.doctor import salvage
+    jobpool.connect(tmp_path / "old.db").close()
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    conn.execute("INSERT INTO jobpool_groups (name, grp, tokens, refilled_at) "
+                 "VALUES ('l.rated', 'a', 0.25, 1800000000.0)")
+    conn.execute("INSERT INTO jobpool_rollups (minute, name, done) VALUES (30000000, 'l.rated', 7)")
+    conn.close()
+    salvage(str(tmp_path / "old.db"), str(tmp_path / "new.db"))
+    copied = sqlite3.connect(tmp_path / "new.db")
+    try:
+        assert copied.execute("SELECT name, grp, tokens, refilled_at FROM jobpool_groups"
+                              ).fetchall() == [("l.rated", "a", 0.25, 1800000000.0)]
+        assert copied.execute("SELECT minute, name, done FROM jobpool_rollups").fetchall() == [
+            (30000000, "l.rated", 7)]
+    finally:
+        copied.close()

@@ -217,7 +217,8 @@ def check_items(options: EnqueueOptions, items: list, args_only: bool = False) -
         for index, item in enumerate(items if unfit else ()):
             problem = arguments.problem(item, None) if len(item) in unfit else None
             if problem is not None:
-                raise EnqueueError(f"item {index}: {arguments.refusal(options.name, problem)}")
+                raise EnqueueError(f"item {index}: {arguments.refusal(options.name, problem)}",
+                                   item=index)
         return
     for index, item in enumerate(items):
         if isinstance(item, Signature):
@@ -227,7 +228,8 @@ def check_items(options: EnqueueOptions, items: list, args_only: bool = False) -
         else:
             continue
         if problem is not None:
-            raise EnqueueError(f"item {index}: {arguments.refusal(options.name, problem)}")
+            raise EnqueueError(f"item {index}: {arguments.refusal(options.name, problem)}",
+                               item=index)
 
 
 def key_period(period: Any, key: Any) -> float | None:
@@ -365,18 +367,23 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
         if isinstance(item, tuple):
             args, kwargs = item, None
         elif isinstance(item, Signature):
-            item.refuse_previous(f"item {index}")
+            try:
+                item.refuse_previous(f"item {index}")
+            except EnqueueError as exc:
+                exc.item = index
+                raise
             if item.name and item.name != options.name:
                 # Its arguments ran as ``name``'s: ``enqueue_many("a", [b.s(1)])``.
                 raise EnqueueError(f"item {index}: a signature of {item.name} in an "
                                    f"enqueue_many of {options.name}: every item is a call "
-                                   f"of the one job named (enqueue each job's own items)")
+                                   f"of the one job named (enqueue each job's own items)",
+                                   item=index)
             args, kwargs = item.args, item.kwargs
         elif isinstance(item, list):
             args, kwargs = item, None
         else:
             raise EnqueueError(f"item {index}: expected a tuple of arguments or a "
-                               f"Signature, not {type(item).__name__}")
+                               f"Signature, not {type(item).__name__}", item=index)
         try:
             row = with_payload(options, args, kwargs, keys[index] if keys else None, None,
                                max_payload)
@@ -387,7 +394,7 @@ def new_jobs(options: EnqueueOptions, items: list, max_payload: int = MAX_PAYLOA
             else:
                 text = shared if own is None else meta_json(own)
         except EnqueueError as exc:  # a hook's own exception stays its cause (R55)
-            raise EnqueueError(f"item {index}: {exc}") from exc.__cause__
+            raise EnqueueError(f"item {index}: {exc}", item=index) from exc.__cause__
         rows.append(row if text is None else row._replace(meta=text))
     return rows
 

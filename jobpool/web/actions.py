@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from jobpool import bounds, events
-from jobpool.errors import BatchNotFound, EnqueueError, JobNotFound
+from jobpool.errors import BatchNotFound, EnqueueError
 
 
 class Done(NamedTuple):
@@ -35,7 +35,7 @@ def delete(store: Any, who: str, job_id: int) -> Done:
 
 def cancel(store: Any, who: str, job_id: int) -> Done:
     """R31: a ready job dead at once; a running one stopped by its pool."""
-    what = _cancelled(store, job_id)
+    what = store.cancel_many([job_id])[job_id]  # "no such job" for one deleted since
     _log("cancel", who, job_id=job_id, result=what)
     return Done(what in ("cancelled", "requested"), what)
 
@@ -52,14 +52,6 @@ def run_now(store: Any, who: str, job_id: int) -> Done:
     _log("run-now", who, job_id=job_id, result=what)
     return Done(what in RUN_NOW_OK, what)
 
-
-def _cancelled(store: Any, job_id: int) -> str:
-    """The store's answer to a cancel; "no such job" for an id it has not (another
-    operator deleted it since the page was drawn), as a retry or a delete answers."""
-    try:
-        return store.cancel(job_id)
-    except JobNotFound:
-        return "no such job"
 
 
 def pause(store: Any, who: str, queue: str) -> Done:

@@ -249,3 +249,17 @@ def test_members_are_listed_by_status(any_store, claimer):
     settle(c, Outcome(job.job_id, 1, DONE))
     (job,) = claim(c, 1)
     assert any_store.batches.members(batch.id) == {"done": 1, "running": 1, "ready": 1}
+
+
+def test_a_batch_given_up_is_deleted_when_empty_and_cancelled_otherwise(any_store):
+    # R34: what `enqueue --from F --on-success N` does with its batch when the enqueue
+    # fails: one no member joined is not kept; one a member joined fires nothing.
+    empty = any_store.batch(on_complete=Signature(COMPLETE))
+    empty.give_up()
+    with pytest.raises(BatchNotFound):
+        any_store.batch_status(empty.id)
+    joined = any_store.batch(on_complete=Signature(COMPLETE))
+    joined.add(Signature(MEMBER))
+    joined.give_up()
+    status = any_store.batch_status(joined.id)
+    assert status.cancelled and status.complete_job is None

@@ -794,8 +794,7 @@ class PgTurn:
                 self.decided.append(item)
             params = self._params(item)
             decision = item.decision
-            if decision.statement in _BACK_IN_PLACE or (
-                    decision.status in _ENDS and item.lease.follow_ups):
+            if decision.statement in _BACK_IN_PLACE or _may_enqueue(item):
                 self.from_front()
             if self._pending and (params["owner"] != self._pending[0][1]["owner"] or any(
                     pending.lease.job_id == item.lease.job_id for pending, _ in self._pending)):
@@ -902,12 +901,14 @@ def _due_now(item: Fenced) -> bool:
     claimed row's ``follow_ups`` flag on PostgreSQL says it has a chain or a batch).
     A drain, which no notification wakes, took no callback after a dead last member."""
     decision = item.decision
-    return ((decision.status == "ready" and decision.delay <= 0)
-            or (decision.status in _ENDS and bool(item.lease.follow_ups)))
+    return (decision.status == "ready" and decision.delay <= 0) or _may_enqueue(item)
 
 
-#: The statuses a settle ends a job in, where a chain or a batch may enqueue a row.
-_ENDS = ("done", "dead")
+def _may_enqueue(item: Fenced) -> bool:
+    """Whether the settle ends a job that may enqueue a row at its place in line: a
+    chain's next step, a batch's callback (the flag does not tell which, so a dead chain
+    step, which enqueues nothing, is counted too)."""
+    return item.decision.status in ("done", "dead") and bool(item.lease.follow_ups)
 
 
 #: Where a claimed row (``row_codec.CLAIM_COLUMNS``) has its priority and place in line.

@@ -443,7 +443,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         if oversized is not None:
             index, size = oversized
             raise EnqueueError(f"item {index}: payload is {size} bytes, over the "
-                               f"{self.max_payload}-byte limit")
+                               f"{self.max_payload}-byte limit", item=index)
         conn.execute(sql.INSERT_BATCH, params)
         return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
 
