@@ -229,6 +229,34 @@ def test_enqueue_many_is_all_or_nothing(store):
     assert count(store) == 0
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_bulk_enqueue_grows_the_page_cache_for_its_own_transaction(sqlite_store, keyed):
+    """A bulk write's pages stay in memory until its commit (``BULK_CACHE_KIB``, where
+    SQLite's default spilled them into the WAL part by part); the connection's own
+    setting is back after it, whether the enqueue committed or failed, and a small one
+    leaves the cache alone."""
+    from jobpool.store.sqlite import store as sqlite_module
+    conn = sqlite_store.conn
+    conn.execute("PRAGMA cache_size=-3000")
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    bulk = sqlite_module.BULK_ROWS
+    keys = [f"k{i}" for i in range(bulk)] if keyed else None
+    assert len(sqlite_store.enqueue_many("t.job", [(i,) for i in range(bulk)], keys=keys)) == bulk
+    assert f"PRAGMA cache_size=-{sqlite_module.BULK_CACHE_KIB}" in statements
+    assert conn.execute("PRAGMA cache_size").fetchone()[0] == -3000
+    statements.clear()
+    with pytest.raises(EnqueueError, match="no batch with id 999"):
+        sqlite_store.enqueue_many("t.job", [(i,) for i in range(bulk)], batch=999)
+    assert f"PRAGMA cache_size=-{sqlite_module.BULK_CACHE_KIB}" in statements
+    assert conn.execute("PRAGMA cache_size").fetchone()[0] == -3000
+    assert count(sqlite_store) == bulk
+    statements.clear()
+    sqlite_store.enqueue_many("t.job", [(i,) for i in range(bulk - 1)])
+    assert not [text for text in statements if "cache_size" in text]
+    conn.set_trace_callback(None)
+
+
 def test_enqueue_joins_the_callers_transaction(sqlite_store, tmp_path):
     """R5: roll back, and the job never existed; commit, and it exists with the data
     (PostgreSQL's: tests/contract)."""

@@ -402,7 +402,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 last = self._insert_batch(conn, options, *as_json)
                 _make_lanes(conn, name, last - count + 1, last, regroup=True)
                 return last
-            last = self.transaction(f"enqueue_many of {name}", insert_json)
+            last = self.transaction(f"enqueue_many of {name}", insert_json, rows=count)
         else:
             new_jobs = rows.new_jobs(options, items, self.max_payload, meta=meta, hooks=True)
 
@@ -412,7 +412,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 _make_lanes(conn, name, last - count + 1, last)
                 return last
-            last = self.transaction(f"enqueue_many of {name}", insert)
+            last = self.transaction(f"enqueue_many of {name}", insert, rows=count)
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
@@ -426,7 +426,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
         def insert(conn: sqlite3.Connection) -> list[Handle]:
             return [self._insert(conn, job) for job in new_jobs]
-        handles = self.transaction(f"enqueue_many of {options.name}", insert)
+        handles = self.transaction(f"enqueue_many of {options.name}", insert, rows=len(new_jobs))
         self._notifier.notify()
         return Handles([h.id for h in handles], store=self,
                        duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
@@ -687,17 +687,27 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     # -- operating (R21, R29, R31, R33) ---------------------------------------------------
 
-    def transaction(self, what: str, fn):
+    def transaction(self, what: str, fn, *, rows: int = 0):
         """Run ``fn(conn)`` in one BEGIN IMMEDIATE transaction; StoreError naming
         ``what`` on failure (for this module and the store's own modules).
 
         R42: the whole transaction holds the connection's guard, so a ``close()`` from
         another thread waits for its end, not only for the statement stepping: a close
         between its ``BEGIN`` and its write failed an enqueue that had just got the
-        lock ("Cannot operate on a closed database")."""
+        lock ("Cannot operate on a closed database").
+
+        ``rows``: how many rows it writes. From ``BULK_ROWS`` on, the connection's page
+        cache is ``BULK_CACHE_KIB`` for the transaction: with SQLite's default (2 000
+        KiB) a bulk enqueue's pages spill into the WAL before its commit, part by part,
+        and many are written again, which cost it about a seventh of its time
+        (BENCHMARKS.md). The cache is put back after, so a long-lived store does not
+        keep the memory."""
         conn = self.conn
         with conn.guard:
+            kept = None
             try:
+                if rows >= BULK_ROWS:
+                    kept = _grow_cache(conn)
                 conn.run_one("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn)
@@ -707,6 +717,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                     raise
             except sqlite3.Error as exc:
                 raise StoreError(f"{what} failed: {exc}") from exc
+            finally:
+                if kept is not None:
+                    _set_cache(conn, kept)
         return result
 
     def cancel(self, job_id: int, now: float | None = None) -> str:
@@ -1005,6 +1018,29 @@ def _write_progress(conn: sqlite3.Connection, owner: str,
     conn.executemany(sql.SET_PROGRESS, [
         {"progress": p.percent, "stage": p.stage, "id": p.job_id, "owner": owner,
          "attempt": p.attempt} for p in progress])
+
+
+#: ``SQLiteStore.transaction``: a write of this many rows or more (an ``enqueue_many``)
+#: runs with a page cache of ``BULK_CACHE_KIB`` KiB, about what 100 000 rows of a job
+#: and their index entries dirty; SQLite's default is 2 000 KiB.
+BULK_ROWS = 5_000
+BULK_CACHE_KIB = 65_536
+
+
+def _grow_cache(conn: sqlite3.Connection) -> int:
+    """The connection's page cache set to ``BULK_CACHE_KIB``; returns the setting it had."""
+    kept = conn.execute("PRAGMA cache_size").fetchone()[0]
+    conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+    return kept
+
+
+def _set_cache(conn: sqlite3.Connection, setting: int) -> None:
+    """``PRAGMA cache_size`` put back. Never raises: the transaction's answer (its commit
+    or its error) is what the caller must hear; a cache left larger costs memory only."""
+    try:
+        conn.execute(f"PRAGMA cache_size={int(setting)}")
+    except sqlite3.Error:
+        pass
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
