@@ -30,6 +30,8 @@ PROGRESS_INTERVAL = 0.1
 STATE_INTERVAL = 1.0
 #: R37: what a saved state may weigh, as JSON text.
 MAX_STATE_BYTES = 64 * 1024
+#: A saved state's JSON: compact, and ASCII (what the states of earlier releases were).
+_state_encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 #: A running member's adds go in requests of at most this many jobs, so none keeps
 #: its supervisor from its other work for long (R34).
 ADDS_PER_REQUEST = 500
@@ -178,15 +180,9 @@ def save_state(state: Any, force: bool = False) -> None:
     child it does nothing.
     """
     try:
-        serialize.check_object_depth(state)
-        text = json.dumps(state, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"save_state: the state must be JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError("save_state: the state must be JSON: nested too deeply") from None
-    clash = serialize.may_clash(text) and serialize.json_key_clash(state)
-    if clash:
-        raise ValueError(f"save_state: the state must be JSON: {clash}")
+        text = serialize.to_json(state, _state_encoder.encode)
+    except serialize.NotJSON as exc:
+        raise ValueError(f"save_state: the state must be JSON: {exc.reason}") from None
     size = len(text.encode())
     if size > MAX_STATE_BYTES:
         raise ValueError(f"save_state: the state is {size} bytes as JSON, over the "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from jobpool import bounds
 from jobpool.errors import EnqueueError
@@ -151,6 +151,39 @@ def _json_key(key: Any) -> str:
     return repr(key)  # not a key JSON takes: the encoder has refused it already
 
 
+class NotJSON(ValueError):
+    """Why a value cannot be kept as JSON text (``to_json``): ``reason``, which each
+    caller quotes after its own words, and ``not_unicode``, True when the text holds
+    what UTF-8 cannot carry (a lone surrogate), which callers word apart."""
+
+    def __init__(self, reason: str, not_unicode: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.not_unicode = not_unicode
+
+
+def to_json(value: Any, encode: Callable[[Any], str] = _encoder.encode) -> str:
+    """``value`` as JSON text that a store keeps and reads back as it was, or
+    ``NotJSON`` saying why not: what the encoder refuses (NaN, a type it does not
+    know), nesting past ``JSON_MOST_DEPTH`` or the recursion limit (R44), a lone
+    surrogate, two keys of one dict written as one (R1). Every write of JSON a job or
+    an operator gives goes through here (arguments, results, metadata, states)."""
+    try:
+        check_object_depth(value)
+        text = encode(value)
+    except RecursionError:
+        raise NotJSON("nested too deeply") from None
+    except (TypeError, ValueError) as exc:
+        raise NotJSON(str(exc)) from exc
+    if bounds.not_unicode(text):
+        raise NotJSON(bounds.NOT_UNICODE, not_unicode=True)
+    if may_clash(text):
+        clash = json_key_clash(value)
+        if clash:
+            raise NotJSON(clash)
+    return text
+
+
 def check_serializer(serializer: str) -> str:
     if serializer not in SERIALIZERS:
         raise EnqueueError(f"serializer must be one of {', '.join(SERIALIZERS)}, not {serializer!r}")
@@ -170,18 +203,10 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
     data: str | bytes
     if serializer == "json":
         try:
-            check_object_depth((args, kwargs))
-            data = _encoder.encode([list(args), kwargs])
-        except (TypeError, ValueError) as exc:
-            raise EnqueueError(f"payload cannot be serialized as JSON: {exc}") from exc
-        except RecursionError:
-            raise EnqueueError("payload cannot be serialized as JSON: nested too deeply") from None
-        if bounds.not_unicode(data):
-            raise EnqueueError(f"payload {bounds.NOT_UNICODE}: JSON cannot carry it")
-        if may_clash(data):
-            clash = json_key_clash(args) or json_key_clash(list(kwargs.values()))
-            if clash:
-                raise EnqueueError(f"payload cannot be serialized as JSON: {clash}")
+            data = to_json([list(args), kwargs])
+        except NotJSON as exc:
+            raise EnqueueError(f"payload {exc.reason}: JSON cannot carry it" if exc.not_unicode
+                               else f"payload cannot be serialized as JSON: {exc.reason}") from exc
         size = bounds.utf8_size(data)
     else:
         import dill
@@ -242,19 +267,10 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         import dill
         return dill.dumps(value)
     try:
-        check_object_depth(value)
-        text = _encoder.encode(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"result cannot be serialized as JSON: {exc}") from exc
-    except RecursionError:
-        raise ValueError("result cannot be serialized as JSON: nested too deeply") from None
-    if bounds.not_unicode(text):
-        raise ValueError(f"result {bounds.NOT_UNICODE}: JSON cannot carry it")
-    if may_clash(text):
-        clash = json_key_clash(value)
-        if clash:
-            raise ValueError(f"result cannot be serialized as JSON: {clash}")
-    return text
+        return to_json(value)
+    except NotJSON as exc:
+        raise ValueError(f"result {exc.reason}: JSON cannot carry it" if exc.not_unicode
+                         else f"result cannot be serialized as JSON: {exc.reason}") from exc
 
 
 #: The first byte of every pickle ``encode_result`` writes (protocol 2 and later); no

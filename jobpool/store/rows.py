@@ -19,7 +19,7 @@ from jobpool import options as job_options
 from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
 from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
-from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload, json_key_clash, may_clash
+from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
 from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import row_codec
 #: The statuses a row can have in any store.
@@ -148,18 +148,10 @@ def meta_json(meta: Any, what: str = "meta") -> str:
         if not isinstance(name, str):
             raise EnqueueError(f"{what}: a key must be a string, not {name!r}")
     try:
-        serialize.check_object_depth(meta)
-        text = json.dumps(meta, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise EnqueueError(f"{what} is not JSON: {exc}") from None
-    except RecursionError:
-        raise EnqueueError(f"{what} is not JSON: nested too deeply") from None
-    if bounds.not_unicode(text):
-        raise EnqueueError(f"{what} {bounds.NOT_UNICODE}")
-    if may_clash(text):  # its own keys are text (above); a nested dict's may not be
-        clash = json_key_clash(list(meta.values()))
-        if clash:
-            raise EnqueueError(f"{what} is not JSON: {clash}")
+        text = serialize.to_json(meta)
+    except serialize.NotJSON as exc:
+        raise EnqueueError(f"{what} {exc.reason}" if exc.not_unicode
+                           else f"{what} is not JSON: {exc.reason}") from None
     size = bounds.utf8_size(text)
     if _JSON_NUL.search(text):
         # SQLite would keep it; PostgreSQL's jsonb refuses it: refused on both alike.
@@ -407,12 +399,9 @@ def json_batch(items: list, name: str) -> tuple[str, bool] | None:
     """
     if set(map(type, items)) <= {tuple, list}:
         try:
-            serialize.check_object_depth(items)
-            text = _utf8_only(json_batch_encoder.encode(items))
-        except (TypeError, ValueError, RecursionError):  # the per-item path names it
+            return serialize.to_json(items, json_batch_encoder.encode), True
+        except serialize.NotJSON:  # the per-item path names the item (R1)
             return None
-        # R1: a dict whose keys JSON writes as one goes the per-item way, which names it.
-        return None if may_clash(text) and json_key_clash(items) else (text, True)
     pairs = []
     for item in items:
         if isinstance(item, (tuple, list)):
@@ -425,19 +414,9 @@ def json_batch(items: list, name: str) -> tuple[str, bool] | None:
         else:
             return None
     try:
-        serialize.check_object_depth(pairs)
-        text = _utf8_only(json_batch_encoder.encode(pairs))
-    except (TypeError, ValueError, RecursionError):  # the per-item path names it
+        return serialize.to_json(pairs, json_batch_encoder.encode), False
+    except serialize.NotJSON:  # the per-item path names the item (R1)
         return None
-    return None if may_clash(text) and json_key_clash(pairs) else (text, False)
-
-
-def _utf8_only(text: str) -> str:
-    """``text``, once it is known to be UTF-8 (a lone surrogate is not: the per-item
-    path then names the item, ``encode_payload``); ``ValueError`` if not."""
-    if bounds.not_unicode(text):
-        raise ValueError(bounds.NOT_UNICODE)
-    return text
 
 
 def chain_json(then: Any, max_payload: int = MAX_PAYLOAD_BYTES,
