@@ -13,10 +13,13 @@
 # the dispatch (the job's message marshalled and written here). Every other branch
 # calls the very Python the Python pump calls (``Slots.handle``, ``finish_plain``,
 # ``pipe_lost``, ``no_message``, the supervisor's report and road to the store), and
-# the turn itself is the claimer's (``Claimer.turn``: the engine decides, the compiled
-# driver steps it). tests/test_pump.py runs one workload through the general loop,
-# the Python pump and this one and compares the rows, counters, events, rollups and
-# series.
+# the turn is the claimer's (``Claimer.turn``: the engine decides, the compiled driver
+# steps it), except a plain turn after one that went through: its test and its
+# bookkeeping of the claimer's leases are done here (``_plain_turn``, the twin of
+# ``Claimer._turn_plain``), the compiled driver steps it, and only a failure goes the
+# supervisor's road to the store. tests/test_pump.py runs one workload through the
+# general loop, the Python pump and this one and compares the rows, counters, events,
+# rollups and series.
 
 from libc.math cimport ceil
 
@@ -41,12 +44,26 @@ cdef enum:
     MAX_WAIT_MS = 1000000000    # a wait's bound in ms (epoll's timeout is an int)
 
 
+#: ``Pump._plain_turn``: the turn is not plain; the claimer's own takes it.
+cdef object _NOT_PLAIN = object()
+
+
+def _raise(exc):
+    """A failure of the pump's own plain turn, raised again inside the supervisor's
+    road to the store (``store_call``), so that it meets R26 as any turn's would."""
+    raise exc
+
+
 cdef class Pump:
     """``supervisor.pump.Pump`` compiled (see above): the same constructor and
     ``run``, the same answers and effects."""
 
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
     cdef object _store_call, _report, _may_run
+    #: Whether the last turn went through: the next may be taken without the road to
+    #: the store (``_plain_turn``), whose only work after a turn that went through is
+    #: the call (R26's pause and its end are met on the first turn of a run).
+    cdef bint _steady
     cdef SlotTable _table
     cdef object _finished, _outcome, _success_message, _message_of
     cdef object _events, _claimed_event, _completed_event, _logger, _info, _tracing
@@ -90,6 +107,7 @@ cdef class Pump:
         # Which descriptor is which slot's pipe, as the selector's keys say now: a key
         # of anything else (a child's exit, a wake-up, a signal) is the general loop's.
         cdef dict pipes = {}
+        self._steady = False
         for key in self._selector.get_map().values():
             if key.data[0] == "conn":
                 pipes[key.fd] = key.data
@@ -185,9 +203,12 @@ cdef class Pump:
         cdef Py_ssize_t i
         if not pending and not want:
             return False
-        got = self._store_call(self._claimer.turn, now, [(<tuple>f)[0] for f in pending], want,
-                               now, self._rng, self._plan.shares(want) if want else None,
-                               settles=True)
+        shares = self._plan.shares(want) if want else None
+        got = self._plain_turn(now, pending, want, shares) if self._steady else _NOT_PLAIN
+        if got is _NOT_PLAIN:
+            got = self._store_call(self._claimer.turn, now, [(<tuple>f)[0] for f in pending],
+                                   want, now, self._rng, shares, settles=True)
+        self._steady = got is not None
         if got is None:
             if pending:
                 state.counters["settle_failures"] += 1
@@ -205,6 +226,58 @@ cdef class Pump:
             return False
         state.want_claim = len(claimed) + len(expired) >= want
         return not claimed and not expired
+
+    cdef object _plain_turn(self, double now, list pending, Py_ssize_t want, object shares):
+        """``Claimer.turn`` of a plain turn, the road to the store left out (its R26 work
+        after a turn that went through is the call alone): ``Claimer._turn_plain``'s
+        twin, R68. The same test of the turn (no limits or chunks, one queue to claim
+        from, every outcome a success of a lease the claimer holds with no follow-ups),
+        the same step (the compiled driver's ``plain_turn``) and the same bookkeeping of
+        the claimer's leases. ``_NOT_PLAIN``, with nothing done, when the turn is not
+        plain or the driver met a row only the engine's own turn reads; a store error
+        goes the supervisor's road (``store_call``), which pauses the pool (None)."""
+        claimer = self._claimer
+        driver_turn = claimer._plain_turn
+        if driver_turn is None or claimer._limits is not None or claimer._chunks:
+            return _NOT_PLAIN
+        if want <= 0:
+            queue = ""
+        elif shares is None:
+            queues = claimer.queues
+            if len(queues) != 1:
+                return _NOT_PLAIN
+            queue = queues[0]
+        elif len(shares) == 1 and (<tuple>shares[0])[1] >= want:
+            queue = (<tuple>shares[0])[0]
+        else:
+            return _NOT_PLAIN
+        cdef dict inflight = claimer._inflight
+        cdef list done = []
+        cdef tuple outcome
+        for f in pending:
+            outcome = <tuple>(<tuple>f)[0]
+            lease = inflight.get(outcome[0])
+            if (lease is None or (<tuple>lease)[2] != outcome[1] or outcome[2] != _DONE
+                    or (<tuple>lease)[7]):
+                return _NOT_PLAIN
+            done.append((lease, outcome))
+        claimer.token_wait = None
+        try:
+            answer = driver_turn(now, done, queue, want)
+        except BaseException as exc:  # R26: the supervisor's road says what it is
+            return self._store_call(_raise, now, exc, settles=True)
+        if answer is None:
+            return _NOT_PLAIN
+        claimer.plain_turns += 1
+        settled, decoded = answer
+        for lease, _outcome in done:
+            inflight.pop((<tuple>lease)[0], None)
+        cdef list claimed = []
+        for lease, job, _priority, _line_at in decoded:
+            inflight[(<tuple>job)[0]] = lease
+            claimed.append(job)
+        claimer.chunked = {}
+        return settled, claimed, []
 
     cdef int _report_settled(self, list settled, list pending, bint loud) except -1:
         """``Pump._report_settled``: a turn whose settles are all successes of the

@@ -323,6 +323,46 @@ def test_children_send_success_frames_only_where_the_pump_reads_them(
     store.close()
 
 
+@pytest.mark.c_extension
+def test_a_failed_turn_the_compiled_pump_took_itself_pauses_the_pool_as_any_turn(
+        compiled_core, tmp_path, monkeypatch, caplog):
+    # R26, R68: a plain turn after one that went through is taken by the compiled pump
+    # itself (``_plain_turn``, without the supervisor's road to the store). Its failure
+    # must still go that road: the outcomes wait, the pool pauses (a store error) and
+    # settles them at the pause's end (the store recovered), and every row, attempt line,
+    # counter and job event ends as on the general loop.
+    from jobpool import events
+    from jobpool.errors import StoreError
+    from jobpool.store.sqlite.compiled import CompiledSqliteDriver
+    step = CompiledSqliteDriver.plain_turn
+    calls: list[str] = []
+    failed_from: list[str] = []
+
+    def failing(self, *args):
+        # Called by the engine's ``_turn_plain``, or by the pump's own turn (in C: the
+        # caller seen is the Python that runs the pump). Two of the pump's own fail.
+        calls.append(sys._getframe(1).f_code.co_name)
+        if len(calls) > 5 and calls[-1] != "_turn_plain" and len(failed_from) < 2:
+            failed_from.append(calls[-1])
+            raise StoreError("turn failed: disk I/O error (a test's)")
+        return step(self, *args)
+    monkeypatch.setattr(CompiledSqliteDriver, "plain_turn", failing)
+    caplog.set_level(logging.INFO, logger="jobpool.events")
+    compiled, compiled_rows, compiled_events = _run(tmp_path / "compiled", True, {})
+    monkeypatch.setattr(CompiledSqliteDriver, "plain_turn", step)
+    general, general_rows, general_events = _run(tmp_path / "general", False, {}, "pure")
+    # Most plain turns were the pump's own, and two of them failed.
+    assert len(failed_from) == 2 and calls.count("_turn_plain") < len(calls) / 2, calls
+    store_events = [record.event for record in caplog.records
+                    if getattr(record, "event", None) in (events.STORE_ERROR,
+                                                          events.STORE_RECOVERED)]
+    assert store_events == [events.STORE_ERROR, events.STORE_RECOVERED] * 2
+    assert (compiled.counters["settle_failures"], general.counters["settle_failures"]) == (2, 0)
+    assert compiled_rows == general_rows
+    assert ({**compiled.counters, "settle_failures": 0} == general.counters)
+    assert compiled_events == general_events
+
+
 def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):
     # R20 inside the pump: with the poll and the heartbeat 30 s away, the only time due
     # soon is the slow job's hard timeout, and the pump dispatched that job itself
