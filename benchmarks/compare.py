@@ -825,10 +825,11 @@ def table(results: dict, sizes: dict, failures: dict) -> list[str]:
 LIMITS = {
     "w1": "the supervisor's CPU per job, now SQLite's and the kernel's more than Python's: "
           "its turn (SQLite's work on jobpool's schema: eight pages a one-job turn writes, "
-          "the settle and the take ~9-15 us each) about half, the compiled pump's system "
-          "calls and the wake-ups of the children it hands jobs about 30 %, the Python "
-          "left in the loop ~7 %; and the children's own per-job Python, on the same two "
-          "cores (BENCHMARKS.md, the claim in two statements). No floor rules it out: the "
+          "the settle and the take ~9-15 us each) about 60 %, the compiled pump's system "
+          "calls and the wake-ups of the children it hands jobs most of the rest, the "
+          "Python left in the loop ~3 %; and the children's own per-job checks (22 system "
+          "calls) and Python, on the same two cores (BENCHMARKS.md, 2026-12-07, the pump's "
+          "own plain turn). No floor rules it out: the "
           "bare R6 pool of sqlite_floors.py drains ~7x Huey in C, ~3x around jobpool's own "
           "turn in Python, whose read-path indexes cost it ~a fifth (BENCHMARKS.md, the "
           "floor in C)",
