@@ -64,6 +64,7 @@ from jobpool import bounds as _bounds
 from jobpool.bounds import MAX_MESSAGE_BYTES, PRIORITY_MAX, PRIORITY_MIN
 from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
 from jobpool.store import row_codec
+from jobpool.errors import StoreError
 from jobpool.store.row_codec import Decoded
 
 
@@ -751,12 +752,25 @@ cdef inline object _record(type cls, tuple fields):
     return tuple.__new__(cls, fields)
 
 
+cdef inline bint _utf8_text(object value):
+    """``row_codec._utf8`` of a ``str``: ASCII, or text that encodes to UTF-8 (no lone
+    surrogate, which is how a store's bytes that are not UTF-8 are read)."""
+    if (<str>value).isascii():
+        return True
+    try:
+        (<str>value).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 cdef object _plain_claim(object row, object queue, double now, double to_pool_clock):
     """The codec's answer for a row whose every column is plainly sound (exact types,
-    within bounds, ASCII text, no chain); None for any other row, which the codec
+    within bounds, UTF-8 text, no chain); None for any other row, which the codec
     itself then reads. Never a row the codec would refuse (the property test).
     The batch id and metadata (R58) are carried as they are: an integer or NULL, and
-    ASCII text or NULL (metadata that is not gets the codec's check of its text)."""
+    UTF-8 text or NULL. A payload read as text goes to the child as the codec sends it
+    (its UTF-8 bytes, any bytes that were not UTF-8 given back as they were stored)."""
     if type(row) is not tuple or len(<tuple>row) != 16:
         return None
     (job_id, name, data, serializer, attempt, max_attempts, crashes, timeout, deadline,
@@ -765,7 +779,7 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
         return None
     if batch is not None and type(batch) is not int:
         return None
-    if meta is not None and (type(meta) is not str or not (<str>meta).isascii()):
+    if meta is not None and (type(meta) is not str or not _utf8_text(meta)):
         return None
     if (type(job_id) is not int or type(attempt) is not int or type(max_attempts) is not int
             or type(crashes) is not int or type(priority) is not int
@@ -773,13 +787,17 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
         return None
     if attempt < 1 or max_attempts < 1 or crashes < 0 or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         return None
-    if (type(name) is not str or not (<str>name).isascii() or type(serializer) is not str
-            or not (<str>serializer).isascii()):
+    if (type(name) is not str or not _utf8_text(name) or type(serializer) is not str
+            or not _utf8_text(serializer)):
         return None
     if type(data) is str:
-        if not (<str>data).isascii():
-            return None
-        data = (<str>data).encode("ascii")
+        if (<str>data).isascii():
+            data = (<str>data).encode("ascii")
+        else:
+            try:
+                data = (<str>data).encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                return None
     elif type(data) is not bytes:
         return None
     if not (_real(timeout) and _real(line_at) and _real(run_at)):

@@ -46,6 +46,9 @@ cdef enum:
 
 #: ``Pump._plain_turn``: the turn is not plain; the claimer's own takes it.
 cdef object _NOT_PLAIN = object()
+#: ``Pump._plain_turn``: the driver declined it, nothing applied; the engine's own turn
+#: takes it, without the driver's step again.
+cdef object _DECLINED = object()
 
 
 def _raise(exc):
@@ -59,7 +62,7 @@ cdef class Pump:
     ``run``, the same answers and effects."""
 
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
-    cdef object _store_call, _report, _may_run
+    cdef object _store_call, _report, _may_run, _general
     #: Whether the last turn went through: the next may be taken without the road to
     #: the store (``_plain_turn``), whose only work after a turn that went through is
     #: the call (R26's pause and its end are met on the first turn of a run).
@@ -74,6 +77,7 @@ cdef class Pump:
     def __init__(self, state, slots, claimer, plan, selector, *, clock, rng, store_call,
                  report, may_run):
         # Imported here: this module is loaded by children too (R43), which need none.
+        import functools
         import logging
         import marshal
         from jobpool import events, protocol, tracing
@@ -89,6 +93,7 @@ cdef class Pump:
         self._claimed_event, self._completed_event = events.JOB_CLAIMED, events.JOB_COMPLETED
         self._logger, self._info = events.logger, logging.INFO
         self._marshal_version = marshal.version
+        self._general = functools.partial(claimer.turn, plain=False)
         self.turns = 0
 
     def run(self, double until):
@@ -205,9 +210,11 @@ cdef class Pump:
             return False
         shares = self._plan.shares(want) if want else None
         got = self._plain_turn(now, pending, want, shares) if self._steady else _NOT_PLAIN
-        if got is _NOT_PLAIN:
-            got = self._store_call(self._claimer.turn, now, [(<tuple>f)[0] for f in pending],
-                                   want, now, self._rng, shares, settles=True)
+        if got is _NOT_PLAIN or got is _DECLINED:
+            # Declined by the driver: its step is not asked again (``plain=False``).
+            got = self._store_call(self._claimer.turn if got is _NOT_PLAIN else self._general,
+                                   now, [(<tuple>f)[0] for f in pending], want, now, self._rng,
+                                   shares, settles=True)
         self._steady = got is not None
         if got is None:
             if pending:
@@ -234,8 +241,9 @@ cdef class Pump:
         from, every outcome a success of a lease the claimer holds with no follow-ups),
         the same step (the compiled driver's ``plain_turn``) and the same bookkeeping of
         the claimer's leases. ``_NOT_PLAIN``, with nothing done, when the turn is not
-        plain or the driver met a row only the engine's own turn reads; a store error
-        goes the supervisor's road (``store_call``), which pauses the pool (None)."""
+        plain; ``_DECLINED``, with nothing applied, when the driver met a row only the
+        engine's own turn reads (the caller then asks for that turn alone). A store
+        error goes the supervisor's road (``store_call``), which pauses the pool (None)."""
         claimer = self._claimer
         driver_turn = claimer._plain_turn
         if driver_turn is None or claimer._limits is not None or claimer._chunks:
@@ -264,10 +272,10 @@ cdef class Pump:
         claimer.token_wait = None
         try:
             answer = driver_turn(now, done, queue, want)
-        except BaseException as exc:  # R26: the supervisor's road says what it is
+        except StoreError as exc:  # R26: the supervisor's road says what it is
             return self._store_call(_raise, now, exc, settles=True)
         if answer is None:
-            return _NOT_PLAIN
+            return _DECLINED
         claimer.plain_turns += 1
         settled, decoded = answer
         for lease, _outcome in done:

@@ -132,7 +132,7 @@ class Claimer:
         return self.turn(outcomes, 0, now, rng)[0]
 
     def turn(self, outcomes: Sequence[Outcome], n: int, now: float, rng: Any,
-             shares: Sequence[Share] | None = None
+             shares: Sequence[Share] | None = None, *, plain: bool = True
              ) -> tuple[list[Settled], list[Claimed], list[Settled]]:
         """Settle ``outcomes`` (``lifecycle.Outcome`` records), then claim up to ``n``,
         shared among queues by ``shares`` (``queueplan.Share`` records; None: the
@@ -140,12 +140,14 @@ class Claimer:
 
         Returns ``(settled, claimed, expired)``. Sharing the commit halves what a job
         costs the store; on a failure nothing is applied, the leases stay as they
-        were, and the caller keeps its outcomes (R26)."""
+        were, and the caller keeps its outcomes (R26). ``plain=False``: not through the
+        driver's plain step (R68), which has just declined this turn (the compiled pump's
+        own plain turn)."""
         claimed: list[Claimed] = []
         self.token_wait = None
         if not outcomes and n <= 0 and not self.claims_in_doubt:
             return [], claimed, []
-        if self._plain_turn is not None and self.plain:
+        if plain and self._plain_turn is not None and self.plain:
             plain = self._turn_plain(outcomes, n, now, shares)
             if plain is not None:
                 return plain

@@ -166,8 +166,9 @@ def to_json(value: Any, encode: Callable[[Any], str] = _encoder.encode) -> str:
     """``value`` as JSON text that a store keeps and reads back as it was, or
     ``NotJSON`` saying why not: what the encoder refuses (NaN, a type it does not
     know), nesting past ``JSON_MOST_DEPTH`` or the recursion limit (R44), a lone
-    surrogate, two keys of one dict written as one (R1). Every write of JSON a job or
-    an operator gives goes through here (arguments, results, metadata, states)."""
+    surrogate, two keys of one dict written as one (R1). Arguments, results, metadata
+    and saved states are written through here. A ``NotJSON``'s cause is the encoder's
+    own error, where there is one."""
     try:
         check_object_depth(value)
         text = encode(value)
@@ -206,7 +207,8 @@ def encode_payload(args: Any, kwargs: Any, serializer: str = "json",
             data = to_json([list(args), kwargs])
         except NotJSON as exc:
             raise EnqueueError(f"payload {exc.reason}: JSON cannot carry it" if exc.not_unicode
-                               else f"payload cannot be serialized as JSON: {exc.reason}") from exc
+                               else f"payload cannot be serialized as JSON: {exc.reason}"
+                               ) from exc.__cause__
         size = bounds.utf8_size(data)
     else:
         import dill
@@ -270,7 +272,8 @@ def encode_result(value: Any, serializer: str = "json") -> str | bytes:
         return to_json(value)
     except NotJSON as exc:
         raise ValueError(f"result {exc.reason}: JSON cannot carry it" if exc.not_unicode
-                         else f"result cannot be serialized as JSON: {exc.reason}") from exc
+                         else f"result cannot be serialized as JSON: {exc.reason}"
+                         ) from exc.__cause__
 
 
 #: The first byte of every pickle ``encode_result`` writes (protocol 2 and later); no

@@ -363,6 +363,75 @@ def test_a_failed_turn_the_compiled_pump_took_itself_pauses_the_pool_as_any_turn
     assert compiled_events == general_events
 
 
+def _watch_steps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str, bool]]:
+    """Each call of the compiled driver's plain step, as ``(the turn's now, its caller,
+    declined)``: the caller is the engine's ``_turn_plain``, or (the pump's own turn,
+    made in C) the Python that runs the pump."""
+    from jobpool.store.sqlite.compiled import CompiledSqliteDriver
+    step = CompiledSqliteDriver.plain_turn
+    steps: list[tuple[float, str, bool]] = []
+
+    def watched(self, now, *args):
+        caller = sys._getframe(1).f_code.co_name
+        answer = step(self, now, *args)
+        steps.append((now, caller, answer is None))
+        return answer
+    monkeypatch.setattr(CompiledSqliteDriver, "plain_turn", watched)
+    _drive(monkeypatch, "compiled")
+    return steps
+
+
+def _burst(path: Path) -> Supervisor:
+    pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
+                                 poll_interval=0.05, kill_grace=0.5), rng=random.Random(7))
+    assert pool.run() == 0
+    return pool
+
+
+@pytest.mark.c_extension
+def test_a_turn_the_compiled_step_declines_is_the_engines_without_a_second_step(
+        compiled_core, tmp_path, monkeypatch):
+    # R68: the compiled step declines a turn whose claim meets a row only the engine's
+    # own turn reads (here one past its deadline, R10): it rolls back, and the engine
+    # takes the turn. When the pump's own turn was declined, the engine's must not ask
+    # the step again: that was a second transaction rolled back for nothing.
+    steps = _watch_steps(monkeypatch)
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    for i in range(24):
+        store.enqueue("pump.plain", i)
+        if i % 3 == 2:
+            store.enqueue_with("pump.plain", args=(100 + i,), deadline=time.time() - 60)
+    pool = _burst(path)
+    declined = [caller for _now, caller, no in steps if no]
+    assert len(declined) == 8 and [c for c in declined if c != "_turn_plain"], steps
+    turns = [now for now, _caller, _no in steps]
+    assert len(turns) == len(set(turns)), steps  # the step once a turn at most
+    assert store.stats()["done"] == 24 and store.stats()["dead"] == 8
+    assert pool.counters["completed"] == 24
+    store.close()
+
+
+@pytest.mark.c_extension
+def test_text_that_is_not_ascii_takes_the_compiled_step(compiled_core, tmp_path,
+                                                        monkeypatch):
+    # R68, R44: arguments and metadata written in any language are as plain as
+    # ASCII ones: the compiled step claims them (it declined every such row,
+    # then the engine's own turn ran after the rolled-back one), and the child gets
+    # the arguments as they were written.
+    steps = _watch_steps(monkeypatch)
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    words = ["Zoë", "東京", "Ærøskøbing", "😀 \u2028", "plain"]
+    handles = [store.enqueue_with("pump.ok", args=(f"{word} {i}",), meta={"city": word})
+               for i, word in enumerate(words * 4)]
+    _burst(path)
+    assert [h.result(timeout=0) for h in handles] == [{"i": f"{word} {i}"}
+                                                      for i, word in enumerate(words * 4)]
+    assert steps and not [step for step in steps if step[2]], steps
+    store.close()
+
+
 def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):
     # R20 inside the pump: with the poll and the heartbeat 30 s away, the only time due
     # soon is the slow job's hard timeout, and the pump dispatched that job itself

@@ -75,6 +75,12 @@ _SQLITE_TIMEOUT = 5.0
 #: milliseconds, so a longer one (or an infinite one) waits this long (24 days).
 _LONGEST_WAIT = (2**31 - 1) / 1000
 
+#: ``SQLiteStore.transaction``: a write of this many rows or more (an ``enqueue_many``)
+#: runs with a page cache of ``BULK_CACHE_KIB`` KiB, about what 100 000 rows of a job
+#: and their index entries dirty; SQLite's default is 2 000 KiB.
+BULK_ROWS = 5_000
+BULK_CACHE_KIB = 65_536
+
 
 def connect_file(path: str, **options: Any) -> sqlite3.Connection:
     """Python's connection to a store's file, through the compiled core's VFS when the
@@ -1018,13 +1024,6 @@ def _write_progress(conn: sqlite3.Connection, owner: str,
     conn.executemany(sql.SET_PROGRESS, [
         {"progress": p.percent, "stage": p.stage, "id": p.job_id, "owner": owner,
          "attempt": p.attempt} for p in progress])
-
-
-#: ``SQLiteStore.transaction``: a write of this many rows or more (an ``enqueue_many``)
-#: runs with a page cache of ``BULK_CACHE_KIB`` KiB, about what 100 000 rows of a job
-#: and their index entries dirty; SQLite's default is 2 000 KiB.
-BULK_ROWS = 5_000
-BULK_CACHE_KIB = 65_536
 
 
 def _grow_cache(conn: sqlite3.Connection) -> int:
