@@ -627,13 +627,14 @@ cdef class Connection:
         return 0 if sqlite3_stmt_readonly(st) else sqlite3_changes(self._db)
 
     def plain_turn(self, str settle_text, str pick_text, str take_text, owner, double now,
-                   double slack, queue, long long want, list done):
+                   double slack, tuple queues, long long want, list done):
         """R68: a whole turn whose every outcome is a success of a lease with no
         follow-ups, stepped from here: ``BEGIN IMMEDIATE``, ``settle_text`` (the
         driver's ``SETTLE_DONE``, which writes the success's attempt line into its row,
         R61) bound straight from each ``(lease, outcome)`` pair of ``done``, then, when
-        ``want`` > 0, the claim of up to ``want`` rows of ``queue`` (``pick_text``, then
-        ``take_text`` for each row picked: the driver's claim), then ``COMMIT``.
+        ``want`` > 0, the claim of up to ``want`` rows from ``queues`` in strict order,
+        each asked for what the ones before left (``pick_text``, then ``take_text`` for
+        each row picked: the driver's claim), then ``COMMIT``.
         Returns ``(settled, decoded)``: a ``Settled`` per pair, in order (``done``, or
         ``lost`` when the fenced update matched no row), and the claim's rows as
         ``decode_claims`` answers them, in claim order (R7).
@@ -676,21 +677,24 @@ cdef class Connection:
             settled.append(_record(Settled, (job_id, name, attempt, "done", None)) if changed == 1
                            else _record(Settled, (job_id, name, attempt, "lost", "lease lost")))
         if want > 0:
-            found = self._run(pick_text, {"now": now, "queue": queue, "limit": want}, True,
-                              True)
             taking = {"owner": owner, "now": now, "slack": slack, "id": 0}
-            for row in found:
-                item = _plain_claim(row, queue, now, 0.0)
-                if item is None or ((<tuple>item)[1].deadline is not None
-                                    and (<tuple>item)[1].deadline < now):
-                    self._run("ROLLBACK", (), False, False)
-                    return None
-                taking["id"] = (<tuple>row)[0]
-                self._run(take_text, taking, False, False)
-                if sqlite3_changes(self._db) != 1:
-                    raise SqliteError(f"the claim of job {(<tuple>row)[0]} found it no longer "
-                                      "ready")
-                decoded.append(item)  # in claim order: the pick's ORDER BY (R7)
+            for queue in queues:
+                if len(decoded) >= want:
+                    break
+                found = self._run(pick_text, {"now": now, "queue": queue,
+                                              "limit": want - len(decoded)}, True, True)
+                for row in found:
+                    item = _plain_claim(row, queue, now, 0.0)
+                    if item is None or ((<tuple>item)[1].deadline is not None
+                                        and (<tuple>item)[1].deadline < now):
+                        self._run("ROLLBACK", (), False, False)
+                        return None
+                    taking["id"] = (<tuple>row)[0]
+                    self._run(take_text, taking, False, False)
+                    if sqlite3_changes(self._db) != 1:
+                        raise SqliteError(f"the claim of job {(<tuple>row)[0]} found it no "
+                                          "longer ready")
+                    decoded.append(item)  # in claim order: the pick's ORDER BY (R7)
         self._run("COMMIT", (), False, False)
         return settled, decoded
 

@@ -62,7 +62,7 @@ cdef class Pump:
     ``run``, the same answers and effects."""
 
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
-    cdef object _store_call, _report, _may_run, _general
+    cdef object _store_call, _report, _may_run, _general, _strict_order
     #: Whether the last turn went through: the next may be taken without the road to
     #: the store (``_plain_turn``), whose only work after a turn that went through is
     #: the call (R26's pause and its end are met on the first turn of a run).
@@ -82,6 +82,7 @@ cdef class Pump:
         import marshal
         from jobpool import events, protocol, tracing
         from jobpool.lifecycle import Outcome
+        from jobpool.queueplan import strict_order
         from jobpool.supervisor.state import Finished
         self._state, self._slots, self._claimer = state, slots, claimer
         self._plan, self._selector, self._clock, self._rng = plan, selector, clock, rng
@@ -94,6 +95,7 @@ cdef class Pump:
         self._logger, self._info = events.logger, logging.INFO
         self._marshal_version = marshal.version
         self._general = functools.partial(claimer.turn, plain=False)
+        self._strict_order = strict_order
         self.turns = 0
 
     def run(self, double until):
@@ -237,8 +239,8 @@ cdef class Pump:
     cdef object _plain_turn(self, double now, list pending, Py_ssize_t want, object shares):
         """``Claimer.turn`` of a plain turn, the road to the store left out (its R26 work
         after a turn that went through is the call alone): ``Claimer._turn_plain``'s
-        twin, R68. The same test of the turn (no limits or chunks, one queue to claim
-        from, every outcome a success of a lease the claimer holds with no follow-ups),
+        twin, R68. The same test of the turn (no limits or chunks, a claim in strict
+        order, every outcome a success of a lease the claimer holds with no follow-ups),
         the same step (the compiled driver's ``plain_turn``) and the same bookkeeping of
         the claimer's leases. ``_NOT_PLAIN``, with nothing done, when the turn is not
         plain; ``_DECLINED``, with nothing applied, when the driver met a row only the
@@ -248,16 +250,8 @@ cdef class Pump:
         driver_turn = claimer._plain_turn
         if driver_turn is None or claimer._limits is not None or claimer._chunks:
             return _NOT_PLAIN
-        if want <= 0:
-            queue = ""
-        elif shares is None:
-            queues = claimer.queues
-            if len(queues) != 1:
-                return _NOT_PLAIN
-            queue = queues[0]
-        elif len(shares) == 1 and (<tuple>shares[0])[1] >= want:
-            queue = (<tuple>shares[0])[0]
-        else:
+        queues = self._strict_order(shares, claimer.queues, want)
+        if queues is None:
             return _NOT_PLAIN
         cdef dict inflight = claimer._inflight
         cdef list done = []
@@ -271,7 +265,7 @@ cdef class Pump:
             done.append((lease, outcome))
         claimer.token_wait = None
         try:
-            answer = driver_turn(now, done, queue, want)
+            answer = driver_turn(now, done, queues, want)
         except StoreError as exc:  # R26: the supervisor's road says what it is
             return self._store_call(_raise, now, exc, settles=True)
         if answer is None:

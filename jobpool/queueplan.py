@@ -152,6 +152,21 @@ def first_claim(shares: Sequence[Share] | None, queues: Sequence[str],
     return asked[0] if asked else None
 
 
+def strict_order(shares: Sequence[Share] | None, queues: Sequence[str],
+                 n: int) -> tuple[str, ...] | None:
+    """The queues ``claim_in_shares`` asks in strict order, each for what the ones before
+    left, when that is all it does with ``shares`` (none, or every quota ``n`` or more:
+    nothing weighted, some queues paused); None when the shares weigh the queues. A
+    turn that claims nothing asks none (R68: the compiled step claims in this order)."""
+    if n <= 0:
+        return ()
+    if shares is None:
+        return tuple(queues)
+    if all(share.quota >= n for share in shares):
+        return tuple(share.queue for share in shares)
+    return None
+
+
 def claim_in_shares(shares: Sequence[Share] | None, queues: Sequence[str], n: int,
                     claimed: list, claim_queue: Callable[[str, int], int]) -> None:
     """Fill up to ``n`` slots by ``shares``: each queue up to its quota, then what is

@@ -381,23 +381,32 @@ def _watch_steps(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str, bool
     return steps
 
 
-def _burst(path: Path) -> Supervisor:
+@pytest.fixture
+def stepped(compiled_core, tmp_path, monkeypatch):
+    """``(steps, path, store)``: the compiled driver's steps watched (``_watch_steps``),
+    and a store at ``path`` for the test to fill and ``_burst`` to drain."""
+    steps = _watch_steps(monkeypatch)
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    yield steps, path, store
+    store.close()
+
+
+def _burst(path: Path, **options) -> Supervisor:
     pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
-                                 poll_interval=0.05, kill_grace=0.5), rng=random.Random(7))
+                                 poll_interval=0.05, kill_grace=0.5, **options),
+                      rng=random.Random(7))
     assert pool.run() == 0
     return pool
 
 
 @pytest.mark.c_extension
-def test_a_turn_the_compiled_step_declines_is_the_engines_without_a_second_step(
-        compiled_core, tmp_path, monkeypatch):
+def test_a_turn_the_compiled_step_declines_is_the_engines_without_a_second_step(stepped):
     # R68: the compiled step declines a turn whose claim meets a row only the engine's
     # own turn reads (here one past its deadline, R10): it rolls back, and the engine
     # takes the turn. When the pump's own turn was declined, the engine's must not ask
     # the step again: that was a second transaction rolled back for nothing.
-    steps = _watch_steps(monkeypatch)
-    path = tmp_path / "jobpool.db"
-    store = jobpool.connect(path)
+    steps, path, store = stepped
     for i in range(24):
         store.enqueue("pump.plain", i)
         if i % 3 == 2:
@@ -409,19 +418,15 @@ def test_a_turn_the_compiled_step_declines_is_the_engines_without_a_second_step(
     assert len(turns) == len(set(turns)), steps  # the step once a turn at most
     assert store.stats()["done"] == 24 and store.stats()["dead"] == 8
     assert pool.counters["completed"] == 24
-    store.close()
 
 
 @pytest.mark.c_extension
-def test_text_that_is_not_ascii_takes_the_compiled_step(compiled_core, tmp_path,
-                                                        monkeypatch):
+def test_text_that_is_not_ascii_takes_the_compiled_step(stepped):
     # R68, R44: arguments and metadata written in any language are as plain as
     # ASCII ones: the compiled step claims them (it declined every such row,
     # then the engine's own turn ran after the rolled-back one), and the child gets
     # the arguments as they were written.
-    steps = _watch_steps(monkeypatch)
-    path = tmp_path / "jobpool.db"
-    store = jobpool.connect(path)
+    steps, path, store = stepped
     words = ["Zoë", "東京", "Ærøskøbing", "😀 \u2028", "plain"]
     handles = [store.enqueue_with("pump.ok", args=(f"{word} {i}",), meta={"city": word})
                for i, word in enumerate(words * 4)]
@@ -429,7 +434,25 @@ def test_text_that_is_not_ascii_takes_the_compiled_step(compiled_core, tmp_path,
     assert [h.result(timeout=0) for h in handles] == [{"i": f"{word} {i}"}
                                                       for i, word in enumerate(words * 4)]
     assert steps and not [step for step in steps if step[2]], steps
-    store.close()
+
+
+@pytest.mark.c_extension
+def test_a_pool_of_several_queues_in_strict_order_takes_the_compiled_step(stepped):
+    # R68, R38: ``--queues high,low`` claims from high first, then from low what high
+    # left: a turn the compiled step claims as the engine does (it took only one queue,
+    # so every turn of such a pool was the engine's own Python).
+    steps, path, store = stepped
+    for i in range(12):
+        store.enqueue_with("pump.plain", args=(i,), queue="low")
+        store.enqueue_with("pump.plain", args=(100 + i,), queue="high")
+    pool = _burst(path, queues=("high", "low"))
+    assert len(steps) >= 20 and not [step for step in steps if step[2]], steps
+    assert pool.core.plain_turns == len(steps)
+    db = sqlite3.connect(path)
+    order = [queue for (queue,) in db.execute("SELECT queue FROM jobs ORDER BY started_at, id")]
+    db.close()
+    assert order == ["high"] * 12 + ["low"] * 12
+    assert store.stats()["done"] == 24
 
 
 def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):

@@ -32,10 +32,11 @@ class CompiledSqliteDriver(SqliteDriver):
     connection = _core.Connection
     decode_claims = staticmethod(_core.decode_claims)
 
-    def plain_turn(self, now: float, done: Sequence[tuple[Lease, Outcome]], queue: str,
-                   want: int) -> tuple[list[Settled], list[Decoded]] | None:
+    def plain_turn(self, now: float, done: Sequence[tuple[Lease, Outcome]],
+                   queues: tuple[str, ...], want: int
+                   ) -> tuple[list[Settled], list[Decoded]] | None:
         """R68: settle ``done`` (successes of leases with no follow-ups) and claim up to
-        ``want`` rows of ``queue`` in one transaction stepped in C
+        ``want`` rows from ``queues`` in strict order in one transaction stepped in C
         (``_core.Connection.plain_turn``): ``(settled, decoded)``, or None, with
         nothing applied, when a claimed row needs the engine's own turn (R10, R44). A
         failure rolls back and raises ``StoreError`` with nothing applied (R26)."""
@@ -44,7 +45,7 @@ class CompiledSqliteDriver(SqliteDriver):
         try:
             claim = self.claim_text
             return db.plain_turn(sql.SETTLE_DONE, claim.pick, claim.take, self.owner, now,
-                                 LEASE_SLACK, queue, want, done)
+                                 LEASE_SLACK, queues, want, done)
         except BaseException as exc:
             self._rollback()
             if isinstance(exc, sqlite3.Error):
