@@ -627,14 +627,16 @@ cdef class Connection:
         return 0 if sqlite3_stmt_readonly(st) else sqlite3_changes(self._db)
 
     def plain_turn(self, str settle_text, str pick_text, str take_text, owner, double now,
-                   double slack, tuple queues, long long want, list done):
+                   double slack, tuple shares, long long want, list done):
         """R68: a whole turn whose every outcome is a success of a lease with no
         follow-ups, stepped from here: ``BEGIN IMMEDIATE``, ``settle_text`` (the
         driver's ``SETTLE_DONE``, which writes the success's attempt line into its row,
         R61) bound straight from each ``(lease, outcome)`` pair of ``done``, then, when
-        ``want`` > 0, the claim of up to ``want`` rows from ``queues`` in strict order,
-        each asked for what the ones before left (``pick_text``, then ``take_text`` for
-        each row picked: the driver's claim), then ``COMMIT``.
+        ``want`` > 0, the claim of up to ``want`` rows shared among queues by ``shares``
+        (``(queue, quota)`` pairs: ``queueplan.claim_in_shares``'s two passes, each
+        queue up to its quota, then what is left from the queues that still had rows;
+        each queue's claim is ``pick_text``, then ``take_text`` for each row picked: the
+        driver's claim), then ``COMMIT``.
         Returns ``(settled, decoded)``: a ``Settled`` per pair, in order (``done``, or
         ``lost`` when the fenced update matched no row), and the claim's rows as
         ``decode_claims`` answers them, in claim order (R7).
@@ -676,27 +678,52 @@ cdef class Connection:
             job_id, name, attempt = (<tuple>lease)[0], (<tuple>lease)[1], (<tuple>lease)[2]
             settled.append(_record(Settled, (job_id, name, attempt, "done", None)) if changed == 1
                            else _record(Settled, (job_id, name, attempt, "lost", "lease lost")))
+        cdef long long left, asked, taken
+        cdef int second
         if want > 0:
             taking = {"owner": owner, "now": now, "slack": slack, "id": 0}
-            for queue in queues:
-                if len(decoded) >= want:
-                    break
-                found = self._run(pick_text, {"now": now, "queue": queue,
-                                              "limit": want - len(decoded)}, True, True)
-                for row in found:
-                    item = _plain_claim(row, queue, now, 0.0)
-                    if item is None or ((<tuple>item)[1].deadline is not None
-                                        and (<tuple>item)[1].deadline < now):
+            emptied = set()
+            for second in range(2):
+                for share in shares:
+                    queue = (<tuple>share)[0]
+                    left = want - len(decoded)
+                    if left <= 0:
+                        break
+                    if second:
+                        if queue in emptied:
+                            continue
+                        asked = left
+                    else:
+                        asked = min(<long long>(<tuple>share)[1], left)
+                        if asked <= 0:
+                            continue
+                    taken = self._claim_plain(pick_text, take_text, taking, queue, asked, now,
+                                              decoded)
+                    if taken < 0:
                         self._run("ROLLBACK", (), False, False)
                         return None
-                    taking["id"] = (<tuple>row)[0]
-                    self._run(take_text, taking, False, False)
-                    if sqlite3_changes(self._db) != 1:
-                        raise SqliteError(f"the claim of job {(<tuple>row)[0]} found it no "
-                                          "longer ready")
-                    decoded.append(item)  # in claim order: the pick's ORDER BY (R7)
+                    if taken < asked:
+                        emptied.add(queue)
         self._run("COMMIT", (), False, False)
         return settled, decoded
+
+    cdef long long _claim_plain(self, str pick_text, str take_text, dict taking, object queue,
+                                long long asked, double now, list decoded) except -2:
+        """``plain_turn``'s claim of up to ``asked`` rows of ``queue``, appended to
+        ``decoded`` in claim order (R7): how many it took, or -1 at a row the engine's
+        own turn must read (the codec's, R44, or one past its deadline, R10)."""
+        found = self._run(pick_text, {"now": now, "queue": queue, "limit": asked}, True, True)
+        for row in found:
+            item = _plain_claim(row, queue, now, 0.0)
+            if item is None or ((<tuple>item)[1].deadline is not None
+                                and (<tuple>item)[1].deadline < now):
+                return -1
+            taking["id"] = (<tuple>row)[0]
+            self._run(take_text, taking, False, False)
+            if sqlite3_changes(self._db) != 1:
+                raise SqliteError(f"the claim of job {(<tuple>row)[0]} found it no longer ready")
+            decoded.append(item)  # in claim order: the pick's ORDER BY (R7)
+        return len(found)
 
 
 # -- the compiled turn's settle (R68) ----------------------------------------------------

@@ -62,7 +62,7 @@ cdef class Pump:
     ``run``, the same answers and effects."""
 
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
-    cdef object _store_call, _report, _may_run, _general, _strict_order
+    cdef object _store_call, _report, _may_run, _general, _as_shares
     #: Whether the last turn went through: the next may be taken without the road to
     #: the store (``_plain_turn``), whose only work after a turn that went through is
     #: the call (R26's pause and its end are met on the first turn of a run).
@@ -82,7 +82,7 @@ cdef class Pump:
         import marshal
         from jobpool import events, protocol, tracing
         from jobpool.lifecycle import Outcome
-        from jobpool.queueplan import strict_order
+        from jobpool.queueplan import as_shares
         from jobpool.supervisor.state import Finished
         self._state, self._slots, self._claimer = state, slots, claimer
         self._plan, self._selector, self._clock, self._rng = plan, selector, clock, rng
@@ -95,7 +95,7 @@ cdef class Pump:
         self._logger, self._info = events.logger, logging.INFO
         self._marshal_version = marshal.version
         self._general = functools.partial(claimer.turn, plain=False)
-        self._strict_order = strict_order
+        self._as_shares = as_shares
         self.turns = 0
 
     def run(self, double until):
@@ -239,8 +239,8 @@ cdef class Pump:
     cdef object _plain_turn(self, double now, list pending, Py_ssize_t want, object shares):
         """``Claimer.turn`` of a plain turn, the road to the store left out (its R26 work
         after a turn that went through is the call alone): ``Claimer._turn_plain``'s
-        twin, R68. The same test of the turn (no limits or chunks, a claim in strict
-        order, every outcome a success of a lease the claimer holds with no follow-ups),
+        twin, R68. The same test of the turn (no limits or chunks, every outcome a
+        success of a lease the claimer holds with no follow-ups), the same shares,
         the same step (the compiled driver's ``plain_turn``) and the same bookkeeping of
         the claimer's leases. ``_NOT_PLAIN``, with nothing done, when the turn is not
         plain; ``_DECLINED``, with nothing applied, when the driver met a row only the
@@ -249,9 +249,6 @@ cdef class Pump:
         claimer = self._claimer
         driver_turn = claimer._plain_turn
         if driver_turn is None or claimer._limits is not None or claimer._chunks:
-            return _NOT_PLAIN
-        queues = self._strict_order(shares, claimer.queues, want)
-        if queues is None:
             return _NOT_PLAIN
         cdef dict inflight = claimer._inflight
         cdef list done = []
@@ -265,7 +262,7 @@ cdef class Pump:
             done.append((lease, outcome))
         claimer.token_wait = None
         try:
-            answer = driver_turn(now, done, queues, want)
+            answer = driver_turn(now, done, self._as_shares(shares, claimer.queues, want), want)
         except StoreError as exc:  # R26: the supervisor's road says what it is
             return self._store_call(_raise, now, exc, settles=True)
         if answer is None:

@@ -25,7 +25,7 @@ from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, DONE, EXPIRED, F
                                OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide,
                                logged_as)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
-from jobpool.queueplan import Share, claim_in_shares, first_claim, strict_order
+from jobpool.queueplan import Share, as_shares, claim_in_shares, first_claim
 from jobpool.store import row_codec
 from jobpool.store.base import Answer, Driver, Fenced, Turn
 
@@ -182,11 +182,10 @@ class Claimer:
         """R68: ``turn`` through the driver's ``plain_turn`` (the compiled SQLite
         driver's, stepped in C), for a turn it gives the same answer to: every outcome
         a success (``decide``: done, no reason, its crash count kept) of an attempt
-        this claimer holds, with no follow-ups (R12, R34, R35), and a claim in strict
-        order (``claim_in_shares`` asks each queue for what the ones before left:
-        no shares, or every share's quota all ``n``). None: the turn is not plain, or
-        the driver met a row only this turn reads (R10, R44) and applied nothing;
-        ``turn`` then runs its own."""
+        this claimer holds, with no follow-ups (R12, R34, R35); the claim is shared among
+        the queues as ``claim_in_shares`` shares it (``as_shares``). None: the turn is
+        not plain, or the driver met a row only this turn reads (R10, R44) and applied
+        nothing; ``turn`` then runs its own."""
         inflight = self._inflight
         done = []
         for outcome in outcomes:
@@ -195,10 +194,7 @@ class Claimer:
                     or lease.follow_ups):
                 return None
             done.append((lease, outcome))
-        queues = strict_order(shares, self.queues, n)
-        if queues is None:
-            return None
-        answer = self._plain_turn(now, done, queues, n)
+        answer = self._plain_turn(now, done, as_shares(shares, self.queues, n), n)
         if answer is None:
             return None
         self.plain_turns += 1

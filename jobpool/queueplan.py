@@ -152,19 +152,17 @@ def first_claim(shares: Sequence[Share] | None, queues: Sequence[str],
     return asked[0] if asked else None
 
 
-def strict_order(shares: Sequence[Share] | None, queues: Sequence[str],
-                 n: int) -> tuple[str, ...] | None:
-    """The queues ``claim_in_shares`` asks in strict order, each for what the ones before
-    left, when that is all it does with ``shares`` (none, or every quota ``n`` or more:
-    nothing weighted, some queues paused); None when the shares weigh the queues. A
-    turn that claims nothing asks none (R68: the compiled step claims in this order)."""
+def as_shares(shares: Sequence[Share] | None, queues: Sequence[str],
+              n: int) -> tuple[Share, ...]:
+    """``claim_in_shares``'s claim of ``n`` as shares alone: no shares (strict order) is
+    every queue's share all of ``n``, which its two passes claim as the strict order
+    does (a queue that gave less than asked is empty; one that gave all filled the turn).
+    A turn that claims nothing has none. R68: the compiled step claims by these."""
     if n <= 0:
         return ()
     if shares is None:
-        return tuple(queues)
-    if all(share.quota >= n for share in shares):
-        return tuple(share.queue for share in shares)
-    return None
+        return tuple(Share(queue, n) for queue in queues)
+    return tuple(shares)
 
 
 def claim_in_shares(shares: Sequence[Share] | None, queues: Sequence[str], n: int,

@@ -174,7 +174,7 @@ def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, roa
                 driver.claim_chosen(limited, Picked([taken], [None], [None], {}))
             else:
                 db.plain_turn(sql.SETTLE_DONE, driver.claim_text.pick, driver.claim_text.take,
-                              OWNER, NOW, 30.0, ("default",), 1, [])
+                              OWNER, NOW, 30.0, (("default", 1),), 1, [])
         db.changes("ROLLBACK")
         assert rows(store_path) == before
     finally:

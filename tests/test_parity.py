@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from jobpool import lifecycle as P
 from jobpool import _core_py, bounds, channel, protocol
 from jobpool.lifecycle import Outcome
+from jobpool.queueplan import Share
 from jobpool.store import row_codec
 from jobpool.store.sqlite.claimer import SqliteClaimer
 from jobpool.store.sqlite.driver import SqliteDriver
@@ -118,7 +119,7 @@ def random_outcome(rng, job_id, attempt):
     return Outcome(job_id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)
 
 
-def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES):
+def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES, shared=False):
     tmp = tempfile.mkdtemp(prefix="jp_parity_", dir=tmpdir)
     paths = {}
     for impl in ("pure", "compiled"):
@@ -154,7 +155,16 @@ def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES):
         op = drv.random()
         if op < 0.35:
             n = drv.choice([0, 1, 1, 2, 3, 8])
-            r = both(f"claim({n})", "claim", n, now)
+            if shared and drv.random() < 0.5:
+                # R38: a turn that claims by shares (weights, paused queues), as a pool's;
+                # R68: the compiled step claims by them too.
+                shares = drv.choice([None, tuple(Share(q, n) for q in queues),
+                                     tuple(Share(q, drv.choice([0, 1, 2, n])) for q in queues),
+                                     tuple(Share(q, 1) for q in reversed(queues))])
+                r = both(f"turn({n}, {shares})", "turn", [], n, now, None, shares)
+                r = (r[0], r[1][1:]) if r[0] == "ok" else r
+            else:
+                r = both(f"claim({n})", "claim", n, now)
             if r[0] == "ok":
                 claimed, expired = r[1]
                 for job in claimed:
@@ -265,6 +275,19 @@ def test_the_compiled_plain_turn_matches_the_engines_turn(compiled_core, seed, t
     # (``plain_turn``); the engine's own turn takes every other one, and a turn whose
     # claim meets a row past its deadline (R10) or one the codec must read (R44).
     stats, outcomes, statuses = run(compiled_core, seed + 10, tmp_path, queues=("a",))
+    assert stats["plain_turns"] > 30, stats
+    assert stats["claimed"] > 30
+    assert {"done", "error"} <= set(outcomes)
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compiled_plain_turn_claims_by_shares_as_the_engine_does(compiled_core, seed,
+                                                                    tmp_path):
+    # R38, R68: a claim shared among queues (strict order, weights, quotas of 0) is
+    # stepped in C with the shares' two passes, and answers as the engine's turn.
+    stats, outcomes, statuses = run(compiled_core, seed + 20, tmp_path, queues=("a", "b", "c"),
+                                    shared=True)
     assert stats["plain_turns"] > 30, stats
     assert stats["claimed"] > 30
     assert {"done", "error"} <= set(outcomes)

@@ -209,11 +209,12 @@ class Driver(Protocol):
         """``body`` in one transaction (a reclaim), then its answers read."""
         ...
 
-    # Optional, found by ``getattr``: ``plain_turn(now, done, queues, want)``, a whole
+    # Optional, found by ``getattr``: ``plain_turn(now, done, shares, want)``, a whole
     # turn of successes (``(lease, outcome)`` pairs of leases with no follow-ups) and
-    # a claim from ``queues`` in strict order, answered as ``(settled, decoded)`` or None with nothing
-    # applied when the engine must run that turn itself (R68: the compiled SQLite
-    # driver's, stepped in C); ``begin_turn``/``finish_turn``, a turn in flight (R66);
+    # a claim shared among queues by ``shares`` (``queueplan.as_shares``), answered
+    # as ``(settled, decoded)`` or None with nothing applied when the engine must run
+    # that turn itself (R68: the compiled SQLite driver's, stepped in C);
+    # ``begin_turn``/``finish_turn``, a turn in flight (R66);
     # and ``claims_in_doubt``, True while a turn's claims may have committed unseen (R26:
     # the next turn gives them back, so a pool with some takes one before it exits).
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from jobpool import _core
 from jobpool.errors import StoreError
 from jobpool.lifecycle import LEASE_SLACK, Lease, Outcome, Settled
+from jobpool.queueplan import Share
 from jobpool.store.row_codec import Decoded
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.sqlite.driver import SqliteDriver
@@ -33,10 +34,11 @@ class CompiledSqliteDriver(SqliteDriver):
     decode_claims = staticmethod(_core.decode_claims)
 
     def plain_turn(self, now: float, done: Sequence[tuple[Lease, Outcome]],
-                   queues: tuple[str, ...], want: int
+                   shares: tuple[Share, ...], want: int
                    ) -> tuple[list[Settled], list[Decoded]] | None:
         """R68: settle ``done`` (successes of leases with no follow-ups) and claim up to
-        ``want`` rows from ``queues`` in strict order in one transaction stepped in C
+        ``want`` rows shared among queues by ``shares`` (``queueplan.claim_in_shares``'s
+        way) in one transaction stepped in C
         (``_core.Connection.plain_turn``): ``(settled, decoded)``, or None, with
         nothing applied, when a claimed row needs the engine's own turn (R10, R44). A
         failure rolls back and raises ``StoreError`` with nothing applied (R26)."""
@@ -45,7 +47,7 @@ class CompiledSqliteDriver(SqliteDriver):
         try:
             claim = self.claim_text
             return db.plain_turn(sql.SETTLE_DONE, claim.pick, claim.take, self.owner, now,
-                                 LEASE_SLACK, queues, want, done)
+                                 LEASE_SLACK, shares, want, done)
         except BaseException as exc:
             self._rollback()
             if isinstance(exc, sqlite3.Error):
