@@ -685,6 +685,8 @@ cdef class Connection:
             emptied = set()
             for second in range(2):
                 for share in shares:
+                    if not (isinstance(share, tuple) and len(<tuple>share) == 2):
+                        raise TypeError("plain_turn takes (queue, quota) shares")
                     queue = (<tuple>share)[0]
                     left = want - len(decoded)
                     if left <= 0:

@@ -62,11 +62,14 @@ cdef class Pump:
     ``run``, the same answers and effects."""
 
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
-    cdef object _store_call, _report, _may_run, _general, _as_shares
+    cdef object _store_call, _report, _may_run, _partial, _as_shares
     #: Whether the last turn went through: the next may be taken without the road to
     #: the store (``_plain_turn``), whose only work after a turn that went through is
     #: the call (R26's pause and its end are met on the first turn of a run).
     cdef bint _steady
+    #: Whether the claimer is the engine's (``engine.Claimer``), whose plain turn the
+    #: pump may take itself; any other (a wrapper) has every turn asked of it.
+    cdef bint _engine_claimer
     cdef SlotTable _table
     cdef object _finished, _outcome, _success_message, _message_of
     cdef object _events, _claimed_event, _completed_event, _logger, _info, _tracing
@@ -81,6 +84,7 @@ cdef class Pump:
         import logging
         import marshal
         from jobpool import events, protocol, tracing
+        from jobpool.engine import Claimer
         from jobpool.lifecycle import Outcome
         from jobpool.queueplan import as_shares
         from jobpool.supervisor.state import Finished
@@ -94,7 +98,8 @@ cdef class Pump:
         self._claimed_event, self._completed_event = events.JOB_CLAIMED, events.JOB_COMPLETED
         self._logger, self._info = events.logger, logging.INFO
         self._marshal_version = marshal.version
-        self._general = functools.partial(claimer.turn, plain=False)
+        self._partial = functools.partial
+        self._engine_claimer = isinstance(claimer, Claimer)
         self._as_shares = as_shares
         self.turns = 0
 
@@ -211,10 +216,12 @@ cdef class Pump:
         if not pending and not want:
             return False
         shares = self._plan.shares(want) if want else None
-        got = self._plain_turn(now, pending, want, shares) if self._steady else _NOT_PLAIN
+        got = (self._plain_turn(now, pending, want, shares) if self._steady
+               and self._engine_claimer else _NOT_PLAIN)
         if got is _NOT_PLAIN or got is _DECLINED:
             # Declined by the driver: its step is not asked again (``plain=False``).
-            got = self._store_call(self._claimer.turn if got is _NOT_PLAIN else self._general,
+            turn = self._claimer.turn
+            got = self._store_call(turn if got is _NOT_PLAIN else self._partial(turn, plain=False),
                                    now, [(<tuple>f)[0] for f in pending], want, now, self._rng,
                                    shares, settles=True)
         self._steady = got is not None

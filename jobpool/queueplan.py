@@ -154,10 +154,12 @@ def first_claim(shares: Sequence[Share] | None, queues: Sequence[str],
 
 def as_shares(shares: Sequence[Share] | None, queues: Sequence[str],
               n: int) -> tuple[Share, ...]:
-    """``claim_in_shares``'s claim of ``n`` as shares alone: no shares (strict order) is
-    every queue's share all of ``n``, which its two passes claim as the strict order
-    does (a queue that gave less than asked is empty; one that gave all filled the turn).
-    A turn that claims nothing has none. R68: the compiled step claims by these."""
+    """``claim_in_shares``'s claim of ``n`` as shares alone, for a claim that takes every
+    row it finds (R68's compiled step, which declines a turn meeting a row past its
+    deadline or one the codec must read): no shares (strict order) is every queue's
+    share all of ``n``, which the two passes then claim as the strict order does (a
+    queue that gave less than asked is empty; one that gave all filled the turn). A
+    turn that claims nothing has none."""
     if n <= 0:
         return ()
     if shares is None:

@@ -22,11 +22,11 @@ _POWER = {"json": 0, "pickle": 1}
 #: R1, R41: ceiling on an encoded payload, and on a stored result, in bytes.
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
+#: The encoder of what jobs and operators give (``to_json``): a single enqueue and the
+#: store's batch path write the same text with it.
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 #: ``json.loads``'s own decoder, for text already known to be UTF-8 (``decode_payload``).
 _decode_text = json.JSONDecoder().decode
-#: The payload encoder, shared with the store's batch path so both write the same text.
-encoder = _encoder
 
 
 #: Past this nesting, JSON read back from a store is refused as nested too deeply

@@ -20,7 +20,6 @@ from jobpool.errors import EnqueueError, seconds
 from jobpool.handles import Signature
 from jobpool.lifecycle import KIND_NAMES, Lease, Outcome
 from jobpool.serialize import MAX_PAYLOAD_BYTES, encode_payload
-from jobpool.serialize import encoder as json_batch_encoder
 from jobpool.store import row_codec
 #: The statuses a row can have in any store.
 STATUSES = ("ready", "running", "done", "dead")
@@ -399,7 +398,7 @@ def json_batch(items: list, name: str) -> tuple[str, bool] | None:
     """
     if set(map(type, items)) <= {tuple, list}:
         try:
-            return serialize.to_json(items, json_batch_encoder.encode), True
+            return serialize.to_json(items), True
         except serialize.NotJSON:  # the per-item path names the item (R1)
             return None
     pairs = []
@@ -414,7 +413,7 @@ def json_batch(items: list, name: str) -> tuple[str, bool] | None:
         else:
             return None
     try:
-        return serialize.to_json(pairs, json_batch_encoder.encode), False
+        return serialize.to_json(pairs), False
     except serialize.NotJSON:  # the per-item path names the item (R1)
         return None
 
