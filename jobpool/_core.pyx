@@ -786,15 +786,9 @@ cdef inline object _record(type cls, tuple fields):
 
 
 cdef inline bint _utf8_text(object value):
-    """``row_codec._utf8`` of a ``str``: ASCII, or text that encodes to UTF-8 (no lone
-    surrogate, which is how a store's bytes that are not UTF-8 are read)."""
-    if (<str>value).isascii():
-        return True
-    try:
-        (<str>value).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """``row_codec._utf8`` of a ``str``, ASCII answered here: no lone surrogate, which
+    is how a store's bytes that are not UTF-8 are read (``bounds.not_unicode``)."""
+    return (<str>value).isascii() or not _bounds.not_unicode(value)
 
 
 cdef object _plain_claim(object row, object queue, double now, double to_pool_clock):

@@ -255,7 +255,7 @@ cdef class Pump:
         error goes the supervisor's road (``store_call``), which pauses the pool (None)."""
         claimer = self._claimer
         driver_turn = claimer._plain_turn
-        if driver_turn is None or claimer._limits is not None or claimer._chunks:
+        if driver_turn is None or not claimer.plain:
             return _NOT_PLAIN
         cdef dict inflight = claimer._inflight
         cdef list done = []

@@ -148,9 +148,9 @@ class Claimer:
         if not outcomes and n <= 0 and not self.claims_in_doubt:
             return [], claimed, []
         if plain and self._plain_turn is not None and self.plain:
-            plain = self._turn_plain(outcomes, n, now, shares)
-            if plain is not None:
-                return plain
+            answer = self._turn_plain(outcomes, n, now, shares)
+            if answer is not None:
+                return answer
         taken: list[int] = []
         leases: dict[int, Lease] = {}
         chunked: dict[int, list[Claimed]] = {}

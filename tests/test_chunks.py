@@ -353,6 +353,13 @@ def test_a_pool_chunks_a_name_by_its_setting_and_refuses_a_bad_one(store, app, w
         assert refused.returncode != 0 and said in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1  # one line, no traceback
         assert not list(app.dir.glob("new.db*"))  # refused before any store was made
+    # Without --app no job is registered: the refusal says where the name would come from.
+    refused = app.cli("start", "--db", str(app.dir / "new.db"), "--burst", "--chunk",
+                      "chunkapp.observe=3", "-q", "--no-dashboard")
+    assert refused.returncode != 0 and refused.stderr.strip().endswith(
+        "--chunk chunkapp.observe=3: no job named 'chunkapp.observe' is registered (add --app)"
+    ), refused.stderr
+    assert not list(app.dir.glob("new.db*"))
 
 
 def test_a_recycled_child_ends_its_chunk_and_gives_back_the_rest(store, app, where):

@@ -455,6 +455,41 @@ def test_a_pool_of_several_queues_in_strict_order_takes_the_compiled_step(steppe
     assert store.stats()["done"] == 24
 
 
+@pytest.mark.c_extension
+def test_a_claimer_that_is_not_the_engines_is_asked_every_turn(stepped):
+    # R68: the compiled pump takes a plain turn itself only of the engine's claimer,
+    # whose leases it keeps; a claimer that wraps it is asked every turn, plain or not.
+    _steps, path, store = stepped
+    for i in range(20):
+        store.enqueue("pump.plain", i)
+    asked: list[int] = []
+
+    class Wrapped:
+        def __init__(self, claimer):
+            self.claimer = claimer
+
+        def __getattr__(self, name):
+            return getattr(self.claimer, name)
+
+        def turn(self, outcomes, n, *rest, **options):
+            asked.append(n)
+            return self.claimer.turn(outcomes, n, *rest, **options)
+
+    class Store:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def claimer(self, *args, **kwargs):
+            return Wrapped(store.claimer(*args, **kwargs))
+
+    pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
+                                 poll_interval=0.05, kill_grace=0.5),
+                      store=Store(), rng=random.Random(7))
+    assert pool.run() == 0
+    assert type(pool.pump) is _core.Pump and pool.pump.turns >= 15
+    assert len(asked) >= pool.pump.turns and store.stats()["done"] == 20
+
+
 def test_a_job_the_pump_dispatched_is_killed_at_its_hard_timeout(tmp_path, monkeypatch):
     # R20 inside the pump: with the poll and the heartbeat 30 s away, the only time due
     # soon is the slow job's hard timeout, and the pump dispatched that job itself

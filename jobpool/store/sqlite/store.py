@@ -408,7 +408,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 last = self._insert_batch(conn, options, *as_json)
                 _make_lanes(conn, name, last - count + 1, last, regroup=True)
                 return last
-            last = self.transaction(f"enqueue_many of {name}", insert_json, rows=count)
+            last = self.transaction(f"enqueue_many of {name}", insert_json, written=count)
         else:
             new_jobs = rows.new_jobs(options, items, self.max_payload, meta=meta, hooks=True)
 
@@ -418,7 +418,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 _make_lanes(conn, name, last - count + 1, last)
                 return last
-            last = self.transaction(f"enqueue_many of {name}", insert, rows=count)
+            last = self.transaction(f"enqueue_many of {name}", insert, written=count)
         self._notifier.notify()
         # The write lock is held from BEGIN IMMEDIATE to COMMIT and ids are max(id)+1,
         # so the rows of this transaction have consecutive ids ending at ``last``.
@@ -432,7 +432,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
         def insert(conn: sqlite3.Connection) -> list[Handle]:
             return [self._insert(conn, job) for job in new_jobs]
-        handles = self.transaction(f"enqueue_many of {options.name}", insert, rows=len(new_jobs))
+        handles = self.transaction(f"enqueue_many of {options.name}", insert, written=len(new_jobs))
         self._notifier.notify()
         return Handles([h.id for h in handles], store=self,
                        duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
@@ -693,7 +693,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     # -- operating (R21, R29, R31, R33) ---------------------------------------------------
 
-    def transaction(self, what: str, fn, *, rows: int = 0):
+    def transaction(self, what: str, fn, *, written: int = 0):
         """Run ``fn(conn)`` in one BEGIN IMMEDIATE transaction; StoreError naming
         ``what`` on failure (for this module and the store's own modules).
 
@@ -702,7 +702,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         between its ``BEGIN`` and its write failed an enqueue that had just got the
         lock ("Cannot operate on a closed database").
 
-        ``rows``: how many rows it writes. From ``BULK_ROWS`` on, the connection's page
+        ``written``: how many rows it writes. From ``BULK_ROWS`` on, the connection's page
         cache is ``BULK_CACHE_KIB`` for the transaction: with SQLite's default (2 000
         KiB) a bulk enqueue's pages spill into the WAL before its commit, part by part,
         and many are written again, which cost it about a seventh of its time
@@ -712,7 +712,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         with conn.guard:
             kept = None
             try:
-                if rows >= BULK_ROWS:
+                if written >= BULK_ROWS:
                     kept = _grow_cache(conn)
                 conn.run_one("BEGIN IMMEDIATE")
                 try:
