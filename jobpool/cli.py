@@ -1170,9 +1170,10 @@ def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
         print(f"{moved} waiting job{'' if moved == 1 else 's'} due now")
         return 0
     answers = store.run_now(args.ids)
+    # An id that names no job reads as in every command on ids (cancel, dead retry...).
     return _report({job_id: "due now" if what == "due now" else
                     "ready and due already" if what == "due already" else
-                    what if what == "not found" else f"it is {what}"
+                    NO_SUCH_JOB if what == "not found" else f"it is {what}"
                     for job_id, what in answers.items()}, "due now")
 
 

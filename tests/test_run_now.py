@@ -108,10 +108,13 @@ def test_jobs_run_now_on_the_cli_and_a_pool_runs_the_job_at_once(make_any_app):
     app.start("--procs", "1")
     assert store.get(done)["status"] == "done"
     assert store.get(waiting)["status"] == "ready"           # a burst leaves it waiting
-    out = app.cli("jobs", "run-now", str(waiting), str(done), "--db", str(app.db))
+    out = app.cli("jobs", "run-now", str(waiting), str(done), "999999", "--db", str(app.db))
     assert out.returncode == 1
     assert out.stdout == f"job {waiting}: due now\n"
-    assert out.stderr == f"job {done}: not due now: it is done\n"
+    # An unknown id is said as every command on ids says it (cancel, dead retry...).
+    assert out.stderr == f"job {done}: not due now: it is done\njob 999999: not due now: no such job\n"
+    cancelled = app.cli("jobs", "cancel", "999999", "--db", str(app.db))
+    assert cancelled.stderr == "job 999999: not cancelled: no such job\n"
     app.start("--procs", "1")
     row = store.get(waiting)
     assert (row["status"], row["attempts"]) == ("done", 1)
