@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo, serialize
 from jobpool.display import markup_escape, meta_text, shown, to_nowhere
-from jobpool.errors import BatchNotFound, EnqueueError, JobNotFound, JobpoolError, RegistryError
+from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.serialize import MAX_PAYLOAD_BYTES
@@ -1228,37 +1228,7 @@ def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
     if args.all and not ids:
         print("no dead jobs to retry")
         return 0
-    results = store.dead.retry(ids, reset_state=args.reset_state)
-    code = _report(results, "retried")
-    _say_finished_batches(store, [job_id for job_id, what in results.items() if what == "retried"])
-    return code
-
-
-def _say_finished_batches(store: Any, retried: list[int]) -> None:
-    """R34: a retried member of a batch whose callbacks have fired runs alone: its
-    batch is finished and nothing fires again, which an operator retrying a batch's
-    dead members expects otherwise. Said once per such batch, after the ids' lines."""
-    alone: dict[int, list[int]] = {}
-    finished: dict[int, bool] = {}
-    for job_id in retried:
-        try:
-            batch_id = store.get(job_id).get("batch_id")
-        except JobNotFound:  # deleted since: nothing to say of it
-            continue
-        if batch_id is None:
-            continue
-        if batch_id not in finished:
-            try:
-                finished[batch_id] = store.batch_status(batch_id).finished
-            except BatchNotFound:  # its row swept, which only a finished batch's is
-                finished[batch_id] = True
-        if finished[batch_id]:
-            alone.setdefault(batch_id, []).append(job_id)
-    for batch_id, members in alone.items():
-        shown_ids = ", ".join(map(str, members[:10])) + (", ..." if len(members) > 10 else "")
-        print(f"batch {batch_id} has finished: job{'' if len(members) == 1 else 's'} "
-              f"{shown_ids} run{'s' if len(members) == 1 else ''} alone, and no callback "
-              f"fires again")
+    return _report(store.dead.retry(ids, reset_state=args.reset_state), "retried")
 
 
 def cmd_dead_delete(args: argparse.Namespace, out: _Stdout) -> int:

@@ -203,29 +203,3 @@ def test_batch_options_are_refused_one_line(make_any_app):
     assert result.stderr.strip().splitlines()[-1].endswith("add --from")
     with pytest.raises(EnqueueError, match="cannot have its own"):
         app.store().batch(on_complete=Signature("b.report", (), {"batch": 1}))
-
-
-def test_dead_retry_says_when_a_member_runs_alone(make_any_app):
-    """R34: a dead member retried before its batch's callbacks fire reopens its count, and
-    the CLI says nothing more; retried after, it runs alone, and the CLI says so (an
-    operator retrying a batch's dead members would otherwise wait for a callback)."""
-    app = make_any_app(APP)
-    store = app.store()
-    with store.batch(on_complete=Signature("b.report", (), {"run": "first"})) as batch:
-        batch.add(Signature("b.load", ("x",)))
-        crashed = batch.add(Signature("b.crash")).id
-    loose = store.enqueue("b.crash").id  # dead too, in no batch
-    app.start("--procs", "2")
-    assert store.batch_status(batch.id).finished
-    assert store.get(crashed)["status"] == "dead" and store.get(loose)["status"] == "dead"
-    retried = app.cli("dead", "retry", str(crashed), str(loose), "--db", str(app.db), check=True)
-    assert retried.stdout.splitlines() == [
-        f"job {crashed}: retried", f"job {loose}: retried",
-        f"batch {batch.id} has finished: job {crashed} runs alone, and no callback fires again"]
-    # Before its batch finished, a retried member is counted again: nothing more to say.
-    open_batch = store.batch(on_complete=Signature("b.report", (), {"run": "second"}))
-    member = open_batch.add(Signature("b.crash")).id
-    app.start("--procs", "1")
-    assert store.get(member)["status"] == "dead" and not store.batch_status(open_batch.id).finished
-    again = app.cli("dead", "retry", str(member), "--db", str(app.db), check=True)
-    assert again.stdout.splitlines() == [f"job {member}: retried"]
