@@ -1228,7 +1228,16 @@ def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
     if args.all and not ids:
         print("no dead jobs to retry")
         return 0
-    return _report(store.dead.retry(ids, reset_state=args.reset_state), "retried")
+    report = store.dead.retry_report(ids, reset_state=args.reset_state)
+    code = _report(report.answers, "retried")
+    # R34: a member of a finished batch runs alone; an operator retrying a batch's dead
+    # members would otherwise wait for callbacks that do not come.
+    for batch_id, members in report.alone.items():
+        named = ", ".join(map(str, members[:10])) + (", ..." if len(members) > 10 else "")
+        print(f"batch {batch_id} is finished: job{'s' if len(members) > 1 else ''} {named} "
+              f"run{'' if len(members) > 1 else 's'} outside it, and no callback of the batch "
+              f"follows {'their' if len(members) > 1 else 'its'} end")
+    return code
 
 
 def cmd_dead_delete(args: argparse.Namespace, out: _Stdout) -> int:

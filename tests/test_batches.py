@@ -203,3 +203,36 @@ def test_batch_options_are_refused_one_line(make_any_app):
     assert result.stderr.strip().splitlines()[-1].endswith("add --from")
     with pytest.raises(EnqueueError, match="cannot have its own"):
         app.store().batch(on_complete=Signature("b.report", (), {"batch": 1}))
+
+
+def test_dead_retry_says_which_members_run_alone(make_any_app):
+    """R34: a dead member retried before its batch's callbacks fire reopens its count, and
+    nothing more is said; retried after, it runs alone, and ``dead retry`` says so (an
+    operator retrying a batch's dead members would otherwise wait for a callback). The
+    retry's own transaction decides, not a read after it that a woken pool could race."""
+    app = make_any_app(APP)
+    store = app.store()
+    with store.batch(on_complete=Signature("b.report", (), {"run": "first"})) as batch:
+        batch.add(Signature("b.load", ("x",)))
+        first = batch.add(Signature("b.crash")).id
+        second = batch.add(Signature("b.crash")).id
+    loose = store.enqueue("b.crash").id  # dead too, in no batch
+    app.start("--procs", "2")
+    assert store.batch_status(batch.id).finished
+    retried = app.cli("dead", "retry", str(first), str(loose), "--db", str(app.db), check=True)
+    assert retried.stdout.splitlines() == [
+        f"job {first}: retried", f"job {loose}: retried",
+        f"batch {batch.id} is finished: job {first} runs outside it, and no callback of the "
+        f"batch follows its end"]
+    report = store.dead.retry_report([second, first, 999_999])
+    assert report.answers == {second: "retried", first: "not dead (ready)",
+                              999_999: "no such job"}
+    assert report.alone == {batch.id: [second]}
+    # Before its batch finished, a retried member is counted again: nothing more to say.
+    open_batch = store.batch(on_complete=Signature("b.report", (), {"run": "second"}))
+    member = open_batch.add(Signature("b.crash")).id
+    app.start("--procs", "1")
+    assert store.get(member)["status"] == "dead" and not store.batch_status(open_batch.id).finished
+    again = app.cli("dead", "retry", str(member), "--db", str(app.db), check=True)
+    assert again.stdout.splitlines() == [f"job {member}: retried"]
+    assert store.batch_status(open_batch.id).pending == 1  # counted again

@@ -404,7 +404,8 @@ class Store(Protocol):
         """R32: the dead letters, with ``list(name=, limit=)``, ``ids(name=)``,
         ``retry(ids)`` (back in line under the same id with a fresh budget, unless a
         live job holds its key), ``delete(ids)`` and ``purge(older_than)``; retry and
-        delete answer id -> what happened."""
+        delete answer id -> what happened. ``retry_report(ids)``: ``retry``'s answers and
+        the retried members of finished batches, which run alone (a ``RetryReport``)."""
         ...
 
     def cancel(self, job_id: int, now: float | None = None) -> str:

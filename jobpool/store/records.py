@@ -178,6 +178,15 @@ def _callback_name(spec: object) -> str | None:
     return spec["name"] if isinstance(spec, dict) else None
 
 
+class RetryReport(NamedTuple):
+    """``store.dead.retry_report``: what ``retry`` answers (id -> what happened), and the
+    retried jobs that run alone (R34): members of batches whose callbacks had fired or
+    that were cancelled, by batch id, as the retry's own transaction found them."""
+
+    answers: dict[int, str]
+    alone: dict[int, list[int]]
+
+
 class MemberResult(NamedTuple):
     """R60: a batch member's stored result as the store keeps it (not decoded: the
     reader's registration decides how, R39)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is 
 from jobpool import bounds
 from jobpool.store import rows
 from jobpool.store.postgres import statements as pg_sql
-from jobpool.store.records import SWEEP_BATCH as BATCH
+from jobpool.store.records import RetryReport, SWEEP_BATCH as BATCH
 if TYPE_CHECKING:
     from jobpool.store.postgres.store import PostgresStore
 
@@ -47,12 +47,19 @@ class PgDeadLetters:
               reset_state: bool = False) -> dict[int, str]:
         """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
         unless ``reset_state``; returns id -> what happened."""
+        return self.retry_report(ids, now, reset_state=reset_state).answers
+
+    def retry_report(self, ids: Iterable[int], now: float | None = None, *,
+                     reset_state: bool = False) -> RetryReport:
+        """``retry``, with the retried members of finished batches (R34: they run
+        alone), as each retry's own statement found them."""
         ids = rows.job_ids(ids, "dead.retry")
         bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
 
-        def retry(conn: Any) -> dict[int, str]:
+        def retry(conn: Any) -> RetryReport:
             server_now = self.store.server_now(conn)
             outcome: dict[int, str] = {}
+            alone: dict[int, list[int]] = {}
             for job_id in ids:
                 bound = bounds.row_id(job_id)
                 try:
@@ -65,8 +72,10 @@ class PgDeadLetters:
                     continue
                 if moved:
                     self.store.notify_ready(conn, moved[1])
+                    if moved[2] is not None and not moved[3]:  # R34: not reopened
+                        alone.setdefault(moved[2], []).append(job_id)
                 outcome[job_id] = "retried" if moved else _why_not(conn, bound)
-            return outcome
+            return RetryReport(outcome, alone)
         return self.store.transaction("retrying dead jobs", retry)
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:

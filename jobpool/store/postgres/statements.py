@@ -1555,18 +1555,20 @@ _REVIVED = (*_MOVED.split(", "), "status", "crashes", "last_error", "progress",
 _FINISHED_ONLY_ALL = frozenset({"result", "finished_at", "hook_done"})
 #: R32: a dead job back in line with a fresh budget, under its own id; its history
 #: stays in the attempt log. A live job holding its key makes the INSERT fail. A
-#: member of a batch whose callbacks have not fired reopens its count (R34).
+#: member of a batch whose callbacks have not fired reopens its count (R34); the answer
+#: says whether it did (a member it did not reopen runs alone).
 RETRY_DEAD = f"""
 WITH moved AS (DELETE FROM finished_jobs WHERE id = %(id)s AND status = 'dead' RETURNING *),
 reopened AS (
     UPDATE jobpool_batch_shards AS s SET pending = s.pending + 1, dead = s.dead - 1
       FROM moved, jobpool_batches AS b
      WHERE s.batch_id = moved.batch_id AND s.shard = mod(moved.id, {BATCH_SHARDS})
-       AND b.id = moved.batch_id AND b.finished_at IS NULL)
+       AND b.id = moved.batch_id AND b.finished_at IS NULL
+    RETURNING s.batch_id)
 INSERT INTO jobs ({", ".join(_REVIVED)})
 SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
   FROM moved
-RETURNING id, queue
+RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
 DELETE_DEAD = """
 WITH gone AS (DELETE FROM finished_jobs WHERE id = %(id)s AND status = 'dead' RETURNING id),

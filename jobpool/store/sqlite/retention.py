@@ -13,7 +13,7 @@ from jobpool import bounds
 from jobpool.errors import JobNotFound
 from jobpool.store import rows
 from jobpool.store.sqlite import statements as sql
-from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL, SWEEP_BATCH as BATCH
+from jobpool.store.records import DEAD_LETTER_LIMIT, RESULT_TTL, RetryReport, SWEEP_BATCH as BATCH
 
 
 class Session(Protocol):
@@ -51,11 +51,18 @@ class DeadLetters:
               reset_state: bool = False) -> dict[int, str]:
         """Put dead jobs back in line with fresh attempts, keeping a saved state (R37)
         unless ``reset_state``; returns id -> what happened."""
+        return self.retry_report(ids, now, reset_state=reset_state).answers
+
+    def retry_report(self, ids: Iterable[int], now: float | None = None, *,
+                     reset_state: bool = False) -> RetryReport:
+        """``retry``, with the retried members of finished batches (R34: they run
+        alone), found in the retry's own transaction."""
         now = bounds.now_or(now)
         ids = rows.job_ids(ids, "dead.retry")
-        outcome: dict[int, str] = {}
 
         def retry(conn):
+            outcome: dict[int, str] = {}
+            alone: dict[int, list[int]] = {}
             for job_id in ids:
                 bound = bounds.row_id(job_id)
                 try:
@@ -65,12 +72,15 @@ class DeadLetters:
                     outcome[job_id] = "key held by a live job"
                     continue
                 if changed:
-                    conn.execute(sql.MEMBER_REOPENED, {"id": bound})  # R34
+                    if not conn.execute(sql.MEMBER_REOPENED, {"id": bound}).rowcount:  # R34
+                        batch_id = conn.execute(sql.BATCH_OF_JOB, (bound,)).fetchone()[0]
+                        if batch_id is not None:
+                            alone.setdefault(batch_id, []).append(job_id)
                     conn.execute(sql.LANE_READY, {"id": bound})  # R35: back in its lane
                 outcome[job_id] = "retried" if changed else self._why_not(conn, bound)
-            return outcome
+            return RetryReport(outcome, alone)
         result = self.store.transaction("retrying dead jobs", retry)
-        if "retried" in result.values():
+        if "retried" in result.answers.values():
             self.store.notify_ready()
         return result
 

@@ -729,6 +729,8 @@ MEMBER_REOPENED = """
 UPDATE jobpool_batches SET dead = dead - 1
  WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND finished_at IS NULL
 """
+#: R34: the batch of a retried job its reopen did not count again (none, or finished).
+BATCH_OF_JOB = "SELECT batch_id FROM jobs WHERE id = ?"
 #: PostgreSQL counts the members a transaction added in its batch's shards, and locks
 #: them before a batch cancel; SQLite needs no shards (one writer at a time).
 MEMBERS_JOINED = None
