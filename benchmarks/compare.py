@@ -826,7 +826,9 @@ LIMITS = {
     "w1": "the supervisor's CPU per job, now SQLite's and the kernel's more than Python's: "
           "its turn (SQLite's work on jobpool's schema: eight pages a one-job turn writes, "
           "the settle and the take ~9-15 us each) about 60 %, the compiled pump's system "
-          "calls and the wake-ups of the children it hands jobs most of the rest, the "
+          "calls and the wake-ups of the children it hands jobs most of the rest (a write "
+          "that wakes a sleeping child costs its writer ~12-16 us on this VM, against ~1 "
+          "to a running one: sqlite_floors.py --only wake), the "
           "Python left in the loop ~3 %; and the children's own per-job checks (22 system "
           "calls) and Python, on the same two cores (BENCHMARKS.md, 2026-12-07, the pump's "
           "own plain turn). No floor rules it out: the "
@@ -838,9 +840,11 @@ LIMITS = {
                "against Huey's ~8 for four columns and two); at Huey's rate in most "
                "sittings since the enqueue is one statement (BENCHMARKS.md, W1 enqueue; "
                "the claim in two statements)",
-    "bulk": "SQLite's insert of this row and its index entries, 120-200k rows/s alone "
-            "here, ~225k with the read-path indexes dropped by hand (BENCHMARKS.md, W1 bulk; "
-            "the floor in C)",
+    "bulk": "SQLite's insert of this row's index entries: enqueue_many's statement alone "
+            "~160k rows/s into a jobpool store, ~440k with the jobs table's indexes dropped "
+            "(the claim order and the read paths R28, R47 need: five entries a ready row), "
+            "~1.8M for the payloads into a bare table (sqlite_floors.py --only bulk; "
+            "BENCHMARKS.md, 2026-12-07 03 UTC)",
     "w2": "the pool's own share of the cores (benchmarks/w2_split.py, 2026-12-06): the gap "
           "between a child's jobs, ~0.4 ms a job (0.017-0.020), the pool's start before each "
           "child's first job (~0.022), bodies descheduled by the pool's own processes "

@@ -39,7 +39,19 @@ except where the line says so:
   supervisor's loop and the children's;
 * ``jobpool``: ``jobpool start --burst -q --procs N`` over the same number of no-op
   jobs on a fresh store, run in a forked process so that the supervisor's own CPU
-  (``RUSAGE_SELF``) and its children's (``RUSAGE_CHILDREN``) are read apart.
+  (``RUSAGE_SELF``) and its children's (``RUSAGE_CHILDREN``) are read apart;
+* ``wake``: the writer's own time in one ``os.write`` of a byte to a child that
+  waits in a blocking ``read`` (its CPU asleep: the kernel wakes it, which on a virtual
+  machine whose idle CPUs do not poll is a trip through the hypervisor) against one
+  to a child that polls the pipe without sleeping: what each job handed to a waiting
+  child costs the supervisor before anything of jobpool's;
+* ``bulk``: ``enqueue_many``'s own statement (``INSERT_BATCH``, 100 000 argument lists
+  in one transaction, ``synchronous=FULL``, a 64 MiB cache) into a store made by
+  ``jobpool.connect``, with every index, with the jobs table's indexes dropped, and the
+  same rows' payloads into a bare two-column table: rows/s, the floor under the bulk
+  target.
+
+``--only fork,pipe,turn,pools,jobpool,wake,bulk`` runs some of them (default: all).
 
 The section of BENCHMARKS.md that quotes these says how they compare with the
 issue's targets (per-job budgets at ``--procs 2`` on two cores).
@@ -126,6 +138,82 @@ def connection_round_trip(n: int) -> float:
     parent.close()
     os.waitpid(pid, 0)
     return elapsed / n * 1e6
+
+
+def wake_cost(n: int, polling: bool) -> float:
+    """Microseconds of the writer's ``os.write`` of one byte to a child reading the pipe,
+    the child asleep in a blocking read (``polling`` False) or polling it (True); the
+    writer then waits for the child's answer and does a little work, as a supervisor
+    between two hand-overs."""
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(to_child_w)
+        os.close(to_parent_r)
+        if polling:
+            os.set_blocking(to_child_r, False)
+        while True:
+            try:
+                byte = os.read(to_child_r, 1)
+            except BlockingIOError:
+                continue
+            if not byte:
+                os._exit(0)
+            os.write(to_parent_w, byte)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+    spent = 0
+    for i in range(n + 200):
+        began = time.perf_counter_ns()
+        os.write(to_child_w, b"x")
+        if i >= 200:
+            spent += time.perf_counter_ns() - began
+        os.read(to_parent_r, 1)
+        sum(range(200))  # the supervisor's own work before the next hand-over
+    os.close(to_child_w)
+    os.waitpid(pid, 0)
+    os.close(to_parent_r)
+    return spent / n / 1000
+
+
+def bulk_insert_rate(rows: int, kind: str) -> float:
+    """Rows/s of ``enqueue_many``'s statement alone (one transaction of ``rows`` argument
+    lists): ``kind`` "every index" (a store made by ``jobpool.connect``), "no index" (its
+    jobs table's indexes dropped), or "bare" (the payloads into a two-column table)."""
+    import jobpool
+    from jobpool.store.sqlite import statements as sql
+    batch = json.dumps([[i] for i in range(rows)])
+    with tempfile.TemporaryDirectory() as where:
+        path = os.path.join(where, "store.db")
+        if kind == "bare":
+            db = sqlite3.connect(path, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT)")
+            text = ("INSERT INTO t (payload) SELECT '[' || value || ',{}]' FROM json_each(:batch) "
+                    "ORDER BY key")
+            params: dict = {"batch": batch}
+        else:
+            jobpool.connect(path).close()
+            db = sqlite3.connect(path, isolation_level=None)
+            if kind == "no index":
+                for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                          "AND tbl_name = 'jobs' AND sql IS NOT NULL").fetchall():
+                    db.execute(f"DROP INDEX {name}")
+            now = time.time()
+            text = sql.INSERT_BATCH
+            params = {"batch": batch, "queue": "default", "name": "floors.noop", "args_only": 1,
+                      "priority": 0, "run_at": now, "max_attempts": 3, "timeout": 60.0,
+                      "now": now, "batch_id": None}
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA cache_size=-65536")  # enqueue_many's own for a batch this big
+        began = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(text, params)
+        db.execute("COMMIT")
+        elapsed = time.perf_counter() - began
+        db.close()
+    return rows / elapsed
 
 
 def bare_store(path: str, jobs: int) -> sqlite3.Connection:
@@ -398,45 +486,68 @@ def jobpool_drain(jobs: int, procs: int, *extra: str) -> dict[str, float]:
                 "children_cpu_us": kids / jobs * 1e6}
 
 
+def bare_pools(jobs: int, procs: int, program: str | None, keep) -> None:
+    """The bare pools (in Python, in C with C and with Python children, and over
+    jobpool's turn), each figure handed to ``keep(name, value)``."""
+    pool = bare_pool(jobs, procs)
+    keep(f"bare pool --procs {procs} (jobs/s)", pool["jobs_per_s"])
+    keep("bare pool: parent CPU per job (µs)", pool["parent_cpu_us"])
+    keep("bare pool: jobs per transaction", pool["jobs_per_turn"])
+    for python_children, label in ((False, "bare pool, compiled"),
+                                   (True, "bare pool, compiled, with Python children")):
+        pool = (compiled_bare_pool(program, jobs, procs, python_children)
+                if program else {"jobs_per_s": math.nan, "parent_cpu_us": math.nan,
+                                 "jobs_per_turn": math.nan})
+        keep(f"{label} --procs {procs} (jobs/s)", pool["jobs_per_s"])
+        keep(f"{label}: parent CPU per job (µs)", pool["parent_cpu_us"])
+        keep(f"{label}: jobs per transaction", pool["jobs_per_turn"])
+    pool = bare_pool(jobs, procs, _JobpoolTurn)
+    keep(f"bare pool over jobpool's turn --procs {procs} (jobs/s)", pool["jobs_per_s"])
+    keep("bare pool over jobpool's turn: parent CPU per job (µs)", pool["parent_cpu_us"])
+    keep("bare pool over jobpool's turn: jobs per transaction", pool["jobs_per_turn"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=20000)
     parser.add_argument("--procs", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated, of: {', '.join(PARTS)}")
     args = parser.parse_args()
+    parts = set(args.only.split(","))
+    if not parts <= set(PARTS):
+        parser.error(f"--only takes {', '.join(PARTS)}, not {', '.join(sorted(parts - set(PARTS)))}")
     rows: dict[str, list[float]] = {}
 
     def keep(name: str, value: float) -> None:
         rows.setdefault(name, []).append(value)
 
     built = tempfile.TemporaryDirectory()
-    program = build_bare_pool(built.name)
+    program = build_bare_pool(built.name) if "pools" in parts else None
     for _ in range(args.repeat):
-        keep("fork + exit + wait (µs)", fork_cost(500))
-        keep("pipe round trip, raw (µs)", raw_pipe_round_trip(5000))
-        keep("pipe round trip, multiprocess Connection (µs)", connection_round_trip(5000))
-        keep("bare turn transaction, 1 settle + 1 claim (µs)", transaction_cost(5000))
-        keep("jobpool's turn, 1 settle + 1 claim (µs)", jobpool_turn_cost(5000))
-        pool = bare_pool(args.jobs, args.procs)
-        keep(f"bare pool --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
-        keep("bare pool: parent CPU per job (µs)", pool["parent_cpu_us"])
-        keep("bare pool: jobs per transaction", pool["jobs_per_turn"])
-        for python_children, label in ((False, "bare pool, compiled"),
-                                       (True, "bare pool, compiled, with Python children")):
-            pool = (compiled_bare_pool(program, args.jobs, args.procs, python_children)
-                    if program else {"jobs_per_s": math.nan, "parent_cpu_us": math.nan,
-                                     "jobs_per_turn": math.nan})
-            keep(f"{label} --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
-            keep(f"{label}: parent CPU per job (µs)", pool["parent_cpu_us"])
-            keep(f"{label}: jobs per transaction", pool["jobs_per_turn"])
-        pool = bare_pool(args.jobs, args.procs, _JobpoolTurn)
-        keep(f"bare pool over jobpool's turn --procs {args.procs} (jobs/s)", pool["jobs_per_s"])
-        keep("bare pool over jobpool's turn: parent CPU per job (µs)", pool["parent_cpu_us"])
-        keep("bare pool over jobpool's turn: jobs per transaction", pool["jobs_per_turn"])
-        drain = jobpool_drain(args.jobs, args.procs)
-        keep(f"jobpool --procs {args.procs} (jobs/s)", drain["jobs_per_s"])
-        keep("jobpool: supervisor CPU per job (µs)", drain["supervisor_cpu_us"])
-        keep("jobpool: children's CPU per job (µs)", drain["children_cpu_us"])
+        if "fork" in parts:
+            keep("fork + exit + wait (µs)", fork_cost(500))
+        if "pipe" in parts:
+            keep("pipe round trip, raw (µs)", raw_pipe_round_trip(5000))
+            keep("pipe round trip, multiprocess Connection (µs)", connection_round_trip(5000))
+        if "wake" in parts:
+            keep("write waking a sleeping reader (µs)", wake_cost(5000, polling=False))
+            keep("write to a polling reader (µs)", wake_cost(5000, polling=True))
+        if "turn" in parts:
+            keep("bare turn transaction, 1 settle + 1 claim (µs)", transaction_cost(5000))
+            keep("jobpool's turn, 1 settle + 1 claim (µs)", jobpool_turn_cost(5000))
+        if "bulk" in parts:
+            for kind in ("every index", "no index", "bare"):
+                keep(f"bulk insert of 100 000 rows, {kind} (k rows/s)",
+                     bulk_insert_rate(100_000, kind) / 1000)
+        if "pools" in parts:
+            bare_pools(args.jobs, args.procs, program, keep)
+        if "jobpool" in parts:
+            drain = jobpool_drain(args.jobs, args.procs)
+            keep(f"jobpool --procs {args.procs} (jobs/s)", drain["jobs_per_s"])
+            keep("jobpool: supervisor CPU per job (µs)", drain["supervisor_cpu_us"])
+            keep("jobpool: children's CPU per job (µs)", drain["children_cpu_us"])
     width = max(len(name) for name in rows)
     print(f"{'floor':<{width}}  {'median':>9}  {'min':>9}  {'max':>9}   ({args.repeat} repeats,"
           f" {args.jobs} jobs)")
@@ -448,6 +559,10 @@ def main() -> None:
               f"{max(values):>9.1f}")
     sys.stdout.flush()
     built.cleanup()
+
+
+#: The floors ``--only`` may choose.
+PARTS = ("fork", "pipe", "turn", "pools", "jobpool", "wake", "bulk")
 
 
 if __name__ == "__main__":
