@@ -85,21 +85,33 @@ def fork_cost(n: int) -> float:
     return (time.perf_counter() - began) / n * 1e6
 
 
-def raw_pipe_round_trip(n: int) -> float:
-    """Microseconds for a 64-byte frame to a child and its answer, raw pipes."""
+def _echo_child(size: int, polling: bool = False) -> tuple[int, int, int]:
+    """A forked child that answers each frame of up to ``size`` bytes with the same
+    bytes, raw pipes (``polling``: it polls its pipe instead of sleeping in ``read``)
+    and exits at the end of its input: ``(pid, to_child, from_child)``."""
     to_child_r, to_child_w = os.pipe()
     to_parent_r, to_parent_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(to_child_w)
         os.close(to_parent_r)
+        os.set_blocking(to_child_r, not polling)
         while True:
-            frame = os.read(to_child_r, 64)
+            try:
+                frame = os.read(to_child_r, size)
+            except BlockingIOError:
+                continue
             if not frame:
                 os._exit(0)
             os.write(to_parent_w, frame)
     os.close(to_child_r)
     os.close(to_parent_w)
+    return pid, to_child_w, to_parent_r
+
+
+def raw_pipe_round_trip(n: int) -> float:
+    """Microseconds for a 64-byte frame to a child and its answer, raw pipes."""
+    pid, to_child_w, to_parent_r = _echo_child(64)
     for _ in range(200):
         os.write(to_child_w, FRAME)
         os.read(to_parent_r, 64)
@@ -145,24 +157,7 @@ def wake_cost(n: int, polling: bool) -> float:
     the child asleep in a blocking read (``polling`` False) or polling it (True); the
     writer then waits for the child's answer and does a little work, as a supervisor
     between two hand-overs."""
-    to_child_r, to_child_w = os.pipe()
-    to_parent_r, to_parent_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(to_child_w)
-        os.close(to_parent_r)
-        if polling:
-            os.set_blocking(to_child_r, False)
-        while True:
-            try:
-                byte = os.read(to_child_r, 1)
-            except BlockingIOError:
-                continue
-            if not byte:
-                os._exit(0)
-            os.write(to_parent_w, byte)
-    os.close(to_child_r)
-    os.close(to_parent_w)
+    pid, to_child_w, to_parent_r = _echo_child(1, polling)
     spent = 0
     for i in range(n + 200):
         began = time.perf_counter_ns()
