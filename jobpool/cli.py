@@ -630,14 +630,22 @@ def _paths_after_app(args: argparse.Namespace, cwd: str) -> None:
     command reads or writes (``--from``, ``--salvage``), each relative one taken from
     ``cwd``, the directory the command was run from, even when the module changed
     directory as it was imported (the store moved to a new empty file elsewhere, the
-    --from file was not found, the salvage was written beside the app's files)."""
+    --from file was not found, the salvage was written beside the app's files).
+    A module that stayed where it was imported leaves them as they were typed, so
+    what a command prints names them as its user did."""
+    try:
+        moved = os.getcwd() != cwd
+    except OSError:  # the module moved into a directory since removed
+        moved = True
     try:
         path = resolve_path(getattr(args, "db", None))
     except ValueError:
         pass  # $JOBPOOL_DB that is not a store's name: the command says so, as without --app
     else:
         if hasattr(args, "db") and not is_postgres_url(path):
-            args.db = os.path.join(cwd, path)
+            args.db = os.path.join(cwd, path) if moved else path
+    if not moved:
+        return
     for dest in ("from_file", "salvage"):
         value = getattr(args, dest, None)
         if isinstance(value, str) and value != "-":

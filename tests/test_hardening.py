@@ -540,3 +540,23 @@ def test_jobs_list_shows_scheduled_jobs_unknown_budgets_and_keeps_ids_readable(m
     shown = app.cli("jobs", "show", str(later.id), "--db", db, check=True).stdout
     run_at = next(line for line in shown.splitlines() if line.strip().startswith("run_at"))
     assert "(in 60m)" in run_at and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", run_at)
+
+
+def test_an_app_that_stays_where_it_was_leaves_the_paths_as_typed(make_app):
+    """``--app`` made every relative path absolute (for a module that changes directory
+    as it is imported), so ``status --app m --db jobs.db`` titled its table with a path
+    its user never typed, unlike the same command without ``--app``."""
+    app = make_app(APP)
+    app.store().close()
+    jobpool.connect(app.dir / "rel.db").close()
+    (app.dir / "staying_app.py").write_text(f"from {app.module} import *\n")
+    shown = [app.cli("status", *extra, "--db", "rel.db", check=True).stdout.splitlines()[0].strip()
+             for extra in ((), ("--app", "staying_app"))]
+    assert shown == ["jobpool store rel.db"] * 2
+    # A module that moves still has them taken from where the command ran.
+    (app.dir / "elsewhere").mkdir(exist_ok=True)
+    (app.dir / "moving_app.py").write_text(
+        f"import os\nos.chdir('elsewhere')\nfrom {app.module} import *\n")
+    moved = app.cli("status", "--app", "moving_app", "--db", "rel.db", check=True)
+    # (A long path folds over the narrow table's title lines.)
+    assert "".join(moved.stdout.split()).startswith(f"jobpoolstore{app.dir / 'rel.db'}")
