@@ -935,7 +935,9 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps(dict(counts, unserved=unserved, paused=paused)))
         return 0
     supervisors = counts.pop("supervisors")
-    table = _table(title=f"jobpool store {store.path}", title_justify="left")
+    # A line of its own: as the table's title, a long path folded over the narrow table.
+    out.line(f"jobpool store {store.path}")
+    table = _table()
     for key in counts:
         table.add_column(key, justify="right")
     table.add_row(*(str(v) for v in counts.values()))
