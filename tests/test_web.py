@@ -453,3 +453,26 @@ def test_after_a_login_or_an_action_it_never_lands_on_another_site(any_store, st
         token = _csrf(client.get("/").text)
         answer = client.post("/queues/q1/pause", data={"csrf": token, "next": "https://evil.example/"})
         assert answer.headers["location"] == "/"
+
+
+@on_both_stores
+def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, store_url):
+    """R34: ``dead retry`` says when a retried member's batch has finished; the page's
+    button and the API said only "retried", and an operator waited for its callback."""
+    batch = any_store.batch(on_complete=jobpool.Signature("t.report"))
+    member = batch.add(jobpool.Signature("t.gone")).id
+    assert any_store.cancel(member) == "cancelled"
+    batch.close()
+    assert any_store.batch_status(batch.id).finished
+    alone = (f"its batch {batch.id} is finished: it runs outside it, and no callback of the "
+             f"batch follows its end")
+    with _client(store_url) as client:
+        token = _csrf(client.get("/dead").text)
+        answer = client.post(f"/jobs/{member}/retry", data={"csrf": token, "next": "/dead"})
+        assert f"job {member}: retried; {alone}" in client.get(answer.headers["location"]).text
+        assert any_store.cancel(member) == "cancelled"
+        api = client.post(f"/api/jobs/{member}/retry", json={})
+        assert api.json() == {"ok": True, "result": "retried", "note": alone}
+        plain, = _dead_jobs(any_store, 1)  # in no batch: no note
+        assert client.post(f"/api/jobs/{plain}/retry", json={}).json() == {
+            "ok": True, "result": "retried"}

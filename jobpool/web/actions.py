@@ -13,17 +13,23 @@ from jobpool.errors import BatchNotFound, EnqueueError
 
 class Done(NamedTuple):
     """What became of an action: ``ok`` when the store did what was asked, ``what`` the
-    store's word for it (``retried``, ``not dead (ready)``, ``no such job``...)."""
+    store's word for it (``retried``, ``not dead (ready)``, ``no such job``...), and
+    ``note``, what else its user should know (a retried batch member that runs alone)."""
 
     ok: bool
     what: str
+    note: str | None = None
 
 
 def retry(store: Any, who: str, job_id: int) -> Done:
-    """R32: a dead job back in line under its id, with fresh attempts."""
-    what = store.dead.retry([job_id])[job_id]
+    """R32: a dead job back in line under its id, with fresh attempts; R34: a member of a
+    finished batch runs alone, which the note says (``jobpool dead retry`` says it too)."""
+    report = store.dead.retry_report([job_id])
+    what = report.answers[job_id]
     _log("retry", who, job_id=job_id, result=what)
-    return Done(what == "retried", what)
+    note = next((f"its batch {batch_id} is finished: it runs outside it, and no callback of "
+                 f"the batch follows its end" for batch_id in report.alone), None)
+    return Done(what == "retried", what, note)
 
 
 def delete(store: Any, who: str, job_id: int) -> Done:

@@ -151,10 +151,10 @@ async def _write(request: Request, act: Callable[..., actions.Done], target: Any
     done = await run_in_threadpool(act, request.app.state.store,
                                    request.app.state.access.who, target)
     request.app.state.live.forget()
+    said = {"result": done.what, **({"note": done.note} if done.note else {}), **(made or {})}
     if not done.ok:
-        return _json({"ok": False, "result": done.what, **(made or {})}, 409)
-    return _json({"ok": True, "result": done.what, **(made or {})},
-                 200 if made is None else made_status)
+        return _json({"ok": False, **said}, 409)
+    return _json({"ok": True, **said}, 200 if made is None else made_status)
 
 
 async def create_job(request: Request) -> Response:

@@ -28,7 +28,9 @@ SUMMARIES = {
                              "totals}}; latency and run_time are {count, mean, p50, p95, max, "
                              "buckets} in seconds",
     ("DELETE", "/api/jobs/{job_id:int}"): "Delete a dead job",
-    ("POST", "/api/jobs/{job_id:int}/retry"): "Retry a dead job under its id, fresh attempts",
+    ("POST", "/api/jobs/{job_id:int}/retry"): "Retry a dead job under its id, fresh attempts "
+                                               "(a note when it runs alone, outside its "
+                                               "finished batch)",
     ("POST", "/api/jobs/{job_id:int}/cancel"): "Cancel a ready job (dead now) or a running one "
                                                "(its pool kills it)",
     ("POST", "/api/jobs/{job_id:int}/run-now"): "A scheduled or retrying job due now, its "

@@ -426,7 +426,8 @@ async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], 
     if refused is not None:
         return refused
     done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
-    return acted(request, f"{said}: {done.what}", form.get("next"))
+    return acted(request, f"{said}: {done.what}" + (f"; {done.note}" if done.note else ""),
+                 form.get("next"))
 
 
 def acted(request: Request, notice: str, target: object) -> Response:
