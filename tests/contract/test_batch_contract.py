@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 
 import pytest
 
+import jobpool
 from jobpool import Signature
 from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
 from jobpool.lifecycle import DONE, ERROR, FATAL, Outcome, Policy
@@ -189,6 +191,55 @@ def test_dead_retry_reopens_an_unfired_batch_only(any_store, claimer):
     any_store.cancel(any_store.enqueue(MEMBER).id)  # (an unrelated dead job)
     settled_status = any_store.batch_status(batch.id)
     assert settled_status.finished and settled_status.done == 2
+
+
+def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
+    """R34 on PostgreSQL: a retry read its batch unfinished from its statement's
+    snapshot while another member's end, not yet committed, was finishing it; the
+    member was counted again (its shard pending) in a batch whose callbacks had fired,
+    and the retry's report said nothing. The retry now reads the batch again under its
+    lock, after that end, and takes its count back: the member runs alone."""
+    from tests.conftest import _pg_admin
+    store, ender = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    batch = store.batch(on_complete=Signature(COMPLETE))
+    first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids
+    batch.close()
+    assert store.cancel(first) == "cancelled"
+    held, release = threading.Event(), threading.Event()
+
+    def end_second(conn):  # the last member's end, its transaction held open
+        ender._cancel_one(conn, second, ender.server_now(conn))
+        held.set()
+        assert release.wait(30)
+    ending = threading.Thread(target=ender.transaction, args=("ending a member", end_second))
+    ending.start()
+    assert held.wait(30)
+    answer = {}
+    retrying = threading.Thread(target=lambda: answer.update(
+        report=store.dead.retry_report([first])))
+    retrying.start()
+    admin = _pg_admin()
+    try:
+        deadline = time.monotonic() + 30
+        # Until the retry waits for the member's end (or ends without waiting for it).
+        while retrying.is_alive() and not admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE %s", ("%finished_at IS NOT NULL FROM jobpool_batches%",)
+                ).fetchone()[0]:
+            assert time.monotonic() < deadline, "the retry neither waited nor ended"
+            time.sleep(0.01)
+    finally:
+        admin.close()
+        release.set()
+        ending.join(30)
+        retrying.join(30)
+    report = answer["report"]
+    assert report.answers == {first: "retried"} and report.alone == {batch.id: [first]}
+    status = store.batch_status(batch.id)
+    assert (status.finished, status.pending, status.dead) == (True, 0, 2)
+    assert [name for name, _ in callbacks(store)] == [COMPLETE]
+    store.close()
+    ender.close()
 
 
 def test_a_finished_or_unknown_batch_takes_no_members(any_store):

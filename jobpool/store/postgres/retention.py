@@ -72,8 +72,13 @@ class PgDeadLetters:
                     continue
                 if moved:
                     self.store.notify_ready(conn, moved[1])
-                    if moved[2] is not None and not moved[3]:  # R34: not reopened
-                        alone.setdefault(moved[2], []).append(job_id)
+                    batch_id, reopened = moved[2], moved[3]
+                    if reopened and conn.execute(pg_sql.BATCH_FINISHED_SINCE,
+                                                 {"batch": batch_id}).fetchone()[0]:
+                        conn.execute(pg_sql.REOPEN_TAKEN_BACK, {"batch": batch_id, "id": bound})
+                        reopened = False
+                    if batch_id is not None and not reopened:  # R34: it runs alone
+                        alone.setdefault(batch_id, []).append(job_id)
                 outcome[job_id] = "retried" if moved else _why_not(conn, bound)
             return RetryReport(outcome, alone)
         return self.store.transaction("retrying dead jobs", retry)

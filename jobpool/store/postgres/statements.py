@@ -1570,6 +1570,20 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
+#: R34: whether a batch whose count a retry reopened has finished meanwhile: another
+#: member's end emptied the last shard in a transaction that had not seen the reopen
+#: (the reopen read the batch row from its statement's snapshot). Taken after the
+#: shard's row (shards, then the batch: the order a member's end locks them in), FOR
+#: SHARE waits for that end to commit and reads the batch as it left it.
+BATCH_FINISHED_SINCE = """
+SELECT finished_at IS NOT NULL FROM jobpool_batches WHERE id = %(batch)s FOR SHARE
+"""
+#: R34: the reopen of a member whose batch finished meanwhile, taken back (the member
+#: counts as the dead it was when the batch finished; it runs alone).
+REOPEN_TAKEN_BACK = f"""
+UPDATE jobpool_batch_shards SET pending = pending - 1, dead = dead + 1
+ WHERE batch_id = %(batch)s AND shard = mod(%(id)s, {BATCH_SHARDS})
+"""
 DELETE_DEAD = """
 WITH gone AS (DELETE FROM finished_jobs WHERE id = %(id)s AND status = 'dead' RETURNING id),
 logs AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM gone))
