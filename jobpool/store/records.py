@@ -180,8 +180,9 @@ def _callback_name(spec: object) -> str | None:
 
 class RetryReport(NamedTuple):
     """``store.dead.retry_report``: what ``retry`` answers (id -> what happened), and the
-    retried jobs that run alone (R34): members of batches whose callbacks had fired or
-    that were cancelled, by batch id, as the retry's own transaction found them."""
+    retried jobs that run alone (R34): members of finished batches (their callbacks
+    fired, or, cancelled, every member had ended), by batch id, as the retry's own
+    transaction found them."""
 
     answers: dict[int, str]
     alone: dict[int, list[int]]
