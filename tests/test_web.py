@@ -476,3 +476,20 @@ def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, st
         plain, = _dead_jobs(any_store, 1)  # in no batch: no note
         assert client.post(f"/api/jobs/{plain}/retry", json={}).json() == {
             "ok": True, "result": "retried"}
+        # A retry of many says how many of them run alone: a selection, through the API...
+        for job_id in (member, plain):
+            assert any_store.cancel(job_id) == "cancelled"
+        many = client.post("/api/jobs/bulk", json={"action": "retry", "ids": [member, plain]})
+        assert many.json() == {"ok": True, "result": "2 retried", "jobs": {
+            str(member): "retried", str(plain): "retried"},
+            "note": "1 of them ran in batches that are finished: it runs alone, and no batch "
+                    "callback follows"}
+        # ... and every matching one, through the page's confirmation.
+        for job_id in (member, plain):
+            assert any_store.cancel(job_id) == "cancelled"
+        confirm = client.get("/jobs/all/retry", params={"status": "dead"})
+        form = dict(re.findall(r'name="([^"]+)" value="([^"]*)"',
+                               confirm.text.split('action="/jobs/all/retry"')[1]))
+        answer = client.post("/jobs/all/retry", data=form)
+        assert ("retry all matching: 2 retried; 1 of them ran in batches that are finished"
+                in client.get(answer.headers["location"]).text)

@@ -32,6 +32,14 @@ def retry(store: Any, who: str, job_id: int) -> Done:
     return Done(what == "retried", what, note)
 
 
+def _alone_note(alone: int) -> str | None:
+    """R34: what a retry of many says of the members of finished batches among them."""
+    if not alone:
+        return None
+    return (f"{alone} of them ran in batches that are finished: "
+            f"{'it runs' if alone == 1 else 'they run'} alone, and no batch callback follows")
+
+
 def delete(store: Any, who: str, job_id: int) -> Done:
     """R32: a dead job's row removed (only a dead one: the store refuses others)."""
     what = store.dead.delete([job_id])[job_id]
@@ -190,27 +198,31 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
     ``BULK_MOST``), one ``web_action`` event with the filter, the ids and a count of
     what became of them."""
     ids = matching(store, chosen, through)
-    counts = _counted(_applied(store, action, ids))
+    outcome, alone = _applied(store, action, ids)
+    counts = _counted(outcome)
     _log(action, who, filter={k: v for k, v in chosen.items() if v is not None},
          job_ids=ids, result=counts)
-    return Done(bool(ids), _said(counts) or "none matched")
+    return Done(bool(ids), _said(counts) or "none matched", _alone_note(alone))
 
 
-def _applied(store: Any, action: str, ids: list[int]) -> dict[int, str]:
+def _applied(store: Any, action: str, ids: list[int]) -> tuple[dict[int, str], int]:
     """``action`` on each of ``ids``, ``BULK_CHUNK`` a store call: what the store
-    answered for each."""
+    answered for each, and how many retried members of finished batches run alone."""
     outcome: dict[int, str] = {}
+    alone = 0
     for start in range(0, len(ids), BULK_CHUNK):
         chunk = ids[start:start + BULK_CHUNK]
         if action == "retry":
-            outcome.update(store.dead.retry(chunk))
+            report = store.dead.retry_report(chunk)
+            outcome.update(report.answers)
+            alone += sum(map(len, report.alone.values()))
         elif action == "delete":
             outcome.update(store.dead.delete(chunk))
         elif action == "run-now":
             outcome.update(store.run_now(chunk))
         else:
             outcome.update(store.cancel_many(chunk))
-    return outcome
+    return outcome, alone
 
 
 def _counted(outcome: dict[int, str]) -> dict[str, int]:
@@ -263,11 +275,11 @@ def selected(store: Any, who: str, action: str, ids: list[int]) -> tuple[Done, d
     ticked, each as its one-job button would do it (the store refuses a job whose
     status the action does not take, naming it); one ``web_action`` event with the
     ids and a count of what became of them. Also what became of each id."""
-    outcome = _applied(store, action, ids)
+    outcome, alone = _applied(store, action, ids)
     counts = _counted(outcome)
     _log(action, who, selected=True, job_ids=ids, result=counts)
-    return Done(any(what in SELECTED_OK[action] for what in outcome.values()), _said(counts)), \
-        outcome
+    return Done(any(what in SELECTED_OK[action] for what in outcome.values()), _said(counts),
+                _alone_note(alone)), outcome
 
 
 #: The options an enqueue by name takes besides ``name``, ``args`` and ``kwargs``, with

@@ -426,8 +426,12 @@ async def _act(request: Request, known: dict[str, Callable[..., actions.Done]], 
     if refused is not None:
         return refused
     done = await run_in_threadpool(act, _store(request), request.app.state.access.who, target)
-    return acted(request, f"{said}: {done.what}" + (f"; {done.note}" if done.note else ""),
-                 form.get("next"))
+    return acted(request, f"{said}: {_with_note(done)}", form.get("next"))
+
+
+def _with_note(done: actions.Done) -> str:
+    """An action's words for its notice, and its note when it has one."""
+    return done.what + (f"; {done.note}" if done.note else "")
 
 
 def acted(request: Request, notice: str, target: object) -> Response:
@@ -456,7 +460,8 @@ async def selected_action(request: Request) -> Response:
         return PlainTextResponse(str(exc), status_code=400)
     done, _ = await run_in_threadpool(actions.selected, _store(request),
                                       request.app.state.access.who, action, ids)
-    return acted(request, f"{actions.SELECTED_BUTTONS[action]}: {done.what}", form.get("next"))
+    return acted(request, f"{actions.SELECTED_BUTTONS[action]}: {_with_note(done)}",
+                 form.get("next"))
 
 
 def _bulk_filters(request: Request, query: Any) -> tuple[dict[str, Any], Response | None]:
@@ -519,4 +524,5 @@ async def bulk_action(request: Request) -> Response:
     action = request.path_params["action"]
     done = await run_in_threadpool(actions.bulk, _store(request), request.app.state.access.who,
                                    action, chosen, int(through))
-    return acted(request, f"{action} all matching: {done.what}", f"/jobs?{listing.query_of(chosen)}")
+    return acted(request, f"{action} all matching: {_with_note(done)}",
+                 f"/jobs?{listing.query_of(chosen)}")
