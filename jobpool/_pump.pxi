@@ -63,6 +63,11 @@ cdef class Pump:
 
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
     cdef object _store_call, _report, _may_run, _partial, _as_shares
+    #: The shares of a turn in the claimer's strict order (``as_shares`` of no shares)
+    #: by the slots it claims for, while the claimer's queues are ``_strict_queues``:
+    #: the same every turn, made once (a tuple of records, never changed).
+    cdef object _strict_queues
+    cdef dict _strict_shares
     #: Whether the last turn went through: the next may be taken without the road to
     #: the store (``_plain_turn``), whose only work after a turn that went through is
     #: the call (R26's pause and its end are met on the first turn of a run).
@@ -101,6 +106,7 @@ cdef class Pump:
         self._partial = functools.partial
         self._engine_claimer = isinstance(claimer, Claimer)
         self._as_shares = as_shares
+        self._strict_queues, self._strict_shares = None, {}
         self.turns = 0
 
     def run(self, double until):
@@ -269,7 +275,8 @@ cdef class Pump:
             done.append((lease, outcome))
         claimer.token_wait = None
         try:
-            answer = driver_turn(now, done, self._as_shares(shares, claimer.queues, want), want)
+            answer = driver_turn(now, done, self._claim_shares(shares, claimer.queues, want),
+                                 want)
         except StoreError as exc:  # R26: the supervisor's road says what it is
             return self._store_call(_raise, now, exc, settles=True)
         if answer is None:
@@ -284,6 +291,17 @@ cdef class Pump:
             claimed.append(job)
         claimer.chunked = {}
         return settled, claimed, []
+
+    cdef object _claim_shares(self, object shares, object queues, Py_ssize_t want):
+        """``queueplan.as_shares``, kept for the strict order (no shares)."""
+        if shares is not None:
+            return self._as_shares(shares, queues, want)
+        if queues is not self._strict_queues:
+            self._strict_queues, self._strict_shares = queues, {}
+        made = self._strict_shares.get(want)
+        if made is None:
+            made = self._strict_shares[want] = self._as_shares(None, queues, want)
+        return made
 
     cdef int _report_settled(self, list settled, list pending, bint loud) except -1:
         """``Pump._report_settled``: a turn whose settles are all successes of the
