@@ -23,6 +23,14 @@ PRIORITY_MAX = INT32_MAX
 MAX_QUEUE_RUNNING = INT32_MAX
 
 
+def whole_within(value: Any, low: int, high: int) -> bool:
+    """Whether ``value`` is a whole number from ``low`` to ``high``: an ``int`` that is
+    not a ``bool`` (``True`` is an int, and was taken for 1). The test every count, id,
+    size and limit an API takes must pass; each caller says in its own words what it
+    takes when one does not."""
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
 def row_id(value: Any, what: str = "a job id") -> int:
     """A job's or batch's id as a store binds it: a whole number (or its digits as
     text), one outside 1 to 2**63 - 1 naming no row (0, which no row has: not the
@@ -42,8 +50,7 @@ def queue_running(value: object) -> int:
     naming what was sent."""
     number = int(value) if isinstance(value, str) and value.isascii() and value.strip().isdigit() \
         else value
-    if isinstance(number, bool) or not isinstance(number, int) \
-            or not 1 <= number <= MAX_QUEUE_RUNNING:
+    if not whole_within(number, 1, MAX_QUEUE_RUNNING):
         raise ValueError(f"running must be a whole number from 1 to {MAX_QUEUE_RUNNING}, "
                          f"not {value!r}")
     return number

@@ -152,9 +152,7 @@ class Job(Generic[P, R]):
         self.backoff_max = _seconds_option(name, "backoff_max", backoff_max)
         if self.backoff_max < self.backoff_base:
             raise RegistryError(f"job {name}: need 0 <= backoff_base <= backoff_max")
-        if max_crashes is not None and (isinstance(max_crashes, bool)
-                                        or not isinstance(max_crashes, int)
-                                        or not 1 <= max_crashes <= bounds.INT32_MAX):
+        if max_crashes is not None and not bounds.whole_within(max_crashes, 1, bounds.INT32_MAX):
             raise RegistryError(f"job {name}: max_crashes must be a whole number from 1 to "
                                 f"{bounds.INT32_MAX}, not {max_crashes!r}")
         #: None: the pool's --max-crashes (default DEFAULT_MAX_CRASHES) decides.

@@ -102,7 +102,7 @@ NO_LIMITS = LimitPlan({}, {})
 def check_max_running(value: Any, what: str = "max_running") -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bounds.INT32_MAX:
+    if not bounds.whole_within(value, 1, bounds.INT32_MAX):
         raise RegistryError(f"{what} must be a whole number from 1 to {bounds.INT32_MAX}, "
                             f"not {value!r}")
     return value
@@ -111,7 +111,7 @@ def check_max_running(value: Any, what: str = "max_running") -> int | None:
 def check_burst(value: Any) -> int:
     # R41: both stores keep it as a 32-bit integer (PostgreSQL's `integer` refused a
     # larger one at every heartbeat, and the pool never claimed).
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bounds.INT32_MAX:
+    if not bounds.whole_within(value, 1, bounds.INT32_MAX):
         raise RegistryError(f"burst must be a whole number from 1 to {bounds.INT32_MAX}, "
                             f"not {value!r}")
     return value

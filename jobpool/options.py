@@ -116,8 +116,7 @@ def validate_timeout(value: Any) -> float:
 def validate_chunk(value: Any) -> int:
     """R63, R41: how many ready rows of a name one slot may take at once (1: one, the
     default): a whole number from 1 to ``bounds.MAX_CHUNK``."""
-    if (isinstance(value, bool) or not isinstance(value, int)
-            or not 1 <= value <= bounds.MAX_CHUNK):
+    if not bounds.whole_within(value, 1, bounds.MAX_CHUNK):
         raise EnqueueError(f"chunk must be a whole number from 1 to {bounds.MAX_CHUNK}, "
                            f"not {value!r}")
     return value

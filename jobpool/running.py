@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from jobpool import protocol, serialize
-from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE
+from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE, whole_within
 from jobpool.errors import EnqueueError, Interrupted, LeaseLostError, StoreError
 
 #: R22: a job reporting progress in a tight loop sends at most one report per interval.
@@ -295,10 +295,10 @@ def batch_results(batch: Any = None, *, page: int = 100,
         if batch is None:
             raise EnqueueError(f"job {attempt.job_id} is in no batch: pass the batch= a "
                                f"callback receives, or a batch id")
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= INT64_MAX:
+    if not whole_within(batch, 1, INT64_MAX):
         raise ValueError(f"batch_results takes a callback's batch= or a batch id, "
                          f"not {batch!r}")
-    if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= MAX_RESULTS_PAGE:
+    if not whole_within(page, 1, MAX_RESULTS_PAGE):
         raise ValueError(f"page must be an integer from 1 to {MAX_RESULTS_PAGE}, not {page!r}")
 
     def page_after(after: int) -> Any:

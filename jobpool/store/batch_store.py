@@ -152,7 +152,7 @@ class StoreBatches:
         for what, value, least, most in (("batch", batch_id, 1, INT64_MAX),
                                           ("after", after, 0, INT64_MAX),
                                           ("limit", limit, 1, MAX_RESULTS_PAGE)):
-            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            if not bounds.whole_within(value, least, most):
                 raise ValueError(f"{what} must be an integer from {least} to {most}, "
                                  f"not {value!r}")
         where = f"the results of batch {batch_id}"

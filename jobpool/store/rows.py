@@ -242,7 +242,7 @@ def check_batch_options(batch: Any, *, key: Any = None, connection: Any = None) 
     (a duplicate would join nothing, yet count), or the caller's own transaction."""
     if batch is None:
         return
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch <= bounds.INT64_MAX:
+    if not bounds.whole_within(batch, 1, bounds.INT64_MAX):
         raise EnqueueError(f"batch must be a batch id (a whole number from 1 to "
                            f"{bounds.INT64_MAX}), not {batch!r}")
     if key is not None:
@@ -626,7 +626,7 @@ def listing_limit(limit: Any, what: str = "limit") -> int:
     """How many rows a listing returns: a whole number from 0 to 2**63 - 1, else a
     ``ValueError`` naming it (-1 listed every row on SQLite and was a store error on
     PostgreSQL; None the other way round)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= bounds.INT64_MAX:
+    if not bounds.whole_within(limit, 0, bounds.INT64_MAX):
         raise ValueError(f"{what} must be a whole number from 0 to {bounds.INT64_MAX}, "
                          f"not {limit!r}"[:200])
     return limit
@@ -730,7 +730,7 @@ def more_filters(dialect: ListingDialect, status: str | None, name: str | None, 
     if not newest_first:
         raise ValueError("a search reads newest first")
     scan = SEARCH_ROWS if scan is None else scan
-    if isinstance(scan, bool) or not isinstance(scan, int) or not 1 <= scan <= SEARCH_MOST:
+    if not bounds.whole_within(scan, 1, SEARCH_MOST):
         raise ValueError(f"scan must be a number from 1 to {SEARCH_MOST}, not {scan!r}")
     params["scan"] = scan
     top = mark("after") if after is not None else dialect.past_newest

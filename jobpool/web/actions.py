@@ -259,8 +259,7 @@ def selected_ids(sent: Any) -> list[int]:
     for value in sent:
         if isinstance(value, str) and value.isascii() and value.isdigit():
             value = int(value)
-        if (isinstance(value, bool) or not isinstance(value, int) or value < 1
-                or value > bounds.INT64_MAX):  # past a store's 64-bit ids: its driver's error
+        if not bounds.whole_within(value, 1, bounds.INT64_MAX):  # past 64 bits: a driver's error
             raise ValueError(f"a job id is a whole number from 1 to {bounds.INT64_MAX}, not "
                              f"{value!r}")
         if value not in ids:
