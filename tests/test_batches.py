@@ -236,3 +236,52 @@ def test_dead_retry_says_which_members_run_alone(make_any_app):
     again = app.cli("dead", "retry", str(member), "--db", str(app.db), check=True)
     assert again.stdout.splitlines() == [f"job {member}: retried"]
     assert store.batch_status(open_batch.id).pending == 1  # counted again
+
+
+HOLDING_APP = APP + '''
+
+import sqlite3, threading
+
+class HoldsTheStore(jobpool.Middleware):
+    """Refuses the job "hold", having let another connection take the store's write lock
+    (a bulk enqueue of another process, say) and keep it past the command's busy wait."""
+
+    def before_enqueue(self, job, meta):
+        if job.args != ("hold",):
+            return
+        taken = threading.Event()
+
+        def hold():
+            other = sqlite3.connect(os.environ["HOLD_DB"], isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            taken.set()
+            threading.Event().wait(30)
+        threading.Thread(target=hold, daemon=True).start()
+        taken.wait(10)
+        raise PermissionError("tenant is suspended")
+
+jobpool.add_middleware(HoldsTheStore())
+'''
+
+
+def test_a_refused_batch_whose_store_is_locked_is_left_and_said(make_app):
+    """R34: an ``enqueue --from`` whose member is refused gives its batch up (deleted, or
+    cancelled once a member joined); when the store cannot take that either (another
+    connection holds its write lock), the batch is left as it is, and a warning line
+    says so before the refusal's own, which it hides nothing of."""
+    app = make_app(HOLDING_APP)
+    app.store().close()
+    app.env = {**app.env, "HOLD_DB": str(app.db)}
+    source = app.dir / "files.jsonl"
+    source.write_text('["a"]\n["hold"]\n')
+    result = app.cli("enqueue", "b.load", "--from", str(source), "--on-complete", "b.rebuild",
+                     "--app", app.module, "--db", str(app.db), timeout=120)
+    assert result.returncode == 1, result.stderr
+    warning, error = result.stderr.strip().splitlines()
+    (batch,) = app.store().batches.list()
+    assert warning.startswith(f"jobpool: warning: batch {batch.id} of the failed enqueue is left "
+                              f"as it is: "), warning
+    assert "locked" in warning, warning
+    assert error.startswith(f"jobpool: error: --from {source} line 2: the before_enqueue of "), error
+    assert error.endswith("refused the enqueue of b.load: PermissionError: tenant is suspended")
+    assert app.store().stats()["ready"] == 0  # no member was written
