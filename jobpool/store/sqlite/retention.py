@@ -66,18 +66,20 @@ class DeadLetters:
             for job_id in ids:
                 bound = bounds.row_id(job_id)
                 try:
-                    changed = conn.execute(sql.RETRY_DEAD, {"id": bound, "now": now,
-                                                            "reset_state": reset_state}).rowcount
+                    moved = conn.execute(sql.RETRY_DEAD, {"id": bound, "now": now,
+                                                          "reset_state": reset_state}).fetchone()
                 except sqlite3.IntegrityError:
                     outcome[job_id] = "key held by a live job"
                     continue
-                if changed:
-                    if not conn.execute(sql.MEMBER_REOPENED, {"id": bound}).rowcount:  # R34
-                        batch_id = conn.execute(sql.BATCH_OF_JOB, (bound,)).fetchone()[0]
-                        if batch_id is not None:
-                            alone.setdefault(batch_id, []).append(job_id)
+                if moved:
+                    batch_id = moved[0]
+                    # R34: a member is counted again while its batch is unfinished, else
+                    # it runs alone.
+                    if (batch_id is not None
+                            and not conn.execute(sql.MEMBER_REOPENED, {"id": bound}).rowcount):
+                        alone.setdefault(batch_id, []).append(job_id)
                     conn.execute(sql.LANE_READY, {"id": bound})  # R35: back in its lane
-                outcome[job_id] = "retried" if changed else self._why_not(conn, bound)
+                outcome[job_id] = "retried" if moved else self._why_not(conn, bound)
             return RetryReport(outcome, alone)
         result = self.store.transaction("retrying dead jobs", retry)
         if "retried" in result.answers.values():

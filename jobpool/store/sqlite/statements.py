@@ -729,8 +729,6 @@ MEMBER_REOPENED = """
 UPDATE jobpool_batches SET dead = dead - 1
  WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND finished_at IS NULL
 """
-#: R34: the batch of a retried job its reopen did not count again (none, or finished).
-BATCH_OF_JOB = "SELECT batch_id FROM jobs WHERE id = ?"
 #: PostgreSQL counts the members a transaction added in its batch's shards, and locks
 #: them before a batch cancel; SQLite needs no shards (one writer at a time).
 MEMBERS_JOINED = None
@@ -1058,6 +1056,7 @@ SELECT {columns} FROM jobs WHERE status = 'dead' {name_filter}
 #: the attempt log. Fails on jobs_live_key if a live job now holds its key.
 RETRY_DEAD = f"""
 UPDATE jobs SET {assignments(lifecycle.RETRY_DEAD, DIALECT)} WHERE id = :id AND status = 'dead'
+RETURNING batch_id
 """
 DEAD_IDS = """
 SELECT id FROM jobs INDEXED BY jobs_status_ids WHERE status = 'dead' {name_filter} ORDER BY id
