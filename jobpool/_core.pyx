@@ -653,6 +653,9 @@ cdef class Connection:
         cdef int rc
         cdef list settled = []
         cdef list decoded = []
+        for share in shares:  # before anything is begun
+            if not (isinstance(share, tuple) and len(<tuple>share) == 2):
+                raise TypeError("plain_turn takes (queue, quota) shares")
         if prepared.done_fields is None:
             prepared.done_fields = _done_fields(prepared.names)
         fields = <const unsigned char*>PyBytes_AS_STRING(prepared.done_fields)
@@ -685,8 +688,6 @@ cdef class Connection:
             emptied = set()
             for second in range(2):
                 for share in shares:
-                    if not (isinstance(share, tuple) and len(<tuple>share) == 2):
-                        raise TypeError("plain_turn takes (queue, quota) shares")
                     queue = (<tuple>share)[0]
                     left = want - len(decoded)
                     if left <= 0:

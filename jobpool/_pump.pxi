@@ -64,9 +64,8 @@ cdef class Pump:
     cdef object _state, _slots, _claimer, _plan, _selector, _clock, _rng
     cdef object _store_call, _report, _may_run, _partial, _as_shares
     #: The shares of a turn in the claimer's strict order (``as_shares`` of no shares)
-    #: by the slots it claims for, while the claimer's queues are ``_strict_queues``:
-    #: the same every turn, made once (a tuple of records, never changed).
-    cdef object _strict_queues
+    #: by the slots it claims for: the same every turn (a claimer's queues are fixed
+    #: when it is made), made once (a tuple of records, never changed).
     cdef dict _strict_shares
     #: Whether the last turn went through: the next may be taken without the road to
     #: the store (``_plain_turn``), whose only work after a turn that went through is
@@ -106,7 +105,7 @@ cdef class Pump:
         self._partial = functools.partial
         self._engine_claimer = isinstance(claimer, Claimer)
         self._as_shares = as_shares
-        self._strict_queues, self._strict_shares = None, {}
+        self._strict_shares = {}
         self.turns = 0
 
     def run(self, double until):
@@ -296,8 +295,6 @@ cdef class Pump:
         """``queueplan.as_shares``, kept for the strict order (no shares)."""
         if shares is not None:
             return self._as_shares(shares, queues, want)
-        if queues is not self._strict_queues:
-            self._strict_queues, self._strict_shares = queues, {}
         made = self._strict_shares.get(want)
         if made is None:
             made = self._strict_shares[want] = self._as_shares(None, queues, want)

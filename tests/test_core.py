@@ -181,6 +181,30 @@ def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, roa
         driver.close()
 
 
+def test_the_compiled_turn_refuses_shares_that_are_not_pairs_before_it_begins(core_impl,
+                                                                               store_path):
+    """R68: ``Connection.plain_turn`` takes its shares as ``(queue, quota)`` pairs (what
+    ``queueplan.as_shares`` makes); anything else is a TypeError, with no transaction
+    begun and nothing written."""
+    from jobpool.store.sqlite import statements as sql
+    from jobpool.store.sqlite.claimer import driver_class
+    if core_impl.NAME != "compiled":
+        pytest.skip("the compiled driver's own turn")
+    insert_job(store_path)
+    driver = driver_class(core_impl.NAME)(str(store_path))
+    try:
+        driver.serve(OWNER, ["t.job"], {})
+        db = driver._db
+        for shares in ((("default",),), ("default",), (("default", 1, 2),)):
+            with pytest.raises(TypeError, match=r"plain_turn takes \(queue, quota\) shares"):
+                db.plain_turn(sql.SETTLE_DONE, driver.claim_text.pick, driver.claim_text.take,
+                              OWNER, NOW, 30.0, shares, 1, [])
+        assert db.plain_turn(sql.SETTLE_DONE, driver.claim_text.pick, driver.claim_text.take,
+                             OWNER, NOW, 30.0, (("default", 1),), 1, [])[1]  # nothing left open
+    finally:
+        driver.close()
+
+
 def test_claim_takes_at_most_n_and_only_due_rows(core, store_path):
     ids = [insert_job(store_path) for _ in range(3)]
     insert_job(store_path, run_at=NOW + 60)  # scheduled, not due
