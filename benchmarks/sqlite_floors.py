@@ -71,6 +71,8 @@ import tempfile
 import time
 
 FRAME = b"x" * 64
+#: The floors ``--only`` may choose.
+PARTS = ("fork", "pipe", "turn", "pools", "jobpool", "wake", "bulk")
 
 
 def fork_cost(n: int) -> float:
@@ -178,6 +180,7 @@ def bulk_insert_rate(rows: int, kind: str) -> float:
     jobs table's indexes dropped), or "bare" (the payloads into a two-column table)."""
     import jobpool
     from jobpool.store.sqlite import statements as sql
+    from jobpool.store.sqlite.store import BULK_CACHE_KIB
     batch = json.dumps([[i] for i in range(rows)])
     with tempfile.TemporaryDirectory() as where:
         path = os.path.join(where, "store.db")
@@ -201,7 +204,7 @@ def bulk_insert_rate(rows: int, kind: str) -> float:
                       "priority": 0, "run_at": now, "max_attempts": 3, "timeout": 60.0,
                       "now": now, "batch_id": None}
         db.execute("PRAGMA synchronous=FULL")
-        db.execute("PRAGMA cache_size=-65536")  # enqueue_many's own for a batch this big
+        db.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")  # enqueue_many's own for a batch this big
         began = time.perf_counter()
         db.execute("BEGIN IMMEDIATE")
         db.execute(text, params)
@@ -554,10 +557,6 @@ def main() -> None:
               f"{max(values):>9.1f}")
     sys.stdout.flush()
     built.cleanup()
-
-
-#: The floors ``--only`` may choose.
-PARTS = ("fork", "pipe", "turn", "pools", "jobpool", "wake", "bulk")
 
 
 if __name__ == "__main__":

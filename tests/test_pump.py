@@ -392,10 +392,11 @@ def stepped(compiled_core, tmp_path, monkeypatch):
     store.close()
 
 
-def _burst(path: Path, **options) -> Supervisor:
+def _burst(path: Path, store=None, **options) -> Supervisor:
+    """A one-slot ``--burst`` pool over ``path`` (or ``store``), run to its end."""
     pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
                                  poll_interval=0.05, kill_grace=0.5, **options),
-                      rng=random.Random(7))
+                      store=store, rng=random.Random(7))
     assert pool.run() == 0
     return pool
 
@@ -482,10 +483,7 @@ def test_a_claimer_that_is_not_the_engines_is_asked_every_turn(stepped):
         def claimer(self, *args, **kwargs):
             return Wrapped(store.claimer(*args, **kwargs))
 
-    pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=NAMES,
-                                 poll_interval=0.05, kill_grace=0.5),
-                      store=Store(), rng=random.Random(7))
-    assert pool.run() == 0
+    pool = _burst(path, store=Store())
     assert type(pool.pump) is _core.Pump and pool.pump.turns >= 15
     assert len(asked) >= pool.pump.turns and store.stats()["done"] == 20
 

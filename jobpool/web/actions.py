@@ -27,8 +27,9 @@ def retry(store: Any, who: str, job_id: int) -> Done:
     report = store.dead.retry_report([job_id])
     what = report.answers[job_id]
     _log("retry", who, job_id=job_id, result=what)
-    note = next((f"its batch {batch_id} is finished: it runs outside it, and no callback of "
-                 f"the batch follows its end" for batch_id in report.alone), None)
+    batch_id = next(iter(report.alone), None)  # one job: at most one batch
+    note = None if batch_id is None else (f"its batch {batch_id} is finished: it runs outside "
+                                          f"it, and no callback of the batch follows its end")
     return Done(what == "retried", what, note)
 
 
