@@ -123,13 +123,7 @@ def number(what: str, *, finite: bool = True, above: float | None = None) -> Rul
 def _utf8(text: str) -> bool:
     """Whether text read from a store is UTF-8 (``lenient_text`` keeps bytes that are
     not as lone surrogates, so they show here)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not bounds.not_unicode(text)
 
 
 def _text(value: Any) -> str | None:
