@@ -227,10 +227,15 @@ def square(x):
     return x * x
 
 def own_children():
+    # As proctree.children reads them: a thread listed may end before its file is read
+    # (the pool's own threads, just joined), and then had no children to name.
     found = []
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/children") as fh:
-            found += [int(p) for p in fh.read().split()]
+        try:
+            with open(f"/proc/self/task/{tid}/children") as fh:
+                found += [int(p) for p in fh.read().split()]
+        except FileNotFoundError:
+            continue
     return found
 
 @job(name="t.pool", store_result=True, max_attempts=1)
