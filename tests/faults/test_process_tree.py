@@ -221,28 +221,17 @@ def test_a_fork_that_comes_back_out_of_a_job_in_testing_drain_ends_there(make_ap
 
 POOLS_APP = """
 import multiprocessing, os
-from jobpool import job
+from jobpool import job, proctree
 
 def square(x):
     return x * x
-
-def own_children():
-    # As proctree.children reads them: a thread listed may end before its file is read
-    # (the pool's own threads, just joined), and then had no children to name.
-    found = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/children") as fh:
-                found += [int(p) for p in fh.read().split()]
-        except FileNotFoundError:
-            continue
-    return found
 
 @job(name="t.pool", store_result=True, max_attempts=1)
 def pool(method):
     with multiprocessing.get_context(method).Pool(2) as workers:
         squares = workers.map(square, range(4))
-    return {"squares": squares, "helpers": own_children()}
+    # Read as the pool reads them (a thread of the pool just joined may end meanwhile).
+    return {"squares": squares, "helpers": proctree.children(os.getpid())}
 
 @job(name="t.left_running", max_attempts=1)
 def left_running():
