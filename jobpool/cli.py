@@ -24,7 +24,7 @@ from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryErro
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
 from jobpool.serialize import MAX_PAYLOAD_BYTES
-from jobpool.store.rows import (DUE_ALREADY, LISTED_STATUSES, MADE_DUE, NO_SUCH_JOB, NOT_FOUND,
+from jobpool.store.rows import (DUE_ALREADY, LISTED_STATUSES, MADE_DUE, NO_SUCH_JOB,
                                 enqueue_options)
 from jobpool.store.urls import check_store_name, is_postgres_url
 from jobpool.store import factory
@@ -1181,10 +1181,9 @@ def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
         print(f"{moved} waiting job{'' if moved == 1 else 's'} due now")
         return 0
     answers = store.run_now(args.ids)
-    # An id that names no job reads as in every command on ids (cancel, dead retry...).
     return _report({job_id: MADE_DUE if what == MADE_DUE else
                     "ready and due already" if what == DUE_ALREADY else
-                    NO_SUCH_JOB if what == NOT_FOUND else f"it is {what}"
+                    what if what == NO_SUCH_JOB else f"it is {what}"
                     for job_id, what in answers.items()}, MADE_DUE)
 
 

@@ -45,7 +45,7 @@ def test_waiting_jobs_run_now_and_the_rest_are_refused_naming_their_status(any_s
         answers = store.run_now([scheduled, backing_off, deferred, running, dead, due, 999_999])
         assert answers == {scheduled: "due now", backing_off: "due now", deferred: "due now",
                            running: "running", dead: "dead", due: "running",
-                           999_999: "not found"}
+                           999_999: "no such job"}
         # Attempts kept: the retry is still its second attempt, the deferral its first.
         assert store.get(backing_off)["attempts"] == before[backing_off]["attempts"] == 1
         assert store.get(backing_off)["last_error"] == "boom"
@@ -97,7 +97,7 @@ def test_run_now_refuses_what_is_not_a_list_of_job_ids(any_store, ids):
 
 def test_run_now_answers_an_id_no_store_can_have_as_not_found(any_store):
     # As `get` answers it, and as the dead letters' calls do (0 was refused here alone).
-    assert any_store.run_now([0, -5, 2**63]) == dict.fromkeys([0, -5, 2**63], "not found")
+    assert any_store.run_now([0, -5, 2**63]) == dict.fromkeys([0, -5, 2**63], "no such job")
 
 
 def test_jobs_run_now_on_the_cli_and_a_pool_runs_the_job_at_once(make_any_app):

@@ -82,11 +82,11 @@ def test_run_now_refusals_are_the_stores_words(any_store, store_url, caplog):
     due = any_store.enqueue_with("w.now").id
     with _client(store_url) as client:
         token = _csrf(client.get(f"/jobs/{dead}").text)  # its retry button's form
-        for job_id, said in ((dead, "dead"), (due, "due already"), (999_999, "not found")):
+        for job_id, said in ((dead, "dead"), (due, "due already"), (999_999, "no such job")):
             client.post(f"/jobs/{job_id}/run-now", data={"csrf": token, "next": "/scheduled"})
             assert f"job {job_id}: {said}" in client.get("/scheduled").text
     assert any_store.get(dead)["status"] == "dead"
-    assert [e["result"] for e in _web_actions(caplog)] == ["dead", "due already", "not found"]
+    assert [e["result"] for e in _web_actions(caplog)] == ["dead", "due already", "no such job"]
 
 
 @on_both_stores

@@ -422,7 +422,7 @@ class Store(Protocol):
     def run_now(self, ids: Iterable[int], now: float | None = None) -> dict[int, str]:
         """R51: each waiting job of ``ids`` (scheduled, or out a retry's backoff) is due
         now, keeping its attempts and its place rules (R7). Answers id -> ``due now``,
-        ``due already`` (ready and due), ``not found``, or the status that refused it
+        ``due already`` (ready and due), ``no such job``, or the status that refused it
         (``running``, ``done``, ``dead``)."""
         ...
 

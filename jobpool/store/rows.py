@@ -804,10 +804,10 @@ def attempt_params(lease: Lease, outcome: Outcome, owner: str, now: float,
 
 
 #: R51: what ``run_now`` answers for an id: it was waiting and is due now, or it was
-#: due already; any other answer is the status that refused it, or ``not found``.
-MADE_DUE, DUE_ALREADY, NOT_FOUND = "due now", "due already", "not found"
-#: What an operator's call on many ids (``cancel_many``, ``dead.retry``) answers for one
-#: that names no job.
+#: due already; any other answer is the status that refused it, or ``NO_SUCH_JOB``.
+MADE_DUE, DUE_ALREADY = "due now", "due already"
+#: What an operator's call on many ids (``cancel_many``, ``dead.retry``, ``run_now``)
+#: answers for one that names no job.
 NO_SUCH_JOB = "no such job"
 
 
@@ -841,6 +841,6 @@ def run_now_answers(ids: list[int], made_due: set[int], statuses: dict[int, str]
     answers = {}
     for job_id in ids:
         status = statuses.get(job_id)
-        answers[job_id] = (MADE_DUE if job_id in made_due else NOT_FOUND if status is None
+        answers[job_id] = (MADE_DUE if job_id in made_due else NO_SUCH_JOB if status is None
                            else DUE_ALREADY if status == "ready" else status)
     return answers

@@ -56,7 +56,7 @@ def cancel(store: Any, who: str, job_id: int) -> Done:
 
 
 #: R51: what ``run_now`` answers when the job is due now (moved, or due already);
-#: any other answer is the status that refused it, or ``not found``.
+#: any other answer is the status that refused it, or ``no such job``.
 RUN_NOW_OK = ("due now", "due already")
 
 

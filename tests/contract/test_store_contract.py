@@ -329,7 +329,7 @@ def test_a_dead_letter_call_takes_a_list_of_ids_and_nothing_else(any_store, call
     # An id no store can have names no job, as `get` answers it (the web's retry of job 0
     # was a 500 while it was refused).
     assert act([0, -1, 2**63, 10**30]) == dict.fromkeys([0, -1, 2**63, 10**30], "no such job")
-    assert any_store.run_now([0, 2**63]) == {0: "not found", 2**63: "not found"}
+    assert any_store.run_now([0, 2**63]) == {0: "no such job", 2**63: "no such job"}
     # An id named twice is answered once, for what the call did to it.
     answer = {"retry": "retried", "delete": "deleted"}[call]
     assert act([ids[0], ids[0]]) == {ids[0]: answer}
