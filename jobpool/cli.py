@@ -1240,13 +1240,17 @@ def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
         return 0
     report = store.dead.retry_report(ids, reset_state=args.reset_state)
     code = _report(report.answers, "retried")
-    # R34: a member of a finished batch runs alone; an operator retrying a batch's dead
-    # members would otherwise wait for callbacks that do not come.
-    for batch_id, members in report.alone.items():
+    # R34: a member of a finished batch runs alone, and one of a cancelled batch counts
+    # in it again; an operator retrying a batch's dead members would otherwise wait for
+    # callbacks that do not come.
+    for batch_id, members, state, where in (
+            *((b, m, "is finished", "outside it") for b, m in report.alone.items()),
+            *((b, m, "was cancelled", "in it again") for b, m in report.cancelled.items())):
+        many = len(members) > 1
         named = ", ".join(map(str, members[:10])) + (", ..." if len(members) > 10 else "")
-        print(f"batch {batch_id} is finished: job{'s' if len(members) > 1 else ''} {named} "
-              f"run{'' if len(members) > 1 else 's'} outside it, and no callback of the batch "
-              f"follows {'their' if len(members) > 1 else 'its'} end")
+        print(f"batch {batch_id} {state}: job{'s' if many else ''} {named} "
+              f"run{'' if many else 's'} {where}, and no callback of the batch "
+              f"follows {'their' if many else 'its'} end")
     return code
 
 

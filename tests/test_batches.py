@@ -4,6 +4,7 @@ member adds to its own batch, once however often it is retried."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -236,6 +237,28 @@ def test_dead_retry_says_which_members_run_alone(make_any_app):
     again = app.cli("dead", "retry", str(member), "--db", str(app.db), check=True)
     assert again.stdout.splitlines() == [f"job {member}: retried"]
     assert store.batch_status(open_batch.id).pending == 1  # counted again
+
+
+def test_dead_retry_says_a_member_of_a_cancelled_batch_has_no_callback(make_any_app):
+    """R34: a member of a batch cancelled while another member ran counts in it again when
+    retried, and no callback follows its end either: ``dead retry`` says so, as it does
+    for one that runs alone."""
+    app = make_any_app(APP)
+    store = app.store()
+    batch = store.batch(on_complete=Signature("b.report", (), {"run": "cancelled"}))
+    running, waiting = batch.add_many("b.load", [("a",), ("b",)]).ids
+    claimer = store.claimer("pool-x", ("b.load",), ("default",), {})
+    try:
+        claimed = claimer.turn([], 1, time.time(), None)[1]
+        assert [job.job_id for job in claimed] == [running]
+        app.cli("batches", "cancel", str(batch.id), "--db", str(app.db), check=True)
+        retried = app.cli("dead", "retry", str(waiting), "--db", str(app.db), check=True)
+    finally:
+        claimer.close()
+    assert retried.stdout.splitlines() == [
+        f"job {waiting}: retried",
+        f"batch {batch.id} was cancelled: job {waiting} runs in it again, and no callback of "
+        f"the batch follows its end"]
 
 
 HOLDING_APP = APP + '''

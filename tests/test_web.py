@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -493,3 +494,30 @@ def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, st
         answer = client.post("/jobs/all/retry", data=form)
         assert ("retry all matching: 2 retried; 1 of them ran in batches that are finished"
                 in client.get(answer.headers["location"]).text)
+
+
+@on_both_stores
+def test_a_retried_member_of_a_cancelled_batch_is_said_to_have_no_callback(any_store, store_url):
+    """R34: a member of a batch cancelled while another member ran counts in it again when
+    retried, and no callback follows its end: the button, the API and a selection say so."""
+    batch = any_store.batch(on_complete=jobpool.Signature("t.report"))
+    running, waiting = batch.add_many("t.gone", [("a",), ("b",)]).ids
+    claimer = any_store.claimer("pool-x", ("t.gone",), ("default",), {})
+    try:
+        assert [job.job_id for job in claimer.turn([], 1, time.time(), None)[1]] == [running]
+    finally:
+        claimer.close()
+    assert batch.cancel().cancelled and not any_store.batch_status(batch.id).finished
+    said = (f"its batch {batch.id} was cancelled: it counts in it again, and no callback of "
+            f"the batch follows its end")
+    with _client(store_url) as client:
+        token = _csrf(client.get("/dead").text)
+        answer = client.post(f"/jobs/{waiting}/retry", data={"csrf": token, "next": "/dead"})
+        assert f"job {waiting}: retried; {said}" in client.get(answer.headers["location"]).text
+        assert any_store.cancel(waiting) == "cancelled"
+        assert client.post(f"/api/jobs/{waiting}/retry", json={}).json() == {
+            "ok": True, "result": "retried", "note": said}
+        assert any_store.cancel(waiting) == "cancelled"
+        many = client.post("/api/jobs/bulk", json={"action": "retry", "ids": [waiting]})
+        assert many.json()["note"] == ("1 of them is in cancelled batches, and no batch "
+                                       "callback follows")

@@ -405,7 +405,8 @@ class Store(Protocol):
         ``retry(ids)`` (back in line under the same id with a fresh budget, unless a
         live job holds its key), ``delete(ids)`` and ``purge(older_than)``; retry and
         delete answer id -> what happened. ``retry_report(ids)``: ``retry``'s answers and
-        the retried members of finished batches, which run alone (a ``RetryReport``)."""
+        the retried members no batch callback follows: those of finished batches, which
+        run alone, and those of cancelled ones (a ``RetryReport``)."""
         ...
 
     def cancel(self, job_id: int, now: float | None = None) -> str:

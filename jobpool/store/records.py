@@ -180,12 +180,15 @@ def _callback_name(spec: object) -> str | None:
 
 class RetryReport(NamedTuple):
     """``store.dead.retry_report``: what ``retry`` answers (id -> what happened), and the
-    retried jobs that run alone (R34): members of finished batches (their callbacks
-    fired, or, cancelled, every member had ended), by batch id, as the retry's own
-    transaction found them."""
+    retried members no batch callback follows (R34), by batch id, as the retry's own
+    transaction found them: ``alone``, members of finished batches (their callbacks
+    fired, or, cancelled, every member had ended), which run outside them; ``cancelled``,
+    members of batches cancelled while a member still ran, counted again (the batch
+    ends when they do) and followed by no callback either."""
 
     answers: dict[int, str]
     alone: dict[int, list[int]]
+    cancelled: dict[int, list[int]]
 
 
 class MemberResult(NamedTuple):

@@ -14,7 +14,7 @@ from jobpool.errors import BatchNotFound, EnqueueError
 class Done(NamedTuple):
     """What became of an action: ``ok`` when the store did what was asked, ``what`` the
     store's word for it (``retried``, ``not dead (ready)``, ``no such job``...), and
-    ``note``, what else its user should know (a retried batch member that runs alone)."""
+    ``note``, what else its user should know (a retried batch member no callback follows)."""
 
     ok: bool
     what: str
@@ -23,22 +23,32 @@ class Done(NamedTuple):
 
 def retry(store: Any, who: str, job_id: int) -> Done:
     """R32: a dead job back in line under its id, with fresh attempts; R34: a member of a
-    finished batch runs alone, which the note says (``jobpool dead retry`` says it too)."""
+    finished batch runs alone, and one of a cancelled batch is followed by no callback,
+    which the note says (``jobpool dead retry`` says it too)."""
     report = store.dead.retry_report([job_id])
     what = report.answers[job_id]
     _log("retry", who, job_id=job_id, result=what)
-    batch_id = next(iter(report.alone), None)  # one job: at most one batch
-    note = None if batch_id is None else (f"its batch {batch_id} is finished: it runs outside "
-                                          f"it, and no callback of the batch follows its end")
+    note = None  # one job: at most one batch
+    for batch_id in report.alone:
+        note = (f"its batch {batch_id} is finished: it runs outside it, and no callback of "
+                f"the batch follows its end")
+    for batch_id in report.cancelled:
+        note = (f"its batch {batch_id} was cancelled: it counts in it again, and no callback "
+                f"of the batch follows its end")
     return Done(what == "retried", what, note)
 
 
-def _alone_note(alone: int) -> str | None:
-    """R34: what a retry of many says of the members of finished batches among them."""
-    if not alone:
-        return None
-    return (f"{alone} of them ran in batches that are finished: "
-            f"{'it runs' if alone == 1 else 'they run'} alone, and no batch callback follows")
+def _batch_note(alone: int, cancelled: int) -> str | None:
+    """R34: what a retry of many says of the members among them no batch callback
+    follows: those of finished batches (they run alone), those of cancelled ones."""
+    said = []
+    if alone:
+        said.append(f"{alone} of them ran in batches that are finished: "
+                    f"{'it runs' if alone == 1 else 'they run'} alone")
+    if cancelled:
+        said.append(f"{cancelled} of them {'is' if cancelled == 1 else 'are'} in cancelled "
+                    f"batches")
+    return "; ".join(said) + ", and no batch callback follows" if said else None
 
 
 def delete(store: Any, who: str, job_id: int) -> Done:
@@ -199,31 +209,34 @@ def bulk(store: Any, who: str, action: str, chosen: dict[str, Any], through: int
     ``BULK_MOST``), one ``web_action`` event with the filter, the ids and a count of
     what became of them."""
     ids = matching(store, chosen, through)
-    outcome, alone = _applied(store, action, ids)
+    outcome, unfollowed = _applied(store, action, ids)
     counts = _counted(outcome)
     _log(action, who, filter={k: v for k, v in chosen.items() if v is not None},
          job_ids=ids, result=counts)
-    return Done(bool(ids), _said(counts) or "none matched", _alone_note(alone))
+    return Done(bool(ids), _said(counts) or "none matched", _batch_note(*unfollowed))
 
 
-def _applied(store: Any, action: str, ids: list[int]) -> tuple[dict[int, str], int]:
+def _applied(store: Any, action: str,
+             ids: list[int]) -> tuple[dict[int, str], tuple[int, int]]:
     """``action`` on each of ``ids``, ``BULK_CHUNK`` a store call: what the store
-    answered for each, and how many retried members of finished batches run alone."""
+    answered for each, and how many retried members no batch callback follows (R34:
+    those of finished batches, which run alone, and those of cancelled ones)."""
     outcome: dict[int, str] = {}
-    alone = 0
+    alone = cancelled = 0
     for start in range(0, len(ids), BULK_CHUNK):
         chunk = ids[start:start + BULK_CHUNK]
         if action == "retry":
             report = store.dead.retry_report(chunk)
             outcome.update(report.answers)
             alone += sum(map(len, report.alone.values()))
+            cancelled += sum(map(len, report.cancelled.values()))
         elif action == "delete":
             outcome.update(store.dead.delete(chunk))
         elif action == "run-now":
             outcome.update(store.run_now(chunk))
         else:
             outcome.update(store.cancel_many(chunk))
-    return outcome, alone
+    return outcome, (alone, cancelled)
 
 
 def _counted(outcome: dict[int, str]) -> dict[str, int]:
@@ -275,11 +288,11 @@ def selected(store: Any, who: str, action: str, ids: list[int]) -> tuple[Done, d
     ticked, each as its one-job button would do it (the store refuses a job whose
     status the action does not take, naming it); one ``web_action`` event with the
     ids and a count of what became of them. Also what became of each id."""
-    outcome, alone = _applied(store, action, ids)
+    outcome, unfollowed = _applied(store, action, ids)
     counts = _counted(outcome)
     _log(action, who, selected=True, job_ids=ids, result=counts)
     return Done(any(what in SELECTED_OK[action] for what in outcome.values()), _said(counts),
-                _alone_note(alone)), outcome
+                _batch_note(*unfollowed)), outcome
 
 
 #: The options an enqueue by name takes besides ``name``, ``args`` and ``kwargs``, with

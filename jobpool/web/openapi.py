@@ -29,8 +29,8 @@ SUMMARIES = {
                              "buckets} in seconds",
     ("DELETE", "/api/jobs/{job_id:int}"): "Delete a dead job",
     ("POST", "/api/jobs/{job_id:int}/retry"): "Retry a dead job under its id, fresh attempts "
-                                               "(a note when it runs alone, outside its "
-                                               "finished batch)",
+                                               "(a note when no callback of its batch "
+                                               "follows: finished, or cancelled)",
     ("POST", "/api/jobs/{job_id:int}/cancel"): "Cancel a ready job (dead now) or a running one "
                                                "(its pool kills it)",
     ("POST", "/api/jobs/{job_id:int}/run-now"): "A scheduled or retrying job due now, its "

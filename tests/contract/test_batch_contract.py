@@ -193,6 +193,31 @@ def test_dead_retry_reopens_an_unfired_batch_only(any_store, claimer):
     assert settled_status.finished and settled_status.done == 2
 
 
+def test_a_retried_member_of_a_cancelled_batch_counts_again_and_is_reported(any_store, claimer):
+    """R34: a batch cancelled while a member ran is unfinished until that member ends; a
+    dead member retried meanwhile counts in it again (so the batch ends when both have
+    ended, each counted once), and ``retry_report`` names it: no callback follows it,
+    where "retried" alone left an operator waiting for one."""
+    batch = new_batch(any_store)
+    first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids
+    c = claimer()
+    (running,) = claim(c, 1)
+    assert running.job_id == first
+    assert not batch.cancel().finished  # the ready member dead now, the running one flagged
+    report = any_store.dead.retry_report([second])
+    assert report == ({second: "retried"}, {}, {batch.id: [second]})
+    status = any_store.batch_status(batch.id)
+    assert (status.pending, status.dead, status.finished) == (2, 0, False)
+    settle(c, Outcome(first, 1, DONE))
+    assert not any_store.batch_status(batch.id).finished  # the retried member still counts
+    run_all(c, FATAL, "Fatal: again")
+    status = any_store.batch_status(batch.id)
+    assert (status.done, status.dead, status.pending, status.finished) == (1, 1, 0, True)
+    assert callbacks(any_store) == []
+    # Retried once more, the batch being finished now, it runs alone.
+    assert any_store.dead.retry_report([second]) == ({second: "retried"}, {batch.id: [second]}, {})
+
+
 def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
     """R34 on PostgreSQL: a retry read its batch unfinished from its statement's
     snapshot while another member's end, not yet committed, was finishing it; the
@@ -223,7 +248,7 @@ def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
         # Until the retry waits for the member's end (or ends without waiting for it).
         wait_for(lambda: not retrying.is_alive() or admin.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE %s", ("%finished_at IS NOT NULL FROM jobpool_batches%",)
+            "AND query LIKE %s", ("%FROM jobpool_batches WHERE id = %FOR SHARE%",)
         ).fetchone()[0], timeout=30, interval=0.01)
     finally:
         admin.close()
@@ -231,7 +256,7 @@ def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
         ending.join(30)
         retrying.join(30)
     report = answer["report"]
-    assert report.answers == {first: "retried"} and report.alone == {batch.id: [first]}
+    assert report == ({first: "retried"}, {batch.id: [first]}, {})
     status = store.batch_status(batch.id)
     assert (status.finished, status.pending, status.dead) == (True, 0, 2)
     assert [name for name, _ in callbacks(store)] == [COMPLETE]

@@ -51,8 +51,9 @@ class PgDeadLetters:
 
     def retry_report(self, ids: Iterable[int], now: float | None = None, *,
                      reset_state: bool = False) -> RetryReport:
-        """``retry``, with the retried members of finished batches (R34: they run
-        alone), as each retry's own statement found them."""
+        """``retry``, with the retried members no batch callback follows (R34: those
+        of finished batches run alone; those of cancelled ones count again), as each
+        retry's own statement found them."""
         ids = rows.job_ids(ids, "dead.retry")
         bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
 
@@ -60,6 +61,7 @@ class PgDeadLetters:
             server_now = self.store.server_now(conn)
             outcome: dict[int, str] = {}
             alone: dict[int, list[int]] = {}
+            cancelled: dict[int, list[int]] = {}
             for job_id in ids:
                 bound = bounds.row_id(job_id)
                 try:
@@ -73,14 +75,18 @@ class PgDeadLetters:
                 if moved:
                     self.store.notify_ready(conn, moved[1])
                     batch_id, reopened = moved[2], moved[3]
-                    if reopened and conn.execute(pg_sql.BATCH_FINISHED_SINCE,
-                                                 {"batch": batch_id}).fetchone()[0]:
-                        conn.execute(pg_sql.REOPEN_TAKEN_BACK, {"batch": batch_id, "id": bound})
-                        reopened = False
+                    if reopened:
+                        finished, was_cancelled = conn.execute(
+                            pg_sql.BATCH_FINISHED_SINCE, {"batch": batch_id}).fetchone()
+                        if finished:
+                            conn.execute(pg_sql.REOPEN_TAKEN_BACK, {"batch": batch_id, "id": bound})
+                            reopened = False
+                        elif was_cancelled:
+                            cancelled.setdefault(batch_id, []).append(job_id)
                     if batch_id is not None and not reopened:  # R34: it runs alone
                         alone.setdefault(batch_id, []).append(job_id)
                 outcome[job_id] = "retried" if moved else _why_not(conn, bound)
-            return RetryReport(outcome, alone)
+            return RetryReport(outcome, alone, cancelled)
         return self.store.transaction("retrying dead jobs", retry)
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:

@@ -1574,9 +1574,11 @@ RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 #: member's end emptied the last shard in a transaction that had not seen the reopen
 #: (the reopen read the batch row from its statement's snapshot). Taken after the
 #: shard's row (shards, then the batch: the order a member's end locks them in), FOR
-#: SHARE waits for that end to commit and reads the batch as it left it.
+#: SHARE waits for that end to commit and reads the batch as it left it; and whether
+#: it was cancelled (a reopened member of a cancelled batch is followed by no callback).
 BATCH_FINISHED_SINCE = """
-SELECT finished_at IS NOT NULL FROM jobpool_batches WHERE id = %(batch)s FOR SHARE
+SELECT finished_at IS NOT NULL, cancelled_at IS NOT NULL
+  FROM jobpool_batches WHERE id = %(batch)s FOR SHARE
 """
 #: R34: the reopen of a member whose batch finished meanwhile, taken back (the member
 #: counts as the dead it was when the batch finished; it runs alone).

@@ -55,14 +55,16 @@ class DeadLetters:
 
     def retry_report(self, ids: Iterable[int], now: float | None = None, *,
                      reset_state: bool = False) -> RetryReport:
-        """``retry``, with the retried members of finished batches (R34: they run
-        alone), found in the retry's own transaction."""
+        """``retry``, with the retried members no batch callback follows (R34: those
+        of finished batches run alone; those of cancelled ones count again), found in
+        the retry's own transaction."""
         now = bounds.now_or(now)
         ids = rows.job_ids(ids, "dead.retry")
 
         def retry(conn):
             outcome: dict[int, str] = {}
             alone: dict[int, list[int]] = {}
+            cancelled: dict[int, list[int]] = {}
             for job_id in ids:
                 bound = bounds.row_id(job_id)
                 try:
@@ -75,12 +77,15 @@ class DeadLetters:
                     batch_id = moved[0]
                     # R34: a member is counted again while its batch is unfinished, else
                     # it runs alone.
-                    if (batch_id is not None
-                            and not conn.execute(sql.MEMBER_REOPENED, {"id": bound}).rowcount):
-                        alone.setdefault(batch_id, []).append(job_id)
+                    if batch_id is not None:
+                        reopened = conn.execute(sql.MEMBER_REOPENED, {"id": bound}).fetchone()
+                        if reopened is None:
+                            alone.setdefault(batch_id, []).append(job_id)
+                        elif reopened[0]:
+                            cancelled.setdefault(batch_id, []).append(job_id)
                     conn.execute(sql.LANE_READY, {"id": bound})  # R35: back in its lane
                 outcome[job_id] = "retried" if moved else self._why_not(conn, bound)
-            return RetryReport(outcome, alone)
+            return RetryReport(outcome, alone, cancelled)
         result = self.store.transaction("retrying dead jobs", retry)
         if "retried" in result.answers.values():
             self.store.notify_ready()

@@ -724,10 +724,12 @@ UPDATE jobpool_batches SET dead = dead + 1, changed_at = :now
  WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND finished_at IS NULL
 """
 #: R34: ``dead retry`` of a member before the callbacks fired reopens its count;
-#: after, the batch is finished and the retried job runs alone.
+#: after, the batch is finished and the retried job runs alone. Answers whether the
+#: batch reopened was cancelled (it fires no callback when the member ends).
 MEMBER_REOPENED = """
 UPDATE jobpool_batches SET dead = dead - 1
  WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND finished_at IS NULL
+RETURNING cancelled_at IS NOT NULL
 """
 #: PostgreSQL counts the members a transaction added in its batch's shards, and locks
 #: them before a batch cancel; SQLite needs no shards (one writer at a time).
