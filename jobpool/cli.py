@@ -130,6 +130,11 @@ class UserError(JobpoolError):
     """A CLI mistake: reported as one line."""
 
 
+def _jobs(count: int) -> str:
+    """``1 job``, ``2 jobs``: a count of jobs as a line says it."""
+    return f"{count} job{'' if count == 1 else 's'}"
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -907,7 +912,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
             print(json.dumps({"ids": [h.id for h in handles],
                               **({"batch": batch.id} if batch else {})}))
         else:
-            print(f"queued {len(handles)} jobs"
+            print(f"queued {_jobs(len(handles))}"
                   + (f" ({handles[0].id}-{handles[-1].id})" if handles else "")
                   + (f" in batch {batch.id}" if batch else ""))
         return 0
@@ -1501,7 +1506,7 @@ def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     queue = args.queue
     store.limits.set_queue(queue, args.running)
-    print(f"queue {queue}: at most {args.running} jobs running at once across every pool "
+    print(f"queue {queue}: at most {_jobs(args.running)} running at once across every pool "
           f"(from each pool's next heartbeat; running jobs are not stopped)")
     return 0
 
@@ -1554,7 +1559,7 @@ def cmd_batches_show(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps(dict(status.as_dict(), members=members, callbacks=callbacks)))
         return 0
     now = time.time()
-    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {status.total} jobs, "
+    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {_jobs(status.total)}, "
               f"{status.done} done, {status.dead} dead, {status.pending} pending", markup=True,
               highlight=False)
     out.print(f"  created {_when(status.created_at, now)}", highlight=False)
@@ -1586,8 +1591,10 @@ def cmd_batches_cancel(args: argparse.Namespace, out: _Stdout) -> int:
         raise UserError(f"batch {args.id} is {_batch_state(before)} already: nothing to cancel")
     status = store.batches.cancel(args.id)
     running = store.batches.members(args.id).get("running", 0)
-    print(f"batch {args.id} cancelled: {status.dead - before.dead} jobs dead now"
-          + (f", {running} running ones asked to stop" if running else "")
+    dead = status.dead - before.dead
+    print(f"batch {args.id} cancelled: {_jobs(dead)} dead now"
+          + (f", {running} running {'one' if running == 1 else 'ones'} asked to stop"
+             if running else "")
           + "; no callback will fire")
     return 0
 
@@ -1607,9 +1614,10 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
     doctor = factory.doctor(path)
     if args.salvage:
         report = doctor.salvage(path, args.salvage)
-        print(f"copied {report.copied} jobs from {shown(path)} into {shown(args.salvage)}")
+        print(f"copied {_jobs(report.copied)} from {shown(path)} into {shown(args.salvage)}")
         if report.unreadable:
-            print(f"{len(report.unreadable)} job rows could not be read: "
+            print(f"{len(report.unreadable)} job row{'' if len(report.unreadable) == 1 else 's'} "
+                  f"could not be read: "
                   f"{', '.join(map(str, report.unreadable[:20]))}", file=sys.stderr)
         for problem in report.problems:
             print(f"problem: {shown(problem)}", file=sys.stderr)

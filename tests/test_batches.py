@@ -251,10 +251,12 @@ def test_dead_retry_says_a_member_of_a_cancelled_batch_has_no_callback(make_any_
     try:
         claimed = claimer.turn([], 1, time.time(), None)[1]
         assert [job.job_id for job in claimed] == [running]
-        app.cli("batches", "cancel", str(batch.id), "--db", str(app.db), check=True)
+        cancelled = app.cli("batches", "cancel", str(batch.id), "--db", str(app.db), check=True)
         retried = app.cli("dead", "retry", str(waiting), "--db", str(app.db), check=True)
     finally:
         claimer.close()
+    assert cancelled.stdout.strip() == (f"batch {batch.id} cancelled: 1 job dead now, 1 running "
+                                        f"one asked to stop; no callback will fire")
     assert retried.stdout.splitlines() == [
         f"job {waiting}: retried",
         f"batch {batch.id} was cancelled: job {waiting} runs in it again, and no callback of "

@@ -375,6 +375,22 @@ def test_a_refused_enqueue_makes_no_store(make_app):
     assert (app.dir / "new.db").stat().st_mode & 0o777 == 0o660
 
 
+def test_a_count_of_one_job_reads_in_the_singular(make_app):
+    """What the commands print of one job says "1 job", not "1 jobs"."""
+    app = make_app(APP)
+    source = app.dir / "one.jsonl"
+    source.write_text('["a"]\n')
+    queued = app.cli("enqueue", "t.hello", "--from", str(source), "--on-complete", "t.hello",
+                     "--db", str(app.db), check=True)
+    assert queued.stdout.startswith("queued 1 job (")
+    batch_id = app.store().batches.list()[0].id
+    shown = app.cli("batches", "show", str(batch_id), "--db", str(app.db), check=True)
+    assert f"batch {batch_id} closed: 1 job, 0 done" in shown.stdout
+    limited = app.cli("limits", "set", "--queue", "q", "--running", "1", "--db", str(app.db),
+                      check=True)
+    assert limited.stdout.startswith("queue q: at most 1 job running at once")
+
+
 def test_a_refused_line_of_from_is_named_by_its_line_and_app_paths_are_refused(make_app):
     # The store names the item by its place among the jobs (from 0, blank lines not
     # counted); the file's reader by its line.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 
 import pytest
@@ -112,8 +113,8 @@ def test_doctor_salvages_every_readable_job_of_a_damaged_store(make_app):
     new = app.dir / "salvaged.db"
     result = app.cli("doctor", "--db", str(app.db), "--salvage", str(new))
     copied = int(result.stdout.split()[1])
-    unreadable = result.stderr.split(" job rows could not be read")[0].split()[-1] \
-        if "could not be read" in result.stderr else "0"
+    unreadable = re.search(r"(\d+) job rows? could not be read", result.stderr)
+    unreadable = unreadable.group(1) if unreadable else "0"
     assert app.db.read_bytes() == before  # the damaged file is only read
     assert copied > 0 and copied + int(unreadable) >= 1900
     salvaged = jobpool.connect(new, check=True)

@@ -336,6 +336,10 @@ def test_a_jobs_page_shows_its_batch(any_store, store_url):
     assert (f'<p id="batch"><a href="/batches/{batch.id}">batch {batch.id}</a>: 3 jobs, '
             "2 pending, 0 done, 1 dead;") in page
     assert "closed</p>" in page
+    with any_store.batch() as single:
+        only = single.add(Signature("w.member", (9,))).id
+    with _client(store_url) as client:
+        assert f"batch {single.id}</a>: 1 job, 1 pending" in client.get(f"/jobs/{only}").text
 
 
 def test_a_jobs_page_and_the_api_show_its_metadata(any_store, store_url):
