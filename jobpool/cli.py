@@ -886,7 +886,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         batch = store.batch(on_success=jobs.Signature(args.on_success) if args.on_success else None,
                             on_complete=jobs.Signature(args.on_complete) if args.on_complete
                             else None) if batched else None
-        with out.status(f"writing {len(items)} jobs", spinner="dots") if out.is_terminal \
+        with out.status(f"writing {_jobs(len(items))}", spinner="dots") if out.is_terminal \
                 else _nothing():
             try:
                 handles = store.enqueue_many(args.name, items, delay=args.delay,
@@ -1274,7 +1274,7 @@ def cmd_dead_purge(args: argparse.Namespace, out: _Stdout) -> int:
             count = store.dead.purge(args.older_than, progress=lambda n: bar.advance(task, n))
     else:
         count = store.dead.purge(args.older_than)
-    print(f"purged {count} dead jobs")
+    print(f"purged {count} dead job{'' if count == 1 else 's'}")
     return 0
 
 

@@ -179,7 +179,8 @@ def _where(snapshot: Snapshot, width: int, phase: str | None = None) -> Text:
     """Store, core, pools and the clock; the store path gives way first."""
     busy = sum(1 for s in snapshot.slots if s.busy)
     n = len(snapshot.pools)
-    live = (Text(f"{n} pool{'s' * (n != 1)} · {len(snapshot.slots)} slots · {busy} busy")
+    slots = len(snapshot.slots)
+    live = (Text(f"{n} pool{'s' * (n != 1)} · {slots} slot{'s' * (slots != 1)} · {busy} busy")
             if n else Text(_PHASE_HEADER.get(phase or "", "no live pool"), style="yellow"))
     if snapshot.stale_pools:
         live.append(f" ({snapshot.stale_pools} stale)", style="yellow")

@@ -257,7 +257,7 @@ class _Drain:
             if ran >= max_jobs:
                 due = self._next_due()
                 if due is not None and (run_scheduled or due <= now):
-                    raise DrainLimitError(f"drain ran {ran} attempts (max_jobs) and jobs are "
+                    raise DrainLimitError(f"drain ran {ran} attempt{'s' * (ran != 1)} (max_jobs) and jobs are "
                                           f"still ready: does a job always defer or "
                                           f"reschedule itself?", self.drained)
                 return self.drained

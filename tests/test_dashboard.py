@@ -133,6 +133,7 @@ def test_a_slot_without_progress_shows_its_stage_and_one_without_timeout_its_ela
     lines = frame(snapshot(slots=(busy(0, 5, progress=None, stage="waiting on lock", timeout=0),)))
     row = line_with(lines, "4000", "waiting on lock")
     assert " 12s " in row and "12s/" not in row and "%" not in row
+    assert "1 pool · 1 slot · 1 busy" in "\n".join(lines)  # one of each, in the singular
 
 
 def test_queue_rows_show_ready_scheduled_running_dead_and_done_per_minute():

@@ -94,7 +94,10 @@ def test_dead_letters_list_show_retry_delete_and_purge(make_any_app):
     out = app.cli("dead", "purge", "--older-than", "1h", "--db", str(app.db), check=True)
     assert "purged 0" in out.stdout
     out = app.cli("dead", "purge", "--older-than", "0s", "--db", str(app.db), check=True)
-    assert "purged 2" in out.stdout
+    assert "purged 2 dead jobs" in out.stdout
+    assert store.cancel(store.enqueue("t.bad", 9).id) == "cancelled"  # one dead job more
+    out = app.cli("dead", "purge", "--older-than", "0s", "--db", str(app.db), check=True)
+    assert out.stdout.strip() == "purged 1 dead job"
     assert store.stats()["dead"] == 0
 
 
