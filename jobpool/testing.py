@@ -257,9 +257,9 @@ class _Drain:
             if ran >= max_jobs:
                 due = self._next_due()
                 if due is not None and (run_scheduled or due <= now):
-                    raise DrainLimitError(f"drain ran {ran} attempt{'s' * (ran != 1)} (max_jobs) and jobs are "
-                                          f"still ready: does a job always defer or "
-                                          f"reschedule itself?", self.drained)
+                    raise DrainLimitError(f"drain ran {ran} attempt{'s' * (ran != 1)} (max_jobs) "
+                                          f"and jobs are still ready: does a job always defer "
+                                          f"or reschedule itself?", self.drained)
                 return self.drained
             if not run_scheduled:
                 return self.drained
