@@ -264,6 +264,62 @@ def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
     ender.close()
 
 
+def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_postgres(pg_url):
+    """R34 on PostgreSQL: a retry of several members of a batch read the batch FOR SHARE
+    after each member's reopen, so it held the batch's row while it waited for the next
+    member's shard; a member's end holding that shard and then writing the batch's row
+    (its shard emptied) waited for the retry: a deadlock, one side aborted. The retry
+    now takes the shards first, in shard order, and the batch's row after them."""
+    from tests.conftest import _pg_admin, wait_for
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    batch = store.batch(on_complete=Signature(COMPLETE))
+    first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids  # two shards (id mod 16)
+    assert store.cancel(first) == "cancelled" and store.cancel(second) == "cancelled"
+    held, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def hold_then_end(conn):  # what a member's end of the second's shard does, held open
+        conn.execute("SET LOCAL lock_timeout = '20s'")
+        conn.execute("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s "
+                     "FOR UPDATE", (batch.id, second % 16))
+        held.set()
+        assert go_on.wait(30)
+        conn.execute("UPDATE jobpool_batches SET changed_at = changed_at WHERE id = %s",
+                     (batch.id,))
+    holding = threading.Thread(target=lambda: seen.update(end=_outcome_of(
+        lambda: holder.transaction("ending a member", hold_then_end))))
+    holding.start()
+    assert held.wait(30)
+    retrying = threading.Thread(target=lambda: seen.update(retry=_outcome_of(
+        lambda: store.dead.retry_report([first, second]))))
+    retrying.start()
+    admin = _pg_admin()
+    try:
+        # Until the retry waits for the held shard (or ends without waiting for it).
+        wait_for(lambda: not retrying.is_alive() or admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE %s", ("%jobpool_batch_shards%",)).fetchone()[0],
+            timeout=30, interval=0.01)
+    finally:
+        admin.close()
+        go_on.set()
+        holding.join(60)
+        retrying.join(60)
+    assert seen["end"] is None  # the end wrote the batch's row: no deadlock aborted it
+    assert seen["retry"] == ({first: "retried", second: "retried"}, {}, {})
+    status = store.batch_status(batch.id)
+    assert (status.pending, status.dead, status.finished) == (2, 0, False)
+    store.close()
+    holder.close()
+
+
+def _outcome_of(call):
+    """What ``call`` returned, or the exception it raised (for a thread's caller)."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - handed to the test, which names it
+        return exc
+
+
 def test_a_finished_or_unknown_batch_takes_no_members(any_store):
     batch = new_batch(any_store)
     batch.close()

@@ -52,8 +52,15 @@ class PgDeadLetters:
     def retry_report(self, ids: Iterable[int], now: float | None = None, *,
                      reset_state: bool = False) -> RetryReport:
         """``retry``, with the retried members no batch callback follows (R34: those
-        of finished batches run alone; those of cancelled ones count again), as each
-        retry's own statement found them."""
+        of finished batches run alone; those of cancelled ones count again), as the
+        retry's own transaction found them.
+
+        Locks are taken in the order a member's end and a batch cancel take them: the
+        ids are retried shard by shard (each reopen locks its batch's shard), and only
+        then is each batch reopened read, once, FOR SHARE. Reading a batch between two
+        reopens held its row while the retry waited for a shard a member's end held,
+        an end that waited for that row: a deadlock, with several members of a batch
+        retried at once (``dead retry --all``)."""
         ids = rows.job_ids(ids, "dead.retry")
         bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
 
@@ -61,8 +68,8 @@ class PgDeadLetters:
             server_now = self.store.server_now(conn)
             outcome: dict[int, str] = {}
             alone: dict[int, list[int]] = {}
-            cancelled: dict[int, list[int]] = {}
-            for job_id in ids:
+            reopened: dict[int, list[int]] = {}
+            for job_id in sorted(ids, key=lambda i: (bounds.row_id(i) % pg_sql.BATCH_SHARDS, i)):
                 bound = bounds.row_id(job_id)
                 try:
                     with conn.transaction():  # a savepoint: one refusal spoils no other
@@ -74,19 +81,27 @@ class PgDeadLetters:
                     continue
                 if moved:
                     self.store.notify_ready(conn, moved[1])
-                    batch_id, reopened = moved[2], moved[3]
-                    if reopened:
-                        finished, was_cancelled = conn.execute(
-                            pg_sql.BATCH_FINISHED_SINCE, {"batch": batch_id}).fetchone()
-                        if finished:
-                            conn.execute(pg_sql.REOPEN_TAKEN_BACK, {"batch": batch_id, "id": bound})
-                            reopened = False
-                        elif was_cancelled:
-                            cancelled.setdefault(batch_id, []).append(job_id)
-                    if batch_id is not None and not reopened:  # R34: it runs alone
+                    batch_id = moved[2]
+                    if moved[3]:  # counted in its batch again, unless it finished since
+                        reopened.setdefault(batch_id, []).append(job_id)
+                    elif batch_id is not None:  # R34: it runs alone
                         alone.setdefault(batch_id, []).append(job_id)
                 outcome[job_id] = "retried" if moved else _why_not(conn, bound)
-            return RetryReport(outcome, alone, cancelled)
+            cancelled: dict[int, list[int]] = {}
+            for batch_id, members in sorted(reopened.items()):
+                finished, was_cancelled = conn.execute(
+                    pg_sql.BATCH_FINISHED_SINCE, {"batch": batch_id}).fetchone()
+                if finished:
+                    for job_id in members:
+                        conn.execute(pg_sql.REOPEN_TAKEN_BACK,
+                                     {"batch": batch_id, "id": bounds.row_id(job_id)})
+                    alone.setdefault(batch_id, []).extend(members)
+                elif was_cancelled:
+                    cancelled[batch_id] = members
+            given = {job_id: place for place, job_id in enumerate(ids)}  # as SQLite answers
+            return RetryReport({job_id: outcome[job_id] for job_id in ids},
+                               {b: sorted(m, key=given.__getitem__) for b, m in alone.items()},
+                               {b: sorted(m, key=given.__getitem__) for b, m in cancelled.items()})
         return self.store.transaction("retrying dead jobs", retry)
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:

@@ -1572,10 +1572,12 @@ RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
 #: R34: whether a batch whose count a retry reopened has finished meanwhile: another
 #: member's end emptied the last shard in a transaction that had not seen the reopen
-#: (the reopen read the batch row from its statement's snapshot). Taken after the
-#: shard's row (shards, then the batch: the order a member's end locks them in), FOR
-#: SHARE waits for that end to commit and reads the batch as it left it; and whether
-#: it was cancelled (a reopened member of a cancelled batch is followed by no callback).
+#: (the reopen read the batch row from its statement's snapshot). Taken after every
+#: shard the retry locks (shards, then the batch: the order a member's end and a batch
+#: cancel lock them in), FOR SHARE waits for that end to commit and reads the batch as
+#: it left it; and whether it was cancelled (a reopened member of a cancelled batch is
+#: followed by no callback). A cancel that commits after the retry finds the retried
+#: members ready and cancels them itself, so the retry has nothing to say of it.
 BATCH_FINISHED_SINCE = """
 SELECT finished_at IS NOT NULL, cancelled_at IS NOT NULL
   FROM jobpool_batches WHERE id = %(batch)s FOR SHARE
