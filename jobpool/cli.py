@@ -130,9 +130,10 @@ class UserError(JobpoolError):
     """A CLI mistake: reported as one line."""
 
 
-def _jobs(count: int) -> str:
-    """``1 job``, ``2 jobs``: a count of jobs as a line says it."""
-    return f"{count} job{'' if count == 1 else 's'}"
+def _counted(count: int, one: str, many: str | None = None) -> str:
+    """``1 job``, ``2 jobs``, ``1 process``: a count as a line says it."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
 
 
 def _positive_int(text: str) -> int:
@@ -886,7 +887,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         batch = store.batch(on_success=jobs.Signature(args.on_success) if args.on_success else None,
                             on_complete=jobs.Signature(args.on_complete) if args.on_complete
                             else None) if batched else None
-        with out.status(f"writing {_jobs(len(items))}", spinner="dots") if out.is_terminal \
+        with out.status(f"writing {_counted(len(items), 'job')}", spinner="dots") if out.is_terminal \
                 else _nothing():
             try:
                 handles = store.enqueue_many(args.name, items, delay=args.delay,
@@ -912,7 +913,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
             print(json.dumps({"ids": [h.id for h in handles],
                               **({"batch": batch.id} if batch else {})}))
         else:
-            print(f"queued {_jobs(len(handles))}"
+            print(f"queued {_counted(len(handles), 'job')}"
                   + (f" ({handles[0].id}-{handles[-1].id})" if handles else "")
                   + (f" in batch {batch.id}" if batch else ""))
         return 0
@@ -949,10 +950,11 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
     table.add_row(*(str(v) for v in counts.values()))
     out.print(table)
     for pool in supervisors:
-        out.line(f"pool {pool['owner']}: {pool['procs']} procs, {pool.get('completed', 0)} "
-                 f"completed, {pool.get('retried', 0)} retried, {pool.get('dead', 0)} dead, "
-                 f"{pool.get('crashes', 0)} crashes, {pool.get('settle_failures', 0)} settle "
-                 f"failures")
+        out.line(f"pool {pool['owner']}: {_counted(pool['procs'], 'process', 'processes')}, "
+                 f"{pool.get('completed', 0)} completed, {pool.get('retried', 0)} retried, "
+                 f"{pool.get('dead', 0)} dead, "
+                 f"{_counted(pool.get('crashes', 0), 'crash', 'crashes')}, "
+                 f"{_counted(pool.get('settle_failures', 0), 'settle failure')}")
     _print_unserved(out, unserved)
     _print_paused(out, paused)
     # The claims run in the server on PostgreSQL; this install's core serves SQLite.
@@ -1250,12 +1252,13 @@ def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
     # callbacks that do not come.
     for batch_id, members, state, where in (
             *((b, m, "is finished", "outside it") for b, m in report.alone.items()),
-            *((b, m, "was cancelled", "in it again") for b, m in report.cancelled.items())):
+            *((b, m, "was cancelled", None) for b, m in report.cancelled.items())):
         many = len(members) > 1
         named = ", ".join(map(str, members[:10])) + (", ..." if len(members) > 10 else "")
-        print(f"batch {batch_id} {state}: job{'s' if many else ''} {named} "
-              f"run{'' if many else 's'} {where}, and no callback of the batch "
-              f"follows {'their' if many else 'its'} end")
+        does = (f"run{'' if many else 's'} {where}" if where
+                else f"count{'' if many else 's'} in it again")
+        print(f"batch {batch_id} {state}: job{'s' if many else ''} {named} {does}, and no "
+              f"callback of the batch follows {'their' if many else 'its'} end")
     return code
 
 
@@ -1409,7 +1412,8 @@ def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
     # Each pool judges a request against its own bound (R41), which only it knows; past
     # the least default bound, say so rather than let "asked" read as "done".
     least = bounds.LEAST_MAX_PROCS
-    print(f"asked {count} pool(s) to run {args.procs} processes"
+    print(f"asked {_counted(count, 'pool')} to run "
+          f"{_counted(args.procs, 'process', 'processes')}"
           + (f"; a pool stops at its own bound (--max-procs; at least {least} by default) "
              f"and says so in `jobpool pools`" if args.procs > least else ""))
     return 0
@@ -1506,7 +1510,7 @@ def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     queue = args.queue
     store.limits.set_queue(queue, args.running)
-    print(f"queue {queue}: at most {_jobs(args.running)} running at once across every pool "
+    print(f"queue {queue}: at most {_counted(args.running, 'job')} running at once across every pool "
           f"(from each pool's next heartbeat; running jobs are not stopped)")
     return 0
 
@@ -1559,7 +1563,7 @@ def cmd_batches_show(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps(dict(status.as_dict(), members=members, callbacks=callbacks)))
         return 0
     now = time.time()
-    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {_jobs(status.total)}, "
+    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {_counted(status.total, 'job')}, "
               f"{status.done} done, {status.dead} dead, {status.pending} pending", markup=True,
               highlight=False)
     out.print(f"  created {_when(status.created_at, now)}", highlight=False)
@@ -1592,7 +1596,7 @@ def cmd_batches_cancel(args: argparse.Namespace, out: _Stdout) -> int:
     status = store.batches.cancel(args.id)
     running = store.batches.members(args.id).get("running", 0)
     dead = status.dead - before.dead
-    print(f"batch {args.id} cancelled: {_jobs(dead)} dead now"
+    print(f"batch {args.id} cancelled: {_counted(dead, 'job')} dead now"
           + (f", {running} running {'one' if running == 1 else 'ones'} asked to stop"
              if running else "")
           + "; no callback will fire")
@@ -1614,7 +1618,7 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
     doctor = factory.doctor(path)
     if args.salvage:
         report = doctor.salvage(path, args.salvage)
-        print(f"copied {_jobs(report.copied)} from {shown(path)} into {shown(args.salvage)}")
+        print(f"copied {_counted(report.copied, 'job')} from {shown(path)} into {shown(args.salvage)}")
         if report.unreadable:
             print(f"{len(report.unreadable)} job row{'' if len(report.unreadable) == 1 else 's'} "
                   f"could not be read: "

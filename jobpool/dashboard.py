@@ -211,14 +211,17 @@ def _batches(snapshot: Snapshot, width: int, most: int) -> list[Text]:
         tail = Text(f" {_count(batch.ended)}/{_count(batch.total)}")
         if batch.dead:
             tail.append(f" · {_count(batch.dead)} dead", style="red")
-        tail.append("" if batch.closed else " · open", style="dim")
-        if batch.callbacks:
-            tail.append(f" → {shown(batch.callbacks)}", style="dim")
+        if batch.cancelled:  # its callbacks never fire: none is named
+            tail.append(" · cancelled", style="yellow")
+        else:
+            tail.append("" if batch.closed else " · open", style="dim")
+            if batch.callbacks:
+                tail.append(f" → {shown(batch.callbacks)}", style="dim")
         bar_width = max(8, min(30, width - len(head) - len(tail) - 6))
         lines.append(_line(head, _bar(share, None, bar_width), tail))
     hidden = len(snapshot.batches) - most
     if hidden > 0:
-        lines.append(_more(hidden, "open batches"))
+        lines.append(_more(hidden, "open batch", "open batches"))
     return lines
 
 
@@ -263,8 +266,9 @@ def _table(width: int) -> Table:
                  show_edge=False, header_style="bold")
 
 
-def _more(hidden: int, what: str) -> Text:
-    return _line(Text(f"+{hidden} more {what}", style="dim"))
+def _more(hidden: int, one: str, many: str, detail: str = "") -> Text:
+    """``+1 more queue``, ``+3 more queues (detail)``: the rows a section left out."""
+    return _line(Text(f"+{hidden} more {one if hidden == 1 else many}{detail}", style="dim"))
 
 
 def _bar(progress: float | None, stage: str | None, bar_width: int) -> Text:
@@ -336,7 +340,7 @@ def _slots_section(snapshot: Snapshot, width: int, lines: int, wide: bool,
     if not hidden:
         return [table]
     busy = sum(1 for s in snapshot.slots if s.busy) - sum(1 for s in visible if s.busy)
-    return [table, _more(hidden, f"slots ({busy} busy, {hidden - busy} idle)")]
+    return [table, _more(hidden, "slot", "slots", f" ({busy} busy, {hidden - busy} idle)")]
 
 
 def _slot_cells(snapshot: Snapshot, slot: SlotView, wide: bool,
@@ -392,7 +396,7 @@ def _queues_section(queues: Sequence[QueueView], width: int, lines: int) -> list
                       _count(q.scheduled, "scheduled" in q.capped), _count(q.running),
                       Text(_count(q.dead, "dead" in q.capped), style="red" if q.dead else ""),
                       _count(q.done_per_min))
-    return [table, _more(hidden, "queues")] if hidden else [table]
+    return [table, _more(hidden, "queue", "queues")] if hidden else [table]
 
 
 def _failures_section(snapshot: Snapshot, width: int, lines: int,
@@ -411,7 +415,7 @@ def _failures_section(snapshot: Snapshot, width: int, lines: int,
     fitting, hidden = _fit(len(failures), lines)
     for f in failures[:fitting]:
         table.add_row(*_failure_cells(snapshot, f, wide))
-    return [table, _more(hidden, "failures")] if hidden else [table]
+    return [table, _more(hidden, "failure", "failures")] if hidden else [table]
 
 
 def _failure_cells(snapshot: Snapshot, f: FailureView, wide: bool) -> list[RenderableType]:

@@ -124,8 +124,9 @@ def _zero_totals() -> dict[str, int]:
 
 @dataclass(frozen=True)
 class BatchView:
-    """An open batch (R34): its members' ends so far, and whether it is closed
-    (its callbacks armed)."""
+    """An open batch (R34): its members' ends so far, whether it is closed (its
+    callbacks armed), and whether it was cancelled (open until its running members
+    end, its callbacks never to fire)."""
 
     id: int
     total: int
@@ -133,6 +134,7 @@ class BatchView:
     dead: int
     closed: bool
     callbacks: str   # the callbacks' job names, comma-separated
+    cancelled: bool = False
 
     @property
     def ended(self) -> int:
@@ -202,7 +204,8 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
 def _batch_view(row: tuple) -> BatchView:
     status = BatchStatus.from_row(row)
     return BatchView(status.id, status.total, status.done, status.dead, status.closed,
-                     ", ".join(n for n in (status.on_success, status.on_complete) if n))
+                     ", ".join(n for n in (status.on_success, status.on_complete) if n),
+                     status.cancelled)
 
 
 def _pool_view(row: Mapping[str, Any]) -> PoolView:

@@ -247,19 +247,25 @@ def test_dead_retry_says_a_member_of_a_cancelled_batch_has_no_callback(make_any_
     store = app.store()
     batch = store.batch(on_complete=Signature("b.report", (), {"run": "cancelled"}))
     running, waiting = batch.add_many("b.load", [("a",), ("b",)]).ids
+    with store.batch() as finished:  # and a member of a batch finished already
+        ended = finished.add(Signature("b.load", ("c",))).id
+    assert store.cancel(ended) == "cancelled" and store.batch_status(finished.id).finished
     claimer = store.claimer("pool-x", ("b.load",), ("default",), {})
     try:
         claimed = claimer.turn([], 1, time.time(), None)[1]
         assert [job.job_id for job in claimed] == [running]
         cancelled = app.cli("batches", "cancel", str(batch.id), "--db", str(app.db), check=True)
-        retried = app.cli("dead", "retry", str(waiting), "--db", str(app.db), check=True)
+        retried = app.cli("dead", "retry", str(waiting), str(ended), "--db", str(app.db),
+                          check=True)
     finally:
         claimer.close()
     assert cancelled.stdout.strip() == (f"batch {batch.id} cancelled: 1 job dead now, 1 running "
                                         f"one asked to stop; no callback will fire")
     assert retried.stdout.splitlines() == [
-        f"job {waiting}: retried",
-        f"batch {batch.id} was cancelled: job {waiting} runs in it again, and no callback of "
+        f"job {waiting}: retried", f"job {ended}: retried",
+        f"batch {finished.id} is finished: job {ended} runs outside it, and no callback of the "
+        f"batch follows its end",
+        f"batch {batch.id} was cancelled: job {waiting} counts in it again, and no callback of "
         f"the batch follows its end"]
 
 

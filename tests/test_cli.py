@@ -529,8 +529,8 @@ def test_status_off_a_terminal_keeps_each_pool_on_one_line(make_app):
           dead=3, crashes=1, settle_failures=0)
     app.env["COLUMNS"] = "80"
     lines = app.cli("status", "--db", str(app.db), check=True).stdout.splitlines()
-    assert ("pool worker-0042.example.internal:123456:1: 8 procs, 1234567 completed, 12 retried, "
-            "3 dead, 1 crashes, 0 settle failures") in lines
+    assert ("pool worker-0042.example.internal:123456:1: 8 processes, 1234567 completed, "
+            "12 retried, 3 dead, 1 crash, 0 settle failures") in lines
 
 
 @pytest.mark.parametrize("columns, left_out", [(80, ["core"]), (120, [])])

@@ -170,6 +170,16 @@ def test_open_batches_show_a_bar_of_their_ended_members_and_a_more_line():
     assert line_with(screen, "batch 13 ", "140/200", "3 dead")
     assert not any("batch 14 " in line for line in screen)
     assert line_with(screen, "+2 more open batches")
+    assert line_with(frame(with_batches(snapshot(), 3)), "+1 more open batch")
+
+
+def test_a_cancelled_batch_names_no_callback():
+    """R34: a batch cancelled while a member still runs stays open until it ends, and its
+    callbacks never fire: the line says cancelled and names none."""
+    snap = snapshot(batches=(BatchView(id=7, total=2, done=0, dead=1, closed=True,
+                                       callbacks="imports.report", cancelled=True),))
+    row = line_with(frame(snap), "batch 7 ")
+    assert "cancelled" in row and "imports.report" not in row
 
 
 def test_a_long_store_path_keeps_its_file_name():

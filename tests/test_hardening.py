@@ -366,12 +366,14 @@ def test_a_scale_request_past_a_pools_bound_grows_it_to_the_bound_and_says_so(ma
     pool = app.spawn("--procs", "1", "--max-procs", "3")
     wait_for(lambda: app.rows("SELECT count(*) AS n FROM pools")[0]["n"] == 1)
     asked = app.cli("scale", "--procs", "1000000000", "--db", db, check=True).stdout
-    assert asked.strip() == ("asked 1 pool(s) to run 1000000000 processes; a pool stops at its "
+    assert asked.strip() == ("asked 1 pool to run 1000000000 processes; a pool stops at its "
                              "own bound (--max-procs; at least 64 by default) and says so in "
                              "`jobpool pools`")
     wait_for(lambda: app.rows("SELECT procs FROM pools") == [{"procs": 3}])
     pools = app.cli("pools", "--db", db, check=True).stdout
     assert "refused a scale" in pools and "asked for 1000000000 procs; ran 3" in pools
+    one = app.cli("scale", "--procs", "1", "--db", db, check=True).stdout
+    assert one.strip() == "asked 1 pool to run 1 process"
     pool.send_signal(signal.SIGTERM)
     assert pool.wait(timeout=30) == 0
     assert "scale_refused" in pool.stderr.read()

@@ -95,7 +95,7 @@ def test_run_now_refuses_what_is_not_a_list_of_job_ids(any_store, ids):
         any_store.run_now(ids)
 
 
-def test_run_now_answers_an_id_no_store_can_have_as_not_found(any_store):
+def test_run_now_answers_an_id_no_store_can_have_as_no_such_job(any_store):
     # As `get` answers it, and as the dead letters' calls do (0 was refused here alone).
     assert any_store.run_now([0, -5, 2**63]) == dict.fromkeys([0, -5, 2**63], "no such job")
 

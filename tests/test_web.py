@@ -483,8 +483,8 @@ def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, st
         many = client.post("/api/jobs/bulk", json={"action": "retry", "ids": [member, plain]})
         assert many.json() == {"ok": True, "result": "2 retried", "jobs": {
             str(member): "retried", str(plain): "retried"},
-            "note": "1 of them ran in batches that are finished: it runs alone, and no batch "
-                    "callback follows"}
+            "note": "of them, 1 ran in a finished batch (it runs alone): no batch callback "
+                    "follows it"}
         # ... and every matching one, through the page's confirmation.
         for job_id in (member, plain):
             assert any_store.cancel(job_id) == "cancelled"
@@ -492,8 +492,8 @@ def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, st
         form = dict(re.findall(r'name="([^"]+)" value="([^"]*)"',
                                confirm.text.split('action="/jobs/all/retry"')[1]))
         answer = client.post("/jobs/all/retry", data=form)
-        assert ("retry all matching: 2 retried; 1 of them ran in batches that are finished"
-                in client.get(answer.headers["location"]).text)
+        assert ("retry all matching: 2 retried; of them, 1 ran in a finished batch (it runs "
+                "alone)" in client.get(answer.headers["location"]).text)
 
 
 @on_both_stores
@@ -508,6 +508,9 @@ def test_a_retried_member_of_a_cancelled_batch_is_said_to_have_no_callback(any_s
     finally:
         claimer.close()
     assert batch.cancel().cancelled and not any_store.batch_status(batch.id).finished
+    with _client(store_url) as client:  # open until its running member ends: no callback
+        overview = client.get("/").text.split('id="open-batches"', 1)[1].split("</table>")[0]
+        assert "<td>cancelled</td><td></td>" in overview and "t.report" not in overview
     said = (f"its batch {batch.id} was cancelled: it counts in it again, and no callback of "
             f"the batch follows its end")
     with _client(store_url) as client:
@@ -519,5 +522,13 @@ def test_a_retried_member_of_a_cancelled_batch_is_said_to_have_no_callback(any_s
             "ok": True, "result": "retried", "note": said}
         assert any_store.cancel(waiting) == "cancelled"
         many = client.post("/api/jobs/bulk", json={"action": "retry", "ids": [waiting]})
-        assert many.json()["note"] == ("1 of them is in cancelled batches, and no batch "
-                                       "callback follows")
+        assert many.json()["note"] == ("of them, 1 is in a cancelled batch (counted in it "
+                                       "again): no batch callback follows it")
+        # With a member of a finished batch among them, the note says both.
+        with any_store.batch() as finished:
+            ended = finished.add(jobpool.Signature("t.gone", ("c",))).id
+        assert any_store.cancel(ended) == "cancelled" and any_store.cancel(waiting) == "cancelled"
+        many = client.post("/api/jobs/bulk", json={"action": "retry", "ids": [waiting, ended]})
+        assert many.json()["note"] == (
+            "of them, 1 ran in a finished batch (it runs alone) and 1 is in a cancelled batch "
+            "(counted in it again): no batch callback follows them")

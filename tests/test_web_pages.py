@@ -421,6 +421,8 @@ def test_the_api_lists_scales_and_stops_pools(any_store, store_url):
         assert client.get("/api/pools").status_code == 401
         listed = client.get("/api/pools", headers=bearer).json()
         assert [p["owner"] for p in listed] == [owner] and listed[0]["procs"] == 2
+        one = client.post(f"/api/pools/{owner}/scale", json={"procs": 1}, headers=bearer)
+        assert one.json()["result"] == "asked to run 1 process"
         answer = client.post(f"/api/pools/{owner}/scale", json={"procs": 3}, headers=bearer)
         assert answer.status_code == 200 and answer.json()["result"] == "asked to run 3 processes"
         assert client.post(f"/api/pools/{owner}/scale", json={"procs": "many"},

@@ -249,8 +249,10 @@ def run(args: argparse.Namespace) -> int:
     callback = imports.summarize.s(where.warehouse, where.summary)  # type: ignore[call-arg]
     with store.batch(on_complete=callback) as batch:
         batch.add_many(imports.load_csv.name, [(path, where.warehouse) for path in paths])
-    print(f"queued {len(paths)} jobs in {where.store} as batch {batch.id}, with a summary "
-          f"callback; starting {args.procs} workers", flush=True)
+    jobs, workers = len(paths), args.procs
+    print(f"queued {jobs} job{'' if jobs == 1 else 's'} in {where.store} as batch {batch.id}, "
+          f"with a summary callback; starting {workers} worker{'' if workers == 1 else 's'}",
+          flush=True)
 
     command = [sys.executable, "-m", "jobpool", "start", "--app", "jobpool.examples.imports",
                "--db", where.store, "--procs", str(args.procs), "--burst", "-q"]

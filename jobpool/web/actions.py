@@ -40,15 +40,19 @@ def retry(store: Any, who: str, job_id: int) -> Done:
 
 def _batch_note(alone: int, cancelled: int) -> str | None:
     """R34: what a retry of many says of the members among them no batch callback
-    follows: those of finished batches (they run alone), those of cancelled ones."""
+    follows: those of finished batches (they run alone), those of cancelled ones
+    (counted in them again)."""
     said = []
     if alone:
-        said.append(f"{alone} of them ran in batches that are finished: "
-                    f"{'it runs' if alone == 1 else 'they run'} alone")
+        said.append(f"{alone} ran in {'a finished batch' if alone == 1 else 'finished batches'} "
+                    f"({'it runs' if alone == 1 else 'they run'} alone)")
     if cancelled:
-        said.append(f"{cancelled} of them {'is' if cancelled == 1 else 'are'} in cancelled "
-                    f"batches")
-    return "; ".join(said) + ", and no batch callback follows" if said else None
+        where = "is in a cancelled batch" if cancelled == 1 else "are in cancelled batches"
+        said.append(f"{cancelled} {where} (counted in {'it' if cancelled == 1 else 'them'} again)")
+    if not said:
+        return None
+    return (f"of them, {' and '.join(said)}: no batch callback follows "
+            f"{'it' if alone + cancelled == 1 else 'them'}")
 
 
 def delete(store: Any, who: str, job_id: int) -> Done:
@@ -137,7 +141,8 @@ def scale(store: Any, who: str, target: tuple[str, int]) -> Done:
     except EnqueueError as exc:  # not a number of processes the store takes
         asked, what = 0, str(exc)
     else:
-        what = f"asked to run {procs} processes" if asked else "no such running pool"
+        what = (f"asked to run {procs} process{'' if procs == 1 else 'es'}" if asked
+                else "no such running pool")
     _log("scale", who, pool=owner, procs=procs, result=what)
     return Done(bool(asked), what)
 

@@ -19,7 +19,8 @@ SUMMARIES = {
     ("GET", "/api/jobs/{job_id:int}"): "One job's row with its attempt_log",
     ("POST", "/api/jobs/bulk"): "An action on chosen jobs: {action: retry, cancel, delete or "
                                 "run-now, ids: [...]} (at most 1000); {ok, result, jobs: what "
-                                "became of each id}; 409 when none changed",
+                                "became of each id, note: of retried batch members no "
+                                "callback follows}; 409 when none changed",
     ("GET", "/api/periodic"): "Each periodic job: schedule and queue (with jobpool web --app), "
                               "last enqueued occurrence and its job, next occurrence",
     ("GET", "/api/rollups"): "The pools' per-minute rollups over the last hours (1 to 72, "
