@@ -13,13 +13,14 @@ the server's clock instead of ``now``).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, List
 
 from jobpool import bounds, lifecycle
 from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE, RESULTS_PAGE_BYTES
-from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError
+from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError, StoreError
 from jobpool.handles import Batch, Signature
 from jobpool.options import options_of
 from jobpool.store.records import BatchStatus, MemberResult
@@ -30,6 +31,9 @@ BATCH_KWARG = "batch"
 
 #: Finished batches swept per call of the pool's sweep.
 PURGE_BATCH = 500
+
+#: R34 on PostgreSQL: how long a batch cancel comes back for members a pool's turn held.
+CANCEL_PATIENCE = 30.0
 
 #: R60: members' results read in one page unless asked otherwise.
 RESULTS_PAGE = 100
@@ -107,16 +111,53 @@ class StoreBatches:
         params = {"id": bounds.row_id(batch_id, "a batch id"), "now": bounds.now_or(now),
                   "error": lifecycle.CANCELLED}
 
-        def cancel(conn: Any) -> BatchStatus:
+        def cancel(conn: Any) -> tuple[bool, BatchStatus]:
             if self.sql.LOCK_SHARDS is not None:
                 conn.execute(self.sql.LOCK_SHARDS, params)  # before the batch row (``join``)
-            if conn.execute(self.sql.CANCEL_BATCH, params).fetchone():
-                cancelled = conn.execute(self.sql.CANCEL_READY_MEMBERS, params).rowcount
-                if self.sql.MEMBERS_CANCELLED is not None and cancelled:
-                    conn.execute(self.sql.MEMBERS_CANCELLED, dict(params, cancelled=cancelled))
-                conn.execute(self.sql.REQUEST_CANCEL_MEMBERS, params)
-            return self._status(conn, batch_id)
-        return self.store.transaction(f"cancelling batch {batch_id}", cancel)
+            cancelled = conn.execute(self.sql.CANCEL_BATCH, params).fetchone() is not None
+            if cancelled:
+                self._cancel_members(conn, params)
+            return cancelled, self._status(conn, batch_id)
+        cancelled, status = self.store.transaction(f"cancelling batch {batch_id}", cancel)
+        if cancelled and self.sql.MEMBERS_LEFT is not None:
+            status = self._cancel_members_left(batch_id, params)
+        return status
+
+    def _cancel_members(self, conn: Any, params: dict) -> None:
+        """A cancelled batch's ready members dead now, its running ones flagged for
+        their pools (on PostgreSQL, those no pool's turn holds at the moment)."""
+        cancelled = conn.execute(self.sql.CANCEL_READY_MEMBERS, params).rowcount
+        if self.sql.MEMBERS_CANCELLED is not None and cancelled:
+            conn.execute(self.sql.MEMBERS_CANCELLED, dict(params, cancelled=cancelled))
+        conn.execute(self.sql.REQUEST_CANCEL_MEMBERS, params)
+
+    def _cancel_members_left(self, batch_id: int, params: dict) -> BatchStatus:
+        """PostgreSQL: the members the cancel passed over because a pool's turn held
+        their rows (it never waits for one while it holds the batch's shards: see
+        ``CANCEL_READY_MEMBERS``), taken in short transactions of their own until none
+        is left. A turn holds a row for the length of one statement; one held past
+        ``CANCEL_PATIENCE`` is a store error naming how many are left (the batch stays
+        cancelled: its callbacks never fire; ``jobs cancel`` reaches them by id)."""
+        deadline = time.monotonic() + CANCEL_PATIENCE
+        pause = 0.002
+
+        def again(conn: Any) -> tuple[int, BatchStatus]:
+            conn.execute(self.sql.LOCK_SHARDS, params)
+            self._cancel_members(conn, params)
+            (left,) = conn.execute(self.sql.MEMBERS_LEFT, params).fetchone()
+            return left, self._status(conn, batch_id)
+        while True:
+            left, status = self.store.transaction(f"cancelling batch {batch_id}'s members", again)
+            if not left:
+                return status
+            if time.monotonic() > deadline:
+                one = left == 1
+                raise StoreError(f"batch {batch_id} is cancelled, but {left} of its members "
+                                 f"{'was' if one else 'were'} held by other transactions for "
+                                 f"{CANCEL_PATIENCE:g} s and {'is' if one else 'are'} not: "
+                                 f"cancel {'it' if one else 'them'} by id (jobpool jobs cancel)")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def status(self, batch_id: int) -> BatchStatus:
         rows = self.store.read_rows(f"reading batch {batch_id}", self.sql.GET_BATCH,

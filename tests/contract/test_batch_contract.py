@@ -312,6 +312,98 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
     holder.close()
 
 
+def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postgres(pg_url):
+    """R34 on PostgreSQL: a batch cancel holds the batch's shards while it cancels its
+    members; it waited for a member's row a pool held (a claim in flight), then for the
+    row of a member a pool's turn was settling, and that turn waited for a shard the
+    cancel held: deadlock detected, the cancel or the turn aborted, and with a big batch
+    and pools at work the cancel failed every time. It now passes over rows a pool holds
+    and comes back for them in transactions of their own."""
+    from tests.conftest import _pg_admin, wait_for
+    store, canceller, watcher = (jobpool.connect(pg_url) for _ in range(3))
+    batch = new_batch(store)
+    ids = batch.add_many(MEMBER, [(n,) for n in range(4)]).ids
+    c = store.claimer("pool-a", NAMES, ("default",), {})
+    running = claim(c, 2)
+    ready = [i for i in ids if i not in {j.job_id for j in running}]
+    held = {}
+
+    def hold(conn):  # a claim in flight holds a ready member's row
+        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (ready[-1],))
+        held["set"].set()
+        assert held["release"].wait(30)
+    held.update({"set": threading.Event(), "release": threading.Event()})
+    holding = threading.Thread(target=lambda: watcher.transaction("holding a member", hold))
+    holding.start()
+    assert held["set"].wait(30)
+    seen = {}
+    cancelling = threading.Thread(target=lambda: seen.update(cancel=_outcome_of(
+        lambda: canceller.batches.cancel(batch.id))))
+    cancelling.start()
+    admin = _pg_admin()
+
+    def waits(pattern):
+        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                             "'Lock' AND query LIKE %s", (pattern,)).fetchone()[0]
+    try:
+        # Until the cancel waits for the held row, or has cancelled the batch without it.
+        wait_for(lambda: waits("%FROM jobs WHERE%batch_id%") or store.batch_status(
+            batch.id).cancelled, timeout=30, interval=0.01)
+        ending = threading.Thread(target=lambda: seen.update(turn=_outcome_of(
+            lambda: settle(c, Outcome(running[0].job_id, running[0].attempt, DONE)))))
+        ending.start()
+        # Until the turn ends, or waits too (for a shard the cancel holds).
+        wait_for(lambda: not ending.is_alive() or waits("%") >= 2, timeout=30, interval=0.01)
+    finally:
+        held["release"].set()
+        holding.join(30)
+        cancelling.join(60)
+        ending.join(60)
+        admin.close()
+    assert not isinstance(seen["cancel"], Exception), seen["cancel"]
+    assert not isinstance(seen["turn"], Exception), seen["turn"]
+    status = store.batch_status(batch.id)
+    assert status.cancelled and (status.done, status.dead) == (1, 2)  # both ready ones dead
+    still = store.get(running[1].job_id)
+    assert (still["status"], still["cancel_requested"]) == ("running", 1)  # its pool stops it
+    assert callbacks(store) == []
+    c.close()
+    for each in (store, canceller, watcher):
+        each.close()
+
+
+def test_a_batch_cancel_names_the_members_it_could_not_reach_on_postgres(pg_url, monkeypatch):
+    """R34 on PostgreSQL: a member's row held past the cancel's patience is left, and the
+    cancel says how many and how to reach them; the batch stays cancelled."""
+    from jobpool.store import batch_store
+    monkeypatch.setattr(batch_store, "CANCEL_PATIENCE", 0.2)
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    batch = new_batch(store)
+    kept, other = batch.add_many(MEMBER, [("a",), ("b",)]).ids
+    held, release = threading.Event(), threading.Event()
+
+    def hold(conn):
+        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (kept,))
+        held.set()
+        assert release.wait(30)
+    holding = threading.Thread(target=lambda: holder.transaction("holding a member", hold))
+    holding.start()
+    assert held.wait(30)
+    try:
+        with pytest.raises(jobpool.errors.StoreError, match=(
+                f"batch {batch.id} is cancelled, but 1 of its members was held by other "
+                r"transactions for 0.2 s and is not: cancel it by id \(jobpool jobs cancel\)")):
+            store.batches.cancel(batch.id)
+    finally:
+        release.set()
+        holding.join(30)
+    assert store.batch_status(batch.id).cancelled and store.get(other)["status"] == "dead"
+    assert store.cancel_many([kept]) == {kept: "cancelled"}
+    assert store.batch_status(batch.id).finished and callbacks(store) == []
+    store.close()
+    holder.close()
+
+
 def _outcome_of(call):
     """What ``call`` returned, or the exception it raised (for a thread's caller)."""
     try:

@@ -1466,13 +1466,28 @@ UPDATE jobpool_batches SET cancelled_at = {_NOW}, closed_at = coalesce(closed_at
  WHERE id = %(id)s AND finished_at IS NULL AND cancelled_at IS NULL
 RETURNING id
 """
+#: R34: a batch cancel holds the batch's shards, and a pool's turn takes a member's row
+#: before its shard (the member trigger runs at the end of the turn's statement), so the
+#: cancel never waits on a member's row: it passes over the rows a turn holds (SKIP
+#: LOCKED) and comes back for them in transactions of their own (``MEMBERS_LEFT``).
+#: Waiting for them deadlocked against any member's end while pools worked the batch.
 CANCEL_READY_MEMBERS = f"""
-WITH moved AS (DELETE FROM jobs WHERE batch_id = %(id)s AND status = 'ready'
+WITH moved AS (DELETE FROM jobs WHERE status = 'ready' AND id IN (
+                   SELECT id FROM jobs WHERE batch_id = %(id)s AND status = 'ready'
+                      FOR UPDATE SKIP LOCKED)
                RETURNING *, {told_if_waited()})
 {finish_row(lifecycle.CANCEL_READY, _SERVER_CLOCK, "moved")}
 """
 REQUEST_CANCEL_MEMBERS = """
-UPDATE jobs SET cancel_requested = 1 WHERE batch_id = %(id)s AND status = 'running'
+UPDATE jobs SET cancel_requested = 1 WHERE status = 'running' AND id IN (
+    SELECT id FROM jobs WHERE batch_id = %(id)s AND status = 'running' AND cancel_requested = 0
+       FOR UPDATE SKIP LOCKED)
+"""
+#: R34: how many members of a cancelled batch a cancel has yet to reach: ready, or
+#: running and not yet asked to stop (rows a pool's turn held when the cancel passed).
+MEMBERS_LEFT = """
+SELECT count(*) FROM jobs WHERE batch_id = %(id)s
+   AND (status = 'ready' OR (status = 'running' AND cancel_requested = 0))
 """
 #: The members a batch cancel ended are counted by the jobpool_member_ended trigger.
 MEMBERS_CANCELLED = None

@@ -999,6 +999,9 @@ UPDATE jobs SET {assignments(lifecycle.CANCEL_READY, DIALECT)} WHERE batch_id = 
 REQUEST_CANCEL_MEMBERS = """
 UPDATE jobs SET cancel_requested = 1 WHERE batch_id = :id AND status = 'running'
 """
+#: SQLite's cancel takes every member in its own transaction (one writer at a time):
+#: none is left for another (PostgreSQL's ``MEMBERS_LEFT``).
+MEMBERS_LEFT = None
 BATCH_COLUMNS = ("id, created_at, total, done, dead, closed_at, cancelled_at, finished_at, "
                  "on_success, on_complete, success_job, complete_job")
 GET_BATCH = f"SELECT {BATCH_COLUMNS} FROM jobpool_batches WHERE id = :id"
