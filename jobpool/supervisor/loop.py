@@ -136,7 +136,8 @@ class Supervisor:
                                      self.plan, claimer_name=self.core.name,
                                      take_back=self._take_back,
                                      request_stop=self.request_stop,
-                                     apply_limits=self.core.set_limits)
+                                     apply_limits=self.core.set_limits,
+                                     land_turn=lambda: self._land(self.clock(), wait=True))
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            other_children=self._other_children,
                            write_final_progress=self.operations.write_final_progress,
@@ -324,9 +325,13 @@ class Supervisor:
             claimed_none = self._turn(now) or pumped_none
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
-                # R66: the heartbeat writes through the store's own connection, so it
-                # goes on while a turn is in flight (a leases' take-back lands it first);
-                # a slot it retires takes no job that turn claimed for it.
+                # R66: the heartbeat writes through the store's own connection, and a
+                # limited turn in flight is a transaction holding what it settled (a
+                # member's shard, a group's lane) until this loop lands it: the sweep
+                # or a progress write waiting on it waited for the loop itself, until
+                # the store's lock timeout. It lands first; a slot the beat retires
+                # takes no job that turn claimed for it.
+                self._land(now, wait=True)
                 self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()

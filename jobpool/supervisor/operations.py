@@ -41,11 +41,15 @@ class Operations:
                  names: tuple[str, ...], plan: QueuePlan, *, claimer_name: str,
                  take_back: Callable[[str, str, float], list | None],
                  request_stop: Callable[[], None],
-                 apply_limits: Callable[[LimitPlan | None], None] | None = None) -> None:
+                 apply_limits: Callable[[LimitPlan | None], None] | None = None,
+                 land_turn: Callable[[], None] = lambda: None) -> None:
         """``take_back(owner, reason, now)`` settles every lease of a dead pool (the
         loop's, since it settles through the claimer); ``request_stop`` is what a
         ``jobpool stop`` does to this pool; ``apply_limits(plan)`` hands the claimer
-        the store's limits each heartbeat reads (R35, R36)."""
+        the store's limits each heartbeat reads (R35, R36); ``land_turn()`` applies
+        the turn in flight, waiting for it (R66), before a periodic enqueue writes
+        through the store's own connection (a limited turn is a transaction that holds
+        what it settled until this loop lands it)."""
         self.config = config
         self.state = state
         self.store = store
@@ -56,6 +60,7 @@ class Operations:
         self.take_back = take_back
         self.request_stop = request_stop
         self.apply_limits = apply_limits
+        self.land_turn = land_turn
         self.slots: Slots | None = None  # set by the loop once the slots exist
         self.next_heartbeat = 0.0
         self._next_sweep = 0.0
@@ -350,6 +355,7 @@ class Operations:
                 log.info("periodic job %s (%r) is scheduled again", name, schedule)
             if occurrence <= self._periodic_done.get(name, -math.inf):
                 continue
+            self.land_turn()  # R66: a limited name's lane may be held by the turn in flight
             try:
                 handle = self.store.enqueue_occurrence(name, occurrence)
             except JobpoolError as exc:
