@@ -51,6 +51,11 @@ class TurnInFlight(NamedTuple):
         """Whether ``finish_turn`` can read the answer without waiting."""
         return self.flight is None or self.flight.ready()
 
+    def holds_locks(self) -> bool:
+        """Whether it is a transaction left open until ``finish_turn`` (a limited
+        claim's, R66), holding the locks of what it settled (the driver's flight says)."""
+        return self.flight is not None and self.flight.holds_locks()
+
 
 class Claimer:
     """Claims and settles jobs for one supervisor over ``driver`` (see the module

@@ -216,6 +216,14 @@ def process_state(pid: int) -> str:
         return fh.read().rpartition(")")[2].split()[0]
 
 
+def outcome_of(call):
+    """What ``call`` returned, or the exception it raised (for a thread's caller)."""
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - handed to the test, which names it
+        return exc
+
+
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout``."""
     end = time.monotonic() + timeout

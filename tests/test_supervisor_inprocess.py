@@ -405,24 +405,31 @@ def test_a_pool_run_beside_another_thread_says_so_before_it_forks(store, tmp_pat
     assert store.get(job_id)["status"] == "done"
 
 
-def test_the_loops_own_writes_wait_for_no_turn_it_left_in_flight_on_postgres(pg_url):
+def test_the_sweep_and_periodic_jobs_wait_for_a_turn_holding_locks_on_postgres(pg_url,
+                                                                              monkeypatch):
     """R66: a limited turn in flight is a transaction the pool's own loop ends when it
     lands, holding what it settled (a batch member's shard, a group's lane). The
-    heartbeat (its sweep, progress) and a periodic enqueue write through the store's own
+    heartbeat's retention sweep and a periodic enqueue write through the store's own
     connection: one that needed such a lock waited for the loop itself, until the
-    store's lock timeout (found by an audit of the store's lock orders). They now land
-    the turn first. Here a turn that settles something is kept from landing of its own
-    accord (as if its answer were slow), and each of those writes is watched for a turn
-    left open."""
+    store's lock timeout (found by an audit of the store's lock orders). They now wait
+    for a later beat or loop; the heartbeat itself goes on (a stop or scale is read on
+    time). Here a turn that settles something is kept from landing of its own accord (as
+    if its answer were slow), and each sweep and enqueue is watched for such a turn."""
+    from jobpool.supervisor import operations
+    monkeypatch.setattr(operations, "SWEEP_EVERY", 0.0)  # a sweep at every heartbeat
     store = jobpool.connect(pg_url)
     store.limits.set_queue("default", 100)  # a limited claim: the turn is a transaction
     config = PoolConfig(db=pg_url, procs=2, poll_interval=0.05, max_jobs=6,
                         names=("inproc.tick",))
     pool = Supervisor(config)
     turn, ops = pool._turn, pool.operations
-    beat, enqueue = ops.heartbeat, store.__class__.enqueue_occurrence
-    held_until = time.monotonic() + 8.0
-    open_at = {"heartbeat": [], "periodic": []}
+    beat, sweep = ops.heartbeat, ops.store.sweep
+    enqueue = ops.store.enqueue_occurrence
+    held_until = time.monotonic() + 3.0
+    seen: dict[str, list[bool]] = {"heartbeat": [], "sweep": [], "periodic": []}
+
+    def holding() -> bool:
+        return pool._flight is not None and pool._flight[0].holds_locks()
 
     def slow_answers(now):
         # A turn in flight that settles something does not land of its own accord.
@@ -430,17 +437,17 @@ def test_the_loops_own_writes_wait_for_no_turn_it_left_in_flight_on_postgres(pg_
             return False
         return turn(now)
 
-    def watched_beat(now):
-        open_at["heartbeat"].append(pool._flight is not None)
-        return beat(now)
-
-    def watched_enqueue(self, name, occurrence):
-        open_at["periodic"].append(pool._flight is not None)
-        return enqueue(self, name, occurrence)
-    pool._turn, ops.heartbeat = slow_answers, watched_beat
-    ops.store.enqueue_occurrence = watched_enqueue.__get__(ops.store)
+    def watched(kind, call):
+        def run(*args, **kwargs):
+            seen[kind].append(holding())
+            return call(*args, **kwargs)
+        return run
+    pool._turn, ops.heartbeat = slow_answers, watched("heartbeat", beat)
+    ops.store.sweep = watched("sweep", sweep)
+    ops.store.enqueue_occurrence = watched("periodic", enqueue)
     assert pool.run() == 0
-    assert pool.counters["claimed"] == 6  # it ran to its --max-jobs: nothing stalled it
-    assert len(open_at["periodic"]) >= 6 and not any(open_at["periodic"])
-    assert open_at["heartbeat"] and not any(open_at["heartbeat"])
+    assert pool.counters["claimed"] == 6  # it ran to its --max-jobs
+    assert any(seen["heartbeat"])  # beats went on while such a turn was in flight
+    assert seen["sweep"] and not any(seen["sweep"])
+    assert len(seen["periodic"]) >= 6 and not any(seen["periodic"])
     store.close()

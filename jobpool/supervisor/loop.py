@@ -137,7 +137,7 @@ class Supervisor:
                                      take_back=self._take_back,
                                      request_stop=self.request_stop,
                                      apply_limits=self.core.set_limits,
-                                     land_turn=lambda: self._land(self.clock(), wait=True))
+                                     turn_holds_locks=self._turn_holds_locks)
         self.slots = Slots(config, self.state, self._selector, memory_limits=memory_limits,
                            other_children=self._other_children,
                            write_final_progress=self.operations.write_final_progress,
@@ -325,13 +325,9 @@ class Supervisor:
             claimed_none = self._turn(now) or pumped_none
             store_up = now >= self._store_pause_until  # R26: no store calls while paused
             if operations.heartbeat_due(now) and store_up:
-                # R66: the heartbeat writes through the store's own connection, and a
-                # limited turn in flight is a transaction holding what it settled (a
-                # member's shard, a group's lane) until this loop lands it: the sweep
-                # or a progress write waiting on it waited for the loop itself, until
-                # the store's lock timeout. It lands first; a slot the beat retires
-                # takes no job that turn claimed for it.
-                self._land(now, wait=True)
+                # R66: the heartbeat writes through the store's own connection, so it
+                # goes on while a turn is in flight (a leases' take-back lands it first);
+                # a slot it retires takes no job that turn claimed for it.
                 self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()
@@ -661,6 +657,13 @@ class Supervisor:
             return self._land(now)
         self._flight_selector.register(fileno, selectors.EVENT_READ, ("turn", None, None))
         return False
+
+    def _turn_holds_locks(self) -> bool:
+        """R66: whether the turn in flight is a limited claim's transaction, which holds
+        what it settled (a batch member's shard, a group's lane) until this loop lands
+        it: a write of this loop through the store's own connection that needed such a
+        lock would wait for the loop itself."""
+        return self._flight is not None and self._flight[0].holds_locks()
 
     def _land(self, now: float, wait: bool = False) -> bool:
         """R66: apply the turn in flight, if there is one and its answer is here (or

@@ -42,14 +42,14 @@ class Operations:
                  take_back: Callable[[str, str, float], list | None],
                  request_stop: Callable[[], None],
                  apply_limits: Callable[[LimitPlan | None], None] | None = None,
-                 land_turn: Callable[[], None] = lambda: None) -> None:
+                 turn_holds_locks: Callable[[], bool] = lambda: False) -> None:
         """``take_back(owner, reason, now)`` settles every lease of a dead pool (the
         loop's, since it settles through the claimer); ``request_stop`` is what a
         ``jobpool stop`` does to this pool; ``apply_limits(plan)`` hands the claimer
-        the store's limits each heartbeat reads (R35, R36); ``land_turn()`` applies
-        the turn in flight, waiting for it (R66), before a periodic enqueue writes
-        through the store's own connection (a limited turn is a transaction that holds
-        what it settled until this loop lands it)."""
+        the store's limits each heartbeat reads (R35, R36); ``turn_holds_locks()``
+        says whether the loop's turn in flight is a transaction holding what it settled
+        (R66): the sweep and the periodic enqueues, which could need those locks, wait
+        for a later beat or loop rather than for the loop itself."""
         self.config = config
         self.state = state
         self.store = store
@@ -60,7 +60,7 @@ class Operations:
         self.take_back = take_back
         self.request_stop = request_stop
         self.apply_limits = apply_limits
-        self.land_turn = land_turn
+        self.turn_holds_locks = turn_holds_locks
         self.slots: Slots | None = None  # set by the loop once the slots exist
         self.next_heartbeat = 0.0
         self._next_sweep = 0.0
@@ -139,7 +139,9 @@ class Operations:
         self._obey_pauses(requests.paused)
         self._obey_limits(requests.limit_rows)
         self._bury_dead_pools(now)
-        if now >= self._next_sweep:
+        # R66: not while a limited turn in flight holds lanes and shards the sweep may
+        # delete or read (it would wait for this very loop): the next beat sweeps.
+        if now >= self._next_sweep and not self.turn_holds_locks():
             self._next_sweep = now + SWEEP_EVERY
             try:
                 removed = self.store.sweep(now, result_ttl=self.config.result_ttl,
@@ -343,6 +345,8 @@ class Operations:
         self._periodic_failed[name] = (now + PERIODIC_RETRY, reason)
 
     def enqueue_periodic(self, now: float) -> None:
+        if self.turn_holds_locks():
+            return  # R66: an occurrence's lane may be the turn's: after it lands
         for name, schedule in self.periodic.items():
             if now < self._periodic_failed.get(name, (-math.inf, ""))[0]:
                 continue
@@ -355,7 +359,6 @@ class Operations:
                 log.info("periodic job %s (%r) is scheduled again", name, schedule)
             if occurrence <= self._periodic_done.get(name, -math.inf):
                 continue
-            self.land_turn()  # R66: a limited name's lane may be held by the turn in flight
             try:
                 handle = self.store.enqueue_occurrence(name, occurrence)
             except JobpoolError as exc:

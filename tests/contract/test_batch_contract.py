@@ -270,7 +270,7 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
     member's shard; a member's end holding that shard and then writing the batch's row
     (its shard emptied) waited for the retry: a deadlock, one side aborted. The retry
     now takes the shards first, in shard order, and the batch's row after them."""
-    from tests.conftest import _pg_admin, wait_for
+    from tests.conftest import _pg_admin, outcome_of, wait_for
     store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
     batch = store.batch(on_complete=Signature(COMPLETE))
     first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids  # two shards (id mod 16)
@@ -285,11 +285,11 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
         assert go_on.wait(30)
         conn.execute("UPDATE jobpool_batches SET changed_at = changed_at WHERE id = %s",
                      (batch.id,))
-    holding = threading.Thread(target=lambda: seen.update(end=_outcome_of(
+    holding = threading.Thread(target=lambda: seen.update(end=outcome_of(
         lambda: holder.transaction("ending a member", hold_then_end))))
     holding.start()
     assert held.wait(30)
-    retrying = threading.Thread(target=lambda: seen.update(retry=_outcome_of(
+    retrying = threading.Thread(target=lambda: seen.update(retry=outcome_of(
         lambda: store.dead.retry_report([first, second]))))
     retrying.start()
     admin = _pg_admin()
@@ -319,7 +319,7 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
     cancel held: deadlock detected, the cancel or the turn aborted, and with a big batch
     and pools at work the cancel failed every time. It now passes over rows a pool holds
     and comes back for them in transactions of their own."""
-    from tests.conftest import _pg_admin, wait_for
+    from tests.conftest import _pg_admin, outcome_of, wait_for
     store, canceller, watcher = (jobpool.connect(pg_url) for _ in range(3))
     batch = new_batch(store)
     ids = batch.add_many(MEMBER, [(n,) for n in range(4)]).ids
@@ -337,7 +337,7 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
     holding.start()
     assert held["set"].wait(30)
     seen = {}
-    cancelling = threading.Thread(target=lambda: seen.update(cancel=_outcome_of(
+    cancelling = threading.Thread(target=lambda: seen.update(cancel=outcome_of(
         lambda: canceller.batches.cancel(batch.id))))
     cancelling.start()
     admin = _pg_admin()
@@ -349,7 +349,7 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
         # Until the cancel waits for the held row, or has cancelled the batch without it.
         wait_for(lambda: waits("%FROM jobs WHERE%batch_id%") or store.batch_status(
             batch.id).cancelled, timeout=30, interval=0.01)
-        ending = threading.Thread(target=lambda: seen.update(turn=_outcome_of(
+        ending = threading.Thread(target=lambda: seen.update(turn=outcome_of(
             lambda: settle(c, Outcome(running[0].job_id, running[0].attempt, DONE)))))
         ending.start()
         # Until the turn ends, or waits too (for a shard the cancel holds).
@@ -402,14 +402,6 @@ def test_a_batch_cancel_names_the_members_it_could_not_reach_on_postgres(pg_url,
     assert store.batch_status(batch.id).finished and callbacks(store) == []
     store.close()
     holder.close()
-
-
-def _outcome_of(call):
-    """What ``call`` returned, or the exception it raised (for a thread's caller)."""
-    try:
-        return call()
-    except Exception as exc:  # noqa: BLE001 - handed to the test, which names it
-        return exc
 
 
 def test_a_finished_or_unknown_batch_takes_no_members(any_store):

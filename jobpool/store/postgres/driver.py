@@ -469,6 +469,13 @@ class PgFlight(NamedTuple):
         statement = self.turn.statement
         return statement is None or statement.ready()
 
+    def holds_locks(self) -> bool:
+        """Whether what is in flight is a transaction left open until the turn lands
+        (a limited claim's, ``TransactionInFlight``): it holds the locks of what it
+        settled; an autocommit statement holds them only while the server runs it."""
+        statement = self.turn.statement
+        return statement is not None and not statement.commits
+
 
 class PgTurn:
     """One turn's statements on the driver's connection (the ``Turn`` protocol), their

@@ -60,6 +60,10 @@ NOTIFY_QUIET = 0.005
 #: committed by then; an enqueue that went without one and committed later than this
 #: after it sends one of its own after all, seconds.
 LOOK_AGAIN = 0.025
+#: How many times a transaction the server ended to break a deadlock is run in all, and
+#: the pause before each run again (times the runs so far), seconds.
+DEADLOCK_TRIES = 3
+DEADLOCK_PAUSE = 0.05
 
 #: R47: how the listing's key, batch and searched filters (``rows.more_filters``) are
 #: written here (fragments of ``pg_sql.list_jobs``' conditions): ``strpos`` is a
@@ -146,15 +150,33 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
     def transaction(self, what: str, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)`` in one transaction; StoreError naming ``what`` on failure.
-        A broken connection is dropped, so the next call reconnects (R26)."""
-        try:
-            conn = self.conn
-            with conn.transaction():
-                scope(conn, self.target)
-                return fn(conn)
-        except psycopg.Error as exc:
-            self._drop_if_broken()
-            raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
+        A broken connection is dropped, so the next call reconnects (R26).
+
+        A transaction the server chose to end a deadlock is run again whole, up to
+        ``DEADLOCK_TRIES`` times: it was rolled back whole, and no ``fn`` here writes
+        anything but rows. An operator's many-row call (``cancel_many``, a dead retry, a
+        batch cancel) takes rows in the order given while pools' turns take theirs in
+        their own, and the server breaks such a cycle by failing one of them; a pool's
+        turn is retried by its pool (R26), and this is the caller's retry."""
+        for attempt in range(1, DEADLOCK_TRIES + 1):
+            try:
+                conn = self.conn
+                outermost = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                with conn.transaction():
+                    scope(conn, self.target)
+                    return fn(conn)
+            except psycopg.errors.DeadlockDetected as exc:
+                if outermost and attempt < DEADLOCK_TRIES:
+                    log.info("%s was ended by the server to break a deadlock; running it again",
+                             what)
+                    time.sleep(DEADLOCK_PAUSE * attempt)
+                    continue
+                self._drop_if_broken()
+                raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
+            except psycopg.Error as exc:
+                self._drop_if_broken()
+                raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def statement(self, what: str, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)``, whose statements each commit as they run (autocommit: for
