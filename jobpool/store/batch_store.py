@@ -107,46 +107,54 @@ class StoreBatches:
 
     def cancel(self, batch_id: int, now: float | None = None) -> BatchStatus:
         """No callback will fire; ready members are dead ("cancelled") now, running
-        ones are cancelled by their pools (R31). A finished batch is left as it is."""
+        ones are cancelled by their pools (R31). A finished batch is left as it is; a
+        cancelled one not yet finished has what of it is still unfinished cancelled (a
+        member retried since, one an earlier cancel could not reach)."""
         params = {"id": bounds.row_id(batch_id, "a batch id"), "now": bounds.now_or(now),
                   "error": lifecycle.CANCELLED}
 
-        def cancel(conn: Any) -> tuple[bool, BatchStatus]:
+        def cancel(conn: Any) -> tuple[int, BatchStatus]:
             if self.sql.LOCK_SHARDS is not None:
                 conn.execute(self.sql.LOCK_SHARDS, params)  # before the batch row (``join``)
-            cancelled = conn.execute(self.sql.CANCEL_BATCH, params).fetchone() is not None
-            if cancelled:
-                self._cancel_members(conn, params)
-            return cancelled, self._status(conn, batch_id)
-        cancelled, status = self.store.transaction(f"cancelling batch {batch_id}", cancel)
-        if cancelled and self.sql.MEMBERS_LEFT is not None:
+            conn.execute(self.sql.CANCEL_BATCH, params)
+            status = self._status(conn, batch_id)
+            if not status.cancelled or status.finished:
+                return 0, status
+            return self._cancel_members(conn, params), self._status(conn, batch_id)
+        left, status = self.store.transaction(f"cancelling batch {batch_id}", cancel)
+        if left:
             status = self._cancel_members_left(batch_id, params)
         return status
 
-    def _cancel_members(self, conn: Any, params: dict) -> None:
+    def _cancel_members(self, conn: Any, params: dict) -> int:
         """A cancelled batch's ready members dead now, its running ones flagged for
-        their pools (on PostgreSQL, those no pool's turn holds at the moment)."""
+        their pools (on PostgreSQL, those no pool's turn holds at the moment): how many
+        are left to reach (``MEMBERS_LEFT``; none on SQLite, one writer at a time)."""
         cancelled = conn.execute(self.sql.CANCEL_READY_MEMBERS, params).rowcount
         if self.sql.MEMBERS_CANCELLED is not None and cancelled:
             conn.execute(self.sql.MEMBERS_CANCELLED, dict(params, cancelled=cancelled))
         conn.execute(self.sql.REQUEST_CANCEL_MEMBERS, params)
+        if self.sql.MEMBERS_LEFT is None:
+            return 0
+        return conn.execute(self.sql.MEMBERS_LEFT, params).fetchone()[0]
 
     def _cancel_members_left(self, batch_id: int, params: dict) -> BatchStatus:
-        """PostgreSQL: the members the cancel passed over because a pool's turn held
-        their rows (it never waits for one while it holds the batch's shards: see
-        ``CANCEL_READY_MEMBERS``), taken in short transactions of their own until none
-        is left. A turn holds a row for the length of one statement; one held past
-        ``CANCEL_PATIENCE`` is a store error naming how many are left (the batch stays
-        cancelled: its callbacks never fire; ``jobs cancel`` reaches them by id)."""
+        """PostgreSQL: the members the cancel passed over because another transaction
+        held their rows (a pool's turn, until it commits: one statement, or a limited
+        turn until its pool lands it; the cancel never waits for one while it holds the
+        batch's shards: see ``CANCEL_READY_MEMBERS``), taken in short transactions of
+        their own until none is left. Rows still held after ``CANCEL_PATIENCE`` are a
+        store error naming how many (the batch stays cancelled and its callbacks never
+        fire; cancelling it again, or ``jobs cancel``, reaches them)."""
         deadline = time.monotonic() + CANCEL_PATIENCE
         pause = 0.002
 
         def again(conn: Any) -> tuple[int, BatchStatus]:
             conn.execute(self.sql.LOCK_SHARDS, params)
-            self._cancel_members(conn, params)
-            (left,) = conn.execute(self.sql.MEMBERS_LEFT, params).fetchone()
-            return left, self._status(conn, batch_id)
+            return self._cancel_members(conn, params), self._status(conn, batch_id)
         while True:
+            time.sleep(pause)  # the turn holding them commits meanwhile
+            pause = min(pause * 2, 0.1)
             left, status = self.store.transaction(f"cancelling batch {batch_id}'s members", again)
             if not left:
                 return status
@@ -155,9 +163,8 @@ class StoreBatches:
                 raise StoreError(f"batch {batch_id} is cancelled, but {left} of its members "
                                  f"{'was' if one else 'were'} held by other transactions for "
                                  f"{CANCEL_PATIENCE:g} s and {'is' if one else 'are'} not: "
-                                 f"cancel {'it' if one else 'them'} by id (jobpool jobs cancel)")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
+                                 f"cancel the batch again, or {'it' if one else 'them'} by id "
+                                 f"(jobpool jobs cancel)")
 
     def status(self, batch_id: int) -> BatchStatus:
         rows = self.store.read_rows(f"reading batch {batch_id}", self.sql.GET_BATCH,

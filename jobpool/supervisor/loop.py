@@ -331,6 +331,8 @@ class Supervisor:
                 self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()
+            if store_up:
+                operations.sweep_if_due(now)
             if store_up and operations.periodic and not state.stopping:
                 operations.enqueue_periodic(now)
             if store_up and operations.hooks_queued:

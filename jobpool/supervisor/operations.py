@@ -49,7 +49,7 @@ class Operations:
         the store's limits each heartbeat reads (R35, R36); ``turn_holds_locks()``
         says whether the loop's turn in flight is a transaction holding what it settled
         (R66): the sweep and the periodic enqueues, which could need those locks, wait
-        for a later beat or loop rather than for the loop itself."""
+        for a later pass of the loop rather than for the loop itself."""
         self.config = config
         self.state = state
         self.store = store
@@ -139,18 +139,6 @@ class Operations:
         self._obey_pauses(requests.paused)
         self._obey_limits(requests.limit_rows)
         self._bury_dead_pools(now)
-        # R66: not while a limited turn in flight holds lanes and shards the sweep may
-        # delete or read (it would wait for this very loop): the next beat sweeps.
-        if now >= self._next_sweep and not self.turn_holds_locks():
-            self._next_sweep = now + SWEEP_EVERY
-            try:
-                removed = self.store.sweep(now, result_ttl=self.config.result_ttl,
-                                           dead_letter_limit=self.config.dead_letter_limit)
-            except StoreError as exc:
-                log.debug("retention sweep skipped: %s", exc)
-            else:
-                if removed >= SWEEP_BATCH:
-                    self._next_sweep = now  # behind: the next beat sweeps again (R32)
         if requests.stop:
             self.request_stop()
         if requests.procs is not None:
@@ -158,6 +146,24 @@ class Operations:
         for job_id, attempt in requests.cancels:
             slots.cancel(job_id, attempt, lifecycle.CANCELLED, now)
         return True
+
+    def sweep_if_due(self, now: float) -> None:
+        """R32: the retention sweep, every ``SWEEP_EVERY`` seconds once this pool is
+        registered, again at the next heartbeat when it took a full batch. R66: never
+        while a limited turn in flight holds what it settled (lanes, shards the sweep
+        may delete or read: it would wait for this very loop); the loop asks at each of
+        its passes, and one finds no such turn."""
+        if not self._registered or now < self._next_sweep or self.turn_holds_locks():
+            return
+        self._next_sweep = now + SWEEP_EVERY
+        try:
+            removed = self.store.sweep(now, result_ttl=self.config.result_ttl,
+                                       dead_letter_limit=self.config.dead_letter_limit)
+        except StoreError as exc:
+            log.debug("retention sweep skipped: %s", exc)
+        else:
+            if removed >= SWEEP_BATCH:
+                self._next_sweep = self.next_heartbeat  # behind: again at the next beat
 
     def _beat(self) -> Heartbeat:
         slots = self.slots

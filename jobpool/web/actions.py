@@ -160,7 +160,9 @@ def cancel_batch(store: Any, who: str, batch_id: int) -> Done:
     running ones are cancelled by their pools. A finished batch is left as it is."""
     try:
         before = store.batches.status(batch_id)
-        after = None if before.cancelled or before.finished else store.batches.cancel(batch_id)
+        # A cancelled batch not yet finished is cancelled again: what of it is still
+        # unfinished (a member retried since, one a first cancel could not reach) is.
+        after = None if before.finished else store.batches.cancel(batch_id)
     except BatchNotFound:
         what = "no such batch"
     else:

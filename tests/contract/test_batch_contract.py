@@ -218,6 +218,24 @@ def test_a_retried_member_of_a_cancelled_batch_counts_again_and_is_reported(any_
     assert any_store.dead.retry_report([second]) == ({second: "retried"}, {batch.id: [second]}, {})
 
 
+def test_cancelling_a_cancelled_batch_again_cancels_what_of_it_is_unfinished(any_store, claimer):
+    """R34: a batch cancelled while a member ran is unfinished until that member ends; a
+    member retried meanwhile counts in it again, and cancelling the batch again cancels
+    it (on PostgreSQL, the same call reaches members a first cancel could not)."""
+    batch = new_batch(any_store)
+    first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids
+    c = claimer()
+    (running,) = claim(c, 1)
+    assert running.job_id == first
+    batch.cancel()
+    assert any_store.dead.retry([second]) == {second: "retried"}
+    status = batch.cancel()
+    assert (status.cancelled, status.finished, status.dead, status.pending) == (True, False, 1, 1)
+    assert any_store.get(second)["status"] == "dead"
+    settle(c, Outcome(first, 1, DONE))
+    assert any_store.batch_status(batch.id).finished and callbacks(any_store) == []
+
+
 def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
     """R34 on PostgreSQL: a retry read its batch unfinished from its statement's
     snapshot while another member's end, not yet committed, was finishing it; the
@@ -247,7 +265,8 @@ def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
     try:
         # Until the retry waits for the member's end (or ends without waiting for it).
         wait_for(lambda: not retrying.is_alive() or admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' "
             "AND query LIKE %s", ("%FROM jobpool_batches WHERE id = %FOR SHARE%",)
         ).fetchone()[0], timeout=30, interval=0.01)
     finally:
@@ -296,7 +315,8 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
     try:
         # Until the retry waits for the held shard (or ends without waiting for it).
         wait_for(lambda: not retrying.is_alive() or admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' "
             "AND query LIKE %s", ("%jobpool_batch_shards%",)).fetchone()[0],
             timeout=30, interval=0.01)
     finally:
@@ -343,7 +363,8 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
     admin = _pg_admin()
 
     def waits(pattern):
-        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                             "current_database() AND wait_event_type = "
                              "'Lock' AND query LIKE %s", (pattern,)).fetchone()[0]
     try:
         # Until the cancel waits for the held row, or has cancelled the batch without it.
@@ -392,14 +413,17 @@ def test_a_batch_cancel_names_the_members_it_could_not_reach_on_postgres(pg_url,
     try:
         with pytest.raises(jobpool.errors.StoreError, match=(
                 f"batch {batch.id} is cancelled, but 1 of its members was held by other "
-                r"transactions for 0.2 s and is not: cancel it by id \(jobpool jobs cancel\)")):
+                r"transactions for 0.2 s and is not: cancel the batch again, or it by id "
+                r"\(jobpool jobs cancel\)")):
             store.batches.cancel(batch.id)
     finally:
         release.set()
         holding.join(30)
     assert store.batch_status(batch.id).cancelled and store.get(other)["status"] == "dead"
-    assert store.cancel_many([kept]) == {kept: "cancelled"}
-    assert store.batch_status(batch.id).finished and callbacks(store) == []
+    assert store.get(kept)["status"] == "ready"
+    status = store.batches.cancel(batch.id)  # the cancel again reaches it
+    assert store.get(kept)["status"] == "dead"
+    assert status.finished and callbacks(store) == []
     store.close()
     holder.close()
 

@@ -37,7 +37,8 @@ def test_a_cancel_the_server_ends_to_break_a_deadlock_is_run_again(pg_url, caplo
     admin = _pg_admin()
     try:
         wait_for(lambda: admin.execute(  # the cancel holds the first and waits for the second
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
         ).fetchone()[0] >= 1, timeout=30, interval=0.01)
     finally:
         admin.close()

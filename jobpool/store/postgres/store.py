@@ -688,6 +688,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                   now: float) -> Requests:
         """One transaction: the pool's row (dated by the server, R7a), its progress,
         and the operators' requests for it, each taken once."""
+        progress = list(progress)  # read again if the transaction is run again
+
         def write(conn: Any) -> Requests:
             # A beat lost to a crash is written again a second later: it need not
             # wait for its WAL to reach the disk (claims and settles do).
@@ -723,6 +725,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             else pg_sql.ROLLUPS_BY_NAME, {"since": rollups.minute_of(since), "name": name}))
 
     def set_progress(self, owner: str, progress: Iterable[ProgressReport]) -> None:
+        progress = list(progress)  # read again if the transaction is run again
+
         def write(conn: Any) -> None:
             conn.execute(pg_sql.COMMIT_ASYNC)  # a report, not a transition: see heartbeat
             _write_progress(conn, owner, progress)
