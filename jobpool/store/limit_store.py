@@ -12,12 +12,13 @@ serves both stores (``statements`` is the store's SQL module).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 from jobpool import bounds
-from jobpool.errors import EnqueueError
+from jobpool.errors import EnqueueError, StoreError
 from jobpool.limits import LimitPlan, NameLimit, parse_rate, refill
 from jobpool.store import rows as store_rows
 from jobpool.store.records import LimitRow
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 GROUPS_SHOWN = 1000
 #: A group without a lane, untouched this long, is swept (its bucket is full again).
 GROUP_IDLE = 86400.0
+
+#: R35 on PostgreSQL: how long a declare comes back for rows of a newly limited name
+#: that other transactions held when it gave the name's rows their groups, seconds.
+ADOPT_PATIENCE = 30.0
 
 
 def plan_from_rows(rows: list[tuple]) -> LimitPlan:
@@ -99,7 +104,38 @@ class StoreLimits:
                     conn.execute(self.sql.ADOPT_LIMITED, {"name": name})
                     conn.execute(self.sql.LANES_OF_NAME, {"name": name})
             return changes
-        return self.store.transaction("writing declared limits", write)
+        changes = self.store.transaction("writing declared limits", write)
+        if self.sql.ADOPT_LEFT is not None:
+            for name in sorted(n for n, limit in declared.items() if limit is not None):
+                self._adopt_left(name)
+        return changes
+
+    def _adopt_left(self, name: str) -> None:
+        """PostgreSQL: the rows of limited ``name`` still without a group (passed over
+        by the adoption because another transaction held them: a pool's turn, until it
+        commits), adopted in short transactions of their own until none is left; also
+        what an earlier declare left. Rows still held after ``ADOPT_PATIENCE`` are a
+        store error naming how many: the pool's next heartbeat declares again."""
+        params = {"name": name}
+        left = self.store.read_rows(f"reading {name}'s rows without a group",
+                                    self.sql.ADOPT_LEFT, params)[0][0]
+        deadline = time.monotonic() + ADOPT_PATIENCE
+        pause = 0.002
+
+        def adopt(conn: Any) -> int:
+            conn.execute(self.sql.ADOPT_LIMITED, params)
+            conn.execute(self.sql.LANES_OF_NAME, params)
+            return conn.execute(self.sql.ADOPT_LEFT, params).fetchone()[0]
+        while left:
+            if time.monotonic() > deadline:
+                raise StoreError(f"limits of {name} are declared, but {left} of its rows "
+                                 f"{'was' if left == 1 else 'were'} held by other "
+                                 f"transactions for {ADOPT_PATIENCE:g} s and "
+                                 f"{'has' if left == 1 else 'have'} no group yet")
+            left = self.store.transaction(f"giving {name}'s rows their groups", adopt)
+            if left:
+                time.sleep(pause)  # the turn holding them commits meanwhile
+                pause = min(pause * 2, 0.1)
 
     def set_queue(self, queue: str, running: int, set_by: str = "cli",
                   now: float | None = None) -> None:

@@ -442,3 +442,42 @@ def test_the_claimer_counts_in_read_committed_whatever_the_default(store, reques
             "SHOW transaction_isolation").fetchone()[0]) == "repeatable read"  # the URL's own
     finally:
         other.close()
+
+
+def test_a_limit_declared_on_a_busy_name_waits_on_no_row_a_pool_holds_on_postgres(pg_url):
+    """R35 on PostgreSQL: a pool declaring a new limit gives the name's rows their groups.
+    It took them in its own order, waiting for rows pools' turns held, while those turns
+    (a claim, then a settle) waited for rows it had taken: deadlock detected, and a new pool
+    declaring a limit on a busy name could not register. The declare now commits the limit
+    without waiting on a row another transaction holds, and comes back for that row."""
+    import threading
+
+    import jobpool
+    from tests.conftest import outcome_of, wait_for
+    store, holder, watcher = (jobpool.connect(pg_url) for _ in range(3))
+    ids = store.enqueue_many(LOAD, [(n,) for n in range(3)]).ids
+    held, release, seen = threading.Event(), threading.Event(), {}
+
+    def hold(conn):  # a pool's claim in flight holds the last row
+        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (ids[-1],))
+        held.set()
+        assert release.wait(30)
+    holding = threading.Thread(target=lambda: holder.transaction("holding a row", hold))
+    holding.start()
+    assert held.wait(30)
+    declaring = threading.Thread(target=lambda: seen.update(declared=outcome_of(
+        lambda: declare(store, NameLimit(LOAD, 1, None, 1, None)))))
+    declaring.start()
+    try:
+        # The limit is committed while the row is still held: the declare waited for it.
+        wait_for(lambda: LOAD in watcher.limits.plan().names, timeout=10, interval=0.02)
+    finally:
+        release.set()
+        holding.join(30)
+        declaring.join(60)
+    assert not isinstance(seen["declared"], Exception), seen["declared"]
+    ungrouped = watcher.transaction("reading", lambda conn: conn.execute(
+        "SELECT count(*) FROM jobs WHERE name = %s AND grp IS NULL", (LOAD,)).fetchone()[0])
+    assert ungrouped == 0  # the held row too, once it was let go
+    for each in (store, holder, watcher):
+        each.close()

@@ -1968,9 +1968,20 @@ READ_LIMITS = """
 SELECT scope, target, max_running, rate, burst, group_by, set_by, set_at
   FROM jobpool_limits ORDER BY scope, target
 """
+#: R35: a name that becomes limited: its rows without a group take theirs. Pools' turns
+#: take a row (a claim, SKIP LOCKED) and then wait for others (their settles): an
+#: adoption that waited for rows in its own order deadlocked with them, and a new pool
+#: declaring a limit on a busy name could not register. It passes over rows another
+#: transaction holds and comes back for them (``ADOPT_LEFT``): until then such a row is
+#: claimed by no pool that knows the limit (a limited name is claimed by its groups).
 ADOPT_LIMITED = f"""
 UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
- WHERE name = %(name)s AND grp IS NULL
+ WHERE grp IS NULL AND id IN (SELECT id FROM jobs WHERE name = %(name)s AND grp IS NULL
+                                 FOR UPDATE SKIP LOCKED)
+"""
+#: R35: whether rows of a limited name still want their group (``ADOPT_LIMITED``).
+ADOPT_LEFT = """
+SELECT count(*) FROM jobs WHERE name = %(name)s AND grp IS NULL
 """
 #: After a bulk insert (COPY, or INSERT_BATCH, which write no group): the rows of a
 #: limited name without a group take their groups (``limited_group``), and their lanes

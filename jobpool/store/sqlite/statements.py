@@ -1456,6 +1456,8 @@ ADOPT_LIMITED = f"""
 UPDATE jobs SET grp = {limited_group(":name", ROW_PAYLOAD)}
  WHERE name = :name AND grp IS NULL AND status IN ('ready', 'running')
 """
+#: SQLite adopts every row in the declare's own transaction (one writer at a time).
+ADOPT_LEFT = None
 LANES_OF_NAME = """
 INSERT OR IGNORE INTO jobpool_lanes (queue, priority, name, grp)
 SELECT DISTINCT queue, priority, name, grp FROM jobs
