@@ -5,6 +5,7 @@ rows are served in rotation; a rate's bucket is never overdrawn."""
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import pytest
@@ -450,8 +451,6 @@ def test_a_limit_declared_on_a_busy_name_waits_on_no_row_a_pool_holds_on_postgre
     (a claim, then a settle) waited for rows it had taken: deadlock detected, and a new pool
     declaring a limit on a busy name could not register. The declare now commits the limit
     without waiting on a row another transaction holds, and comes back for that row."""
-    import threading
-
     import jobpool
     from tests.conftest import outcome_of, wait_for
     store, holder, watcher = (jobpool.connect(pg_url) for _ in range(3))
@@ -481,3 +480,41 @@ def test_a_limit_declared_on_a_busy_name_waits_on_no_row_a_pool_holds_on_postgre
     assert ungrouped == 0  # the held row too, once it was let go
     for each in (store, holder, watcher):
         each.close()
+
+
+def test_a_limited_claim_waits_on_no_lane_another_pools_turn_holds_on_postgres(pg_url):
+    """R35 on PostgreSQL: a limited turn in flight that put a grouped row back to ready
+    holds that group's lane (its ``seq`` bumped) until its pool lands it. Another pool's
+    claim from the same lane waited for it to mark the lane served, while the first could
+    wait for what the second held (the queue's limit, another lane): a deadlock between
+    two pools' limited turns. The second passes over a lane another transaction holds."""
+    import jobpool
+    from tests.conftest import outcome_of, wait_for
+    store = jobpool.connect(pg_url)
+    declare(store, per_group(5))
+    first, second, third = enqueue(store, "a", 3)
+    one = store.claimer("pool-a", NAMES, ("default",), {})
+    two = store.claimer("pool-b", NAMES, ("default",), {})
+    seen: dict = {}
+    claiming = threading.Thread(target=lambda: seen.update(claimed=outcome_of(
+        lambda: two.turn([], 1, time.time(), None)[1])))
+    try:
+        for c in (one, two):
+            c.set_limits(store.limits.plan().for_pool(NAMES, ("default",)))
+        (job,) = one.turn([], 1, time.time(), None)[1]
+        assert job.job_id == first
+        # Its retry goes out with a claim, in a transaction left open (R66): the lane is
+        # held until pool-a lands it.
+        flight = one.begin_turn([Outcome(first, job.attempt, RETRY, "again")], 1, time.time(),
+                                random.Random(1))
+        assert flight.holds_locks()
+        claiming.start()
+        wait_for(lambda: not claiming.is_alive(), timeout=10)  # while pool-a's turn is open
+        one.finish_turn(flight)
+    finally:
+        if claiming.ident is not None:  # started
+            claiming.join(30)
+        one.close()
+        two.close()
+        store.close()
+    assert [j.job_id for j in seen["claimed"]] in ([second], [third])

@@ -1910,14 +1910,25 @@ SELECT id, priority, line_at FROM jobs
  ORDER BY line_at, id LIMIT %(count)s
    FOR UPDATE SKIP LOCKED
 """
+#: R35: a lane another transaction holds is being made again (a row put back to ready
+#: bumps its ``seq`` in an open limited turn): the two writes below pass over it rather
+#: than wait for it, since that turn may wait for what this claim holds (the queue's
+#: limit, another lane): a deadlock between two pools' limited turns. A lane passed over
+#: keeps its rows (it is dropped by a later claim) or its place in the rotation for one
+#: turn.
 DROP_EMPTY_LANE = """
 DELETE FROM jobpool_lanes
- WHERE id = %(id)s::bigint AND seq = %(seq)s::bigint
+ WHERE id = (SELECT id FROM jobpool_lanes WHERE id = %(id)s::bigint AND seq = %(seq)s::bigint
+               FOR UPDATE SKIP LOCKED)
    AND NOT EXISTS (SELECT 1 FROM jobs
                     WHERE status = 'ready' AND grp IS NOT NULL AND queue = %(queue)s
                       AND name = %(name)s AND grp = %(grp)s AND priority = %(priority)s::integer)
 """
-SERVE_LANES = "UPDATE jobpool_lanes SET served_at = %(now)s WHERE id = ANY(%(ids)s::bigint[])"
+SERVE_LANES = """
+UPDATE jobpool_lanes SET served_at = %(now)s
+ WHERE id IN (SELECT id FROM jobpool_lanes WHERE id = ANY(%(ids)s::bigint[])
+                 ORDER BY id FOR UPDATE SKIP LOCKED)
+"""
 RUNNING_IN_QUEUE = "SELECT count(*) FROM jobs WHERE status = 'running' AND queue = %(queue)s"
 #: A queue's limit row, locked before its running jobs are counted (waited for: the
 #: other claim holding it commits within its turn).
