@@ -216,6 +216,14 @@ def process_state(pid: int) -> str:
         return fh.read().rpartition(")")[2].split()[0]
 
 
+def lock_waits(admin, query_like: str = "%") -> int:
+    """How many sessions of this test's database wait for a lock, running a statement
+    whose text is LIKE ``query_like`` (``admin``: a ``_pg_admin()`` connection)."""
+    return admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE %s", (query_like,)).fetchone()[0]
+
+
 def outcome_of(call):
     """What ``call`` returned, or the exception it raised (for a thread's caller)."""
     try:

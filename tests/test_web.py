@@ -456,6 +456,17 @@ def test_after_a_login_or_an_action_it_never_lands_on_another_site(any_store, st
         assert answer.headers["location"] == "/"
 
 
+def _retried_with_note(client, store, job_id: int, note: str) -> None:
+    """The dead job ``job_id`` retried by its page's button, then (dead again) through
+    the API: each says ``note`` beside "retried"."""
+    token = _csrf(client.get("/dead").text)
+    answer = client.post(f"/jobs/{job_id}/retry", data={"csrf": token, "next": "/dead"})
+    assert f"job {job_id}: retried; {note}" in client.get(answer.headers["location"]).text
+    assert store.cancel(job_id) == "cancelled"
+    assert client.post(f"/api/jobs/{job_id}/retry", json={}).json() == {
+        "ok": True, "result": "retried", "note": note}
+
+
 @on_both_stores
 def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, store_url):
     """R34: ``dead retry`` says when a retried member's batch has finished; the page's
@@ -468,12 +479,7 @@ def test_a_retried_member_of_a_finished_batch_is_said_to_run_alone(any_store, st
     alone = (f"its batch {batch.id} is finished: it runs outside it, and no callback of the "
              f"batch follows its end")
     with _client(store_url) as client:
-        token = _csrf(client.get("/dead").text)
-        answer = client.post(f"/jobs/{member}/retry", data={"csrf": token, "next": "/dead"})
-        assert f"job {member}: retried; {alone}" in client.get(answer.headers["location"]).text
-        assert any_store.cancel(member) == "cancelled"
-        api = client.post(f"/api/jobs/{member}/retry", json={})
-        assert api.json() == {"ok": True, "result": "retried", "note": alone}
+        _retried_with_note(client, any_store, member, alone)
         plain, = _dead_jobs(any_store, 1)  # in no batch: no note
         assert client.post(f"/api/jobs/{plain}/retry", json={}).json() == {
             "ok": True, "result": "retried"}
@@ -514,12 +520,7 @@ def test_a_retried_member_of_a_cancelled_batch_is_said_to_have_no_callback(any_s
     said = (f"its batch {batch.id} was cancelled: it counts in it again, and no callback of "
             f"the batch follows its end")
     with _client(store_url) as client:
-        token = _csrf(client.get("/dead").text)
-        answer = client.post(f"/jobs/{waiting}/retry", data={"csrf": token, "next": "/dead"})
-        assert f"job {waiting}: retried; {said}" in client.get(answer.headers["location"]).text
-        assert any_store.cancel(waiting) == "cancelled"
-        assert client.post(f"/api/jobs/{waiting}/retry", json={}).json() == {
-            "ok": True, "result": "retried", "note": said}
+        _retried_with_note(client, any_store, waiting, said)
         assert any_store.cancel(waiting) == "cancelled"
         many = client.post("/api/jobs/bulk", json={"action": "retry", "ids": [waiting]})
         assert many.json()["note"] == ("of them, 1 is in a cancelled batch (counted in it "

@@ -242,7 +242,7 @@ def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
     member was counted again (its shard pending) in a batch whose callbacks had fired,
     and the retry's report said nothing. The retry now reads the batch again under its
     lock, after that end, and takes its count back: the member runs alone."""
-    from tests.conftest import _pg_admin, wait_for
+    from tests.conftest import _pg_admin, lock_waits, wait_for
     store, ender = jobpool.connect(pg_url), jobpool.connect(pg_url)
     batch = store.batch(on_complete=Signature(COMPLETE))
     first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids
@@ -264,11 +264,8 @@ def test_a_retry_meeting_its_batchs_end_runs_alone_on_postgres(pg_url):
     admin = _pg_admin()
     try:
         # Until the retry waits for the member's end (or ends without waiting for it).
-        wait_for(lambda: not retrying.is_alive() or admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' "
-            "AND query LIKE %s", ("%FROM jobpool_batches WHERE id = %FOR SHARE%",)
-        ).fetchone()[0], timeout=30, interval=0.01)
+        wait_for(lambda: not retrying.is_alive() or lock_waits(
+            admin, "%FROM jobpool_batches WHERE id = %FOR SHARE%"), timeout=30, interval=0.01)
     finally:
         admin.close()
         release.set()
@@ -289,7 +286,7 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
     member's shard; a member's end holding that shard and then writing the batch's row
     (its shard emptied) waited for the retry: a deadlock, one side aborted. The retry
     now takes the shards first, in shard order, and the batch's row after them."""
-    from tests.conftest import _pg_admin, outcome_of, wait_for
+    from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
     store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
     batch = store.batch(on_complete=Signature(COMPLETE))
     first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids  # two shards (id mod 16)
@@ -314,11 +311,8 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
     admin = _pg_admin()
     try:
         # Until the retry waits for the held shard (or ends without waiting for it).
-        wait_for(lambda: not retrying.is_alive() or admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock' "
-            "AND query LIKE %s", ("%jobpool_batch_shards%",)).fetchone()[0],
-            timeout=30, interval=0.01)
+        wait_for(lambda: not retrying.is_alive() or lock_waits(admin, "%jobpool_batch_shards%"),
+                 timeout=30, interval=0.01)
     finally:
         admin.close()
         go_on.set()
@@ -339,7 +333,7 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
     cancel held: deadlock detected, the cancel or the turn aborted, and with a big batch
     and pools at work the cancel failed every time. It now passes over rows a pool holds
     and comes back for them in transactions of their own."""
-    from tests.conftest import _pg_admin, outcome_of, wait_for
+    from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
     store, canceller, watcher = (jobpool.connect(pg_url) for _ in range(3))
     batch = new_batch(store)
     ids = batch.add_many(MEMBER, [(n,) for n in range(4)]).ids
@@ -361,20 +355,15 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
         lambda: canceller.batches.cancel(batch.id))))
     cancelling.start()
     admin = _pg_admin()
-
-    def waits(pattern):
-        return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                             "current_database() AND wait_event_type = "
-                             "'Lock' AND query LIKE %s", (pattern,)).fetchone()[0]
     try:
         # Until the cancel waits for the held row, or has cancelled the batch without it.
-        wait_for(lambda: waits("%FROM jobs WHERE%batch_id%") or store.batch_status(
+        wait_for(lambda: lock_waits(admin, "%FROM jobs WHERE%batch_id%") or store.batch_status(
             batch.id).cancelled, timeout=30, interval=0.01)
         ending = threading.Thread(target=lambda: seen.update(turn=outcome_of(
             lambda: settle(c, Outcome(running[0].job_id, running[0].attempt, DONE)))))
         ending.start()
         # Until the turn ends, or waits too (for a shard the cancel holds).
-        wait_for(lambda: not ending.is_alive() or waits("%") >= 2, timeout=30, interval=0.01)
+        wait_for(lambda: not ending.is_alive() or lock_waits(admin) >= 2, timeout=30, interval=0.01)
     finally:
         held["release"].set()
         holding.join(30)

@@ -9,7 +9,7 @@ import logging
 import threading
 
 import jobpool
-from tests.conftest import _pg_admin, outcome_of, wait_for
+from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
 
 
 def test_a_cancel_the_server_ends_to_break_a_deadlock_is_run_again(pg_url, caplog):
@@ -36,10 +36,8 @@ def test_a_cancel_the_server_ends_to_break_a_deadlock_is_run_again(pg_url, caplo
     cancelling.start()
     admin = _pg_admin()
     try:
-        wait_for(lambda: admin.execute(  # the cancel holds the first and waits for the second
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone()[0] >= 1, timeout=30, interval=0.01)
+        # The cancel holds the first and waits for the second.
+        wait_for(lambda: lock_waits(admin) >= 1, timeout=30, interval=0.01)
     finally:
         admin.close()
         go_on.set()
