@@ -426,7 +426,9 @@ def test_the_sweep_and_periodic_jobs_wait_for_a_turn_holding_locks_on_postgres(p
     beat, sweep = ops.heartbeat, ops.store.sweep
     enqueue = ops.store.enqueue_occurrence
     held_until = time.monotonic() + 3.0
-    seen: dict[str, list[bool]] = {"heartbeat": [], "sweep": [], "periodic": []}
+    seen: dict[str, list[bool]] = {"heartbeat": [], "sweep": [], "periodic": [],
+                                   "swept_in_turn": []}
+    in_turn = []
 
     def holding() -> bool:
         return pool._flight is not None and pool._flight[0].holds_locks()
@@ -435,11 +437,17 @@ def test_the_sweep_and_periodic_jobs_wait_for_a_turn_holding_locks_on_postgres(p
         # A turn in flight that settles something does not land of its own accord.
         if pool._flight is not None and pool._flight[2] and time.monotonic() < held_until:
             return False
-        return turn(now)
+        in_turn.append(True)
+        try:
+            return turn(now)
+        finally:
+            in_turn.pop()
 
     def watched(kind, call):
         def run(*args, **kwargs):
             seen[kind].append(holding())
+            if kind == "sweep":
+                seen["swept_in_turn"].append(bool(in_turn))
             return call(*args, **kwargs)
         return run
     pool._turn, ops.heartbeat = slow_answers, watched("heartbeat", beat)
@@ -449,5 +457,6 @@ def test_the_sweep_and_periodic_jobs_wait_for_a_turn_holding_locks_on_postgres(p
     assert pool.counters["claimed"] == 6  # it ran to its --max-jobs
     assert any(seen["heartbeat"])  # beats went on while such a turn was in flight
     assert len(seen["sweep"]) >= 2 and not any(seen["sweep"])  # swept, never with one open
+    assert any(seen["swept_in_turn"])  # also right after a limited turn landed
     assert len(seen["periodic"]) >= 6 and not any(seen["periodic"])
     store.close()

@@ -331,10 +331,7 @@ class Supervisor:
                 self._watch_store_file()
                 if operations.heartbeat(now):
                     self._keep_wakeups_reachable()
-            if store_up:
-                operations.sweep_if_due(now)
-            if store_up and operations.periodic and not state.stopping:
-                operations.enqueue_periodic(now)
+            self._writes_between_turns(now)
             if store_up and operations.hooks_queued:
                 operations.run_hooks(now)
             if len(operations.hooks):
@@ -616,8 +613,23 @@ class Supervisor:
         if self._flight is not None:
             if not self._flight[0].ready():
                 return False  # R66: one turn in flight at a time
+            held_locks = self._flight[0].holds_locks()
             claimed_none = self._land(now)
+            if held_locks:
+                # The one moment no turn of this pool is in flight: a pool whose limited
+                # turns follow one another would otherwise seldom reach a pass without.
+                self._writes_between_turns(now)
         return self._send_turn(now) or claimed_none
+
+    def _writes_between_turns(self, now: float) -> None:
+        """R66: the writes that must not meet a limited turn's locks (the retention
+        sweep, periodic enqueues; ``Operations`` skips them while one is in flight)."""
+        operations = self.operations
+        if now < self._store_pause_until:
+            return  # R26: no store calls while paused
+        operations.sweep_if_due(now)
+        if operations.periodic and not self.state.stopping:
+            operations.enqueue_periodic(now)
 
     def _send_turn(self, now: float) -> bool:
         state = self.state
