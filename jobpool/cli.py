@@ -1185,7 +1185,7 @@ def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     if args.all_scheduled:
         moved = store.run_now_matching(name=args.name, queue=args.queue)
-        print(f"{moved} waiting job{'' if moved == 1 else 's'} due now")
+        print(f"{_counted(moved, 'waiting job')} due now")
         return 0
     answers = store.run_now(args.ids)
     return _report({job_id: MADE_DUE if what == MADE_DUE else
@@ -1277,7 +1277,7 @@ def cmd_dead_purge(args: argparse.Namespace, out: _Stdout) -> int:
             count = store.dead.purge(args.older_than, progress=lambda n: bar.advance(task, n))
     else:
         count = store.dead.purge(args.older_than)
-    print(f"purged {count} dead job{'' if count == 1 else 's'}")
+    print(f"purged {_counted(count, 'dead job')}")
     return 0
 
 
@@ -1597,8 +1597,7 @@ def cmd_batches_cancel(args: argparse.Namespace, out: _Stdout) -> int:
     running = store.batches.members(args.id).get("running", 0)
     dead = status.dead - before.dead
     print(f"batch {args.id} cancelled: {_counted(dead, 'job')} dead now"
-          + (f", {running} running {'one' if running == 1 else 'ones'} asked to stop"
-             if running else "")
+          + (f", {_counted(running, 'running one')} asked to stop" if running else "")
           + "; no callback will fire")
     return 0
 
@@ -1620,8 +1619,7 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
         report = doctor.salvage(path, args.salvage)
         print(f"copied {_counted(report.copied, 'job')} from {shown(path)} into {shown(args.salvage)}")
         if report.unreadable:
-            print(f"{len(report.unreadable)} job row{'' if len(report.unreadable) == 1 else 's'} "
-                  f"could not be read: "
+            print(f"{_counted(len(report.unreadable), 'job row')} could not be read: "
                   f"{', '.join(map(str, report.unreadable[:20]))}", file=sys.stderr)
         for problem in report.problems:
             print(f"problem: {shown(problem)}", file=sys.stderr)

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from jobpool import bounds, events
 from jobpool.errors import BatchNotFound, EnqueueError
+from jobpool.store.rows import DUE_ALREADY, MADE_DUE
 
 
 class Done(NamedTuple):
@@ -71,7 +72,7 @@ def cancel(store: Any, who: str, job_id: int) -> Done:
 
 #: R51: what ``run_now`` answers when the job is due now (moved, or due already);
 #: any other answer is the status that refused it, or ``no such job``.
-RUN_NOW_OK = ("due now", "due already")
+RUN_NOW_OK = (MADE_DUE, DUE_ALREADY)
 
 
 def run_now(store: Any, who: str, job_id: int) -> Done:

@@ -1464,7 +1464,6 @@ CANCEL_BATCH = f"""
 UPDATE jobpool_batches SET cancelled_at = {_NOW}, closed_at = coalesce(closed_at, {_NOW}),
        changed_at = {_NOW}
  WHERE id = %(id)s AND finished_at IS NULL AND cancelled_at IS NULL
-RETURNING id
 """
 #: R34: a batch cancel holds the batch's shards, and a pool's turn takes a member's row
 #: before its shard (the member trigger runs at the end of the turn's statement), so the

@@ -158,25 +158,24 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         batch cancel) takes rows in the order given while pools' turns take theirs in
         their own, and the server breaks such a cycle by failing one of them; a pool's
         turn is retried by its pool (R26), and this is the caller's retry."""
-        for attempt in range(1, DEADLOCK_TRIES + 1):
+        attempt = 1
+        while True:
             try:
                 conn = self.conn
                 outermost = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 with conn.transaction():
                     scope(conn, self.target)
                     return fn(conn)
-            except psycopg.errors.DeadlockDetected as exc:
-                if outermost and attempt < DEADLOCK_TRIES:
+            except psycopg.Error as exc:
+                if (isinstance(exc, psycopg.errors.DeadlockDetected) and outermost
+                        and attempt < DEADLOCK_TRIES):
                     log.info("%s was ended by the server to break a deadlock; running it again",
                              what)
                     time.sleep(DEADLOCK_PAUSE * attempt)
+                    attempt += 1
                     continue
                 self._drop_if_broken()
                 raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
-            except psycopg.Error as exc:
-                self._drop_if_broken()
-                raise StoreError(f"{what} failed: {self.target.scrub(first_line(exc))}") from exc
-        raise AssertionError("unreachable: the last try returns or raises")
 
     def statement(self, what: str, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)``, whose statements each commit as they run (autocommit: for

@@ -991,7 +991,6 @@ CANCEL_BATCH = """
 UPDATE jobpool_batches SET cancelled_at = :now, closed_at = coalesce(closed_at, :now),
        changed_at = :now
  WHERE id = :id AND finished_at IS NULL AND cancelled_at IS NULL
-RETURNING id
 """
 CANCEL_READY_MEMBERS = f"""
 UPDATE jobs SET {assignments(lifecycle.CANCEL_READY, DIALECT)} WHERE batch_id = :id AND status = 'ready'
