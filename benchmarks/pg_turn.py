@@ -4,13 +4,15 @@ settles the ``--per-turn`` jobs the turn before claimed (done) and claims as man
 ``benchmarks/whole/run.sh``).
 
     .venv/bin/python benchmarks/pg_turn.py [--db URL] [--turns 3000] [--per-turn 1]
-                                           [--durability normal]
+                                           [--durability normal] [--batch]
 
 Prints the turns' median and mean wall time per turn, the claimer's CPU per turn
 (this process), the WAL the server wrote per turn (all of it: run it on a quiet server),
 and the CPU its server backend spent per turn (``/proc/PID/stat`` of
-the backend, so only with the server on this host). A fresh schema each run, dropped
-after. Run it from another checkout's tree with ``PYTHONPATH=TREE`` to compare.
+the backend, so only with the server on this host). ``--batch`` enqueues the jobs as
+the members of one closed batch (R34: each settle counts its members down in the
+batch's shards). A fresh schema each run, dropped after. Run it from another
+checkout's tree with ``PYTHONPATH=TREE`` to compare.
 """
 from __future__ import annotations
 
@@ -36,14 +38,20 @@ def backend_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_turns(db: str, turns: int, per_turn: int, durability: str) -> dict[str, float]:
+def run_turns(db: str, turns: int, per_turn: int, durability: str,
+              batch: bool = False) -> dict[str, float]:
     """``turns`` turns of one claimer in a fresh schema (dropped after): wall per turn
     (median, mean), the claimer's CPU and its server backend's CPU per turn, in µs."""
     schema = "bench_turn_" + uuid.uuid4().hex[:8]
     url = f"{db}{'&' if '?' in db else '?'}schema={schema}"
     store = jobpool.connect(url, durability=durability)
     try:
-        store.enqueue_many(NAME, [(i,) for i in range((turns + 2) * per_turn)])
+        args = [(i,) for i in range((turns + 2) * per_turn)]
+        if batch:
+            with store.batch() as members:
+                members.add_many(NAME, args)
+        else:
+            store.enqueue_many(NAME, args)
         claimer = store.claimer("bench-turn:1:1", (NAME,), ("default",), {})
         rng = random.Random(1)
         claimed = claimer.turn([], per_turn, time.time(), rng)[1]
@@ -81,9 +89,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3000)
     parser.add_argument("--per-turn", type=int, default=1)
     parser.add_argument("--durability", choices=("full", "normal"), default="full")
+    parser.add_argument("--batch", action="store_true")
     args = parser.parse_args()
-    row = run_turns(args.db, args.turns, args.per_turn, args.durability)
+    row = run_turns(args.db, args.turns, args.per_turn, args.durability, args.batch)
     print(f"turns={args.turns} per_turn={args.per_turn} durability={args.durability} "
+          f"batch={int(args.batch)} "
           + " ".join(f"{key}={value:.0f}" for key, value in row.items()))
 
 

@@ -10,6 +10,7 @@
 # BENCH_JOB_MS=M (and BENCH_JOB_SPIN=1) makes each drained job take M ms asleep (on the CPU);
 # BENCH_LIMIT=N declares the job max_running=N (every turn a limited one, R35).
 # BENCH_TEXT=1 gives each drained job an argument of text that is not ASCII ("Zoë N").
+# BENCH_BATCH=1 enqueues the drained jobs as the members of one batch (R34), closed.
 #
 # START_ARGS (from the environment) go to `jobpool start` as extra flags, e.g.
 # START_ARGS=--coalesce-us=500 to time a start option against its default.
@@ -40,7 +41,16 @@ fi
 trap cleanup EXIT
 case "$WORKLOAD" in
 drain)
-    "$PY" -c "import jobpool, noop_app, os; s = jobpool.connect('$DB'); s.enqueue_many('ab.noop', [('Zoë %d' % i if os.environ.get('BENCH_TEXT') else i,) for i in range($N)]); s.close()"
+    "$PY" -c "
+import jobpool, noop_app, os
+s = jobpool.connect('$DB')
+args = [('Zoë %d' % i if os.environ.get('BENCH_TEXT') else i,) for i in range($N)]
+if os.environ.get('BENCH_BATCH'):
+    with s.batch() as batch:
+        batch.add_many('ab.noop', args)
+else:
+    s.enqueue_many('ab.noop', args)
+s.close()"
     # shellcheck disable=SC2086 # START_ARGS is a list of flags, split on purpose
     "$PY" -m jobpool start --app noop_app --db "$DB" --burst -q --procs 2 --no-dashboard ${START_ARGS:-} >/dev/null 2>&1
     "$PY" -c "import jobpool, sys; done = jobpool.connect('$DB').stats()['done']; sys.exit(0 if done == $N else f'done: {done} of $N')" ;;

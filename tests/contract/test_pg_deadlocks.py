@@ -6,7 +6,9 @@ A B`` does not fail because a pool was at work on the same rows."""
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 
 import jobpool
 from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
@@ -49,3 +51,86 @@ def test_a_cancel_the_server_ends_to_break_a_deadlock_is_run_again(pg_url, caplo
     assert [store.get(i)["status"] for i in (first, second)] == ["dead", "dead"]
     store.close()
     other.close()
+
+
+def test_turns_ending_members_of_one_batch_take_its_shards_in_one_order(pg_url):
+    """R34 on PostgreSQL: a turn that ends several members of a batch counts each down in
+    its shard (member id mod 16). Counted a row at a time, the turn took the shards in the
+    order it ended the rows, so a turn ending ids 16k+15 and 16k+16 took shard 15, then 0,
+    while another turn took 0, then 15: deadlock detected, one turn aborted and settled
+    again by its pool (R26) after the server's second of waiting. The shards a statement
+    ends members in are now taken in one order (shard, then batch), the order every
+    writer of shards takes them in."""
+    from jobpool.lifecycle import DONE, Outcome
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    batch = store.batch()
+    ids = batch.add_many("t.member", [(n,) for n in range(32)]).ids
+    batch.close()
+    claimer = store.claimer("pool-a", ("t.member",), ("default",), {})
+    running = {job.job_id: job for job in claimer.turn([], 32, time.time(), None)[1]}
+    high = next(i for i in ids if i % 16 == 15 and i + 1 in running)  # shard 15, then 0
+    low = high + 1
+    held, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def end_the_other_way(conn):  # another turn: a member of shard 0 ended, then one of 15
+        conn.execute("SET LOCAL lock_timeout = '20s'")
+        conn.execute("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = 0 "
+                     "FOR UPDATE", (batch.id,))
+        held.set()
+        assert go_on.wait(30)
+        conn.execute("UPDATE jobpool_batch_shards SET pending = pending WHERE batch_id = %s "
+                     "AND shard = 15", (batch.id,))
+    other = threading.Thread(target=lambda: seen.update(other=outcome_of(
+        lambda: holder.transaction("ending members", end_the_other_way))))
+    other.start()
+    assert held.wait(30)
+    ending = threading.Thread(target=lambda: seen.update(turn=outcome_of(
+        lambda: claimer.turn([Outcome(job_id, running[job_id].attempt, DONE)
+                              for job_id in (high, low)], 0, time.time(), random.Random(1)))))
+    ending.start()
+    admin = _pg_admin()
+    try:
+        # Until the turn waits for shard 0 (or ends without waiting for it).
+        wait_for(lambda: not ending.is_alive() or lock_waits(admin) >= 1, timeout=30,
+                 interval=0.01)
+    finally:
+        admin.close()
+        go_on.set()
+        other.join(60)
+        ending.join(60)
+    assert seen["other"] is None, seen["other"]
+    assert not isinstance(seen["turn"], Exception), seen["turn"]
+    assert [store.get(i)["status"] for i in (high, low)] == ["done", "done"]
+    assert store.batch_status(batch.id).done == 2
+    claimer.close()
+    store.close()
+    holder.close()
+
+
+def test_members_an_older_release_moves_without_their_batch_count_in_it(pg_url):
+    """R34 on PostgreSQL, a rolling restart: a pool of a release that does not know
+    batches moves members to ``finished_jobs`` without their batch; the store's trigger
+    puts the batch back on each finished row and counts them, both ended by one
+    statement (each in its own shard), and the batch's callback follows its last."""
+    store = jobpool.connect(pg_url)
+    batch = store.batch(on_complete=jobpool.Signature("t.complete"))
+    ids = batch.add_many("t.member", [(n,) for n in range(2)]).ids
+    batch.close()
+    old_release = jobpool.connect(pg_url)
+
+    def move_as_an_older_release(conn):
+        conn.execute("""
+            WITH moved AS (DELETE FROM jobs WHERE id = ANY(%s) RETURNING *)
+            INSERT INTO finished_jobs (id, queue, name, payload, serializer, priority, status,
+                                       run_at, line_at, attempts, max_attempts, crashes,
+                                       deferrals, created_at, finished_at)
+            SELECT id, queue, name, payload, serializer, priority, 'done', run_at, line_at, 1,
+                   max_attempts, 0, 0, created_at, extract(epoch FROM now()) FROM moved""",
+                     (ids,))
+    old_release.transaction("an older release's settle", move_as_an_older_release)
+    assert [store.get(i)["batch_id"] for i in ids] == [batch.id, batch.id]
+    status = store.batch_status(batch.id)
+    assert (status.done, status.pending, status.finished) == (2, 0, True)
+    assert [j["name"] for j in store.list_jobs(status="ready")] == ["t.complete"]
+    old_release.close()
+    store.close()

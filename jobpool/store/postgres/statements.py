@@ -52,7 +52,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "15"
+SCHEMA_VERSION = "16"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -364,49 +364,106 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 
 #: R34: a member's row leaves ``jobs`` only when it finishes (moved to
 #: ``finished_jobs`` by the same statement: a settle, a grouped settle, a cancel),
-#: so its batch counts it when it leaves, as the status it was moved with. Fired at
-#: the end of the moving statement, when the moved row is visible. A row moved by
-#: a release that does not know batches lost its batch on the way: it is put back.
-#: The functions run with the schema they were made in (``SET search_path FROM
-#: CURRENT``), whoever's connection fires them.
-CREATE_MEMBER_ENDED_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION jobpool_member_ended() RETURNS trigger
+#: so its batch counts it when it leaves, as the status it was moved with. Fired once
+#: at the end of the moving statement, when the moved rows are visible, over all the
+#: rows it moved (a statement's trigger: a row's trigger locked the shards in the order
+#: the statement ended its rows, so two turns ending members of one batch in two shards
+#: could take them in opposite orders and deadlock). The shards are taken in one order,
+#: shard then batch (a dead retry's and a batch cancel's), and only then the rows of the
+#: batches whose shards emptied, by id. A row moved by a release that does not know
+#: batches lost its batch on the way: it is put back. The functions run with the schema
+#: they were made in (``SET search_path FROM CURRENT``), whoever's connection fires them.
+CREATE_MEMBERS_ENDED_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION jobpool_members_ended() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     ended record;
+    lost_id bigint;
     left_in_shard integer;
+    emptied bigint[] := '{{}}';
+    emptied_at float8[] := '{{}}';
 BEGIN
-    SELECT status, finished_at, batch_id INTO ended FROM finished_jobs WHERE id = OLD.id;
-    IF NOT FOUND THEN
+    PERFORM set_config('jobpool.members_moved', '', true);  -- see jobpool_member_moved
+    -- Each moved member's finished row read by its id (a LATERAL subquery kept apart by
+    -- OFFSET 0: a join of the two would be planned once for the session, perhaps while
+    -- finished_jobs was empty, as a scan of it for every statement after).
+    FOR ended IN
+        SELECT g.batch_id, mod(g.id, {BATCH_SHARDS})::integer AS shard, count(*)::integer AS n,
+               count(*) FILTER (WHERE f.status = 'done')::integer AS done,
+               count(*) FILTER (WHERE f.status = 'dead')::integer AS dead,
+               max(f.finished_at) AS finished_at,
+               array_agg(g.id) FILTER (WHERE f.batch_id IS DISTINCT FROM g.batch_id) AS lost
+          FROM gone AS g,
+               LATERAL (SELECT status, finished_at, batch_id FROM finished_jobs
+                         WHERE id = g.id OFFSET 0) AS f
+         WHERE g.batch_id IS NOT NULL
+         GROUP BY 1, 2 ORDER BY 2, 1
+    LOOP
+        IF ended.lost IS NOT NULL THEN
+            FOREACH lost_id IN ARRAY ended.lost LOOP
+                UPDATE finished_jobs SET batch_id = ended.batch_id WHERE id = lost_id;
+            END LOOP;
+        END IF;
+        UPDATE jobpool_batch_shards
+           SET pending = pending - ended.n, done = done + ended.done, dead = dead + ended.dead
+         WHERE batch_id = ended.batch_id AND shard = ended.shard
+           AND EXISTS (SELECT 1 FROM jobpool_batches
+                        WHERE id = ended.batch_id AND finished_at IS NULL)
+        RETURNING pending INTO left_in_shard;
+        IF left_in_shard = 0 THEN
+            emptied := emptied || ended.batch_id;
+            emptied_at := emptied_at || ended.finished_at;
+        END IF;
+    END LOOP;
+    IF cardinality(emptied) = 0 THEN
         RETURN NULL;
     END IF;
-    IF ended.batch_id IS DISTINCT FROM OLD.batch_id THEN
-        UPDATE finished_jobs SET batch_id = OLD.batch_id WHERE id = OLD.id;
-    END IF;
-    UPDATE jobpool_batch_shards
-       SET pending = pending - 1,
-           done = done + (ended.status = 'done')::integer,
-           dead = dead + (ended.status = 'dead')::integer
-     WHERE batch_id = OLD.batch_id AND shard = mod(OLD.id, {BATCH_SHARDS})
-       AND EXISTS (SELECT 1 FROM jobpool_batches
-                    WHERE id = OLD.batch_id AND finished_at IS NULL)
-    RETURNING pending INTO left_in_shard;
-    IF left_in_shard = 0 THEN
-        -- The batch row's lock: jobpool_batch_finished looks at every shard.
-        UPDATE jobpool_batches SET changed_at = ended.finished_at
-         WHERE id = OLD.batch_id AND finished_at IS NULL;
-    END IF;
+    -- The rows of the batches a shard of which emptied: jobpool_batch_finished looks at
+    -- every shard, and the emptying transactions are serialised on the row.
+    FOR ended IN
+        SELECT e.id, max(e.at) AS at FROM unnest(emptied, emptied_at) AS e(id, at)
+         GROUP BY e.id ORDER BY e.id
+    LOOP
+        UPDATE jobpool_batches SET changed_at = ended.at WHERE id = ended.id AND finished_at IS NULL;
+    END LOOP;
     RETURN NULL;
 END
 $$
 """
-# Triggers are dropped and made again rather than replaced: CREATE OR REPLACE TRIGGER
-# needs PostgreSQL 14.
-DROP_MEMBER_ENDED = "DROP TRIGGER IF EXISTS jobpool_member_ended ON jobs"
-CREATE_MEMBER_ENDED = """
-CREATE TRIGGER jobpool_member_ended AFTER DELETE ON jobs
-FOR EACH ROW WHEN (OLD.batch_id IS NOT NULL) EXECUTE FUNCTION jobpool_member_ended()
+#: A statement's trigger fires for every statement that deletes from ``jobs``, a pool's
+#: every turn among them, and a function that sets the schema's path (as this one must,
+#: whoever's connection fires it) and reads its transition table cost a turn about a
+#: tenth of its server time. So a member's row raises a flag for the rest of the
+#: transaction as it is deleted (the row trigger's WHEN: no other row calls a
+#: function), the statement's trigger runs only while the flag is up (its WHEN, read
+#: when the statement ends, before any AFTER trigger fires), and lowers it.
+CREATE_MEMBER_MOVED_FUNCTION = """
+CREATE OR REPLACE FUNCTION jobpool_member_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('jobpool.members_moved', 'on', true);
+    RETURN OLD;  -- the row is deleted
+END
+$$
 """
+# Triggers are dropped and made again rather than replaced: CREATE OR REPLACE TRIGGER
+# needs PostgreSQL 14. Revisions 3-15 counted members with a row's trigger.
+DROP_MEMBER_ENDED = "DROP TRIGGER IF EXISTS jobpool_member_ended ON jobs"
+DROP_MEMBER_ENDED_FUNCTION = "DROP FUNCTION IF EXISTS jobpool_member_ended()"
+DROP_MEMBER_MOVED = "DROP TRIGGER IF EXISTS jobpool_member_moved ON jobs"
+CREATE_MEMBER_MOVED = """
+CREATE TRIGGER jobpool_member_moved BEFORE DELETE ON jobs
+FOR EACH ROW WHEN (OLD.batch_id IS NOT NULL) EXECUTE FUNCTION jobpool_member_moved()
+"""
+DROP_MEMBERS_ENDED = "DROP TRIGGER IF EXISTS jobpool_members_ended ON jobs"
+CREATE_MEMBERS_ENDED = """
+CREATE TRIGGER jobpool_members_ended AFTER DELETE ON jobs REFERENCING OLD TABLE AS gone
+FOR EACH STATEMENT WHEN (current_setting('jobpool.members_moved', true) = 'on')
+EXECUTE FUNCTION jobpool_members_ended()
+"""
+#: The members' count by a statement's trigger, in place of revision 3's row trigger.
+MEMBERS_ENDED_SCHEMA = (CREATE_MEMBER_MOVED_FUNCTION, CREATE_MEMBERS_ENDED_FUNCTION,
+                        DROP_MEMBER_ENDED, DROP_MEMBER_ENDED_FUNCTION, DROP_MEMBER_MOVED,
+                        CREATE_MEMBER_MOVED, DROP_MEMBERS_ENDED, CREATE_MEMBERS_ENDED)
 
 #: R34, R11a: one callback enqueued by the store, due now, in the batch's place in
 #: line, its arguments given ``batch=``, with the metadata its signature carries (R54,
@@ -488,8 +545,8 @@ CREATE INDEX IF NOT EXISTS finished_jobs_key ON finished_jobs (name, key, finish
 
 #: Everything batches add to a store (revision 3).
 BATCH_SCHEMA = (CREATE_BATCHES, CREATE_BATCH_SHARDS, CREATE_BATCHES_INDEX, CREATE_MEMBERS_INDEX,
-                CREATE_FINISHED_MEMBERS_INDEX, CREATE_BATCH_ADDS, CREATE_MEMBER_ENDED_FUNCTION,
-                DROP_MEMBER_ENDED, CREATE_MEMBER_ENDED, CREATE_ENQUEUE_CALLBACK_FUNCTION,
+                CREATE_FINISHED_MEMBERS_INDEX, CREATE_BATCH_ADDS, *MEMBERS_ENDED_SCHEMA,
+                CREATE_ENQUEUE_CALLBACK_FUNCTION,
                 CREATE_BATCH_FINISHED_FUNCTION, DROP_BATCH_FINISHED, CREATE_BATCH_FINISHED)
 
 #: R35/R36: the limits every pool obeys (see ``store/sqlite/statements.py``, the same table).
@@ -785,6 +842,9 @@ STEPS: dict[int, tuple[str, ...]] = {
     14: (CREATE_CANCEL_INDEX,),
     # R59, R41: a predecessor's result holding a NUL passed on, as SQLite does.
     15: (CREATE_WITH_PREVIOUS_FUNCTION,),
+    # R34: a statement's members counted in their shards in one order (no deadlock
+    # between two turns ending members of one batch).
+    16: MEMBERS_ENDED_SCHEMA,
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -1488,11 +1548,11 @@ MEMBERS_LEFT = """
 SELECT count(*) FROM jobs WHERE batch_id = %(id)s
    AND (status = 'ready' OR (status = 'running' AND cancel_requested = 0))
 """
-#: The members a batch cancel ended are counted by the jobpool_member_ended trigger.
+#: The members a batch cancel ended are counted by the jobpool_members_ended trigger.
 MEMBERS_CANCELLED = None
 #: A batch's shards, locked in order before its row: every writer takes them in
-#: that order (a member's end: its shard, then the row), so none waits on another
-#: the other way round.
+#: that order (a statement's member ends: their shards by shard and batch, then the
+#: rows, ``jobpool_members_ended``), so none waits on another the other way round.
 LOCK_SHARDS = """
 SELECT shard FROM jobpool_batch_shards WHERE batch_id = %(id)s ORDER BY shard FOR UPDATE
 """
