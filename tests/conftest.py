@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.parse
 import uuid
@@ -230,6 +231,38 @@ def outcome_of(call):
         return call()
     except Exception as exc:  # noqa: BLE001 - handed to the test, which names it
         return exc
+
+
+def beside_held_locks(holder, take, then, call, *, waiting_like: str = "%"):
+    """PostgreSQL lock orders: ``holder`` (a store) opens a transaction that runs
+    ``take(conn)`` (the locks it holds first); ``call()`` runs in a thread meanwhile;
+    once it waits for a lock (a session waiting on a statement LIKE ``waiting_like``)
+    or has ended, the transaction goes on with ``then(conn)`` (the locks it asks for
+    next) and commits. Returns what each side returned or raised: (holder's, call's)."""
+    held, go_on, seen = threading.Event(), threading.Event(), {}
+
+    def hold(conn):
+        conn.execute("SET LOCAL lock_timeout = '20s'")
+        take(conn)
+        held.set()
+        assert go_on.wait(30)
+        then(conn)
+    holding = threading.Thread(target=lambda: seen.update(holder=outcome_of(
+        lambda: holder.transaction("holding locks", hold))))
+    holding.start()
+    assert held.wait(30)
+    calling = threading.Thread(target=lambda: seen.update(call=outcome_of(call)))
+    calling.start()
+    admin = _pg_admin()
+    try:
+        wait_for(lambda: not calling.is_alive() or lock_waits(admin, waiting_like) >= 1,
+                 timeout=30, interval=0.01)
+    finally:
+        admin.close()
+        go_on.set()
+        holding.join(60)
+        calling.join(60)
+    return seen["holder"], seen["call"]
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):

@@ -286,40 +286,20 @@ def test_a_retry_of_several_members_takes_no_batch_lock_before_their_shards_on_p
     member's shard; a member's end holding that shard and then writing the batch's row
     (its shard emptied) waited for the retry: a deadlock, one side aborted. The retry
     now takes the shards first, in shard order, and the batch's row after them."""
-    from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
+    from tests.conftest import beside_held_locks
     store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
     batch = store.batch(on_complete=Signature(COMPLETE))
     first, second = batch.add_many(MEMBER, [("a",), ("b",)]).ids  # two shards (id mod 16)
     assert store.cancel(first) == "cancelled" and store.cancel(second) == "cancelled"
-    held, go_on, seen = threading.Event(), threading.Event(), {}
-
-    def hold_then_end(conn):  # what a member's end of the second's shard does, held open
-        conn.execute("SET LOCAL lock_timeout = '20s'")
-        conn.execute("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s "
-                     "FOR UPDATE", (batch.id, second % 16))
-        held.set()
-        assert go_on.wait(30)
-        conn.execute("UPDATE jobpool_batches SET changed_at = changed_at WHERE id = %s",
-                     (batch.id,))
-    holding = threading.Thread(target=lambda: seen.update(end=outcome_of(
-        lambda: holder.transaction("ending a member", hold_then_end))))
-    holding.start()
-    assert held.wait(30)
-    retrying = threading.Thread(target=lambda: seen.update(retry=outcome_of(
-        lambda: store.dead.retry_report([first, second]))))
-    retrying.start()
-    admin = _pg_admin()
-    try:
-        # Until the retry waits for the held shard (or ends without waiting for it).
-        wait_for(lambda: not retrying.is_alive() or lock_waits(admin, "%jobpool_batch_shards%"),
-                 timeout=30, interval=0.01)
-    finally:
-        admin.close()
-        go_on.set()
-        holding.join(60)
-        retrying.join(60)
-    assert seen["end"] is None  # the end wrote the batch's row: no deadlock aborted it
-    assert seen["retry"] == ({first: "retried", second: "retried"}, {}, {})
+    end, retry = beside_held_locks(  # a member's end of the second's shard, held open
+        holder, lambda conn: conn.execute(
+            "SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s FOR UPDATE",
+            (batch.id, second % 16)),
+        lambda conn: conn.execute("UPDATE jobpool_batches SET changed_at = changed_at "
+                                  "WHERE id = %s", (batch.id,)),
+        lambda: store.dead.retry_report([first, second]), waiting_like="%jobpool_batch_shards%")
+    assert end is None  # the end wrote the batch's row: no deadlock aborted it
+    assert retry == ({first: "retried", second: "retried"}, {}, {})
     status = store.batch_status(batch.id)
     assert (status.pending, status.dead, status.finished) == (2, 0, False)
     store.close()

@@ -11,7 +11,7 @@ import threading
 import time
 
 import jobpool
-from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
+from tests.conftest import _pg_admin, beside_held_locks, lock_waits, outcome_of, wait_for
 
 
 def test_a_cancel_the_server_ends_to_break_a_deadlock_is_run_again(pg_url, caplog):
@@ -70,36 +70,15 @@ def test_turns_ending_members_of_one_batch_take_its_shards_in_one_order(pg_url):
     running = {job.job_id: job for job in claimer.turn([], 32, time.time(), None)[1]}
     high = next(i for i in ids if i % 16 == 15 and i + 1 in running)  # shard 15, then 0
     low = high + 1
-    held, go_on, seen = threading.Event(), threading.Event(), {}
-
-    def end_the_other_way(conn):  # another turn: a member of shard 0 ended, then one of 15
-        conn.execute("SET LOCAL lock_timeout = '20s'")
-        conn.execute("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = 0 "
-                     "FOR UPDATE", (batch.id,))
-        held.set()
-        assert go_on.wait(30)
-        conn.execute("UPDATE jobpool_batch_shards SET pending = pending WHERE batch_id = %s "
-                     "AND shard = 15", (batch.id,))
-    other = threading.Thread(target=lambda: seen.update(other=outcome_of(
-        lambda: holder.transaction("ending members", end_the_other_way))))
-    other.start()
-    assert held.wait(30)
-    ending = threading.Thread(target=lambda: seen.update(turn=outcome_of(
+    shard_lock = ("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s "
+                  "FOR UPDATE")
+    other, turn = beside_held_locks(  # another turn: a member of shard 0 ended, then one of 15
+        holder, lambda conn: conn.execute(shard_lock, (batch.id, 0)),
+        lambda conn: conn.execute(shard_lock, (batch.id, 15)),
         lambda: claimer.turn([Outcome(job_id, running[job_id].attempt, DONE)
-                              for job_id in (high, low)], 0, time.time(), random.Random(1)))))
-    ending.start()
-    admin = _pg_admin()
-    try:
-        # Until the turn waits for shard 0 (or ends without waiting for it).
-        wait_for(lambda: not ending.is_alive() or lock_waits(admin) >= 1, timeout=30,
-                 interval=0.01)
-    finally:
-        admin.close()
-        go_on.set()
-        other.join(60)
-        ending.join(60)
-    assert seen["other"] is None, seen["other"]
-    assert not isinstance(seen["turn"], Exception), seen["turn"]
+                              for job_id in (high, low)], 0, time.time(), random.Random(1)))
+    assert other is None, other
+    assert not isinstance(turn, Exception), turn
     assert [store.get(i)["status"] for i in (high, low)] == ["done", "done"]
     assert store.batch_status(batch.id).done == 2
     claimer.close()
@@ -134,3 +113,32 @@ def test_members_an_older_release_moves_without_their_batch_count_in_it(pg_url):
     assert [j["name"] for j in store.list_jobs(status="ready")] == ["t.complete"]
     old_release.close()
     store.close()
+
+
+def test_a_retry_takes_two_batches_shards_in_the_order_members_ends_take_them(pg_url, caplog):
+    """R34 on PostgreSQL: a dead retry reopened members by shard, then id; a statement's
+    member ends take shards by shard, then batch. Two batches' members of one shard,
+    the older batch's member the newer id: the retry held the newer batch's shard and
+    waited for the older's, which a member's end held while it waited for the newer's:
+    a deadlock, the retry ended by the server and run again. It now reopens them by
+    shard, then batch."""
+    caplog.set_level(logging.INFO, logger="jobpool.store.postgres.store")
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    older, newer = store.batch(), store.batch()
+    early = newer.add_many("t.member", [("n",)]).ids[0]
+    late = next(i for i in older.add_many("t.member", [(n,) for n in range(16)]).ids
+                if i % 16 == early % 16)
+    assert late > early and older.id < newer.id
+    assert store.cancel(early) == "cancelled" and store.cancel(late) == "cancelled"
+    shard_lock = ("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s "
+                  "FOR UPDATE")
+    end, retry = beside_held_locks(  # members' ends: the older batch's shard, then the newer's
+        holder, lambda conn: conn.execute(shard_lock, (older.id, early % 16)),
+        lambda conn: conn.execute(shard_lock, (newer.id, early % 16)),
+        lambda: store.dead.retry([early, late]), waiting_like="%jobpool_batch_shards%")
+    assert end is None, end
+    assert retry == {early: "retried", late: "retried"}
+    assert "running it again" not in caplog.text  # no deadlock ended the retry
+    assert (store.batch_status(older.id).pending, store.batch_status(newer.id).pending) == (16, 1)
+    store.close()
+    holder.close()

@@ -55,12 +55,13 @@ class PgDeadLetters:
         of finished batches run alone; those of cancelled ones count again), as the
         retry's own transaction found them.
 
-        Locks are taken in the order a member's end and a batch cancel take them: the
-        ids are retried shard by shard (each reopen locks its batch's shard), and only
-        then is each batch reopened read, once, FOR SHARE. Reading a batch between two
-        reopens held its row while the retry waited for a shard a member's end held,
+        Locks are taken in the order members' ends and a batch cancel take them: the
+        ids are retried by shard, then batch (each reopen locks its batch's shard), and
+        only then is each batch reopened read, once, FOR SHARE. Reading a batch between
+        two reopens held its row while the retry waited for a shard a member's end held,
         an end that waited for that row: a deadlock, with several members of a batch
-        retried at once (``dead retry --all``)."""
+        retried at once (``dead retry --all``); so did two batches' members of one shard
+        retried in the other order."""
         ids = rows.job_ids(ids, "dead.retry")
         bounds.now_or(now)  # checked as SQLite checks it; the server's clock dates it
 
@@ -69,8 +70,15 @@ class PgDeadLetters:
             outcome: dict[int, str] = {}
             alone: dict[int, list[int]] = {}
             reopened: dict[int, list[int]] = {}
-            for job_id in sorted(ids, key=lambda i: (bounds.row_id(i) % pg_sql.BATCH_SHARDS, i)):
-                bound = bounds.row_id(job_id)
+            bound_ids = {job_id: bounds.row_id(job_id) for job_id in ids}
+            batch_of = dict(conn.execute(pg_sql.DEAD_BATCHES,
+                                         {"ids": list(bound_ids.values())}).fetchall())
+
+            def lock_order(job_id: int) -> tuple[int, int, int]:
+                bound = bound_ids[job_id]
+                return bound % pg_sql.BATCH_SHARDS, batch_of.get(bound, 0), bound
+            for job_id in sorted(ids, key=lock_order):
+                bound = bound_ids[job_id]
                 try:
                     with conn.transaction():  # a savepoint: one refusal spoils no other
                         moved = conn.execute(pg_sql.RETRY_DEAD, {

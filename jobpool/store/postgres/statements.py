@@ -1644,6 +1644,11 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
+#: R34: the batches of the dead rows a retry is given, read before it reopens any, so it
+#: takes their shards in the order a statement's member ends take them (shard, batch).
+DEAD_BATCHES = """
+SELECT id, batch_id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND batch_id IS NOT NULL
+"""
 #: R34: whether a batch whose count a retry reopened has finished meanwhile: another
 #: member's end emptied the last shard in a transaction that had not seen the reopen
 #: (the reopen read the batch row from its statement's snapshot). Taken after every
