@@ -233,6 +233,26 @@ def outcome_of(call):
         return exc
 
 
+@contextlib.contextmanager
+def rows_held(holder, *ids: int):
+    """PostgreSQL: for the block's length, ``holder`` (a store) holds these jobs' rows
+    FOR UPDATE in a transaction left open (a pool's turn that has not ended)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold(conn):
+        conn.execute("SELECT 1 FROM jobs WHERE id = ANY(%s) FOR UPDATE", (list(ids),))
+        held.set()
+        assert release.wait(60)
+    holding = threading.Thread(target=lambda: holder.transaction("holding rows", hold))
+    holding.start()
+    try:
+        assert held.wait(30)
+        yield
+    finally:
+        release.set()
+        holding.join(30)
+
+
 def beside_held_locks(holder, take, then, call, *, waiting_like: str = "%"):
     """PostgreSQL lock orders: ``holder`` (a store) opens a transaction that runs
     ``take(conn)`` (the locks it holds first); ``call()`` runs in a thread meanwhile;

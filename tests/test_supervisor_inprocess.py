@@ -460,3 +460,23 @@ def test_the_sweep_and_periodic_jobs_wait_for_a_turn_holding_locks_on_postgres(p
     assert any(seen["swept_in_turn"])  # also right after a limited turn landed
     assert len(seen["periodic"]) >= 6 and not any(seen["periodic"])
     store.close()
+
+
+@jobpool.job(name="inproc.limited", max_running=1)
+def limited():
+    pass
+
+
+def test_a_pool_logs_the_limits_it_declares_once(store, caplog):
+    """R35: a pool that declares a limit the store did not have says so in its log,
+    once (a second pool declaring the same finds nothing changed)."""
+    caplog.set_level(logging.WARNING, logger="jobpool.supervisor.operations")
+    store.enqueue("inproc.limited")
+    assert burst_pool(store.path, "inproc.limited").run() == 0
+    line = "limits of inproc.limited: no limit -> max_running=1 (declared by pool "
+    assert [r.getMessage() for r in caplog.records if line in r.getMessage()] != []
+    caplog.clear()
+    store.enqueue("inproc.limited")
+    assert burst_pool(store.path, "inproc.limited").run() == 0
+    assert not [r for r in caplog.records if "limits of inproc.limited" in r.getMessage()]
+    assert store.stats()["done"] == 2

@@ -13,7 +13,6 @@ the server's clock instead of ``now``).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any, List
@@ -23,6 +22,7 @@ from jobpool.bounds import INT64_MAX, MAX_RESULTS_PAGE, RESULTS_PAGE_BYTES
 from jobpool.errors import BatchNotFound, EnqueueError, LeaseLostError, StoreError
 from jobpool.handles import Batch, Signature
 from jobpool.options import options_of
+from jobpool.store import held_rows
 from jobpool.store.records import BatchStatus, MemberResult
 from jobpool.store.rows import NewJob, listing_limit, meta_json, stamp, step_dict
 
@@ -146,25 +146,19 @@ class StoreBatches:
         their own until none is left. Rows still held after ``CANCEL_PATIENCE`` are a
         store error naming how many (the batch stays cancelled and its callbacks never
         fire; cancelling it again, or ``jobs cancel``, reaches them)."""
-        deadline = time.monotonic() + CANCEL_PATIENCE
-        pause = 0.002
-
         def again(conn: Any) -> tuple[int, BatchStatus]:
             conn.execute(self.sql.LOCK_SHARDS, params)
             return self._cancel_members(conn, params), self._status(conn, batch_id)
-        while True:
-            time.sleep(pause)  # the turn holding them commits meanwhile
-            pause = min(pause * 2, 0.1)
-            left, status = self.store.transaction(f"cancelling batch {batch_id}'s members", again)
-            if not left:
-                return status
-            if time.monotonic() > deadline:
-                one = left == 1
-                raise StoreError(f"batch {batch_id} is cancelled, but {left} of its members "
-                                 f"{'was' if one else 'were'} held by other transactions for "
-                                 f"{CANCEL_PATIENCE:g} s and {'is' if one else 'are'} not: "
-                                 f"cancel the batch again, or {'it' if one else 'them'} by id "
-                                 f"(jobpool jobs cancel)")
+
+        def gave_up(left: int) -> StoreError:
+            one = left == 1
+            return StoreError(f"batch {batch_id} is cancelled, but {left} of its members "
+                              f"{'was' if one else 'were'} held by other transactions for "
+                              f"{CANCEL_PATIENCE:g} s and {'is' if one else 'are'} not: "
+                              f"cancel the batch again, or {'it' if one else 'them'} by id "
+                              f"(jobpool jobs cancel)")
+        return held_rows.until_none_left(self.store, f"cancelling batch {batch_id}'s members",
+                                         again, CANCEL_PATIENCE, gave_up)
 
     def status(self, batch_id: int) -> BatchStatus:
         rows = self.store.read_rows(f"reading batch {batch_id}", self.sql.GET_BATCH,

@@ -12,14 +12,14 @@ serves both stores (``statements`` is the store's SQL module).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 from jobpool import bounds
 from jobpool.errors import EnqueueError, StoreError
 from jobpool.limits import LimitPlan, NameLimit, parse_rate, refill
+from jobpool.store import held_rows
 from jobpool.store import rows as store_rows
 from jobpool.store.records import LimitRow
 
@@ -78,9 +78,14 @@ class StoreLimits:
         return plan_from_rows(self.store.read_rows("reading limits", self.sql.READ_LIMITS))
 
     def declare(self, declared: Mapping[str, NameLimit | None], owner: str,
-                now: float | None = None) -> list[str]:
+                now: float | None = None, *,
+                on_change: Callable[[str], None] | None = None) -> list[str]:
         """Write the limits a pool declares for the names it serves, in one
-        transaction; returns what changed, one line each (logged by the pool)."""
+        transaction; returns what changed, one line each (logged by the pool).
+        ``on_change`` is given each line as soon as the limits are committed, before
+        the rows of a newly limited name that other transactions held are given their
+        groups: that may run out of patience (a store error), and the next declare
+        finds nothing changed, so lines returned only at the end would be lost."""
         now = bounds.now_or(now)
 
         def write(conn: Any) -> list[str]:
@@ -105,6 +110,9 @@ class StoreLimits:
                     conn.execute(self.sql.LANES_OF_NAME, {"name": name})
             return changes
         changes = self.store.transaction("writing declared limits", write)
+        if on_change is not None:
+            for change in changes:
+                on_change(change)
         if self.sql.ADOPT_LEFT is not None:
             for name in sorted(n for n, limit in declared.items() if limit is not None):
                 self._adopt_left(name)
@@ -117,25 +125,22 @@ class StoreLimits:
         what an earlier declare left. Rows still held after ``ADOPT_PATIENCE`` are a
         store error naming how many: the pool's next heartbeat declares again."""
         params = {"name": name}
-        left = self.store.read_rows(f"reading {name}'s rows without a group",
-                                    self.sql.ADOPT_LEFT, params)[0][0]
-        deadline = time.monotonic() + ADOPT_PATIENCE
-        pause = 0.002
+        if not self.store.read_rows(f"reading {name}'s rows without a group",
+                                    self.sql.ADOPT_LEFT, params)[0][0]:
+            return
 
-        def adopt(conn: Any) -> int:
+        def adopt(conn: Any) -> tuple[int, None]:
             conn.execute(self.sql.ADOPT_LIMITED, params)
             conn.execute(self.sql.LANES_OF_NAME, params)
-            return conn.execute(self.sql.ADOPT_LEFT, params).fetchone()[0]
-        while left:
-            if time.monotonic() > deadline:
-                raise StoreError(f"limits of {name} are declared, but {left} of its rows "
-                                 f"{'was' if left == 1 else 'were'} held by other "
-                                 f"transactions for {ADOPT_PATIENCE:g} s and "
-                                 f"{'has' if left == 1 else 'have'} no group yet")
-            left = self.store.transaction(f"giving {name}'s rows their groups", adopt)
-            if left:
-                time.sleep(pause)  # the turn holding them commits meanwhile
-                pause = min(pause * 2, 0.1)
+            return conn.execute(self.sql.ADOPT_LEFT, params).fetchone()[0], None
+
+        def gave_up(left: int) -> StoreError:
+            return StoreError(f"limits of {name} are declared, but {left} of its rows "
+                              f"{'was' if left == 1 else 'were'} held by other "
+                              f"transactions for {ADOPT_PATIENCE:g} s and "
+                              f"{'has' if left == 1 else 'have'} no group yet")
+        held_rows.until_none_left(self.store, f"giving {name}'s rows their groups", adopt,
+                                  ADOPT_PATIENCE, gave_up)
 
     def set_queue(self, queue: str, running: int, set_by: str = "cli",
                   now: float | None = None) -> None:

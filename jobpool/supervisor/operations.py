@@ -114,8 +114,8 @@ class Operations:
         unreported = slots.unreported_progress()
         try:
             if not self._limits_declared:
-                for change in self.store.limits.declare(self._declared, self.owner):
-                    log.warning("%s", change)
+                self.store.limits.declare(self._declared, self.owner,
+                                          on_change=lambda change: log.warning("%s", change))
                 self._limits_declared = True
             requests = self.store.heartbeat(beat, progress_reports(unreported), now)
         except StoreError as exc:

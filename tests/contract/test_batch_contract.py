@@ -366,28 +366,16 @@ def test_a_batch_cancel_names_the_members_it_could_not_reach_on_postgres(pg_url,
     """R34 on PostgreSQL: a member's row held past the cancel's patience is left, and the
     cancel says how many and how to reach them; the batch stays cancelled."""
     from jobpool.store import batch_store
+    from tests.conftest import rows_held
     monkeypatch.setattr(batch_store, "CANCEL_PATIENCE", 0.2)
     store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
     batch = new_batch(store)
     kept, other = batch.add_many(MEMBER, [("a",), ("b",)]).ids
-    held, release = threading.Event(), threading.Event()
-
-    def hold(conn):
-        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (kept,))
-        held.set()
-        assert release.wait(30)
-    holding = threading.Thread(target=lambda: holder.transaction("holding a member", hold))
-    holding.start()
-    assert held.wait(30)
-    try:
-        with pytest.raises(jobpool.errors.StoreError, match=(
-                f"batch {batch.id} is cancelled, but 1 of its members was held by other "
-                r"transactions for 0.2 s and is not: cancel the batch again, or it by id "
-                r"\(jobpool jobs cancel\)")):
-            store.batches.cancel(batch.id)
-    finally:
-        release.set()
-        holding.join(30)
+    with rows_held(holder, kept), pytest.raises(jobpool.errors.StoreError, match=(
+            f"batch {batch.id} is cancelled, but 1 of its members was held by other "
+            r"transactions for 0.2 s and is not: cancel the batch again, or it by id "
+            r"\(jobpool jobs cancel\)")):
+        store.batches.cancel(batch.id)
     assert store.batch_status(batch.id).cancelled and store.get(other)["status"] == "dead"
     assert store.get(kept)["status"] == "ready"
     status = store.batches.cancel(batch.id)  # the cancel again reaches it

@@ -482,6 +482,33 @@ def test_a_limit_declared_on_a_busy_name_waits_on_no_row_a_pool_holds_on_postgre
         each.close()
 
 
+def test_a_declare_that_runs_out_of_patience_has_said_what_it_changed_on_postgres(
+        pg_url, monkeypatch):
+    """R35 on PostgreSQL: a declare whose rows of a newly limited name stay held past its
+    patience is a store error, and its pool declares again at the next beat; the limits
+    were committed, so that declare found nothing changed and the change was never
+    logged. ``on_change`` hears each change once the limits are committed."""
+    import jobpool
+    from jobpool.errors import StoreError
+    from jobpool.store import limit_store
+    from tests.conftest import rows_held
+    monkeypatch.setattr(limit_store, "ADOPT_PATIENCE", 0.2)
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    ids = store.enqueue_many(LOAD, [(n,) for n in range(2)]).ids
+    limit, heard = NameLimit(LOAD, 1, None, 1, None), []
+    with rows_held(holder, ids[-1]), pytest.raises(
+            StoreError, match=f"limits of {LOAD} are declared, but 1 of its rows was held by "
+                              r"other transactions for 0.2 s"):
+        store.limits.declare({LOAD: limit}, "pool-a", on_change=heard.append)
+    assert heard == [f"limits of {LOAD}: no limit -> max_running=1 (declared by pool pool-a)"]
+    assert store.limits.declare({LOAD: limit}, "pool-a", on_change=heard.append) == []
+    assert len(heard) == 1  # nothing changed the second time, and the rows have their groups
+    assert holder.transaction("reading", lambda conn: conn.execute(
+        "SELECT count(*) FROM jobs WHERE name = %s AND grp IS NULL", (LOAD,)).fetchone()[0]) == 0
+    store.close()
+    holder.close()
+
+
 def test_a_limited_claim_waits_on_no_lane_another_pools_turn_holds_on_postgres(pg_url):
     """R35 on PostgreSQL: a limited turn in flight that put a grouped row back to ready
     holds that group's lane (its ``seq`` bumped) until its pool lands it. Another pool's
