@@ -19,7 +19,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo, serialize
-from jobpool.display import markup_escape, meta_text, shown, to_nowhere
+from jobpool.display import counted, markup_escape, meta_text, shown, to_nowhere
 from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
@@ -128,11 +128,6 @@ _SERVING = frozenset({"start", "web"})
 
 class UserError(JobpoolError):
     """A CLI mistake: reported as one line."""
-
-
-def _counted(count: int, one: str, many: str | None = None) -> str:
-    """``1 job``, ``2 jobs``, ``1 process``: a count as a line says it."""
-    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 
@@ -887,7 +882,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
         batch = store.batch(on_success=jobs.Signature(args.on_success) if args.on_success else None,
                             on_complete=jobs.Signature(args.on_complete) if args.on_complete
                             else None) if batched else None
-        with out.status(f"writing {_counted(len(items), 'job')}", spinner="dots") if out.is_terminal \
+        with out.status(f"writing {counted(len(items), 'job')}", spinner="dots") if out.is_terminal \
                 else _nothing():
             try:
                 handles = store.enqueue_many(args.name, items, delay=args.delay,
@@ -913,7 +908,7 @@ def cmd_enqueue(args: argparse.Namespace, out: _Stdout) -> int:
             print(json.dumps({"ids": [h.id for h in handles],
                               **({"batch": batch.id} if batch else {})}))
         else:
-            print(f"queued {_counted(len(handles), 'job')}"
+            print(f"queued {counted(len(handles), 'job')}"
                   + (f" ({handles[0].id}-{handles[-1].id})" if handles else "")
                   + (f" in batch {batch.id}" if batch else ""))
         return 0
@@ -950,11 +945,11 @@ def cmd_status(args: argparse.Namespace, out: _Stdout) -> int:
     table.add_row(*(str(v) for v in counts.values()))
     out.print(table)
     for pool in supervisors:
-        out.line(f"pool {pool['owner']}: {_counted(pool['procs'], 'process', 'processes')}, "
+        out.line(f"pool {pool['owner']}: {counted(pool['procs'], 'process', 'processes')}, "
                  f"{pool.get('completed', 0)} completed, {pool.get('retried', 0)} retried, "
                  f"{pool.get('dead', 0)} dead, "
-                 f"{_counted(pool.get('crashes', 0), 'crash', 'crashes')}, "
-                 f"{_counted(pool.get('settle_failures', 0), 'settle failure')}")
+                 f"{counted(pool.get('crashes', 0), 'crash', 'crashes')}, "
+                 f"{counted(pool.get('settle_failures', 0), 'settle failure')}")
     _print_unserved(out, unserved)
     _print_paused(out, paused)
     # The claims run in the server on PostgreSQL; this install's core serves SQLite.
@@ -1185,7 +1180,7 @@ def cmd_jobs_run_now(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     if args.all_scheduled:
         moved = store.run_now_matching(name=args.name, queue=args.queue)
-        print(f"{_counted(moved, 'waiting job')} due now")
+        print(f"{counted(moved, 'waiting job')} due now")
         return 0
     answers = store.run_now(args.ids)
     return _report({job_id: MADE_DUE if what == MADE_DUE else
@@ -1250,14 +1245,13 @@ def cmd_dead_retry(args: argparse.Namespace, out: _Stdout) -> int:
     # R34: a member of a finished batch runs alone, and one of a cancelled batch counts
     # in it again; an operator retrying a batch's dead members would otherwise wait for
     # callbacks that do not come.
-    for batch_id, members, state, where in (
-            *((b, m, "is finished", "outside it") for b, m in report.alone.items()),
-            *((b, m, "was cancelled", None) for b, m in report.cancelled.items())):
+    for batch in report.unfollowed():
+        members = batch.members
         many = len(members) > 1
         named = ", ".join(map(str, members[:10])) + (", ..." if len(members) > 10 else "")
-        does = (f"run{'' if many else 's'} {where}" if where
-                else f"count{'' if many else 's'} in it again")
-        print(f"batch {batch_id} {state}: job{'s' if many else ''} {named} {does}, and no "
+        state, does = (("was cancelled", f"count{'' if many else 's'} in it again")
+                       if batch.cancelled else ("is finished", f"run{'' if many else 's'} outside it"))
+        print(f"batch {batch.batch_id} {state}: job{'s' if many else ''} {named} {does}, and no "
               f"callback of the batch follows {'their' if many else 'its'} end")
     return code
 
@@ -1277,7 +1271,7 @@ def cmd_dead_purge(args: argparse.Namespace, out: _Stdout) -> int:
             count = store.dead.purge(args.older_than, progress=lambda n: bar.advance(task, n))
     else:
         count = store.dead.purge(args.older_than)
-    print(f"purged {_counted(count, 'dead job')}")
+    print(f"purged {counted(count, 'dead job')}")
     return 0
 
 
@@ -1412,8 +1406,8 @@ def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
     # Each pool judges a request against its own bound (R41), which only it knows; past
     # the least default bound, say so rather than let "asked" read as "done".
     least = bounds.LEAST_MAX_PROCS
-    print(f"asked {_counted(count, 'pool')} to run "
-          f"{_counted(args.procs, 'process', 'processes')}"
+    print(f"asked {counted(count, 'pool')} to run "
+          f"{counted(args.procs, 'process', 'processes')}"
           + (f"; a pool stops at its own bound (--max-procs; at least {least} by default) "
              f"and says so in `jobpool pools`" if args.procs > least else ""))
     return 0
@@ -1510,7 +1504,7 @@ def cmd_limits_set(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, create=False)
     queue = args.queue
     store.limits.set_queue(queue, args.running)
-    print(f"queue {queue}: at most {_counted(args.running, 'job')} running at once across every pool "
+    print(f"queue {queue}: at most {counted(args.running, 'job')} running at once across every pool "
           f"(from each pool's next heartbeat; running jobs are not stopped)")
     return 0
 
@@ -1563,7 +1557,7 @@ def cmd_batches_show(args: argparse.Namespace, out: _Stdout) -> int:
         print(json.dumps(dict(status.as_dict(), members=members, callbacks=callbacks)))
         return 0
     now = time.time()
-    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {_counted(status.total, 'job')}, "
+    out.print(f"[bold]batch {status.id}[/] {_batch_state(status)}: {counted(status.total, 'job')}, "
               f"{status.done} done, {status.dead} dead, {status.pending} pending", markup=True,
               highlight=False)
     out.print(f"  created {_when(status.created_at, now)}", highlight=False)
@@ -1596,8 +1590,8 @@ def cmd_batches_cancel(args: argparse.Namespace, out: _Stdout) -> int:
     status = store.batches.cancel(args.id)
     running = store.batches.members(args.id).get("running", 0)
     dead = status.dead - before.dead
-    print(f"batch {args.id} cancelled: {_counted(dead, 'job')} dead now"
-          + (f", {_counted(running, 'running one')} asked to stop" if running else "")
+    print(f"batch {args.id} cancelled: {counted(dead, 'job')} dead now"
+          + (f", {counted(running, 'running one')} asked to stop" if running else "")
           + "; no callback will fire")
     return 0
 
@@ -1617,9 +1611,9 @@ def cmd_doctor(args: argparse.Namespace, out: _Stdout) -> int:
     doctor = factory.doctor(path)
     if args.salvage:
         report = doctor.salvage(path, args.salvage)
-        print(f"copied {_counted(report.copied, 'job')} from {shown(path)} into {shown(args.salvage)}")
+        print(f"copied {counted(report.copied, 'job')} from {shown(path)} into {shown(args.salvage)}")
         if report.unreadable:
-            print(f"{_counted(len(report.unreadable), 'job row')} could not be read: "
+            print(f"{counted(len(report.unreadable), 'job row')} could not be read: "
                   f"{', '.join(map(str, report.unreadable[:20]))}", file=sys.stderr)
         for problem in report.problems:
             print(f"problem: {shown(problem)}", file=sys.stderr)

@@ -268,7 +268,8 @@ def _table(width: int) -> Table:
 
 def _more(hidden: int, one: str, many: str, detail: str = "") -> Text:
     """``+1 more queue``, ``+3 more queues (detail)``: the rows a section left out."""
-    return _line(Text(f"+{hidden} more {one if hidden == 1 else many}{detail}", style="dim"))
+    return _line(Text(f"+{display.counted(hidden, f'more {one}', f'more {many}')}{detail}",
+                      style="dim"))
 
 
 def _bar(progress: float | None, stage: str | None, bar_width: int) -> Text:

@@ -81,6 +81,12 @@ def to_nowhere(stream: Any) -> None:
 MOST_CELLS = 10_000
 
 
+def counted(count: int, one: str, many: str | None = None) -> str:
+    """``1 job``, ``2 jobs``, ``1 process``: a count as a line says it (``many``
+    where adding an s is not the plural)."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
 def markup_escape(text: Any) -> str:
     """``text`` shown, with rich's markup characters escaped, to embed in markup."""
     from rich.markup import escape

@@ -28,6 +28,7 @@ import time
 from typing import NamedTuple, Sequence
 
 import jobpool
+from jobpool.display import counted
 from jobpool.errors import StoreError
 from jobpool.examples import imports
 from jobpool.store.sqlite.store import SQLiteStore
@@ -250,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
     with store.batch(on_complete=callback) as batch:
         batch.add_many(imports.load_csv.name, [(path, where.warehouse) for path in paths])
     jobs, workers = len(paths), args.procs
-    print(f"queued {jobs} job{'' if jobs == 1 else 's'} in {where.store} as batch {batch.id}, "
-          f"with a summary callback; starting {workers} worker{'' if workers == 1 else 's'}",
+    print(f"queued {counted(jobs, 'job')} in {where.store} as batch {batch.id}, "
+          f"with a summary callback; starting {counted(workers, 'worker')}",
           flush=True)
 
     command = [sys.executable, "-m", "jobpool", "start", "--app", "jobpool.examples.imports",

@@ -178,6 +178,14 @@ def _callback_name(spec: object) -> str | None:
     return spec["name"] if isinstance(spec, dict) else None
 
 
+class UnfollowedMembers(NamedTuple):
+    """Retried members of one batch that no callback of the batch follows (R34)."""
+
+    batch_id: int
+    members: list[int]
+    cancelled: bool  # the batch was cancelled: they count in it again; else it finished
+
+
 class RetryReport(NamedTuple):
     """``store.dead.retry_report``: what ``retry`` answers (id -> what happened), and the
     retried members no batch callback follows (R34), by batch id, as the retry's own
@@ -189,6 +197,12 @@ class RetryReport(NamedTuple):
     answers: dict[int, str]
     alone: dict[int, list[int]]
     cancelled: dict[int, list[int]]
+
+    def unfollowed(self) -> list[UnfollowedMembers]:
+        """Both kinds, a record a batch: finished batches' first, then cancelled ones'
+        (what an operator is told of, one line or note a batch)."""
+        return [*(UnfollowedMembers(b, m, False) for b, m in self.alone.items()),
+                *(UnfollowedMembers(b, m, True) for b, m in self.cancelled.items())]
 
 
 class MemberResult(NamedTuple):

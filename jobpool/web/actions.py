@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from jobpool import bounds, events
+from jobpool.display import counted
 from jobpool.errors import BatchNotFound, EnqueueError
 from jobpool.store.rows import DUE_ALREADY, MADE_DUE
 
@@ -30,12 +31,11 @@ def retry(store: Any, who: str, job_id: int) -> Done:
     what = report.answers[job_id]
     _log("retry", who, job_id=job_id, result=what)
     note = None  # one job: at most one batch
-    for batch_id in report.alone:
-        note = (f"its batch {batch_id} is finished: it runs outside it, and no callback of "
-                f"the batch follows its end")
-    for batch_id in report.cancelled:
-        note = (f"its batch {batch_id} was cancelled: it counts in it again, and no callback "
-                f"of the batch follows its end")
+    for batch in report.unfollowed():
+        note = (f"its batch {batch.batch_id} "
+                + ("was cancelled: it counts in it again" if batch.cancelled
+                   else "is finished: it runs outside it")
+                + ", and no callback of the batch follows its end")
     return Done(what == "retried", what, note)
 
 
@@ -142,7 +142,7 @@ def scale(store: Any, who: str, target: tuple[str, int]) -> Done:
     except EnqueueError as exc:  # not a number of processes the store takes
         asked, what = 0, str(exc)
     else:
-        what = (f"asked to run {procs} process{'' if procs == 1 else 'es'}" if asked
+        what = (f"asked to run {counted(procs, 'process', 'processes')}" if asked
                 else "no such running pool")
     _log("scale", who, pool=owner, procs=procs, result=what)
     return Done(bool(asked), what)

@@ -18,6 +18,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from jobpool import bounds, serialize
+from jobpool.display import counted
 from jobpool.errors import BatchNotFound, JobNotFound
 from jobpool.store.rows import LISTED_STATUSES
 from jobpool.web import actions, auth, listing, live
@@ -498,15 +499,15 @@ async def bulk_page(request: Request) -> Response:
         return refused
     store = _store(request)
 
-    def counted() -> tuple[int, int | None]:
+    def count_chosen() -> tuple[int, int | None]:
         newest = store.list_jobs(**chosen, limit=1, newest_first=True)
         return (store.count_jobs(**chosen, at_most=actions.BULK_MOST + 1),
                 newest[0]["id"] if newest else None)
-    count, through = await run_in_threadpool(counted)
+    count, through = await run_in_threadpool(count_chosen)
     action = request.path_params["action"]
     return _render(request, "bulk.html", action=action, chosen=chosen,
                    button=actions.BULK_BUTTONS[action].format(
-                       n=f"{min(count, actions.BULK_MOST)} job{'' if count == 1 else 's'}"),
+                       n=counted(min(count, actions.BULK_MOST), "job")),
                    count=min(count, actions.BULK_MOST), more=count > actions.BULK_MOST,
                    through=through, filter_query=listing.query_of(chosen))
 
