@@ -142,3 +142,35 @@ def test_a_retry_takes_two_batches_shards_in_the_order_members_ends_take_them(pg
     assert (store.batch_status(older.id).pending, store.batch_status(newer.id).pending) == (16, 1)
     store.close()
     holder.close()
+
+
+def test_turns_putting_back_rows_of_two_groups_take_their_lanes_in_one_order(pg_url):
+    """R35 on PostgreSQL: a grouped row of a limited name moved back to ready (a retry,
+    a defer, a release) remakes its group's lane. Remade a row at a time, in the order
+    the turn updated its rows, a turn retrying a job of group b and one of group a took
+    lane b, then a, while another turn took a, then b: deadlock detected. A statement's
+    lanes are now remade at its end, in the lanes' key order."""
+    from jobpool.lifecycle import RETRY, Outcome
+    from jobpool.limits import NameLimit
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    store.limits.declare({"t.load": NameLimit("t.load", 5, None, 1, "customer")}, "test")
+    b, a = (store.enqueue_with("t.load", kwargs={"customer": c}, group=c).id for c in "ba")
+    claimer = store.claimer("pool-a", ("t.load",), ("default",), {})
+    claimer.set_limits(store.limits.plan().for_pool(("t.load",), ("default",)))
+    running = {job.job_id: job for job in claimer.turn([], 2, time.time(), None)[1]}
+    assert set(running) == {a, b}
+    lane = "SELECT 1 FROM jobpool_lanes WHERE name = 't.load' AND grp = %s FOR UPDATE"
+    other, turn = beside_held_locks(  # another turn: group a's row put back, then b's
+        holder, lambda conn: conn.execute(lane, ("a",)), lambda conn: conn.execute(lane, ("b",)),
+        lambda: claimer.turn([Outcome(job_id, running[job_id].attempt, RETRY, "again", 0.0)
+                              for job_id in (b, a)], 0, time.time(), random.Random(1)))
+    assert other is None, other
+    assert not isinstance(turn, Exception), turn
+    assert [store.get(i)["status"] for i in (a, b)] == ["ready", "ready"]
+    assert holder.transaction("reading", lambda conn: conn.execute(
+        "SELECT grp FROM jobpool_lanes WHERE name = 't.load' ORDER BY grp").fetchall()) == [
+        ("a",), ("b",)]  # both lanes there for the next claim
+    assert {j.job_id for j in claimer.turn([], 2, time.time(), None)[1]} == {a, b}
+    claimer.close()
+    store.close()
+    holder.close()

@@ -598,9 +598,10 @@ CREATE_GROUP_INDEX = """
 CREATE INDEX IF NOT EXISTS jobs_group_order ON jobs (queue, name, grp, priority, line_at, id)
  WHERE status = 'ready' AND grp IS NOT NULL
 """
-#: R35: a grouped row's lane is made (or made again) when it is written and on every
-#: move back to ready (a retry, defer, release, interrupt, reschedule, reclaim, dead
-#: retry). Only rows with a group call it (the triggers' WHEN): a row of a limited name
+#: R35: a grouped row's lane is made (or made again) when it is written (a dead retry's
+#: row too) and on every move back to ready (a retry, defer, release, interrupt,
+#: reschedule, reclaim: ``jobpool_lanes_remade``, below). Only rows with a group call it
+#: (the triggers' WHEN): a row of a limited name
 #: written without one gets its group from the statement that writes it
 #: (``limited_group``), since a function called for every row inserted halved the bulk
 #: enqueue.
@@ -623,18 +624,60 @@ CREATE_LIMITED_INSERT = """
 CREATE TRIGGER jobpool_limited_insert BEFORE INSERT ON jobs
 FOR EACH ROW WHEN (NEW.grp IS NOT NULL) EXECUTE FUNCTION jobpool_limited_row()
 """
-DROP_LIMITED_READY = "DROP TRIGGER IF EXISTS jobpool_limited_ready ON jobs"
-CREATE_LIMITED_READY = """
-CREATE TRIGGER jobpool_limited_ready BEFORE UPDATE OF status ON jobs
-FOR EACH ROW WHEN (NEW.grp IS NOT NULL AND NEW.status = 'ready' AND OLD.status <> 'ready')
-EXECUTE FUNCTION jobpool_limited_row()
+#: Rows moved back to ready remake their lanes once, at the end of the statement that
+#: moved them, in the lanes' key order (revision 16): made a row at a time, in the order
+#: the statement updated its rows, two pools' turns putting back rows of two groups took
+#: the two lanes in opposite orders and deadlocked. A row's trigger only raises a flag
+#: (as ``jobpool_member_moved`` does; a flag of its own), which the statement's trigger
+#: reads in its WHEN, so statements that put back no grouped row call no function.
+CREATE_ROW_READIED_FUNCTION = """
+CREATE OR REPLACE FUNCTION jobpool_row_readied() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('jobpool.rows_readied', 'on', true);
+    RETURN NEW;  -- the row is updated
+END
+$$
 """
+CREATE_LANES_REMADE_FUNCTION = """
+CREATE OR REPLACE FUNCTION jobpool_lanes_remade() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM set_config('jobpool.rows_readied', '', true);
+    INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+    SELECT DISTINCT n.queue, n.priority, n.name, n.grp
+      FROM readied AS n JOIN unreadied AS o ON o.id = n.id
+     WHERE n.grp IS NOT NULL AND n.status = 'ready' AND o.status <> 'ready'
+       AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = n.name)
+     ORDER BY n.queue, n.priority, n.name, n.grp
+    ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1;
+    RETURN NULL;
+END
+$$
+"""
+DROP_LIMITED_READY = "DROP TRIGGER IF EXISTS jobpool_limited_ready ON jobs"
+DROP_ROW_READIED = "DROP TRIGGER IF EXISTS jobpool_row_readied ON jobs"
+CREATE_ROW_READIED = """
+CREATE TRIGGER jobpool_row_readied BEFORE UPDATE OF status ON jobs
+FOR EACH ROW WHEN (NEW.grp IS NOT NULL AND NEW.status = 'ready' AND OLD.status <> 'ready')
+EXECUTE FUNCTION jobpool_row_readied()
+"""
+DROP_LANES_REMADE = "DROP TRIGGER IF EXISTS jobpool_lanes_remade ON jobs"
+CREATE_LANES_REMADE = """
+CREATE TRIGGER jobpool_lanes_remade AFTER UPDATE ON jobs
+REFERENCING OLD TABLE AS unreadied NEW TABLE AS readied
+FOR EACH STATEMENT WHEN (current_setting('jobpool.rows_readied', true) = 'on')
+EXECUTE FUNCTION jobpool_lanes_remade()
+"""
+#: The lanes remade once a statement, in place of revision 4's row trigger on updates.
+LANES_REMADE_SCHEMA = (CREATE_ROW_READIED_FUNCTION, CREATE_LANES_REMADE_FUNCTION,
+                       DROP_LIMITED_READY, DROP_ROW_READIED, CREATE_ROW_READIED,
+                       DROP_LANES_REMADE, CREATE_LANES_REMADE)
 
 #: Everything limits add to a store (revision 4).
 LIMIT_SCHEMA = (CREATE_LIMITS, CREATE_GROUPS, CREATE_LANES, CREATE_LANES_INDEX,
                 CREATE_GROUP_INDEX, CREATE_ENQUEUE_CALLBACK_FUNCTION,  # a callback's group
                 CREATE_LIMITED_ROW_FUNCTION, DROP_LIMITED_INSERT,
-                CREATE_LIMITED_INSERT, DROP_LIMITED_READY, CREATE_LIMITED_READY)
+                CREATE_LIMITED_INSERT, *LANES_REMADE_SCHEMA)
 
 #: R28: ``jobs list --name`` and ``--queue``, newest first, through these: the ready rows
 #: of ``jobs`` (a claim's move to running writes no entry to them; running rows are
@@ -842,9 +885,10 @@ STEPS: dict[int, tuple[str, ...]] = {
     14: (CREATE_CANCEL_INDEX,),
     # R59, R41: a predecessor's result holding a NUL passed on, as SQLite does.
     15: (CREATE_WITH_PREVIOUS_FUNCTION,),
-    # R34: a statement's members counted in their shards in one order (no deadlock
-    # between two turns ending members of one batch).
-    16: MEMBERS_ENDED_SCHEMA,
+    # R34, R35: a statement's members counted in their shards, and the lanes of the
+    # grouped rows it put back remade, each in one order (no deadlock between two
+    # turns ending members of one batch, or putting back rows of two groups).
+    16: (*MEMBERS_ENDED_SCHEMA, *LANES_REMADE_SCHEMA),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``
@@ -2075,6 +2119,7 @@ LANES_OF_NAME = """
 INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
 SELECT DISTINCT queue, priority, name, grp FROM jobs
  WHERE name = %(name)s AND status = 'ready' AND grp IS NOT NULL
+ ORDER BY queue, priority, name, grp
 ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
 """
 DROP_LANES_OF_NAME = "DELETE FROM jobpool_lanes WHERE name = %(name)s"
