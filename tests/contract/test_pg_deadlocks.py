@@ -174,3 +174,40 @@ def test_turns_putting_back_rows_of_two_groups_take_their_lanes_in_one_order(pg_
     claimer.close()
     store.close()
     holder.close()
+
+
+def test_a_turn_takes_the_lanes_it_remakes_before_the_batch_shards_it_counts_in(pg_url):
+    """R34, R35 on PostgreSQL: a turn that puts a grouped row back to ready and ends a
+    batch's member takes the row's lane and the member's shard. Remade and counted by
+    two statement triggers, which of the two it took first depended on which of its
+    settles PostgreSQL ran last, so a turn that took the shard first deadlocked with
+    one that took the lane first. Every statement now remakes its lanes before it counts
+    its members (as revision 15's row triggers did)."""
+    from jobpool.lifecycle import DONE, RETRY, Outcome
+    from jobpool.limits import NameLimit
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    store.limits.declare({"t.load": NameLimit("t.load", 5, None, 1, "customer")}, "test")
+    grouped = store.enqueue_with("t.load", kwargs={"customer": "a"}, group="a").id
+    batch = store.batch()
+    member = batch.add_many("t.member", [(n,) for n in range(2)]).ids[0]
+    names = ("t.load", "t.member")
+    claimer = store.claimer("pool-a", names, ("default",), {})
+    claimer.set_limits(store.limits.plan().for_pool(names, ("default",)))
+    running = {job.job_id: job for job in claimer.turn([], 3, time.time(), None)[1]}
+    assert {grouped, member} <= set(running)
+    other, turn = beside_held_locks(  # another turn: its lanes, then its shards
+        holder, lambda conn: conn.execute(
+            "SELECT 1 FROM jobpool_lanes WHERE name = 't.load' AND grp = 'a' FOR UPDATE"),
+        lambda conn: conn.execute(
+            "SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s FOR UPDATE",
+            (batch.id, member % 16)),
+        lambda: claimer.turn([Outcome(member, running[member].attempt, DONE),
+                              Outcome(grouped, running[grouped].attempt, RETRY, "again", 0.0)],
+                             0, time.time(), random.Random(1)))
+    assert other is None, other
+    assert not isinstance(turn, Exception), turn
+    assert (store.get(member)["status"], store.get(grouped)["status"]) == ("done", "ready")
+    assert store.batch_status(batch.id).done == 1
+    claimer.close()
+    store.close()
+    holder.close()

@@ -362,6 +362,25 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 )
 """
 
+#: The lanes of the rows ``jobpool_row_readied`` noted, remade in key order (PL/pgSQL,
+#: written into both functions that run it: a call of a third function would set the
+#: schema's path once more, a tenth of the statement's cost).
+_REMAKE_NOTED_LANES = """
+    due := current_setting('jobpool.lanes_due', true);
+    IF coalesce(due, '') <> '' THEN
+        PERFORM set_config('jobpool.lanes_due', '', true);
+        -- Each noted row read by its id (a LATERAL subquery kept apart by OFFSET 0 is
+        -- planned as a lookup by id, whatever jobs held when the session planned it).
+        INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+        SELECT DISTINCT j.queue, j.priority, j.name, j.grp
+          FROM unnest(string_to_array(due, ',')::bigint[]) AS d(id),
+               LATERAL (SELECT queue, priority, name, grp FROM jobs
+                         WHERE id = d.id AND status = 'ready' AND grp IS NOT NULL OFFSET 0) AS j
+         WHERE EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = j.name)
+         ORDER BY j.queue, j.priority, j.name, j.grp
+        ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1;
+    END IF;
+"""
 #: R34: a member's row leaves ``jobs`` only when it finishes (moved to
 #: ``finished_jobs`` by the same statement: a settle, a grouped settle, a cancel),
 #: so its batch counts it when it leaves, as the status it was moved with. Fired once
@@ -377,6 +396,7 @@ CREATE_MEMBERS_ENDED_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION jobpool_members_ended() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
+    due text;
     ended record;
     lost_id bigint;
     left_in_shard integer;
@@ -384,6 +404,8 @@ DECLARE
     emptied_at float8[] := '{{}}';
 BEGIN
     PERFORM set_config('jobpool.members_moved', '', true);  -- see jobpool_member_moved
+    -- The statement's lanes before its shards (see jobpool_row_readied).
+{_REMAKE_NOTED_LANES.strip(chr(10))}
     -- Each moved member's finished row read by its id (a LATERAL subquery kept apart by
     -- OFFSET 0: a join of the two would be planned once for the session, perhaps while
     -- finished_jobs was empty, as a scan of it for every statement after).
@@ -627,30 +649,29 @@ FOR EACH ROW WHEN (NEW.grp IS NOT NULL) EXECUTE FUNCTION jobpool_limited_row()
 #: Rows moved back to ready remake their lanes once, at the end of the statement that
 #: moved them, in the lanes' key order (revision 16): made a row at a time, in the order
 #: the statement updated its rows, two pools' turns putting back rows of two groups took
-#: the two lanes in opposite orders and deadlocked. A row's trigger only raises a flag
-#: (as ``jobpool_member_moved`` does; a flag of its own), which the statement's trigger
-#: reads in its WHEN, so statements that put back no grouped row call no function.
+#: the two lanes in opposite orders and deadlocked. A row's trigger notes the row's id
+#: for the rest of the transaction (a list no other row writes to: the WHEN), and the
+#: lanes are remade from the rows so noted by whichever of the statement's triggers
+#: fires first: this one, or ``jobpool_members_ended`` before it counts any member, so a
+#: statement takes its lanes before its batches' shards, whichever of its steps
+#: PostgreSQL ran last (a statement trigger's place in the queue is its last step's).
+#: A statement that puts back no grouped row calls no function for it.
 CREATE_ROW_READIED_FUNCTION = """
 CREATE OR REPLACE FUNCTION jobpool_row_readied() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM set_config('jobpool.rows_readied', 'on', true);
+    PERFORM set_config('jobpool.lanes_due',
+                       coalesce(nullif(current_setting('jobpool.lanes_due', true), '') || ',', '')
+                       || NEW.id, true);
     RETURN NEW;  -- the row is updated
 END
 $$
 """
-CREATE_LANES_REMADE_FUNCTION = """
+CREATE_LANES_REMADE_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION jobpool_lanes_remade() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    PERFORM set_config('jobpool.rows_readied', '', true);
-    INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-    SELECT DISTINCT n.queue, n.priority, n.name, n.grp
-      FROM readied AS n JOIN unreadied AS o ON o.id = n.id
-     WHERE n.grp IS NOT NULL AND n.status = 'ready' AND o.status <> 'ready'
-       AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = n.name)
-     ORDER BY n.queue, n.priority, n.name, n.grp
-    ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1;
-    RETURN NULL;
+DECLARE
+    due text;
+BEGIN{_REMAKE_NOTED_LANES}    RETURN NULL;
 END
 $$
 """
@@ -663,9 +684,8 @@ EXECUTE FUNCTION jobpool_row_readied()
 """
 DROP_LANES_REMADE = "DROP TRIGGER IF EXISTS jobpool_lanes_remade ON jobs"
 CREATE_LANES_REMADE = """
-CREATE TRIGGER jobpool_lanes_remade AFTER UPDATE ON jobs
-REFERENCING OLD TABLE AS unreadied NEW TABLE AS readied
-FOR EACH STATEMENT WHEN (current_setting('jobpool.rows_readied', true) = 'on')
+CREATE TRIGGER jobpool_lanes_remade AFTER UPDATE ON jobs FOR EACH STATEMENT
+WHEN (coalesce(current_setting('jobpool.lanes_due', true), '') <> '')
 EXECUTE FUNCTION jobpool_lanes_remade()
 """
 #: The lanes remade once a statement, in place of revision 4's row trigger on updates.
