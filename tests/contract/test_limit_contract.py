@@ -452,28 +452,20 @@ def test_a_limit_declared_on_a_busy_name_waits_on_no_row_a_pool_holds_on_postgre
     declaring a limit on a busy name could not register. The declare now commits the limit
     without waiting on a row another transaction holds, and comes back for that row."""
     import jobpool
-    from tests.conftest import outcome_of, wait_for
+    from tests.conftest import outcome_of, rows_held, wait_for
     store, holder, watcher = (jobpool.connect(pg_url) for _ in range(3))
     ids = store.enqueue_many(LOAD, [(n,) for n in range(3)]).ids
-    held, release, seen = threading.Event(), threading.Event(), {}
-
-    def hold(conn):  # a pool's claim in flight holds the last row
-        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (ids[-1],))
-        held.set()
-        assert release.wait(30)
-    holding = threading.Thread(target=lambda: holder.transaction("holding a row", hold))
-    holding.start()
-    assert held.wait(30)
+    seen = {}
     declaring = threading.Thread(target=lambda: seen.update(declared=outcome_of(
         lambda: declare(store, NameLimit(LOAD, 1, None, 1, None)))))
-    declaring.start()
     try:
-        # The limit is committed while the row is still held: the declare waited for it.
-        wait_for(lambda: LOAD in watcher.limits.plan().names, timeout=10, interval=0.02)
+        with rows_held(holder, ids[-1]):  # a pool's claim in flight holds the last row
+            declaring.start()
+            # The limit is committed while the row is still held: the declare waited for it.
+            wait_for(lambda: LOAD in watcher.limits.plan().names, timeout=10, interval=0.02)
     finally:
-        release.set()
-        holding.join(30)
-        declaring.join(60)
+        if declaring.ident is not None:
+            declaring.join(60)
     assert not isinstance(seen["declared"], Exception), seen["declared"]
     ungrouped = watcher.transaction("reading", lambda conn: conn.execute(
         "SELECT count(*) FROM jobs WHERE name = %s AND grp IS NULL", (LOAD,)).fetchone()[0])

@@ -364,7 +364,7 @@ CREATE TABLE IF NOT EXISTS jobpool_batch_adds (
 
 #: The lanes of the rows ``jobpool_row_readied`` noted, remade in key order (PL/pgSQL,
 #: written into both functions that run it: a call of a third function would set the
-#: schema's path once more, a tenth of the statement's cost).
+#: schema's path once more, in every statement that remakes lanes).
 _REMAKE_NOTED_LANES = """
     due := current_setting('jobpool.lanes_due', true);
     IF coalesce(due, '') <> '' THEN
@@ -458,7 +458,7 @@ $$
 #: tenth of its server time. So a member's row raises a flag for the rest of the
 #: transaction as it is deleted (the row trigger's WHEN: no other row calls a
 #: function), the statement's trigger runs only while the flag is up (its WHEN, read
-#: when the statement ends, before any AFTER trigger fires), and lowers it.
+#: as each step of the statement ends, before any AFTER trigger fires), and lowers it.
 CREATE_MEMBER_MOVED_FUNCTION = """
 CREATE OR REPLACE FUNCTION jobpool_member_moved() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
