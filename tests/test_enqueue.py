@@ -201,6 +201,31 @@ def test_enqueue_many_writes_all_rows_with_their_ids(store):
     assert store.get(500)["payload"] == "[[499],{}]"
 
 
+def test_enqueue_many_ids_follow_the_items_and_the_rows_before_them(sqlite_store):
+    """R4: a batch's ids are the ones its rows would get one by one (one more than the
+    largest id in the table, as SQLite gives a row inserted without one), each the id
+    of its own item; SQLite writes the batch in the order it reads it, with no sort of
+    the whole batch first (an ``ORDER BY`` over ``json_each`` was a temporary B-tree
+    as large as the batch)."""
+    from jobpool.store.sqlite import statements as sql
+    first = sqlite_store.enqueue("t.job", "single")
+    batch = sqlite_store.enqueue_many("t.job", [(i,) for i in range(300)])
+    assert list(batch.ids) == list(range(first.id + 1, first.id + 301))
+    assert [json.loads(sqlite_store.get(h.id)["payload"])[0] for h in batch] == [[i] for i in range(300)]
+    # The newest rows gone (by hand): the next batch starts after the largest id left.
+    sqlite_store.conn.execute("DELETE FROM jobs WHERE id > ?", (batch[99].id,))
+    again = sqlite_store.enqueue_many("t.job", [("again", i) for i in range(3)])
+    assert list(again.ids) == [batch[99].id + 1, batch[99].id + 2, batch[99].id + 3]
+    assert sqlite_store.get(again[2].id)["payload"] == '[["again",2],{}]'
+    assert sqlite_store.enqueue("t.job", "after").id == again[2].id + 1
+    plan = " ".join(row[3] for row in sqlite_store.conn.execute(
+        "EXPLAIN QUERY PLAN " + sql.INSERT_BATCH,
+        {"first": 1, "queue": "default", "name": "t.job", "priority": 0, "run_at": 0.0,
+         "max_attempts": 3, "timeout": 60.0, "now": 0.0, "batch_id": None,
+         "batch": "[[1]]", "args_only": True}))
+    assert "TEMP B-TREE" not in plan, plan
+
+
 def test_enqueue_many_writes_the_payload_a_single_enqueue_writes(store):
     """The batch path builds payloads in SQL; they must match the single path's bytes."""
     items = [(), ("a\"b\\c\n\t\u2028✓",), (1.5, 1e300, -0.0, 10**30, 0.1),

@@ -551,17 +551,25 @@ SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'ready', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15
 #: R4 at speed: a whole enqueue_many batch as one JSON array, unpacked by SQLite
 #: itself (one bound value instead of thirteen per row). Its elements are either
 #: ``[args, kwargs]`` payloads, or (``:args_only``) argument lists that become the
-#: payload ``[args,{}]``, byte for byte what a single enqueue writes. ``key`` is
-#: the array index, so rows get their ids in the order given.
+#: payload ``[args,{}]``, byte for byte what a single enqueue writes. Each row's id
+#: is ``:first`` (``NEXT_JOB_ID``, read in the same transaction) plus its element's
+#: array index, so the ids follow the order given whatever order ``json_each`` hands
+#: the elements over in: an ``ORDER BY key`` made SQLite sort the whole batch in a
+#: temporary B-tree first, a tenth of a 100 000-row enqueue (BENCHMARKS.md).
 INSERT_BATCH = """
-INSERT INTO jobs (queue, name, key, payload, serializer, priority, status,
+INSERT INTO jobs (id, queue, name, key, payload, serializer, priority, status,
                   run_at, line_at, max_attempts, deadline, timeout, created_at, chain, batch_id,
                   grp)
-SELECT :queue, :name, NULL, CASE WHEN :args_only THEN '[' || value || ',{}]' ELSE value END,
+SELECT :first + key, :queue, :name, NULL,
+       CASE WHEN :args_only THEN '[' || value || ',{}]' ELSE value END,
        'json', :priority, 'ready', :run_at, :run_at, :max_attempts, NULL, :timeout, :now, NULL,
        :batch_id, """ + limited_group(":name") + """
-  FROM json_each(:batch) ORDER BY key
+  FROM json_each(:batch)
 """
+
+#: The id SQLite would give the next row (one more than the largest, as for a row
+#: inserted without one): ``INSERT_BATCH``'s first.
+NEXT_JOB_ID = "SELECT coalesce(max(id), 0) + 1 FROM jobs"
 
 #: R1: the first payload of a batch over the size limit (bytes of its UTF-8 text;
 #: an argument list gains the five bytes of ``[`` and ``,{}]``).

@@ -450,8 +450,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             index, size = oversized
             raise EnqueueError(f"item {index}: payload is {size} bytes, over the "
                                f"{self.max_payload}-byte limit", item=index)
-        conn.execute(sql.INSERT_BATCH, params)
-        return conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        # The write lock is held: nobody else writes a row between this read and the insert.
+        first = params["first"] = conn.execute(sql.NEXT_JOB_ID).fetchone()[0]
+        written = conn.execute(sql.INSERT_BATCH, params).rowcount
+        return first + written - 1
 
     def _insert_unique(self, conn: sqlite3.Connection, row: rows.NewJob, period: float | None,
                        now: float) -> Handle:
