@@ -840,11 +840,13 @@ LIMITS = {
                "against Huey's ~8 for four columns and two); at Huey's rate in most "
                "sittings since the enqueue is one statement (BENCHMARKS.md, W1 enqueue; "
                "the claim in two statements)",
-    "bulk": "SQLite's insert of this row's index entries: enqueue_many's statement alone "
-            "~160k rows/s into a jobpool store, ~440k with the jobs table's indexes dropped "
-            "(the claim order and the read paths R28, R47 need: five entries a ready row), "
-            "~1.8M for the payloads into a bare table (sqlite_floors.py --only bulk; "
-            "BENCHMARKS.md, 2026-12-07 03 UTC)",
+    "bulk": "SQLite's insert of this row's index entries and the commit: the statement "
+            "takes ~2/3 of a 100 000-row call and the commit ~1/4 (the WAL's write and fsync, "
+            "then the producer's own checkpoint of what it wrote, a third of the commit); the "
+            "statement alone ~160k rows/s into a jobpool store on a slower machine, ~440k "
+            "with the jobs table's indexes dropped (the claim order and the read paths R28, "
+            "R47 need: five entries a ready row), ~1.8M for the payloads into a bare table "
+            "(sqlite_floors.py --only bulk; BENCHMARKS.md, 2026-12-07 03 and 11 UTC)",
     "w2": "the pool's own share of the cores (benchmarks/w2_split.py, 2026-12-06): the gap "
           "between a child's jobs, ~0.4 ms a job (0.017-0.020), the pool's start before each "
           "child's first job (~0.022), bodies descheduled by the pool's own processes "
