@@ -193,3 +193,54 @@ def test_a_turn_takes_the_lanes_it_remakes_before_the_batch_shards_it_counts_in(
     claimer.close()
     store.close()
     holder.close()
+
+
+@jobpool.job(name="t.grouped_copy", max_running=5, group_by="customer")
+def grouped_copy(customer):
+    return customer
+
+
+def _lanes_made(store, name: str, groups: str) -> None:
+    """A limited name's lanes for ``groups``, made by one row of each (R35)."""
+    from jobpool.limits import NameLimit
+    store.limits.declare({name: NameLimit(name, 5, None, 1, "customer")}, "test")
+    for customer in groups:
+        store.enqueue_with(name, kwargs={"customer": customer})
+
+
+def _crossing_bulk_write(pg_url, name: str, caplog) -> None:
+    """Another producer's transaction holds lane a and wants lane b while a bulk write of
+    rows of groups b then a takes theirs: nothing is aborted (the store would run an
+    aborted write again, saying so) and every row is written in its group."""
+    caplog.set_level(logging.INFO, logger="jobpool.store.postgres.store")
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    _lanes_made(store, name, "ab")
+    lane = f"SELECT 1 FROM jobpool_lanes WHERE name = '{name}' AND grp = %s FOR UPDATE"
+    items = [jobpool.Signature(name, (), {"customer": c}, None) for c in "bbab"]
+    other, written = beside_held_locks(
+        holder, lambda conn: conn.execute(lane, ("a",)), lambda conn: conn.execute(lane, ("b",)),
+        lambda: store.enqueue_many(name, items), waiting_like="%jobpool_lanes%")
+    assert other is None, other
+    assert not isinstance(written, Exception), written
+    assert "running it again" not in caplog.text  # no deadlock ended the write
+    assert holder.transaction("reading", lambda conn: conn.execute(
+        "SELECT grp FROM jobs WHERE id = ANY(%s) ORDER BY id", (list(written.ids),)).fetchall()) == [
+        (c,) for c in "bbab"]
+    store.close()
+    holder.close()
+
+
+def test_a_bulk_write_of_grouped_rows_takes_their_lanes_in_key_order(pg_url, caplog):
+    """R35 on PostgreSQL: the rows of a per-group name written with their groups (COPY,
+    the job's ``group_by`` known here) each made their lane as they were inserted, in
+    item order, so two producers writing the same groups in different orders took the
+    lanes in opposite orders: deadlock detected. The write now takes its lanes first,
+    in their key order."""
+    _crossing_bulk_write(pg_url, "t.grouped_copy", caplog)
+
+
+def test_rows_adopting_their_groups_after_a_bulk_write_take_lanes_in_key_order(pg_url, caplog):
+    """R35 on PostgreSQL: rows of a limited name written by name (no ``group_by`` known
+    here, so a JSON batch) take their groups after the insert, and make their lanes in
+    the lanes' key order."""
+    _crossing_bulk_write(pg_url, "t.grouped_by_name", caplog)

@@ -2124,7 +2124,8 @@ SELECT count(*) FROM jobs WHERE name = %(name)s AND grp IS NULL
 """
 #: After a bulk insert (COPY, or INSERT_BATCH, which write no group): the rows of a
 #: limited name without a group take their groups (``limited_group``), and their lanes
-#: are made.
+#: are made, in the lanes' key order (R35: two producers writing rows of the same groups
+#: in different orders took their lanes in those orders and deadlocked).
 ADOPT_BULK = f"""
 WITH adopted AS (
     UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
@@ -2133,6 +2134,20 @@ WITH adopted AS (
     RETURNING queue, priority, name, grp)
 INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
 SELECT DISTINCT queue, priority, name, grp FROM adopted
+ ORDER BY queue, priority, name, grp
+ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
+"""
+#: R35: the lanes of a bulk write's grouped rows of a limited name, made (or bumped) in
+#: the lanes' key order before the rows are copied in: each row's insert makes its own
+#: lane again (``jobpool_limited_row``), in item order, which took two producers' lanes
+#: of the same groups in opposite orders (a deadlock) until this transaction held them.
+LANES_OF_GROUPS = """
+INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+SELECT DISTINCT r.queue, r.priority, %(name)s, r.grp
+  FROM unnest(%(queues)s::text[], %(priorities)s::integer[], %(groups)s::text[])
+       AS r(queue, priority, grp)
+ WHERE EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
+ ORDER BY r.queue, r.priority, 3, r.grp
 ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
 """
 LANES_OF_NAME = """

@@ -355,6 +355,14 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         def insert(conn: Any) -> list[int]:
             server_now = self.server_now(conn)
             ids = [r[0] for r in conn.execute(pg_sql.RESERVE_IDS, {"count": len(new_jobs)})]
+            grouped = [(job.queue, job.priority, job.grp) for job in new_jobs if job.grp is not None]
+            if grouped:
+                # R35: each grouped row's insert makes its lane (``jobpool_limited_row``),
+                # in item order: the lanes are taken first, in their key order.
+                queues, priorities, groups = zip(*grouped)
+                conn.execute(pg_sql.LANES_OF_GROUPS, {"name": name, "queues": list(queues),
+                                                      "priorities": list(priorities),
+                                                      "groups": list(groups)})
             with conn.cursor().copy(pg_sql.COPY_JOBS) as copy:
                 for job_id, job in zip(ids, new_jobs):
                     copy.write_row((job_id, job.queue, job.name, None, _bytes(job.payload),
