@@ -244,3 +244,35 @@ def test_rows_adopting_their_groups_after_a_bulk_write_take_lanes_in_key_order(p
     here, so a JSON batch) take their groups after the insert, and make their lanes in
     the lanes' key order."""
     _crossing_bulk_write(pg_url, "t.grouped_by_name", caplog)
+
+
+def test_a_dead_retry_takes_its_rows_lanes_before_their_batch_shards(pg_url, caplog):
+    """R34, R35 on PostgreSQL: a dead retry of members of a batch of a limited name went
+    id by id, each row's lane made as it went back in and its shard reopened, so it held
+    one member's shard when it came to another member's lane, where a turn takes the
+    lanes it remakes, then shards: the two deadlocked (the retry run again). The retry
+    now takes all its rows' lanes first, in key order, then their shards."""
+    caplog.set_level(logging.INFO, logger="jobpool.store.postgres.store")
+    name = "t.grouped_by_name"
+    store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
+    _lanes_made(store, name, "ab")
+    batch = store.batch()
+    groups = "ab" * 8
+    ids = batch.add_many(name, [jobpool.Signature(name, (), {"customer": c}, None)
+                                for c in groups]).ids
+    # x of group a, then y of group b in a later shard: the retry goes x, then y.
+    x, y = next((i, j) for (i, g), j in zip(zip(ids, groups), ids[1:]) if g == "a" and i % 16 < j % 16)
+    assert store.cancel(x) == "cancelled" and store.cancel(y) == "cancelled"
+    turn, retry = beside_held_locks(  # a turn: the lane of b's row it puts back, then x's shard
+        holder, lambda conn: conn.execute(
+            f"SELECT 1 FROM jobpool_lanes WHERE name = '{name}' AND grp = 'b' FOR UPDATE"),
+        lambda conn: conn.execute(
+            "SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s AND shard = %s FOR UPDATE",
+            (batch.id, x % 16)),
+        lambda: store.dead.retry([x, y]))
+    assert turn is None, turn
+    assert retry == {x: "retried", y: "retried"}
+    assert "running it again" not in caplog.text  # no deadlock ended the retry
+    assert store.batch_status(batch.id).pending == 16
+    store.close()
+    holder.close()

@@ -55,7 +55,8 @@ class PgDeadLetters:
         of finished batches run alone; those of cancelled ones count again), as the
         retry's own transaction found them.
 
-        Locks are taken in the order members' ends and a batch cancel take them: the
+        Locks are taken in the order turns, members' ends and a batch cancel take them:
+        first the lanes of the rows' groups of limited names, in key order (R35); then the
         ids are retried by shard, then batch (each reopen locks its batch's shard), and
         only then is each batch reopened read, once, FOR SHARE. Reading a batch between
         two reopens held its row while the retry waited for a shard a member's end held,
@@ -71,6 +72,7 @@ class PgDeadLetters:
             alone: dict[int, list[int]] = {}
             reopened: dict[int, list[int]] = {}
             bound_ids = {job_id: bounds.row_id(job_id) for job_id in ids}
+            conn.execute(pg_sql.DEAD_LANES, {"ids": list(bound_ids.values())})
             batch_of = dict(conn.execute(pg_sql.DEAD_BATCHES,
                                          {"ids": list(bound_ids.values())}).fetchall())
 

@@ -1708,6 +1708,18 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
+#: R35: the lanes of the dead rows of limited names a retry is given, made (or bumped)
+#: before it reopens any, in the lanes' key order: each row's insert makes its lane again
+#: (``jobpool_limited_row``), which, row by row, took a lane after the row's batch shard
+#: and lanes in the rows' order, where turns take lanes in key order, then shards.
+DEAD_LANES = """
+INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+SELECT DISTINCT f.queue, f.priority, f.name, f.grp FROM finished_jobs AS f
+ WHERE f.id = ANY(%(ids)s::bigint[]) AND f.status = 'dead' AND f.grp IS NOT NULL
+   AND f.name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
+ ORDER BY f.queue, f.priority, f.name, f.grp
+ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
+"""
 #: R34: the batches of the dead rows a retry is given, read before it reopens any, so it
 #: takes their shards in the order a statement's member ends take them (shard, batch).
 DEAD_BATCHES = """
