@@ -188,8 +188,7 @@ def bulk_insert_rate(rows: int, kind: str) -> float:
             db = sqlite3.connect(path, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT)")
-            text = ("INSERT INTO t (payload) SELECT '[' || value || ',{}]' FROM json_each(:batch) "
-                    "ORDER BY key")
+            text = "INSERT INTO t (payload) SELECT '[' || value || ',{}]' FROM json_each(:batch)"
             params: dict = {"batch": batch}
         else:
             jobpool.connect(path).close()
@@ -202,7 +201,7 @@ def bulk_insert_rate(rows: int, kind: str) -> float:
             text = sql.INSERT_BATCH
             params = {"batch": batch, "queue": "default", "name": "floors.noop", "args_only": 1,
                       "priority": 0, "run_at": now, "max_attempts": 3, "timeout": 60.0,
-                      "now": now, "batch_id": None}
+                      "now": now, "batch_id": None, "first": 1}  # the store is empty
         db.execute("PRAGMA synchronous=FULL")
         db.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")  # enqueue_many's own for a batch this big
         began = time.perf_counter()

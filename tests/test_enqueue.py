@@ -226,6 +226,19 @@ def test_enqueue_many_ids_follow_the_items_and_the_rows_before_them(sqlite_store
     assert "TEMP B-TREE" not in plan, plan
 
 
+def test_a_bulk_enqueue_whose_ids_would_pass_the_largest_is_refused_whole(sqlite_store):
+    """R4: a batch's ids follow the largest id in the table; where they would pass
+    2**63 - 1 the batch is refused naming why, and nothing is written (SQLite gives a
+    row inserted alone a random free id there, and the batch's handles were wrong)."""
+    from jobpool.bounds import INT64_MAX
+    top = sqlite_store.enqueue("t.job", "top").id
+    sqlite_store.conn.execute("UPDATE jobs SET id = ? WHERE id = ?", (INT64_MAX - 1, top))
+    with pytest.raises(EnqueueError, match=f"3 more job ids do not fit after id {INT64_MAX - 1}"):
+        sqlite_store.enqueue_many("t.job", [(i,) for i in range(3)])
+    assert count(sqlite_store) == 1
+    assert list(sqlite_store.enqueue_many("t.job", [("last",)]).ids) == [INT64_MAX]
+
+
 def test_enqueue_many_writes_the_payload_a_single_enqueue_writes(store):
     """The batch path builds payloads in SQL; they must match the single path's bytes."""
     items = [(), ("a\"b\\c\n\t\u2028✓",), (1.5, 1e300, -0.0, 10**30, 0.1),

@@ -42,7 +42,7 @@ RESULTS_PAGE = 100
 class StoreBatches:
     """The batches of one store (``store.batches``). ``statements`` is the store's
     SQL module; the store gives ``transaction(what, fn)``, ``read_rows(what,
-    query, params)`` and ``insert_job(conn, row)``."""
+    query, params)``, ``insert_job(conn, row)`` and ``take_lanes(conn, rows)``."""
 
     def __init__(self, store: Any, statements: ModuleType) -> None:
         self.store = store
@@ -238,6 +238,7 @@ class StoreBatches:
                 if found is None:
                     fresh.append((len(answers), key, job))
                 answers.append((found[0], True) if found else (0, False))
+            self.store.take_lanes(conn, [job for _index, _key, job in fresh])  # R35
             for index, key, job in fresh:
                 # R54: an add carries its member's metadata unless it names its own.
                 new_id = self.store.insert_job(conn, job._replace(

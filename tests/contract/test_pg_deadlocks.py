@@ -208,23 +208,25 @@ def _lanes_made(store, name: str, groups: str) -> None:
         store.enqueue_with(name, kwargs={"customer": customer})
 
 
-def _crossing_bulk_write(pg_url, name: str, caplog) -> None:
-    """Another producer's transaction holds lane a and wants lane b while a bulk write of
-    rows of groups b then a takes theirs: nothing is aborted (the store would run an
-    aborted write again, saying so) and every row is written in its group."""
+def _crossing_bulk_write(pg_url, name: str, caplog, write=None) -> None:
+    """Another producer's transaction holds lane a and wants lane b while a write of rows
+    of groups b, b, a, b (``write(store, items)``: their ids; ``enqueue_many`` by default)
+    takes theirs: nothing is aborted (the store would run an aborted write again, saying
+    so) and every row is written in its group."""
     caplog.set_level(logging.INFO, logger="jobpool.store.postgres.store")
     store, holder = jobpool.connect(pg_url), jobpool.connect(pg_url)
     _lanes_made(store, name, "ab")
     lane = f"SELECT 1 FROM jobpool_lanes WHERE name = '{name}' AND grp = %s FOR UPDATE"
     items = [jobpool.Signature(name, (), {"customer": c}, None) for c in "bbab"]
+    write = write or (lambda store, items: store.enqueue_many(name, items).ids)
     other, written = beside_held_locks(
         holder, lambda conn: conn.execute(lane, ("a",)), lambda conn: conn.execute(lane, ("b",)),
-        lambda: store.enqueue_many(name, items), waiting_like="%jobpool_lanes%")
+        lambda: write(store, items), waiting_like="%jobpool_lanes%")
     assert other is None, other
     assert not isinstance(written, Exception), written
     assert "running it again" not in caplog.text  # no deadlock ended the write
     assert holder.transaction("reading", lambda conn: conn.execute(
-        "SELECT grp FROM jobs WHERE id = ANY(%s) ORDER BY id", (list(written.ids),)).fetchall()) == [
+        "SELECT grp FROM jobs WHERE id = ANY(%s) ORDER BY id", (list(written),)).fetchall()) == [
         (c,) for c in "bbab"]
     store.close()
     holder.close()
@@ -244,6 +246,31 @@ def test_rows_adopting_their_groups_after_a_bulk_write_take_lanes_in_key_order(p
     here, so a JSON batch) take their groups after the insert, and make their lanes in
     the lanes' key order."""
     _crossing_bulk_write(pg_url, "t.grouped_by_name", caplog)
+
+
+def test_a_keyed_bulk_write_of_grouped_rows_takes_their_lanes_in_key_order(pg_url, caplog):
+    """R35 on PostgreSQL: an ``enqueue_many`` with keys writes its rows one by one (each
+    may be a duplicate of a live job): it takes their lanes first, in key order, too."""
+    _crossing_bulk_write(pg_url, "t.grouped_copy", caplog, lambda store, items: store.enqueue_many(
+        "t.grouped_copy", items, keys=[f"k{n}" for n in range(len(items))]).ids)
+
+
+def test_a_members_adds_to_its_batch_take_their_lanes_in_key_order(pg_url, caplog):
+    """R34, R35 on PostgreSQL: a running member's adds to its own batch are written one
+    by one (each keyed by its place among the attempt's adds): their lanes first."""
+    from jobpool.store import rows
+
+    def add(store, items):
+        batch = store.batch()
+        member = batch.add_many("t.member", [(1,)]).ids[0]
+        claimer = store.claimer("pool-a", ("t.member",), ("default",), {})
+        (running,) = claimer.turn([], 1, time.time(), None)[1]
+        options = rows.enqueue_options("t.grouped_copy", None, None, None, None, None, None, 0.0)
+        added = store.add_to_own_batch("pool-a", member, running.attempt, 0,
+                                       rows.new_jobs(options, items))
+        claimer.close()
+        return [job_id for job_id, _duplicate in added]
+    _crossing_bulk_write(pg_url, "t.grouped_copy", caplog, add)
 
 
 def test_a_dead_retry_takes_its_rows_lanes_before_their_batch_shards(pg_url, caplog):

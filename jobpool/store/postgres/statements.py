@@ -2149,17 +2149,18 @@ SELECT DISTINCT queue, priority, name, grp FROM adopted
  ORDER BY queue, priority, name, grp
 ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
 """
-#: R35: the lanes of a bulk write's grouped rows of a limited name, made (or bumped) in
-#: the lanes' key order before the rows are copied in: each row's insert makes its own
-#: lane again (``jobpool_limited_row``), in item order, which took two producers' lanes
-#: of the same groups in opposite orders (a deadlock) until this transaction held them.
+#: R35: the lanes of the grouped rows of limited names a write is about to insert, made
+#: (or bumped) in the lanes' key order before the first row: each row's insert makes its
+#: own lane again (``jobpool_limited_row``), in the order the rows go in, which took two
+#: producers' lanes of the same groups in opposite orders (a deadlock) until the
+#: transaction already held them.
 LANES_OF_GROUPS = """
 INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-SELECT DISTINCT r.queue, r.priority, %(name)s, r.grp
-  FROM unnest(%(queues)s::text[], %(priorities)s::integer[], %(groups)s::text[])
-       AS r(queue, priority, grp)
- WHERE EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
- ORDER BY r.queue, r.priority, 3, r.grp
+SELECT DISTINCT r.queue, r.priority, r.name, r.grp
+  FROM unnest(%(queues)s::text[], %(priorities)s::integer[], %(names)s::text[],
+              %(groups)s::text[]) AS r(queue, priority, name, grp)
+ WHERE r.name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
+ ORDER BY r.queue, r.priority, r.name, r.grp
 ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
 """
 LANES_OF_NAME = """

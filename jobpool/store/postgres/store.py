@@ -281,6 +281,19 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         member's add: it has no key, so it is never a duplicate)."""
         return self._insert(conn, row).id
 
+    def take_lanes(self, conn: Any, jobs: Sequence[rows.NewJob]) -> None:
+        """R35: before a write inserts several rows, the lanes of those that carry a
+        group of a limited name, taken in key order (``LANES_OF_GROUPS``): each row's
+        insert makes its lane as it goes in, and rows of two groups written in opposite
+        orders by two transactions deadlocked."""
+        grouped = [(job.queue, job.priority, job.name, job.grp) for job in jobs
+                   if job.grp is not None]
+        if len(grouped) < 2:
+            return  # one row takes one lane: no order to keep
+        queues, priorities, names, groups = (list(column) for column in zip(*grouped))
+        conn.execute(pg_sql.LANES_OF_GROUPS, {"queues": queues, "priorities": priorities,
+                                              "names": names, "groups": groups})
+
     def _insert(self, conn: Any, job: rows.NewJob, *, qualified: bool = False,
                 period: float | None = None, quiet: bool = False) -> Handle:
         """Write one row; a live job with its key (or, with ``period``, one that
@@ -336,8 +349,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         with_meta = rows.carries_meta(meta)
         if checked_keys is not None:
             keyed = rows.new_jobs(options, items, self.max_payload, checked_keys, meta, hooks=True)
-            handles = self.transaction(f"enqueue_many of {name}",
-                                       lambda conn: [self._insert(conn, job) for job in keyed])
+
+            def insert_keyed(conn: Any) -> list[Handle]:
+                self.take_lanes(conn, keyed)
+                return [self._insert(conn, job) for job in keyed]
+            handles = self.transaction(f"enqueue_many of {name}", insert_keyed)
             return Handles([h.id for h in handles], store=self,
                            duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
         # A per-group job's rows each take their group from their own arguments;
@@ -355,14 +371,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         def insert(conn: Any) -> list[int]:
             server_now = self.server_now(conn)
             ids = [r[0] for r in conn.execute(pg_sql.RESERVE_IDS, {"count": len(new_jobs)})]
-            grouped = [(job.queue, job.priority, job.grp) for job in new_jobs if job.grp is not None]
-            if grouped:
-                # R35: each grouped row's insert makes its lane (``jobpool_limited_row``),
-                # in item order: the lanes are taken first, in their key order.
-                queues, priorities, groups = zip(*grouped)
-                conn.execute(pg_sql.LANES_OF_GROUPS, {"name": name, "queues": list(queues),
-                                                      "priorities": list(priorities),
-                                                      "groups": list(groups)})
+            self.take_lanes(conn, new_jobs)
             with conn.cursor().copy(pg_sql.COPY_JOBS) as copy:
                 for job_id, job in zip(ids, new_jobs):
                     copy.write_row((job_id, job.queue, job.name, None, _bytes(job.payload),

@@ -14,7 +14,7 @@ import urllib.parse
 import weakref
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from jobpool import bounds, fork_safety, lifecycle, liveness, rollups
 from jobpool.handles import Handle, Handles
@@ -405,7 +405,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         if as_json is not None:
             def insert_json(conn: sqlite3.Connection) -> int:
                 join(conn)
-                last = self._insert_batch(conn, options, *as_json)
+                last = self._insert_batch(conn, options, count, *as_json)
                 _make_lanes(conn, name, last - count + 1, last, regroup=True)
                 return last
             last = self.transaction(f"enqueue_many of {name}", insert_json, written=count)
@@ -437,8 +437,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         return Handles([h.id for h in handles], store=self,
                        duplicates=frozenset(i for i, h in enumerate(handles) if h.duplicate))
 
-    def _insert_batch(self, conn: sqlite3.Connection, options: rows.EnqueueOptions, batch: str,
-                      args_only: bool) -> int:
+    def _insert_batch(self, conn: sqlite3.Connection, options: rows.EnqueueOptions, count: int,
+                      batch: str, args_only: bool) -> int:
         params = {"queue": options.queue, "name": options.name, "priority": options.priority,
                   "run_at": options.run_at, "max_attempts": options.max_attempts,
                   "timeout": options.timeout, "now": options.now, "batch_id": options.batch_id,
@@ -452,6 +452,11 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                                f"{self.max_payload}-byte limit", item=index)
         # The write lock is held: nobody else writes a row between this read and the insert.
         first = params["first"] = conn.execute(sql.NEXT_JOB_ID).fetchone()[0]
+        if first - 1 + count > bounds.INT64_MAX:
+            # A row inserted without an id would get a random free one; a batch's ids are
+            # consecutive, so they must fit after the largest.
+            raise EnqueueError(f"enqueue_many of {options.name}: {count} more job ids do not fit "
+                               f"after id {first - 1} (ids end at {bounds.INT64_MAX})")
         written = conn.execute(sql.INSERT_BATCH, params).rowcount
         return first + written - 1
 
@@ -562,6 +567,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         """Write one validated row in ``conn``'s transaction; its id (a batch
         member's add: it has no key, so it is never a duplicate)."""
         return self._insert(conn, row).id
+
+    def take_lanes(self, conn: sqlite3.Connection, jobs: Sequence[rows.NewJob]) -> None:
+        """R35: nothing to take ahead here. PostgreSQL's writes take their rows' lanes in
+        key order before inserting them; SQLite runs one write transaction at a time."""
 
     # -- checkpoints (R37) -----------------------------------------------------------------
 
