@@ -39,6 +39,10 @@ cdef extern from "<sys/epoll.h>" nogil:
         epoll_data_t data
     int epoll_wait(int epfd, epoll_event* events, int maxevents, int timeout)
 
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+
 cdef enum:
     PUMP_EVENTS = 64            # ready descriptors taken per wait (more: the next wait)
     MAX_WAIT_MS = 1000000000    # a wait's bound in ms (epoll's timeout is an int)
@@ -80,9 +84,14 @@ cdef class Pump:
     cdef int _marshal_version   # ``marshal.version``: what ``protocol.job_message`` writes
     #: How many turns the pump has run (the parity test asks that it ran).
     cdef public long long turns
+    #: ``Pump._wait``'s: how long a wait looks before it sleeps, whether the next one
+    #: looks, and how many looks found an outcome and how many found nothing.
+    cdef public double spin
+    cdef public bint spinning
+    cdef public long long spins_caught, spins_missed
 
     def __init__(self, state, slots, claimer, plan, selector, *, clock, rng, store_call,
-                 report, may_run):
+                 report, may_run, spin=0.0):
         # Imported here: this module is loaded by children too (R43), which need none.
         import functools
         import logging
@@ -107,6 +116,9 @@ cdef class Pump:
         self._as_shares = as_shares
         self._strict_shares = {}
         self.turns = 0
+        self.spin = spin
+        self.spinning = True
+        self.spins_caught = self.spins_missed = 0
 
     def run(self, double until):
         """Serve plain jobs until something else needs the general loop, at the latest
@@ -147,8 +159,7 @@ cdef class Pump:
             wait = until - now
             ms = 0 if wait <= 0 else (MAX_WAIT_MS if wait >= MAX_WAIT_MS / 1000.0
                                       else <int>ceil(wait * 1000.0))
-            with nogil:
-                n = epoll_wait(epfd, ready, PUMP_EVENTS, ms)
+            n = self._wait(epfd, ready, ms)
             if n < 0:
                 if errno == EINTR:
                     PyErr_CheckSignals()  # its handler's own raise, if any
@@ -184,6 +195,42 @@ cdef class Pump:
                     leave = True
             if leave:
                 return False
+
+    cdef int _wait(self, int epfd, epoll_event* ready, int ms) noexcept:
+        """``Pump._wait`` in C: ``epoll_wait``'s answer within ``ms``, after up to
+        ``spin`` of looks (``epoll_wait`` that does not sleep, the core given to whatever
+        else is ready between two) while outcomes come that soon."""
+        cdef int n
+        cdef double started, now, end
+        if self.spin <= 0 or ms <= 0:
+            with nogil:
+                n = epoll_wait(epfd, ready, PUMP_EVENTS, ms)
+            return n
+        started = _monotonic()
+        if self.spinning:
+            end = started + self.spin
+            with nogil:
+                while True:
+                    n = epoll_wait(epfd, ready, PUMP_EVENTS, 0)
+                    now = _monotonic()
+                    if n != 0 or now >= end or now - started >= ms * 1e-3:
+                        break
+                    sched_yield()
+            if n != 0:
+                if n > 0:
+                    self.spins_caught += 1
+                return n
+            self.spins_missed += 1
+            self.spinning = False
+            ms -= <int>((now - started) * 1000.0)
+            if ms <= 0:
+                return 0
+            started = now
+        with nogil:
+            n = epoll_wait(epfd, ready, PUMP_EVENTS, ms)
+        if n > 0 and _monotonic() - started <= self.spin:
+            self.spinning = True
+        return n
 
     cdef bint _finish_success(self, slot, tuple fields, double now) except -1:
         """``Slots.finish_success`` and ``_finish_plain``: a plain success of the attempt

@@ -393,6 +393,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        help="hold a settle up to N microseconds while other children still "
                             "run, so their outcomes share one store transaction (throughput "
                             "for tiny jobs, at up to N us of pickup; default 0: settle at once)")
+    start.add_argument("--spin-us", type=_whole_number, default=round(config.SPIN * 1e6),
+                       metavar="N",
+                       help="while jobs end that soon, look for a child's outcome up to N "
+                            "microseconds before sleeping (a wake-up costs more than the look; "
+                            f"default {config.SPIN * 1e6:.0f}, 0: sleep at once)")
     start.add_argument("--no-pump", dest="pump", action="store_false", default=config.PUMP,
                        help="serve every job through the general loop, not the pump of "
                             "plain jobs (the same behaviour, slower; JOBPOOL_PUMP=0 too)")
@@ -728,7 +733,7 @@ def cmd_start(args: argparse.Namespace, out: _Stdout) -> int:
         max_procs=args.max_procs, dead_after=args.dead_after,
         store_timeout=args.store_timeout, wait_retries=args.wait_retries, metrics=args.metrics,
         coalesce=args.coalesce_us / 1e6, chunks=tuple(args.chunk),
-        pump=args.pump)
+        pump=args.pump, spin=args.spin_us / 1e6)
     dashboard = out.is_terminal and not args.no_dashboard and args.log_format == "plain"
     _configure_logging(args.log_format, args.quiet, job_records=True)
     supervisor = Supervisor(pool)

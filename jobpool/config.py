@@ -42,6 +42,12 @@ PUMP = os.environ.get("JOBPOOL_PUMP", "1").strip().lower() not in ("0", "false",
 #: for the slots those outcomes free.
 COALESCE_MAX = 1.0
 
+#: R68: how long the pump looks for a child's outcome before it sleeps, while outcomes
+#: come that soon (``--spin-us``; 0: it always sleeps at once), and its bound: a look
+#: costs the supervisor's core this long each time it finds nothing.
+SPIN = 50e-6
+SPIN_MAX = 1e-3
+
 
 def default_procs() -> int:
     """One child per CPU."""
@@ -88,6 +94,8 @@ class PoolConfig:
     chunks: tuple[tuple[str, int], ...] = ()
     #: Whether plain jobs go through the pump (``--no-pump``, ``JOBPOOL_PUMP=0``: not).
     pump: bool = PUMP
+    #: Seconds the pump looks for an outcome before it sleeps (``--spin-us``; R68).
+    spin: float = SPIN
 
     def validate(self) -> None:
         if self.procs < 1:
@@ -102,6 +110,9 @@ class PoolConfig:
         if not 0 <= self.coalesce <= COALESCE_MAX:
             raise JobpoolError(f"--coalesce-us must be from 0 to {COALESCE_MAX * 1e6:.0f}, "
                                f"not {self.coalesce * 1e6:g}")
+        if not 0 <= self.spin <= SPIN_MAX:
+            raise JobpoolError(f"--spin-us must be from 0 to {SPIN_MAX * 1e6:.0f}, "
+                               f"not {self.spin * 1e6:g}")
         for name, size in self.chunks:
             try:
                 options.validate_chunk(size)

@@ -621,3 +621,68 @@ def test_the_pump_stays_off_on_postgresql(pg_url):
     finally:
         pool.core.close()
         pool.store.close()
+
+
+@jobpool.job(name="pump.naps")
+def naps(seconds):
+    time.sleep(seconds)
+
+
+def _pool_of(tmp_path: Path, road: str, name: str, args: list, spin: float) -> Supervisor:
+    """A burst pool of one slot over ``args`` of ``name``, its pump ``road``'s (the
+    compiled one or its Python specification), run to its end."""
+    path = tmp_path / f"{road}-{spin}.db"
+    store = jobpool.connect(path)
+    store.enqueue_many(name, [(arg,) for arg in args])
+    store.close()
+    with pytest.MonkeyPatch.context() as patch:
+        _drive(patch, "compiled")
+        if road == "python":
+            patch.setattr(pump_module, "make", pump_module.Pump)
+        pool = Supervisor(PoolConfig(db=str(path), procs=1, burst=True, names=(name,),
+                                     spin=spin))
+        assert pool.run() == 0
+    assert type(pool.pump) is (pump_module.Pump if road == "python" else _core.Pump)
+    assert jobpool.connect(path).stats()["done"] == len(args)
+    return pool
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("road", ["compiled", "python"])
+def test_the_pump_looks_for_an_outcome_before_it_sleeps_while_they_come_that_soon(
+        tmp_path, road):
+    """R68's amendment (``--spin-us``): while children answer within the window, the
+    pump's waits find their outcomes by looking, without sleeping."""
+    pool = _pool_of(tmp_path, road, "pump.plain", list(range(200)), spin=1e-3)
+    assert pool.pump.spins_caught >= 1, (pool.pump.spins_caught, pool.pump.spins_missed)
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("road", ["compiled", "python"])
+def test_a_pump_whose_jobs_take_longer_than_the_window_sleeps_at_once(tmp_path, road):
+    """A look that finds nothing stops the looks until a wait is answered within the
+    window again: jobs longer than it cost the supervisor one look, not one each."""
+    pool = _pool_of(tmp_path, road, "pump.naps", [0.02] * 15, spin=1e-3)
+    assert pool.pump.spins_caught == 0
+    assert 1 <= pool.pump.spins_missed <= 3, pool.pump.spins_missed
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("road", ["compiled", "python"])
+def test_a_window_of_zero_never_looks(tmp_path, road):
+    pool = _pool_of(tmp_path, road, "pump.plain", list(range(50)), spin=0.0)
+    assert (pool.pump.spins_caught, pool.pump.spins_missed) == (0, 0)
+
+
+def test_the_window_is_refused_outside_its_bounds_in_one_line(tmp_path):
+    (tmp_path / "pump_app.py").write_text("import jobpool\n")
+    for value, words in (("-1", "expected a whole number of 0 or more"),
+                         ("1001", "--spin-us must be from 0 to 1000")):
+        done = subprocess.run(
+            [sys.executable, "-m", "jobpool", "start", "--app", "pump_app", "--db",
+             str(tmp_path / "j.db"), "--burst", "--spin-us", value],
+            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(tmp_path), str(ROOT)])), capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert words in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

@@ -153,7 +153,7 @@ class Supervisor:
         self.pump = None if self.pump_off else pump.make(
             self.state, self.slots, self.core, self.plan, self._selector, clock=clock,
             rng=self.rng, store_call=self._store_call, report=self._report,
-            may_run=self._pump_may_run)
+            may_run=self._pump_may_run, spin=config.spin)
         # R68: success frames on the compiled road only, and only where the pump reads
         # them in C; elsewhere (no pump: PostgreSQL, --max-jobs, ...) the general loop
         # would decode each in Python. The pure road (``JOBPOOL_PURE=1``), the
