@@ -48,6 +48,16 @@ cdef enum:
     MAX_WAIT_MS = 1000000000    # a wait's bound in ms (epoll's timeout is an int)
 
 
+cdef inline int _wait_ms(double wait) noexcept nogil:
+    """A wait of ``wait`` seconds as ``epoll_wait``'s timeout: whole milliseconds,
+    rounded up (never less than asked), bounded to an int."""
+    if wait <= 0:
+        return 0
+    if wait >= MAX_WAIT_MS / 1000.0:
+        return MAX_WAIT_MS
+    return <int>ceil(wait * 1000.0)
+
+
 #: ``Pump._plain_turn``: the turn is not plain; the claimer's own takes it.
 cdef object _NOT_PLAIN = object()
 #: ``Pump._plain_turn``: the driver declined it, nothing applied; the engine's own turn
@@ -84,11 +94,11 @@ cdef class Pump:
     cdef int _marshal_version   # ``marshal.version``: what ``protocol.job_message`` writes
     #: How many turns the pump has run (the parity test asks that it ran).
     cdef public long long turns
-    #: ``Pump._wait``'s: how long a wait looks before it sleeps, whether the next one
-    #: looks, and how many looks found an outcome and how many found nothing.
+    #: ``Pump._wait``'s (see there): how long a wait looks before it sleeps, whether the
+    #: next wait looks first, and how many waits' looks found something and nothing.
     cdef public double spin
-    cdef public bint spinning
-    cdef public long long spins_caught, spins_missed
+    cdef public bint look_first
+    cdef public long long looks_answered, looks_missed
 
     def __init__(self, state, slots, claimer, plan, selector, *, clock, rng, store_call,
                  report, may_run, spin=0.0):
@@ -117,8 +127,8 @@ cdef class Pump:
         self._strict_shares = {}
         self.turns = 0
         self.spin = spin
-        self.spinning = True
-        self.spins_caught = self.spins_missed = 0
+        self.look_first = True
+        self.looks_answered = self.looks_missed = 0
 
     def run(self, double until):
         """Serve plain jobs until something else needs the general loop, at the latest
@@ -130,8 +140,8 @@ cdef class Pump:
         cdef bint loud = self._logger.isEnabledFor(self._info)  # R30: asked once
         cdef int epfd = self._selector.fileno()
         cdef epoll_event ready[PUMP_EVENTS]
-        cdef int n, i, ms
-        cdef double now, wait
+        cdef int n, i
+        cdef double now
         cdef bint leave
         # Which descriptor is which slot's pipe, as the selector's keys say now: a key
         # of anything else (a child's exit, a wake-up, a signal) is the general loop's.
@@ -156,10 +166,7 @@ cdef class Pump:
                 until = min(until, table.next_deadline())
             if not (state.pending or table.busy_count()):
                 return False  # idle: the general loop waits for what comes
-            wait = until - now
-            ms = 0 if wait <= 0 else (MAX_WAIT_MS if wait >= MAX_WAIT_MS / 1000.0
-                                      else <int>ceil(wait * 1000.0))
-            n = self._wait(epfd, ready, ms)
+            n = self._wait(epfd, ready, until - now)
             if n < 0:
                 if errno == EINTR:
                     PyErr_CheckSignals()  # its handler's own raise, if any
@@ -196,40 +203,41 @@ cdef class Pump:
             if leave:
                 return False
 
-    cdef int _wait(self, int epfd, epoll_event* ready, int ms) noexcept:
-        """``Pump._wait`` in C: ``epoll_wait``'s answer within ``ms``, after up to
-        ``spin`` of looks (``epoll_wait`` that does not sleep, the core given to whatever
-        else is ready between two) while outcomes come that soon."""
+    cdef int _wait(self, int epfd, epoll_event* ready, double wait) noexcept:
+        """``Pump._wait`` in C: ``epoll_wait``'s answer within ``wait`` seconds, after up
+        to ``spin`` (or ``wait``, if shorter) of looks (``epoll_wait`` that does not
+        sleep, the core given to whatever else is ready between two) while waits are
+        answered within ``spin`` of their start. ``errno`` is ``epoll_wait``'s when it
+        fails (nothing after it sets it)."""
         cdef int n
         cdef double started, now, end
-        if self.spin <= 0 or ms <= 0:
+        if self.spin <= 0 or wait <= 0:
             with nogil:
-                n = epoll_wait(epfd, ready, PUMP_EVENTS, ms)
+                n = epoll_wait(epfd, ready, PUMP_EVENTS, _wait_ms(wait))
             return n
         started = _monotonic()
-        if self.spinning:
-            end = started + self.spin
+        if self.look_first:
+            end = started + (self.spin if self.spin < wait else wait)
             with nogil:
                 while True:
                     n = epoll_wait(epfd, ready, PUMP_EVENTS, 0)
+                    if n != 0:
+                        break
                     now = _monotonic()
-                    if n != 0 or now >= end or now - started >= ms * 1e-3:
+                    if now >= end:
                         break
                     sched_yield()
             if n != 0:
                 if n > 0:
-                    self.spins_caught += 1
+                    self.looks_answered += 1
                 return n
-            self.spins_missed += 1
-            self.spinning = False
-            ms -= <int>((now - started) * 1000.0)
-            if ms <= 0:
-                return 0
-            started = now
+            self.looks_missed += 1
+            self.look_first = False
+            wait -= now - started
         with nogil:
-            n = epoll_wait(epfd, ready, PUMP_EVENTS, ms)
+            n = epoll_wait(epfd, ready, PUMP_EVENTS, _wait_ms(wait))
         if n > 0 and _monotonic() - started <= self.spin:
-            self.spinning = True
+            self.look_first = True
         return n
 
     cdef bint _finish_success(self, slot, tuple fields, double now) except -1:

@@ -396,8 +396,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     start.add_argument("--spin-us", type=_whole_number, default=round(config.SPIN * 1e6),
                        metavar="N",
                        help="while jobs end that soon, look for a child's outcome up to N "
-                            "microseconds before sleeping (a wake-up costs more than the look; "
-                            f"default {config.SPIN * 1e6:.0f}, 0: sleep at once)")
+                            "microseconds before sleeping (a wake-up costs more than the looks; "
+                            f"default {config.SPIN * 1e6:.0f}, at most {config.SPIN_MAX * 1e6:.0f}, "
+                            "0: sleep at once)")
     start.add_argument("--no-pump", dest="pump", action="store_false", default=config.PUMP,
                        help="serve every job through the general loop, not the pump of "
                             "plain jobs (the same behaviour, slower; JOBPOOL_PUMP=0 too)")

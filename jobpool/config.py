@@ -43,8 +43,9 @@ PUMP = os.environ.get("JOBPOOL_PUMP", "1").strip().lower() not in ("0", "false",
 COALESCE_MAX = 1.0
 
 #: R68: how long the pump looks for a child's outcome before it sleeps, while outcomes
-#: come that soon (``--spin-us``; 0: it always sleeps at once), and its bound: a look
-#: costs the supervisor's core this long each time it finds nothing.
+#: come that soon (``--spin-us``; 0: it always sleeps at once), and its bound: a wait
+#: whose looks find nothing has kept the supervisor's core busy for the window (less
+#: what it gave to others between looks) before it sleeps.
 SPIN = 50e-6
 SPIN_MAX = 1e-3
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -654,7 +655,7 @@ def test_the_pump_looks_for_an_outcome_before_it_sleeps_while_they_come_that_soo
     """R68's amendment (``--spin-us``): while children answer within the window, the
     pump's waits find their outcomes by looking, without sleeping."""
     pool = _pool_of(tmp_path, road, "pump.plain", list(range(200)), spin=1e-3)
-    assert pool.pump.spins_caught >= 1, (pool.pump.spins_caught, pool.pump.spins_missed)
+    assert pool.pump.looks_answered >= 1, (pool.pump.looks_answered, pool.pump.looks_missed)
 
 
 @pytest.mark.c_extension
@@ -663,15 +664,81 @@ def test_a_pump_whose_jobs_take_longer_than_the_window_sleeps_at_once(tmp_path, 
     """A look that finds nothing stops the looks until a wait is answered within the
     window again: jobs longer than it cost the supervisor one look, not one each."""
     pool = _pool_of(tmp_path, road, "pump.naps", [0.02] * 15, spin=1e-3)
-    assert pool.pump.spins_caught == 0
-    assert 1 <= pool.pump.spins_missed <= 3, pool.pump.spins_missed
+    assert pool.pump.looks_answered == 0
+    assert 1 <= pool.pump.looks_missed <= 3, pool.pump.looks_missed
 
 
 @pytest.mark.c_extension
 @pytest.mark.parametrize("road", ["compiled", "python"])
 def test_a_window_of_zero_never_looks(tmp_path, road):
     pool = _pool_of(tmp_path, road, "pump.plain", list(range(50)), spin=0.0)
-    assert (pool.pump.spins_caught, pool.pump.spins_missed) == (0, 0)
+    assert (pool.pump.looks_answered, pool.pump.looks_missed) == (0, 0)
+
+
+class _Scripted:
+    """A selector and a monotonic clock for ``Pump._wait`` (the specification): something
+    becomes ready ``next_in(seconds)`` from now; a look (``select(0)``) takes ``look``
+    seconds and finds it once it is due; a sleep ends when it is due, or times out."""
+
+    def __init__(self, look: float) -> None:
+        self.now, self.look, self.due = 100.0, look, float("inf")
+        self.slept: list[float] = []
+
+    def next_in(self, seconds: float) -> None:
+        self.due = self.now + seconds
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def select(self, timeout: float) -> list:
+        if timeout == 0:
+            self.now += self.look
+        else:
+            self.slept.append(timeout)
+            self.now = min(self.due, self.now + timeout)
+        return [("key", 1)] if self.now >= self.due else []
+
+
+def _scripted_pump(monkeypatch: pytest.MonkeyPatch, script: _Scripted, spin: float) -> Any:
+    monkeypatch.setattr(pump_module.time, "monotonic", script.monotonic)
+    monkeypatch.setattr(pump_module.os, "sched_yield", lambda: None)
+    return pump_module.Pump(None, None, None, None, script, clock=script.monotonic, rng=None,
+                            store_call=None, report=None, may_run=None, spin=spin)
+
+
+def test_a_wait_answered_after_the_window_stops_the_looks_counted_from_its_start(monkeypatch):
+    """The window is counted from the wait's own start: outcomes that come 80 us into
+    each wait, after 50 us of looks gave up (30 us into the sleep), are not "that soon",
+    so the waits after the first sleep at once instead of paying for the looks and the
+    wake-up both; outcomes that come within the window bring the looks back, and the
+    looks then find them."""
+    script = _Scripted(look=5e-6)
+    pump = _scripted_pump(monkeypatch, script, spin=50e-6)
+    for _ in range(4):
+        script.next_in(80e-6)
+        assert pump._wait(1.0) == [("key", 1)]
+    assert (pump.looks_answered, pump.looks_missed, pump.look_first) == (0, 1, False)
+    assert script.slept[0] == pytest.approx(1.0 - 50e-6)  # the looks' time off the sleep
+    assert script.slept[1:] == [1.0, 1.0, 1.0]
+    script.next_in(20e-6)  # within the window of the wait's start: the looks come back
+    pump._wait(1.0)
+    assert pump.look_first
+    for _ in range(3):
+        script.next_in(20e-6)
+        pump._wait(1.0)
+    assert (pump.looks_answered, pump.looks_missed) == (3, 1)
+    assert len(script.slept) == 5
+
+
+def test_a_wait_shorter_than_the_window_looks_for_the_wait_alone(monkeypatch):
+    script = _Scripted(look=10e-6)
+    pump = _scripted_pump(monkeypatch, script, spin=1e-3)
+    assert pump._wait(30e-6) == []
+    # Three looks fill the wait; what is left of it (nothing) is one more look, not the
+    # millisecond's window nor a sleep.
+    assert script.now <= 100.0 + 40e-6 + 1e-9
+    assert all(t < 1e-9 for t in script.slept)
+    assert pump.looks_missed == 1
 
 
 def test_the_window_is_refused_outside_its_bounds_in_one_line(tmp_path):

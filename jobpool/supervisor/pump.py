@@ -109,46 +109,50 @@ class Pump:
         self._may_run = may_run
         #: How many turns the pump has run (the parity test asks that it ran).
         self.turns = 0
+        #: How long a wait looks for something ready before it sleeps (``--spin-us``;
+        #: the pool passes its own, ``PoolConfig.spin``; 0: never).
         self.spin = spin
-        #: Whether the next wait looks before it sleeps: until a look finds nothing, and
+        #: Whether the next wait looks first: until a wait's looks find nothing, and
         #: again once a wait is answered within ``spin`` of its start.
-        self.spinning = True
-        #: Looks that found an outcome, and looks that found nothing (then it slept).
-        self.spins_caught = 0
-        self.spins_missed = 0
+        self.look_first = True
+        #: Waits whose looks found something ready (an outcome, or anything else the
+        #: pump hands back), and waits whose looks found nothing (they then slept).
+        self.looks_answered = 0
+        self.looks_missed = 0
 
     def _wait(self, timeout: float) -> list:
         """The selector's answer within ``timeout`` seconds (R68's amendment): while
-        outcomes come within ``spin`` of a wait's start, the wait first looks without
-        sleeping, giving the core to whatever else is ready between looks, for up to
-        ``spin``. A child's reply then finds the supervisor awake, and neither side
-        pays for the other's wake-up (on a virtual machine, a trip through the
-        hypervisor), where a look costs less. A look that finds nothing stops them until
-        a wait is answered that soon again, so a pool of long jobs sleeps at once."""
+        waits are answered within ``spin`` of their start, a wait first looks without
+        sleeping, giving the core to whatever else is ready between two looks, for up to
+        ``spin`` (or the wait, if shorter). A child's reply then finds the supervisor
+        awake, and neither side pays for waking the other (on a virtual machine, a trip
+        through the hypervisor), which costs more than the looks. A wait whose looks
+        find nothing stops them until a wait is answered that soon again, counted from
+        the wait's own start, so a pool whose jobs take longer than the window looks once
+        and then sleeps at once."""
         select = self._selector.select
         spin = self.spin
-        if not spin or timeout <= 0:
+        if spin <= 0 or timeout <= 0:
             return select(timeout)
         clock = time.monotonic  # not the pool's clock, which a test may shift or set
         started = clock()
-        if self.spinning:
+        if self.look_first:
             end = started + min(spin, timeout)
             while True:
                 ready = select(0)
                 if ready:
-                    self.spins_caught += 1
+                    self.looks_answered += 1
                     return ready
                 now = clock()
                 if now >= end:
                     break
                 os.sched_yield()
-            self.spins_missed += 1
-            self.spinning = False
+            self.looks_missed += 1
+            self.look_first = False
             timeout = max(0.0, timeout - (now - started))
-            started = now
         ready = select(timeout)
         if ready and clock() - started <= spin:
-            self.spinning = True
+            self.look_first = True
         return ready
 
     def run(self, until: float) -> bool:
