@@ -612,6 +612,20 @@ CREATE TABLE IF NOT EXISTS jobpool_lanes (
     PRIMARY KEY (queue, priority, name, grp)
 )
 """
+def lanes_in_key_order(rows: str, before: str = "") -> str:
+    """R35: the statement that makes (or bumps) the lanes of ``rows`` (a query of
+    ``queue, priority, name, grp``), one each, in the lanes' key order. Every statement
+    that takes several lanes takes them in this one order (a declare, a bulk write, a
+    dead retry, and the readied rows of a statement, ``_REMAKE_NOTED_LANES``), so no two
+    take them crosswise. ``before``: the ``WITH`` the rows are read from."""
+    return f"""{before}
+INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
+SELECT DISTINCT queue, priority, name, grp FROM ({rows}) AS lanes
+ ORDER BY queue, priority, name, grp
+ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
+"""
+
+
 CREATE_LANES_INDEX = """
 CREATE INDEX IF NOT EXISTS jobpool_lanes_rotation
     ON jobpool_lanes (queue, priority DESC, served_at NULLS FIRST, name, grp)
@@ -1712,14 +1726,10 @@ RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 #: before it reopens any, in the lanes' key order: each row's insert makes its lane again
 #: (``jobpool_limited_row``), which, row by row, took a lane after the row's batch shard
 #: and lanes in the rows' order, where turns take lanes in key order, then shards.
-DEAD_LANES = """
-INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-SELECT DISTINCT f.queue, f.priority, f.name, f.grp FROM finished_jobs AS f
- WHERE f.id = ANY(%(ids)s::bigint[]) AND f.status = 'dead' AND f.grp IS NOT NULL
-   AND f.name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
- ORDER BY f.queue, f.priority, f.name, f.grp
-ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
-"""
+DEAD_LANES = lanes_in_key_order("""
+SELECT queue, priority, name, grp FROM finished_jobs
+ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND grp IS NOT NULL
+   AND name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')""")
 #: R34: the batches of the dead rows a retry is given, read before it reopens any, so it
 #: takes their shards in the order a statement's member ends take them (shard, batch).
 DEAD_BATCHES = """
@@ -2138,38 +2148,25 @@ SELECT count(*) FROM jobs WHERE name = %(name)s AND grp IS NULL
 #: limited name without a group take their groups (``limited_group``), and their lanes
 #: are made, in the lanes' key order (R35: two producers writing rows of the same groups
 #: in different orders took their lanes in those orders and deadlocked).
-ADOPT_BULK = f"""
+ADOPT_BULK = lanes_in_key_order("SELECT queue, priority, name, grp FROM adopted", f"""
 WITH adopted AS (
     UPDATE jobs SET grp = {limited_group("%(name)s", "jobpool_limits", ROW_PAYLOAD)}
      WHERE id = ANY(%(ids)s::bigint[]) AND grp IS NULL
        AND EXISTS (SELECT 1 FROM jobpool_limits WHERE scope = 'name' AND target = %(name)s)
-    RETURNING queue, priority, name, grp)
-INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-SELECT DISTINCT queue, priority, name, grp FROM adopted
- ORDER BY queue, priority, name, grp
-ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
-"""
+    RETURNING queue, priority, name, grp)""")
 #: R35: the lanes of the grouped rows of limited names a write is about to insert, made
 #: (or bumped) in the lanes' key order before the first row: each row's insert makes its
 #: own lane again (``jobpool_limited_row``), in the order the rows go in, which took two
 #: producers' lanes of the same groups in opposite orders (a deadlock) until the
 #: transaction already held them.
-LANES_OF_GROUPS = """
-INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-SELECT DISTINCT r.queue, r.priority, r.name, r.grp
+LANES_OF_GROUPS = lanes_in_key_order("""
+SELECT queue, priority, name, grp
   FROM unnest(%(queues)s::text[], %(priorities)s::integer[], %(names)s::text[],
               %(groups)s::text[]) AS r(queue, priority, name, grp)
- WHERE r.name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')
- ORDER BY r.queue, r.priority, r.name, r.grp
-ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
-"""
-LANES_OF_NAME = """
-INSERT INTO jobpool_lanes AS l (queue, priority, name, grp)
-SELECT DISTINCT queue, priority, name, grp FROM jobs
- WHERE name = %(name)s AND status = 'ready' AND grp IS NOT NULL
- ORDER BY queue, priority, name, grp
-ON CONFLICT (queue, priority, name, grp) DO UPDATE SET seq = l.seq + 1
-"""
+ WHERE name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')""")
+LANES_OF_NAME = lanes_in_key_order("""
+SELECT queue, priority, name, grp FROM jobs
+ WHERE name = %(name)s AND status = 'ready' AND grp IS NOT NULL""")
 DROP_LANES_OF_NAME = "DELETE FROM jobpool_lanes WHERE name = %(name)s"
 GROUP_ROWS = """
 SELECT g.name, g.grp, g.tokens, g.refilled_at,

@@ -1209,7 +1209,7 @@ LISTING_DIALECT = ListingDialect(
     mark=lambda key: f":{key}",
     contains=lambda column, param: f"instr({column}, {param}) > 0",
     payload_contains=lambda param: f"instr(CAST(payload AS BLOB), CAST({param} AS BLOB)) > 0",
-    past_newest="(SELECT coalesce(max(id), 0) + 1 FROM jobs)",
+    past_newest=f"({NEXT_JOB_ID})",
     meta_matches=_meta_matches,
 )
 
