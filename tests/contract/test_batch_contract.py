@@ -313,42 +313,33 @@ def test_a_batch_cancel_waits_on_no_members_row_while_pools_end_members_on_postg
     cancel held: deadlock detected, the cancel or the turn aborted, and with a big batch
     and pools at work the cancel failed every time. It now passes over rows a pool holds
     and comes back for them in transactions of their own."""
-    from tests.conftest import _pg_admin, lock_waits, outcome_of, wait_for
+    from tests.conftest import _pg_admin, lock_waits, outcome_of, rows_held, wait_for
     store, canceller, watcher = (jobpool.connect(pg_url) for _ in range(3))
     batch = new_batch(store)
     ids = batch.add_many(MEMBER, [(n,) for n in range(4)]).ids
     c = store.claimer("pool-a", NAMES, ("default",), {})
     running = claim(c, 2)
     ready = [i for i in ids if i not in {j.job_id for j in running}]
-    held = {}
-
-    def hold(conn):  # a claim in flight holds a ready member's row
-        conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (ready[-1],))
-        held["set"].set()
-        assert held["release"].wait(30)
-    held.update({"set": threading.Event(), "release": threading.Event()})
-    holding = threading.Thread(target=lambda: watcher.transaction("holding a member", hold))
-    holding.start()
-    assert held["set"].wait(30)
     seen = {}
     cancelling = threading.Thread(target=lambda: seen.update(cancel=outcome_of(
         lambda: canceller.batches.cancel(batch.id))))
-    cancelling.start()
+    ending = threading.Thread(target=lambda: seen.update(turn=outcome_of(
+        lambda: settle(c, Outcome(running[0].job_id, running[0].attempt, DONE)))))
     admin = _pg_admin()
     try:
-        # Until the cancel waits for the held row, or has cancelled the batch without it.
-        wait_for(lambda: lock_waits(admin, "%FROM jobs WHERE%batch_id%") or store.batch_status(
-            batch.id).cancelled, timeout=30, interval=0.01)
-        ending = threading.Thread(target=lambda: seen.update(turn=outcome_of(
-            lambda: settle(c, Outcome(running[0].job_id, running[0].attempt, DONE)))))
-        ending.start()
-        # Until the turn ends, or waits too (for a shard the cancel holds).
-        wait_for(lambda: not ending.is_alive() or lock_waits(admin) >= 2, timeout=30, interval=0.01)
+        with rows_held(watcher, ready[-1]):  # a claim in flight holds a ready member's row
+            cancelling.start()
+            # Until the cancel waits for the held row, or has cancelled the batch without it.
+            wait_for(lambda: lock_waits(admin, "%FROM jobs WHERE%batch_id%") or store.batch_status(
+                batch.id).cancelled, timeout=30, interval=0.01)
+            ending.start()
+            # Until the turn ends, or waits too (for a shard the cancel holds).
+            wait_for(lambda: not ending.is_alive() or lock_waits(admin) >= 2, timeout=30,
+                     interval=0.01)
     finally:
-        held["release"].set()
-        holding.join(30)
-        cancelling.join(60)
-        ending.join(60)
+        for thread in (cancelling, ending):
+            if thread.ident is not None:
+                thread.join(60)
         admin.close()
     assert not isinstance(seen["cancel"], Exception), seen["cancel"]
     assert not isinstance(seen["turn"], Exception), seen["turn"]
