@@ -1,6 +1,7 @@
 """R68: the supervisor's pump against its general loop, on the no-op drain.
 
     .venv/bin/python benchmarks/pump.py [--jobs 20000] [--procs 2] [--repeat 5] [--pump-only]
+                                        [--start-args="--coalesce-us=1000"]
 
 Runs ``sqlite_floors.jobpool_drain`` (``jobpool start --burst -q`` over no-op jobs on a
 fresh store, in a forked process, start-up not timed) alternately with the pump on
@@ -11,6 +12,8 @@ ratios of the medians. Both runs use the same tree: what differs is only the loo
 ``--pump-only`` runs the pump alone: with ``PYTHONPATH=TREE`` it measures the jobpool of
 another checkout (the first line says which), so two trees are compared by running
 it alternately over each (an old tree against a new one's compiled turn, R68).
+``--start-args`` adds flags to every ``jobpool start`` (split on spaces), to time a start
+option: run it once with the option and once without, alternately.
 """
 from __future__ import annotations
 
@@ -31,18 +34,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pump-only", action="store_true",
                         help="run the pump alone (to compare two trees, see above)")
+    parser.add_argument("--start-args", default="",
+                        help="more flags for every jobpool start, e.g. --coalesce-us=1000")
     args = parser.parse_args()
+    extra = args.start_args.split()
     import jobpool
     print(f"jobpool from {os.path.dirname(os.path.dirname(jobpool.__file__))}")
     runs: dict[str, list[dict[str, float]]] = {"pump": []}
     if not args.pump_only:
         runs["general loop"] = []
     for _ in range(args.repeat):
-        runs["pump"].append(jobpool_drain(args.jobs, args.procs))
+        runs["pump"].append(jobpool_drain(args.jobs, args.procs, *extra))
         if not args.pump_only:
-            runs["general loop"].append(jobpool_drain(args.jobs, args.procs, "--no-pump"))
+            runs["general loop"].append(jobpool_drain(args.jobs, args.procs, "--no-pump", *extra))
     medians = {}
-    print(f"{args.jobs} no-op jobs, --procs {args.procs}, {args.repeat} alternating runs each")
+    print(f"{args.jobs} no-op jobs, --procs {args.procs} {' '.join(extra)}, "
+          f"{args.repeat} alternating runs each")
     for loop, results in runs.items():
         for figure in ("jobs_per_s", "supervisor_cpu_us", "children_cpu_us"):
             values = [r[figure] for r in results]

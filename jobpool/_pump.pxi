@@ -97,11 +97,14 @@ cdef class Pump:
     #: ``Pump._wait``'s (see there): how long a wait looks before it sleeps, whether the
     #: next wait looks first, and how many waits' looks found something and nothing.
     cdef public double spin
+    #: ``Pump.window``: how long a turn waits for the outcomes of children still running
+    #: (``--coalesce-us``, R6a; ``PoolState.holding`` says when).
+    cdef public double window
     cdef public bint look_first
     cdef public long long looks_answered, looks_missed
 
     def __init__(self, state, slots, claimer, plan, selector, *, clock, rng, store_call,
-                 report, may_run, spin=0.0):
+                 report, may_run, spin=0.0, window=0.0):
         # Imported here: this module is loaded by children too (R43), which need none.
         import functools
         import logging
@@ -127,6 +130,7 @@ cdef class Pump:
         self._strict_shares = {}
         self.turns = 0
         self.spin = spin
+        self.window = window
         self.look_first = True
         self.looks_answered = self.looks_missed = 0
 
@@ -141,7 +145,7 @@ cdef class Pump:
         cdef int epfd = self._selector.fileno()
         cdef epoll_event ready[PUMP_EVENTS]
         cdef int n, i
-        cdef double now
+        cdef double now, due
         cdef bint leave
         # Which descriptor is which slot's pipe, as the selector's keys say now: a key
         # of anything else (a child's exit, a wake-up, a signal) is the general loop's.
@@ -154,7 +158,9 @@ cdef class Pump:
             now = clock()
             if now >= until:
                 return False
-            if state.pending or state.want_claim:
+            if (state.pending or state.want_claim) and not (
+                    self.window > 0 and state.holding(now, self.window, table.busy_count(),
+                                                      slots.procs)):
                 claimed_none = self._turn(now, loud)
                 if claimed_none is None:
                     return False  # R26: the general loop pauses
@@ -166,13 +172,18 @@ cdef class Pump:
                 until = min(until, table.next_deadline())
             if not (state.pending or table.busy_count()):
                 return False  # idle: the general loop waits for what comes
-            n = self._wait(epfd, ready, until - now)
+            # R6a: a held turn runs when its window ends, if nothing comes before.
+            hold = state.hold_until
+            due = until if hold is None or <double>hold >= until else <double>hold
+            n = self._wait(epfd, ready, due - now)
             if n < 0:
                 if errno == EINTR:
                     PyErr_CheckSignals()  # its handler's own raise, if any
                     return False  # the general loop serves what the signal asked
                 PyErr_SetFromErrno(OSError)
             if n == 0:
+                if due < until:
+                    continue  # the held turn's window ended: it runs now
                 return False  # a timer is due
             now = clock()
             leave = False

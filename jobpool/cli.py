@@ -391,8 +391,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                        help=f"seconds running jobs get to finish on stop (default {config.DRAIN:g})")
     start.add_argument("--coalesce-us", type=_whole_number, default=0, metavar="N",
                        help="hold a settle up to N microseconds while other children still "
-                            "run, so their outcomes share one store transaction (throughput "
-                            "for tiny jobs, at up to N us of pickup; default 0: settle at once)")
+                            "run, so their outcomes share one store transaction (fewer "
+                            "transactions, at up to N us of pickup; default 0: settle at once)")
     start.add_argument("--spin-us", type=_whole_number, default=round(config.SPIN * 1e6),
                        metavar="N",
                        help="while jobs end that soon, look for a child's outcome up to N "

@@ -1,7 +1,8 @@
 """``--coalesce-us``: a settle held while other children still run, so their outcomes
 share one store transaction (R6a; the compiled-scheduler issue: more jobs per
 transaction without claiming ahead, R6). Held at most the window, never once no other
-child runs, nor once half the slots wait on it."""
+child runs, nor once half the slots wait on it. These pools run the pump (R68), which
+holds as the general loop does; tests/test_pump.py holds turns in both pumps."""
 from __future__ import annotations
 
 from .conftest import wait_for

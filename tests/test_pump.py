@@ -576,7 +576,8 @@ def test_a_pool_runs_the_compiled_pump_where_the_core_is_built(tmp_path, road, r
 def test_a_pool_says_what_keeps_its_pump_off(tmp_path):
     path = tmp_path / "jobpool.db"
     jobpool.connect(path).close()
-    for options, why in (({"max_jobs": 5}, "--max-jobs"), ({"coalesce": 0.001}, "--coalesce-us"),
+    # (``--coalesce-us`` does not: the pump holds a turn as the general loop does, R6a.)
+    for options, why in (({"max_jobs": 5}, "--max-jobs"), ({"coalesce": 0.001}, None),
                          ({"memory_limit": 100}, "memory limits"), ({}, None)):
         pool = Supervisor(PoolConfig(db=str(path), procs=1, names=("pump.ok",), **options))
         try:
@@ -753,3 +754,88 @@ def test_the_window_is_refused_outside_its_bounds_in_one_line(tmp_path):
         assert done.returncode != 0
         assert words in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+@jobpool.job(name="pump.flag")
+def flag(path):
+    Path(path).write_text("go")
+
+
+@jobpool.job(name="pump.until_flag")
+def until_flag(path):
+    deadline = time.time() + 60
+    while not Path(path).exists() and time.time() < deadline:
+        time.sleep(0.002)
+
+
+@jobpool.job(name="pump.until_done")
+def until_done(db, job_id):
+    store = jobpool.connect(db)
+    try:
+        deadline = time.time() + 60
+        while store.get(job_id)["status"] != "done" and time.time() < deadline:
+            time.sleep(0.005)
+    finally:
+        store.close()
+
+
+def _held_pool(path: Path, road: str, window: float) -> Supervisor:
+    """A burst pool of four slots over what ``path``'s store holds, with ``window`` of
+    ``--coalesce-us``, its pump ``road``'s, run to its end."""
+    with pytest.MonkeyPatch.context() as patch:
+        _drive(patch, "compiled")
+        if road == "python":
+            patch.setattr(pump_module, "make", pump_module.Pump)
+        pool = Supervisor(PoolConfig(db=str(path), procs=4, burst=True, poll_interval=5.0,
+                                     names=("pump.flag", "pump.until_flag", "pump.until_done"),
+                                     coalesce=window))
+        assert pool.run() == 0
+    assert pool.pump_off is None
+    assert type(pool.pump) is (pump_module.Pump if road == "python" else _core.Pump)
+    return pool
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("road", ["compiled", "python"])
+def test_the_pump_holds_a_settle_for_the_children_still_running(tmp_path, road):
+    """R6a in the pump (R68): an outcome that comes while other children run waits for
+    theirs, within the window, and they settle in one transaction (one clock reading);
+    the pump, not the general loop, ran that turn."""
+    path, flag_file = tmp_path / "jobpool.db", str(tmp_path / "flag")
+    store = jobpool.connect(path)
+    after = store.enqueue("pump.until_flag", flag_file).id
+    first = store.enqueue("pump.flag", flag_file).id
+    store.close()
+    pool = _held_pool(path, road, window=1.0)
+    assert pool.pump.turns >= 1
+    store = jobpool.connect(path)
+    try:
+        ends = {store.attempts(job_id)[-1]["ended_at"] for job_id in (after, first)}
+        assert len(ends) == 1, ends
+        assert store.stats()["done"] == 2
+    finally:
+        store.close()
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("road", ["compiled", "python"])
+def test_the_pump_settles_a_held_outcome_when_its_window_ends(tmp_path, road):
+    """Another child runs on until the quick job is settled: the pump holds the quick
+    job's settle for the window, then runs that turn itself when the window ends,
+    without handing the pool back to the general loop first."""
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    quick = store.enqueue("pump.flag", str(tmp_path / "unrelated")).id
+    waiting = store.enqueue("pump.until_done", str(path), quick).id
+    store.close()
+    pool = _held_pool(path, road, window=0.05)
+    store = jobpool.connect(path)
+    try:
+        log = store.attempts(quick)[-1]
+        assert log["ended_at"] - log["started_at"] >= 0.05
+        assert store.get(waiting)["status"] == "done"
+    finally:
+        store.close()
+    # Two turns of the pump's own: the quick job's settle once its window ended, and
+    # the waiting job's settle with the claim that found nothing.
+    assert pool.pump.turns >= 2, pool.pump.turns

@@ -153,7 +153,7 @@ class Supervisor:
         self.pump = None if self.pump_off else pump.make(
             self.state, self.slots, self.core, self.plan, self._selector, clock=clock,
             rng=self.rng, store_call=self._store_call, report=self._report,
-            may_run=self._pump_may_run, spin=config.spin)
+            may_run=self._pump_may_run, spin=config.spin, window=config.coalesce)
         # R68: success frames on the compiled road only, and only where the pump reads
         # them in C; elsewhere (no pump: PostgreSQL, --max-jobs, ...) the general loop
         # would decode each in Python. The pure road (``JOBPOOL_PURE=1``), the
@@ -166,8 +166,6 @@ class Supervisor:
         #: R36: when a rate-limited group held back by its bucket has a token again
         #: (the claimer's ``token_wait``); the pool claims then. None: no such group.
         self._next_token: float | None = None
-        #: ``--coalesce-us``: until when the outcomes waiting are held for others (None: not).
-        self._hold_until: float | None = None
         #: R11c: when the pool claims once more after a wake-up (None: no such look due).
         self._look_again_at: float | None = None
         #: R66: the turn in flight (the claimer's ``TurnInFlight``), the outcomes it
@@ -377,13 +375,14 @@ class Supervisor:
 
     def _pump_may_run(self, now: float) -> bool:
         """R68: whether nothing but plain jobs needs the loop now: children running or
-        outcomes to settle, no stop, no store pause, no turn in flight or held, no
-        limits or chunks to plan, no hooks to run, a registered pool with a queue
-        to claim from (the pump's entry, and after each of its turns)."""
+        outcomes to settle, no stop, no store pause, no turn in flight (a turn held for
+        ``--coalesce-us`` the pump holds too, R6a), no limits or chunks to plan, no
+        hooks to run, a registered pool with a queue to claim from (the pump's entry,
+        and after each of its turns)."""
         state = self.state
         operations = self.operations
         return bool((state.pending or self.slots.busy_count()) and not state.stop_requests
-                    and self._flight is None and self._hold_until is None
+                    and self._flight is None
                     and now >= self._store_pause_until and self.core.plain
                     and operations.registered and self.plan.active
                     and not operations.hooks_queued and not len(operations.hooks))
@@ -399,7 +398,7 @@ class Supervisor:
     def _wait_time(self, now: float) -> float:
         state = self.state
         if (state.want_claim and not state.stopping and now >= self._store_pause_until
-                and self.slots.free() and self._hold_until is None and self._flight is None):
+                and self.slots.free() and self.state.hold_until is None and self._flight is None):
             return 0.0
         deadline = self._next_due(now)
         if state.pending and self._flight is None:
@@ -414,8 +413,8 @@ class Supervisor:
         state = self.state
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat, now + self.config.poll_interval)
-        if self._hold_until is not None:
-            deadline = min(deadline, self._hold_until)
+        if self.state.hold_until is not None:
+            deadline = min(deadline, self.state.hold_until)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)
         if self._look_again_at is not None:
@@ -633,7 +632,7 @@ class Supervisor:
 
     def _send_turn(self, now: float) -> bool:
         state = self.state
-        if self._hold_until is not None and now < self._hold_until and self._holding(now):
+        if self.state.hold_until is not None and now < self.state.hold_until and self._holding(now):
             return False
         if state.stopping or not state.want_claim:
             free, want = [], 0
@@ -736,24 +735,9 @@ class Supervisor:
 
     def _holding(self, now: float) -> bool:
         """``--coalesce-us``: whether this turn waits for the outcomes of children still
-        running, so that they share its transaction (a turn's cost is mostly its commit).
-        It waits at most ``coalesce`` seconds from the first outcome held, and never
-        once no other child runs, while stopping, or with nothing to settle. R6 holds:
-        the turn claims only for the slots free when it runs."""
-        window = self.config.coalesce
-        state = self.state
-        # Held only while fewer than half the slots wait on it: the children still
-        # running keep working through the turn, so the pool's cores never all idle.
-        if (not window or not state.pending or state.stopping or not self.slots.busy_count()
-                or 2 * len(state.pending) >= self.slots.procs):
-            self._hold_until = None
-            return False
-        if self._hold_until is None:
-            self._hold_until = now + window
-        if now < self._hold_until:
-            return True
-        self._hold_until = None
-        return False
+        running (``PoolState.holding``, which the pump asks too, R6a)."""
+        return self.state.holding(now, self.config.coalesce, self.slots.busy_count(),
+                                  self.slots.procs)
 
     def _maybe_status(self, now: float) -> None:
         if self.config.status_every and now >= self._next_status:

@@ -8,7 +8,8 @@ jobs, the hooks, the status line, the metrics, a turn in flight (R66), the
 coalescing window. The pump does only what a plain job's end needs: it waits on the
 slots' pipes, takes each outcome that needs none of the general branches
 (``Slots.finish_plain``), runs the turn through the engine (settle what finished and
-claim for the free slots only, R6, in one transaction), reports the settles and
+claim for the free slots only, R6, in one transaction; with ``--coalesce-us`` held, as
+the general loop holds it, while other children run, R6a), reports the settles and
 dispatches what was claimed. Reporting a turn whose settles are all successes
 skips what only other ends need (the general ``_report`` serves any other turn).
 
@@ -25,7 +26,7 @@ or a turn after which the pool is no longer plain (a hook queued by a dead job).
 When it may run at all is the supervisor's to say (``Supervisor._pump_may_run``),
 and ``off_because`` names what keeps it off in a pool: turned off (``--no-pump``,
 ``JOBPOOL_PUMP=0``), a store whose turns go out in flight (PostgreSQL, R66: the pump
-is SQLite-only for now), ``--max-jobs``, ``--coalesce-us`` or memory limits. With
+is SQLite-only for now), ``--max-jobs`` or memory limits. With
 ``--metrics`` it runs, and every turn is reported by the general ``_report`` (the
 series count each settle by its queue); a metrics client's socket is a descriptor
 the general loop serves.
@@ -66,8 +67,6 @@ def off_because(config: PoolConfig, claimer: Any, slots: Slots) -> str | None:
         return "its store's turns go out in flight (R66)"
     if config.max_jobs is not None:
         return "--max-jobs"
-    if config.coalesce:
-        return "--coalesce-us"
     if slots.memory_limits:
         return "memory limits"
     return None
@@ -92,11 +91,14 @@ class Pump:
     def __init__(self, state: PoolState, slots: Slots, claimer: Any, plan: QueuePlan,
                  selector: selectors.BaseSelector, *, clock: Callable[[], float], rng: Any,
                  store_call: Callable[..., Any], report: Callable[..., None],
-                 may_run: Callable[[float], bool], spin: float = 0.0) -> None:
+                 may_run: Callable[[float], bool], spin: float = 0.0,
+                 window: float = 0.0) -> None:
         """``store_call``: the supervisor's road to the claimer (R26's pause and events);
         ``report``: its report of settles (R29a, R30); ``may_run``: whether nothing but
         plain jobs needs the loop now; ``spin``: how long a wait looks for an outcome
-        before it sleeps (``--spin-us``, see ``_wait``)."""
+        before it sleeps (``--spin-us``, see ``_wait``); ``window``: how long a turn
+        waits for the outcomes of children still running (``--coalesce-us``, R6a;
+        ``PoolState.holding`` says when)."""
         self._state = state
         self._slots = slots
         self._claimer = claimer
@@ -112,6 +114,8 @@ class Pump:
         #: How long a wait looks for something ready before it sleeps (``--spin-us``;
         #: the pool passes its own, ``PoolConfig.spin``; 0: never).
         self.spin = spin
+        #: ``--coalesce-us`` in seconds (0: no turn is held).
+        self.window = window
         #: Whether the next wait looks first: until a wait's looks find nothing, and
         #: again once a wait is answered within ``spin`` of its start.
         self.look_first = True
@@ -169,11 +173,13 @@ class Pump:
         # Events cost their arguments only when somebody listens (R30): asked once.
         loud = events.logger.isEnabledFor(logging.INFO)
         next_deadline = slots.table.next_deadline
+        window = self.window
         while True:
             now = clock()
             if now >= until:
                 return False
-            if state.pending or state.want_claim:
+            if (state.pending or state.want_claim) and not (
+                    window and state.holding(now, window, slots.busy_count(), slots.procs)):
                 claimed_none = self._turn(now, loud)
                 if claimed_none is None:
                     return False  # R26: the general loop pauses
@@ -185,8 +191,12 @@ class Pump:
                 until = min(until, next_deadline())
             if not (state.pending or slots.busy_count()):
                 return False  # idle: the general loop waits for what comes
-            ready = wait(max(0.0, until - now))
+            # R6a: a held turn runs when its window ends, if nothing comes before.
+            due = until if state.hold_until is None else min(until, state.hold_until)
+            ready = wait(max(0.0, due - now))
             if not ready:
+                if due < until:
+                    continue  # the held turn's window ended: it runs now
                 return False  # a timer is due
             now = clock()
             leave = False

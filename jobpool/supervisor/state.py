@@ -37,7 +37,7 @@ class PoolState:
     (``operations.py``) of one pool."""
 
     __slots__ = ("counters", "pending", "want_claim", "stop_requests", "stopping", "drain_until",
-                 "metrics", "rollups")
+                 "metrics", "rollups", "hold_until")
 
     def __init__(self, metrics: PoolMetrics | None = None) -> None:
         self.counters = new_counters()
@@ -54,6 +54,30 @@ class PoolState:
         #: The stop is under way: no new claims, running jobs drain until ``drain_until``.
         self.stopping = False
         self.drain_until = math.inf
+        #: ``--coalesce-us`` (R6a): until when the outcomes waiting are held for others
+        #: (None: not held). Here, not in a loop: the general loop and the pump (R68)
+        #: hold the same turn, within one window, whichever of them is running.
+        self.hold_until: float | None = None
+
+    def holding(self, now: float, window: float, busy: int, procs: int) -> bool:
+        """``--coalesce-us`` (R6a): whether the next turn waits for the outcomes of
+        children still running, so that they share its transaction (a turn's cost is
+        mostly its commit). ``window``: the pool's, in seconds (0: never held);
+        ``busy``: the children running; ``procs``: the pool's slots. A turn is held at
+        most ``window`` from the first outcome held, and never once no other child runs,
+        while stopping, with nothing to settle, or once half the slots or more wait on it
+        (the children still running keep working through the turn, so the pool's cores
+        never all idle). R6 holds: the turn claims only for the slots free when it runs."""
+        if (not window or not self.pending or self.stopping or not busy
+                or 2 * len(self.pending) >= procs):
+            self.hold_until = None
+            return False
+        if self.hold_until is None:
+            self.hold_until = now + window
+        if now < self.hold_until:
+            return True
+        self.hold_until = None
+        return False
 
     def strays_killed(self, count: int, job_id: int | None, name: str | None,
                       attempt: int | None) -> None:
