@@ -44,8 +44,14 @@ class SlotTable:
 
 class Pump:
     turns: int
+    spin: float
+    window: float
+    look_first: bool
+    looks_answered: int
+    looks_missed: int
     def __init__(self, state: Any, slots: Any, claimer: Any, plan: Any, selector: Any, *,
-                 clock: Any, rng: Any, store_call: Any, report: Any, may_run: Any) -> None: ...
+                 clock: Any, rng: Any, store_call: Any, report: Any, may_run: Any,
+                 spin: float = ..., window: float = ...) -> None: ...
     def run(self, until: float) -> bool: ...
 def wake(sock: Any, addresses: tuple[bytes, ...]) -> None: ...
 

@@ -5,7 +5,12 @@ child runs, nor once half the slots wait on it. These pools run the pump (R68), 
 holds as the general loop does; tests/test_pump.py holds turns in both pumps."""
 from __future__ import annotations
 
+import pytest
+
 from .conftest import wait_for
+
+#: Each pool runs both ways: through the pump (R68), and through the general loop alone.
+LOOPS = pytest.mark.parametrize("loop", [(), ("--no-pump",)], ids=["pump", "general loop"])
 
 APP = """
 import time
@@ -33,12 +38,13 @@ def blocked(flag):
 """
 
 
-def test_outcomes_that_come_within_the_window_settle_in_one_transaction(make_app):
+@LOOPS
+def test_outcomes_that_come_within_the_window_settle_in_one_transaction(make_app, loop):
     app = make_app(APP)
     store = app.store()
     a = store.enqueue("t.after", "flag").id
     b = store.enqueue("t.first", "flag").id
-    app.start("--procs", "4", "--coalesce-us", "1000000")
+    app.start("--procs", "4", "--coalesce-us", "1000000", *loop)
     ends = {a: store.attempts(a)[-1]["ended_at"], b: store.attempts(b)[-1]["ended_at"]}
     # One turn settled both: one transaction, one clock reading.
     assert ends[a] == ends[b], ends
@@ -62,9 +68,11 @@ def _quick_beside_a_blocked_job(make_app, *start: str) -> float:
     return log["ended_at"] - log["started_at"]
 
 
-def test_a_held_outcome_waits_no_longer_than_the_window(make_app):
+@LOOPS
+def test_a_held_outcome_waits_no_longer_than_the_window(make_app, loop):
     # The other child runs on: the quick job is settled anyway, once the window passed.
-    assert _quick_beside_a_blocked_job(make_app, "--procs", "4", "--coalesce-us", "50000") >= 0.05
+    assert _quick_beside_a_blocked_job(make_app, "--procs", "4", "--coalesce-us", "50000",
+                                       *loop) >= 0.05
 
 
 def test_the_window_is_refused_outside_its_bounds_in_one_line(make_app):
@@ -78,7 +86,9 @@ def test_the_window_is_refused_outside_its_bounds_in_one_line(make_app):
         assert "Traceback" not in result.stderr
 
 
-def test_no_settle_is_held_once_half_the_slots_wait_on_it(make_app):
+@LOOPS
+def test_no_settle_is_held_once_half_the_slots_wait_on_it(make_app, loop):
     # Two slots: the first outcome frees half the pool, so it is settled at once even
     # though the other child runs on and the window is long (not held for its 1 s).
-    assert _quick_beside_a_blocked_job(make_app, "--procs", "2", "--coalesce-us", "1000000") < 0.9
+    assert _quick_beside_a_blocked_job(make_app, "--procs", "2", "--coalesce-us", "1000000",
+                                       *loop) < 0.9

@@ -781,17 +781,32 @@ def until_done(db, job_id):
 
 def _held_pool(path: Path, road: str, window: float) -> Supervisor:
     """A burst pool of four slots over what ``path``'s store holds, with ``window`` of
-    ``--coalesce-us``, its pump ``road``'s, run to its end."""
+    ``--coalesce-us``, run to its end by ``road``: the compiled pump, the Python pump,
+    or the general loop alone (``general``). No heartbeat comes due while it runs (the
+    first is written at its start), so whichever loop holds a turn runs it too; each
+    wait of the pool's selector is counted (``pool.waits``: the timeouts asked)."""
     with pytest.MonkeyPatch.context() as patch:
         _drive(patch, "compiled")
+        patch.setattr("jobpool.supervisor.operations.HEARTBEAT_EVERY", 60.0)
         if road == "python":
             patch.setattr(pump_module, "make", pump_module.Pump)
         pool = Supervisor(PoolConfig(db=str(path), procs=4, burst=True, poll_interval=5.0,
                                      names=("pump.flag", "pump.until_flag", "pump.until_done"),
-                                     coalesce=window))
+                                     coalesce=window, pump=road != "general"))
+        waits: list[float] = []
+        select = pool._selector.select
+
+        def counted(timeout=None):
+            waits.append(timeout)
+            return select(timeout)
+        patch.setattr(pool._selector, "select", counted)
+        pool.waits = waits
         assert pool.run() == 0
-    assert pool.pump_off is None
-    assert type(pool.pump) is (pump_module.Pump if road == "python" else _core.Pump)
+    if road == "general":
+        assert pool.pump is None
+    else:
+        assert pool.pump_off is None
+        assert type(pool.pump) is (pump_module.Pump if road == "python" else _core.Pump)
     return pool
 
 
@@ -839,3 +854,23 @@ def test_the_pump_settles_a_held_outcome_when_its_window_ends(tmp_path, road):
     # Two turns of the pump's own: the quick job's settle once its window ended, and
     # the waiting job's settle with the claim that found nothing.
     assert pool.pump.turns >= 2, pool.pump.turns
+
+
+def test_the_general_loop_sleeps_through_a_held_turn(tmp_path):
+    """R6a in the general loop (no pump): while a turn is held its outcomes wait for the
+    window, so the loop sleeps until the window ends or a child answers; it does not
+    look at its descriptors without waiting (once tens of thousands of times a window)."""
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    quick = store.enqueue("pump.flag", str(tmp_path / "unrelated")).id
+    store.enqueue("pump.until_done", str(path), quick)
+    store.close()
+    pool = _held_pool(path, "general", window=0.3)
+    store = jobpool.connect(path)
+    try:
+        log = store.attempts(quick)[-1]
+        assert log["ended_at"] - log["started_at"] >= 0.3
+    finally:
+        store.close()
+    looks = sum(1 for timeout in pool.waits if timeout == 0)
+    assert looks < 100, (looks, len(pool.waits))

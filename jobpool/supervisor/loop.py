@@ -389,8 +389,8 @@ class Supervisor:
 
     def _pump_until(self, now: float) -> float:
         """R68: when the general loop is due at the latest: its timers, and the status
-        line."""
-        until = self._next_due(now)
+        line. Not a held turn's window (R6a): the pump runs that turn itself."""
+        until = self._next_due(now, held=False)
         if self.config.status_every:
             until = min(until, self._next_status)
         return until
@@ -401,19 +401,21 @@ class Supervisor:
                 and self.slots.free() and self.state.hold_until is None and self._flight is None):
             return 0.0
         deadline = self._next_due(now)
-        if state.pending and self._flight is None:
-            # (With a turn in flight its answer wakes the loop: R66.)
+        if state.pending and self._flight is None and state.hold_until is None:
+            # (With a turn in flight its answer wakes the loop: R66. A held turn's
+            # outcomes wait for its window, R6a, which ``_next_due`` counts.)
             deadline = min(deadline, self._store_pause_until)
         return max(0.0, deadline - now)
 
-    def _next_due(self, now: float) -> float:
+    def _next_due(self, now: float, held: bool = True) -> float:
         """The earliest time something comes due with time rather than with an event
-        (``_timers``, a slot's deadline, the heartbeat, the drain's end, a held turn, a
-        metrics client), a poll interval from now at the latest."""
+        (``_timers``, a slot's deadline, the heartbeat, the drain's end, a held turn
+        unless ``held`` is False, a metrics client), a poll interval from now at the
+        latest."""
         state = self.state
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat, now + self.config.poll_interval)
-        if self.state.hold_until is not None:
+        if held and state.hold_until is not None:
             deadline = min(deadline, self.state.hold_until)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)

@@ -4,14 +4,14 @@ general loop (``loop.py``; DESIGN section 12, R68).
 While the pool only runs plain jobs, each iteration of the general loop still asks,
 per job, everything the other features need: the stop, the timeouts, the memory
 samples, the poll, R36's tokens, R11c's second look, the heartbeat, the periodic
-jobs, the hooks, the status line, the metrics, a turn in flight (R66), the
-coalescing window. The pump does only what a plain job's end needs: it waits on the
-slots' pipes, takes each outcome that needs none of the general branches
-(``Slots.finish_plain``), runs the turn through the engine (settle what finished and
-claim for the free slots only, R6, in one transaction; with ``--coalesce-us`` held, as
-the general loop holds it, while other children run, R6a), reports the settles and
-dispatches what was claimed. Reporting a turn whose settles are all successes
-skips what only other ends need (the general ``_report`` serves any other turn).
+jobs, the hooks, the status line, the metrics, a turn in flight (R66). The pump does
+only what a plain job's end needs: it waits on the slots' pipes, takes each outcome
+that needs none of the general branches (``Slots.finish_plain``), runs the turn through
+the engine (settle what finished and claim for the free slots only, R6, in one
+transaction; with ``--coalesce-us`` held, as the general loop holds it, while other
+children run, R6a), reports the settles and dispatches what was claimed. Reporting a
+turn whose settles are all successes skips what only other ends need (the general
+``_report`` serves any other turn).
 
 It hands the pool back to the general loop (``run`` returns) whenever anything else
 needs serving: the earliest time the general loop waits for (a heartbeat, the poll
