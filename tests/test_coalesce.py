@@ -92,3 +92,33 @@ def test_no_settle_is_held_once_half_the_slots_wait_on_it(make_app, loop):
     # though the other child runs on and the window is long (not held for its 1 s).
     assert _quick_beside_a_blocked_job(make_app, "--procs", "2", "--coalesce-us", "1000000",
                                        *loop) < 0.9
+
+
+def test_a_paused_store_ends_a_hold_and_the_loop_sleeps_out_the_pause(tmp_path):
+    """R26 with R6a: a turn held for the window when the store pauses (a heartbeat
+    failed meanwhile, say) cannot run before the pause ends, so the general loop waits
+    for the pause, not for the window that ended in it (which it took for due at once,
+    and spun on until the pause was over)."""
+    import jobpool
+    from jobpool.config import PoolConfig
+    from jobpool.lifecycle import DONE, Outcome
+    from jobpool.supervisor import Supervisor
+    from jobpool.supervisor.state import Finished
+
+    path = tmp_path / "jobpool.db"
+    jobpool.connect(path).close()
+    pool = Supervisor(PoolConfig(db=str(path), procs=4, names=("t.first",), coalesce=0.05,
+                                 poll_interval=5.0, pump=False))
+    try:
+        now = pool.clock()
+        # Nothing else comes due for a while: the poll, the heartbeat.
+        pool._next_poll = pool.operations.next_heartbeat = now + 30.0
+        pool.state.pending = [Finished(Outcome(1, 1, DONE), 0.0, "default")]
+        pool.state.hold_until = now - 0.01  # the window ended
+        pool._store_pause_until = now + 2.0  # in the store's pause
+        assert pool._send_turn(now) is False  # no turn while paused
+        assert pool.state.hold_until is None
+        assert pool._wait_time(now) >= 1.9
+    finally:
+        pool.core.close()
+        pool.store.close()

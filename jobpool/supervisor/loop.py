@@ -653,6 +653,10 @@ class Supervisor:
             state.want_claim = False  # the heartbeat that registers it asks again
         if ((not state.pending and not want and not self.core.claims_in_doubt)
                 or now < self._store_pause_until):
+            if now < self._store_pause_until:
+                # R26: no turn runs before the pause ends, held or not (R6a): the loop
+                # sleeps until then, not until a window that ended meanwhile.
+                state.hold_until = None
             return all_paused and now >= self._store_pause_until
         if self._holding(now):
             return False
