@@ -480,3 +480,28 @@ def test_a_pool_logs_the_limits_it_declares_once(store, caplog):
     assert burst_pool(store.path, "inproc.limited").run() == 0
     assert not [r for r in caplog.records if "limits of inproc.limited" in r.getMessage()]
     assert store.stats()["done"] == 2
+
+
+@jobpool.job(name="inproc.naps")
+def naps(seconds):
+    time.sleep(seconds)
+
+
+def test_a_pool_whose_max_jobs_are_claimed_waits_for_them_without_spinning(store):
+    # --max-jobs 1 over two slots: once the one job is claimed no claim comes again, and
+    # the loop waits for the job's end (it looked at its descriptors without waiting,
+    # a core spun, until the job ended)
+    store.enqueue_many("inproc.naps", [(0.5,), (0.5,)])
+    pool = Supervisor(PoolConfig(db=str(store.path), procs=2, burst=True, names=("inproc.naps",),
+                                 poll_interval=0.05, max_jobs=1))
+    waits: list[float | None] = []
+    select = pool._selector.select
+
+    def counted(timeout=None):
+        waits.append(timeout)
+        return select(timeout)
+    pool._selector.select = counted
+    assert pool.run() == 0
+    assert pool.counters["claimed"] == 1 and store.stats()["done"] == 1
+    looks = sum(1 for timeout in waits if timeout == 0)
+    assert looks < 100, (looks, len(waits))

@@ -645,6 +645,11 @@ class Supervisor:
             limit = self.config.max_jobs
             if limit is not None:
                 want = max(0, min(want, limit - self.counters["claimed"]))
+                if self.counters["claimed"] >= limit:
+                    # --max-jobs spent: no claim comes again, so none is wanted (or the
+                    # loop, which waits for nothing while a claim is wanted and a slot
+                    # is free, would spin until the last jobs end).
+                    state.want_claim = False
         # R38: with every queue paused there is nothing to claim (as if a claim found none);
         # R24b, R38: nor before a heartbeat registered the pool and read the pauses.
         all_paused = want > 0 and not self.plan.active
