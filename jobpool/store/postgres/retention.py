@@ -6,6 +6,7 @@ moves one back to the hot table under its own id.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Iterable, List  # List: a method here is named list
 
 from jobpool import bounds
@@ -71,10 +72,15 @@ class PgDeadLetters:
             outcome: dict[int, str] = {}
             alone: dict[int, list[int]] = {}
             reopened: dict[int, list[int]] = {}
+            woken: set[str] = set()  # R11a: the queues whose pools are woken, once each
             bound_ids = {job_id: bounds.row_id(job_id) for job_id in ids}
             conn.execute(pg_sql.DEAD_LANES, {"ids": list(bound_ids.values())})
             batch_of = dict(conn.execute(pg_sql.DEAD_BATCHES,
                                          {"ids": list(bound_ids.values())}).fetchall())
+            # Only a row with a key can meet a live job holding it (R3): only such a
+            # row's retry needs a savepoint of its own, a round trip each way.
+            keyed = {row[0] for row in conn.execute(pg_sql.DEAD_KEYED,
+                                                    {"ids": list(bound_ids.values())})}
 
             def lock_order(job_id: int) -> tuple[int, int, int]:
                 bound = bound_ids[job_id]
@@ -82,7 +88,8 @@ class PgDeadLetters:
             for job_id in sorted(ids, key=lock_order):
                 bound = bound_ids[job_id]
                 try:
-                    with conn.transaction():  # a savepoint: one refusal spoils no other
+                    # A savepoint where the key may be held: one refusal spoils no other.
+                    with conn.transaction() if bound in keyed else contextlib.nullcontext():
                         moved = conn.execute(pg_sql.RETRY_DEAD, {
                             "id": bound, "now": server_now,
                             "reset_state": reset_state}).fetchone()
@@ -90,7 +97,9 @@ class PgDeadLetters:
                     outcome[job_id] = "key held by a live job"
                     continue
                 if moved:
-                    self.store.notify_ready(conn, moved[1])
+                    if moved[1] not in woken:
+                        woken.add(moved[1])
+                        self.store.notify_ready(conn, moved[1])
                     batch_id = moved[2]
                     if moved[3]:  # counted in its batch again, unless it finished since
                         reopened.setdefault(batch_id, []).append(job_id)

@@ -1735,6 +1735,10 @@ SELECT queue, priority, name, grp FROM finished_jobs
 DEAD_BATCHES = """
 SELECT id, batch_id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND batch_id IS NOT NULL
 """
+#: R3: the dead rows a retry is given that have a key (a live job may hold it).
+DEAD_KEYED = """
+SELECT id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND key IS NOT NULL
+"""
 #: R34: whether a batch whose count a retry reopened has finished meanwhile: another
 #: member's end emptied the last shard in a transaction that had not seen the reopen
 #: (the reopen read the batch row from its statement's snapshot). Taken after every

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""PostgreSQL's dead retry (R32): ``store.dead.retry`` of many dead rows at once, the way
+``jobpool dead retry --all`` sends them after an outage.
+
+    .venv/bin/python benchmarks/pg_retry.py [URL] [--rows 4000] [--keyed 0.1] [--repeat 3]
+
+Each repeat makes a store in a schema of its own (dropped after), enqueues ``--rows``
+jobs of a limited name grouped per user (R35: the retry takes their lanes first), a
+fraction ``--keyed`` of them with a key (R3: only those may meet a live job holding it),
+cancels them all (dead, R31) and times the one retry of every dead id, then prints the
+seconds and the rows a second, median, min and max. With ``PYTHONPATH=TREE`` it measures
+another checkout's jobpool (the first line says which), so two trees are compared by
+running it alternately over each.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import sys
+import time
+
+import psycopg
+
+import jobpool
+from jobpool import job
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@job(name="bench.retried", max_running=1, group_by="user")
+def retried(user):
+    return None
+
+
+def one_retry(url: str, rows: int, keyed: float) -> float:
+    """Seconds of one ``dead.retry`` of ``rows`` dead rows in a fresh schema."""
+    schema = f"bench_retry_{secrets.token_hex(4)}"
+    store = jobpool.connect(f"{url}?schema={schema}")
+    try:
+        every = max(1, round(1 / keyed)) if keyed > 0 else 0
+        for start in range(0, rows, 1000):
+            part = range(start, min(rows, start + 1000))
+            store.enqueue_many("bench.retried", [retried.s(user=f"u{i % 500}") for i in part],
+                               keys=[f"k{i}" if every and i % every == 0 else None for i in part])
+        ids = list(range(1, rows + 1))
+        store.cancel_many(ids)
+        dead = store.dead.ids()
+        assert len(dead) == rows, (len(dead), rows)
+        began = time.perf_counter()
+        answers = store.dead.retry(dead)
+        seconds = time.perf_counter() - began
+        assert set(answers.values()) == {"retried"}, set(answers.values())
+        return seconds
+    finally:
+        store.close()
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("url", nargs="?", default=os.environ.get("JOBPOOL_BENCH_PG", DEFAULT_URL))
+    parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--keyed", type=float, default=0.1,
+                        help="the fraction of the rows that have a key (0 to 1)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"jobpool from {os.path.dirname(os.path.dirname(jobpool.__file__))}")
+    times = [one_retry(args.url, args.rows, args.keyed) for _ in range(args.repeat)]
+    rates = [args.rows / t for t in times]
+    print(f"dead.retry of {args.rows} rows ({args.keyed:.0%} keyed), {args.repeat} repeats: "
+          f"{statistics.median(times):.2f} s median ({min(times):.2f}-{max(times):.2f}), "
+          f"{statistics.median(rates):,.0f} rows/s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
