@@ -77,23 +77,28 @@ class PgDeadLetters:
             conn.execute(pg_sql.DEAD_LANES, {"ids": list(bound_ids.values())})
             batch_of = dict(conn.execute(pg_sql.DEAD_BATCHES,
                                          {"ids": list(bound_ids.values())}).fetchall())
-            # Only a row with a key can meet a live job holding it (R3): only such a
-            # row's retry needs a savepoint of its own, a round trip each way.
-            keyed = {row[0] for row in conn.execute(pg_sql.DEAD_KEYED,
-                                                    {"ids": list(bound_ids.values())})}
+            # Only a row with a key can meet a live job holding it (R3), so a dead row
+            # without one (it keeps none: a job's key never changes) is moved without a
+            # savepoint, a round trip each way; any other id (one live now may be dead,
+            # and its key taken, by the time its turn comes) takes one.
+            unkeyed = {row[0] for row in conn.execute(pg_sql.DEAD_UNKEYED,
+                                                      {"ids": list(bound_ids.values())})}
 
             def lock_order(job_id: int) -> tuple[int, int, int]:
                 bound = bound_ids[job_id]
                 return bound % pg_sql.BATCH_SHARDS, batch_of.get(bound, 0), bound
             for job_id in sorted(ids, key=lock_order):
                 bound = bound_ids[job_id]
+                guarded = bound not in unkeyed
                 try:
                     # A savepoint where the key may be held: one refusal spoils no other.
-                    with conn.transaction() if bound in keyed else contextlib.nullcontext():
+                    with conn.transaction() if guarded else contextlib.nullcontext():
                         moved = conn.execute(pg_sql.RETRY_DEAD, {
                             "id": bound, "now": server_now,
                             "reset_state": reset_state}).fetchone()
                 except psycopg.errors.UniqueViolation:
+                    if not guarded:
+                        raise  # not a held key: the whole retry fails, nothing kept
                     outcome[job_id] = "key held by a live job"
                     continue
                 if moved:

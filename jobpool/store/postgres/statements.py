@@ -1735,9 +1735,9 @@ SELECT queue, priority, name, grp FROM finished_jobs
 DEAD_BATCHES = """
 SELECT id, batch_id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND batch_id IS NOT NULL
 """
-#: R3: the dead rows a retry is given that have a key (a live job may hold it).
-DEAD_KEYED = """
-SELECT id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND key IS NOT NULL
+#: R3: the dead rows a retry is given that have no key (no live job can hold theirs).
+DEAD_UNKEYED = """
+SELECT id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NULL
 """
 #: R34: whether a batch whose count a retry reopened has finished meanwhile: another
 #: member's end emptied the last shard in a transaction that had not seen the reopen

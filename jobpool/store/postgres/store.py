@@ -157,7 +157,11 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         anything but rows. An operator's many-row call (``cancel_many``, a dead retry, a
         batch cancel) takes rows in the order given while pools' turns take theirs in
         their own, and the server breaks such a cycle by failing one of them; a pool's
-        turn is retried by its pool (R26), and this is the caller's retry."""
+        turn is retried by its pool (R26), and this is the caller's retry.
+
+        A transaction ``fn`` leaves failed (a statement failed and ``fn`` went on
+        without a savepoint round it) is rolled back and raises, where its commit would
+        have been a rollback the caller never heard of."""
         attempt = 1
         while True:
             try:
@@ -165,7 +169,14 @@ class PostgresStore(SharedStore, AsyncEnqueue):
                 outermost = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 with conn.transaction():
                     scope(conn, self.target)
-                    return fn(conn)
+                    answer = fn(conn)
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        # A statement failed and ``fn`` went on: the server would turn the
+                        # commit into a rollback, and the answer would describe writes
+                        # that were never kept.
+                        raise StoreError(f"{what} failed: a statement in it failed, and "
+                                         f"nothing of it was kept")
+                return answer
             except psycopg.Error as exc:
                 if (isinstance(exc, psycopg.errors.DeadlockDetected) and outermost
                         and attempt < DEADLOCK_TRIES):

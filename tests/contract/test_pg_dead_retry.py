@@ -1,0 +1,96 @@
+"""A dead retry of many rows on PostgreSQL (R32): a savepoint only where a row's key may
+be held by a live job (R3), one wake-up a queue (R11a), and nothing reported retried
+that was not kept. Round trips are counted in libpq's trace of what the store's
+connection sent, never timed."""
+from __future__ import annotations
+
+import pytest
+
+import jobpool
+from jobpool.errors import StoreError
+from jobpool.store.postgres import retention
+
+
+@pytest.fixture
+def store(pg_url):
+    store = jobpool.connect(pg_url)
+    yield store
+    store.close()
+
+
+def _sent(store, tmp_path, call) -> str:
+    """What the store's connection sent to the server while ``call()`` ran."""
+    import psycopg
+    path = tmp_path / "trace"
+    with open(path, "w") as trace:
+        pgconn = store.conn.pgconn
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+                               | psycopg.pq.Trace.REGRESS_MODE)
+        try:
+            call()
+        finally:
+            pgconn.untrace()
+    return "\n".join(line for line in path.read_text().splitlines() if line.startswith("F\t"))
+
+
+def test_a_retry_of_rows_without_keys_takes_no_savepoint_and_wakes_each_queue_once(
+        store, tmp_path):
+    ids = [store.enqueue_with("c.job", queue=queue).id for queue in ("a", "b") * 10]
+    store.cancel_many(ids)
+    answers: dict[int, str] = {}
+    sent = _sent(store, tmp_path, lambda: answers.update(store.dead.retry(ids)))
+    assert set(answers.values()) == {"retried"}
+    assert {store.get(job_id)["status"] for job_id in ids} == {"ready"}
+    assert sent.count("SAVEPOINT") == 0
+    assert sent.count("pg_notify") == 2  # one a queue, not one a row
+
+
+def test_a_row_that_dies_and_loses_its_key_while_a_retry_runs_is_refused_alone(
+        store, pg_url, monkeypatch):
+    # X is live when the retry reads which of its rows have no key; before X's turn it
+    # dies and another job takes its key. X is refused; Y, retried in the same
+    # transaction, is kept (without a savepoint round X, X's refusal had failed the
+    # transaction, and its commit, a rollback, had left Y dead though called retried).
+    y = store.enqueue_with("c.job").id
+    store.cancel(y)
+    x = store.enqueue_with("c.job", key="k").id
+    other = jobpool.connect(pg_url)
+    taken: list[int] = []
+
+    class Statements:
+        def __getattr__(self, name):
+            if name == "RETRY_DEAD" and not taken:
+                other.cancel(x)
+                taken.append(other.enqueue_with("c.job", key="k").id)
+            return getattr(statements, name)
+    statements = retention.pg_sql
+    monkeypatch.setattr(retention, "pg_sql", Statements())
+    try:
+        answers = store.dead.retry([x, y])
+    finally:
+        other.close()
+    assert taken, "the key was never taken"
+    assert answers == {x: "key held by a live job", y: "retried"}
+    assert store.get(y)["status"] == "ready"
+    assert store.get(x)["status"] == "dead"
+
+
+def test_a_transaction_left_failed_raises_rather_than_commit(store):
+    # A statement fails and the work goes on without a savepoint: the server would turn
+    # the commit into a rollback, so the transaction says so instead of answering.
+    import psycopg
+    kept: list[str] = []
+
+    def work(conn):
+        conn.execute("SELECT 1")
+        try:
+            conn.execute("SELECT 1 / 0")
+        except psycopg.errors.DivisionByZero:
+            pass
+        kept.append("answered")
+        return "done"
+    with pytest.raises(StoreError, match="a statement in it failed, and nothing of it was kept"):
+        store.transaction("a test's work", work)
+    assert kept == ["answered"]
+    assert store.transaction("the next", lambda conn: conn.execute("SELECT 2").fetchone()[0]) == 2
