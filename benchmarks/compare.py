@@ -831,7 +831,11 @@ LIMITS = {
           "to a running one: sqlite_floors.py --only wake), the "
           "Python left in the loop ~3 %; and the children's own per-job checks (22 system "
           "calls) and Python, on the same two cores (BENCHMARKS.md, 2026-12-07, the pump's "
-          "own plain turn). No floor rules it out: the "
+          "own plain turn). At --procs 2 a turn carries one job (18 522 turns for 20 000 "
+          "jobs; 4.2 jobs a turn at --procs 8, at about half the CPU a job): each child's "
+          "outcome comes while the other's turn runs, R6 claims nothing ahead, and holding "
+          "one for the other idles both (BENCHMARKS.md, 2026-12-07 14 UTC). No floor rules "
+          "it out: the "
           "bare R6 pool of sqlite_floors.py drains ~7x Huey in C, ~3x around jobpool's own "
           "turn in Python, whose read-path indexes cost it ~a fifth (BENCHMARKS.md, the "
           "floor in C)",
