@@ -285,6 +285,19 @@ def beside_held_locks(holder, take, then, call, *, waiting_like: str = "%"):
     return seen["holder"], seen["call"]
 
 
+def waits_of(pool) -> list:
+    """The timeouts an in-process pool's loop asks its selector for, from now on: a
+    loop that spins asks for 0 over and over instead of sleeping."""
+    asked: list = []
+    select = pool._selector.select
+
+    def counted(timeout=None):
+        asked.append(timeout)
+        return select(timeout)
+    pool._selector.select = counted
+    return asked
+
+
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout``."""
     end = time.monotonic() + timeout

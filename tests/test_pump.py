@@ -39,7 +39,7 @@ from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
 from jobpool.supervisor import pump as pump_module
 
-from .conftest import ATTEMPT_LINES, ROOT, process_state, wait_for
+from .conftest import ATTEMPT_LINES, ROOT, process_state, wait_for, waits_of
 
 #: Where the jobs leave their markers: each run's own directory (its children are
 #: forked after ``_run`` sets it), so the two stores' payloads are the same text.
@@ -793,14 +793,7 @@ def _held_pool(path: Path, road: str, window: float) -> Supervisor:
         pool = Supervisor(PoolConfig(db=str(path), procs=4, burst=True, poll_interval=5.0,
                                      names=("pump.flag", "pump.until_flag", "pump.until_done"),
                                      coalesce=window, pump=road != "general"))
-        waits: list[float] = []
-        select = pool._selector.select
-
-        def counted(timeout=None):
-            waits.append(timeout)
-            return select(timeout)
-        patch.setattr(pool._selector, "select", counted)
-        pool.waits = waits
+        pool.waits = waits_of(pool)
         assert pool.run() == 0
     if road == "general":
         assert pool.pump is None

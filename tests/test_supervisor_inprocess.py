@@ -21,6 +21,8 @@ import jobpool
 from jobpool.config import PoolConfig
 from jobpool.supervisor import Supervisor
 
+from .conftest import waits_of
+
 DAY = 86_400.0
 
 
@@ -494,13 +496,7 @@ def test_a_pool_whose_max_jobs_are_claimed_waits_for_them_without_spinning(store
     store.enqueue_many("inproc.naps", [(0.5,), (0.5,)])
     pool = Supervisor(PoolConfig(db=str(store.path), procs=2, burst=True, names=("inproc.naps",),
                                  poll_interval=0.05, max_jobs=1))
-    waits: list[float | None] = []
-    select = pool._selector.select
-
-    def counted(timeout=None):
-        waits.append(timeout)
-        return select(timeout)
-    pool._selector.select = counted
+    waits = waits_of(pool)
     assert pool.run() == 0
     assert pool.counters["claimed"] == 1 and store.stats()["done"] == 1
     looks = sum(1 for timeout in waits if timeout == 0)

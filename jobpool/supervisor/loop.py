@@ -398,7 +398,7 @@ class Supervisor:
     def _wait_time(self, now: float) -> float:
         state = self.state
         if (state.want_claim and not state.stopping and now >= self._store_pause_until
-                and self.slots.free() and self.state.hold_until is None and self._flight is None):
+                and self.slots.free() and state.hold_until is None and self._flight is None):
             return 0.0
         deadline = self._next_due(now)
         if state.pending and self._flight is None and state.hold_until is None:
@@ -416,7 +416,7 @@ class Supervisor:
         deadline = min(self._next_poll, self.slots.next_deadline(now), state.drain_until,
                        self.operations.next_heartbeat, now + self.config.poll_interval)
         if held and state.hold_until is not None:
-            deadline = min(deadline, self.state.hold_until)
+            deadline = min(deadline, state.hold_until)
         if self._next_token is not None:
             deadline = min(deadline, self._next_token)
         if self._look_again_at is not None:
@@ -634,7 +634,7 @@ class Supervisor:
 
     def _send_turn(self, now: float) -> bool:
         state = self.state
-        if self.state.hold_until is not None and now < self.state.hold_until and self._holding(now):
+        if state.hold_until is not None and now < state.hold_until and self._holding(now):
             return False
         if state.stopping or not state.want_claim:
             free, want = [], 0

@@ -75,14 +75,13 @@ class PgDeadLetters:
             woken: set[str] = set()  # R11a: the queues whose pools are woken, once each
             bound_ids = {job_id: bounds.row_id(job_id) for job_id in ids}
             conn.execute(pg_sql.DEAD_LANES, {"ids": list(bound_ids.values())})
-            batch_of = dict(conn.execute(pg_sql.DEAD_BATCHES,
-                                         {"ids": list(bound_ids.values())}).fetchall())
+            found = conn.execute(pg_sql.DEAD_ROWS, {"ids": list(bound_ids.values())}).fetchall()
+            batch_of = {row_id: batch for row_id, batch, _ in found if batch is not None}
             # Only a row with a key can meet a live job holding it (R3), so a dead row
             # without one (it keeps none: a job's key never changes) is moved without a
             # savepoint, a round trip each way; any other id (one live now may be dead,
             # and its key taken, by the time its turn comes) takes one.
-            unkeyed = {row[0] for row in conn.execute(pg_sql.DEAD_UNKEYED,
-                                                      {"ids": list(bound_ids.values())})}
+            unkeyed = {row_id for row_id, _, keyless_dead in found if keyless_dead}
 
             def lock_order(job_id: int) -> tuple[int, int, int]:
                 bound = bound_ids[job_id]

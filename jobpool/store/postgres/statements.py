@@ -1730,14 +1730,12 @@ DEAD_LANES = lanes_in_key_order("""
 SELECT queue, priority, name, grp FROM finished_jobs
  WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND grp IS NOT NULL
    AND name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')""")
-#: R34: the batches of the dead rows a retry is given, read before it reopens any, so it
-#: takes their shards in the order a statement's member ends take them (shard, batch).
-DEAD_BATCHES = """
-SELECT id, batch_id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND batch_id IS NOT NULL
-"""
-#: R3: the dead rows a retry is given that have no key (no live job can hold theirs).
-DEAD_UNKEYED = """
-SELECT id FROM finished_jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NULL
+#: The finished rows a retry is given, read before it reopens any: each one's batch
+#: (R34: it takes their shards in the order a statement's member ends take them, shard
+#: then batch), and whether it is dead without a key (R3: no live job can hold its key).
+DEAD_ROWS = """
+SELECT id, batch_id, status = 'dead' AND key IS NULL FROM finished_jobs
+ WHERE id = ANY(%(ids)s::bigint[])
 """
 #: R34: whether a batch whose count a retry reopened has finished meanwhile: another
 #: member's end emptied the last shard in a transaction that had not seen the reopen
