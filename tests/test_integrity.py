@@ -213,7 +213,10 @@ def test_eight_threads_enqueue_on_one_store_while_a_pool_drains(make_any_app, st
     app = make_any_app(COUNTING_APP)
     runs = tmp_path / "runs.txt"
     app.env["RUNS_FILE"] = str(runs)
-    store = jobpool.connect(store_url)
+    # A lock waited for as long as the callers' own connections wait (a SQLite setting):
+    # on a loaded machine eight threads and a pool may queue past the default 5 s, and
+    # what is asked here is that each job is there once, not how long a wait may be.
+    store = jobpool.connect(store_url, busy_timeout=60)
     pool = app.spawn("--procs", "2", "-q")
     errors: list[BaseException] = []
 
