@@ -9,7 +9,6 @@ import random
 import time
 
 import psycopg
-import pytest
 
 import jobpool
 from jobpool.lifecycle import DEFAULT_POLICY, DONE, LEASE_SLACK, Outcome
