@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""PostgreSQL's dead retry (R32): ``store.dead.retry`` of many dead rows at once, the way
-``jobpool dead retry --all`` sends them after an outage.
+"""PostgreSQL's operator calls on many rows: ``store.cancel_many`` of every ready row
+(R31, the web's "cancel all matching") and then ``store.dead.retry`` of every dead one
+(R32), the way ``jobpool dead retry --all`` sends them after an outage.
 
     .venv/bin/python benchmarks/pg_retry.py [URL] [--rows 4000] [--keyed 0.1] [--repeat 3]
 
 Each repeat makes a store in a schema of its own (dropped after), enqueues ``--rows``
 jobs of a limited name grouped per user (R35: the retry takes their lanes first), a
 fraction ``--keyed`` of them with a key (R3: only those may meet a live job holding it),
-cancels them all (dead, R31) and times the one retry of every dead id, then prints the
-seconds and the rows a second, median, min and max. With ``PYTHONPATH=TREE`` it measures
+times the one cancel of them all (dead, R31) and the one retry of every dead id, then
+prints for each the seconds and the rows a second, median, min and max. With ``PYTHONPATH=TREE`` it measures
 another checkout's jobpool (the first line says which), so two trees are compared by
 running it alternately over each.
 """
@@ -34,8 +35,9 @@ def retried(user):
     return None
 
 
-def one_retry(url: str, rows: int, keyed: float) -> float:
-    """Seconds of one ``dead.retry`` of ``rows`` dead rows in a fresh schema."""
+def one_round(url: str, rows: int, keyed: float) -> tuple[float, float]:
+    """Seconds of one ``cancel_many`` of ``rows`` ready rows and of one ``dead.retry`` of
+    them, dead, in a fresh schema."""
     schema = f"bench_retry_{secrets.token_hex(4)}"
     store = jobpool.connect(f"{url}?schema={schema}")
     try:
@@ -45,14 +47,17 @@ def one_retry(url: str, rows: int, keyed: float) -> float:
             store.enqueue_many("bench.retried", [retried.s(user=f"u{i % 500}") for i in part],
                                keys=[f"k{i}" if every and i % every == 0 else None for i in part])
         ids = list(range(1, rows + 1))
-        store.cancel_many(ids)
+        began = time.perf_counter()
+        cancelled = store.cancel_many(ids)
+        cancel_s = time.perf_counter() - began
+        assert set(cancelled.values()) == {"cancelled"}, set(cancelled.values())
         dead = store.dead.ids()
         assert len(dead) == rows, (len(dead), rows)
         began = time.perf_counter()
         answers = store.dead.retry(dead)
         seconds = time.perf_counter() - began
         assert set(answers.values()) == {"retried"}, set(answers.values())
-        return seconds
+        return cancel_s, seconds
     finally:
         store.close()
         with psycopg.connect(url, autocommit=True) as admin:
@@ -68,11 +73,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(f"jobpool from {os.path.dirname(os.path.dirname(jobpool.__file__))}")
-    times = [one_retry(args.url, args.rows, args.keyed) for _ in range(args.repeat)]
-    rates = [args.rows / t for t in times]
-    print(f"dead.retry of {args.rows} rows ({args.keyed:.0%} keyed), {args.repeat} repeats: "
-          f"{statistics.median(times):.2f} s median ({min(times):.2f}-{max(times):.2f}), "
-          f"{statistics.median(rates):,.0f} rows/s")
+    rounds = [one_round(args.url, args.rows, args.keyed) for _ in range(args.repeat)]
+    for index, call in enumerate(("cancel_many", "dead.retry")):
+        times = [r[index] for r in rounds]
+        rates = [args.rows / t for t in times]
+        print(f"{call} of {args.rows} rows ({args.keyed:.0%} keyed), {args.repeat} repeats: "
+              f"{statistics.median(times):.2f} s median ({min(times):.2f}-{max(times):.2f}), "
+              f"{statistics.median(rates):,.0f} rows/s")
 
 
 if __name__ == "__main__":

@@ -285,6 +285,23 @@ def beside_held_locks(holder, take, then, call, *, waiting_like: str = "%"):
     return seen["holder"], seen["call"]
 
 
+def sent_to_server(store, tmp_path, call) -> str:
+    """What a PostgreSQL store's connection sent to the server while ``call()`` ran, from
+    libpq's trace (its frontend lines): round trips counted, never timed."""
+    import psycopg
+    path = tmp_path / "trace"
+    with open(path, "w") as trace:
+        pgconn = store.conn.pgconn
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
+                               | psycopg.pq.Trace.REGRESS_MODE)
+        try:
+            call()
+        finally:
+            pgconn.untrace()
+    return "\n".join(line for line in path.read_text().splitlines() if line.startswith("F\t"))
+
+
 def waits_of(pool) -> list:
     """The timeouts an in-process pool's loop asks its selector for, from now on: a
     loop that spins asks for 0 over and over instead of sleeping."""

@@ -9,6 +9,7 @@ import pytest
 import jobpool
 from jobpool.errors import StoreError
 from jobpool.store.postgres import retention
+from tests.conftest import sent_to_server
 
 
 @pytest.fixture
@@ -18,28 +19,12 @@ def store(pg_url):
     store.close()
 
 
-def _sent(store, tmp_path, call) -> str:
-    """What the store's connection sent to the server while ``call()`` ran."""
-    import psycopg
-    path = tmp_path / "trace"
-    with open(path, "w") as trace:
-        pgconn = store.conn.pgconn
-        pgconn.trace(trace.fileno())
-        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS
-                               | psycopg.pq.Trace.REGRESS_MODE)
-        try:
-            call()
-        finally:
-            pgconn.untrace()
-    return "\n".join(line for line in path.read_text().splitlines() if line.startswith("F\t"))
-
-
 def test_a_retry_of_rows_without_keys_takes_no_savepoint_and_wakes_each_queue_once(
         store, tmp_path):
     ids = [store.enqueue_with("c.job", queue=queue).id for queue in ("a", "b") * 10]
     store.cancel_many(ids)
     answers: dict[int, str] = {}
-    sent = _sent(store, tmp_path, lambda: answers.update(store.dead.retry(ids)))
+    sent = sent_to_server(store, tmp_path, lambda: answers.update(store.dead.retry(ids)))
     assert set(answers.values()) == {"retried"}
     assert {store.get(job_id)["status"] for job_id in ids} == {"ready"}
     assert sent.count("SAVEPOINT") == 0

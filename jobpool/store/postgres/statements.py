@@ -1464,6 +1464,24 @@ WITH moved AS (DELETE FROM jobs WHERE id = %(id)s AND status = 'ready'
 REQUEST_CANCEL = """
 UPDATE jobs SET cancel_requested = 1 WHERE id = %(id)s AND status = 'running' RETURNING id
 """
+#: R31: ``cancel_many``'s ready and running rows, each kind in one statement whatever the
+#: number of ids (a row at a time, ``CANCEL_READY`` then ``REQUEST_CANCEL`` then its
+#: status, was up to three round trips a row). Each takes its rows in id order: a row
+#: a pool's turn holds is waited for and read again as the turn left it, so a ready row
+#: claimed meanwhile is not cancelled here and is asked to stop by the next statement.
+CANCEL_READY_MANY = f"""
+WITH moved AS (DELETE FROM jobs WHERE status = 'ready' AND id IN (
+                   SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+                    ORDER BY id FOR UPDATE)
+               RETURNING *, {told_if_waited()})
+{finish_row(lifecycle.CANCEL_READY, DIALECT, "moved")}
+"""
+REQUEST_CANCEL_MANY = """
+UPDATE jobs SET cancel_requested = 1 WHERE status = 'running' AND id IN (
+    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running'
+     ORDER BY id FOR UPDATE)
+RETURNING id
+"""
 #: R51: waiting jobs due now, by id or by filter (see ``sql.RUN_NOW``).
 RUN_NOW = f"""
 UPDATE jobs SET {assignments(lifecycle.RUN_NOW, DIALECT)}

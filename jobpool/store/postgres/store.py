@@ -636,19 +636,22 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         bounds.now_or(now)
         ids = rows.job_ids(ids, "cancel_many")
 
+        bound = [bounds.row_id(job_id) for job_id in ids]  # 0 for an id no row can have
+
         def cancel(conn: Any) -> dict[int, str]:
-            at = self.server_now(conn)
-            return {job_id: self._cancel_one(conn, bounds.row_id(job_id), at) or rows.NO_SUCH_JOB
-                    for job_id in ids}
+            params = {"ids": bound, "error": _cancel_reason(), "now": self.server_now(conn)}
+            cancelled = {row[0] for row in conn.execute(pg_sql.CANCEL_READY_MANY, params)}
+            requested = {row[0] for row in conn.execute(pg_sql.REQUEST_CANCEL_MANY, params)}
+            rest = [b for b in bound if b not in cancelled and b not in requested]
+            statuses = dict(conn.execute(pg_sql.STATUSES_OF, {"ids": rest}).fetchall()
+                            if rest else ())
+            return {job_id: "cancelled" if b in cancelled else "requested" if b in requested
+                    else statuses.get(b, rows.NO_SUCH_JOB) for job_id, b in zip(ids, bound)}
         return self.transaction("cancelling jobs", cancel)
 
     def _cancel_one(self, conn: Any, bound: int, now: float) -> str | None:
         """One job's cancel in ``conn``'s transaction; None when there is no such job."""
-        decision = lifecycle.decide(
-            lifecycle.Lease(bound, "", 0, 1, 0, None, 0.0, False),
-            lifecycle.Outcome(bound, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
-            lifecycle.DEFAULT_POLICY, 0.0, None, lambda _job_id: [])
-        params = {"id": bound, "error": decision.reason, "now": now}
+        params = {"id": bound, "error": _cancel_reason(), "now": now}
         if conn.execute(pg_sql.CANCEL_READY, params).fetchone():
             return "cancelled"
         if conn.execute(pg_sql.REQUEST_CANCEL, params).fetchone():
@@ -938,6 +941,15 @@ class PollOnly:
 
     def close(self) -> None:
         pass
+
+
+def _cancel_reason() -> str:
+    """R31: a ready job's cancel as ``lifecycle.decide`` decides it (no attempt runs:
+    dead, "cancelled"), the one transition spec every way into a state goes through."""
+    return lifecycle.decide(
+        lifecycle.Lease(0, "", 0, 1, 0, None, 0.0, False),
+        lifecycle.Outcome(0, 0, lifecycle.CANCEL, lifecycle.CANCELLED),
+        lifecycle.DEFAULT_POLICY, 0.0, None, lambda _job_id: []).reason
 
 
 def _bytes(payload: bytes | str) -> bytes:

@@ -1,0 +1,88 @@
+"""An operator's cancel of many jobs on PostgreSQL (R31): the same few statements whatever
+the number of ids (a row at a time it was up to three round trips a row), each answered
+as ``cancel`` answers it, and a row a pool's turn holds read again as the turn left it.
+Round trips are counted in libpq's trace of what the store's connection sent, never
+timed."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jobpool
+from jobpool.lifecycle import DONE, Outcome
+from tests.conftest import beside_held_locks, sent_to_server
+
+
+@pytest.fixture
+def store(pg_url):
+    store = jobpool.connect(pg_url)
+    yield store
+    store.close()
+
+
+def _statements(sent: str) -> int:
+    """How many statements a trace shows run: each ``Execute`` of the extended protocol
+    (a prepared statement's too) and each simple ``Query`` but transaction control."""
+    count = 0
+    for line in sent.splitlines():
+        fields = line.split("\t")
+        if len(fields) > 2 and (fields[2] == "Execute" or fields[2] == "Query" and not any(
+                word in fields[3] for word in ("BEGIN", "COMMIT", "ROLLBACK"))):
+            count += 1
+    return count
+
+
+def test_a_cancel_of_many_ids_sends_the_same_statements_as_one_of_few(store, tmp_path):
+    ready = [store.enqueue_with("c.job").id for _ in range(40)]
+    claimer = store.claimer("pool-a", ("c.job",), ("default",), {})
+    running = [job.job_id for job in claimer.turn([], 6, time.time(), None)[1]]
+    finished = running[:2]
+    claimer.turn([Outcome(job_id, 1, DONE) for job_id in finished], 0, time.time(), None)
+    claimer.close()
+    running = running[2:]
+    ready = [job_id for job_id in ready if job_id not in finished + running]
+    asked = [*ready, *running, *finished, 2**70, 0]
+
+    def cancel(ids):
+        answers: dict[int, str] = {}
+        return answers, sent_to_server(store, tmp_path,
+                                       lambda: answers.update(store.cancel_many(ids)))
+    few, few_sent = cancel([ready[0], running[0], finished[0]])
+    assert few == {ready[0]: "cancelled", running[0]: "requested", finished[0]: "done"}
+    many, many_sent = cancel(asked)
+    assert many == {**{job_id: "cancelled" for job_id in ready[1:]}, ready[0]: "dead",
+                    **{job_id: "requested" for job_id in running}, finished[0]: "done",
+                    finished[1]: "done", 2**70: "no such job", 0: "no such job"}
+    assert list(many) == asked  # in the order asked
+    # 34 ready rows, 4 running and 4 others: as many statements as for one of each.
+    assert _statements(many_sent) == _statements(few_sent)
+    assert _statements(many_sent) <= 4  # the server's clock, two moves, the statuses
+    assert {store.get(job_id)["status"] for job_id in ready} == {"dead"}
+    assert {store.get(job_id)["last_error"] for job_id in ready} == {"cancelled"}
+    flagged = store.transaction("reading the flags", lambda conn: conn.execute(
+        "SELECT id FROM jobs WHERE cancel_requested = 1 ORDER BY id").fetchall())
+    assert [row[0] for row in flagged] == sorted(running)
+
+
+def test_a_ready_row_a_turn_claims_while_the_cancel_waits_is_asked_to_stop(store, pg_url):
+    # A pool's turn holds a ready row when the cancel comes and makes it running: the
+    # cancel waits for it, reads it again as running, and asks its pool to stop it; it
+    # neither moves a running row to the finished ones nor answers "running".
+    job_id = store.enqueue_with("c.job").id
+    other = jobpool.connect(pg_url)
+    try:
+        turn, answers = beside_held_locks(
+            other, lambda conn: conn.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE",
+                                             (job_id,)),
+            lambda conn: conn.execute(
+                "UPDATE jobs SET status = 'running', attempts = attempts + 1, "
+                "lease_owner = 'pool-x', lease_expires_at = extract(epoch FROM now()) + 60, "
+                "started_at = extract(epoch FROM now()) WHERE id = %s", (job_id,)),
+            lambda: store.cancel_many([job_id]), waiting_like="%FOR UPDATE%")
+    finally:
+        other.close()
+    assert turn is None
+    assert answers == {job_id: "requested"}
+    row = store.get(job_id)
+    assert (row["status"], row["cancel_requested"]) == ("running", 1)
