@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """PostgreSQL's operator calls on many rows: ``store.cancel_many`` of every ready row
-(R31, the web's "cancel all matching") and then ``store.dead.retry`` of every dead one
-(R32), the way ``jobpool dead retry --all`` sends them after an outage.
+(R31, the web's "cancel all matching"), ``store.dead.retry`` of every dead one (R32), the
+way ``jobpool dead retry --all`` sends them after an outage, and ``store.dead.delete``.
 
     .venv/bin/python benchmarks/pg_retry.py [URL] [--rows 4000] [--keyed 0.1] [--repeat 3]
 
 Each repeat makes a store in a schema of its own (dropped after), enqueues ``--rows``
 jobs of a limited name grouped per user (R35: the retry takes their lanes first), a
 fraction ``--keyed`` of them with a key (R3: only those may meet a live job holding it),
-times the one cancel of them all (dead, R31) and the one retry of every dead id, then
-prints for each the seconds and the rows a second, median, min and max. With ``PYTHONPATH=TREE`` it measures
+times the one cancel of them all (dead, R31), the one retry of every dead id, and (after
+a cancel again) the one delete of every dead id, then prints for each the seconds and
+the rows a second, median, min and max. With ``PYTHONPATH=TREE`` it measures
 another checkout's jobpool (the first line says which), so two trees are compared by
 running it alternately over each.
 """
@@ -35,9 +36,9 @@ def retried(user):
     return None
 
 
-def one_round(url: str, rows: int, keyed: float) -> tuple[float, float]:
-    """Seconds of one ``cancel_many`` of ``rows`` ready rows and of one ``dead.retry`` of
-    them, dead, in a fresh schema."""
+def one_round(url: str, rows: int, keyed: float) -> tuple[float, float, float]:
+    """Seconds of one ``cancel_many`` of ``rows`` ready rows, of one ``dead.retry`` of
+    them, dead, and of one ``dead.delete`` of them, dead again, in a fresh schema."""
     schema = f"bench_retry_{secrets.token_hex(4)}"
     store = jobpool.connect(f"{url}?schema={schema}")
     try:
@@ -57,7 +58,12 @@ def one_round(url: str, rows: int, keyed: float) -> tuple[float, float]:
         answers = store.dead.retry(dead)
         seconds = time.perf_counter() - began
         assert set(answers.values()) == {"retried"}, set(answers.values())
-        return cancel_s, seconds
+        store.cancel_many(ids)
+        began = time.perf_counter()
+        deleted = store.dead.delete(ids)
+        delete_s = time.perf_counter() - began
+        assert set(deleted.values()) == {"deleted"}, set(deleted.values())
+        return cancel_s, seconds, delete_s
     finally:
         store.close()
         with psycopg.connect(url, autocommit=True) as admin:
@@ -74,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"jobpool from {os.path.dirname(os.path.dirname(jobpool.__file__))}")
     rounds = [one_round(args.url, args.rows, args.keyed) for _ in range(args.repeat)]
-    for index, call in enumerate(("cancel_many", "dead.retry")):
+    for index, call in enumerate(("cancel_many", "dead.retry", "dead.delete")):
         times = [r[index] for r in rounds]
         rates = [args.rows / t for t in times]
         print(f"{call} of {args.rows} rows ({args.keyed:.0%} keyed), {args.repeat} repeats: "

@@ -130,13 +130,15 @@ class PgDeadLetters:
     def delete(self, ids: Iterable[int]) -> dict[int, str]:
         ids = rows.job_ids(ids, "dead.delete")
 
+        bound = [bounds.row_id(job_id) for job_id in ids]  # 0 for an id no row can have
+
         def delete(conn: Any) -> dict[int, str]:
-            outcome: dict[int, str] = {}
-            for job_id in ids:
-                bound = bounds.row_id(job_id)
-                gone = conn.execute(pg_sql.DELETE_DEAD, {"id": bound}).fetchone()
-                outcome[job_id] = "deleted" if gone else _why_not(conn, bound)
-            return outcome
+            gone = {row[0] for row in conn.execute(pg_sql.DELETE_DEAD, {"ids": bound})}
+            rest = [b for b in bound if b not in gone]
+            statuses = dict(conn.execute(pg_sql.STATUSES_OF, {"ids": rest}).fetchall()
+                            if rest else ())
+            return {job_id: "deleted" if b in gone else _not_dead(statuses.get(b))
+                    for job_id, b in zip(ids, bound)}
         return self.store.transaction("deleting dead jobs", delete)
 
     def purge(self, older_than: float, now: float | None = None, progress=None) -> int:
@@ -159,6 +161,10 @@ class PgDeadLetters:
 
 def _why_not(conn: Any, job_id: int) -> str:
     row = conn.execute(pg_sql.JOB_STATUS, {"id": job_id}).fetchone()
-    if row is None:
-        return rows.NO_SUCH_JOB
-    return f"not dead ({row[0]})"
+    return _not_dead(None if row is None else row[0])
+
+
+def _not_dead(status: str | None) -> str:
+    """The answer of a call on dead rows for a row it did not take, by the row's status
+    (None: no such row)."""
+    return rows.NO_SUCH_JOB if status is None else f"not dead ({status})"

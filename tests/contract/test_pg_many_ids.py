@@ -1,8 +1,8 @@
-"""An operator's cancel of many jobs on PostgreSQL (R31): the same few statements whatever
-the number of ids (a row at a time it was up to three round trips a row), each answered
-as ``cancel`` answers it, and a row a pool's turn holds read again as the turn left it.
-Round trips are counted in libpq's trace of what the store's connection sent, never
-timed."""
+"""An operator's call on many jobs on PostgreSQL: a cancel (R31) and a delete of dead
+jobs (R32) run the same few statements whatever the number of ids (a row at a time they
+were up to three and two round trips a row), each id answered as before, and a row a
+pool's turn holds is read again as the turn left it. Round trips are counted in libpq's
+trace of what the store's connection sent, never timed."""
 from __future__ import annotations
 
 import time
@@ -10,7 +10,7 @@ import time
 import pytest
 
 import jobpool
-from jobpool.lifecycle import DONE, Outcome
+from jobpool.lifecycle import DONE, ERROR, Outcome
 from tests.conftest import beside_held_locks, sent_to_server
 
 
@@ -86,3 +86,37 @@ def test_a_ready_row_a_turn_claims_while_the_cancel_waits_is_asked_to_stop(store
     assert answers == {job_id: "requested"}
     row = store.get(job_id)
     assert (row["status"], row["cancel_requested"]) == ("running", 1)
+
+
+def test_a_delete_of_many_dead_ids_sends_the_same_statements_as_one_of_few(store, tmp_path):
+    failed = [store.enqueue_with("c.job", max_attempts=1).id for _ in range(3)]
+    claimer = store.claimer("pool-a", ("c.job",), ("default",), {})
+    claimed = claimer.turn([], 3, time.time(), None)[1]
+    claimer.turn([Outcome(job.job_id, job.attempt, ERROR, "boom") for job in claimed], 0,
+                 time.time(), None)
+    claimer.close()
+    cancelled = [store.enqueue_with("c.job").id for _ in range(27)]
+    store.cancel_many(cancelled)
+    dead = [*failed, *cancelled]
+    ready = store.enqueue_with("c.job").id
+    assert sorted(store.dead.ids()) == sorted(dead)
+    lines = "SELECT count(*) FROM attempts WHERE job_id = ANY(%s)"
+    assert store.transaction("reading the attempts' lines", lambda conn: conn.execute(
+        lines, (failed,)).fetchone()[0]) == 3  # a failure's line each: deleted with its row
+    asked = [*dead[1:], ready, 2**70, dead[1]]
+
+    def delete(ids):
+        answers: dict[int, str] = {}
+        return answers, sent_to_server(store, tmp_path,
+                                       lambda: answers.update(store.dead.delete(ids)))
+    few, few_sent = delete([dead[0], ready])
+    assert few == {dead[0]: "deleted", ready: "not dead (ready)"}
+    many, many_sent = delete(asked)
+    assert many == {**{job_id: "deleted" for job_id in dead[1:]}, ready: "not dead (ready)",
+                    2**70: "no such job"}
+    assert list(many) == asked[:-1]  # in the order asked, once
+    assert _statements(many_sent) == _statements(few_sent) <= 2
+    assert store.dead.ids() == []
+    assert store.dead.delete([dead[0]]) == {dead[0]: "no such job"}
+    assert store.transaction("reading the attempts' lines", lambda conn: conn.execute(
+        lines, (dead,)).fetchone()[0]) == 0
