@@ -302,6 +302,19 @@ def sent_to_server(store, tmp_path, call) -> str:
     return "\n".join(line for line in path.read_text().splitlines() if line.startswith("F\t"))
 
 
+def statements_run(sent: str) -> int:
+    """How many statements a trace (``sent_to_server``) shows run: each ``Execute`` of
+    the extended protocol (a prepared statement's too) and each simple ``Query`` but
+    transaction control."""
+    count = 0
+    for line in sent.splitlines():
+        fields = line.split("\t")
+        if len(fields) > 2 and (fields[2] == "Execute" or fields[2] == "Query" and not any(
+                word in fields[3] for word in ("BEGIN", "COMMIT", "ROLLBACK"))):
+            count += 1
+    return count
+
+
 def waits_of(pool) -> list:
     """The timeouts an in-process pool's loop asks its selector for, from now on: a
     loop that spins asks for 0 over and over instead of sleeping."""

@@ -9,7 +9,7 @@ import pytest
 import jobpool
 from jobpool.errors import StoreError
 from jobpool.store.postgres import retention
-from tests.conftest import sent_to_server
+from tests.conftest import sent_to_server, statements_run
 
 
 @pytest.fixture
@@ -29,6 +29,40 @@ def test_a_retry_of_rows_without_keys_takes_no_savepoint_and_wakes_each_queue_on
     assert {store.get(job_id)["status"] for job_id in ids} == {"ready"}
     assert sent.count("SAVEPOINT") == 0
     assert sent.count("pg_notify") == 2  # one a queue, not one a row
+    # In no batch they take no shard: moved together, as few statements as for one
+    # (the server's clock, the lanes, the rows read, the move, a wake-up a queue).
+    assert statements_run(sent) <= 6
+    one = store.enqueue_with("c.job", queue="a").id
+    store.cancel(one)
+    assert statements_run(sent_to_server(store, tmp_path, lambda: store.dead.retry([one]))) \
+        <= statements_run(sent)
+
+
+def test_a_retry_answers_each_row_as_it_finds_it_when_the_loose_move_misses_one(
+        store, pg_url, monkeypatch):
+    # A row read dead without a key and in no batch is deleted by another caller before
+    # the retry's one move of such rows: it is answered as it is found (no such job),
+    # and the others are retried.
+    ids = [store.enqueue_with("c.job").id for _ in range(3)]
+    store.cancel_many(ids)
+    other = jobpool.connect(pg_url)
+    gone: list[int] = []
+
+    class Statements:
+        def __getattr__(self, name):
+            if name == "RETRY_DEAD_LOOSE" and not gone:
+                gone.extend(job_id for job_id, what in other.dead.delete([ids[1]]).items()
+                            if what == "deleted")
+            return getattr(statements, name)
+    statements = retention.pg_sql
+    monkeypatch.setattr(retention, "pg_sql", Statements())
+    try:
+        answers = store.dead.retry(ids)
+    finally:
+        other.close()
+    assert gone == [ids[1]]
+    assert answers == {ids[0]: "retried", ids[1]: "no such job", ids[2]: "retried"}
+    assert [store.get(i)["status"] for i in (ids[0], ids[2])] == ["ready", "ready"]
 
 
 def test_a_row_that_dies_and_loses_its_key_while_a_retry_runs_is_refused_alone(

@@ -11,7 +11,7 @@ import pytest
 
 import jobpool
 from jobpool.lifecycle import DONE, ERROR, Outcome
-from tests.conftest import beside_held_locks, sent_to_server
+from tests.conftest import beside_held_locks, sent_to_server, statements_run
 
 
 @pytest.fixture
@@ -19,18 +19,6 @@ def store(pg_url):
     store = jobpool.connect(pg_url)
     yield store
     store.close()
-
-
-def _statements(sent: str) -> int:
-    """How many statements a trace shows run: each ``Execute`` of the extended protocol
-    (a prepared statement's too) and each simple ``Query`` but transaction control."""
-    count = 0
-    for line in sent.splitlines():
-        fields = line.split("\t")
-        if len(fields) > 2 and (fields[2] == "Execute" or fields[2] == "Query" and not any(
-                word in fields[3] for word in ("BEGIN", "COMMIT", "ROLLBACK"))):
-            count += 1
-    return count
 
 
 def test_a_cancel_of_many_ids_sends_the_same_statements_as_one_of_few(store, tmp_path):
@@ -56,8 +44,8 @@ def test_a_cancel_of_many_ids_sends_the_same_statements_as_one_of_few(store, tmp
                     finished[1]: "done", 2**70: "no such job", 0: "no such job"}
     assert list(many) == asked  # in the order asked
     # 34 ready rows, 4 running and 4 others: as many statements as for one of each.
-    assert _statements(many_sent) == _statements(few_sent)
-    assert _statements(many_sent) <= 4  # the server's clock, two moves, the statuses
+    assert statements_run(many_sent) == statements_run(few_sent)
+    assert statements_run(many_sent) <= 4  # the server's clock, two moves, the statuses
     assert {store.get(job_id)["status"] for job_id in ready} == {"dead"}
     assert {store.get(job_id)["last_error"] for job_id in ready} == {"cancelled"}
     flagged = store.transaction("reading the flags", lambda conn: conn.execute(
@@ -115,7 +103,7 @@ def test_a_delete_of_many_dead_ids_sends_the_same_statements_as_one_of_few(store
     assert many == {**{job_id: "deleted" for job_id in dead[1:]}, ready: "not dead (ready)",
                     2**70: "no such job"}
     assert list(many) == asked[:-1]  # in the order asked, once
-    assert _statements(many_sent) == _statements(few_sent) <= 2
+    assert statements_run(many_sent) == statements_run(few_sent) <= 2
     assert store.dead.ids() == []
     assert store.dead.delete([dead[0]]) == {dead[0]: "no such job"}
     assert store.transaction("reading the attempts' lines", lambda conn: conn.execute(

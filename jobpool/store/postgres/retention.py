@@ -58,7 +58,8 @@ class PgDeadLetters:
 
         Locks are taken in the order turns, members' ends and a batch cancel take them:
         first the lanes of the rows' groups of limited names, in key order (R35); then the
-        ids are retried by shard, then batch (each reopen locks its batch's shard), and
+        rows dead without a key in no batch, which take no shard, all in one statement;
+        then the other ids by shard, then batch (each reopen locks its batch's shard), and
         only then is each batch reopened read, once, FOR SHARE. Reading a batch between
         two reopens held its row while the retry waited for a shard a member's end held,
         an end that waited for that row: a deadlock, with several members of a batch
@@ -82,12 +83,26 @@ class PgDeadLetters:
             # savepoint, a round trip each way; any other id (one live now may be dead,
             # and its key taken, by the time its turn comes) takes one.
             unkeyed = {row_id for row_id, _, keyless_dead in found if keyless_dead}
+            # Those in no batch take no shard either: all of them in one statement.
+            loose = [row_id for row_id in unkeyed if row_id not in batch_of]
+            revived = set()
+            if loose:
+                for row_id, queue in conn.execute(pg_sql.RETRY_DEAD_LOOSE, {
+                        "ids": loose, "now": server_now, "reset_state": reset_state}):
+                    revived.add(row_id)
+                    if queue not in woken:
+                        woken.add(queue)
+                        self.store.notify_ready(conn, queue)
+            loose_ids = set(loose)
 
             def lock_order(job_id: int) -> tuple[int, int, int]:
                 bound = bound_ids[job_id]
                 return bound % pg_sql.BATCH_SHARDS, batch_of.get(bound, 0), bound
             for job_id in sorted(ids, key=lock_order):
                 bound = bound_ids[job_id]
+                if bound in loose_ids:
+                    outcome[job_id] = "retried" if bound in revived else _why_not(conn, bound)
+                    continue
                 guarded = bound not in unkeyed
                 try:
                     # A savepoint where the key may be held: one refusal spoils no other.

@@ -1740,6 +1740,20 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
+#: R32: ``RETRY_DEAD`` of many rows that are dead, without a key and in no batch, in one
+#: statement: only a key can meet a live job's (R3) and only a batch's member takes a
+#: shard (R34), so these need neither a savepoint nor their place in the shards' order.
+#: A row that is no longer so when the statement runs is left for the caller to answer.
+RETRY_DEAD_LOOSE = f"""
+WITH moved AS (DELETE FROM finished_jobs
+                WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NULL
+                  AND batch_id IS NULL
+               RETURNING *)
+INSERT INTO jobs ({", ".join(_REVIVED)})
+SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
+  FROM moved
+RETURNING id, queue
+"""
 #: R35: the lanes of the dead rows of limited names a retry is given, made (or bumped)
 #: before it reopens any, in the lanes' key order: each row's insert makes its lane again
 #: (``jobpool_limited_row``), which, row by row, took a lane after the row's batch shard
