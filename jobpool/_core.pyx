@@ -62,7 +62,8 @@ import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared l
 
 from jobpool import bounds as _bounds
 from jobpool.bounds import MAX_MESSAGE_BYTES, PRIORITY_MAX, PRIORITY_MIN
-from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
+from jobpool.lifecycle import DONE as _DONE, FOLLOW_MEMBER as _FOLLOW_MEMBER, Claimed, Lease, Settled
+from jobpool.lifecycle import PLAIN_FOLLOW_UPS as _PLAIN_FOLLOW_UPS
 from jobpool.store import row_codec
 from jobpool.errors import StoreError
 from jobpool.store.row_codec import Decoded
@@ -626,12 +627,14 @@ cdef class Connection:
         st = (<_Prepared>self._prepared[text]).st
         return 0 if sqlite3_stmt_readonly(st) else sqlite3_changes(self._db)
 
-    def plain_turn(self, str settle_text, str pick_text, str take_text, owner, double now,
-                   double slack, tuple shares, long long want, list done):
+    def plain_turn(self, str settle_text, str member_text, str pick_text, str take_text, owner,
+                   double now, double slack, tuple shares, long long want, list done):
         """R68: a whole turn whose every outcome is a success of a lease with no
-        follow-ups, stepped from here: ``BEGIN IMMEDIATE``, ``settle_text`` (the
-        driver's ``SETTLE_DONE``, which writes the success's attempt line into its row,
-        R61) bound straight from each ``(lease, outcome)`` pair of ``done``, then, when
+        follow-ups but a batch member's count, stepped from here: ``BEGIN IMMEDIATE``,
+        ``settle_text`` (the driver's ``SETTLE_DONE``, which writes the success's attempt
+        line into its row, R61) bound straight from each ``(lease, outcome)`` pair of
+        ``done``, and after the settle of a lease flagged ``FOLLOW_MEMBER`` that held,
+        ``member_text`` (the driver's ``MEMBER_DONE``: its batch counts its end, R34), then, when
         ``want`` > 0, the claim of up to ``want`` rows shared among queues by ``shares``
         (``(queue, quota)`` pairs: ``queueplan.claim_in_shares``'s two passes, each
         queue up to its quota, then what is left from the queues that still had rows;
@@ -679,6 +682,8 @@ cdef class Connection:
                 sqlite3_reset(st)
                 sqlite3_clear_bindings(st)
             job_id, name, attempt = (<tuple>lease)[0], (<tuple>lease)[1], (<tuple>lease)[2]
+            if changed == 1 and <long long>(<tuple>lease)[7] & _FOLLOW_MEMBER:
+                self._run(member_text, {"id": job_id, "now": now}, False, False)
             settled.append(_record(Settled, (job_id, name, attempt, "done", None)) if changed == 1
                            else _record(Settled, (job_id, name, attempt, "lost", "lease lost")))
         cdef long long left, asked, taken

@@ -318,7 +318,8 @@ cdef class Pump:
         """``Claimer.turn`` of a plain turn, the road to the store left out (its R26 work
         after a turn that went through is the call alone): ``Claimer._turn_plain``'s
         twin, R68. The same test of the turn (no limits or chunks, every outcome a
-        success of a lease the claimer holds with no follow-ups), the same shares,
+        success of a lease the claimer holds with no follow-ups but a batch member's
+        count, ``PLAIN_FOLLOW_UPS``), the same shares,
         the same step (the compiled driver's ``plain_turn``) and the same bookkeeping of
         the claimer's leases. ``_NOT_PLAIN``, with nothing done, when the turn is not
         plain; ``_DECLINED``, with nothing applied, when the driver met a row only the
@@ -335,7 +336,7 @@ cdef class Pump:
             outcome = <tuple>(<tuple>f)[0]
             lease = inflight.get(outcome[0])
             if (lease is None or (<tuple>lease)[2] != outcome[1] or outcome[2] != _DONE
-                    or (<tuple>lease)[7]):
+                    or (<tuple>lease)[7] not in _PLAIN_FOLLOW_UPS):
                 return _NOT_PLAIN
             done.append((lease, outcome))
         claimer.token_wait = None

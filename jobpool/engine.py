@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from jobpool.lifecycle import (DEADLINE_PASSED, DEFAULT_POLICY, DONE, EXPIRED, FATAL,
-                               OWNER_DIED, Claimed, Lease, Outcome, Policy, Settled, decide,
-                               logged_as)
+                               OWNER_DIED, PLAIN_FOLLOW_UPS, Claimed, Lease, Outcome, Policy,
+                               Settled, decide, logged_as)
 from jobpool.limits import LimitPlan, charge, plan_claim, sooner
 from jobpool.queueplan import Share, as_shares, claim_in_shares, first_claim
 from jobpool.store import row_codec
@@ -187,7 +187,8 @@ class Claimer:
         """R68: ``turn`` through the driver's ``plain_turn`` (the compiled SQLite
         driver's, stepped in C), for a turn it gives the same answer to: every outcome
         a success (``decide``: done, no reason, its crash count kept) of an attempt
-        this claimer holds, with no follow-ups (R12, R34, R35); the claim is shared among
+        this claimer holds, with no follow-ups but a batch member's count (R12, R34, R35:
+        ``PLAIN_FOLLOW_UPS``); the claim is shared among
         the queues as ``claim_in_shares`` shares it (``as_shares``). None: the turn is
         not plain, or the driver met a row only this turn reads (R10, R44) and applied
         nothing; ``turn`` then runs its own."""
@@ -196,7 +197,7 @@ class Claimer:
         for outcome in outcomes:
             lease = inflight.get(outcome[0])
             if (lease is None or lease.attempt != outcome[1] or outcome[2] != DONE
-                    or lease.follow_ups):
+                    or lease.follow_ups not in PLAIN_FOLLOW_UPS):
                 return None
             done.append((lease, outcome))
         answer = self._plain_turn(now, done, as_shares(shares, self.queues, n), n)

@@ -102,8 +102,10 @@ class Lease(NamedTuple):
     #: Its settle has more to write than the row, as flags: ``FOLLOW_ENDS``, a chain's
     #: next step (R12) and its batch's count (R34; on PostgreSQL a trigger keeps the count
     #: and may enqueue the callback, which the driver's next claim takes); ``FOLLOW_LANE``, on
-    #: SQLite, its limit group's lane when it goes back to ready (R35). Claimed as such,
-    #: so other jobs pay nothing.
+    #: SQLite, its limit group's lane when it goes back to ready (R35); ``FOLLOW_MEMBER``,
+    #: on SQLite, beside ``FOLLOW_ENDS``: the row is a batch's member with no chain, so its
+    #: end's only follow-up is its batch's count, which the plain turn writes too (R68).
+    #: Claimed as such, so other jobs pay nothing.
     follow_ups: int
 
 
@@ -112,6 +114,10 @@ class Lease(NamedTuple):
 FOLLOW_ENDS = 1
 FOLLOW_LANE = 2
 FOLLOW_ALL = FOLLOW_ENDS | FOLLOW_LANE
+FOLLOW_MEMBER = 4
+#: R68: the follow-ups a plain turn settles a success with: none, or a batch member's
+#: count alone (a member of no limited name, no chain).
+PLAIN_FOLLOW_UPS = (0, FOLLOW_ENDS | FOLLOW_MEMBER)
 
 
 class Outcome(NamedTuple):

@@ -33,13 +33,26 @@ POLICIES = {"alpha": (0.5, 10.0, 2, 3, 20.0), "beta": (0.0, 5.0, 3, 4, 45.0)}
 T0 = 1_700_000_000.0
 
 
-def make_store(path, seed, njobs):
+def make_store(path, seed, njobs, members=False):
+    """``njobs`` random rows; with ``members``, half of them members of four closed
+    batches with callbacks (R34), whose ends the batches count."""
     rng = random.Random(seed)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     for stmt in sql.SCHEMA:
         conn.execute(stmt)
     conn.execute("BEGIN")
+    batches = []
+    if members:
+        from jobpool.handles import Signature
+        from jobpool.serialize import MAX_PAYLOAD_BYTES
+        from jobpool.store.batch_store import callback_json
+        callback = callback_json(Signature("alpha"), "on_complete", MAX_PAYLOAD_BYTES)
+        for batch_id in range(1, 5):
+            conn.execute("INSERT INTO jobpool_batches (id, created_at, changed_at, closed_at, "
+                         "on_success, on_complete) VALUES (?, ?, ?, ?, ?, ?)",
+                         (batch_id, T0 - 200, T0 - 200, T0 - 150, callback, callback))
+            batches.append(batch_id)
     for i in range(njobs):
         queue = rng.choice(["a", "a", "b", "c"])
         name = rng.choice(NAMES + ["unknown"])
@@ -63,9 +76,12 @@ def make_store(path, seed, njobs):
                                  "queue": rng.choice(["a", "b"]), "priority": rng.choice([0, 3]),
                                  "max_attempts": rng.choice([2, None]), "timeout": rng.choice([10.0, None])}
                                 for j in range(rng.randint(1, 3))])
+        batch = rng.choice(batches) if batches and rng.random() < 0.5 else None
         conn.execute(sql.INSERT_JOB, (queue, name, key, payload, serializer, priority, run_at,
-                                      run_at, max_attempts, deadline, timeout, T0 - 100, chain, None,
+                                      run_at, max_attempts, deadline, timeout, T0 - 100, chain, batch,
                                       None, None))
+        if batch is not None:
+            conn.execute("UPDATE jobpool_batches SET total = total + 1 WHERE id = ?", (batch,))
     conn.execute("COMMIT")
     conn.close()
 
@@ -75,8 +91,9 @@ def dump(path):
     jobs = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
     attempts = conn.execute("SELECT rowid, * FROM attempts ORDER BY rowid").fetchall()
     lines = conn.execute(f"SELECT * FROM {ATTEMPT_LINES}").fetchall()  # R61: successes too
+    batches = conn.execute("SELECT * FROM jobpool_batches ORDER BY id").fetchall()
     conn.close()
-    return jobs, attempts, lines
+    return jobs, attempts, lines, batches
 
 
 def call(fn, *args):
@@ -119,12 +136,13 @@ def random_outcome(rng, job_id, attempt):
     return Outcome(job_id, attempt, kind, error, delay, result, pid, exit_status, peak_rss, cpu_s)
 
 
-def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES, shared=False):
+def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES, shared=False,
+        members=False):
     tmp = tempfile.mkdtemp(prefix="jp_parity_", dir=tmpdir)
     paths = {}
     for impl in ("pure", "compiled"):
         paths[impl] = os.path.join(tmp, f"{impl}.db")
-        make_store(paths[impl], seed, njobs)
+        make_store(paths[impl], seed, njobs, members)
     from jobpool.store.sqlite.compiled import CompiledSqliteDriver
     cores = {
         "pure": SqliteClaimer(paths["pure"], "sup-1", NAMES, queues, POLICIES,
@@ -250,6 +268,10 @@ def run(compiled, seed, tmpdir, steps=300, njobs=120, queues=QUEUES, shared=Fals
     same("final jobs", dp[0], dc[0])
     same("final attempts", dp[1], dc[1])
     same("final attempt lines", dp[2], dc[2])
+    same("final batches", dp[3], dc[3])
+    if members:
+        stats["batches finished"] = sum(row[8] is not None for row in dp[3])
+        stats["members ended"] = sum(row[4] + row[5] for row in dp[3])
     outcomes = collections.Counter(row[6] for row in dp[2])
     statuses = collections.Counter(row[7] for row in dp[0])
     shutil.rmtree(tmp)
@@ -290,6 +312,20 @@ def test_the_compiled_plain_turn_claims_by_shares_as_the_engine_does(compiled_co
                                     shared=True)
     assert stats["plain_turns"] > 30, stats
     assert stats["claimed"] > 30
+    assert {"done", "error"} <= set(outcomes)
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("seed", range(3))
+def test_the_compiled_plain_turn_counts_batch_members_as_the_engine_does(compiled_core, seed,
+                                                                        tmp_path):
+    # R34, R68: a success of a batch's member with no chain is settled in C with its
+    # batch's count (the batch's callbacks fire in the same transaction when it is the
+    # last), and leaves the rows and batches the engine's own turn leaves.
+    stats, outcomes, statuses = run(compiled_core, seed + 30, tmp_path, queues=("a",),
+                                    members=True)
+    assert stats["plain_turns"] > 30, stats
+    assert stats["members ended"] > 20, stats
     assert {"done", "error"} <= set(outcomes)
 
 

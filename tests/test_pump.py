@@ -45,7 +45,8 @@ from .conftest import ATTEMPT_LINES, ROOT, process_state, wait_for, waits_of
 #: forked after ``_run`` sets it), so the two stores' payloads are the same text.
 MARKERS = Path(".")
 
-NAMES = ("pump.ok", "pump.plain", "pump.flaky", "pump.fatal", "pump.defers", "pump.reports", "pump.slow")
+NAMES = ("pump.ok", "pump.plain", "pump.flaky", "pump.fatal", "pump.defers", "pump.reports", "pump.slow",
+         "pump.ended")
 
 
 @jobpool.job(name="pump.ok", store_result=True)
@@ -58,6 +59,12 @@ def plain(i):
     """A success with no stored result: on the compiled road its child sends it as
     R68's success frame, on the pure road as the outcome message."""
     return None
+
+
+@jobpool.job(name="pump.ended", store_result=True)
+def ended(batch):
+    """A batch's callback: what the store told it of its batch."""
+    return {"done": batch["done"], "dead": batch["dead"]}
 
 
 @jobpool.job(name="pump.flaky", max_attempts=3, backoff_base=0.0)
@@ -420,6 +427,24 @@ def test_a_turn_the_compiled_step_declines_is_the_engines_without_a_second_step(
     assert len(turns) == len(set(turns)), steps  # the step once a turn at most
     assert store.stats()["done"] == 24 and store.stats()["dead"] == 8
     assert pool.counters["completed"] == 24
+
+
+@pytest.mark.c_extension
+def test_a_batchs_members_take_the_compiled_step_and_its_callback_runs_once(stepped):
+    # R34, R68: a success of a batch's member (no chain, no limit) is as plain as any
+    # other: the compiled step settles it with its batch's count (every member's turn
+    # was the engine's own Python), the last member's end enqueues the callback in the
+    # same transaction, and the pool runs it.
+    steps, path, store = stepped
+    with store.batch(on_complete=ended.s()) as batch:
+        batch.add_many("pump.plain", [(i,) for i in range(20)])
+    pool = _burst(path)
+    status = store.batch_status(batch.id)
+    assert (status.done, status.dead, status.finished) == (20, 0, True)
+    assert store.get(status.complete_job)["status"] == "done"
+    assert store.stats()["done"] == 21
+    assert len(steps) >= 20 and not [step for step in steps if step[2]], steps
+    assert pool.core.plain_turns == len(steps)
 
 
 @pytest.mark.c_extension

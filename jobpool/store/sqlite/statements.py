@@ -596,10 +596,11 @@ SELECT id FROM jobs WHERE name = ? AND key = ? AND status IN ('ready', 'running'
 
 #: What a claim answers for each row it takes, in this order (``row_codec``'s claimed
 #: row): the row as the claim leaves it (its attempt spent, its policy's defaults
-#: filled in where it had none), then whether it has follow-ups.
+#: filled in where it had none), then its follow-ups (``Lease.follow_ups``' flags).
 CLAIMED = ("id", "name", "payload", "serializer", "attempts", "max_attempts", "crashes",
            "timeout", "deadline", "priority", "line_at",
-           "(chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL)", "run_at",
+           "(chain IS NOT NULL OR batch_id IS NOT NULL) + 2 * (grp IS NOT NULL)"
+           " + 4 * (batch_id IS NOT NULL AND chain IS NULL)", "run_at",
            "chain", "batch_id", "meta")
 
 
