@@ -62,7 +62,8 @@ import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared l
 
 from jobpool import bounds as _bounds
 from jobpool.bounds import MAX_MESSAGE_BYTES, PRIORITY_MAX, PRIORITY_MIN
-from jobpool.lifecycle import DONE as _DONE, FOLLOW_MEMBER as _FOLLOW_MEMBER, Claimed, Lease, Settled
+from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
+from jobpool.lifecycle import FOLLOW_ENDS as _FOLLOW_ENDS, FOLLOW_MEMBER as _FOLLOW_MEMBER
 from jobpool.lifecycle import PLAIN_FOLLOW_UPS as _PLAIN_FOLLOW_UPS
 from jobpool.store import row_codec
 from jobpool.errors import StoreError
@@ -627,14 +628,14 @@ cdef class Connection:
         st = (<_Prepared>self._prepared[text]).st
         return 0 if sqlite3_stmt_readonly(st) else sqlite3_changes(self._db)
 
-    def plain_turn(self, str settle_text, str member_text, str pick_text, str take_text, owner,
+    def plain_turn(self, str settle_text, tuple ends, str pick_text, str take_text, owner,
                    double now, double slack, tuple shares, long long want, list done):
         """R68: a whole turn whose every outcome is a success of a lease with no
-        follow-ups but a batch member's count, stepped from here: ``BEGIN IMMEDIATE``,
-        ``settle_text`` (the driver's ``SETTLE_DONE``, which writes the success's attempt
-        line into its row, R61) bound straight from each ``(lease, outcome)`` pair of
-        ``done``, and after the settle of a lease flagged ``FOLLOW_MEMBER`` that held,
-        ``member_text`` (the driver's ``MEMBER_DONE``: its batch counts its end, R34), then, when
+        follow-ups but a chain's next step and a batch's count, stepped from here:
+        ``BEGIN IMMEDIATE``, ``settle_text`` (the driver's ``SETTLE_DONE``, which writes
+        the success's attempt line into its row, R61) bound straight from each ``(lease,
+        outcome)`` pair of ``done``, and after the settle of a lease flagged
+        ``FOLLOW_ENDS`` that held, its follow-ups from ``ends`` (``_settle_ends``), then, when
         ``want`` > 0, the claim of up to ``want`` rows shared among queues by ``shares``
         (``(queue, quota)`` pairs: ``queueplan.claim_in_shares``'s two passes, each
         queue up to its quota, then what is left from the queues that still had rows;
@@ -682,8 +683,8 @@ cdef class Connection:
                 sqlite3_reset(st)
                 sqlite3_clear_bindings(st)
             job_id, name, attempt = (<tuple>lease)[0], (<tuple>lease)[1], (<tuple>lease)[2]
-            if changed == 1 and <long long>(<tuple>lease)[7] & _FOLLOW_MEMBER:
-                self._run(member_text, {"id": job_id, "now": now}, False, False)
+            if changed == 1 and <long long>(<tuple>lease)[7] & _FOLLOW_ENDS:
+                self._settle_ends(ends, job_id, <long long>(<tuple>lease)[7], now)
             settled.append(_record(Settled, (job_id, name, attempt, "done", None)) if changed == 1
                            else _record(Settled, (job_id, name, attempt, "lost", "lease lost")))
         cdef long long left, asked, taken
@@ -715,16 +716,46 @@ cdef class Connection:
         self._run("COMMIT", (), False, False)
         return settled, decoded
 
+    cdef int _settle_ends(self, tuple ends, object job_id, long long follow_ups,
+                          double now) except -1:
+        """``SqliteDriver.settle``'s follow-ups of a success that held, in its order: the
+        chain's next step and its lane (R12, R35), unless the lease is a batch member
+        with no chain (``FOLLOW_MEMBER``); a step the row's chain cannot make stops the
+        chain there (R44: the statement failed alone, the row says why, the turn goes
+        on); then its batch's count (R34; of no batch, no row). ``ends``: the driver's
+        ``ENQUEUE_SUCCESSOR``, ``LANE_OF_LAST_ROW``, ``CHAIN_STOPPED`` and ``MEMBER_DONE``."""
+        params = {"id": job_id, "now": now}
+        if not follow_ups & _FOLLOW_MEMBER:
+            try:
+                self._run(ends[0], params, False, False)
+            except SqliteError as exc:
+                from jobpool.store import row_codec
+                from jobpool.store.sqlite.statements import statement_failed_alone
+                if not statement_failed_alone(exc, not sqlite3_get_autocommit(self._db)):
+                    raise
+                self._run(ends[2], {"id": job_id,
+                                    "error": f"{row_codec.CHAIN_STOPPED} ({exc})"}, False, False)
+            else:
+                self._run(ends[1], (), False, False)
+        self._run(ends[3], params, False, False)
+        return 0
+
     cdef long long _claim_plain(self, str pick_text, str take_text, dict taking, object queue,
                                 long long asked, double now, list decoded) except -2:
         """``plain_turn``'s claim of up to ``asked`` rows of ``queue``, appended to
         ``decoded`` in claim order (R7): how many it took, or -1 at a row the engine's
-        own turn must read (the codec's, R44, or one past its deadline, R10)."""
+        own turn must settle (one the codec refuses, R44, or one past its deadline,
+        R10). A row the C codec does not answer plainly (a chain's, say) is the Python
+        codec's to read, as the engine's claim reads it."""
         found = self._run(pick_text, {"now": now, "queue": queue, "limit": asked}, True, True)
         for row in found:
             item = _plain_claim(row, queue, now, 0.0)
-            if item is None or ((<tuple>item)[1].deadline is not None
-                                and (<tuple>item)[1].deadline < now):
+            if item is None:
+                from jobpool.store import row_codec
+                item = row_codec.decode_claim(row, queue, now, 0.0)
+                if type(item) is not Decoded:
+                    return -1  # Malformed: dead at once, by the engine's turn
+            if (<tuple>item)[1].deadline is not None and (<tuple>item)[1].deadline < now:
                 return -1
             taking["id"] = (<tuple>row)[0]
             self._run(take_text, taking, False, False)

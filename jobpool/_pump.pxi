@@ -318,8 +318,8 @@ cdef class Pump:
         """``Claimer.turn`` of a plain turn, the road to the store left out (its R26 work
         after a turn that went through is the call alone): ``Claimer._turn_plain``'s
         twin, R68. The same test of the turn (no limits or chunks, every outcome a
-        success of a lease the claimer holds with no follow-ups but a batch member's
-        count, ``PLAIN_FOLLOW_UPS``), the same shares,
+        success of a lease the claimer holds with no follow-ups but a chain's next step
+        and a batch's count, ``PLAIN_FOLLOW_UPS``), the same shares,
         the same step (the compiled driver's ``plain_turn``) and the same bookkeeping of
         the claimer's leases. ``_NOT_PLAIN``, with nothing done, when the turn is not
         plain; ``_DECLINED``, with nothing applied, when the driver met a row only the

@@ -187,8 +187,8 @@ class Claimer:
         """R68: ``turn`` through the driver's ``plain_turn`` (the compiled SQLite
         driver's, stepped in C), for a turn it gives the same answer to: every outcome
         a success (``decide``: done, no reason, its crash count kept) of an attempt
-        this claimer holds, with no follow-ups but a batch member's count (R12, R34, R35:
-        ``PLAIN_FOLLOW_UPS``); the claim is shared among
+        this claimer holds, with no follow-ups but a chain's next step and a batch's count
+        (R12, R34; no lane, R35: ``PLAIN_FOLLOW_UPS``); the claim is shared among
         the queues as ``claim_in_shares`` shares it (``as_shares``). None: the turn is
         not plain, or the driver met a row only this turn reads (R10, R44) and applied
         nothing; ``turn`` then runs its own."""

@@ -104,8 +104,8 @@ class Lease(NamedTuple):
     #: and may enqueue the callback, which the driver's next claim takes); ``FOLLOW_LANE``, on
     #: SQLite, its limit group's lane when it goes back to ready (R35); ``FOLLOW_MEMBER``,
     #: on SQLite, beside ``FOLLOW_ENDS``: the row is a batch's member with no chain, so its
-    #: end's only follow-up is its batch's count, which the plain turn writes too (R68).
-    #: Claimed as such, so other jobs pay nothing.
+    #: end's only follow-up is its batch's count (no next step to try). Claimed as such,
+    #: so other jobs pay nothing.
     follow_ups: int
 
 
@@ -115,9 +115,9 @@ FOLLOW_ENDS = 1
 FOLLOW_LANE = 2
 FOLLOW_ALL = FOLLOW_ENDS | FOLLOW_LANE
 FOLLOW_MEMBER = 4
-#: R68: the follow-ups a plain turn settles a success with: none, or a batch member's
-#: count alone (a member of no limited name, no chain).
-PLAIN_FOLLOW_UPS = (0, FOLLOW_ENDS | FOLLOW_MEMBER)
+#: R68: the follow-ups a plain turn settles a success with: none, a chain's next step
+#: and its batch's count, or a batch member's count alone; never a lane (R35).
+PLAIN_FOLLOW_UPS = (0, FOLLOW_ENDS, FOLLOW_ENDS | FOLLOW_MEMBER)
 
 
 class Outcome(NamedTuple):

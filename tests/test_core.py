@@ -173,7 +173,7 @@ def test_a_claim_takes_no_row_that_is_no_longer_ready(core_impl, store_path, roa
                                        None, take=by_ids.take)
                 driver.claim_chosen(limited, Picked([taken], [None], [None], {}))
             else:
-                db.plain_turn(sql.SETTLE_DONE, sql.MEMBER_DONE, driver.claim_text.pick,
+                db.plain_turn(sql.SETTLE_DONE, sql.SUCCESS_ENDS, driver.claim_text.pick,
                               driver.claim_text.take, OWNER, NOW, 30.0, (("default", 1),), 1, [])
         db.changes("ROLLBACK")
         assert rows(store_path) == before
@@ -197,9 +197,9 @@ def test_the_compiled_turn_refuses_shares_that_are_not_pairs_before_it_begins(co
         db = driver._db
         for shares in ((("default",),), ("default",), (("default", 1, 2),)):
             with pytest.raises(TypeError, match=r"plain_turn takes \(queue, quota\) shares"):
-                db.plain_turn(sql.SETTLE_DONE, sql.MEMBER_DONE, driver.claim_text.pick,
+                db.plain_turn(sql.SETTLE_DONE, sql.SUCCESS_ENDS, driver.claim_text.pick,
                               driver.claim_text.take, OWNER, NOW, 30.0, shares, 1, [])
-        assert db.plain_turn(sql.SETTLE_DONE, sql.MEMBER_DONE, driver.claim_text.pick,
+        assert db.plain_turn(sql.SETTLE_DONE, sql.SUCCESS_ENDS, driver.claim_text.pick,
                              driver.claim_text.take, OWNER, NOW, 30.0, (("default", 1),), 1,
                              [])[1]  # nothing left open
     finally:

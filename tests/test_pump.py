@@ -448,6 +448,24 @@ def test_a_batchs_members_take_the_compiled_step_and_its_callback_runs_once(step
 
 
 @pytest.mark.c_extension
+def test_a_chains_steps_take_the_compiled_step_each_enqueuing_the_next(stepped):
+    # R12, R68: a chain's step is claimed by the compiled step (its chain read by the
+    # Python codec there, R44; before, the step declined the turn and the engine took
+    # it again), and its success enqueues the next step in the same transaction, as the
+    # engine's settle does (before, every such settle was the engine's Python).
+    steps, path, store = stepped
+    firsts = [store.enqueue_with("pump.plain", args=(i,),
+                                 then=[plain.s(100 + i), plain.s(200 + i)]).id for i in range(8)]
+    pool = _burst(path)
+    assert store.stats()["done"] == 24
+    assert len(steps) >= 24 and not [step for step in steps if step[2]], steps
+    assert pool.core.plain_turns == len(steps)
+    for first in firsts:
+        chain = [job["payload"] for job in store.list_jobs(chain=first, limit=10)]
+        assert len(chain) == 3, chain
+
+
+@pytest.mark.c_extension
 def test_text_that_is_not_ascii_takes_the_compiled_step(stepped):
     # R68, R44: arguments and metadata written in any language are as plain as
     # ASCII ones: the compiled step claims them (it declined every such row,

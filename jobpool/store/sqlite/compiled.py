@@ -36,8 +36,8 @@ class CompiledSqliteDriver(SqliteDriver):
     def plain_turn(self, now: float, done: Sequence[tuple[Lease, Outcome]],
                    shares: tuple[Share, ...], want: int
                    ) -> tuple[list[Settled], list[Decoded]] | None:
-        """R68: settle ``done`` (successes of leases with no follow-ups but a batch
-        member's count, R34) and claim up to
+        """R68: settle ``done`` (successes of leases with no follow-ups but a chain's
+        next step and a batch's count, R12, R34) and claim up to
         ``want`` rows shared among queues by ``shares`` (``queueplan.claim_in_shares``'s
         way) in one transaction stepped in C
         (``_core.Connection.plain_turn``): ``(settled, decoded)``, or None, with
@@ -47,7 +47,7 @@ class CompiledSqliteDriver(SqliteDriver):
         db = self._db
         try:
             claim = self.claim_text
-            return db.plain_turn(sql.SETTLE_DONE, sql.MEMBER_DONE, claim.pick, claim.take,
+            return db.plain_turn(sql.SETTLE_DONE, sql.SUCCESS_ENDS, claim.pick, claim.take,
                                  self.owner, now, LEASE_SLACK, shares, want, done)
         except BaseException as exc:
             self._rollback()

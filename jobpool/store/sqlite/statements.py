@@ -802,6 +802,10 @@ def statement_failed_alone(exc: BaseException, in_transaction: bool) -> bool:
 #: chain stopped there. Run in the settle's transaction, after the failed insert.
 CHAIN_STOPPED = "UPDATE jobs SET last_error = :error WHERE id = :id"
 
+#: R68: what a success's follow-ups run in the compiled turn, in the order
+#: ``SqliteDriver.settle`` runs them (``_core.Connection._settle_ends``).
+SUCCESS_ENDS = (ENQUEUE_SUCCESSOR, LANE_OF_LAST_ROW, CHAIN_STOPPED, MEMBER_DONE)
+
 #: R44: a claimed (or reclaimed) row the codec refused (``store/row_codec.py``), dead
 #: at once with the reason naming the column. Fenced by id, owner and status alone
 #: and naming no other column of the row, so the column that is wrong cannot fail it
