@@ -41,6 +41,12 @@ WAL_RESTART_BYTES = 4 * 1024 * 1024
 #: ``journal_size_limit`` of producers' and operators' connections (they do not
 #: checkpoint on a schedule; this bounds what one of them leaves behind).
 WAL_PRODUCER_LIMIT = 64 * 1024 * 1024
+#: ``wal_autocheckpoint`` of producers' and operators' connections while the disk has
+#: room: a commit that leaves the WAL past this many pages copies it into the store.
+WAL_PRODUCER_PAGES = 1000
+#: R26a: whether a pool has beaten since ``:since``: its checkpointer copies the WAL into
+#: the store within a tenth of a second of a change, so a bulk enqueue leaves it that.
+LIVE_POOL = "SELECT 1 FROM pools WHERE heartbeat_at > :since LIMIT 1"
 
 #: Marker table: a file without it (and with other tables) is not a jobpool store.
 CREATE_META = """

@@ -280,7 +280,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA mmap_size=0")
-            autocheckpoint, journal_limit = wal_settings(path, 1000, sql.WAL_PRODUCER_LIMIT)
+            autocheckpoint, journal_limit = wal_settings(path, sql.WAL_PRODUCER_PAGES,
+                                                         sql.WAL_PRODUCER_LIMIT)
             conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
             conn.execute(f"PRAGMA journal_size_limit={journal_limit}")
         except sqlite3.DatabaseError as exc:
@@ -718,16 +719,22 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         KiB) a bulk enqueue's pages spill into the WAL before its commit, part by part,
         and many are written again, which cost it about a seventh of its time
         (BENCHMARKS.md). The cache is put back after, so a long-lived store does not
-        keep the memory."""
+        keep the memory.
+
+        R26a: such a transaction's commit leaves the copy of its WAL pages into the store
+        to a live pool's checkpointer (``_leave_checkpoint``), where the connection's own
+        checkpoint was a fifth of a 100 000-row enqueue's time (BENCHMARKS.md)."""
         conn = self.conn
         with conn.guard:
-            kept = None
+            kept = left = None
             try:
                 if written >= BULK_ROWS:
                     kept = _grow_cache(conn)
                 conn.run_one("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn)
+                    if written >= BULK_ROWS:
+                        left = _leave_checkpoint(conn)
                     conn.run_one("COMMIT")
                 except BaseException:
                     _rollback(conn)
@@ -737,6 +744,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             finally:
                 if kept is not None:
                     _set_cache(conn, kept)
+                if left is not None:
+                    _set_autocheckpoint(conn, left)
         return result
 
     def cancel(self, job_id: int, now: float | None = None) -> str:
@@ -1049,6 +1058,30 @@ def _set_cache(conn: sqlite3.Connection, setting: int) -> None:
     or its error) is what the caller must hear; a cache left larger costs memory only."""
     try:
         conn.execute(f"PRAGMA cache_size={int(setting)}")
+    except sqlite3.Error:
+        pass
+
+
+def _leave_checkpoint(conn: sqlite3.Connection) -> int | None:
+    """R26a: a bulk transaction's commit does not copy the WAL into the store itself when
+    a pool has beaten within ``liveness.DEAD_AFTER`` (a pool on a SQLite store runs on
+    this host, its checkpointer copies a changed WAL within a tenth of a second) and the
+    disk has room (on a tight one every connection checkpoints its own commits). The
+    commit is as durable either way: the WAL reaches the disk at it. Returns the
+    connection's ``wal_autocheckpoint`` to put back, or None with nothing changed."""
+    pages = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    if pages != sql.WAL_PRODUCER_PAGES or conn.execute(
+            sql.LIVE_POOL, {"since": time.time() - liveness.DEAD_AFTER}).fetchone() is None:
+        return None
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    return pages
+
+
+def _set_autocheckpoint(conn: sqlite3.Connection, pages: int) -> None:
+    """``PRAGMA wal_autocheckpoint`` put back (never raises, as ``_set_cache``: the next
+    commit past the bound then checkpoints as before)."""
+    try:
+        conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
     except sqlite3.Error:
         pass
 

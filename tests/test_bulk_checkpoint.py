@@ -1,0 +1,76 @@
+"""R26a: a bulk enqueue's commit leaves the copy of its WAL pages into the store to a live
+pool's checkpointer, and copies them itself when no pool is live (or its disk is tight).
+What is watched is where the pages are, the store file or only its WAL, never a time."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import jobpool
+from jobpool.liveness import DEAD_AFTER
+from jobpool.store.records import Heartbeat
+from jobpool.store.sqlite import statements as sql
+from tests.conftest import wait_for
+
+ROWS = 20_000  # well past BULK_ROWS, and past WAL_PRODUCER_PAGES of WAL
+
+
+def _beat(store, at: float) -> None:
+    """A pool's row in the store, its last beat at ``at``."""
+    beat = Heartbeat(owner="host:1:1", host="host", pid=1, procs=2, queues=("other",),
+                     names=("x.job",), core="test", counters_json="{}", slots_json="[]")
+    store.heartbeat(beat, [], at)
+
+
+def _file_pages(path) -> int:
+    return os.path.getsize(path) // sql.PAGE_SIZE
+
+
+def test_a_bulk_enqueue_beside_a_live_pool_leaves_its_pages_in_the_wal(tmp_path):
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    _beat(store, time.time())
+    before = _file_pages(path)
+    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    assert _file_pages(path) == before  # not copied into the store by the producer
+    assert os.path.getsize(f"{path}-wal") > sql.WAL_PRODUCER_PAGES * sql.PAGE_SIZE
+    # The connection checkpoints its later commits as before.
+    assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == sql.WAL_PRODUCER_PAGES
+    assert store.stats()["ready"] == ROWS
+    store.close()
+
+
+def test_a_bulk_enqueue_with_no_live_pool_copies_its_pages_itself(tmp_path):
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    _beat(store, time.time() - DEAD_AFTER - 5)  # a pool that stopped beating
+    before = _file_pages(path)
+    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    assert _file_pages(path) > before + ROWS // 100
+    store.close()
+
+
+def test_a_running_pools_checkpointer_copies_a_bulk_enqueue_it_was_left(tmp_path):
+    # A real pool (serving another queue, so it runs nothing) beats, and its
+    # checkpointer copies the pages the enqueue left in the WAL: the WAL stays bounded.
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    (tmp_path / "bulk_app.py").write_text(
+        "import jobpool\n\n@jobpool.job(name='x.job')\ndef job(i):\n    return None\n")
+    pool = subprocess.Popen([sys.executable, "-m", "jobpool", "start", "--app", "bulk_app",
+                             "--db", str(path), "--queues", "other", "--procs", "1",
+                             "--no-dashboard", "-q"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: store.pools(), timeout=30)
+        before = _file_pages(path)
+        store.enqueue_many("x.job", [(i,) for i in range(ROWS)])  # left to the pool
+        wait_for(lambda: _file_pages(path) > before + ROWS // 100, timeout=30)
+    finally:
+        pool.terminate()
+        _out, err = pool.communicate(timeout=30)
+        assert pool.returncode == 0, err
+    assert store.stats()["ready"] == ROWS
+    store.close()
