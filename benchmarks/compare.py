@@ -846,8 +846,9 @@ LIMITS = {
                "the claim in two statements)",
     "bulk": "SQLite's insert of this row's index entries and the commit: the statement "
             "takes ~2/3 of a 100 000-row call and the commit ~1/4 (the WAL's write and fsync, "
-            "then the producer's own checkpoint of what it wrote, a third of the commit); the "
-            "statement alone ~160k rows/s into a jobpool store on a slower machine, ~440k "
+            "then the producer's own checkpoint of what it wrote, a third of the commit, which "
+            "a live pool's checkpointer takes over: bulk_beside_pool.py, ~1.16x; W1's store "
+            "has no pool); the statement alone ~160k rows/s into a jobpool store on a slower machine, ~440k "
             "with the jobs table's indexes dropped (the claim order and the read paths R28, "
             "R47 need: five entries a ready row), ~1.8M for the payloads into a bare table "
             "(sqlite_floors.py --only bulk; BENCHMARKS.md, 2026-12-07 03 and 11 UTC)",
