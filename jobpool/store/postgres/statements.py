@@ -1466,9 +1466,12 @@ UPDATE jobs SET cancel_requested = 1 WHERE id = %(id)s AND status = 'running' RE
 """
 #: R31: ``cancel_many``'s ready and running rows, each kind in one statement whatever the
 #: number of ids (a row at a time, ``CANCEL_READY`` then ``REQUEST_CANCEL`` then its
-#: status, was up to three round trips a row). Each takes its rows in id order: a row
-#: a pool's turn holds is waited for and read again as the turn left it, so a ready row
-#: claimed meanwhile is not cancelled here and is asked to stop by the next statement.
+#: status, was up to three round trips a row). Every row it names is locked first, in
+#: id order (``LOCK_NAMED``): a row a pool's turn holds is waited for and read as the
+#: turn left it, and none changes between the statements. Moving the ready rows before
+#: every row was held let a member's end (its batch shard locked by the move's trigger)
+#: wait on a turn that held a running row the flag then waited for: a deadlock.
+LOCK_NAMED = "SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE"
 CANCEL_READY_MANY = f"""
 WITH moved AS (DELETE FROM jobs WHERE status = 'ready' AND id IN (
                    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
