@@ -12,6 +12,7 @@ import jobpool
 from jobpool.liveness import DEAD_AFTER
 from jobpool.store.records import Heartbeat
 from jobpool.store.sqlite import statements as sql
+from jobpool.store.sqlite.checkpoint import RESTART_BYTES
 from tests.conftest import wait_for
 
 ROWS = 20_000  # well past BULK_ROWS, and past WAL_PRODUCER_PAGES of WAL
@@ -39,6 +40,21 @@ def test_a_bulk_enqueue_beside_a_live_pool_leaves_its_pages_in_the_wal(tmp_path)
     # The connection checkpoints its later commits as before.
     assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == sql.WAL_PRODUCER_PAGES
     assert store.stats()["ready"] == ROWS
+    store.close()
+
+
+def test_bulk_enqueues_one_after_another_never_pile_up_in_the_wal(tmp_path):
+    # The pool beats but has not started the WAL over (here it never checkpoints): the
+    # next bulk finds a WAL past RESTART_BYTES and copies it into the store itself.
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    _beat(store, time.time())
+    before = _file_pages(path)
+    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    assert _file_pages(path) == before
+    assert os.path.getsize(f"{path}-wal") > RESTART_BYTES
+    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    assert _file_pages(path) > before + ROWS // 100
     store.close()
 
 

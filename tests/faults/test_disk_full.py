@@ -107,3 +107,23 @@ def test_a_pool_whose_own_wal_would_fill_a_small_disk_keeps_it_bounded(fault_app
                   completed=len(starts), lost=3000 - len(set(starts)),
                   duplicated=len(starts) - len(set(starts)), peak_wal_kib=peak_wal // 1024,
                   store_errors=app.log_of(pool).count("store_error"), integrity_check="ok")
+
+
+def test_a_bulk_enqueue_on_a_disk_grown_tight_copies_its_own_pages(tmpfs):
+    """R26a: beside a live pool a bulk enqueue leaves the copy of its WAL into the store
+    to the pool's checkpointer, but not on a disk with little room, judged when it
+    commits: here the store was opened while the disk had room, then the disk filled."""
+    from jobpool.store.records import Heartbeat
+    from jobpool.store.sqlite import statements as sql
+    mnt = tmpfs("64m")
+    db = mnt / "store.db"
+    store = jobpool.connect(db)
+    store.heartbeat(Heartbeat(owner="host:1:1", host="host", pid=1, procs=1,
+                              queues=("other",), names=("f.work",), core="test",
+                              counters_json="{}", slots_json="[]"), [], time.time())
+    with open(mnt / "ballast", "wb") as fh:
+        fh.write(b"\0" * (44 * 1024 * 1024))
+    before = os.path.getsize(db) // sql.PAGE_SIZE
+    store.enqueue_many("f.work", [(i,) for i in range(6000)])
+    assert os.path.getsize(db) // sql.PAGE_SIZE > before + 60  # copied by the producer
+    store.close()

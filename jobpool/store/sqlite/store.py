@@ -29,7 +29,7 @@ from jobpool.store.sqlite import retention
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.common import SharedStore
-from jobpool.store.sqlite.checkpoint import wal_settings
+from jobpool.store.sqlite.checkpoint import RESTART_BYTES, wal_bound, wal_settings, wal_size
 from jobpool.store.connections import PerThread
 from jobpool.store.sqlite import guarded
 from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
@@ -734,7 +734,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 try:
                     result = fn(conn)
                     if written >= BULK_ROWS:
-                        left = _leave_checkpoint(conn)
+                        left = _leave_checkpoint(conn, self.path)
                     conn.run_one("COMMIT")
                 except BaseException:
                     _rollback(conn)
@@ -1062,17 +1062,23 @@ def _set_cache(conn: sqlite3.Connection, setting: int) -> None:
         pass
 
 
-def _leave_checkpoint(conn: sqlite3.Connection) -> int | None:
+def _leave_checkpoint(conn: sqlite3.Connection, path: str) -> int | None:
     """R26a: a bulk transaction's commit does not copy the WAL into the store itself when
     a pool has beaten within ``liveness.DEAD_AFTER`` (a pool on a SQLite store runs on
-    this host, its checkpointer copies a changed WAL within a tenth of a second) and the
-    disk has room (on a tight one every connection checkpoints its own commits). The
-    commit is as durable either way: the WAL reaches the disk at it. Returns the
-    connection's ``wal_autocheckpoint`` to put back, or None with nothing changed."""
-    pages = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
-    if pages != sql.WAL_PRODUCER_PAGES or conn.execute(
+    this host; its checkpointer copies a changed WAL within a tenth of a second, and
+    starts a WAL past ``RESTART_BYTES`` over), the disk has room now (on a tight one
+    every connection checkpoints its own commits), and the WAL file holds at most
+    ``RESTART_BYTES`` before this commit: so what a producer leaves is one commit's
+    pages over a WAL the pool has started over, never bulk after bulk piled up while
+    the checkpointer could not start it over. The commit is as durable either way.
+    Returns the connection's ``wal_autocheckpoint`` to put back, or None with nothing
+    changed."""
+    wal = wal_size(path + "-wal")
+    _bound, tight = wal_bound(os.path.dirname(os.path.abspath(path)), wal)
+    if tight or wal > RESTART_BYTES or conn.execute(
             sql.LIVE_POOL, {"since": time.time() - liveness.DEAD_AFTER}).fetchone() is None:
         return None
+    pages = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
     conn.execute("PRAGMA wal_autocheckpoint=0")
     return pages
 
