@@ -45,7 +45,7 @@ def test_a_cancel_of_many_ids_sends_the_same_statements_as_one_of_few(store, tmp
     assert list(many) == asked  # in the order asked
     # 34 ready rows, 4 running and 4 others: as many statements as for one of each.
     assert statements_run(many_sent) == statements_run(few_sent)
-    assert statements_run(many_sent) <= 5  # the clock, the lock, two moves, the statuses
+    assert statements_run(many_sent) <= 6  # the clock, two locks, two moves, the statuses
     assert {store.get(job_id)["status"] for job_id in ready} == {"dead"}
     assert {store.get(job_id)["last_error"] for job_id in ready} == {"cancelled"}
     flagged = store.transaction("reading the flags", lambda conn: conn.execute(
@@ -106,6 +106,34 @@ def test_a_cancel_never_holds_a_members_shard_while_it_waits_on_that_members_tur
     assert turn is None  # the turn was not the side the server failed
     assert answers == {ready: "cancelled", running: "requested"}
     assert "running it again" not in caplog.text  # nor was the cancel
+
+
+def test_a_cancel_takes_a_ready_row_a_turn_claimed_before_a_running_row_it_settles(
+        store, pg_url, caplog):
+    # R31: a pool's turn claims first (a ready row, taken) and settles after (a running
+    # row, older, so of a lower id). A cancel of both that took the running row first
+    # waited for the claimed one while the turn waited for the running one: a deadlock.
+    # It takes the ready rows first: it waits holding nothing the turn wants.
+    import logging
+    caplog.set_level(logging.INFO, logger="jobpool.store.postgres.store")
+    first, second = (store.enqueue_with("c.job").id for _ in range(2))
+    claimer = store.claimer("pool-a", ("c.job",), ("default",), {})
+    (running,) = [job.job_id for job in claimer.turn([], 1, time.time(), None)[1]]
+    claimer.close()
+    ready = second if running == first else first
+    assert running < ready
+    other = jobpool.connect(pg_url)
+    row_lock = "SELECT 1 FROM jobs WHERE id = %s FOR UPDATE"
+    try:
+        turn, answers = beside_held_locks(
+            other, lambda conn: conn.execute(row_lock, (ready,)),  # the turn's claim
+            lambda conn: conn.execute(row_lock, (running,)),      # then its settle
+            lambda: store.cancel_many([running, ready]), waiting_like="%FOR UPDATE%")
+    finally:
+        other.close()
+    assert turn is None
+    assert answers == {running: "requested", ready: "cancelled"}
+    assert "running it again" not in caplog.text
 
 
 def test_a_delete_of_many_dead_ids_sends_the_same_statements_as_one_of_few(store, tmp_path):

@@ -1466,12 +1466,18 @@ UPDATE jobs SET cancel_requested = 1 WHERE id = %(id)s AND status = 'running' RE
 """
 #: R31: ``cancel_many``'s ready and running rows, each kind in one statement whatever the
 #: number of ids (a row at a time, ``CANCEL_READY`` then ``REQUEST_CANCEL`` then its
-#: status, was up to three round trips a row). Every row it names is locked first, in
-#: id order (``LOCK_NAMED``): a row a pool's turn holds is waited for and read as the
-#: turn left it, and none changes between the statements. Moving the ready rows before
-#: every row was held let a member's end (its batch shard locked by the move's trigger)
-#: wait on a turn that held a running row the flag then waited for: a deadlock.
-LOCK_NAMED = "SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE"
+#: status, was up to three round trips a row). Every row it names is locked before any
+#: moves (``LOCK_NAMED``): the ready ones first, then the running ones, each in id order.
+#: A row a pool's turn holds is waited for and read as the turn left it, and none
+#: changes between the statements. Moving the ready rows before the running ones were
+#: held let the move's trigger take a batch member's shard, then wait on a turn that
+#: held a running row and wanted that shard; and taking a running row before a ready one
+#: waited on a turn that had claimed the ready row (its claim comes first) and then
+#: wanted the running one to settle: deadlocks both.
+LOCK_NAMED = """
+SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = %(status)s
+ ORDER BY id FOR UPDATE
+"""
 CANCEL_READY_MANY = f"""
 WITH moved AS (DELETE FROM jobs WHERE status = 'ready' AND id IN (
                    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'

@@ -640,7 +640,8 @@ class PostgresStore(SharedStore, AsyncEnqueue):
 
         def cancel(conn: Any) -> dict[int, str]:
             params = {"ids": bound, "error": _cancel_reason(), "now": self.server_now(conn)}
-            conn.execute(pg_sql.LOCK_NAMED, params)
+            for status in ("ready", "running"):  # the order turns take them in (statements)
+                conn.execute(pg_sql.LOCK_NAMED, {**params, "status": status})
             cancelled = {row[0] for row in conn.execute(pg_sql.CANCEL_READY_MANY, params)}
             requested = {row[0] for row in conn.execute(pg_sql.REQUEST_CANCEL_MANY, params)}
             rest = [b for b in bound if b not in cancelled and b not in requested]
