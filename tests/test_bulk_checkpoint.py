@@ -58,6 +58,25 @@ def test_bulk_enqueues_one_after_another_never_pile_up_in_the_wal(tmp_path):
     store.close()
 
 
+def test_a_bulk_enqueue_after_the_pool_copied_the_last_leaves_its_own_too(tmp_path):
+    # A WAL started over keeps its size: what decides is the frames not yet copied (the
+    # wal-index's), so each bulk beside a pool that keeps up leaves its copy to it.
+    import sqlite3
+    path = tmp_path / "jobpool.db"
+    store = jobpool.connect(path)
+    _beat(store, time.time())
+    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    assert os.path.getsize(f"{path}-wal") > RESTART_BYTES
+    pool_side = sqlite3.connect(path)  # what the pool's checkpointer does
+    assert pool_side.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
+    pool_side.close()
+    before = _file_pages(path)
+    assert os.path.getsize(f"{path}-wal") > RESTART_BYTES  # the file kept its size
+    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    assert _file_pages(path) == before  # left to the pool again
+    store.close()
+
+
 def test_a_bulk_enqueue_with_no_live_pool_copies_its_pages_itself(tmp_path):
     path = tmp_path / "jobpool.db"
     store = jobpool.connect(path)

@@ -29,7 +29,8 @@ from jobpool.store.sqlite import retention
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.common import SharedStore
-from jobpool.store.sqlite.checkpoint import RESTART_BYTES, wal_bound, wal_settings, wal_size
+from jobpool.store.sqlite.checkpoint import (RESTART_BYTES, uncopied_bytes, wal_bound,
+                                             wal_settings, wal_size)
 from jobpool.store.connections import PerThread
 from jobpool.store.sqlite import guarded
 from jobpool.store.sqlite.options import (BUSY_TIMEOUT, CLAIM_BUSY_TIMEOUT, DEFAULT_MODE,
@@ -1067,15 +1068,21 @@ def _leave_checkpoint(conn: sqlite3.Connection, path: str) -> int | None:
     a pool has beaten within ``liveness.DEAD_AFTER`` (a pool on a SQLite store runs on
     this host; its checkpointer copies a changed WAL within a tenth of a second, and
     starts a WAL past ``RESTART_BYTES`` over), the disk has room now (on a tight one
-    every connection checkpoints its own commits), and the WAL file holds at most
-    ``RESTART_BYTES`` before this commit: so what a producer leaves is one commit's
-    pages over a WAL the pool has started over, never bulk after bulk piled up while
-    the checkpointer could not start it over. The commit is as durable either way.
-    Returns the connection's ``wal_autocheckpoint`` to put back, or None with nothing
-    changed."""
-    wal = wal_size(path + "-wal")
-    _bound, tight = wal_bound(os.path.dirname(os.path.abspath(path)), wal)
-    if tight or wal > RESTART_BYTES or conn.execute(
+    every connection checkpoints its own commits), and the pool's checkpointer is
+    keeping up: at most ``RESTART_BYTES`` of committed frames not yet copied, as the
+    wal-index says (a WAL file keeps its size when it starts over, so its size says
+    nothing of that). So what a producer leaves is one commit's pages, never bulk
+    after bulk piled up while the checkpointer could not copy them; where the
+    wal-index cannot be read (beside a symbolic link, say), it copies them itself.
+    The commit is as durable either way. Returns the connection's
+    ``wal_autocheckpoint`` to put back, or None with nothing changed."""
+    try:
+        folder = os.path.dirname(os.path.abspath(path))
+    except OSError:  # a relative path, and the working directory is gone
+        return None
+    uncopied = uncopied_bytes(path + "-shm")
+    if uncopied is None or uncopied > RESTART_BYTES or wal_bound(
+            folder, wal_size(path + "-wal"))[1] or conn.execute(
             sql.LIVE_POOL, {"since": time.time() - liveness.DEAD_AFTER}).fetchone() is None:
         return None
     pages = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
