@@ -210,7 +210,8 @@ class Driver(Protocol):
         ...
 
     # Optional, found by ``getattr``: ``plain_turn(now, done, shares, want)``, a whole
-    # turn of successes (``(lease, outcome)`` pairs of leases with no follow-ups) and
+    # turn of successes (``(lease, outcome)`` pairs of leases whose follow-ups are
+    # ``lifecycle.PLAIN_FOLLOW_UPS``: none, a chain's next step, a batch's count) and
     # a claim shared among queues by ``shares`` (``queueplan.as_shares``), answered
     # as ``(settled, decoded)`` or None with nothing applied when the engine must run
     # that turn itself (R68: the compiled SQLite driver's, stepped in C);

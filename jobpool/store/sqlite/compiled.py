@@ -4,9 +4,10 @@ turn (R68) stepped in C.
 
 Only the road to SQLite is compiled; every statement, transaction and follow-up is
 the pure driver's own code, so the two cannot drift. The plain turn runs the pure
-driver's own texts (``SETTLE_DONE`` and the claim), bound from the leases and
-outcomes in C; the engine offers it only a turn whose every outcome is a success of
-a lease it holds with no follow-ups, and takes its own turn whenever it answers None
+driver's own texts (``SETTLE_DONE``, a success's follow-ups ``SUCCESS_ENDS`` and the
+claim), bound from the leases and outcomes in C; the engine offers it only a turn whose
+every outcome is a success of a lease it holds with no follow-ups but a chain's next
+step and a batch's count (never a lane), and takes its own turn whenever it answers None
 (tests/test_parity.py and tests/test_pump.py hold the two roads equal). Importing this module fails
 (``ImportError``) where the extension is not built, or links a libsqlite3 other than
 the one Python's ``sqlite3`` loaded (R42); ``claimer.driver_class`` then takes the
