@@ -4,9 +4,12 @@ What is watched is where the pages are, the store file or only its WAL, never a 
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
+
+import pytest
 
 import jobpool
 from jobpool.liveness import DEAD_AFTER
@@ -29,62 +32,75 @@ def _file_pages(path) -> int:
     return os.path.getsize(path) // sql.PAGE_SIZE
 
 
-def test_a_bulk_enqueue_beside_a_live_pool_leaves_its_pages_in_the_wal(tmp_path):
-    path = tmp_path / "jobpool.db"
-    store = jobpool.connect(path)
-    _beat(store, time.time())
-    before = _file_pages(path)
+@pytest.fixture
+def beside(tmp_path):
+    """``beside(at)``: a store whose one pool last beat at ``at`` (``time.time()`` if
+    None), as ``(path, store)``; the store is closed after the test."""
+    opened = []
+
+    def make(at: float | None = None):
+        path = tmp_path / "jobpool.db"
+        store = jobpool.connect(path)
+        opened.append(store)
+        _beat(store, time.time() if at is None else at)
+        return path, store
+    yield make
+    for store in opened:
+        store.close()
+
+
+def _bulk(store) -> None:
     store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+
+
+def _copied(path, before: int) -> bool:
+    """Whether a bulk's pages reached the store file (it grew by far more than a page)."""
+    return _file_pages(path) > before + ROWS // 100
+
+
+def test_a_bulk_enqueue_beside_a_live_pool_leaves_its_pages_in_the_wal(beside):
+    path, store = beside()
+    before = _file_pages(path)
+    _bulk(store)
     assert _file_pages(path) == before  # not copied into the store by the producer
     assert os.path.getsize(f"{path}-wal") > sql.WAL_PRODUCER_PAGES * sql.PAGE_SIZE
     # The connection checkpoints its later commits as before.
     assert store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == sql.WAL_PRODUCER_PAGES
     assert store.stats()["ready"] == ROWS
-    store.close()
 
 
-def test_bulk_enqueues_one_after_another_never_pile_up_in_the_wal(tmp_path):
-    # The pool beats but has not started the WAL over (here it never checkpoints): the
-    # next bulk finds a WAL past RESTART_BYTES and copies it into the store itself.
-    path = tmp_path / "jobpool.db"
-    store = jobpool.connect(path)
-    _beat(store, time.time())
+def test_bulk_enqueues_one_after_another_never_pile_up_in_the_wal(beside):
+    # The pool beats but has not copied the WAL (here it never checkpoints): the next
+    # bulk finds more than RESTART_BYTES waiting and copies it into the store itself.
+    path, store = beside()
     before = _file_pages(path)
-    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    _bulk(store)
     assert _file_pages(path) == before
     assert os.path.getsize(f"{path}-wal") > RESTART_BYTES
-    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
-    assert _file_pages(path) > before + ROWS // 100
-    store.close()
+    _bulk(store)
+    assert _copied(path, before)
 
 
-def test_a_bulk_enqueue_after_the_pool_copied_the_last_leaves_its_own_too(tmp_path):
+def test_a_bulk_enqueue_after_the_pool_copied_the_last_leaves_its_own_too(beside):
     # A WAL started over keeps its size: what decides is the frames not yet copied (the
     # wal-index's), so each bulk beside a pool that keeps up leaves its copy to it.
-    import sqlite3
-    path = tmp_path / "jobpool.db"
-    store = jobpool.connect(path)
-    _beat(store, time.time())
-    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    path, store = beside()
+    _bulk(store)
     assert os.path.getsize(f"{path}-wal") > RESTART_BYTES
     pool_side = sqlite3.connect(path)  # what the pool's checkpointer does
     assert pool_side.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0] == 0
     pool_side.close()
     before = _file_pages(path)
     assert os.path.getsize(f"{path}-wal") > RESTART_BYTES  # the file kept its size
-    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
+    _bulk(store)
     assert _file_pages(path) == before  # left to the pool again
-    store.close()
 
 
-def test_a_bulk_enqueue_with_no_live_pool_copies_its_pages_itself(tmp_path):
-    path = tmp_path / "jobpool.db"
-    store = jobpool.connect(path)
-    _beat(store, time.time() - DEAD_AFTER - 5)  # a pool that stopped beating
+def test_a_bulk_enqueue_with_no_live_pool_copies_its_pages_itself(beside):
+    path, store = beside(time.time() - DEAD_AFTER - 5)  # a pool that stopped beating
     before = _file_pages(path)
-    store.enqueue_many("x.job", [(i,) for i in range(ROWS)])
-    assert _file_pages(path) > before + ROWS // 100
-    store.close()
+    _bulk(store)
+    assert _copied(path, before)
 
 
 def test_a_running_pools_checkpointer_copies_a_bulk_enqueue_it_was_left(tmp_path):
@@ -101,8 +117,8 @@ def test_a_running_pools_checkpointer_copies_a_bulk_enqueue_it_was_left(tmp_path
     try:
         wait_for(lambda: store.pools(), timeout=30)
         before = _file_pages(path)
-        store.enqueue_many("x.job", [(i,) for i in range(ROWS)])  # left to the pool
-        wait_for(lambda: _file_pages(path) > before + ROWS // 100, timeout=30)
+        _bulk(store)  # left to the pool
+        wait_for(lambda: _copied(path, before), timeout=30)
     finally:
         pool.terminate()
         _out, err = pool.communicate(timeout=30)
