@@ -729,7 +729,6 @@ cdef class Connection:
             try:
                 self._run(ends[0], params, False, False)
             except SqliteError as exc:
-                from jobpool.store import row_codec
                 from jobpool.store.sqlite.statements import statement_failed_alone
                 if not statement_failed_alone(exc, not sqlite3_get_autocommit(self._db)):
                     raise
@@ -751,7 +750,6 @@ cdef class Connection:
         for row in found:
             item = _plain_claim(row, queue, now, 0.0)
             if item is None:
-                from jobpool.store import row_codec
                 item = row_codec.decode_claim(row, queue, now, 0.0)
                 if type(item) is not Decoded:
                     return -1  # Malformed: dead at once, by the engine's turn

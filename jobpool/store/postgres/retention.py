@@ -144,14 +144,11 @@ class PgDeadLetters:
 
     def delete(self, ids: Iterable[int]) -> dict[int, str]:
         ids = rows.job_ids(ids, "dead.delete")
-
         bound = [bounds.row_id(job_id) for job_id in ids]  # 0 for an id no row can have
 
         def delete(conn: Any) -> dict[int, str]:
             gone = {row[0] for row in conn.execute(pg_sql.DELETE_DEAD, {"ids": bound})}
-            rest = [b for b in bound if b not in gone]
-            statuses = dict(conn.execute(pg_sql.STATUSES_OF, {"ids": rest}).fetchall()
-                            if rest else ())
+            statuses = self.store.statuses_of(conn, [b for b in bound if b not in gone])
             return {job_id: "deleted" if b in gone else _not_dead(statuses.get(b))
                     for job_id, b in zip(ids, bound)}
         return self.store.transaction("deleting dead jobs", delete)

@@ -1479,16 +1479,12 @@ SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = %(status)s
  ORDER BY id FOR UPDATE
 """
 CANCEL_READY_MANY = f"""
-WITH moved AS (DELETE FROM jobs WHERE status = 'ready' AND id IN (
-                   SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-                    ORDER BY id FOR UPDATE)
+WITH moved AS (DELETE FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
                RETURNING *, {told_if_waited()})
 {finish_row(lifecycle.CANCEL_READY, DIALECT, "moved")}
 """
 REQUEST_CANCEL_MANY = """
-UPDATE jobs SET cancel_requested = 1 WHERE status = 'running' AND id IN (
-    SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running'
-     ORDER BY id FOR UPDATE)
+UPDATE jobs SET cancel_requested = 1 WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running'
 RETURNING id
 """
 #: R51: waiting jobs due now, by id or by filter (see ``sql.RUN_NOW``).

@@ -645,8 +645,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             cancelled = {row[0] for row in conn.execute(pg_sql.CANCEL_READY_MANY, params)}
             requested = {row[0] for row in conn.execute(pg_sql.REQUEST_CANCEL_MANY, params)}
             rest = [b for b in bound if b not in cancelled and b not in requested]
-            statuses = dict(conn.execute(pg_sql.STATUSES_OF, {"ids": rest}).fetchall()
-                            if rest else ())
+            statuses = self.statuses_of(conn, rest)
             return {job_id: "cancelled" if b in cancelled else "requested" if b in requested
                     else statuses.get(b, rows.NO_SUCH_JOB) for job_id, b in zip(ids, bound)}
         return self.transaction("cancelling jobs", cancel)
@@ -660,6 +659,12 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             return "requested"
         row = conn.execute(pg_sql.JOB_STATUS, params).fetchone()
         return None if row is None else row[0]
+
+    @staticmethod
+    def statuses_of(conn: Any, ids: list[int]) -> dict[int, str]:
+        """The status of each row of ``ids`` there is (``all_jobs``), by id, in
+        ``conn``'s transaction; nothing is read for no ids."""
+        return dict(conn.execute(pg_sql.STATUSES_OF, {"ids": ids}).fetchall()) if ids else {}
 
     def _made_due(self, conn: Any, moved: list) -> set[int]:
         """R51: wake the pools of the queues whose jobs a run-now moved (R11)."""
@@ -676,7 +681,7 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         def run_now(conn: Any) -> dict[int, str]:
             params = {"ids": bound, "now": self.server_now(conn) if when is None else when}
             made_due = self._made_due(conn, conn.execute(pg_sql.RUN_NOW, params).fetchall())
-            statuses = dict(conn.execute(pg_sql.STATUSES_OF, params).fetchall())
+            statuses = self.statuses_of(conn, bound)
             return rows.run_now_answers(ids, made_due, statuses)
         return self.transaction("making jobs due now", run_now)
 
