@@ -96,6 +96,29 @@ def test_a_bulk_enqueue_after_the_pool_copied_the_last_leaves_its_own_too(beside
     assert _file_pages(path) == before  # left to the pool again
 
 
+def test_a_bulk_enqueue_beside_a_pool_opens_none_of_the_stores_files(beside, monkeypatch):
+    # R42: a descriptor of ours on the store's files, closed, drops every lock SQLite
+    # holds on them in this process. What a bulk asks of the WAL goes through SQLite.
+    import builtins
+    path, store = beside()
+    opened: list[str] = []
+    real_open, real_os_open = builtins.open, os.open
+
+    def watched_open(file, *args, **kwargs):
+        opened.append(os.fspath(file) if isinstance(file, (str, os.PathLike)) else "")
+        return real_open(file, *args, **kwargs)
+
+    def watched_os_open(file, *args, **kwargs):
+        opened.append(os.fspath(file))
+        return real_os_open(file, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", watched_open)
+    monkeypatch.setattr(os, "open", watched_os_open)
+    _bulk(store)
+    _bulk(store)
+    monkeypatch.undo()
+    assert [name for name in opened if name.startswith(str(path))] == []
+
+
 def test_a_bulk_enqueue_with_no_live_pool_copies_its_pages_itself(beside):
     path, store = beside(time.time() - DEAD_AFTER - 5)  # a pool that stopped beating
     before = _file_pages(path)

@@ -34,7 +34,6 @@ import logging
 import os
 import sqlite3
 import signal
-import struct
 import time
 
 from jobpool import bounds, proctree
@@ -206,28 +205,6 @@ def wal_state(wal: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_size, st.st_mtime_ns
-
-
-#: The wal-index (``-shm``) fields ``uncopied_bytes`` reads, as SQLite's file format
-#: documents them (native byte order): the first header's page size (u16 at 14) and
-#: last committed frame (``mxFrame``, u32 at 16), and the checkpoint's ``nBackfill`` (u32
-#: at 96), the frames already copied into the store.
-_SHM_HEAD = struct.Struct("=14xHI76xI")
-
-
-def uncopied_bytes(shm: str) -> int | None:
-    """How many bytes of committed WAL frames are not yet copied into the store, read
-    from the wal-index; None when it cannot be read (no such file, one too short)."""
-    try:
-        with open(shm, "rb") as fh:
-            head = fh.read(_SHM_HEAD.size)
-    except OSError:
-        return None
-    if len(head) < _SHM_HEAD.size:
-        return None
-    page, last, copied = _SHM_HEAD.unpack(head)
-    page = 65536 if page == 1 else page  # SQLite writes 1 for 64 KiB pages
-    return max(0, last - copied) * (page + FRAME_HEADER_BYTES)
 
 
 def wal_size(wal: str) -> int:

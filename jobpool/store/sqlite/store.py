@@ -29,7 +29,7 @@ from jobpool.store.sqlite import retention
 from jobpool.store.sqlite import statements as sql
 from jobpool.store.async_enqueue import AsyncEnqueue
 from jobpool.store.common import SharedStore
-from jobpool.store.sqlite.checkpoint import (RESTART_BYTES, uncopied_bytes, wal_bound,
+from jobpool.store.sqlite.checkpoint import (FRAME_HEADER_BYTES, RESTART_BYTES, wal_bound,
                                              wal_settings, wal_size)
 from jobpool.store.connections import PerThread
 from jobpool.store.sqlite import guarded
@@ -731,11 +731,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             try:
                 if written >= BULK_ROWS:
                     kept = _grow_cache(conn)
+                    left = _leave_checkpoint(conn, self.path)
                 conn.run_one("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn)
-                    if written >= BULK_ROWS:
-                        left = _leave_checkpoint(conn, self.path)
                     conn.run_one("COMMIT")
                 except BaseException:
                     _rollback(conn)
@@ -1064,26 +1063,29 @@ def _set_cache(conn: sqlite3.Connection, setting: int) -> None:
 
 
 def _leave_checkpoint(conn: sqlite3.Connection, path: str) -> int | None:
-    """R26a: a bulk transaction's commit does not copy the WAL into the store itself when
-    a pool has beaten within ``liveness.DEAD_AFTER`` (a pool on a SQLite store runs on
-    this host; its checkpointer copies a changed WAL within a tenth of a second, and
-    starts a WAL past ``RESTART_BYTES`` over), the disk has room now (on a tight one
-    every connection checkpoints its own commits), and the pool's checkpointer is
-    keeping up: at most ``RESTART_BYTES`` of committed frames not yet copied, as the
-    wal-index says (a WAL file keeps its size when it starts over, so its size says
-    nothing of that). So what a producer leaves is one commit's pages, never bulk
-    after bulk piled up while the checkpointer could not copy them; where the
-    wal-index cannot be read (beside a symbolic link, say), it copies them itself.
-    The commit is as durable either way. Returns the connection's
-    ``wal_autocheckpoint`` to put back, or None with nothing changed."""
+    """R26a: before a bulk transaction, whether its commit may leave the copy of its WAL
+    pages into the store to a live pool's checkpointer: a pool has beaten within
+    ``liveness.DEAD_AFTER`` (a pool on a SQLite store runs on this host; its checkpointer
+    copies a changed WAL within a tenth of a second), the disk has room now (on a tight
+    one every connection checkpoints its own commits), and what earlier commits left is
+    copied: a PASSIVE checkpoint first (nothing to do, and nearly free, when the pool
+    keeps up; it copies what the pool has not, when it lags), after which at most
+    ``RESTART_BYTES`` of frames may wait (a reader may keep some back). So a producer
+    leaves at most its own commit's pages, never bulk after bulk piled up. The store's
+    files are never opened here (R42: closing a descriptor of ours on them would drop
+    SQLite's locks); the wal-index is asked through SQLite. The commit is as durable
+    either way. Returns the connection's ``wal_autocheckpoint`` to put back, or None
+    with nothing changed."""
     try:
         folder = os.path.dirname(os.path.abspath(path))
     except OSError:  # a relative path, and the working directory is gone
         return None
-    uncopied = uncopied_bytes(path + "-shm")
-    if uncopied is None or uncopied > RESTART_BYTES or wal_bound(
-            folder, wal_size(path + "-wal"))[1] or conn.execute(
+    if wal_bound(folder, wal_size(path + "-wal"))[1] or conn.execute(
             sql.LIVE_POOL, {"since": time.time() - liveness.DEAD_AFTER}).fetchone() is None:
+        return None
+    _busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    if max(0, frames - copied) * (page + FRAME_HEADER_BYTES) > RESTART_BYTES:
         return None
     pages = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
     conn.execute("PRAGMA wal_autocheckpoint=0")
