@@ -744,8 +744,8 @@ cdef class Connection:
         """``plain_turn``'s claim of up to ``asked`` rows of ``queue``, appended to
         ``decoded`` in claim order (R7): how many it took, or -1 at a row the engine's
         own turn must settle (one the codec refuses, R44, or one past its deadline,
-        R10). A row the C codec does not answer plainly (a chain's, say) is the Python
-        codec's to read, as the engine's claim reads it."""
+        R10). A row the C codec does not answer plainly is the Python codec's to read,
+        as the engine's claim reads it."""
         found = self._run(pick_text, {"now": now, "queue": queue, "limit": asked}, True, True)
         for row in found:
             item = _plain_claim(row, queue, now, 0.0)
@@ -828,8 +828,10 @@ cdef inline bint _utf8_text(object value):
 
 cdef object _plain_claim(object row, object queue, double now, double to_pool_clock):
     """The codec's answer for a row whose every column is plainly sound (exact types,
-    within bounds, UTF-8 text, no chain); None for any other row, which the codec
-    itself then reads. Never a row the codec would refuse (the property test).
+    within bounds, UTF-8 text, a chain the codec's own rule passes); None for any other
+    row, which the codec itself then reads. Never a row the codec would refuse (the
+    property test). A chain (R12) is JSON only Python reads (``row_codec.chain``, the
+    rule the codec applies), asked last, of a row sound in every other column.
     The batch id and metadata (R58) are carried as they are: an integer or NULL, and
     UTF-8 text or NULL. A payload read as text goes to the child as the codec sends it
     (its UTF-8 bytes, any bytes that were not UTF-8 given back as they were stored)."""
@@ -837,8 +839,6 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
         return None
     (job_id, name, data, serializer, attempt, max_attempts, crashes, timeout, deadline,
      priority, line_at, follow_ups, run_at, chain, batch, meta) = <tuple>row
-    if chain is not None:
-        return None
     if batch is not None and type(batch) is not int:
         return None
     if meta is not None and (type(meta) is not str or not _utf8_text(meta)):
@@ -867,6 +867,8 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
     if not (timeout > 0 and isfinite(timeout) and isfinite(line_at) and isfinite(run_at)):
         return None
     if deadline is not None and not (_real(deadline) and deadline == deadline):
+        return None
+    if chain is not None and row_codec.chain(chain) is not None:
         return None
     return _record(Decoded, (
         _record(Lease, (job_id, name, attempt, max_attempts, crashes, deadline, now, follow_ups)),

@@ -346,6 +346,12 @@ ODD = st.sampled_from([None, True, -1, 0, 2**31, -(2**31) - 1, 1.5, -0.0, float(
                        float("-inf"), float("nan"), "", "text", "caf\u00e9", "bad\udcff",
                        b"", b"\xff", 3, 10**19])
 
+#: R12: a chain as ``rows.step_dict`` writes its steps: both codecs answer a row that
+#: carries one (the compiled one asks the codec's chain rule), and refuse it with a
+#: second step spoilt.
+SOUND_CHAIN = ('[{"name": "t.next", "payload": "[[1],{}]", "queue": "default", "priority": 0, '
+               '"max_attempts": 3, "timeout": 30.0}]')
+
 #: Each column of a claimed row (in ``row_codec``'s order): values jobpool writes, and
 #: some at their bounds.
 COLUMNS = (
@@ -354,7 +360,8 @@ COLUMNS = (
     ("json", "pickle"), (1, 2, 9), (1, 3), (0, 2),
     (30.0, 5, 0.001), (None, 1_700_000_000.0, 1_700_000_000, float("inf")),
     (0, -5, 7, 2**31 - 1, -(2**31)), (1_700_000_000.5, 12),
-    (0, 1, 3), (1_700_000_000.5, 99), (None, '[{"name": "x"}]', "[]"),
+    (0, 1, 3), (1_700_000_000.5, 99), (None, '[{"name": "x"}]', "[]", SOUND_CHAIN,
+                                       SOUND_CHAIN[:-1] + ', {"name": "x"}]'),
     (None, 4, 2**62), (None, '{"k": "v"}', '{"k": "\u00e9"}', "[1]", "not json"))
 
 #: Rows as jobpool writes them (most of them decode), the same with one column spoilt
