@@ -9,7 +9,7 @@ import pytest
 import jobpool
 from jobpool.errors import StoreError
 from jobpool.store.postgres import retention
-from tests.conftest import sent_to_server, statements_run
+from tests.conftest import beside_held_locks, sent_to_server, statements_run
 
 
 @pytest.fixture
@@ -36,6 +36,56 @@ def test_a_retry_of_rows_without_keys_takes_no_savepoint_and_wakes_each_queue_on
     store.cancel(one)
     assert statements_run(sent_to_server(store, tmp_path, lambda: store.dead.retry([one]))) \
         <= statements_run(sent)
+
+
+def test_a_retry_of_rows_with_keys_moves_them_together_under_one_savepoint(store, tmp_path):
+    # Dead with a key and in no batch: one statement under one savepoint, whatever their
+    # number; a row whose key a live job holds, and two dead rows sharing a key, are
+    # still answered one by one (one of the two is retried, the other refused).
+    ids = [store.enqueue_with("c.job", key=f"k{i}").id for i in range(12)]
+    store.cancel_many(ids)
+    held = store.enqueue_with("c.job", key="held").id
+    store.cancel(held)
+    store.enqueue_with("c.job", key="held")  # live: the dead row's key is taken
+    twins = [store.enqueue_with("c.job", key="twin").id]
+    store.cancel(twins[0])
+    twins.append(store.enqueue_with("c.job", key="twin").id)
+    store.cancel(twins[1])
+    answers: dict[int, str] = {}
+    sent = sent_to_server(store, tmp_path, lambda: answers.update(store.dead.retry(ids)))
+    assert set(answers.values()) == {"retried"}
+    assert {store.get(job_id)["status"] for job_id in ids} == {"ready"}
+    assert sent.count("SAVEPOINT") == 1
+    # As few as for one row: the server's clock, the lanes, the rows read, the
+    # savepoint, the move, its release, the queue's wake-up.
+    assert statements_run(sent) <= 7
+    one = store.enqueue_with("c.job", key="one").id
+    store.cancel(one)
+    assert statements_run(sent_to_server(store, tmp_path, lambda: store.dead.retry([one]))) \
+        == statements_run(sent)
+    answers = store.dead.retry([held, *twins])
+    assert answers[held] == "key held by a live job"
+    assert sorted(answers[twin] for twin in twins) == ["key held by a live job", "retried"]
+    assert store.get(held)["status"] == "dead"
+
+
+def test_a_key_taken_while_keyed_rows_move_together_sends_them_one_by_one(store, pg_url):
+    # An enqueue holding a key (its transaction open) when the retry's move of the rows
+    # with keys inserts it: the move waits, the enqueue commits, and the move fails
+    # whole. Rolled back to its savepoint, each row is moved alone: the one whose key
+    # was taken is refused, the others retried, nothing lost.
+    ids = [store.enqueue_with("c.job", key=key).id for key in ("k1", "k2", "k3")]
+    store.cancel_many(ids)
+    holder = jobpool.connect(pg_url)
+    try:
+        held, answers = beside_held_locks(
+            holder, lambda conn: holder.enqueue_with("c.job", key="k2", connection=conn),
+            lambda conn: None, lambda: store.dead.retry(ids), waiting_like="%g.key = f.key%")
+    finally:
+        holder.close()
+    assert not isinstance(held, Exception), held
+    assert answers == {ids[0]: "retried", ids[1]: "key held by a live job", ids[2]: "retried"}
+    assert [store.get(job_id)["status"] for job_id in ids] == ["ready", "dead", "ready"]
 
 
 def test_a_retry_answers_each_row_as_it_finds_it_when_the_loose_move_misses_one(

@@ -58,8 +58,9 @@ class PgDeadLetters:
 
         Locks are taken in the order turns, members' ends and a batch cancel take them:
         first the lanes of the rows' groups of limited names, in key order (R35); then the
-        rows dead without a key in no batch, which take no shard, all in one statement;
-        then the other ids by shard, then batch (each reopen locks its batch's shard), and
+        rows dead in no batch, which take no shard, in two statements (those without a
+        key, then those with one under a savepoint, R3); then the other ids by shard,
+        then batch (each reopen locks its batch's shard), and
         only then is each batch reopened read, once, FOR SHARE. Reading a batch between
         two reopens held its row while the retry waited for a shard a member's end held,
         an end that waited for that row: a deadlock, with several members of a batch
@@ -77,23 +78,39 @@ class PgDeadLetters:
             bound_ids = {job_id: bounds.row_id(job_id) for job_id in ids}
             conn.execute(pg_sql.DEAD_LANES, {"ids": list(bound_ids.values())})
             found = conn.execute(pg_sql.DEAD_ROWS, {"ids": list(bound_ids.values())}).fetchall()
-            batch_of = {row_id: batch for row_id, batch, _ in found if batch is not None}
+            batch_of = {row_id: batch for row_id, batch, _, _ in found if batch is not None}
             # Only a row with a key can meet a live job holding it (R3), so a dead row
             # without one (it keeps none: a job's key never changes) is moved without a
             # savepoint, a round trip each way; any other id (one live now may be dead,
             # and its key taken, by the time its turn comes) takes one.
-            unkeyed = {row_id for row_id, _, keyless_dead in found if keyless_dead}
+            unkeyed = {row_id for row_id, _, keyless_dead, _ in found if keyless_dead}
             # Those in no batch take no shard either: all of them in one statement.
             loose = [row_id for row_id in unkeyed if row_id not in batch_of]
-            revived = set()
-            if loose:
-                for row_id, queue in conn.execute(pg_sql.RETRY_DEAD_LOOSE, {
-                        "ids": loose, "now": server_now, "reset_state": reset_state}):
+            revived: set[int] = set()
+
+            def woke(moved: Any) -> None:
+                for row_id, queue in moved:
                     revived.add(row_id)
                     if queue not in woken:
                         woken.add(queue)
                         self.store.notify_ready(conn, queue)
+            params = {"now": server_now, "reset_state": reset_state}
+            if loose:
+                woke(conn.execute(pg_sql.RETRY_DEAD_LOOSE, {"ids": loose, **params}))
+            # Dead with a key and in no batch: together under one savepoint; any row that
+            # stays (its key held, shared, or taken meanwhile) is moved alone below.
+            keyed = [row_id for row_id, batch, _, keyed_dead in found
+                     if keyed_dead and batch is None]
+            if keyed:
+                try:
+                    with conn.transaction():
+                        moved = conn.execute(pg_sql.RETRY_DEAD_KEYED,
+                                             {"ids": keyed, **params}).fetchall()
+                except psycopg.errors.UniqueViolation:
+                    moved = []  # an enqueue took a key meanwhile: each row alone, below
+                woke(moved)
             loose_ids = set(loose)
+            missed = self.store.statuses_of(conn, [b for b in loose if b not in revived])
 
             def lock_order(job_id: int) -> tuple[int, int, int]:
                 bound = bound_ids[job_id]
@@ -101,7 +118,10 @@ class PgDeadLetters:
             for job_id in sorted(ids, key=lock_order):
                 bound = bound_ids[job_id]
                 if bound in loose_ids:
-                    outcome[job_id] = "retried" if bound in revived else _why_not(conn, bound)
+                    outcome[job_id] = "retried" if bound in revived else _not_dead(missed.get(bound))
+                    continue
+                if bound in revived:  # dead with a key, moved with the others
+                    outcome[job_id] = "retried"
                     continue
                 guarded = bound not in unkeyed
                 try:

@@ -1759,6 +1759,26 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue
 """
+#: R32: ``RETRY_DEAD`` of many rows that are dead with a key and in no batch, in one
+#: statement the caller runs under one savepoint (R3): a row whose key a live job holds
+#: stays, and so do rows sharing a key among those given (one of them may be retried:
+#: the caller's row-by-row move answers which). An enqueue that takes one of the keys
+#: while the statement runs fails it whole, and the caller moves the rows one by one.
+RETRY_DEAD_KEYED = f"""
+WITH moved AS (DELETE FROM finished_jobs AS f
+                WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NOT NULL
+                  AND batch_id IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.name = f.name AND j.key = f.key)
+                  AND NOT EXISTS (SELECT 1 FROM finished_jobs AS g
+                                   WHERE g.id = ANY(%(ids)s::bigint[]) AND g.id <> f.id
+                                     AND g.status = 'dead' AND g.name = f.name
+                                     AND g.key = f.key)
+               RETURNING *)
+INSERT INTO jobs ({", ".join(_REVIVED)})
+SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
+  FROM moved
+RETURNING id, queue
+"""
 #: R35: the lanes of the dead rows of limited names a retry is given, made (or bumped)
 #: before it reopens any, in the lanes' key order: each row's insert makes its lane again
 #: (``jobpool_limited_row``), which, row by row, took a lane after the row's batch shard
@@ -1769,9 +1789,11 @@ SELECT queue, priority, name, grp FROM finished_jobs
    AND name IN (SELECT target FROM jobpool_limits WHERE scope = 'name')""")
 #: The finished rows a retry is given, read before it reopens any: each one's batch
 #: (R34: it takes their shards in the order a statement's member ends take them, shard
-#: then batch), and whether it is dead without a key (R3: no live job can hold its key).
+#: then batch), and whether it is dead without a key (R3: no live job can hold its key)
+#: or dead with one.
 DEAD_ROWS = """
-SELECT id, batch_id, status = 'dead' AND key IS NULL FROM finished_jobs
+SELECT id, batch_id, status = 'dead' AND key IS NULL, status = 'dead' AND key IS NOT NULL
+  FROM finished_jobs
  WHERE id = ANY(%(ids)s::bigint[])
 """
 #: R34: whether a batch whose count a retry reopened has finished meanwhile: another
