@@ -88,6 +88,43 @@ def test_a_key_taken_while_keyed_rows_move_together_sends_them_one_by_one(store,
     assert [store.get(job_id)["status"] for job_id in ids] == ["ready", "dead", "ready"]
 
 
+def test_a_retry_of_many_members_of_batches_reopens_each_shard_by_its_count(store, tmp_path):
+    # R34: the dead members of two unfinished batches (each keeps a live member), more
+    # than one in most shards (id mod 16): their shards are locked in one statement and
+    # the members moved in one, each shard's count reopened by its members moved, as
+    # few statements as for one member.
+    batches, dead = [], []
+    for _ in range(2):
+        batch = store.batch()
+        ids = batch.add_many("c.job", [(i,) for i in range(40)]).ids
+        batch.close()
+        store.cancel_many(ids[1:])
+        batches.append(batch.id)
+        dead.extend(ids[1:])
+    assert [store.batch_status(b)[2:5] for b in batches] == [(1, 0, 39)] * 2
+    report = None
+
+    def retry():
+        nonlocal report
+        report = store.dead.retry_report(dead)
+    sent = sent_to_server(store, tmp_path, retry)
+    assert set(report.answers.values()) == {"retried"} and report.alone == {} == report.cancelled
+    assert [store.batch_status(b)[2:5] for b in batches] == [(40, 0, 0)] * 2
+    assert {store.get(job_id)["status"] for job_id in dead} == {"ready"}
+    assert sent.count("SAVEPOINT") == 0
+    # The server's clock, the lanes, the rows read, the shards locked, the move, the
+    # queue's wake-up, and each batch reopened read again once (its callbacks, R34):
+    # as for one member of each batch, where a row at a time took three a member.
+    assert statements_run(sent) <= 6 + len(batches)
+    batch = store.batch()
+    one = batch.add_many("c.job", [(1,), (2,)]).ids
+    batch.close()
+    store.cancel(one[0])
+    assert statements_run(sent_to_server(store, tmp_path, lambda: store.dead.retry([one[0]]))) \
+        <= 6 + 1
+    assert store.batch_status(batch.id)[2:5] == (2, 0, 0)
+
+
 def test_a_retry_answers_each_row_as_it_finds_it_when_the_loose_move_misses_one(
         store, pg_url, monkeypatch):
     # A row read dead without a key and in no batch is deleted by another caller before

@@ -59,9 +59,11 @@ class PgDeadLetters:
         Locks are taken in the order turns, members' ends and a batch cancel take them:
         first the lanes of the rows' groups of limited names, in key order (R35); then the
         rows dead in no batch, which take no shard, in two statements (those without a
-        key, then those with one under a savepoint, R3); then the other ids by shard,
-        then batch (each reopen locks its batch's shard), and
-        only then is each batch reopened read, once, FOR SHARE. Reading a batch between
+        key, then those with one under a savepoint, R3); then the shards of every dead
+        member of a batch named, by shard, then batch, in one statement, before the
+        members without a key move together and any other row alone (a reopen on a
+        shard already held); and only then is each batch reopened read, once, FOR
+        SHARE. Reading a batch between
         two reopens held its row while the retry waited for a shard a member's end held,
         an end that waited for that row: a deadlock, with several members of a batch
         retried at once (``dead retry --all``); so did two batches' members of one shard
@@ -109,8 +111,21 @@ class PgDeadLetters:
                 except psycopg.errors.UniqueViolation:
                     moved = []  # an enqueue took a key meanwhile: each row alone, below
                 woke(moved)
-            loose_ids = set(loose)
-            missed = self.store.statuses_of(conn, [b for b in loose if b not in revived])
+            # Members of batches: every shard they count in locked first, in order; those
+            # without a key then move together, any other alone, below.
+            members = [row_id for row_id in unkeyed if row_id in batch_of]
+            if batch_of:
+                conn.execute(pg_sql.LOCK_DEAD_MEMBERS_SHARDS, {"ids": list(batch_of)})
+            if members:
+                counted = conn.execute(pg_sql.RETRY_DEAD_MEMBERS,
+                                       {"ids": members, **params}).fetchall()
+                woke((row_id, queue) for row_id, queue, _, _ in counted)
+                for row_id, _, batch_id, reopen in counted:
+                    # Counted in its batch again (unless it finished since), or run alone.
+                    (reopened if reopen else alone).setdefault(batch_id, []).append(row_id)
+            loose_ids = set(loose) | set(members)
+            missed = self.store.statuses_of(
+                conn, [b for b in loose_ids if b not in revived])
 
             def lock_order(job_id: int) -> tuple[int, int, int]:
                 bound = bound_ids[job_id]

@@ -1779,6 +1779,45 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue
 """
+#: R34: the shards of the dead members of batches a retry is given, locked before it
+#: moves any, in the order a statement's member ends take them (shard, then batch): the
+#: members without a key then move in one statement (``RETRY_DEAD_MEMBERS``) and any
+#: other member alone, each reopen on a shard the retry already holds.
+LOCK_DEAD_MEMBERS_SHARDS = f"""
+SELECT 1 FROM jobpool_batch_shards
+ WHERE (batch_id, shard) IN (SELECT batch_id, mod(id, {BATCH_SHARDS}) FROM finished_jobs
+                              WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
+                                AND batch_id IS NOT NULL)
+ ORDER BY shard, batch_id
+   FOR UPDATE
+"""
+#: R32, R34: ``RETRY_DEAD`` of many dead members of batches without a key, in one
+#: statement (their shards locked first, ``LOCK_DEAD_MEMBERS_SHARDS``): each shard's
+#: count reopened by the number of its members moved, where the batch had not finished
+#: when the statement began; each row answered with whether its shard was reopened.
+RETRY_DEAD_MEMBERS = f"""
+WITH moved AS (DELETE FROM finished_jobs
+                WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NULL
+                  AND batch_id IS NOT NULL
+               RETURNING *),
+counted AS (SELECT batch_id, mod(id, {BATCH_SHARDS}) AS shard, count(*)::integer AS n
+              FROM moved GROUP BY batch_id, mod(id, {BATCH_SHARDS})),
+reopened AS (
+    UPDATE jobpool_batch_shards AS s SET pending = s.pending + c.n, dead = s.dead - c.n
+      FROM counted AS c, jobpool_batches AS b
+     WHERE s.batch_id = c.batch_id AND s.shard = c.shard
+       AND b.id = c.batch_id AND b.finished_at IS NULL
+    RETURNING s.batch_id, s.shard),
+revived AS (
+    INSERT INTO jobs ({", ".join(_REVIVED)})
+    SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
+      FROM moved
+    RETURNING id, queue, batch_id)
+SELECT v.id, v.queue, v.batch_id,
+       EXISTS (SELECT 1 FROM reopened AS r
+                WHERE r.batch_id = v.batch_id AND r.shard = mod(v.id, {BATCH_SHARDS}))
+  FROM revived AS v
+"""
 #: R35: the lanes of the dead rows of limited names a retry is given, made (or bumped)
 #: before it reopens any, in the lanes' key order: each row's insert makes its lane again
 #: (``jobpool_limited_row``), which, row by row, took a lane after the row's batch shard
