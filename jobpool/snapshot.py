@@ -226,7 +226,7 @@ def _drain_view(value: Any) -> DrainView | None:
     running, ends = value.get("running"), value.get("drain_ends_at")
     if not isinstance(running, int) or isinstance(running, bool):
         return None
-    if isinstance(ends, bool) or not isinstance(ends, int | float) or not math.isfinite(ends):
+    if not bounds.finite_number(ends):
         ends = None  # ``--drain inf``: the pool waits for its jobs however long they take
     return DrainView(running=running, drain_ends_at=ends)
 

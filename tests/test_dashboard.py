@@ -502,6 +502,17 @@ def test_a_slot_whose_job_finished_since_the_heartbeat_is_idle(world):
     assert not second.busy
 
 
+@pytest.mark.parametrize("ends", [10**400, "soon", float("nan"), True],
+                         ids=["past floats", "text", "nan", "true"])
+def test_a_drains_end_no_float_holds_reads_as_no_end(world, ends):
+    # R44: the heartbeat's JSON is a row's; an integer past any float (JSON's integers
+    # have no bound) raised in the check and stopped the dashboard's read.
+    insert_pool(world.store, OWNER, world.now - 0.2, [], busy=1,
+                stopping={"running": 1, "drain_ends_at": ends})
+    (live,) = read_snapshot(world.store, world.now).pools
+    assert live.stopping == DrainView(running=1, drain_ends_at=None)
+
+
 def test_read_snapshot_carries_a_stopping_pools_drain(world):
     # Given the heartbeat of a pool in a graceful stop
     insert_pool(world.store, OWNER, world.now - 0.2, [], busy=1, scale_refused="asked for 9",

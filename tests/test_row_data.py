@@ -179,6 +179,11 @@ CHAINS = {
     "a budget past 32 bits": ('[{"name": "r.step", "queue": "default", "payload": "[[1],{}]", '
                               '"priority": 0, "max_attempts": 1099511627776}]',
                               "step 0: max_attempts: the integer 1099511627776"),
+    # JSON's integers have no bound: one past any float is no number of seconds (a
+    # check that made it a float raised, and the claim's error stopped the pool).
+    "a timeout past any float": ('[{"name": "r.step", "queue": "default", "payload": '
+                                 '"[[1],{}]", "priority": 0, "timeout": 1' + "0" * 400 + '}]',
+                                 "step 0: timeout: the integer 1" + "0" * 39 + "…, not seconds"),
     # R55: a step's own metadata is a JSON object, or the step has none.
     "a step's meta not an object": ('[{"name": "r.step", "queue": "default", '
                                     '"payload": "[[1],{}]", "priority": 0, "meta": "x"}]',

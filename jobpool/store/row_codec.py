@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from keyword import iskeyword
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
@@ -67,7 +68,11 @@ def shown(value: Any) -> str:
     if isinstance(value, bool):
         return f"the JSON {str(value).lower()}"
     if isinstance(value, int):
-        return f"the integer {value}"
+        try:
+            digits = str(value)
+        except ValueError:  # past Python's own bound on an integer's digits
+            return f"a {value.bit_length()}-bit integer"
+        return f"the integer {digits if len(digits) <= 40 else digits[:40] + '…'}"
     if isinstance(value, float):
         return f"the number {value!r}"
     if isinstance(value, str):
@@ -106,10 +111,18 @@ def integer(what: str, least: int | None = None, most: int | None = None) -> Rul
                 bounds_sql[len(" AND "):] or "TRUE")
 
 
+def _past_floats(value: Any) -> bool:
+    """An integer no float holds (JSON's integers have no bound: ``10**400`` in a chain's
+    step), which every check that makes it a float would raise on."""
+    return isinstance(value, int) and not -sys.float_info.max <= value <= sys.float_info.max
+
+
 def number(what: str, *, finite: bool = True, above: float | None = None) -> Rule:
-    """A number: never NaN, finite unless ``finite`` is False, more than ``above``."""
+    """A number a float holds: never NaN, finite unless ``finite`` is False, more than
+    ``above``."""
     def check(value: Any) -> str | None:
-        if (not _is_number(value) or value != value or (finite and not math.isfinite(value))
+        if (not _is_number(value) or value != value or _past_floats(value)
+                or (finite and not math.isfinite(value))
                 or (above is not None and not value > above)):
             return _not(value, what)
         return None

@@ -1,12 +1,13 @@
 """How the pages write times, sizes and an attempt's end (R47): filters of every template."""
 from __future__ import annotations
 
-import math
 import time
 from datetime import datetime, timezone
 from typing import Any
 
 from jinja2 import Environment
+
+from jobpool import bounds
 
 from jobpool.dashboard import duration
 from jobpool.display import meta_text
@@ -27,9 +28,7 @@ def number(value: Any) -> float | None:
     """``value`` as a finite number, or None. An attempt line is data (R44): written by
     hand or by an older release, a column may hold text where a number belongs, which
     a page shows as nothing rather than fail on."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+    return float(value) if bounds.finite_number(value) else None
 
 
 def mib(size: Any) -> str:
