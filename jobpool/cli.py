@@ -1281,6 +1281,11 @@ def cmd_dead_purge(args: argparse.Namespace, out: _Stdout) -> int:
     return 0
 
 
+def _since(at: float | None, now: float, form: str) -> str:
+    """How long ago ``at`` was, in ``form``; ``?`` for a time a row holds as none (R44)."""
+    return "?" if at is None else form.format(now - at)
+
+
 def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     pools = store.pools()
@@ -1300,8 +1305,8 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
         # pool reclaims its leases and removes it.
         state = f"dead: {pool['dead']}" if pool["dead"] else "running"
         cells.append((pool["host"], str(pool["pid"]), state, str(pool["procs"]), pool["queues"],
-                      pool["core"], f"{now - pool['started_at']:.0f}s",
-                      f"{now - pool['heartbeat_at']:.1f}s ago",
+                      pool["core"], _since(pool["started_at"], now, "{:.0f}s"),
+                      _since(pool["heartbeat_at"], now, "{:.1f}s ago"),
                       str(counters.get("completed", 0)), str(counters.get("dead", 0))))
         if counters.get("scale_refused"):
             refusals.append(f"pool {pool['host']}:{pool['pid']} refused a scale: "

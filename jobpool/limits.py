@@ -214,7 +214,8 @@ def refill(tokens: float | None, refilled_at: float | None, rate: Rate, burst: i
            now: float) -> float:
     """R36: the tokens a bucket holds at ``now``: it starts full, refills at the
     rate on the store's clock, and holds at most ``burst``."""
-    if tokens is None or refilled_at is None:
+    if not (bounds.finite_number(tokens) and bounds.finite_number(refilled_at)):
+        # Never written, or written by hand as no number (R44): a bucket starts full.
         return float(burst)
     return min(float(burst), tokens + max(0.0, now - refilled_at) * rate.per_second)
 
@@ -235,8 +236,17 @@ def room_of(limit: NameLimit, running: int, tokens: float | None) -> int:
 def choose(candidates: Sequence[Candidate], want: int) -> list[Candidate]:
     """R7 among the candidates: priority, then rotation between groups (every
     group's first row before any group's second), then place in line, then id."""
-    ranked = sorted(candidates, key=lambda c: (-c.priority, c.round, c.line_at, c.job_id))
+    ranked = sorted(candidates, key=_claim_order)
     return ranked[:max(0, want)]
+
+
+def _claim_order(candidate: Candidate) -> tuple:
+    """R7's sort key of a candidate. A row's priority or line that is no number (a row
+    written by hand, R44) sorts first: the claim takes it, and the codec's refusal
+    settles it dead at once naming the column."""
+    priority = -candidate.priority if bounds.finite_number(candidate.priority) else -math.inf
+    line = candidate.line_at if bounds.finite_number(candidate.line_at) else -math.inf
+    return (priority, candidate.round, line, candidate.job_id)
 
 
 class LimitedSource(Protocol):

@@ -20,10 +20,15 @@ DEAD_AFTER = bounds.env_seconds("JOBPOOL_DEAD_AFTER", 10.0)
 
 def pool_death(pool: Mapping[str, Any], now: float, dead_after: float = DEAD_AFTER) -> str | None:
     """Why the pool of this row is dead (``"process gone"``, ``"no heartbeat for 42 s"``),
-    or None while it lives."""
+    or None while it lives. A heartbeat that is no time (a row written by hand, R44)
+    judges nothing: the pool is not taken for dead by it (its leases still expire,
+    R23), as taking a live pool's jobs back would run them twice."""
     if procinfo.owner_is_dead(pool["owner"]):
         return "process gone"
-    silent = now - pool["heartbeat_at"]
+    beat = pool["heartbeat_at"]
+    if not bounds.finite_number(beat):
+        return None
+    silent = now - beat
     if silent > dead_after:
         return f"no heartbeat for {silent:.0f} s"
     return None

@@ -9,6 +9,7 @@ import os
 import select
 import signal
 import socket
+from typing import Any
 
 
 def host_id() -> str:
@@ -36,13 +37,32 @@ def process_start_time(pid: int) -> str:
     return stat.rsplit(b")", 1)[1].split()[19].decode()
 
 
-def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` was a supervisor on this host whose process is gone (R24)."""
+#: The largest pid any Linux gives (``pid_max`` is at most 2**22; ``kill`` takes a
+#: 32-bit ``pid_t``).
+PID_MOST = 2**31 - 1
+
+
+def _owner_pid(owner: Any) -> int | None:
+    """The pid of a supervisor of this host that ``owner`` (``host:pid:start``) names,
+    or None."""
+    if not isinstance(owner, str):
+        return None
     host, _, rest = owner.partition(":")
-    pid_text, _, start = rest.partition(":")
-    if host != host_id() or not pid_text.isdigit():
+    pid_text = rest.partition(":")[0]
+    if (host != host_id() or not pid_text.isascii() or not pid_text.isdigit()
+            or len(pid_text) > 10 or not 0 < int(pid_text) <= PID_MOST):
+        return None
+    return int(pid_text)
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` was a supervisor on this host whose process is gone (R24).
+    An owner that names no pid of this host (not text, a pid past any ``pid_t``, digits
+    other than ASCII's: a row written by hand, R44) is not judged."""
+    pid = _owner_pid(owner)
+    if pid is None:
         return False
-    pid = int(pid_text)
+    start = owner.split(":", 2)[2] if owner.count(":") >= 2 else ""
     if pid == os.getpid():
         return False
     try:
@@ -61,12 +81,11 @@ def owner_exited(owner: str) -> bool:
     is gone or reused (``owner_is_dead``), or a zombie its parent has not reaped yet."""
     if owner_is_dead(owner):
         return True
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != host_id() or not pid_text.isdigit():
+    pid = _owner_pid(owner)
+    if pid is None:
         return False
     try:
-        with open(f"/proc/{pid_text}/stat", "rb") as fh:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
         return False  # no /proc here: alive as far as anyone can tell

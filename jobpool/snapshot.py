@@ -104,12 +104,12 @@ class PoolView:
 
     owner: str
     host: str
-    pid: int
-    procs: int
+    pid: int | None      # None, and the times: the row holds no such value there (R44)
+    procs: int | None
     queues: tuple[str, ...]
     core: str
-    started_at: float
-    heartbeat_at: float
+    started_at: float | None
+    heartbeat_at: float | None
     counters: Mapping[str, int] = field(default_factory=dict)
     stopping: DrainView | None = None
 
@@ -312,10 +312,17 @@ def _running_row(row: tuple) -> tuple:
     return (*(job[c] for c in _RUNNING_COLUMNS), f"{row_codec.MALFORMED}: {', '.join(found)}")
 
 
+def _count(value: Any) -> int | None:
+    """A heartbeat's pid or RSS (R44: a pools row is data): a whole number from 0 that a
+    float holds, else none."""
+    return value if bounds.whole_within(value, 0, 1 << 62) else None
+
+
 def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
                now: float, waiting: int = 0) -> SlotView:
+    pid, rss = _count(beat.get("pid")), _count(beat.get("rss"))
     if row is None:
-        return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), rss=beat.get("rss"))
+        return SlotView(pool=pool, slot=slot, pid=pid, rss=rss)
     job_id, name, _owner, attempt, started, timeout, progress, stage, meta, malformed = row
     if (beat.get("job_id"), beat.get("attempt")) != (job_id, attempt):
         # Progress reaches the row at a heartbeat; this attempt has had none yet,
@@ -325,10 +332,10 @@ def _slot_view(pool: int, slot: int, beat: Mapping[str, Any], row: tuple | None,
         # R63: the row's started_at is its chunk's claim; it ran from its own start.
         started += _waited(beat, now - started)
     stage = malformed or stage
-    return SlotView(pool=pool, slot=slot, pid=beat.get("pid"), job_id=job_id, name=name,
+    return SlotView(pool=pool, slot=slot, pid=pid, job_id=job_id, name=name,
                     attempt=attempt, started=started,
                     elapsed=None if started is None else max(0.0, now - started),
-                    timeout=timeout, progress=progress, stage=stage, rss=beat.get("rss"),
+                    timeout=timeout, progress=progress, stage=stage, rss=rss,
                     # The codec checked it is a JSON object's text (R44: else None).
                     meta=None if meta is None else serialize.loads(meta), waiting=waiting)
 

@@ -12,6 +12,7 @@ that column wrong.
 """
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import subprocess
@@ -20,8 +21,10 @@ import textwrap
 import time
 
 import pytest
+from rich.console import Console
 
 from jobpool.handles import Signature
+from jobpool.dashboard import render
 from jobpool.snapshot import read_snapshot
 from tests.conftest import insert_job, wait_for
 
@@ -667,3 +670,113 @@ def test_the_depth_scan_reads_strings_left_open_once():
             serialize.check_depth("[" * 10_001 + '"open')
     finally:
         sys.setrecursionlimit(limit)
+
+
+# -- the store's other tables: rows every pool reads at each heartbeat (R44) -------------
+
+def _foreign_pool(store_url: str, owner: str) -> None:
+    """A pools row of another supervisor, beating now, written by hand."""
+    raw(store_url, "INSERT INTO pools (owner, host, pid, procs, queues, core, started_at, "
+                   "heartbeat_at, counters, slots) VALUES (%s, %s, 1, 1, 'default', 'pure', "
+                   "%s, %s, '{}', '[]')", (owner, owner.partition(":")[0], time.time(), time.time()))
+
+
+def _this_host() -> str:
+    from jobpool import procinfo
+    return procinfo.host_id()
+
+
+#: A pools row written wrong: (its owner, the column, what SQLite holds, what PostgreSQL
+#: holds; None: the store cannot hold it so, or holding it so never failed a read).
+POOL_ROWS = {
+    "counters not JSON": ("elsewhere:7:1", "counters", "not json", "not json"),
+    "counters a list": ("elsewhere:7:1", "counters", "[1]", "[1]"),
+    "slots an object": ("elsewhere:7:1", "slots", '{"a": 1}', '{"a": 1}'),
+    "a slot not an object": ("elsewhere:7:1", "slots", '[1, {"slot": "x"}]', '[1, {"slot": "x"}]'),
+    "a slot's RSS of text": ("elsewhere:7:1", "slots", '[{"slot": 0, "rss": "big", "pid": "x"}]',
+                             '[{"slot": 0, "rss": "big", "pid": "x"}]'),
+    "a heartbeat of text": ("elsewhere:7:1", "heartbeat_at", "soon", None),
+    "a pid past any pid_t": (f"{_this_host()}:{'9' * 30}:1", None, None, None),
+    "a pid in other digits": (f"{_this_host()}:\u00b2:1", None, None, None),
+}
+
+
+@pytest.mark.parametrize("case", POOL_ROWS)
+def test_a_pools_row_written_wrong_stops_no_pool_and_no_reader(app, store_url, case):
+    # Every pool reads every pools row at its heartbeat (to bury dead ones): one row
+    # that failed the read (not JSON, a heartbeat of text, an owner's pid os.kill
+    # cannot take) stopped every pool on the store, and `jobpool pools` with it.
+    owner, column, sqlite_value, pg_value = POOL_ROWS[case]
+    value = pg_value if is_pg(store_url) else sqlite_value
+    if column is not None and value is None:
+        pytest.skip("the store cannot hold it so, or holding it so never failed a read")
+    store = app.store()
+    _foreign_pool(store_url, owner)
+    if column is not None:
+        raw(store_url, f"UPDATE pools SET {column} = %s WHERE owner = %s", (value, owner))
+    ids = [store.enqueue("r.work", tag).id for tag in ("a", "b")]
+    app.start("--procs", "1", timeout=60)
+    assert sorted(ran(app)) == ["work a", "work b"]
+    assert {store.get(job_id)["status"] for job_id in ids} == {"done"}
+    listed = app.cli("pools", "--db", str(app.db))
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert any(pool["owner"] == owner for pool in store.pools())
+    # The dashboard's and the web's read of the fleet (`jobpool top`, R30) too.
+    console = Console(record=True, width=120, height=40, file=io.StringIO())
+    console.print(render(read_snapshot(store, time.time()), 120, 40))
+
+
+def test_a_limit_row_no_pool_can_obey_stops_none_and_holds_its_name(app, store_url):
+    # R35, R36: a pool reads every limit row at each heartbeat; a rate no pool can read
+    # raised before the plan was cut to the names it serves, and every pool stopped.
+    store = app.store()
+    raw(store_url, "INSERT INTO jobpool_limits (scope, target, max_running, rate, burst, set_by, "
+                   "set_at) VALUES ('name', 'r.other', NULL, '30/d', 1, 'by hand', 0)")
+    store.enqueue("r.work", "a")
+    result = app.start("--procs", "1", timeout=60)
+    assert ran(app) == ["work a"]
+    assert "the name limit of 'r.other' cannot be read" in result.stderr
+    from jobpool.store.limit_store import plan_from_rows
+    plan = plan_from_rows([("name", "r.other", None, "30/d", 1, None, "by hand", 0.0),
+                           ("queue", "q", "five", None, 1, None, "by hand", 0.0),
+                           ("name", 7, 1, None, 1, None, "by hand", 0.0)])
+    assert plan.names["r.other"].max_running == 0 and plan.queues == {"q": 0}
+    assert 7 not in plan.names
+
+
+def test_a_running_row_whose_owner_is_no_text_stops_no_pool_at_its_start(app, store_url):
+    # R24 at start: a pool looks at every lease owner's process; an owner written as a
+    # number (SQLite keeps it) raised in that look and the pool never started.
+    if is_pg(store_url):
+        pytest.skip("PostgreSQL's lease_owner is text")
+    store = app.store()
+    victim = store.enqueue("r.work", "victim").id
+    other = store.enqueue("r.work", "other").id
+    raw(store_url, "UPDATE jobs SET status = 'running', attempts = 1, lease_owner = 12345, "
+                   "lease_expires_at = %s WHERE id = %s", (time.time() + 3600, victim))
+    app.start("--procs", "1", timeout=60)
+    assert ran(app) == ["work other"]
+    assert store.get(other)["status"] == "done"
+
+
+def test_a_scale_request_of_no_whole_number_is_not_obeyed_and_stops_no_pool(app, store_url):
+    # R27: a pool reads its own row's desired_procs at each beat; text (SQLite keeps it)
+    # or a fraction made int() raise there, and the pool stopped.
+    if is_pg(store_url):
+        pytest.skip("PostgreSQL's desired_procs is an integer")
+    pool = app.spawn("--procs", "1", "--no-dashboard", "-q")
+    try:
+        store = app.store()
+        wait_for(lambda: store.pools(), timeout=30)
+        owner = store.pools()[0]["owner"]
+        for wrong in ("five", 2.5):
+            raw(store_url, "UPDATE pools SET desired_procs = %s WHERE owner = %s", (wrong, owner))
+            wait_for(lambda: store.pools()[0]["desired_procs"] is None, timeout=30)
+        job_id = store.enqueue("r.work", "after").id
+        wait_for(lambda: store.get(job_id)["status"] == "done", timeout=30)
+        assert pool.poll() is None
+        assert store.pools()[0]["procs"] == 1
+    finally:
+        pool.terminate()
+        pool.wait(30)
+    assert pool.returncode == 0, pool.stderr.read()

@@ -144,7 +144,11 @@ class SharedStore:
         cancels = conn.execute(statements.CANCELS_FOR_OWNER, {"owner": owner}).fetchall()
         paused = conn.execute(statements.PAUSED_QUEUES).fetchall()
         limit_rows = conn.execute(statements.READ_LIMITS).fetchall()
-        return Requests(stop=bool(stop), procs=desired,
+        # A scale request is a whole number of procs; anything else written by hand
+        # (text, a fraction, an infinity: R44) is acknowledged and not obeyed.
+        return Requests(stop=bool(stop),
+                        procs=int(desired) if bounds.finite_number(desired)
+                        and desired == int(desired) else None,
                         cancels=tuple((job_id, attempt) for job_id, attempt in cancels),
                         registered_anew=bool(anew),
                         paused=frozenset(row[0] for row in paused),

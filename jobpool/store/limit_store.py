@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from jobpool import bounds
-from jobpool.errors import EnqueueError, StoreError
+from jobpool.errors import EnqueueError, JobpoolError, StoreError
 from jobpool.limits import LimitPlan, NameLimit, parse_rate, refill
 from jobpool.store import held_rows
 from jobpool.store import rows as store_rows
@@ -35,12 +35,54 @@ GROUP_IDLE = 86400.0
 ADOPT_PATIENCE = 30.0
 
 
+#: The unreadable limit rows this process has warned of (once each, not every beat).
+_warned: set[tuple[Any, Any, str]] = set()
+
+
+def _unreadable(limit: LimitRow) -> str | None:
+    """What makes a ``jobpool_limits`` row no limit a pool can obey (R44: written by
+    hand or by another release), or None."""
+    if limit.max_running is not None and not bounds.whole_within(limit.max_running, 0,
+                                                                 bounds.INT32_MAX):
+        return f"max_running {limit.max_running!r} is not a whole number from 0"[:200]
+    if limit.scope == "queue":
+        return None
+    if not bounds.whole_within(limit.burst, 1, bounds.INT32_MAX):
+        return f"burst {limit.burst!r} is not a whole number from 1"[:200]
+    if limit.group_by is not None and not isinstance(limit.group_by, str):
+        return f"group_by {limit.group_by!r} is not text"[:200]
+    if limit.rate is not None:
+        try:
+            parse_rate(limit.rate)
+        except JobpoolError as exc:
+            return str(exc)[:200]
+    return None
+
+
 def plan_from_rows(rows: list[tuple]) -> LimitPlan:
-    """The store's ``jobpool_limits`` rows as a ``LimitPlan``."""
+    """The store's ``jobpool_limits`` rows as a ``LimitPlan``.
+
+    Every pool reads every row at each heartbeat, so a row no pool can obey stops none
+    (R44): its name's or queue's jobs are held (a limit of none running) and each
+    process warns of it once, until a pool that serves the name declares it again at
+    its start, or an operator sets it (``jobpool limits``)."""
     names: dict[str, NameLimit] = {}
     queues: dict[str, int] = {}
     for row in rows:
         limit = LimitRow(*row)
+        if not isinstance(limit.target, str):
+            continue  # names no job or queue: nothing it could limit
+        why = _unreadable(limit)
+        if why is not None:
+            if (limit.scope, limit.target, why) not in _warned:
+                _warned.add((limit.scope, limit.target, why))
+                log.warning("the %s limit of %r cannot be read (%s): its jobs are held until "
+                            "it is set again", limit.scope, limit.target, why)
+            if limit.scope == "queue":
+                queues[limit.target] = 0
+            else:
+                names[limit.target] = NameLimit(limit.target, 0, None, 1, None)
+            continue
         if limit.scope == "queue":
             if limit.max_running is not None:
                 queues[limit.target] = int(limit.max_running)

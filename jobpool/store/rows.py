@@ -782,12 +782,39 @@ def job_dict(columns, row, *, raw_result: bool = False) -> dict[str, Any]:
     return job
 
 
+def _json_cell(text: Any, kind: type) -> Any:
+    """A JSON column of a ``pools`` row (R44): the value it holds when it is text that
+    reads as a ``kind``, else an empty ``kind``, as if nothing were written there."""
+    if isinstance(text, (str, bytes)):
+        try:
+            value = serialize.loads(text)
+        except (ValueError, RecursionError):
+            return kind()
+        if isinstance(value, kind):
+            return value
+    return kind()
+
+
 def pool_dict(columns, row, now: float, dead_after: float) -> dict[str, Any]:
     """A ``pools`` row as ``Store.pools`` returns it: counters and slots decoded, and
-    ``dead`` saying why its supervisor is gone at ``now`` (the store's clock), or None."""
+    ``dead`` saying why its supervisor is gone at ``now`` (the store's clock), or None.
+
+    Every pool reads every row at each heartbeat (R24b), so no row may fail the read
+    (R44): counters that are not a JSON object read as none, slots that are not a list
+    of objects with a whole slot number as none, and a heartbeat that is no time as
+    no heartbeat to judge by (``liveness.pool_death``); any other column read as none
+    (a time, a pid or a count that is no number; a name or list that is no text)."""
     pool = dict(zip(columns, row))
-    pool["counters"] = serialize.loads(pool["counters"])
-    pool["slots"] = serialize.loads(pool["slots"])
+    for column in ("started_at", "heartbeat_at"):
+        pool[column] = float(pool[column]) if bounds.finite_number(pool[column]) else None
+    for column in ("pid", "procs"):
+        pool[column] = pool[column] if bounds.whole_within(pool[column], 0, 1 << 62) else None
+    for column in ("host", "queues", "core", "names"):
+        if column in pool and not isinstance(pool[column], str):
+            pool[column] = ""
+    pool["counters"] = _json_cell(pool["counters"], dict)
+    pool["slots"] = [slot for slot in _json_cell(pool["slots"], list)
+                     if isinstance(slot, dict) and bounds.whole_within(slot.get("slot"), 0, 1 << 31)]
     pool["dead"] = liveness.pool_death(pool, now, dead_after)
     return pool
 
