@@ -298,6 +298,35 @@ def test_a_rate_never_overdraws_its_bucket(store, claimer):
     assert len(starts) >= 5  # it refills: more than the burst over 1.5 s
 
 
+def test_a_bucket_written_as_no_number_reads_full_and_stops_no_claim(store, claimer):
+    # R36, R44: a group's bucket is a row; one written by hand as no number (text on
+    # SQLite, an infinity on PostgreSQL) raised in the claim's refill, and the pool
+    # stopped. It reads as full: at most the burst is claimed, and the claim goes on.
+    declare(store, NameLimit(RATED, None, parse_rate("1/h"), 2, None))
+    for i in range(5):
+        store.enqueue(RATED, i)
+    c = claimer()
+    finish(c, claim(c, 1))  # the bucket's row is written, one token spent
+    pg = store.__class__.__name__.startswith("Postgres")
+    store.transaction("spoiling the bucket", lambda conn: conn.execute(
+        "UPDATE jobpool_groups SET tokens = " + ("'-Infinity'" if pg else "'lots'")
+        + " WHERE name = " + ("%s" if pg else "?"), (RATED,)))
+    assert len(claim(c, 8)) == 2
+
+
+def test_a_limited_row_whose_line_is_no_number_is_refused_and_stops_no_claim(store, claimer):
+    # R7, R44: a limited claim sorts its candidates before the codec reads them; a line
+    # of text (SQLite keeps it) raised in that sort. The row is taken first and refused.
+    if store.__class__.__name__ == "PostgresStore":
+        pytest.skip("PostgreSQL's line_at is a number")
+    declare(store, per_group(5))
+    (bad,), (good,) = enqueue(store, "a", 1), enqueue(store, "b", 1)  # two lanes' heads
+    store.transaction("spoiling a line", lambda conn: conn.execute(
+        "UPDATE jobs SET line_at = 'soon' WHERE id = ?", (bad,)))
+    assert [job.job_id for job in claim(claimer(), 8)] == [good]
+    assert store.get(bad)["status"] == "dead"
+
+
 def test_a_claim_held_back_by_a_rate_says_when_the_next_token_is_due(store, claimer):
     # R36: the claim knows when the bucket it emptied has a token again; the pool
     # wakes then (tests/test_rate_wakeup.py), not at its poll interval.
