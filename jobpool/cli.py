@@ -1072,11 +1072,19 @@ _TIME_FIELDS = frozenset({"run_at", "line_at", "deadline", "lease_expires_at", "
                           "started_at", "finished_at"})
 
 
-def _when(at: float, now: float) -> str:
+def _when(at: Any, now: float) -> str:
     """``2026-11-30 14:03:07 (in 5m)`` in the local time zone: what `jobs show`
-    prints for a stored time."""
+    prints for a stored time. A time no calendar holds (a deadline of ``inf``, which an
+    enqueue may write; a row written by hand, R44) is shown as the number it is."""
     from jobpool.dashboard import duration
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        return shown(at)
+    if at == math.inf:
+        return "never"
+    try:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    except (OverflowError, OSError, ValueError):
+        return f"{bounds.number_text(at)} (no date)"
     delta = at - now
     span = duration(abs(delta))
     return f"{stamp} ({'in ' + span if delta > 0 else span + ' ago'})"
@@ -1125,13 +1133,17 @@ def cmd_jobs_show(args: argparse.Namespace, out: _Stdout, *, dead_only: bool = F
                        *(("killed",) if strays else ()), "error"):
             table.add_column(column, overflow="ellipsis", no_wrap=True)
         for a in attempt_log:
-            wall = a["ended_at"] - a["started_at"]
-            table.add_row(str(a["attempt"]), a["outcome"], str(a["pid"] or ""),
-                          a["exit_status"] or "", f"{wall:.3f}",
-                          f"{a['cpu_s']:.3f}" if a["cpu_s"] is not None else "",
-                          f"{a['peak_rss'] / 2**20:.1f}" if a["peak_rss"] else "",
+            # An attempt line is data (R44): a figure that is no number is left blank.
+            ended, started, cpu, rss = (a[k] if bounds.finite_number(a[k]) else None
+                                        for k in ("ended_at", "started_at", "cpu_s", "peak_rss"))
+            table.add_row(str(a["attempt"]), str(a["outcome"]), str(a["pid"] or ""),
+                          str(a["exit_status"] or ""),
+                          f"{ended - started:.3f}" if ended is not None and started is not None
+                          else "",
+                          f"{cpu:.3f}" if cpu is not None else "",
+                          f"{rss / 2**20:.1f}" if rss else "",
                           *((str(a.get("strays") or ""),) if strays else ()),
-                          (a["error"] or "").split("\n", 1)[0])
+                          str(a["error"] or "").split("\n", 1)[0])
         out.print(table)
     return 0
 

@@ -18,6 +18,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from jobpool import bounds
+
 #: Upper bounds (seconds) of the histogram buckets of pickup latency and of run time;
 #: one more bucket holds what is longer. The stores' columns ``w0…`` and ``r0…`` are
 #: these buckets, so changing them is a schema change.
@@ -75,30 +77,36 @@ def percentile(hist: Sequence[int], q: float, largest: float) -> float | None:
     return largest
 
 
+def _figure(value: Any) -> Any:
+    """A rollup's count or time as a chart adds it up: a number a float holds, else 0
+    (a row is data, R44: SQLite's ``sum`` of huge counts is ``inf``; a hand's text)."""
+    return value if bounds.finite_number(value) else 0
+
+
 def merged(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Rows added together (several minutes, or several names): sums, and the maxima."""
     total: dict[str, Any] = dict.fromkeys(COUNTS, 0)
     for row in rows:
         for column in COUNTS:
             if column in MAXIMA:
-                total[column] = max(total[column], row[column] or 0)
+                total[column] = max(total[column], _figure(row[column]))
             else:
-                total[column] += row[column] or 0
+                total[column] = _figure(total[column] + _figure(row[column]))
     return total
 
 
 def summary(row: Mapping[str, Any]) -> dict[str, Any]:
     """What a chart or the API shows of a row (one minute, or merged): the counts, and
     pickup latency and run time as count, mean, p50, p95 and max seconds."""
-    shown: dict[str, Any] = {k: int(row[k]) for k in ("done", "retried", "dead")}
+    shown: dict[str, Any] = {k: int(_figure(row[k])) for k in ("done", "retried", "dead")}
     for part, prefix in (("latency", "w"), ("run_time", "r")):
         key = "wait" if part == "latency" else "run"
-        count = int(row[f"{key}_n"])
-        hist = [int(row[f"{prefix}{i}"]) for i in range(BUCKETS)]
-        largest = float(row[f"{key}_max"] or 0.0)
+        count = int(_figure(row[f"{key}_n"]))
+        hist = [int(_figure(row[f"{prefix}{i}"])) for i in range(BUCKETS)]
+        largest = float(_figure(row[f"{key}_max"]))
         shown[part] = {
             "count": count,
-            "mean": row[f"{key}_sum"] / count if count else None,
+            "mean": _figure(row[f"{key}_sum"]) / count if count else None,
             "p50": percentile(hist, 0.5, largest),
             "p95": percentile(hist, 0.95, largest),
             "max": largest if count else None,

@@ -780,3 +780,36 @@ def test_a_scale_request_of_no_whole_number_is_not_obeyed_and_stops_no_pool(app,
         pool.terminate()
         pool.wait(30)
     assert pool.returncode == 0, pool.stderr.read()
+
+
+def test_jobs_show_of_a_deadline_of_never_and_an_attempt_line_written_wrong(app, store_url):
+    # R44, R46: `jobs show` printed every time through the local calendar: a deadline
+    # past any float (an enqueue writes inf for it) raised OverflowError, and an attempt
+    # line whose figures are text raised too; both are shown as what they are.
+    store = app.store()
+    job_id = store.enqueue_with("r.work", args=("x",), deadline=10**400).id
+    app.start("--procs", "1", timeout=60)
+    if not is_pg(store_url):
+        raw(store_url, "UPDATE attempts SET ended_at = 'late', cpu_s = 'lots', peak_rss = 'big' "
+                       "WHERE job_id = %s", (job_id,))
+    shown = app.cli("jobs", "show", str(job_id), "--db", str(app.db))
+    assert shown.returncode == 0, shown.stderr
+    assert "never" in shown.stdout and "Traceback" not in shown.stderr
+
+
+def test_a_batch_row_written_wrong_is_shown_and_stops_no_member(app, store_url):
+    # R34, R44: a batch's counts of text and a callback that is not JSON raised in
+    # every read of the batch (`batches show`, `batch_status`, a member adding to it).
+    if is_pg(store_url):
+        pytest.skip("PostgreSQL's batch counts are integers and its callbacks jsonb")
+    store = app.store()
+    batch = store.batch()
+    batch.add_many("r.work", [("m",)])
+    batch.close()
+    raw(store_url, "UPDATE jobpool_batches SET total = 'some', on_success = 'not json' "
+                   "WHERE id = %s", (batch.id,))
+    assert store.batch_status(batch.id).on_success is None
+    shown = app.cli("batches", "show", str(batch.id), "--db", str(app.db))
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    app.start("--procs", "1", timeout=60)
+    assert ran(app) == ["work m"]

@@ -228,6 +228,23 @@ def test_names_in_charts_render_as_text(any_store, store_url):
     assert json.dumps(api["names"][hostile]["done"]) == "1"
 
 
+def test_a_rollup_of_counts_no_int_holds_shows_as_nothing(any_store, store_url):
+    # R44, R56: a rollup row is data. SQLite's sum of huge counts is inf, and text can
+    # be written by hand: int() of either raised, and /charts answered 500.
+    counted = Rollups()
+    counted.settled("c.odd", "done", 0.5)
+    import time
+    any_store.heartbeat(_beat("pool-a", counted), (), time.time())
+    any_store.transaction("spoiling a rollup", lambda conn: conn.execute(
+        "UPDATE jobpool_rollups SET done = 9e999, run_n = 'many', run_sum = 'x' "
+        "WHERE name = 'c.odd'"))
+    with _client(store_url) as client:
+        assert client.get("/charts").status_code == 200
+        api = client.get("/api/rollups")
+    assert api.status_code == 200
+    assert api.json()["names"]["c.odd"]["done"] == 0
+
+
 def test_the_charts_need_a_login_and_the_api_the_token(any_store, store_url):
     with _client(store_url, token="s3cret") as client:
         assert client.get("/charts").status_code == 303

@@ -65,6 +65,21 @@ def test_the_periodic_page_shows_each_schedule_its_last_job_and_next_run(
     assert re.search(rf'class="next" title="{due} UTC">in \d+[sm]', row), row
 
 
+@pytest.mark.parametrize("when", ["9e999", "'soon'", "1e300"], ids=["inf", "text", "past any year"])
+def test_a_last_occurrence_no_calendar_holds_shows_as_none(any_store, store_url, when):
+    # R33, R44: the periodic row is data (SQLite keeps text, and REAL keeps inf); the
+    # page's formats raised on it and /periodic answered 500.
+    any_store.enqueue_occurrence("p.odd", 1000.0)
+    any_store.transaction("spoiling an occurrence", lambda conn: conn.execute(
+        f"UPDATE periodic SET last_occurrence = {when} WHERE name = 'p.odd'"))
+    with _client(store_url) as client:
+        page = client.get("/periodic")
+        api = client.get("/api/periodic")
+    assert page.status_code == 200 and 'data-name="p.odd"' in page.text
+    (odd,) = [row for row in api.json()["periodic"] if row["name"] == "p.odd"]
+    assert odd["last_occurrence"] in (None, 1e300)
+
+
 def test_without_the_app_the_page_says_how_to_see_the_schedules(any_store, store_url):
     any_store.enqueue_occurrence("p.elsewhere", 1000.0)
     with _client(store_url) as client:

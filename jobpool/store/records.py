@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from jobpool import liveness, serialize
+from jobpool import bounds, liveness, serialize
 from jobpool.rollups import Rollup
 
 #: R32: dead rows kept, newest first (each store's sweep; the CLI's default).
@@ -160,6 +160,9 @@ class BatchStatus(NamedTuple):
         """A row of ``BATCH_COLUMNS`` (both stores select the same columns)."""
         (batch_id, created_at, total, done, dead, closed_at, cancelled_at, finished_at,
          on_success, on_complete, success_job, complete_job) = row
+        # A batch's row is data (R44): a count that is no whole number reads as 0.
+        total, done, dead = (n if bounds.whole_within(n, 0, 1 << 62) else 0
+                             for n in (total, done, dead))
         return cls(batch_id, total, total - done - dead, done, dead, closed_at is not None,
                    cancelled_at is not None, finished_at is not None, created_at, closed_at,
                    finished_at, _callback_name(on_success), _callback_name(on_complete),
@@ -174,8 +177,12 @@ def _callback_name(spec: object) -> str | None:
     if spec is None:
         return None
     if isinstance(spec, str):
-        spec = serialize.loads(spec)
-    return spec["name"] if isinstance(spec, dict) else None
+        try:
+            spec = serialize.loads(spec)
+        except (ValueError, RecursionError):
+            return None  # a row written by hand (R44): no callback anyone can name
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else None
 
 
 class UnfollowedMembers(NamedTuple):

@@ -16,8 +16,8 @@ from jobpool.snapshot import at_least
 
 def relative(at: float | None, now: float | None = None) -> str:
     """A time as how far off it is: ``in 59m``, ``3s ago``, ``now``."""
-    if at is None:
-        return ""
+    if not bounds.finite_number(at):
+        return ""  # none, or no time a row should hold (R44)
     offset = at - (time.time() if now is None else now)
     if abs(offset) < 0.5:
         return "now"
@@ -59,9 +59,12 @@ def wall(attempt: Any) -> str:
 
 def iso(at: float | None) -> str:
     """Unix seconds as a date-time picker's value, UTC (``2026-12-02T03:00:00``)."""
-    if at is None:
+    if not bounds.finite_number(at):
         return ""
-    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return ""  # past any calendar's year (R44: a row written by hand)
 
 
 def install(env: Environment) -> None:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from jobpool import jobs
+from jobpool import bounds, jobs
 from jobpool.web.pages import _login_needed, _render, _store
 
 
@@ -39,6 +39,8 @@ def periodic_rows(store: Any, now: float | None = None) -> list[dict[str, Any]]:
     for name in sorted(set(registered) | set(last)):
         job = registered.get(name)
         occurrence = last.get(name)
+        if not bounds.finite_number(occurrence):
+            occurrence = None  # none yet, or a row written as no time (R44)
         made = None
         if occurrence is not None:
             made = store.list_jobs(name=name, key=f"{name}@{occurrence:.3f}", limit=1,
