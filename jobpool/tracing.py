@@ -191,7 +191,9 @@ def _waited(tracer: Any, name: str, carrier: dict[str, str] | None, parent: Any)
     a span beside the run's, when the metadata says when it was enqueued. The two
     hosts' clocks are read as they are: a skewed one shows a wait too short or long."""
     enqueued = carrier.get(ENQUEUED_AT) if carrier is not None else None
-    if enqueued is None or not enqueued.isdigit():
+    # Nanoseconds in ASCII digits, as the producer writes them: ``isdigit`` alone takes
+    # "²" and 5 000 digits, on which ``int`` raises (a row is data, R44).
+    if enqueued is None or not (enqueued.isascii() and enqueued.isdigit()) or len(enqueued) > 19:
         return
     now = time.time_ns()
     tracer.start_span(f"wait {name}", context=parent, start_time=min(int(enqueued), now)

@@ -322,3 +322,20 @@ def test_the_environments_provider_is_asked_at_a_childs_start_not_at_each_job():
     """)], capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout) == [False, False, False, True, True]
+
+
+@pytest.mark.parametrize("enqueued", ["\u00b2", "9" * 5000, "12x", ""],
+                         ids=["other digits", "past int()'s digits", "not digits", "empty"])
+def test_an_enqueue_time_the_metadata_holds_wrong_draws_no_wait_and_fails_no_job(enqueued):
+    """R44, R57: the wait span's start is read from the job's metadata (a row): text
+    that ``isdigit`` takes and ``int`` refuses made the attempt fail in its child."""
+    from jobpool import tracing
+
+    class Tracer:
+        started: list = []
+
+        def start_span(self, *args, **kwargs):
+            self.started.append(kwargs)
+            raise AssertionError("no wait span is drawn")
+    tracing._waited(Tracer(), "n", {tracing.ENQUEUED_AT: enqueued}, None)
+    assert Tracer.started == []
