@@ -1302,7 +1302,7 @@ def cmd_pools(args: argparse.Namespace, out: _Stdout) -> int:
     store = connect(args.db, readonly=True)
     pools = store.pools()
     if args.json:
-        print(json.dumps(pools))
+        print(json.dumps(pools, default=repr))  # an owner SQLite keeps as bytes (R44)
         return 0
     if not pools:
         print("no pools are running on this store")
@@ -1417,7 +1417,8 @@ def _still_running(store, pools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _on_this_host(pool: dict[str, Any]) -> bool:
-    return pool["owner"].partition(":")[0] == procinfo.host_id()
+    owner = pool["owner"]  # a row is data (R44): an owner of no text names no host
+    return isinstance(owner, str) and owner.partition(":")[0] == procinfo.host_id()
 
 
 def cmd_scale(args: argparse.Namespace, out: _Stdout) -> int:
@@ -1556,7 +1557,8 @@ def cmd_batches_list(args: argparse.Namespace, out: _Stdout) -> int:
     for b in found:
         callbacks = ", ".join(n for n in (b.on_success, b.on_complete) if n)
         table.add_row(str(b.id), _batch_state(b), f"{b.done + b.dead}/{b.total}", str(b.dead),
-                      callbacks, duration(max(0.0, now - b.created_at)))
+                      callbacks, "?" if b.created_at is None
+                      else duration(max(0.0, now - b.created_at)))
     out.print(table)
     return 0
 

@@ -695,7 +695,10 @@ POOL_ROWS = {
     "a slot not an object": ("elsewhere:7:1", "slots", '[1, {"slot": "x"}]', '[1, {"slot": "x"}]'),
     "a slot's RSS of text": ("elsewhere:7:1", "slots", '[{"slot": 0, "rss": "big", "pid": "x"}]',
                              '[{"slot": 0, "rss": "big", "pid": "x"}]'),
+    "a slot's job id a list": ("elsewhere:7:1", "slots", '[{"slot": 0, "job_id": [1]}]',
+                               '[{"slot": 0, "job_id": [1]}]'),
     "a heartbeat of text": ("elsewhere:7:1", "heartbeat_at", "soon", None),
+    "an owner of bytes": ("elsewhere:7:1", "owner", b"elsewhere:7:1", None),
     "a pid past any pid_t": (f"{_this_host()}:{'9' * 30}:1", None, None, None),
     "a pid in other digits": (f"{_this_host()}:\u00b2:1", None, None, None),
 }
@@ -718,9 +721,10 @@ def test_a_pools_row_written_wrong_stops_no_pool_and_no_reader(app, store_url, c
     app.start("--procs", "1", timeout=60)
     assert sorted(ran(app)) == ["work a", "work b"]
     assert {store.get(job_id)["status"] for job_id in ids} == {"done"}
-    listed = app.cli("pools", "--db", str(app.db))
-    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
-    assert any(pool["owner"] == owner for pool in store.pools())
+    for json_too in ((), ("--json",)):
+        listed = app.cli("pools", "--db", str(app.db), *json_too)
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert any(pool["owner"] == (value if column == "owner" else owner) for pool in store.pools())
     # The dashboard's and the web's read of the fleet (`jobpool top`, R30) too.
     console = Console(record=True, width=120, height=40, file=io.StringIO())
     console.print(render(read_snapshot(store, time.time()), 120, 40))
@@ -806,10 +810,11 @@ def test_a_batch_row_written_wrong_is_shown_and_stops_no_member(app, store_url):
     batch = store.batch()
     batch.add_many("r.work", [("m",)])
     batch.close()
-    raw(store_url, "UPDATE jobpool_batches SET total = 'some', on_success = 'not json' "
-                   "WHERE id = %s", (batch.id,))
+    raw(store_url, "UPDATE jobpool_batches SET total = 'some', on_success = 'not json', "
+                   "created_at = 'then' WHERE id = %s", (batch.id,))
     assert store.batch_status(batch.id).on_success is None
-    shown = app.cli("batches", "show", str(batch.id), "--db", str(app.db))
-    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    for command in (("show", str(batch.id)), ("list",)):
+        shown = app.cli("batches", *command, "--db", str(app.db))
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     app.start("--procs", "1", timeout=60)
     assert ran(app) == ["work m"]

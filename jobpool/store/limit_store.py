@@ -75,6 +75,8 @@ def plan_from_rows(rows: list[tuple]) -> LimitPlan:
         why = _unreadable(limit)
         if why is not None:
             if (limit.scope, limit.target, why) not in _warned:
+                if len(_warned) >= 1000:
+                    _warned.clear()  # a bound: at worst, each warned of again
                 _warned.add((limit.scope, limit.target, why))
                 log.warning("the %s limit of %r cannot be read (%s): its jobs are held until "
                             "it is set again", limit.scope, limit.target, why)

@@ -147,7 +147,7 @@ class BatchStatus(NamedTuple):
     closed: bool
     cancelled: bool
     finished: bool
-    created_at: float
+    created_at: float | None   # None: the row holds no time there (R44)
     closed_at: float | None
     finished_at: float | None
     on_success: str | None    # the callback's job name
@@ -163,10 +163,14 @@ class BatchStatus(NamedTuple):
         # A batch's row is data (R44): a count that is no whole number reads as 0.
         total, done, dead = (n if bounds.whole_within(n, 0, 1 << 62) else 0
                              for n in (total, done, dead))
-        return cls(batch_id, total, total - done - dead, done, dead, closed_at is not None,
-                   cancelled_at is not None, finished_at is not None, created_at, closed_at,
-                   finished_at, _callback_name(on_success), _callback_name(on_complete),
-                   success_job, complete_job)
+        closed, cancelled, finished = (at is not None for at in (closed_at, cancelled_at,
+                                                                 finished_at))
+        # Its times alike: one that is no time reads as none (its flag is kept).
+        created_at, closed_at, finished_at = (at if bounds.finite_number(at) else None
+                                              for at in (created_at, closed_at, finished_at))
+        return cls(batch_id, total, total - done - dead, done, dead, closed, cancelled,
+                   finished, created_at, closed_at, finished_at, _callback_name(on_success),
+                   _callback_name(on_complete), success_job, complete_job)
 
     def as_dict(self) -> dict:
         return self._asdict()

@@ -795,6 +795,15 @@ def _json_cell(text: Any, kind: type) -> Any:
     return kind()
 
 
+def _slot_beat(slot: dict[str, Any]) -> dict[str, Any]:
+    """A slot of a heartbeat, its job's id and attempt read as none where they are no
+    whole numbers (readers look them up among the running rows)."""
+    for key in ("job_id", "attempt"):
+        if key in slot and not bounds.whole_within(slot[key], 0, 1 << 63):
+            slot[key] = None
+    return slot
+
+
 def pool_dict(columns, row, now: float, dead_after: float) -> dict[str, Any]:
     """A ``pools`` row as ``Store.pools`` returns it: counters and slots decoded, and
     ``dead`` saying why its supervisor is gone at ``now`` (the store's clock), or None.
@@ -813,7 +822,7 @@ def pool_dict(columns, row, now: float, dead_after: float) -> dict[str, Any]:
         if column in pool and not isinstance(pool[column], str):
             pool[column] = ""
     pool["counters"] = _json_cell(pool["counters"], dict)
-    pool["slots"] = [slot for slot in _json_cell(pool["slots"], list)
+    pool["slots"] = [_slot_beat(slot) for slot in _json_cell(pool["slots"], list)
                      if isinstance(slot, dict) and bounds.whole_within(slot.get("slot"), 0, 1 << 31)]
     pool["dead"] = liveness.pool_death(pool, now, dead_after)
     return pool

@@ -125,6 +125,40 @@ def test_a_retry_of_many_members_of_batches_reopens_each_shard_by_its_count(stor
     assert store.batch_status(batch.id)[2:5] == (2, 0, 0)
 
 
+def test_a_retry_of_a_finished_batchs_member_waits_for_no_lock_on_its_shard(store, pg_url):
+    # R34: a finished batch's shards are never reopened, so a retry of its members
+    # locks none of them (it did, and met the sweep deleting them in the other order).
+    import threading
+    batch = store.batch()
+    (member,) = batch.add_many("c.job", [(1,)]).ids
+    batch.close()
+    store.cancel(member)
+    assert store.batch_status(batch.id).finished
+    holder = jobpool.connect(pg_url)
+    held, release = threading.Event(), threading.Event()
+
+    def hold(conn):  # the sweep's delete of the batch's shards, not yet committed
+        conn.execute("SELECT 1 FROM jobpool_batch_shards WHERE batch_id = %s FOR UPDATE",
+                     (batch.id,))
+        held.set()
+        assert release.wait(60)
+    holding = threading.Thread(target=holder.transaction, args=("holding shards", hold))
+    holding.start()
+    try:
+        assert held.wait(30)
+        answers: dict = {}
+        retrying = threading.Thread(target=lambda: answers.update(
+            report=store.dead.retry_report([member])))
+        retrying.start()
+        retrying.join(60)  # never ends while the shard is held, if it waits for it
+        assert not retrying.is_alive()
+    finally:
+        release.set()
+        holding.join(60)
+        holder.close()
+    assert answers["report"] == ({member: "retried"}, {batch.id: [member]}, {})
+
+
 def test_a_retry_answers_each_row_as_it_finds_it_when_the_loose_move_misses_one(
         store, pg_url, monkeypatch):
     # A row read dead without a key and in no batch is deleted by another caller before

@@ -1779,17 +1779,21 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue
 """
-#: R34: the shards of the dead members of batches a retry is given, locked before it
-#: moves any, in the order a statement's member ends take them (shard, then batch): the
-#: members without a key then move in one statement (``RETRY_DEAD_MEMBERS``) and any
-#: other member alone, each reopen on a shard the retry already holds.
+#: R34: the shards of the dead members of unfinished batches a retry is given, locked
+#: before it moves any, in the order a statement's member ends take them (shard, then
+#: batch): the members without a key then move in one statement (``RETRY_DEAD_MEMBERS``)
+#: and any other member alone, each reopen on a shard the retry already holds. A
+#: finished batch's shards are never reopened, so they are not locked: the sweep deletes
+#: them (``PURGE_BATCHES``) after the old dead rows a retry may be moving.
 LOCK_DEAD_MEMBERS_SHARDS = f"""
-SELECT 1 FROM jobpool_batch_shards
- WHERE (batch_id, shard) IN (SELECT batch_id, mod(id, {BATCH_SHARDS}) FROM finished_jobs
-                              WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
-                                AND batch_id IS NOT NULL)
- ORDER BY shard, batch_id
-   FOR UPDATE
+SELECT 1 FROM jobpool_batch_shards AS s
+ WHERE (s.batch_id, s.shard) IN (SELECT batch_id, mod(id, {BATCH_SHARDS}) FROM finished_jobs
+                                  WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead'
+                                    AND batch_id IS NOT NULL)
+   AND EXISTS (SELECT 1 FROM jobpool_batches AS b
+                WHERE b.id = s.batch_id AND b.finished_at IS NULL)
+ ORDER BY s.shard, s.batch_id
+   FOR UPDATE OF s
 """
 #: R32, R34: ``RETRY_DEAD`` of many dead members of batches without a key, in one
 #: statement (their shards locked first, ``LOCK_DEAD_MEMBERS_SHARDS``): each shard's
