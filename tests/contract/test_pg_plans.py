@@ -424,3 +424,56 @@ def test_jobs_list_reads_every_filter_through_an_index(listed):
         conn.close()
     assert sequential == {}
     assert walked == {}
+
+
+@pytest.mark.parametrize("rows", [10, 200])
+def test_a_reclaim_of_many_rows_settles_them_with_a_fresh_plan_and_no_nested_loops(
+        pg_url, monkeypatch, rows):
+    """R24: right after a pool claimed many rows, the statistics say its owner holds
+    about one, and the reclaim's one settle statement was planned as a walk of the
+    owner's rows with, for each, a scan of every settle: quadratic (3 000 rows took
+    2.6 s on the server, benchmarks/pg_reclaim.py). A reclaim past ``MANY_SETTLES``
+    rows turns the nested loops off for its transaction and sends its statement
+    unprepared (a plan the session prepared for the same text, after a few small
+    reclaims here, keeps what it was made with); a few rows keep both. Every row is
+    taken back either way."""
+    from jobpool.store.postgres import driver as pg_driver
+    sent: list[tuple[str, object]] = []
+    executed, raw_executed = psycopg.Connection.execute, psycopg.RawCursor.execute
+
+    def spy(self, query, *args, **kwargs):
+        sent.append((str(query), None))
+        return executed(self, query, *args, **kwargs)
+
+    def raw_spy(self, query, params=None, **kwargs):
+        sent.append((str(query), kwargs.get("prepare")))
+        return raw_executed(self, query, params, **kwargs)
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    monkeypatch.setattr(psycopg.RawCursor, "execute", raw_spy)
+    store = jobpool.connect(pg_url)
+    try:
+        def claimed_by(owner: str, count: int) -> list[int]:
+            ids = [store.enqueue("plans.job", i).id for i in range(count)]
+            claimer = store.claimer(owner, ("plans.job",), ("default",), {})
+            taken = 0
+            while taken < count:
+                taken += len(claimer.turn([], count - taken, time.time(), None)[1])
+            claimer.close()
+            return ids
+        alive = store.claimer("plans-alive", ("plans.job",), ("default",), {})
+        for warm in range(6):  # the settle's text prepared by the session (psycopg: 5 runs)
+            claimed_by(f"plans-warm-{warm}", 1)
+            assert len(alive.reclaim_owner(f"plans-warm-{warm}", "its pool died", time.time())) == 1
+        ids = claimed_by("plans-dead", rows)
+        sent.clear()
+        settled = alive.reclaim_owner("plans-dead", "its pool died", time.time())
+        assert len(settled) == rows
+        many = rows > pg_driver.MANY_SETTLES
+        assert ("SET LOCAL enable_nestloop = off", None) in sent if many else \
+            all("enable_nestloop" not in query for query, _ in sent)
+        settles = [prepare for query, prepare in sent if "input AS" in query]
+        assert settles == [False if many else None]
+        assert {store.get(job_id)["status"] for job_id in ids} == {"ready"}
+        alive.close()
+    finally:
+        store.close()
