@@ -17,25 +17,20 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import secrets
 import statistics
 import sys
 import time
 
-import psycopg
-
 import jobpool
 from jobpool.limits import NameLimit
+from pg_scratch import scratch_store, url_argument
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 NAME = "bench.reclaimed"
 
 
 def one_round(url: str, rows: int, limited: bool) -> float:
     """Seconds of one reclaim of ``rows`` running rows, in a fresh schema."""
-    schema = f"bench_reclaim_{secrets.token_hex(4)}"
-    store = jobpool.connect(f"{url}?schema={schema}")
-    try:
+    with scratch_store(url, "bench_reclaim") as store:
         if limited:
             store.limits.declare({NAME: NameLimit(NAME, 1 << 30, None, 1, "user")}, "bench")
         for i in range(rows):
@@ -60,15 +55,11 @@ def one_round(url: str, rows: int, limited: bool) -> float:
         for claimer in claimers:
             claimer.close()
         return seconds
-    finally:
-        store.close()
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("url", nargs="?", default=os.environ.get("JOBPOOL_BENCH_PG", DEFAULT_URL))
+    url_argument(parser)
     parser.add_argument("--rows", default="1000,4000,8000")
     parser.add_argument("--limited", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)

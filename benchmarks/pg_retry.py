@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import time
 
-import psycopg
-
 import jobpool
 from jobpool import job
+from pg_scratch import scratch_store, url_argument
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @job(name="bench.retried", max_running=1, group_by="user")
@@ -43,9 +40,7 @@ def one_round(url: str, rows: int, keyed: float,
               batched: float = 0.0) -> tuple[float, float, float]:
     """Seconds of one ``cancel_many`` of ``rows`` ready rows, of one ``dead.retry`` of
     them, dead, and of one ``dead.delete`` of them, dead again, in a fresh schema."""
-    schema = f"bench_retry_{secrets.token_hex(4)}"
-    store = jobpool.connect(f"{url}?schema={schema}")
-    try:
+    with scratch_store(url, "bench_retry") as store:
         every = max(1, round(1 / keyed)) if keyed > 0 else 0
         members = round(rows * batched)
         for start in range(0, members, 100):
@@ -74,15 +69,11 @@ def one_round(url: str, rows: int, keyed: float,
         delete_s = time.perf_counter() - began
         assert set(deleted.values()) == {"deleted"}, set(deleted.values())
         return cancel_s, seconds, delete_s
-    finally:
-        store.close()
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("url", nargs="?", default=os.environ.get("JOBPOOL_BENCH_PG", DEFAULT_URL))
+    url_argument(parser)
     parser.add_argument("--rows", type=int, default=4000)
     parser.add_argument("--keyed", type=float, default=0.1,
                         help="the fraction of the rows that have a key (0 to 1)")
