@@ -117,11 +117,6 @@ class SentMalformed(NamedTuple):
         return row_codec.malformed_settled(self.malformed, self.answer.fetchone() is not None)
 
 
-#: A reclaim's settles past this many go in a statement planned afresh with the planner's
-#: nested loops off (see ``PgDriver.transaction``); a turn's are as many as its slots.
-MANY_SETTLES = 64
-
-
 class PgDriver:
     """PostgreSQL for one claimer (see the module docstring). Every failure is a
     ``StoreError`` with nothing applied (the transaction rolls back), so the
@@ -408,14 +403,6 @@ class PgDriver:
         def run(conn: Any, server_now: float) -> list[Answer]:
             turn = PgTurn(self, conn, server_now, None)
             answers = body(turn)
-            if len(turn._pending) > MANY_SETTLES:
-                # Right after a pool claimed many rows the statistics say its owner
-                # holds about one, and the planner would walk the owner's rows and, for
-                # each, every settle: quadratic (2.6 s for 3 000 rows). A hash join
-                # finds each once; the setting ends with this transaction, and the
-                # statement is planned afresh (``PgTurn._fresh_plan``): a plan the
-                # session prepared before keeps what it was made with.
-                conn.execute("SET LOCAL enable_nestloop = off")
             turn.send_pending()
             return answers
         return settled_of(self._run(what, run))
@@ -504,7 +491,7 @@ class PgTurn:
 
     __slots__ = ("driver", "conn", "now", "_held", "decided", "committed", "_piped",
                  "_pipeline", "_pending", "_pending_ids", "_group", "_front", "_late", "statement",
-                 "_explicit", "_sent_first", "_fresh_plan")
+                 "_explicit", "_sent_first")
 
     def __init__(self, driver: PgDriver, conn: Any, now: float,
                  held: Mapping[int, Lease] | None, piped: bool = False,
@@ -525,9 +512,6 @@ class PgTurn:
         #: The job ids in ``_pending`` (an attempt met twice goes in a later statement):
         #: a set, as a reclaim of thousands of rows asked it once a row.
         self._pending_ids: set[int] = set()
-        #: The statement being sent settles more than ``MANY_SETTLES`` rows: planned
-        #: afresh, not by a plan the session prepared for a turn's few.
-        self._fresh_plan = False
         self._group = SentGroup()
         #: R62: a settle of this turn put a row ahead of the claimer's place in line:
         #: its claims walk from the front, and so does the next turn's.
@@ -557,7 +541,7 @@ class PgTurn:
 
     def _execute(self, query: str, params: Any, raw: bool) -> Any:
         cursor = psycopg.RawCursor(self.conn) if raw else self.conn.cursor()
-        return cursor.execute(query, params, prepare=False if self._fresh_plan else None)
+        return cursor.execute(query, params)
 
     def _open(self) -> None:
         self.landed()
@@ -714,13 +698,9 @@ class PgTurn:
               after: bool = False) -> tuple[Any, SentGroup]:
         """Send the pending settles (and ``claim``'s parameters) as one
         ``pg_sql.turn_statement``; its answers go to their group."""
-        self._fresh_plan = len(self._pending) > MANY_SETTLES
         statement, values, group = self._settle_statement(claim, after)
-        try:
-            cursor = (self._alone(statement, values, raw=True) if claim is not None or last
-                      else self.queue(statement, values, raw=True))
-        finally:
-            self._fresh_plan = False
+        cursor = (self._alone(statement, values, raw=True) if claim is not None or last
+                  else self.queue(statement, values, raw=True))
         group.cursor = cursor
         return cursor, group
 
