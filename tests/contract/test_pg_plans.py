@@ -425,3 +425,34 @@ def test_jobs_list_reads_every_filter_through_an_index(listed):
     assert sequential == {}
     assert walked == {}
 
+
+
+def test_a_reclaim_of_many_rows_reads_the_statistics_of_jobs_before_its_settle(pg_url):
+    """R24: right after a pool claimed many rows, the statistics said their owner held
+    about one, and the reclaim's one settle statement was planned as a walk of the
+    owner's rows with, for each, a scan of every settle: quadratic (8 000 rows took
+    23 s, benchmarks/pg_reclaim.py). A reclaim of more than ``MANY_SETTLES`` rows
+    ANALYZEs the owner and status columns in its transaction first: the dead owner is
+    then among the column's most common values, and every row is taken back."""
+    from jobpool.store.postgres import driver as pg_driver
+    rows = getattr(pg_driver, "MANY_SETTLES", 500) + 100
+    store = jobpool.connect(pg_url)
+    target = parse_url(pg_url)
+    try:
+        ids = [job.id for job in store.enqueue_many("plans.job", [(i,) for i in range(rows)])]
+        dead, alive = (store.claimer(owner, ("plans.job",), ("default",), {})
+                       for owner in ("plans-dead", "plans-alive"))
+        taken = 0
+        while taken < rows:
+            taken += len(dead.turn([], rows - taken, time.time(), None)[1])
+        assert len(alive.reclaim_owner("plans-dead", "its pool died", time.time())) == rows
+        with psycopg.connect(target.conninfo) as conn:
+            common = conn.execute(
+                "SELECT most_common_vals::text FROM pg_stats WHERE schemaname = %s "
+                "AND tablename = 'jobs' AND attname = 'lease_owner'", (target.schema,)).fetchone()
+        assert common is not None and "plans-dead" in common[0]
+        assert {store.get(job_id)["status"] for job_id in ids} == {"ready"}
+        dead.close()
+        alive.close()
+    finally:
+        store.close()
