@@ -428,12 +428,13 @@ def test_jobs_list_reads_every_filter_through_an_index(listed):
 
 
 def test_a_reclaim_of_many_rows_reads_the_statistics_of_jobs_before_its_settle(pg_url):
-    """R24: right after a pool claimed many rows, the statistics said their owner held
-    about one, and the reclaim's one settle statement was planned as a walk of the
-    owner's rows with, for each, a scan of every settle: quadratic (8 000 rows took
-    23 s, benchmarks/pg_reclaim.py). A reclaim of more than ``MANY_SETTLES`` rows
-    ANALYZEs the owner and status columns in its transaction first: the dead owner is
-    then among the column's most common values, and every row is taken back."""
+    """R24: right after a pool claimed many rows, the statistics of ``lease_owner``
+    described the table before that claim, and the reclaim's one settle statement was
+    planned as a walk of the owner's rows with, for each, a scan of every settle:
+    quadratic (8 000 rows took 20 s, benchmarks/pg_reclaim.py). A reclaim of more than
+    ``MANY_SETTLES`` rows ANALYZEs the owner and status columns in its transaction
+    first: the column's statistics are then the claimed table's (the dead owner among
+    its most common values), and every row is taken back."""
     from jobpool.store.postgres import driver as pg_driver
     rows = getattr(pg_driver, "MANY_SETTLES", 500) + 100
     store = jobpool.connect(pg_url)

@@ -120,25 +120,35 @@ class SentMalformed(NamedTuple):
 #: A reclaim taking back more rows than this reads the statistics of ``jobs`` again
 #: first (``_fresh_statistics``): below it the plan's cost stays under the ANALYZE's.
 MANY_SETTLES = 500
+#: The longest that reading lasts, ms (a cold table of millions of rows).
+ANALYZE_MOST = 5_000
 
 
 def _fresh_statistics(conn: Any) -> None:
     """ANALYZE the two columns a reclaim's settle is planned by, in its transaction. Right
-    after a pool claimed many rows, the statistics say their owner holds about one, and
-    the settle was planned as a walk of the owner's rows with a scan of every settle for
-    each: quadratic (a reclaim of 8 000 rows took 23 s). The sample is bounded whatever
-    the table's size; a lock another ANALYZE or a VACUUM holds is not waited for (the
-    reclaim then goes on with the statistics there are)."""
-    held_for = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    after a pool claimed many rows, the statistics of ``lease_owner`` (its share of NULLs,
+    its distinct values) describe the table before that claim, and the settle was planned
+    as a walk of the owner's rows with a scan of every settle for each: quadratic (a
+    reclaim of 8 000 rows took 20 s). The sample is bounded whatever the table's size. It
+    is only a help: behind a savepoint, under bounds of its own (a lock waited for past
+    the second after which the server cancels an autovacuum in the way, and no longer
+    than ``ANALYZE_MOST``), anything it meets but a broken connection leaves the reclaim
+    to go on with the statistics there are."""
+    bounds = conn.execute("SELECT current_setting('lock_timeout'), "
+                          "current_setting('statement_timeout')").fetchone()
     try:
         with conn.transaction():
-            conn.execute("SELECT set_config('lock_timeout', '200ms', true)")
+            conn.execute("SELECT set_config('lock_timeout', '1500ms', true), "
+                         "set_config('statement_timeout', %s, true)", (f"{ANALYZE_MOST}ms",))
             conn.execute("ANALYZE jobs (lease_owner, status)")
-            # R26's bound for the rest of the transaction, as it was (behind a pooler,
-            # set for this transaction alone: DEFAULT would be the server's, none).
-            conn.execute("SELECT set_config('lock_timeout', %s, true)", (held_for,))
-    except psycopg.errors.LockNotAvailable:
-        pass  # the savepoint's end put the bound back
+            # R26's bounds for the rest of the transaction, as they were (behind a
+            # pooler, set for this transaction alone: DEFAULT would be the server's).
+            conn.execute("SELECT set_config('lock_timeout', %s, true), "
+                         "set_config('statement_timeout', %s, true)", bounds)
+    except psycopg.Error:
+        if conn.closed or conn.broken:
+            raise
+        # The savepoint's end put the bounds back.
 
 
 class PgDriver:
@@ -427,8 +437,6 @@ class PgDriver:
         def run(conn: Any, server_now: float) -> list[Answer]:
             turn = PgTurn(self, conn, server_now, None)
             answers = body(turn)
-            if len(turn._pending) > MANY_SETTLES:
-                _fresh_statistics(conn)
             turn.send_pending()
             return answers
         return settled_of(self._run(what, run))
@@ -803,10 +811,17 @@ class PgTurn:
             self._claim_params("", 0), ids=picked.ids, caps=picked.caps)).fetchall()
 
     def reclaimable(self, owner: str | None) -> list[tuple]:
+        """The leases a reclaim takes back; past ``MANY_SETTLES`` of them, the statistics
+        of ``jobs`` read again before any is settled (``_fresh_statistics``), whatever
+        owners they are sent by."""
         if owner is None:
-            return self.conn.execute(pg_sql.RECLAIMABLE_EXPIRED, {"now": self.now}).fetchall()
-        return self.conn.execute(pg_sql.RECLAIMABLE_OWNER,
-                                 {"owner": owner, "now": self.now}).fetchall()
+            found = self.conn.execute(pg_sql.RECLAIMABLE_EXPIRED, {"now": self.now}).fetchall()
+        else:
+            found = self.conn.execute(pg_sql.RECLAIMABLE_OWNER,
+                                      {"owner": owner, "now": self.now}).fetchall()
+        if len(found) > MANY_SETTLES:
+            _fresh_statistics(self.conn)
+        return found
 
     def settle_malformed(self, bad: row_codec.Malformed, owner: Any) -> SentMalformed:
         """R44: settle dead a row the codec refused (``pg_sql.SETTLE_MALFORMED``, its
