@@ -432,11 +432,11 @@ def test_a_reclaim_of_many_rows_reads_the_statistics_of_jobs_before_its_settle(p
     described the table before that claim, and the reclaim's one settle statement was
     planned as a walk of the owner's rows with, for each, a scan of every settle:
     quadratic (8 000 rows took 20 s, benchmarks/pg_reclaim.py). A reclaim of more than
-    ``MANY_SETTLES`` rows ANALYZEs the owner and status columns in its transaction
+    ``MANY_RECLAIMED`` rows ANALYZEs the owner and status columns in its transaction
     first: the column's statistics are then the claimed table's (the dead owner among
     its most common values), and every row is taken back."""
     from jobpool.store.postgres import driver as pg_driver
-    rows = getattr(pg_driver, "MANY_SETTLES", 500) + 100
+    rows = getattr(pg_driver, "MANY_RECLAIMED", 500) + 100
     store = jobpool.connect(pg_url)
     target = parse_url(pg_url)
     try:

@@ -117,9 +117,10 @@ class SentMalformed(NamedTuple):
         return row_codec.malformed_settled(self.malformed, self.answer.fetchone() is not None)
 
 
-#: A reclaim taking back more rows than this reads the statistics of ``jobs`` again
-#: first (``_fresh_statistics``): below it the plan's cost stays under the ANALYZE's.
-MANY_SETTLES = 500
+#: A reclaim reading more leases than this reads the statistics of ``jobs`` again before
+#: it settles any (``_fresh_statistics``): below it the plan's cost stays under the
+#: ANALYZE's.
+MANY_RECLAIMED = 500
 #: The longest that reading lasts, ms (a cold table of millions of rows).
 ANALYZE_MOST = 5_000
 
@@ -134,8 +135,8 @@ def _fresh_statistics(conn: Any) -> None:
     the second after which the server cancels an autovacuum in the way, and no longer
     than ``ANALYZE_MOST``), anything it meets but a broken connection leaves the reclaim
     to go on with the statistics there are."""
-    bounds = conn.execute("SELECT current_setting('lock_timeout'), "
-                          "current_setting('statement_timeout')").fetchone()
+    limits_before = conn.execute("SELECT current_setting('lock_timeout'), "
+                                 "current_setting('statement_timeout')").fetchone()
     try:
         with conn.transaction():
             conn.execute("SELECT set_config('lock_timeout', '1500ms', true), "
@@ -144,7 +145,7 @@ def _fresh_statistics(conn: Any) -> None:
             # R26's bounds for the rest of the transaction, as they were (behind a
             # pooler, set for this transaction alone: DEFAULT would be the server's).
             conn.execute("SELECT set_config('lock_timeout', %s, true), "
-                         "set_config('statement_timeout', %s, true)", bounds)
+                         "set_config('statement_timeout', %s, true)", limits_before)
     except psycopg.Error:
         if conn.closed or conn.broken:
             raise
@@ -811,7 +812,7 @@ class PgTurn:
             self._claim_params("", 0), ids=picked.ids, caps=picked.caps)).fetchall()
 
     def reclaimable(self, owner: str | None) -> list[tuple]:
-        """The leases a reclaim takes back; past ``MANY_SETTLES`` of them, the statistics
+        """The leases a reclaim takes back; past ``MANY_RECLAIMED`` of them, the statistics
         of ``jobs`` read again before any is settled (``_fresh_statistics``), whatever
         owners they are sent by."""
         if owner is None:
@@ -819,7 +820,7 @@ class PgTurn:
         else:
             found = self.conn.execute(pg_sql.RECLAIMABLE_OWNER,
                                       {"owner": owner, "now": self.now}).fetchall()
-        if len(found) > MANY_SETTLES:
+        if len(found) > MANY_RECLAIMED:
             _fresh_statistics(self.conn)
         return found
 
