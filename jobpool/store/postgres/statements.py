@@ -1745,40 +1745,38 @@ SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)
   FROM moved
 RETURNING id, queue, batch_id, EXISTS (SELECT 1 FROM reopened)
 """
-#: R32: ``RETRY_DEAD`` of many rows that are dead, without a key and in no batch, in one
-#: statement: only a key can meet a live job's (R3) and only a batch's member takes a
-#: shard (R34), so these need neither a savepoint nor their place in the shards' order.
-#: A row that is no longer so when the statement runs is left for the caller to answer.
-RETRY_DEAD_LOOSE = f"""
-WITH moved AS (DELETE FROM finished_jobs
-                WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NULL
-                  AND batch_id IS NULL
+def _revive_dead_many(which: str) -> str:
+    """``RETRY_DEAD`` of the dead rows among ``%(ids)s`` that also meet ``which`` (a
+    condition on ``f``, the finished row), in one statement: each moved back to ``jobs``
+    under its own id, answered by its id and queue. A row the statement leaves is the
+    caller's to answer."""
+    return f"""
+WITH moved AS (DELETE FROM finished_jobs AS f
+                WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND {which}
                RETURNING *)
 INSERT INTO jobs ({", ".join(_REVIVED)})
 SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
   FROM moved
 RETURNING id, queue
 """
+
+
+#: R32: ``RETRY_DEAD`` of many rows that are dead, without a key and in no batch, in one
+#: statement: only a key can meet a live job's (R3) and only a batch's member takes a
+#: shard (R34), so these need neither a savepoint nor their place in the shards' order.
+#: A row that is no longer so when the statement runs is left for the caller to answer.
+RETRY_DEAD_LOOSE = _revive_dead_many("key IS NULL AND batch_id IS NULL")
 #: R32: ``RETRY_DEAD`` of many rows that are dead with a key and in no batch, in one
 #: statement the caller runs under one savepoint (R3): a row whose key a live job holds
 #: stays, and so do rows sharing a key among those given (one of them may be retried:
 #: the caller's row-by-row move answers which). An enqueue that takes one of the keys
 #: while the statement runs fails it whole, and the caller moves the rows one by one.
-RETRY_DEAD_KEYED = f"""
-WITH moved AS (DELETE FROM finished_jobs AS f
-                WHERE id = ANY(%(ids)s::bigint[]) AND status = 'dead' AND key IS NOT NULL
-                  AND batch_id IS NULL
+RETRY_DEAD_KEYED = _revive_dead_many("""key IS NOT NULL AND batch_id IS NULL
                   AND NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.name = f.name AND j.key = f.key)
                   AND NOT EXISTS (SELECT 1 FROM finished_jobs AS g
                                    WHERE g.id = ANY(%(ids)s::bigint[]) AND g.id <> f.id
                                      AND g.status = 'dead' AND g.name = f.name
-                                     AND g.key = f.key)
-               RETURNING *)
-INSERT INTO jobs ({", ".join(_REVIVED)})
-SELECT {select_list(lifecycle.RETRY_DEAD, _REVIVED, DIALECT, _FINISHED_ONLY_ALL)}
-  FROM moved
-RETURNING id, queue
-"""
+                                     AND g.key = f.key)""")
 #: R34: the shards of the dead members of unfinished batches a retry is given, locked
 #: before it moves any, in the order a statement's member ends take them (shard, then
 #: batch): the members without a key then move in one statement (``RETRY_DEAD_MEMBERS``)
