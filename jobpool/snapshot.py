@@ -188,6 +188,8 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
     a core."""
     now = time.time() if now is None else now
     rows = store.dashboard(now, failures=failures)
+    if rows.now is not None:
+        now = rows.now  # the clock the store dated its rows by (R7a)
     live = liveness.live_pools(rows.pools)
     counts, recent, running = rows.queue_counts, dict(rows.done_since), rows.running
     pools = tuple(_pool_view(p) for p in live)

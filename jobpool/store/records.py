@@ -105,6 +105,11 @@ class DashboardRows(NamedTuple):
     paused: tuple[str, ...] | list[str] = ()
     #: R34: the newest open batches (rows of ``BATCH_COLUMNS``), at most ``OPEN_BATCHES_SHOWN``.
     batches: list[tuple] | tuple = ()
+    #: The time the rows were read by: where a server dates the rows (PostgreSQL,
+    #: R7a), its clock, so a dashboard on a host whose clock is off still splits ready
+    #: from scheduled, counts the last minute and ages the running jobs by the clock
+    #: the rows were written by; else the caller's ``now``.
+    now: float | None = None
 
 
 #: How many open batches a dashboard frame reads (it shows fewer on a small terminal).

@@ -455,6 +455,47 @@ def test_the_dashboard_reads_counts_failures_and_running_jobs(any_store, claimer
     assert rows.done == 0
 
 
+@pytest.mark.parametrize("skew", [3600.0, -3600.0])
+def test_a_viewer_whose_clock_is_off_reads_postgresql_rows_by_the_servers_clock(
+        pg_url, claimers, skew):
+    # R7a, R29: PostgreSQL dates rows by its own clock, so the dashboard of a host an
+    # hour off (`jobpool top`, the web's) splits ready from scheduled, counts the last
+    # minute's done jobs and ages the running ones by it. Before, the viewer's clock
+    # made the scheduled job due (or every job scheduled) and lost the minute's count.
+    from jobpool.snapshot import read_snapshot
+    store = jobpool.connect(pg_url)
+    try:
+        store.enqueue_with("c.job", delay=600)
+        store.enqueue_many("c.job", [(1,), (2,), (3,)])
+        c = claimers(store)
+        done, running = claim(c, 2)
+        settle(c, Outcome(done.job_id, done.attempt, DONE))
+        before = time.time()
+        snap = read_snapshot(store, now=before + skew)
+        (queue,) = snap.queues
+        assert (queue.ready, queue.scheduled, queue.running) == (1, 1, 1)
+        assert snap.done_per_min == 1 == queue.done_per_min
+        assert abs(snap.taken_at - before) < 60  # the frame is dated by the server
+        rows = store.dashboard(before + skew)
+        assert abs(rows.now - before) < 60
+    finally:
+        store.close()
+
+
+def test_a_dashboard_on_one_host_reads_by_the_callers_clock(tmp_path, claimers):
+    # R29 on SQLite: one host, one clock; the caller's `now` is the store's.
+    store = jobpool.connect(str(tmp_path / "jobpool.db"))
+    try:
+        store.enqueue_with("c.job", delay=600)
+        later = time.time() + 3600
+        rows = store.dashboard(later)
+        assert rows.now == later
+        counts = {(q, status): (n, scheduled) for q, status, n, scheduled in rows.queue_counts}
+        assert counts[("default", "ready")] == (1, 0)  # due by the caller's clock
+    finally:
+        store.close()
+
+
 def test_a_paused_queue_reaches_every_pool_and_enqueues_still_succeed(any_store):
     # R38: kept in the store, read by every pool's heartbeat; pausing twice says so
     from jobpool.store.records import Heartbeat

@@ -555,14 +555,19 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         stricter; the counts of one statement are consistent with each other). R47:
         each read is bounded (counts to ``COUNT_MOST + 1``), so the transaction plans
         without sequential scans, as listings do: one stops at its bound only where
-        the rows it wants are dense."""
+        the rows it wants are dense. R7a: the rows are judged by the server's clock,
+        which dated them (``now`` is checked, as elsewhere, and the frame is dated by
+        the server's time: a viewer whose clock is off shows what the pools see)."""
+        bounds.now_or(now)
         failures = rows.listing_limit(failures, "failures")
         def read(conn: Any) -> DashboardRows:
             conn.execute(pg_sql.LISTING_PLANS)
+            server_now = self.server_now(conn)
             most = {"most": COUNT_MOST + 1}
-            counts = conn.execute(pg_sql.DASHBOARD_QUEUE_COUNTS, {"now": now, **most}).fetchall()
+            counts = conn.execute(pg_sql.DASHBOARD_QUEUE_COUNTS,
+                                  {"now": server_now, **most}).fetchall()
             done = conn.execute(pg_sql.DONE_COUNT, most).fetchone()[0]
-            since = conn.execute(pg_sql.DONE_SINCE, {"since": now - 60.0}).fetchall()
+            since = conn.execute(pg_sql.DONE_SINCE, {"since": server_now - 60.0}).fetchall()
             failed = conn.execute(pg_sql.RECENT_FAILURES, {
                 "limit": failures, "window": pg_sql.FAILURE_WINDOW}).fetchall()
             running = conn.execute(pg_sql.RUNNING_JOBS).fetchall()
@@ -570,9 +575,9 @@ class PostgresStore(SharedStore, AsyncEnqueue):
             batches = conn.execute(pg_sql.OPEN_BATCHES, {"limit": OPEN_BATCHES_SHOWN}).fetchall()
             return DashboardRows(queue_counts=counts, done=done, done_since=since,
                                  failures=failed, running=running, pools=[], unserved=[],
-                                 paused=paused, batches=batches)
+                                 paused=paused, batches=batches, now=server_now)
         snapshot = self.transaction("reading the dashboard snapshot", read)
-        pools = self.pools(now)
+        pools = self.pools()
         return snapshot._replace(pools=pools, unserved=self._unserved(liveness.live_pools(pools)))
 
     def queue_metrics(self, now: float) -> QueueMetrics:

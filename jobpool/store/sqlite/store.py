@@ -889,7 +889,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             raise StoreError(f"reading the dashboard snapshot failed: {exc}") from exc
         return DashboardRows(queue_counts=counts, done=done, done_since=since, failures=failed,
                              running=running, pools=pools, unserved=unserved, paused=paused,
-                             batches=batches)
+                             batches=batches, now=now)
 
     def queue_metrics(self, now: float) -> QueueMetrics:
         """Per-queue counts and the oldest due job, in one read transaction (WAL: it
