@@ -184,7 +184,7 @@ def _where(snapshot: Snapshot, width: int, phase: str | None = None) -> Text:
             if n else Text(_PHASE_HEADER.get(phase or "", "no live pool"), style="yellow"))
     if snapshot.stale_pools:
         live.append(f" ({snapshot.stale_pools} stale)", style="yellow")
-    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at))
+    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.viewer_time))
     core = f"  core {snapshot.core}  "
     fixed = len("jobpool ") + len(core) + len(live) + 2 + len(clock)
     store = _shorten_left(snapshot.store, max(width - fixed, 12))
@@ -461,7 +461,7 @@ def plain_lines(snapshot: Snapshot) -> list[str]:
     """The frame as one log line, for a stdout that is not a terminal (R29)."""
     t = snapshot.totals
     busy = sum(1 for s in snapshot.slots if s.busy)
-    clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.taken_at))
+    clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snapshot.viewer_time))
     more = {key: "+" if key in snapshot.capped else "" for key in t}
     line = (f"{clock} ready={t.get('ready', 0)}{more.get('ready', '')} "
             f"scheduled={t.get('scheduled', 0)}{more.get('scheduled', '')} "

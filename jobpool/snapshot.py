@@ -153,6 +153,8 @@ class Snapshot:
     ``taken_at``; ``unserved`` the ready jobs no live pool serves (R28).
     ``capped``: the totals that are at least their number, not exact (R47: the
     frame stops counting at ``COUNT_MOST``; ``store.stats()`` counts exactly).
+    ``taken_at`` is on the store's clock, which dated the rows (R7a: PostgreSQL's);
+    ``read_at`` on the viewer's, for the clock a frame shows and "read 2 s ago".
     """
 
     taken_at: float
@@ -168,6 +170,12 @@ class Snapshot:
     unserved: tuple[UnservedView, ...] = ()
     batches: tuple[BatchView, ...] = ()
     capped: frozenset[str] = frozenset()
+    read_at: float | None = None
+
+    @property
+    def viewer_time(self) -> float:
+        """When the viewer read the frame, by its own clock."""
+        return self.taken_at if self.read_at is None else self.read_at
 
 
 @dataclass(frozen=True)
@@ -186,7 +194,7 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
     (``Store.dashboard``: its cost is measured there); this makes the views.
     ``run_top`` spaces its reads so that reading never takes more than a third of
     a core."""
-    now = time.time() if now is None else now
+    read_at = now = time.time() if now is None else now
     rows = store.dashboard(now, failures=failures)
     if rows.now is not None:
         now = rows.now  # the clock the store dated its rows by (R7a)
@@ -200,7 +208,8 @@ def read_snapshot(store: Store, now: float | None = None, *, failures: int = 5) 
                     failures=tuple(_failure_view(r) for r in rows.failures), totals=totals,
                     done_per_min=sum(recent.values()), stale_pools=len(rows.pools) - len(live),
                     unserved=tuple(UnservedView(**u) for u in rows.unserved),
-                    batches=tuple(_batch_view(r) for r in rows.batches), capped=capped)
+                    batches=tuple(_batch_view(r) for r in rows.batches), capped=capped,
+                    read_at=read_at)
 
 
 def _batch_view(row: tuple) -> BatchView:

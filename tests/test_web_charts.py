@@ -274,3 +274,42 @@ def test_a_long_window_is_drawn_in_columns_of_several_minutes_and_the_api_stays_
     if not store_url.startswith("postgresql"):  # there a beat's minute is the server's now
         assert sum(m["done"] for m in api["minutes"]) == 4
         assert len(bars) < 4  # three minutes in a row span two 6-minute columns at most
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("skew", [3600.0, -3600.0])
+def test_a_viewer_an_hour_off_charts_the_hour_the_servers_clock_dated(
+        any_store, store_url, monkeypatch, skew):
+    """R7a, R56: PostgreSQL's rollups are dated by the server's minute, so the charts'
+    window ends at the server's now, not at the web host's: a host an hour ahead (or
+    behind) charted an empty hour."""
+    import time
+    counted = Rollups()
+    counted.claimed("c.ok", 0.5)
+    counted.settled("c.ok", "done", 2.0)
+    any_store.heartbeat(_beat("pool-a", counted), (), time.time())
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew)
+    with _client(store_url) as client:
+        api = client.get("/api/rollups", params={"hours": "1"}).json()
+        page = client.get("/charts", params={"hours": "1"})
+    assert sum(m["done"] for m in api["minutes"]) == 1
+    assert abs(api["to"] - real()) < 120
+    assert re.search(r'<span id="totals">1 done, 0 retried, 0 dead</span>', page.text)
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_viewer_an_hour_ahead_reads_the_overview_now_and_counts_by_the_server(
+        any_store, store_url, monkeypatch):
+    """R7a, R29: the overview's frame is PostgreSQL's (counted by the server's clock),
+    and "read now" is the viewer's own: dated by the server, a frame read a moment ago
+    by a host an hour ahead said "read 1h ago"."""
+    import time
+    any_store.enqueue_with("c.ok", delay=600)  # scheduled by the server's clock
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600.0)
+    with _client(store_url) as client:
+        page = client.get("/").text
+    assert re.search(r'id="asof">Read now;', page), page
+    assert '<td id="total-scheduled"><a href="/jobs?status=scheduled">1</a>' in page
+    assert '<td class="ready">0</td><td class="scheduled">1</td>' in page

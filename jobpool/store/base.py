@@ -379,6 +379,13 @@ class Store(Protocol):
         store's clock (a store with a clock of its own, R7a, ignores ``now``)."""
         ...
 
+    def clock(self) -> float:
+        """R7a: the time by which this store dates its rows, as a Unix time: the
+        server's on a store with a clock of its own, else this host's. What a viewer
+        shows of the rows' times (a chart's last hour, a schedule's next time) is read
+        against it, not against the viewer's host."""
+        ...
+
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
         """R29: what one dashboard frame shows, read in one consistent transaction
         that blocks no writer and scans no whole table."""

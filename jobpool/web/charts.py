@@ -10,7 +10,6 @@ minute is a column; p50 and p95 are read from each minute's histogram buckets
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,7 +60,7 @@ def read(store: Any, hours: int, name: str | None, now: float | None = None,
     name's or all names' counts and times; per name, the window's totals; and the
     names seen, for the page's choice. ``most_columns``: at most that many entries in
     ``minutes``, each adding up ``column_minutes`` minutes (the page's drawing)."""
-    now = time.time() if now is None else now
+    now = store.clock() if now is None else now  # the pools' beats dated the rollups (R7a)
     last = rollups.minute_of(now)
     first = last - (hours * 60 - 1) * rollups.MINUTE
     # The store adds the window up (a row a minute, a row a name): three days of many

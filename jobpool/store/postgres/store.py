@@ -218,6 +218,10 @@ class PostgresStore(SharedStore, AsyncEnqueue):
         """R7a: the server's clock (the transaction's start, inside one)."""
         return conn.execute(pg_sql.SERVER_NOW).fetchone()[0]
 
+    def clock(self) -> float:
+        """R7a: the server's time (see ``Store.clock``)."""
+        return self.transaction("reading the server's clock", self.server_now)
+
     # -- enqueue (R1-R5) ---------------------------------------------------------------------
 
     def enqueue_with(self, name: str, *, args: tuple | list = (), kwargs: dict | None = None,

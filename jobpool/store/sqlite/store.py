@@ -846,6 +846,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         except sqlite3.Error as exc:
             raise StoreError(f"reading pools failed: {exc}") from exc
 
+    def clock(self) -> float:
+        """R7a: one host's store dates its rows by the host's clock."""
+        return time.time()
+
     def dashboard(self, now: float, *, failures: int = 5) -> DashboardRows:
         """R29: everything one dashboard frame shows, in a single read transaction.
 
