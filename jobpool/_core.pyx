@@ -61,7 +61,7 @@ import os
 import sqlite3 as _pysqlite  # the base class of SqliteError only; same shared libsqlite3
 
 from jobpool import bounds as _bounds
-from jobpool.bounds import MAX_MESSAGE_BYTES, PRIORITY_MAX, PRIORITY_MIN
+from jobpool.bounds import INT32_MAX, MAX_MESSAGE_BYTES, PRIORITY_MAX, PRIORITY_MIN
 from jobpool.lifecycle import DONE as _DONE, Claimed, Lease, Settled
 from jobpool.lifecycle import FOLLOW_ENDS as _FOLLOW_ENDS, FOLLOW_MEMBER as _FOLLOW_MEMBER
 from jobpool.lifecycle import PLAIN_FOLLOW_UPS as _PLAIN_FOLLOW_UPS
@@ -847,7 +847,8 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
             or type(crashes) is not int or type(priority) is not int
             or type(follow_ups) is not int):
         return None
-    if attempt < 1 or max_attempts < 1 or crashes < 0 or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+    if (not 1 <= attempt < INT32_MAX or max_attempts < 1 or crashes < 0
+            or not PRIORITY_MIN <= priority <= PRIORITY_MAX):
         return None
     if (type(name) is not str or not _utf8_text(name) or type(serializer) is not str
             or not _utf8_text(serializer)):

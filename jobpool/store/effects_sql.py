@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from jobpool import bounds
 from jobpool.lifecycle import (ClearedIf, Defaulted, Earliest, Given, LeaseEnd, OneMoreAttempt,
                                Shifted, Transition)
 
@@ -47,14 +48,20 @@ def value_sql(value: object, dialect: Dialect) -> str:
     if isinstance(value, Given):
         return dialect.given(value.name)
     if isinstance(value, Shifted):
-        sign = "+" if value.by >= 0 else "-"
-        return f"{col(value.column)} {sign} {abs(value.by)}"
+        if value.by > 0:
+            # R44: a count at the top of its 32-bit column (a row written by hand) stays
+            # there, for the codec to refuse the row it reads: an increment past it
+            # failed the whole statement on PostgreSQL, every turn, and stopped the pool.
+            return (f"{dialect.least}({col(value.column)}, {bounds.INT32_MAX - value.by}) "
+                    f"+ {value.by}")
+        return f"{col(value.column)} - {abs(value.by)}"
     if isinstance(value, Earliest):
         return f"{dialect.least}({col(value.column)}, {dialect.given(value.given)})"
     if isinstance(value, ClearedIf):
         return f"CASE WHEN {dialect.given(value.flag)} THEN NULL ELSE {col(value.column)} END"
     if isinstance(value, OneMoreAttempt):
-        return (f"CASE WHEN {col('attempts')} >= {col('max_attempts')} THEN {col('attempts')} + 1 "
+        return (f"CASE WHEN {col('attempts')} >= {col('max_attempts')} "
+                f"THEN {dialect.least}({col('attempts')}, {bounds.INT32_MAX - 1}) + 1 "
                 f"ELSE {col('max_attempts')} END")
     if isinstance(value, (Defaulted, LeaseEnd)):
         if dialect.default_of is None:

@@ -173,7 +173,10 @@ def optional(rule: Rule) -> Rule:
 ID = integer("an id (an integer)")
 FLAG = integer("an integer")
 COUNT = integer("a count (an integer, 0 or more)", 0)
-ATTEMPT = integer("an attempt number (an integer, 1 or more)", 1)
+#: Below the top of a 32-bit integer: the pipes to a child carry an attempt in four
+#: bytes, and a claim leaves a count at the top where it is (``effects_sql``).
+ATTEMPT = integer(f"an attempt number (an integer from 1 to {bounds.INT32_MAX - 1})", 1,
+                  bounds.INT32_MAX - 1)
 BUDGET = integer("a number of attempts (an integer, 1 or more)", 1)
 PRIORITY = integer(f"a priority (an integer from {bounds.PRIORITY_MIN} to {bounds.PRIORITY_MAX})",
                    bounds.PRIORITY_MIN, bounds.PRIORITY_MAX)
