@@ -584,3 +584,41 @@ def test_a_pool_whose_store_is_replaced_by_another_file_stops_and_leaves_it_alon
     assert [store.get(job_id)["status"] for job_id in waiting] == ["ready"] * 5
     app.start("-q")
     assert statuses(store) == {"done": 5}
+
+
+def test_threads_that_come_and_go_leave_no_connection_behind(any_store, store_url):
+    # R42: a web server's request threads and asyncio.to_thread's executors come and
+    # go. Each thread's connection was kept until the store closed: 600 threads held
+    # 600 (an SQLite store ran out of descriptors, a PostgreSQL one of connections).
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+    any_store.enqueue("t.noop")
+    before = fds()
+    for _ in range(120):
+        thread = threading.Thread(target=any_store.enqueue, args=("t.noop",))
+        thread.start()
+        thread.join()
+    assert len(any_store._connections.open_now()) == 1  # the test's own thread's
+    assert fds() <= before + 2
+    assert any_store.stats()["ready"] == 121
+
+
+def test_a_relative_path_names_one_file_whatever_the_directory_is_later(tmp_path, monkeypatch):
+    # R42: a store given "jobs.db" opened a second, new "jobs.db" for a thread that
+    # first used it after the process changed directory: its jobs went where no pool
+    # looked.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = jobpool.connect("jobs.db")
+    try:
+        store.enqueue("t.noop")
+        monkeypatch.chdir(tmp_path / "b")
+        thread = threading.Thread(target=store.enqueue, args=("t.noop",))
+        thread.start()
+        thread.join()
+        assert store.stats()["ready"] == 2
+        assert store.path == str(tmp_path / "a" / "jobs.db")
+        assert os.listdir(tmp_path / "b") == []
+    finally:
+        store.close()

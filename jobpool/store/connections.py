@@ -8,6 +8,11 @@ opened on its first use, and the store closes all of them. (A lock around each
 transaction was the other choice: it serialises readers too, and a caller's
 ``connection=`` transaction cannot be held under it.)
 
+A thread's connection is closed when the thread ends (a web server's request
+threads, ``asyncio.to_thread``'s executors come and go): kept until the store closed,
+600 short-lived threads held 600 connections, an SQLite store ran out of descriptors
+and a PostgreSQL one out of server connections.
+
 Across a fork the parent's connections are the parent's: the child opens its own
 and abandons the inherited ones unfinalised (``fork_safety.abandon``), since closing
 them would close descriptor numbers the child may have reused.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, Callable, Generic, TypeVar
 
 from jobpool import fork_safety
@@ -55,7 +61,12 @@ class PerThread(Generic[C]):
         conn = self._open()
         with self._lock:
             self._open_now.append(conn)
-        local.conn, local.stamp = conn, stamp
+        # Only this thread's slot of the local holds the marker: it goes when the
+        # thread ends (or its next connection replaces this one), and takes the
+        # connection with it. Never at exit, nor in a forked child: the pid must match.
+        marker = _ThreadSlot()
+        weakref.finalize(marker, _thread_ended, weakref.ref(self), conn, pid).atexit = False
+        local.conn, local.stamp, local.marker = conn, stamp, marker
         return conn
 
     def current(self) -> C | None:
@@ -98,3 +109,25 @@ class PerThread(Generic[C]):
         closing.sort(key=lambda conn: conn is not mine)
         for conn in closing:
             self._close(conn)
+
+
+class _ThreadSlot:
+    """A marker a thread's connection lives as long as (see ``PerThread._new``)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _thread_ended(owner_ref: Any, conn: Any, pid: int) -> None:
+    """Close the connection of a thread that ended, unless the store closed or
+    dropped it already, or this is a forked child (the parent's, R43)."""
+    owner = owner_ref()
+    if owner is None or os.getpid() != pid:
+        return
+    with owner._lock:
+        if not any(open_conn is conn for open_conn in owner._open_now):
+            return
+        owner._open_now = [c for c in owner._open_now if c is not conn]
+    try:
+        owner._close(conn)
+    except Exception:  # noqa: BLE001 - nobody is left to tell; the store goes on
+        pass

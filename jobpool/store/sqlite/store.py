@@ -192,7 +192,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                  check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
                  busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
                  readonly: bool = False, allow_world_writable: bool = False) -> None:
-        self.path = path
+        #: Absolute: every thread's connection, the claimer, the checkpointer and the
+        #: wake-ups open this file, whatever the process's working directory is by
+        #: then (R42: a relative path after a chdir made a second store, silently).
+        self.path = os.path.abspath(path)
         #: Read-only commands never write the file: no new tables, no upgrade (R26a).
         self._readonly = readonly
         self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
