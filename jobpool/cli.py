@@ -1395,7 +1395,8 @@ def cmd_stop(args: argparse.Namespace, out: _Stdout) -> int:
             break
         if time.monotonic() >= end:
             print(f"{len(running)} of {len(asked)} pool(s) still running after --wait "
-                  f"{args.wait:g}: {', '.join(p['owner'] for p in running)}", file=sys.stderr)
+                  f"{args.wait:g}: {', '.join(shown(p['owner']) for p in running)}",
+                  file=sys.stderr)
             return 1
         time.sleep(0.1)
     away = sum(1 for pool in asked if not _on_this_host(pool))

@@ -185,9 +185,9 @@ def _where(snapshot: Snapshot, width: int, phase: str | None = None) -> Text:
     if snapshot.stale_pools:
         live.append(f" ({snapshot.stale_pools} stale)", style="yellow")
     clock = time.strftime("%H:%M:%S", time.localtime(snapshot.viewer_time))
-    core = f"  core {snapshot.core}  "
+    core = f"  core {shown(snapshot.core)}  "  # a pools row's text, and the path: R46
     fixed = len("jobpool ") + len(core) + len(live) + 2 + len(clock)
-    store = _shorten_left(snapshot.store, max(width - fixed, 12))
+    store = _shorten_left(shown(snapshot.store), max(width - fixed, 12))
     return _line(Text("jobpool ", style="bold"), Text(store, style="cyan"), core, live, "  ",
                  Text(clock, style="dim"))
 
@@ -232,7 +232,7 @@ def _stopping(snapshot: Snapshot) -> Text:
     for pool in snapshot.pools:
         if pool.stopping is None:
             continue
-        who = f"{pool.host}:{pool.pid} " if len(snapshot.pools) > 1 else ""
+        who = f"{shown(pool.host)}:{pool.pid} " if len(snapshot.pools) > 1 else ""
         parts.append(f"{who}stopping: {_drain(pool.stopping, snapshot.taken_at)}")
     return _line(Text("  ".join(parts), style="bold yellow"))
 

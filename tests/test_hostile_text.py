@@ -168,3 +168,27 @@ def test_a_stage_no_store_can_hold_is_written_escaped_while_its_job_runs(make_an
         if pool.poll() is None:
             pool.kill()
     assert store.get(job_id)["status"] == "done"
+
+
+def test_a_pools_row_of_hostile_text_prints_as_text_in_top_and_stop(make_app):
+    """R46: a pools row's host, owner and core are the store's text (anyone who can
+    write it may leave them so): `top --once` and `stop --wait` printed them raw."""
+    import time
+
+    from jobpool.store.records import Heartbeat
+    app = make_app(HOSTILE_APP)
+    store = app.store()
+    for n in (1, 2):  # two live pools: the stopping line names each by host
+        beat = Heartbeat(owner=f"ho\x1b]0;PWN\x07\x1b[31m\x9b2J:{n}", host="ho\x1b]0;PWN\x07",
+                         pid=10**6 + n, procs=1, queues=("default",), names=("t.hostile",),
+                         core="core\x1b]0;PWN\x07\x1b[31m\x9b2J",
+                         counters_json='{"stopping": {"running": 1, "drain_ends_at": null}}',
+                         slots_json="[]")
+        store.heartbeat(beat, [], time.time())
+    top = _cli(app, "top", "--once")
+    stop = _cli(app, "stop", "--wait", "0.3")
+    assert top.returncode == 0, top.stderr
+    assert stop.returncode == 1 and b"still running" in stop.stderr, stop.stderr
+    for out in (top.stdout, stop.stderr):
+        assert b"\x1b" not in out and b"\x07" not in out and "\x9b".encode() not in out, out
+        assert b"\\x1b]0;PWN\\x07" in out, out
