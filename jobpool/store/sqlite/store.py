@@ -192,10 +192,13 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                  check: bool = False, max_payload: int = MAX_PAYLOAD_BYTES,
                  busy_timeout: float = BUSY_TIMEOUT, mode: int = DEFAULT_MODE,
                  readonly: bool = False, allow_world_writable: bool = False) -> None:
-        #: Absolute: every thread's connection, the claimer, the checkpointer and the
-        #: wake-ups open this file, whatever the process's working directory is by
-        #: then (R42: a relative path after a chdir made a second store, silently).
-        self.path = os.path.abspath(path)
+        #: As typed: what messages and listings name (the CLI's rule).
+        self.path = path
+        #: The file every thread's connection, the claimer, the checkpointer and the
+        #: wake-ups open: absolute, whatever the process's working directory is by then
+        #: (R42: a thread's first use after a chdir made a second store, silently). A
+        #: name SQLite reads as a URI stays SQLite's to read.
+        self._file = path if os.fsencode(path).startswith(b"file:") else os.path.abspath(path)
         #: Read-only commands never write the file: no new tables, no upgrade (R26a).
         self._readonly = readonly
         self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
@@ -211,7 +214,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         self._create = create
         self._check = check
         self._connections = PerThread(self._open, guarded.close)
-        self._notifier = Notifier(path)
+        self._notifier = Notifier(self._file)
         #: The claimers made over this store's file, released with it before a fork.
         self._claimers: weakref.WeakSet[Any] = weakref.WeakSet()
         fork_safety.hold(self)
@@ -258,13 +261,13 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
 
     def replaced(self) -> str | None:
         """R45: what the path names now, in words, if not the file this store opened."""
-        return file_identity.change(self.path, self.opened)
+        return file_identity.change(self._file, self.opened)
 
     def _open(self) -> sqlite3.Connection:
-        path = self.path
+        path, named = self._file, self.path  # the file to open; as its user typed it
         exists = os.path.exists(path) and os.path.getsize(path) > 0
         if not exists and not self._create:
-            raise StoreError(f"no jobpool store at {path}")
+            raise StoreError(f"no jobpool store at {named}")
         if not exists:
             create_file(path, self.mode)
         try:
@@ -274,13 +277,13 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             conn = connect_file(path, isolation_level=None, timeout=self.busy_timeout,
                                 check_same_thread=False, factory=guarded.GuardedConnection)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {path}: {exc}") from exc
+            raise StoreError(f"cannot open {named}: {exc}") from exc
         try:
-            check_header(conn, path)
+            check_header(conn, named)
             if self._check and exists:
-                quick_check(conn, path)
+                quick_check(conn, named)
                 self._check = False  # once a store, not at every thread's first use
-            migrations.ensure(conn, path, create=self._create, upgrade=not self._readonly)
+            migrations.ensure(conn, named, create=self._create, upgrade=not self._readonly)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA mmap_size=0")
@@ -290,7 +293,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             conn.execute(f"PRAGMA journal_size_limit={journal_limit}")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise CorruptStoreError(f"{path} cannot be used as a store: {exc}") from exc
+            raise CorruptStoreError(f"{named} cannot be used as a store: {exc}") from exc
         except BaseException:
             conn.close()
             raise
@@ -734,7 +737,7 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
             try:
                 if written >= BULK_ROWS:
                     kept = _grow_cache(conn)
-                    left = _leave_checkpoint(conn, self.path)
+                    left = _leave_checkpoint(conn, self._file)
                 conn.run_one("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn)
@@ -988,8 +991,8 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         from jobpool.store.sqlite.claimer import SqliteClaimer
         # On a disk with little room the claimer checkpoints its own commits, since
         # the checkpointer's interval lets a busy pool's WAL grow megabytes (R26a).
-        autocheckpoint, journal_limit = wal_settings(self.path, 0, sql.WAL_KEEP_BYTES)
-        claimer = SqliteClaimer(self.path, owner, names, queues, policies,
+        autocheckpoint, journal_limit = wal_settings(self._file, 0, sql.WAL_KEEP_BYTES)
+        claimer = SqliteClaimer(self._file, owner, names, queues, policies,
                                 busy_timeout=CLAIM_BUSY_TIMEOUT,
                                 wal_autocheckpoint=autocheckpoint,
                                 journal_size_limit=journal_limit)
@@ -999,14 +1002,14 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
     def maintenance(self):
         """R26a: the WAL checkpointer, started; ``stop()`` it when the pool exits."""
         from jobpool.store.sqlite.checkpoint import Checkpointer
-        checkpointer = Checkpointer(self.path)
+        checkpointer = Checkpointer(self._file)
         checkpointer.start()
         return checkpointer
 
     def listener(self):
         """R11: the wake-up socket an enqueue on this host writes to."""
         from jobpool.store.sqlite.wakeup import Listener
-        return Listener(self.path)
+        return Listener(self._file)
 
     def sweep(self, now: float, *, result_ttl: float, dead_letter_limit: int) -> int:
         """R32: one bounded batch of each retention rule."""
