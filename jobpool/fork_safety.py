@@ -59,6 +59,23 @@ def release_before_fork() -> None:
         holder.release_before_fork()
 
 
+def _release_at_fork() -> None:
+    """``os.fork``'s hook: whoever forks (a pre-forking web server's master, a
+    ``multiprocessing`` pool, a job), its stores' SQLite connections are released
+    first, as a pool's are. A worker forked from a process holding a connection
+    built on its copy of SQLite's lock table, which described locks it did not hold:
+    the parent's close then took the file as its last user and deleted the WAL under
+    the worker, whose enqueues were lost. Never fails the fork: a connection it cannot
+    close stays as it was."""
+    try:
+        release_before_fork()
+    except Exception:  # noqa: BLE001 - the fork goes on; the next use reopens or fails
+        pass
+
+
+os.register_at_fork(before=_release_at_fork)
+
+
 def abandon(obj: Any) -> None:
     """Keep ``obj`` (inherited from the parent) alive until ``os._exit``, unfinalised."""
     if obj is not None:
