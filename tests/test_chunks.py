@@ -188,6 +188,48 @@ def test_a_timeout_mid_chunk_gives_back_the_rows_after_it(store, where, tmp_path
     assert sorted(_ran(out)) == ids
 
 
+def test_a_pool_whose_beats_do_not_reach_the_store_starts_no_more_rows_of_a_chunk(
+        store, where, tmp_path):
+    """R9, R24b, R63: cut off from the store, a pool ran on through its chunk while
+    another pool, judging it dead, took its rows back and ran them too. Now, once no
+    beat has reached the store for half of ``dead_after``, the rows waiting in a chunk
+    are given back, not started; they run once the pool is back in touch."""
+    from jobpool.errors import StoreError
+    started, release, out = tmp_path / "started", tmp_path / "release", tmp_path / "ran.txt"
+    ids = [store.enqueue("chunk.wait", str(started), str(release) if i == 0 else "",
+                         str(out)).id for i in range(3)]
+    cut_off = {"on": False, "skew": 0.0}
+
+    def clock() -> float:
+        return time.time() + cut_off["skew"]
+    pool = _pool(where, "chunk.wait", clock=clock, dead_after=4.0)
+    beat = pool.store.heartbeat
+
+    def heartbeat(*args, **kwargs):
+        if started.exists() and not cut_off["on"] and not release.exists():
+            # The first row runs: from now on no beat gets through, and the pool's
+            # clock runs past half of dead_after; the row may end.
+            cut_off.update(on=True, skew=10.0)
+            release.write_text("go")
+        if cut_off["on"]:
+            if any(slot.queued for slot in pool.slots.all):
+                raise StoreError("the store cannot be reached (a test's cut)")
+            cut_off["on"] = False  # the chunk was given back: in touch again
+        return beat(*args, **kwargs)
+    pool.store.heartbeat = heartbeat
+    assert pool.run() == 0
+    assert sorted(_ran(out)) == ids   # each row ran once
+    assert [a["outcome"] for a in store.attempts(ids[0])] == ["done"]
+    for job_id in ids[1:]:
+        # Given back (perhaps again, from the chunk a turn claimed while the beats still
+        # failed), never started out of touch; run once, in touch again.
+        outcomes = [a["outcome"] for a in store.attempts(job_id)]
+        assert outcomes[-1] == "done" and set(outcomes[:-1]) == {"unstarted"}, outcomes
+        assert "has not reached the store for half of --dead-after" in \
+            store.attempts(job_id)[0]["error"]
+        assert store.get(job_id)["attempts"] == 1
+
+
 def test_a_row_past_its_deadline_when_its_turn_comes_is_dead_without_running(store, where, tmp_path):
     started, out = tmp_path / "started", tmp_path / "ran.txt"
     first = store.enqueue("chunk.wait", str(started), "", str(out)).id

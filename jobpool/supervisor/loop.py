@@ -505,6 +505,7 @@ class Supervisor:
             result = what(*args)
         except StoreError as exc:
             self.store.on_store_error(exc)
+            state.store_trouble = True  # R63: until a heartbeat gets through again
             first = self._store_pause == 0.0  # log once per episode, not once per try
             if first:
                 self._store_down_since = self.clock()

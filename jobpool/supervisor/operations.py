@@ -121,6 +121,7 @@ class Operations:
         except StoreError as exc:
             log.debug("heartbeat skipped: %s", exc)  # the hot path reports store errors (R26)
             self._beating_since = None  # R24b: a break in our own beats; judge nobody yet
+            state.store_trouble = True
             return False
         for slot in unreported:
             slot.progress_dirty = False
@@ -136,6 +137,7 @@ class Operations:
             self.state.want_claim = True  # the claims held back until now (R24b, R38)
         self._registered = True
         self._beating_since = self._beating_since or now
+        state.beaten_at, state.store_trouble = now, False
         self._obey_pauses(requests.paused)
         self._obey_limits(requests.limit_rows)
         self._bury_dead_pools(now)

@@ -304,8 +304,9 @@ class Slots:
         row past its deadline when its turn comes is dead without running (R10). A
         chunk that ends early (its child going: crashed, killed, recycled; the pool
         stopping or shrinking) gives back every row that has not started."""
-        if slot.conn is None or slot.killing is not None or slot.retiring or self.state.stopping:
-            self.give_back(slot)
+        if (slot.conn is None or slot.killing is not None or slot.retiring
+                or self.state.stopping or self._out_of_touch(now)):
+            self.give_back(slot, now)
             return
         queued = slot.queued
         while queued:
@@ -331,13 +332,25 @@ class Slots:
         self._finish(slot, Outcome(slot.job.job_id, slot.job.attempt, lifecycle.UNSTARTED,
                                    lifecycle.NOT_DELIVERED), now)
 
-    def give_back(self, slot: Slot) -> None:
+    def _out_of_touch(self, now: float) -> bool:
+        """R9, R24b, R63: the store has failed this pool (a turn or a beat) and none of
+        its heartbeats has reached it for half of ``dead_after``, so another pool may
+        judge it dead and take back the rows waiting in its chunks: it starts none of
+        them (cut off from the store, a pool went on through a chunk whose rows another
+        pool was running too)."""
+        state = self.state
+        return (state.store_trouble and state.beaten_at is not None
+                and now - state.beaten_at > self.config.dead_after / 2)
+
+    def give_back(self, slot: Slot, now: float | None = None) -> None:
         """R63: the rows of the slot's chunk that have not started go back in line where
         they were, the attempts their claim spent given back."""
         if self.state.stopping:
             why = "the pool is stopping"
         elif slot.killing is not None:
             why = slot.killing.partition("\n")[0]
+        elif now is not None and self._out_of_touch(now):
+            why = "the pool has not reached the store for half of --dead-after"
         else:
             why = "its child exited"
         reason = lifecycle.chunk_ended_early(why)

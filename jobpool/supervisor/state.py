@@ -37,7 +37,8 @@ class PoolState:
     (``operations.py``) of one pool."""
 
     __slots__ = ("counters", "pending", "want_claim", "stop_requests", "stopping", "drain_until",
-                 "metrics", "rollups", "hold_until")
+                 "metrics", "rollups", "hold_until", "beaten_at",
+                 "store_trouble")
 
     def __init__(self, metrics: PoolMetrics | None = None) -> None:
         self.counters = new_counters()
@@ -47,6 +48,10 @@ class PoolState:
         self.rollups = Rollups()
         #: Attempts that ended and are not settled yet (settled at the next turn, R26).
         self.pending: list[Finished] = []
+        #: R24b, R63: when this pool's heartbeat last reached the store (None: not yet),
+        #: and whether a store call failed since (a turn's or a beat's).
+        self.beaten_at: float | None = None
+        self.store_trouble = False
         #: Something may be claimable: a slot came free, a wake-up or a poll arrived.
         self.want_claim = True
         #: How many stops were asked for (signals, ``jobpool stop``); two mean at once (R25).
