@@ -842,3 +842,39 @@ def test_a_batch_row_written_wrong_is_shown_and_stops_no_member(app, store_url):
         assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     app.start("--procs", "1", timeout=60)
     assert ran(app) == ["work m"]
+
+
+#: A batch's callback as a hand may leave it: (SQLite's change, PostgreSQL's, or None
+#: where that store cannot hold it so).
+CALLBACKS = {
+    "not JSON": ("'{not json'", None),
+    "no name": ("json_remove(on_success, '$.name')", "on_success - 'name'"),
+    "a priority of text": ("json_set(on_success, '$.priority', 'high')",
+                           "jsonb_set(on_success, '{priority}', '\"high\"')"),
+    "a payload that is no JSON": ("json_set(on_success, '$.payload', '[1,')",
+                                  "jsonb_set(on_success, '{payload}', '\"[1,\"')"),
+}
+
+
+@pytest.mark.parametrize("case", list(CALLBACKS))
+def test_a_batch_callback_written_wrong_stops_no_pool(app, store_url, case):
+    # R34, R44 (SQLite schema 15, PostgreSQL revision 17): the callback is made a row
+    # by the trigger that counts the batch's last member; one that cannot be a row
+    # failed that member's settle, and every turn after it: the pool never moved again.
+    change = CALLBACKS[case][is_pg(store_url)]
+    if change is None:
+        pytest.skip("PostgreSQL's callbacks are jsonb")
+    store = app.store()
+    batch = store.batch(on_success=Signature("r.step", ("callback",)))
+    batch.add_many("r.work", [("member",)])
+    batch.close()
+    raw(store_url, f"UPDATE jobpool_batches SET on_success = {change} WHERE id = %s", (batch.id,))
+    other = store.enqueue("r.work", "other").id
+    app.start("--procs", "1", timeout=60)   # exits: a burst pool that never stopped did not
+    assert sorted(ran(app)) == ["work member", "work other"]
+    assert store.get(other)["status"] == "done"
+    status = store.batch_status(batch.id)
+    assert (status.done, status.dead) == (1, 0)
+    # Not a row: nothing enqueued for it (a priority of text on SQLite is a row, which
+    # its claim refuses, R44, and which no child runs).
+    assert "step callback" not in ran(app)

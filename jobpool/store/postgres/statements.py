@@ -52,7 +52,7 @@ _MANY_MOVED_DIALECT = DIALECT._replace(
 
 #: The schema revision ``SCHEMA`` below creates (PostgreSQL counts its own versions),
 #: kept under the key ``revision`` of ``jobpool_meta``.
-SCHEMA_VERSION = "16"
+SCHEMA_VERSION = "17"
 #: Kept under the key ``schema``: the oldest revision whose code can still use a store
 #: of this revision. Every step so far only adds (tables, columns with defaults), so a
 #: release that reads revision 1 keeps working on the upgraded store during a rolling
@@ -509,6 +509,12 @@ BEGIN
     RETURNING id INTO new_id;
     PERFORM pg_notify(channel, spec ->> 'queue');
     RETURN new_id;
+EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+    -- R44 (revision 17): a callback written by hand so that it cannot be a row (no
+    -- name, a priority that is no integer, a payload that is no JSON) is not
+    -- enqueued: it failed the member's settle, and every turn after it, and stopped
+    -- the pool. A lock's or a deadlock's error is no such thing, and goes up.
+    RETURN NULL;
 END
 $$
 """
@@ -923,6 +929,8 @@ STEPS: dict[int, tuple[str, ...]] = {
     # grouped rows it put back remade, each in one order (no deadlock between two
     # turns ending members of one batch, or putting back rows of two groups).
     16: (*MEMBERS_ENDED_SCHEMA, *LANES_REMADE_SCHEMA),
+    # R44: a batch's callback that cannot be a row is not enqueued (it stopped the pool).
+    17: (CREATE_ENQUEUE_CALLBACK_FUNCTION,),
 }
 
 #: The tables a store makes; a schema that has any of them without ``jobpool_meta``

@@ -100,6 +100,9 @@ STEPS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = {
     13: sql.REKEY_READY_DUE,
     # The status's CHECK without an IN list: no temporary B-tree for each row written.
     14: (_status_check_as_comparisons,),
+    # R44 (issue 26): a batch's callback written by hand so that it cannot be enqueued
+    # is not, where its member's settle failed, every turn, and stopped the pool.
+    15: (sql.DROP_BATCH_FINISHED, sql.CREATE_BATCH_FINISHED),
 }
 
 #: The version this code reads and writes: the one ``sql.SCHEMA`` creates.

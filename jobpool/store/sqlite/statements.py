@@ -23,7 +23,7 @@ _CLAIM_DEFAULTS = {"max_attempts": "{max_attempts}", "timeout": "{timeouts}"}
 _CLAIM_DIALECT = DIALECT._replace(default_of=_CLAIM_DEFAULTS.__getitem__)
 
 #: The schema ``SCHEMA`` below creates; older stores are upgraded by store/sqlite/migrations.py.
-SCHEMA_VERSION = "14"
+SCHEMA_VERSION = "15"
 
 #: Page size of a new store. A supervisor's commit rewrites one page per index
 #: and table it touches (about nine per job), so the page size sets how many bytes
@@ -391,8 +391,24 @@ def _fire(column: str, condition: str) -> str:
     {LANE_OF_LAST_ROW.strip()} AND {condition};"""
 
 
-_FIRES_SUCCESS = "NEW.on_success IS NOT NULL AND NEW.dead = 0 AND NEW.cancelled_at IS NULL"
-_FIRES_COMPLETE = "NEW.on_complete IS NOT NULL AND NEW.cancelled_at IS NULL"
+def _readable(column: str) -> str:
+    """R44 (schema 15): a callback the trigger can enqueue: JSON whose name, queue and
+    priority are there and whose payload is JSON, on a batch row with its times.
+    Anything else (a row written by hand) is not enqueued: it failed the member's
+    settle, and every turn after it, and stopped the pool. (CASE keeps each JSON
+    function off text that is not JSON: an AND's order is not promised.)"""
+    spec = f"NEW.{column}"
+    return (f"CASE WHEN json_valid({spec}) THEN json_extract({spec}, '$.name') IS NOT NULL "
+            f"AND json_extract({spec}, '$.queue') IS NOT NULL "
+            f"AND json_extract({spec}, '$.priority') IS NOT NULL "
+            f"AND coalesce(json_valid(json_extract({spec}, '$.payload')), 0) ELSE 0 END "
+            f"AND NEW.changed_at IS NOT NULL AND NEW.created_at IS NOT NULL")
+
+
+_FIRES_SUCCESS = ("NEW.on_success IS NOT NULL AND NEW.dead = 0 AND NEW.cancelled_at IS NULL AND "
+                  + _readable("on_success"))
+_FIRES_COMPLETE = "NEW.on_complete IS NOT NULL AND NEW.cancelled_at IS NULL AND " + _readable(
+    "on_complete")
 
 #: R34: when the last member of a closed batch ends (or a batch is closed with all its
 #: members ended), the same transaction enqueues its callbacks, once: ``on_success``
