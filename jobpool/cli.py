@@ -625,7 +625,10 @@ def import_app(module: str | None) -> None:
         # with 0, having done nothing.
         raise UserError(f"cannot import --app {module}: it called sys.exit({exc.code!r}) "
                         f"while being imported") from None
-    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises on import
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - whatever the user's module raises on
+        # import, its own BaseException subclasses and a GeneratorExit included
         if _debug():
             raise
         raise UserError(f"cannot import --app {module}: {_where(exc, module)}"
@@ -1463,7 +1466,12 @@ def cmd_metrics(args: argparse.Namespace, out: _Stdout) -> int:
     gauges = StoreGauges(store, every=args.every)
     if not args.serve:
         gauges.refresh()
-        print(gauges.exposition().decode(), end="")  # nothing when stdout is closed
+        text = gauges.exposition().decode()
+        if out.is_terminal:
+            # R46: a queue's name is the store's text; a file or a pipe (a textfile
+            # collector) gets the exposition exact, a terminal no control character.
+            text = "".join(shown(line) + "\n" for line in text.splitlines())
+        print(text, end="")  # nothing when stdout is closed
         return 0
     serve(gauges, args.serve, lambda line: print(line, flush=True))
     return 0

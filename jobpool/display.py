@@ -61,6 +61,10 @@ def console(**options: Any) -> Any:
         if size not in options and text.isdigit() and int(text) > MOST_CELLS:
             # rich takes any number it is given: COLUMNS=10**21 overflowed its padding.
             options[size] = MOST_CELLS
+        elif size not in options and text.isdigit() and int(text) == 0:
+            # ... and COLUMNS=0 printed nothing at all (an enqueue's new id lost): a
+            # size of nothing is no size; rich's own default stands.
+            options[size] = FALLBACK_CELLS[size]
     return _console_class(**options)
 
 
@@ -79,6 +83,8 @@ def to_nowhere(stream: Any) -> None:
 
 #: The widest (and tallest) a terminal is taken to be, whatever ``COLUMNS`` says.
 MOST_CELLS = 10_000
+#: What ``COLUMNS=0`` or ``LINES=0`` is taken for: rich's own size when it knows none.
+FALLBACK_CELLS = {"width": 80, "height": 25}
 
 
 def counted(count: int, one: str, many: str | None = None) -> str:

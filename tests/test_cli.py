@@ -793,3 +793,24 @@ def test_from_standard_input_a_text_stream_put_in_its_place_is_read(make_app, mo
     monkeypatch.setattr(sys, "stdin", io.StringIO('["a"]\n["b"]\n'))
     assert cli.main(["enqueue", "t.hello", "--from", "-", "--db", str(app.db)]) == 0
     assert sorted(j["payload"] for j in app.store().list_jobs()) == ['[["a"],{}]', '[["b"],{}]']
+
+
+@pytest.mark.parametrize("raises", ["class Stop(BaseException):\n    pass\nraise Stop('no')\n",
+                                    "raise GeneratorExit()\n"], ids=["own", "GeneratorExit"])
+def test_an_app_raising_what_is_no_exception_on_import_is_one_line(make_app, raises):
+    # A module's own BaseException (or a GeneratorExit) at import printed a traceback.
+    app = make_app(APP)
+    (app.dir / "raising_app.py").write_text(raises)
+    line = one_line_error(app.cli("status", "--app", "raising_app", "--db", str(app.db)))
+    assert line.startswith("jobpool: error: cannot import --app raising_app"), line
+
+
+def test_a_terminal_of_no_columns_still_prints_what_a_command_says(make_app):
+    # COLUMNS=0 printed nothing at all, exit 0: an enqueue's new id was lost.
+    app = make_app(APP)
+    app.env["COLUMNS"] = "0"
+    enqueued = app.cli("enqueue", "t.hello", "--args", '["x"]', "--db", str(app.db), check=True)
+    job_id = app.store().list_jobs()[0]["id"]
+    assert str(job_id) in enqueued.stdout, enqueued
+    listed = app.cli("jobs", "list", "--db", str(app.db), check=True)
+    assert str(job_id) in listed.stdout and "t.hello" in listed.stdout, listed

@@ -192,3 +192,20 @@ def test_a_pools_row_of_hostile_text_prints_as_text_in_top_and_stop(make_app):
     for out in (top.stdout, stop.stderr):
         assert b"\x1b" not in out and b"\x07" not in out and "\x9b".encode() not in out, out
         assert b"\\x1b]0;PWN\\x07" in out, out
+
+
+def test_metrics_on_a_terminal_print_a_hostile_queue_name_as_text(make_app):
+    """R46: `jobpool metrics` printed a queue's name (the store's text) raw on a
+    terminal; into a file or a pipe the exposition stays exact."""
+    from tests.test_dashboard_live import Terminal
+    app = make_app(HOSTILE_APP)
+    store = app.store()
+    job_id = store.enqueue("t.hostile").id
+    store.conn.execute("UPDATE jobs SET queue = 'q\x1b]0;PWN\x07' WHERE id = ?", (job_id,))
+    term = Terminal(app, "metrics", "--db", str(app.db))
+    assert term.wait() == 0
+    raw_out = "".join(term.output)
+    assert "\x1b]0;PWN" not in raw_out and "\x07" not in raw_out, raw_out
+    assert 'queue="q\\x1b]0;PWN\\x07"' in raw_out, raw_out
+    piped = _cli(app, "metrics")
+    assert 'queue="q\x1b]0;PWN\x07"'.encode() in piped.stdout  # exact for a collector
