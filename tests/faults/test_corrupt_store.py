@@ -58,3 +58,38 @@ def test_start_refuses_a_corrupt_store_and_leaves_its_bytes(fault_app, how):
                   message=lines[0].replace(str(app.db), "<db>"), bytes_unchanged=True,
                   doctor_exit=doctor.returncode, salvage_exit=salvage.returncode,
                   jobs_before=JOBS, jobs_salvaged=recovered)
+
+
+@pytest.mark.parametrize("version", ["99", "abc"])
+def test_doctor_names_a_schema_this_jobpool_cannot_read(fault_app, version):
+    """R26a: `doctor` said "ok" of a store of a schema every other command refuses (a
+    newer one, or one that is no number), and `--salvage` copied a newer one's rows into
+    today's schema as if they meant the same."""
+    app = fault_app
+    _filled(app.db)
+    conn = sqlite3.connect(app.db)
+    with conn:
+        conn.execute("UPDATE jobpool_meta SET value = ? WHERE key = 'schema'", (version,))
+    conn.close()
+    doctor = app.cli("doctor", "--db", str(app.db))
+    assert doctor.returncode != 0, doctor.stdout
+    said = "newer than schema" if version == "99" else "without a schema version"
+    assert said in doctor.stdout + doctor.stderr, (doctor.stdout, doctor.stderr)
+    if version == "99":
+        salvaged = app.dir / "salvaged.db"
+        salvage = app.cli("doctor", "--db", str(app.db), "--salvage", str(salvaged))
+        assert salvage.returncode == 1 and "upgrade jobpool" in salvage.stderr, salvage.stderr
+        assert "Traceback" not in salvage.stderr and not salvaged.exists()
+
+
+def test_a_salvage_onto_a_full_disk_is_one_line_and_leaves_no_half_store(fault_app, tmpfs):
+    """A salvage that fills its disk printed a traceback and left a half-made store."""
+    app = fault_app
+    _filled(app.db)
+    full = tmpfs("96k")
+    salvaged = full / "salvaged.db"
+    salvage = app.cli("doctor", "--db", str(app.db), "--salvage", str(salvaged))
+    lines = salvage.stderr.strip().splitlines()
+    assert salvage.returncode == 1 and len(lines) == 1, salvage.stderr
+    assert lines[0].startswith("jobpool: error: salvage into") and "full" in lines[0], lines
+    assert list(full.iterdir()) == []

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import sqlite_utils
 
-from jobpool.errors import JobpoolError
+from jobpool.errors import JobpoolError, StoreError
 from jobpool.store import row_codec
 from jobpool.store.sqlite import statements as sql
+from jobpool.store.sqlite.migrations import CURRENT
 from jobpool.store.sqlite.store import SQLiteStore, check_header
 from jobpool.store.urls import check_store_name, is_postgres_url
 
@@ -67,6 +68,25 @@ def _read_only(path: str) -> sqlite_utils.Database:
         raise JobpoolError(f"cannot open {path}: {exc}") from None
 
 
+def _schema_problem(db: sqlite_utils.Database, path: str) -> str | None:
+    """What keeps this jobpool from reading the store's schema as its own: a version
+    that is no number, or one newer than it reads (``doctor`` said "ok" to both, which
+    every other command refuses)."""
+    try:
+        row = db.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
+    except sqlite3.DatabaseError:
+        return None  # no such table: said as a missing table
+    version = row[0] if row is not None else None
+    if isinstance(version, str) and version.isascii() and version.isdigit():
+        version = int(version)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"{path} has a jobpool_meta table without a schema version"
+    if version > CURRENT:
+        return (f"{path} has jobpool schema {version}, newer than schema {CURRENT} that this "
+                f"jobpool reads: upgrade jobpool")
+    return None
+
+
 def check(path: str) -> Report:
     """Integrity and schema of the store at ``path``, read without writing."""
     report = Report(path)
@@ -80,6 +100,8 @@ def check(path: str) -> Report:
         missing = {"jobpool_meta", "jobs", "attempts"} - tables
         if missing:
             report.problems.append(f"missing tables: {', '.join(sorted(missing))}")
+        if "jobpool_meta" in tables and (problem := _schema_problem(db, path)) is not None:
+            report.problems.append(problem)
         if "jobs" in tables:
             report.counts = dict(db.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
             _malformed_rows(db, report)
@@ -128,9 +150,32 @@ def salvage(path: str, new_path: str) -> Report:
     source = _read_only(path)
     try:
         check_header(source.conn, path)  # before the new file is made: none is left behind
+        problem = _schema_problem(source, path)
+        if problem is not None and "newer than" in problem:
+            # Rows of a schema this jobpool does not know cannot be read as its own.
+            raise JobpoolError(problem)
     except BaseException:
         source.close()
         raise
+    try:
+        _salvage_into(source, new_path, report)
+    except (sqlite3.Error, StoreError, OSError) as exc:
+        # A full disk, a directory that went away: no half-made store is left, and the
+        # error is one line, not a traceback.
+        for leftover in (new_path, new_path + "-wal", new_path + "-shm"):
+            try:
+                os.remove(leftover)
+            except OSError:
+                pass
+        raise JobpoolError(f"salvage into {new_path} failed: {exc}; nothing was left "
+                           f"there, and {path} is as it was") from None
+    finally:
+        source.close()
+    return report
+
+
+def _salvage_into(source: sqlite_utils.Database, new_path: str, report: Report) -> None:
+    """Make a store at ``new_path`` and copy into it what ``source`` holds readable."""
     target_store = SQLiteStore(new_path)  # creates the schema
     target_store.close()
     target = sqlite_utils.Database(new_path)
@@ -170,9 +215,7 @@ def salvage(path: str, new_path: str) -> Report:
             if _columns(source, table):
                 _copy_table(source, target, table, report)
     finally:
-        source.close()
         target.close()
-    return report
 
 
 def _readable_ids(source: sqlite_utils.Database, report: Report) -> list[int]:
