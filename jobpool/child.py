@@ -169,7 +169,7 @@ def run_attempt(job_id: int, attempt: int, name: str, payload: bytes, serializer
         return lifecycle.FATAL, f"payload cannot be decoded: {type(exc).__name__}: {exc}", None, None
     # R48: what the job logs, through the root's and jobpool's handlers, names it.
     with log_context.installed():
-        given = running.current
+        given = running.attempt_now()
         meta = given.meta if given else None
         if tracing.for_job(meta):
             # R57: inside the job's span, with its producer's trace context current.
@@ -187,7 +187,7 @@ def _with_middleware(job: jobs.Job, job_id: int, attempt: int, args: tuple, kwar
     stack = extensions.middleware()
     if not stack:
         return _call(job, args, kwargs, soft_timeout)
-    given = running.current
+    given = running.attempt_now()
     info = extensions.AttemptInfo(job_id, job.name, attempt, args, kwargs,
                                   running.meta_of(given.meta if given is not None else None))
     for middleware in stack:

@@ -27,7 +27,7 @@ class JobLogContext(logging.Filter):
     outside one) to each record it sees; lets every record through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        attempt = running.current
+        attempt = running.attempt_now()
         if attempt is None:
             values: tuple = (None, None, None)
         else:

@@ -13,6 +13,8 @@ job's own thread.
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 import json
 import signal
 import time
@@ -105,6 +107,17 @@ class Attempt:
 
 #: Set by the child while a job runs.
 current: Attempt | None = None
+#: ``jobpool.testing.drain``'s attempt, for the thread (or task) running it: drains in
+#: several threads of one process each see their own job (R48). With one global, a job
+#: saw another thread's job as its own, and its progress and state went to that one.
+drained: ContextVar[Attempt | None] = ContextVar("jobpool_drained", default=None)
+
+
+def attempt_now() -> Attempt | None:
+    """The attempt this code runs in: a drain's in this thread or task, else the
+    child's (one job at a time in a process: its threads see it too)."""
+    attempt = drained.get()
+    return current if attempt is None else attempt
 
 
 class CurrentJob(NamedTuple):
@@ -126,7 +139,7 @@ def current_job() -> CurrentJob | None:
 
     All of it came with the job (R58): no round trip to the pool. Each call returns
     a fresh copy of the metadata: a job that changes it changes its own copy."""
-    attempt = current
+    attempt = attempt_now()
     if attempt is None:
         return None
     return CurrentJob(attempt.job_id, attempt.name or "", attempt.attempt, attempt.queue or "",
@@ -155,7 +168,7 @@ def progress(percent: float, stage: str | None = None) -> None:
         raise ValueError(f"progress must be a number from 0 to 100, not {percent!r}")
     if stage is not None and not isinstance(stage, str):
         raise ValueError(f"progress stage must be a string, not {type(stage).__name__}")
-    attempt = current
+    attempt = attempt_now()
     if attempt is None:
         return
     now = time.monotonic()
@@ -187,7 +200,7 @@ def save_state(state: Any, force: bool = False) -> None:
     if size > MAX_STATE_BYTES:
         raise ValueError(f"save_state: the state is {size} bytes as JSON, over the "
                          f"{MAX_STATE_BYTES}-byte limit")
-    attempt = current
+    attempt = attempt_now()
     if attempt is None:
         return
     attempt.check_interrupt()
@@ -205,7 +218,7 @@ def save_state(state: Any, force: bool = False) -> None:
 
 def resume_state() -> Any:
     """The state this job last saved in an earlier attempt (or this one), or None."""
-    attempt = current
+    attempt = attempt_now()
     if attempt is None:
         return None
     text = attempt.request(protocol.READ_STATE)
@@ -256,7 +269,7 @@ class MemberBatch:
     def _send(self, new_rows: list) -> list[Any]:
         from jobpool.handles import Handle
         attempt = self._attempt
-        if current is not attempt:
+        if attempt_now() is not attempt:
             raise RuntimeError("a job's current_batch() is used after the job returned")
         answers = attempt.request(protocol.BATCH_ADD, attempt.adds, tuple(map(tuple, new_rows)))
         attempt.adds += len(new_rows)
@@ -268,7 +281,7 @@ def current_batch() -> MemberBatch:
 
     Only inside a job that a pool (or ``jobpool.testing.drain``) runs; an add from a
     job that is not a batch member raises ``EnqueueError``."""
-    attempt = current
+    attempt = attempt_now()
     if attempt is None:
         raise RuntimeError("current_batch() is called outside a job run by a pool: "
                            "use store.batch() and Batch.add to add from elsewhere")
@@ -284,7 +297,7 @@ def batch_results(batch: Any = None, *, page: int = 100,
     bounded message each; results are decoded as ``Handle.result`` would (R39).
     From a producer, ``Batch.results()`` reads the same."""
     from jobpool.handles import member_results
-    attempt = current
+    attempt = attempt_now()
     if attempt is None:
         raise RuntimeError("batch_results() is called outside a job run by a pool: "
                            "use store.batch(...) or Batch(store, id) and its results()")
@@ -302,7 +315,7 @@ def batch_results(batch: Any = None, *, page: int = 100,
         raise ValueError(f"page must be an integer from 1 to {MAX_RESULTS_PAGE}, not {page!r}")
 
     def page_after(after: int) -> Any:
-        if current is not attempt:
+        if attempt_now() is not attempt:
             raise RuntimeError("a job's batch_results() is iterated after the job returned")
         return attempt.request(protocol.BATCH_RESULTS, batch, after, page)
     return member_results(page_after, allow_pickle)

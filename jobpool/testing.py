@@ -355,13 +355,12 @@ class _Drain:
     def _attempt(self, job: Claimed, now: float) -> Outcome:
         """Run one claimed job here, as a pool's child would, and say how it ended."""
         cpu_before = time.process_time()
-        previous = running.current
-        running.current = running.Attempt(self.progress, job.job_id, job.attempt, job.name,
-                                          job.queue, job.batch, job.meta)
+        token = running.drained.set(running.Attempt(self.progress, job.job_id, job.attempt,
+                                                    job.name, job.queue, job.batch, job.meta))
         try:
             kind, error, delay, result = self._body(job)
         finally:
-            running.current = previous
+            running.drained.reset(token)
         if self.interrupted is not None:
             # R25: an interrupted attempt gives its lease back; the attempt stays spent.
             kind, error, delay, result = (RELEASE, f"interrupted ({type(self.interrupted).__name__})",

@@ -666,3 +666,37 @@ def test_drain_serves_the_queues_it_is_given_as_a_pool_does(any_store):
     for wrong in ("other", [], ["a b"]):
         with pytest.raises(ValueError):
             drain(any_store, queues=wrong)
+
+
+@jobpool.job(name="testing.whoami", max_attempts=1)
+def whoami():
+    me = jobpool.current_job().id
+    jobpool.progress(10, f"job {me}")
+    time.sleep(0.01)
+    if jobpool.current_job().id != me:
+        raise AssertionError(f"current_job changed under job {me}")
+    SEEN.append(me)
+
+
+def test_drains_in_several_threads_each_see_their_own_job(store):
+    # R48: `current_job()` is the job the code runs in, "in jobpool.testing.drain
+    # alike"; drains in three threads (the README runs one through asyncio.to_thread)
+    # shared one global, and each job saw another thread's job as its own.
+    import threading
+    ids = [store.enqueue("testing.whoami").id for _ in range(30)]
+    failures: list = []
+
+    def drain_here():
+        try:
+            drain(store)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+    threads = [threading.Thread(target=drain_here) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+    assert sorted(SEEN) == ids
+    assert {store.get(i)["status"] for i in ids} == {"done"}
+    assert running.current is None and running.attempt_now() is None
