@@ -659,3 +659,33 @@ def test_a_relative_path_names_one_file_whatever_the_directory_is_later(tmp_path
         assert os.listdir(tmp_path / "b") == []
     finally:
         store.close()
+
+
+def test_threads_that_make_one_new_store_together_all_wait_their_turn(tmp_path):
+    # R26a: a new file's schema and journal mode are set by whichever thread comes
+    # first; the others were refused at once, as a corrupt file ("cannot be used as a
+    # store: database is locked"), where each should wait within the busy timeout.
+    import collections
+    failures: collections.Counter = collections.Counter()
+    for round_ in range(8):
+        db = str(tmp_path / f"new{round_}.db")
+        barrier = threading.Barrier(8)
+        opened: list = []
+
+        def make(db: str = db, barrier: threading.Barrier = barrier, opened: list = opened) -> None:
+            barrier.wait()
+            try:
+                store = jobpool.connect(db)
+                opened.append(store)
+                store.enqueue("t.noop", 1)
+            except Exception as exc:  # noqa: BLE001 - counted, then asserted
+                failures[f"{type(exc).__name__}: {exc}"] += 1
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for store in opened:
+            store.close()
+        assert integrity(db) == [("ok",)]
+    assert not failures, failures
