@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import weakref
 from typing import Any, Iterable, Protocol
 
@@ -60,13 +61,19 @@ def release_before_fork() -> None:
 
 
 def _release_at_fork() -> None:
-    """``os.fork``'s hook: whoever forks (a pre-forking web server's master, a
-    ``multiprocessing`` pool, a job), its stores' SQLite connections are released
-    first, as a pool's are. A worker forked from a process holding a connection
-    built on its copy of SQLite's lock table, which described locks it did not hold:
-    the parent's close then took the file as its last user and deleted the WAL under
-    the worker, whose enqueues were lost. Never fails the fork: a connection it cannot
-    close stays as it was."""
+    """``os.fork``'s hook: a process of one thread that forks (a pre-forking web
+    server's master, a ``multiprocessing`` pool's parent, a job) releases its stores'
+    SQLite connections first, as a pool does. A worker forked from a process holding a
+    connection built on its copy of SQLite's lock table, which described locks it did
+    not hold: the parent's close then took the file as its last user and deleted the
+    WAL under the worker, whose enqueues were lost.
+
+    Only with one thread: another thread may be stepping a statement on a connection
+    this would close under it (a claimer's has no guard: the process crashed), and it
+    could open one again before the fork anyway. Never fails the fork: a connection it
+    cannot close stays as it was."""
+    if threading.active_count() != 1:
+        return
     try:
         release_before_fork()
     except Exception:  # noqa: BLE001 - the fork goes on; the next use reopens or fails

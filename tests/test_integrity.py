@@ -689,3 +689,55 @@ def test_threads_that_make_one_new_store_together_all_wait_their_turn(tmp_path):
             store.close()
         assert integrity(db) == [("ok",)]
     assert not failures, failures
+
+
+def test_a_thread_that_forks_leaves_another_threads_store_calls_alone(tmp_path):
+    # R42: the fork hook releases a process's SQLite connections only when it has one
+    # thread. Releasing them from the forking thread closed connections under another
+    # thread's statements: its calls failed ("Cannot operate on a closed database")
+    # and a claimer's stepping statement crashed the process.
+    store = jobpool.connect(str(tmp_path / "jobpool.db"))
+    try:
+        store.enqueue_many("t.noop", [(i,) for i in range(50)])
+        failures: list = []
+        stop = threading.Event()
+
+        def read_on() -> None:
+            while not stop.is_set():
+                try:
+                    store.stats()
+                    store.list_jobs(limit=20)
+                except Exception as exc:  # noqa: BLE001 - counted, then asserted
+                    failures.append(exc)
+        reader = threading.Thread(target=read_on)
+        reader.start()
+        try:
+            for _ in range(100):
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+        finally:
+            stop.set()
+            reader.join(30)
+        assert failures == []
+    finally:
+        store.close()
+
+
+def test_a_relative_path_through_a_link_names_the_file_the_system_means(tmp_path, monkeypatch):
+    # "link/../jobs.db" is the link target's parent's jobs.db to the system; a path made
+    # absolute by its text alone named another, new file (and R45 then saw the store
+    # replaced).
+    (tmp_path / "data" / "x").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "link").symlink_to(tmp_path / "data" / "x")
+    monkeypatch.chdir(tmp_path / "work")
+    store = jobpool.connect("link/../jobs.db")
+    try:
+        store.enqueue("t.noop")
+        assert store.replaced() is None
+        assert (tmp_path / "data" / "jobs.db").exists()
+        assert not (tmp_path / "work" / "jobs.db").exists()
+    finally:
+        store.close()

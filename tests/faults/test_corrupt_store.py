@@ -93,3 +93,17 @@ def test_a_salvage_onto_a_full_disk_is_one_line_and_leaves_no_half_store(fault_a
     assert salvage.returncode == 1 and len(lines) == 1, salvage.stderr
     assert lines[0].startswith("jobpool: error: salvage into") and "full" in lines[0], lines
     assert list(full.iterdir()) == []
+
+
+def test_a_failed_salvage_removes_only_what_it_made(fault_app, tmpfs):
+    """A salvage's cleanup removed the path it was given whenever the copy failed: an
+    empty file the user had made there (or, given /dev/null, a size of 0, /dev/null)."""
+    app = fault_app
+    _filled(app.db)
+    full = tmpfs("96k")
+    mine = full / "salvaged.db"
+    mine.write_bytes(b"")  # the user's own empty file: salvage may write into it
+    salvage = app.cli("doctor", "--db", str(app.db), "--salvage", str(mine))
+    assert salvage.returncode == 1 and "full" in salvage.stderr, salvage.stderr
+    assert mine.exists()  # not the salvage's to remove
+    assert sorted(p.name for p in full.iterdir()) == ["salvaged.db"]

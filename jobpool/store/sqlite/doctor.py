@@ -144,8 +144,12 @@ def salvage(path: str, new_path: str) -> Report:
         check_store_name(new_path, "--salvage")
     except ValueError as exc:
         raise JobpoolError(str(exc)) from None
-    if os.path.exists(new_path) and os.path.getsize(new_path) > 0:
+    if os.path.exists(new_path) and (os.path.getsize(new_path) > 0
+                                     or not os.path.isfile(new_path)):
         raise JobpoolError(f"{new_path} exists; salvage writes only to a new file")
+    # What a failed salvage may remove: only the files it made itself.
+    made = [name for name in (new_path, new_path + "-wal", new_path + "-shm")
+            if not os.path.lexists(name)]
     report = Report(path)
     source = _read_only(path)
     try:
@@ -162,13 +166,13 @@ def salvage(path: str, new_path: str) -> Report:
     except (sqlite3.Error, StoreError, OSError) as exc:
         # A full disk, a directory that went away: no half-made store is left, and the
         # error is one line, not a traceback.
-        for leftover in (new_path, new_path + "-wal", new_path + "-shm"):
+        for leftover in made:
             try:
                 os.remove(leftover)
             except OSError:
                 pass
-        raise JobpoolError(f"salvage into {new_path} failed: {exc}; nothing was left "
-                           f"there, and {path} is as it was") from None
+        raise JobpoolError(f"salvage into {new_path} failed: {exc}; what it made there is "
+                           f"removed, and {path} is as it was") from None
     finally:
         source.close()
     return report

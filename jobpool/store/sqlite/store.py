@@ -198,7 +198,9 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
         #: wake-ups open: absolute, whatever the process's working directory is by then
         #: (R42: a thread's first use after a chdir made a second store, silently). A
         #: name SQLite reads as a URI stays SQLite's to read.
-        self._file = path if os.fsencode(path).startswith(b"file:") else os.path.abspath(path)
+        self._file = (path if os.fsencode(path).startswith(b"file:") or os.path.isabs(path)
+                      else os.path.join(os.getcwd(), path))  # not normalised: "link/.." is
+        # the link's parent, as the system reads it, not the directory the text says
         #: Read-only commands never write the file: no new tables, no upgrade (R26a).
         self._readonly = readonly
         self.mode = validate_mode(mode, allow_world_writable=allow_world_writable)
@@ -289,8 +291,10 @@ class SQLiteStore(SharedStore, AsyncEnqueue):
                 self._prepare(conn, path, named, exists)
                 return conn
             except sqlite3.OperationalError as exc:
-                busy = getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY,
-                                                                  sqlite3.SQLITE_LOCKED)
+                # The primary code: the extended ones (BUSY_SNAPSHOT, LOCKED_SHAREDCACHE)
+                # are busy too.
+                busy = ((getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF) in (
+                    sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
                 if busy and time.monotonic() < waited_until:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
