@@ -86,11 +86,14 @@ def _in_a_thread(main: Any) -> Any:
     start a second one in it, so the job's loop runs in a thread of its own while
     this one waits. A pool's child never has a loop running."""
     import asyncio
+    import contextvars
     box: dict[str, Any] = {}
+    # The drain's context goes with the job (R48: its current_job(), in this thread).
+    context = contextvars.copy_context()
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(main)
+            box["value"] = context.run(asyncio.run, main)
         except BaseException as exc:  # noqa: BLE001 - carried back to the waiting thread
             box["raised"] = exc
 

@@ -39,6 +39,7 @@ import copy
 import logging
 import os
 import random
+import threading
 import time
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -100,6 +101,12 @@ class _Served(NamedTuple):
     hooks: dict[str, Callable[..., Any]]
     #: R63: the chunk size of each name declared with ``chunk=`` above 1.
     chunks: dict[str, int]
+
+
+#: The attempts drains run now, in every thread, oldest first: ``running.current`` is
+#: the latest, for the threads a job starts (R48).
+_RUNNING: list = []
+_RUNNING_LOCK = threading.Lock()
 
 
 def drain(store: Store | None = None, *, max_jobs: int = 10_000,
@@ -355,12 +362,23 @@ class _Drain:
     def _attempt(self, job: Claimed, now: float) -> Outcome:
         """Run one claimed job here, as a pool's child would, and say how it ended."""
         cpu_before = time.process_time()
-        token = running.drained.set(running.Attempt(self.progress, job.job_id, job.attempt,
-                                                    job.name, job.queue, job.batch, job.meta))
+        attempt = running.Attempt(self.progress, job.job_id, job.attempt, job.name,
+                                  job.queue, job.batch, job.meta)
+        # The drain's thread (and the tasks and threads that copy its context) sees its
+        # own job; the threads a job starts see the process's, as in a pool's child.
+        token = running.drained.set(attempt)
+        with _RUNNING_LOCK:
+            _RUNNING.append(attempt)
+            running.current = attempt
         try:
             kind, error, delay, result = self._body(job)
         finally:
             running.drained.reset(token)
+            with _RUNNING_LOCK:
+                _RUNNING.remove(attempt)
+                # The latest attempt still running (a drain in another thread, or the
+                # job whose body called this drain), else none.
+                running.current = _RUNNING[-1] if _RUNNING else None
         if self.interrupted is not None:
             # R25: an interrupted attempt gives its lease back; the attempt stays spent.
             kind, error, delay, result = (RELEASE, f"interrupted ({type(self.interrupted).__name__})",

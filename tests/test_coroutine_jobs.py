@@ -361,6 +361,24 @@ def test_drain_called_from_a_running_event_loop_runs_an_async_job(store):
     assert SEEN == [4] and handle.result(timeout=5) == 8
 
 
+@jobpool.job(name="coro.whoami", store_result=True)
+async def whoami_async():
+    await asyncio.sleep(0)
+    return jobpool.current_job().id
+
+
+def test_an_async_job_drained_from_a_running_loop_knows_itself(store):
+    """R48: the job's loop runs in a thread of its own; it sees the drain's job (a
+    fresh thread saw none once drains kept their job per thread)."""
+    handle = store.enqueue("coro.whoami")
+
+    async def an_async_test():
+        return drain(store)
+
+    assert asyncio.run(an_async_test()) == Drained(done=1)
+    assert handle.result(timeout=5) == handle.id
+
+
 def test_drain_settles_a_returned_coroutine_dead_naming_the_job(store):
     """No "never awaited" warning either: this suite turns warnings into errors."""
     job_id = store.enqueue("coro.returns_coroutine").id

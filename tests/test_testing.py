@@ -700,3 +700,20 @@ def test_drains_in_several_threads_each_see_their_own_job(store):
     assert sorted(SEEN) == ids
     assert {store.get(i)["status"] for i in ids} == {"done"}
     assert running.current is None and running.attempt_now() is None
+
+
+@jobpool.job(name="testing.helper_thread", max_attempts=1)
+def helper_thread():
+    import threading
+    seen: list = []
+    thread = threading.Thread(target=lambda: seen.append(jobpool.current_job()))
+    thread.start()
+    thread.join()
+    SEEN.append(seen[0].id if seen[0] is not None else None)
+
+
+def test_a_thread_a_drained_job_starts_sees_the_job(store):
+    # R48: as in a pool's child, where one job runs at a time in the process.
+    job_id = store.enqueue("testing.helper_thread").id
+    drain(store)
+    assert SEEN == [job_id]
