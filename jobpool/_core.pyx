@@ -847,7 +847,7 @@ cdef object _plain_claim(object row, object queue, double now, double to_pool_cl
             or type(crashes) is not int or type(priority) is not int
             or type(follow_ups) is not int):
         return None
-    if (not 1 <= attempt < INT32_MAX or max_attempts < 1 or crashes < 0
+    if (not 1 <= attempt < INT32_MAX or max_attempts < 1 or not 0 <= crashes < INT32_MAX
             or not PRIORITY_MIN <= priority <= PRIORITY_MAX):
         return None
     if (type(name) is not str or not _utf8_text(name) or type(serializer) is not str

@@ -169,11 +169,14 @@ def test_a_claimed_row_wrong_in_one_column_is_dead_at_claim_and_every_other_job_
     assert {j["name"] for j in store.list_jobs()} == {"r.work"}
 
 
-@pytest.mark.parametrize("kind, value", [("sqlite", 2**31 - 1), ("sqlite", 10**18),
-                                         ("postgres", 2**31 - 1)])
-def test_a_row_whose_next_attempt_is_past_32_bits_is_dead_at_claim_and_the_pool_goes_on(
-        make_app, request, kind, value):
-    # R44: a child's pipe carries an attempt in four bytes. A row at 10**18 attempts
+@pytest.mark.parametrize("kind, column, value", [
+    ("sqlite", "attempts", 2**31 - 1), ("sqlite", "attempts", 10**18),
+    ("postgres", "attempts", 2**31 - 1), ("sqlite", "crashes", 2**31 - 1),
+    ("postgres", "crashes", 2**31 - 1)])
+def test_a_row_whose_next_count_is_past_32_bits_is_dead_at_claim_and_the_pool_goes_on(
+        make_app, request, kind, column, value):
+    # R44: a child's pipe carries an attempt in four bytes, and a crash's count one more
+    # into a 32-bit column (PostgreSQL). A row at 10**18 attempts
     # was claimed and its child died on packing its reply ("no attempts left after
     # 1000000000000000001"); at 2**31 - 1 the claim's increment is past the column.
     app = on_store(make_app, request, kind)
@@ -181,14 +184,13 @@ def test_a_row_whose_next_attempt_is_past_32_bits_is_dead_at_claim_and_the_pool_
     before = store.enqueue("r.work", "before").id
     victim = store.enqueue("r.work", "victim").id
     after = store.enqueue("r.work", "after").id
-    raw(str(app.db), "UPDATE jobs SET attempts = %s WHERE id = %%s" % value,
-        (victim,))
+    raw(str(app.db), f"UPDATE jobs SET {column} = {value} WHERE id = %s", (victim,))
 
     app.start("--procs", "1", timeout=60)   # exits 0: the pool never stopped
 
     job = store.get(victim)
     assert job["status"] == "dead"
-    assert job["last_error"].startswith("malformed row: column attempts: "), job["last_error"]
+    assert job["last_error"].startswith(f"malformed row: column {column}: "), job["last_error"]
     assert sorted(ran(app)) == ["work after", "work before"]
     assert [store.get(i)["status"] for i in (before, after)] == ["done", "done"]
 

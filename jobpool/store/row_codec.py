@@ -177,6 +177,9 @@ COUNT = integer("a count (an integer, 0 or more)", 0)
 #: bytes, and a claim leaves a count at the top where it is (``effects_sql``).
 ATTEMPT = integer(f"an attempt number (an integer from 1 to {bounds.INT32_MAX - 1})", 1,
                   bounds.INT32_MAX - 1)
+#: A child's deaths: below the top of 32 bits too, since one more is written as is.
+CRASHES = integer(f"a count (an integer from 0 to {bounds.INT32_MAX - 1})", 0,
+                  bounds.INT32_MAX - 1)
 BUDGET = integer("a number of attempts (an integer, 1 or more)", 1)
 PRIORITY = integer(f"a priority (an integer from {bounds.PRIORITY_MIN} to {bounds.PRIORITY_MAX})",
                    bounds.PRIORITY_MIN, bounds.PRIORITY_MAX)
@@ -389,7 +392,7 @@ def lenient_text(data: bytes) -> str:
 #: filled in ``max_attempts`` and ``timeout`` where they were NULL.
 CLAIM_COLUMNS: tuple[tuple[str, Rule], ...] = (
     ("id", ID), ("name", text), ("payload", payload), ("serializer", text),
-    ("attempts", ATTEMPT), ("max_attempts", BUDGET), ("crashes", COUNT), ("timeout", SECONDS),
+    ("attempts", ATTEMPT), ("max_attempts", BUDGET), ("crashes", CRASHES), ("timeout", SECONDS),
     ("deadline", optional(DEADLINE)), ("priority", PRIORITY), ("line_at", TIME),
     ("follow_ups", FLAG), ("run_at", TIME), ("chain", optional(chain)),
     # R58: carried to the child, which reads metadata that is not a JSON object as
