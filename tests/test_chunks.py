@@ -198,23 +198,20 @@ def test_a_pool_whose_beats_do_not_reach_the_store_starts_no_more_rows_of_a_chun
     started, release, out = tmp_path / "started", tmp_path / "release", tmp_path / "ran.txt"
     ids = [store.enqueue("chunk.wait", str(started), str(release) if i == 0 else "",
                          str(out)).id for i in range(3)]
-    cut_off = {"on": False, "skew": 0.0}
-
-    def clock() -> float:
-        return time.time() + cut_off["skew"]
-    pool = _pool(where, "chunk.wait", clock=clock, dead_after=4.0)
+    cut_off: dict = {"since": None, "over": False}
+    pool = _pool(where, "chunk.wait", dead_after=2.0)
     beat = pool.store.heartbeat
 
     def heartbeat(*args, **kwargs):
-        if started.exists() and not cut_off["on"] and not release.exists():
-            # The first row runs: from now on no beat gets through, and the pool's
-            # clock runs past half of dead_after; the row may end.
-            cut_off.update(on=True, skew=10.0)
-            release.write_text("go")
-        if cut_off["on"]:
-            if any(slot.queued for slot in pool.slots.all):
+        if started.exists() and not cut_off["over"]:
+            # The first row runs: from now on no beat gets through. Past half of
+            # dead_after (on the monotonic clock the pool judges by), the row may end.
+            cut_off["since"] = cut_off["since"] or time.monotonic()
+            if time.monotonic() - cut_off["since"] > 1.2 and not release.exists():
+                release.write_text("go")
+            if any(slot.queued for slot in pool.slots.all) or not release.exists():
                 raise StoreError("the store cannot be reached (a test's cut)")
-            cut_off["on"] = False  # the chunk was given back: in touch again
+            cut_off["over"] = True  # the chunk was given back: in touch again
         return beat(*args, **kwargs)
     pool.store.heartbeat = heartbeat
     assert pool.run() == 0

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import time
 from typing import Any, Callable
 
 from jobpool import events, jobs, lifecycle, liveness, periodic, procinfo, protocol, requests
@@ -137,7 +138,7 @@ class Operations:
             self.state.want_claim = True  # the claims held back until now (R24b, R38)
         self._registered = True
         self._beating_since = self._beating_since or now
-        state.beaten_at, state.store_trouble = now, False
+        state.beaten_at, state.store_trouble = time.monotonic(), False  # R63: a duration
         self._obey_pauses(requests.paused)
         self._obey_limits(requests.limit_rows)
         self._bury_dead_pools(now)

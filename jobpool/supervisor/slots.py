@@ -12,6 +12,7 @@ import math
 import os
 import selectors
 import signal
+import time
 from typing import Any, Callable
 
 from jobpool import bounds, channel, core, events, lifecycle, procinfo, proctree, protocol, tracing
@@ -305,8 +306,8 @@ class Slots:
         chunk that ends early (its child going: crashed, killed, recycled; the pool
         stopping or shrinking) gives back every row that has not started."""
         if (slot.conn is None or slot.killing is not None or slot.retiring
-                or self.state.stopping or self._out_of_touch(now)):
-            self.give_back(slot, now)
+                or self.state.stopping or self._out_of_touch()):
+            self.give_back(slot, out_of_touch=self._out_of_touch())
             return
         queued = slot.queued
         while queued:
@@ -332,24 +333,25 @@ class Slots:
         self._finish(slot, Outcome(slot.job.job_id, slot.job.attempt, lifecycle.UNSTARTED,
                                    lifecycle.NOT_DELIVERED), now)
 
-    def _out_of_touch(self, now: float) -> bool:
+    def _out_of_touch(self) -> bool:
         """R9, R24b, R63: the store has failed this pool (a turn or a beat) and none of
         its heartbeats has reached it for half of ``dead_after``, so another pool may
         judge it dead and take back the rows waiting in its chunks: it starts none of
         them (cut off from the store, a pool went on through a chunk whose rows another
-        pool was running too)."""
+        pool was running too). On the monotonic clock: a wall clock stepped back during
+        the outage would have hidden it."""
         state = self.state
         return (state.store_trouble and state.beaten_at is not None
-                and now - state.beaten_at > self.config.dead_after / 2)
+                and time.monotonic() - state.beaten_at > self.config.dead_after / 2)
 
-    def give_back(self, slot: Slot, now: float | None = None) -> None:
+    def give_back(self, slot: Slot, *, out_of_touch: bool = False) -> None:
         """R63: the rows of the slot's chunk that have not started go back in line where
         they were, the attempts their claim spent given back."""
         if self.state.stopping:
             why = "the pool is stopping"
         elif slot.killing is not None:
             why = slot.killing.partition("\n")[0]
-        elif now is not None and self._out_of_touch(now):
+        elif out_of_touch:
             why = "the pool has not reached the store for half of --dead-after"
         else:
             why = "its child exited"

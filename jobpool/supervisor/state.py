@@ -48,8 +48,8 @@ class PoolState:
         self.rollups = Rollups()
         #: Attempts that ended and are not settled yet (settled at the next turn, R26).
         self.pending: list[Finished] = []
-        #: R24b, R63: when this pool's heartbeat last reached the store (None: not yet),
-        #: and whether a store call failed since (a turn's or a beat's).
+        #: R24b, R63: when this pool's heartbeat last reached the store (None: not yet;
+        #: ``time.monotonic``), and whether a store call failed since (a turn's or a beat's).
         self.beaten_at: float | None = None
         self.store_trouble = False
         #: Something may be claimable: a slot came free, a wake-up or a poll arrived.
