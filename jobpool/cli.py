@@ -487,9 +487,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     searched.add_argument("--args", metavar="TEXT", help="only jobs whose arguments "
                                                          "contain TEXT (case-sensitive)")
     for end in ("created-from", "created-to", "finished-from", "finished-to"):
-        searched.add_argument(f"--{end}", metavar="TIME",
-                              help="Unix seconds or ISO 8601 (UTC unless it says)"
-                              if end == "created-from" else None)
+        # Registered as taking a value, as Parser.add_argument does (a group's does not):
+        # "--created-from -1e9" was "expected one argument".
+        action = searched.add_argument(f"--{end}", metavar="TIME",
+                                       help="Unix seconds or ISO 8601 (UTC unless it says)"
+                                       if end == "created-from" else None)
+        if isinstance(action, argparse.Action):  # not a command this run leaves unbuilt
+            _VALUE_FLAGS.update(action.option_strings)
     searched.add_argument("--meta", type=_meta_pair, action="append", metavar="KEY=VALUE",
                           help="only jobs whose metadata has KEY equal to VALUE (JSON if it "
                                "reads as a JSON scalar, else text); repeat for more keys. "
@@ -1096,8 +1100,13 @@ def _when(at: Any, now: float) -> str:
 def _attempts_text(row: dict[str, Any]) -> str:
     """``spent/budget``; the budget is ``?`` while a job enqueued by name waits for
     the pool that claims it to apply the job's own max_attempts."""
-    budget = row["max_attempts"]
-    return f"{row['attempts']}/{'?' if budget is None else budget}"
+    spent, budget = row["attempts"], row["max_attempts"]
+    # R44: a count that is no whole number (a row written by hand) is shown as unknown.
+    return f"{_whole_or_unknown(spent)}/{_whole_or_unknown(budget)}"
+
+
+def _whole_or_unknown(value: Any) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
 
 
 def cmd_jobs_show(args: argparse.Namespace, out: _Stdout, *, dead_only: bool = False) -> int:
@@ -1239,7 +1248,7 @@ def cmd_dead_list(args: argparse.Namespace, out: _Stdout) -> int:
         table.add_column(column, overflow="ellipsis", no_wrap=column != "reason",
                          max_width=max(out.width // 4, 10) if column == "meta" else None)
     for row, meta in zip(rows, metas):
-        table.add_row(str(row["id"]), _cell(row["name"]), f"{row['attempts']}/{row['max_attempts']}",
+        table.add_row(str(row["id"]), _cell(row["name"]), _attempts_text(row),
                       *((meta,) if any(metas) else ()), _error_cell(row))
     out.print(table)
     return 0

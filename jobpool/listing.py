@@ -9,7 +9,7 @@ however many rows came and went since, reading no row it skips.
 """
 from __future__ import annotations
 
-
+import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -72,9 +72,13 @@ def parse_time(text: str, what: str) -> float:
     """A time as Unix seconds: a number, or an ISO 8601 date and time (UTC unless it
     names its offset; a date-time picker's ``2026-12-02T03:00`` is UTC)."""
     try:
-        return float(text)
+        number = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(number):  # "nan", "inf": no time (the web's form or the CLI's)
+            raise ValueError(f"{what} must be Unix seconds or an ISO 8601 time, not {text!r}")
+        return number
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:

@@ -812,6 +812,56 @@ def test_a_scale_request_of_no_whole_number_is_not_obeyed_and_stops_no_pool(app,
     assert pool.returncode == 0, pool.stderr.read()
 
 
+def test_a_stop_request_of_no_count_is_not_obeyed_and_said(app, store_url):
+    # R25, R44: `jobpool stop` writes 1 into the pool's row; text or a blob written by
+    # hand there stopped the pool, and nothing said why.
+    if is_pg(store_url):
+        pytest.skip("PostgreSQL's stop_requested is an integer")
+    pool = app.spawn("--procs", "1", "--no-dashboard")
+    try:
+        store = app.store()
+        wait_for(lambda: store.pools(), timeout=30)
+        owner = store.pools()[0]["owner"]
+
+        def requested():
+            conn = sqlite3.connect(store_url)
+            try:
+                return conn.execute("SELECT stop_requested FROM pools WHERE owner = ?",
+                                    (owner,)).fetchone()[0]
+            finally:
+                conn.close()
+        for wrong in ("'maybe'", "x'01'"):
+            raw(store_url, f"UPDATE pools SET stop_requested = {wrong} WHERE owner = %s", (owner,))
+            wait_for(lambda: requested() == 0, timeout=30)  # acknowledged at the next beat
+        job_id = store.enqueue("r.work", "after").id
+        wait_for(lambda: store.get(job_id)["status"] == "done", timeout=30)
+        assert pool.poll() is None
+    finally:
+        pool.terminate()
+        pool.wait(30)
+    assert pool.returncode == 0
+    said = pool.stderr.read()
+    assert said.count("stop_requested is") == 2 and "not obeyed" in said, said
+
+
+def test_counts_no_whole_number_holds_read_as_unknown_in_the_cli(app, store_url):
+    # R44: `dead list` printed "0/None" for a job enqueued by name (its budget comes
+    # with its first claim), and `status` "None processes" for a pools row's procs.
+    store = app.store()
+    job_id = store.enqueue("r.unregistered", "x").id
+    assert store.cancel(job_id) == "cancelled"
+    dead = app.cli("dead", "list", "--db", str(app.db), check=True).stdout
+    assert "None" not in dead and "0/?" in dead, dead
+    if not is_pg(store_url):
+        from jobpool.store.records import Heartbeat
+        beat = Heartbeat(owner="h:1:1", host="h", pid=1, procs=1, queues=("default",),
+                         names=("r.work",), core="test", counters_json="{}", slots_json="[]")
+        store.heartbeat(beat, [], time.time())
+        raw(store_url, "UPDATE pools SET procs = 'many' WHERE owner = %s", ("h:1:1",))
+        status = app.cli("status", "--db", str(app.db), check=True).stdout
+        assert "None" not in status and "? processes" in status, status
+
+
 def test_jobs_show_of_a_deadline_of_never_and_an_attempt_line_written_wrong(app, store_url):
     # R44, R46: `jobs show` printed every time through the local calendar: a deadline
     # past any float (an enqueue writes inf for it) raised OverflowError, and an attempt

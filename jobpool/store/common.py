@@ -6,6 +6,7 @@ PostgreSQL); the rest of a store is what its dialect must do its own way.
 """
 from __future__ import annotations
 
+import logging
 import time
 from types import ModuleType
 from typing import Any, Callable
@@ -17,6 +18,8 @@ from jobpool.store import attempt_log, job_states, rows
 from jobpool.store.batch_store import StoreBatches
 from jobpool.store.limit_store import StoreLimits
 from jobpool.store.records import Requests
+
+log = logging.getLogger(__name__)
 
 
 class SharedStore:
@@ -139,6 +142,13 @@ class SharedStore:
         statements = self.statements
         if stop:
             conn.execute(statements.ACK_STOP, {"owner": owner})
+        if stop and not (isinstance(stop, int) and not isinstance(stop, bool) and stop > 0):
+            # R44: `jobpool stop` writes 1; a value written by hand that is no such
+            # count (text, a blob, a fraction) stopped the pool, unannounced. It is
+            # acknowledged, said once, and not obeyed.
+            log.warning("pool %s: its row's stop_requested is %s, not a request; not "
+                        "obeyed (jobpool stop asks a pool to stop)", owner, repr(stop)[:80])
+            stop = 0
         if desired is not None:
             conn.execute(statements.ACK_SCALE, {"owner": owner})
         cancels = conn.execute(statements.CANCELS_FOR_OWNER, {"owner": owner}).fetchall()
