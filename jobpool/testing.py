@@ -107,6 +107,8 @@ class _Served(NamedTuple):
 #: the latest, for the threads a job starts (R48).
 _RUNNING: list = []
 _RUNNING_LOCK = threading.Lock()
+#: ``running.current`` when the first of them started (a pool's child's job, or None).
+_OUTSIDE: list = [None]
 
 
 def drain(store: Store | None = None, *, max_jobs: int = 10_000,
@@ -368,6 +370,10 @@ class _Drain:
         # own job; the threads a job starts see the process's, as in a pool's child.
         token = running.drained.set(attempt)
         with _RUNNING_LOCK:
+            if not _RUNNING:
+                # What was running before any drain: none, or the job of a pool's child
+                # that called this drain, which it sees again once the drain ends.
+                _OUTSIDE[0] = running.current
             _RUNNING.append(attempt)
             running.current = attempt
         try:
@@ -378,7 +384,7 @@ class _Drain:
                 _RUNNING.remove(attempt)
                 # The latest attempt still running (a drain in another thread, or the
                 # job whose body called this drain), else none.
-                running.current = _RUNNING[-1] if _RUNNING else None
+                running.current = _RUNNING[-1] if _RUNNING else _OUTSIDE[0]
         if self.interrupted is not None:
             # R25: an interrupted attempt gives its lease back; the attempt stays spent.
             kind, error, delay, result = (RELEASE, f"interrupted ({type(self.interrupted).__name__})",

@@ -717,3 +717,36 @@ def test_a_thread_a_drained_job_starts_sees_the_job(store):
     job_id = store.enqueue("testing.helper_thread").id
     drain(store)
     assert SEEN == [job_id]
+
+
+DRAIN_IN_A_POOL_APP = """
+import jobpool
+from jobpool import job
+from jobpool.testing import drain
+
+@job(name="t.inner")
+def inner():
+    pass
+
+@job(name="t.outer", max_attempts=1)
+def outer(inner_db, out):
+    before = jobpool.current_job().id
+    drain(jobpool.connect(inner_db))
+    after = jobpool.current_job()
+    with open(out, "w") as fh:
+        fh.write(f"{before} {after.id if after is not None else None}")
+"""
+
+
+def test_a_drain_inside_a_pools_job_leaves_the_job_its_identity(make_app, tmp_path):
+    # R48: a drain restored nothing once it ended: the pool's job that called it lost
+    # current_job(), and with it its progress, state and log fields.
+    app = make_app(DRAIN_IN_A_POOL_APP)
+    inner_db = str(tmp_path / "inner.db")
+    inner_store = jobpool.connect(inner_db)
+    inner_store.enqueue("t.inner")
+    inner_store.close()
+    out = tmp_path / "out.txt"
+    job_id = app.store().enqueue("t.outer", inner_db, str(out)).id
+    app.start("--procs", "1")
+    assert out.read_text() == f"{job_id} {job_id}"

@@ -107,3 +107,16 @@ def test_a_failed_salvage_removes_only_what_it_made(fault_app, tmpfs):
     assert salvage.returncode == 1 and "full" in salvage.stderr, salvage.stderr
     assert mine.exists()  # not the salvage's to remove
     assert sorted(p.name for p in full.iterdir()) == ["salvaged.db"]
+
+
+def test_doctor_reads_a_schema_value_as_every_command_does(fault_app):
+    """A version written " 15" opens with every command; doctor called it none."""
+    app = fault_app
+    _filled(app.db)
+    conn = sqlite3.connect(app.db)
+    with conn:
+        conn.execute("UPDATE jobpool_meta SET value = ' ' || value WHERE key = 'schema'")
+    conn.close()
+    assert app.cli("status", "--db", str(app.db)).returncode == 0
+    doctor = app.cli("doctor", "--db", str(app.db))
+    assert doctor.returncode == 0, (doctor.stdout, doctor.stderr)

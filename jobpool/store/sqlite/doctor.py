@@ -76,10 +76,9 @@ def _schema_problem(db: sqlite_utils.Database, path: str) -> str | None:
         row = db.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
     except sqlite3.DatabaseError:
         return None  # no such table: said as a missing table
-    version = row[0] if row is not None else None
-    if isinstance(version, str) and version.isascii() and version.isdigit():
-        version = int(version)
-    if not isinstance(version, int) or isinstance(version, bool):
+    try:
+        version = int(row[0])  # as every other command reads it (migrations._version)
+    except (TypeError, ValueError):
         return f"{path} has a jobpool_meta table without a schema version"
     if version > CURRENT:
         return (f"{path} has jobpool schema {version}, newer than schema {CURRENT} that this "
