@@ -19,7 +19,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from jobpool import bounds, config, core, jobs, listing, liveness, options, procinfo, serialize
-from jobpool.display import counted, markup_escape, meta_text, shown, to_nowhere
+from jobpool.display import counted, markup_escape, meta_text, shown, to_nowhere, whole_text
 from jobpool.errors import EnqueueError, JobNotFound, JobpoolError, RegistryError
 from jobpool.events import JsonFormatter, PlainFormatter
 from jobpool.queueplan import parse_queues
@@ -1100,13 +1100,7 @@ def _when(at: Any, now: float) -> str:
 def _attempts_text(row: dict[str, Any]) -> str:
     """``spent/budget``; the budget is ``?`` while a job enqueued by name waits for
     the pool that claims it to apply the job's own max_attempts."""
-    spent, budget = row["attempts"], row["max_attempts"]
-    # R44: a count that is no whole number (a row written by hand) is shown as unknown.
-    return f"{_whole_or_unknown(spent)}/{_whole_or_unknown(budget)}"
-
-
-def _whole_or_unknown(value: Any) -> str:
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
+    return f"{whole_text(row['attempts'])}/{whole_text(row['max_attempts'])}"
 
 
 def cmd_jobs_show(args: argparse.Namespace, out: _Stdout, *, dead_only: bool = False) -> int:

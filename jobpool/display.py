@@ -90,10 +90,13 @@ FALLBACK_CELLS = {"width": 80, "height": 25}
 def counted(count: int, one: str, many: str | None = None) -> str:
     """``1 job``, ``2 jobs``, ``1 process``: a count as a line says it (``many``
     where adding an s is not the plural)."""
-    if not isinstance(count, int) or isinstance(count, bool):
-        # R44: a count a row holds as no whole number (a pools row written by hand)
-        return f"? {many or one + 's'}"
-    return f"{count} {one if count == 1 else many or one + 's'}"
+    return f"{whole_text(count)} {one if count == 1 else many or one + 's'}"
+
+
+def whole_text(value: Any) -> str:
+    """A count as a line says it; ``?`` for one a row holds as no whole number (R44: a
+    row written by hand), where ``None`` or text would be printed."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "?"
 
 
 def markup_escape(text: Any) -> str:

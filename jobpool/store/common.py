@@ -142,7 +142,7 @@ class SharedStore:
         statements = self.statements
         if stop:
             conn.execute(statements.ACK_STOP, {"owner": owner})
-        if stop and not (isinstance(stop, int) and not isinstance(stop, bool) and stop > 0):
+        if stop and not bounds.whole_within(stop, 1, bounds.INT64_MAX):
             # R44: `jobpool stop` writes 1; a value written by hand that is no such
             # count (text, a blob, a fraction) stopped the pool, unannounced. It is
             # acknowledged, said once, and not obeyed.

@@ -18,7 +18,7 @@ import sqlite_utils
 from jobpool.errors import JobpoolError, StoreError
 from jobpool.store import row_codec
 from jobpool.store.sqlite import statements as sql
-from jobpool.store.sqlite.migrations import CURRENT
+from jobpool.store.sqlite.migrations import CURRENT, newer_schema, schema_version
 from jobpool.store.sqlite.store import SQLiteStore, check_header
 from jobpool.store.urls import check_store_name, is_postgres_url
 
@@ -73,17 +73,12 @@ def _schema_problem(db: sqlite_utils.Database, path: str) -> str | None:
     that is no number, or one newer than it reads (``doctor`` said "ok" to both, which
     every other command refuses)."""
     try:
-        row = db.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
+        version = schema_version(db.conn)  # as every other command reads it
     except sqlite3.DatabaseError:
         return None  # no such table: said as a missing table
-    try:
-        version = int(row[0])  # as every other command reads it (migrations._version)
-    except (TypeError, ValueError):
+    if version is None:
         return f"{path} has a jobpool_meta table without a schema version"
-    if version > CURRENT:
-        return (f"{path} has jobpool schema {version}, newer than schema {CURRENT} that this "
-                f"jobpool reads: upgrade jobpool")
-    return None
+    return newer_schema(path, version) if version > CURRENT else None
 
 
 def check(path: str) -> Report:
@@ -153,10 +148,13 @@ def salvage(path: str, new_path: str) -> Report:
     source = _read_only(path)
     try:
         check_header(source.conn, path)  # before the new file is made: none is left behind
-        problem = _schema_problem(source, path)
-        if problem is not None and "newer than" in problem:
+        try:
+            version = schema_version(source.conn)
+        except sqlite3.DatabaseError:
+            version = None  # no jobpool_meta, or none readable: what is readable is copied
+        if version is not None and version > CURRENT:
             # Rows of a schema this jobpool does not know cannot be read as its own.
-            raise JobpoolError(problem)
+            raise JobpoolError(newer_schema(path, version))
     except BaseException:
         source.close()
         raise

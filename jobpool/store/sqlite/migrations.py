@@ -131,8 +131,7 @@ def ensure(conn: sqlite3.Connection, path: str, *, create: bool, upgrade: bool) 
     if version == CURRENT:
         return
     if version > CURRENT:
-        raise NotAStoreError(f"{path} has jobpool schema {version}, newer than schema {CURRENT} "
-                             f"that this jobpool reads: upgrade jobpool")
+        raise NotAStoreError(newer_schema(path, version))
     if not upgrade:
         raise NotAStoreError(f"{path} has jobpool schema {version}, older than schema {CURRENT} "
                              f"that this jobpool reads; {UPGRADE_HINT}")
@@ -143,13 +142,28 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-def _version(conn: sqlite3.Connection, path: str) -> int:
+def newer_schema(path: str, version: int) -> str:
+    """What a store of a schema newer than this jobpool's is told (every command, doctor)."""
+    return (f"{path} has jobpool schema {version}, newer than schema {CURRENT} that this "
+            f"jobpool reads: upgrade jobpool")
+
+
+def schema_version(conn: sqlite3.Connection) -> int | None:
+    """The schema version the store's ``jobpool_meta`` says, or None where it says none
+    that reads as a whole number (``doctor`` reads it the same way)."""
     row = conn.execute("SELECT value FROM jobpool_meta WHERE key = 'schema'").fetchone()
     try:
         return int(row[0])
     except (TypeError, ValueError):
+        return None
+
+
+def _version(conn: sqlite3.Connection, path: str) -> int:
+    version = schema_version(conn)
+    if version is None:
         raise NotAStoreError(f"{path} has a jobpool_meta table without a schema version: "
-                             f"not a jobpool store") from None
+                             f"not a jobpool store")
+    return version
 
 
 def _create(conn: sqlite3.Connection, path: str, tables: set[str], create: bool) -> None:
